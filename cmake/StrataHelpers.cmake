@@ -30,4 +30,15 @@ function(strata_fuzzer name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+  # Recorded so scripts/test.sh can run every fuzzer with its seed corpus (fuzz-corpus/ beside it).
+  set_property(GLOBAL APPEND PROPERTY STRATA_FUZZERS
+               "$<TARGET_FILE:${name}> ${CMAKE_CURRENT_SOURCE_DIR}/fuzz-corpus")
+endfunction()
+
+# Writes build/fuzzers.txt: one "binary corpus-dir" line per fuzzer. Called at the end of the
+# top-level CMakeLists.txt.
+function(strata_write_fuzzer_manifest)
+  get_property(fuzzers GLOBAL PROPERTY STRATA_FUZZERS)
+  string(REPLACE ";" "\n" lines "${fuzzers}")
+  file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/fuzzers.txt CONTENT "${lines}\n")
 endfunction()

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs what the tests need, builds Strata twice (release and ASan+UBSan), runs every test in
+# both, then runs each libFuzzer target briefly. This is what CI runs (.ci/run).
+#
+#   scripts/test.sh              everything
+#   STRATA_SKIP_ASAN=1 ...       skip the sanitizer build (faster local runs)
+#   STRATA_SKIP_FUZZ=1 ...       skip the fuzzers
+#   STRATA_FUZZ_SECONDS=N        seconds per fuzz target (default 20)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== install dependencies"
+scripts/install-deps.sh --test
+
+echo "== release build"
+cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-ci -j "$jobs"
+echo "== tests (release build)"
+(cd build-ci && ctest --output-on-failure -j "$jobs")
+
+if [ -z "${STRATA_SKIP_ASAN:-}" ]; then
+  echo "== sanitizer build (ASan + UBSan)"
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j "$jobs"
+  echo "== tests (sanitizer build)"
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$jobs")
+fi
+
+if [ -z "${STRATA_SKIP_FUZZ:-}" ]; then
+  echo "== fuzzers"
+  cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+        -DSTRATA_FUZZ=ON -DSTRATA_BUILD_TESTS=OFF >/dev/null
+  cmake --build build-fuzz -j "$jobs"
+  seconds=${STRATA_FUZZ_SECONDS:-20}
+  found=0
+  while read -r target corpus; do
+    [ -n "$target" ] || continue
+    work=$(mktemp -d)
+    if [ -d "$corpus" ]; then cp -r "$corpus"/. "$work"/; fi
+    echo "-- $(basename "$target") for ${seconds}s"
+    "$target" -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=0 "$work" 2>&1 | tail -n 2
+    rm -rf "$work"
+    found=$((found + 1))
+  done < build-fuzz/fuzzers.txt
+  echo "fuzz: $found targets ran clean"
+fi
+echo "== all tests passed"

@@ -1,0 +1,3 @@
+module strata.dev/gotarget
+
+go 1.19
