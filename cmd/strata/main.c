@@ -1,0 +1,65 @@
+/*
+ * main.c - the one Strata binary: any service, all of them in one process, and the client tools.
+ *
+ *   strata all -config FILE          every service in one process (UI on :7070)
+ *   strata ingester -config FILE     one service
+ *   strata push FILE... [flags]      push pprof files through WriteRaw
+ *   strata block dump PATH           print a block's meta, series, profiles and top stacks
+ *   strata version
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+#ifndef STRATA_VERSION
+#define STRATA_VERSION "dev"
+#endif
+
+bool cli_flag_is(const char *arg, const char *name) {
+    if (arg[0] != '-')
+        return false;
+    arg += arg[1] == '-' ? 2 : 1;
+    return strcmp(arg, name) == 0;
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: strata COMMAND [ARGS]\n"
+            "\n"
+            "services:\n"
+            "  all -config FILE [-check-config]       run every service in one process\n"
+            "  ingester -config FILE [-check-config]  run the ingester (WriteRaw, Agents)\n"
+            "\n"
+            "tools:\n"
+            "  push FILE... --name NAME [--label K=V]... [--address HOST:PORT] [--tenant T]\n"
+            "                                          push pprof files through WriteRaw\n"
+            "  block dump PATH [--top N]               print a block (a directory holding\n"
+            "                                          meta.json and profiles.strata)\n"
+            "  version                                 print the version\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "all") == 0 || strcmp(cmd, "ingester") == 0)
+        return cli_run_services(cmd, argc - 2, argv + 2);
+    if (strcmp(cmd, "push") == 0)
+        return cli_push(argc - 2, argv + 2);
+    if (strcmp(cmd, "block") == 0)
+        return cli_block(argc - 2, argv + 2);
+    if (strcmp(cmd, "version") == 0 || cli_flag_is(cmd, "version")) {
+        printf("strata %s\n", STRATA_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0 || cli_flag_is(cmd, "help") || cli_flag_is(cmd, "h")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "strata: unknown command \"%s\"\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

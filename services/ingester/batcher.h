@@ -1,0 +1,67 @@
+/*
+ * batcher.h - groups accepted profiles into one block per tenant per flush, uploads each block,
+ * and only then acknowledges the requests it holds.
+ *
+ * Design. Request threads call batcher_submit with a fully validated request: under one mutex its
+ * profiles are added to the tenant's open block writer and its acknowledgement callback is queued
+ * with that writer. The flush thread wakes every flush_interval (or at once when a writer grows
+ * past max_block_bytes), swaps every open writer for a fresh one, and then, outside the mutex:
+ * finishes each block, uploads the data object, uploads meta.json last (the commit point), and
+ * calls every queued callback: with success once meta.json is stored, or with UNAVAILABLE after
+ * upload_attempts failed tries. So an acknowledged profile is always durable in the bucket, and a
+ * failed one is reported so the client can retry. Submitting keeps working while a flush uploads.
+ *
+ * A block's data and meta are uploaded under <tenant>/<ULID>/; a failed upload may leave a data
+ * object without meta.json, which readers ignore and the compactor cleans up after a delay.
+ */
+#ifndef STRATA_INGESTER_BATCHER_H
+#define STRATA_INGESTER_BATCHER_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "bucket/bucket.h"
+#include "common/error.h"
+#include "write_raw.h"
+
+typedef struct batcher batcher;
+
+/* Called exactly once per submitted request, from the flush thread; err is NULL on success. */
+typedef void (*batcher_ack_fn)(void *ctx, const strata_error *err);
+
+typedef struct batcher_options {
+    int64_t flush_interval_ns;  /* default 1 s */
+    uint64_t max_block_bytes;   /* writer memory that triggers an early flush; default 256 MiB */
+    int upload_attempts;        /* tries per object before giving up; default 5 */
+    int64_t upload_backoff_ns;  /* first retry delay, doubled each try; default 100 ms */
+} batcher_options;
+
+/* Counters for /metrics; updated atomically, read with atomic_load. */
+typedef struct batcher_stats {
+    atomic_uint_fast64_t profiles_accepted;
+    atomic_uint_fast64_t samples_accepted;
+    atomic_uint_fast64_t blocks_written;
+    atomic_uint_fast64_t bytes_written;
+    atomic_uint_fast64_t upload_failures;     /* failed attempts, retried or not */
+    atomic_uint_fast64_t flush_failures;      /* blocks given up on (requests got UNAVAILABLE) */
+    atomic_uint_fast64_t flush_duration_ns;   /* sum over flushes */
+    atomic_uint_fast64_t flushes;
+    atomic_uint_fast64_t last_flush_duration_ns;
+} batcher_stats;
+
+void batcher_options_default(batcher_options *opts);
+
+/* The bucket must outlive the batcher. */
+int batcher_new(const batcher_options *opts, bucket *store, batcher **out, strata_error *err);
+/* Starts the flush thread. */
+int batcher_start(batcher *b, strata_error *err);
+/* Adds the request's profiles for tenant and queues ack. On error (out of memory, stopping) the
+ * request is not acknowledged later: the caller answers it with err. */
+int batcher_submit(batcher *b, const char *tenant, const ingest_request *req, batcher_ack_fn ack,
+                   void *ack_ctx, strata_error *err);
+/* Flushes what is open, acknowledges everything, stops the thread. Idempotent. */
+void batcher_stop(batcher *b);
+void batcher_free(batcher *b);
+const batcher_stats *batcher_get_stats(const batcher *b);
+
+#endif

@@ -1,0 +1,343 @@
+/*
+ * ingester.c - see ingester.h.
+ */
+#include "ingester.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agents.h"
+#include "batcher.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "write_raw.h"
+
+const config_field ingester_config_fields[] = {
+    {.key = "flush_interval", .kind = CONFIG_DURATION,
+     .offset = offsetof(ingester_config, flush_interval_ns), .default_text = "1s"},
+    {.key = "max_block_bytes", .kind = CONFIG_BYTES,
+     .offset = offsetof(ingester_config, max_block_bytes), .default_text = "256MiB"},
+    {.key = "upload_attempts", .kind = CONFIG_INT64,
+     .offset = offsetof(ingester_config, upload_attempts), .default_text = "5"},
+    {.key = "max_series_per_request", .kind = CONFIG_UINT64,
+     .offset = offsetof(ingester_config, max_series_per_request), .default_text = "10000"},
+    {.key = "max_labels_per_series", .kind = CONFIG_UINT64,
+     .offset = offsetof(ingester_config, max_labels_per_series), .default_text = "64"},
+    {.key = "max_samples_per_profile", .kind = CONFIG_UINT64,
+     .offset = offsetof(ingester_config, max_samples_per_profile), .default_text = "1000000"},
+    {.key = "max_stack_depth", .kind = CONFIG_UINT64,
+     .offset = offsetof(ingester_config, max_stack_depth), .default_text = "1024"},
+    {.key = "max_profile_bytes", .kind = CONFIG_BYTES,
+     .offset = offsetof(ingester_config, max_profile_bytes), .default_text = "64MiB"},
+    {.key = NULL},
+};
+
+/* Copies the batcher's counters into the registry at scrape time. */
+typedef struct stat_metric {
+    const char *name;
+    const char *help;
+    size_t offset; /* into batcher_stats */
+    bool seconds;  /* ns counter rendered in seconds */
+} stat_metric;
+
+static const stat_metric stat_metrics[] = {
+    {"strata_ingester_profiles_total", "Profiles accepted (one per pprof sample type).",
+     offsetof(batcher_stats, profiles_accepted), false},
+    {"strata_ingester_samples_total", "Non-zero samples accepted.",
+     offsetof(batcher_stats, samples_accepted), false},
+    {"strata_ingester_blocks_written_total", "Blocks written to the bucket.",
+     offsetof(batcher_stats, blocks_written), false},
+    {"strata_ingester_bytes_written_total", "Bytes written to the bucket (data and meta).",
+     offsetof(batcher_stats, bytes_written), false},
+    {"strata_ingester_upload_failures_total", "Failed upload attempts (each retried).",
+     offsetof(batcher_stats, upload_failures), false},
+    {"strata_ingester_flush_failures_total", "Blocks given up on; their writes were refused.",
+     offsetof(batcher_stats, flush_failures), false},
+    {"strata_ingester_flushes_total", "Flushes that wrote at least one block.",
+     offsetof(batcher_stats, flushes), false},
+    {"strata_ingester_flush_duration_seconds_total", "Time spent writing blocks.",
+     offsetof(batcher_stats, flush_duration_ns), true},
+};
+
+#define N_STAT_METRICS (sizeof stat_metrics / sizeof stat_metrics[0])
+
+typedef struct ingester_metrics {
+    metrics_counter *batcher_counters[N_STAT_METRICS];
+    metrics_counter *requests;
+    metrics_counter_vec *rejected;
+    metrics_counter *raw_bytes;
+    metrics_histogram *request_duration;
+} ingester_metrics;
+
+struct ingester {
+    ingester_config config;
+    ingest_limits limits;
+    bucket *store;
+    metrics_registry *registry;
+    batcher *batch;
+    agent_registry *agents;
+    ingester_metrics metrics;
+    bool started;
+    bool stopping;
+};
+
+/* State of one WriteRaw call between submit and acknowledgement. */
+typedef struct pending_write {
+    ingester *ing;
+    rpc_call *call;
+    int64_t start_ns;
+    char *node;
+    char *peer;
+} pending_write;
+
+bool ingester_tenant_is_valid(const char *tenant, size_t len) {
+    if (len == 0 || len > 150)
+        return false;
+    if ((len == 1 && tenant[0] == '.') || (len == 2 && tenant[0] == '.' && tenant[1] == '.'))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = tenant[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-' || c == '.';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static void record_agent(ingester *ing, const char *node, const char *peer, int64_t start_ns,
+                         const char *error_message) {
+    int64_t now = strata_now_ns();
+    int64_t took = strata_monotonic_ns() - start_ns;
+    agent_registry_record(ing->agents, node, peer, now, took, error_message, NULL);
+}
+
+static void reject(ingester *ing, rpc_call *call, ingest_reject_reason reason, const char *node,
+                   int64_t start_ns, const strata_error *err) {
+    const char *reason_name = ingest_reject_reason_name(reason);
+    metrics_counter_inc(metrics_counter_vec_with(ing->metrics.rejected, &reason_name));
+    record_agent(ing, node, rpc_call_peer(call), start_ns, err->message);
+    char quoted[600];
+    strata_log_warn("ingester", "write rejected", "reason=%s code=%s peer=%s error=%s", reason_name,
+                    strata_status_name(err->code), rpc_call_peer(call),
+                    strata_log_quote(err->message, quoted, sizeof quoted));
+    rpc_call_finish(call, err->code, err->message, NULL, 0);
+}
+
+static void write_acknowledged(void *ctx, const strata_error *err) {
+    pending_write *pw = ctx;
+    ingester *ing = pw->ing;
+    record_agent(ing, pw->node, pw->peer, pw->start_ns, err != NULL ? err->message : NULL);
+    metrics_histogram_observe_ns(ing->metrics.request_duration, strata_monotonic_ns() - pw->start_ns);
+    if (err == NULL)
+        rpc_call_finish(pw->call, STRATA_OK, NULL, NULL, 0); /* empty WriteRawResponse */
+    else
+        rpc_call_finish(pw->call, err->code, err->message, NULL, 0);
+    free(pw->node);
+    free(pw->peer);
+    free(pw);
+}
+
+static int tenant_of(rpc_call *call, char *out, size_t out_len, strata_error *err) {
+    const char *value;
+    size_t len;
+    if (!rpc_call_metadata(call, INGESTER_TENANT_HEADER, &value, &len) || len == 0) {
+        snprintf(out, out_len, "%s", INGESTER_DEFAULT_TENANT);
+        return 0;
+    }
+    if (!ingester_tenant_is_valid(value, len) || len >= out_len)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "invalid tenant in %s: use 1-150 characters of [A-Za-z0-9_.-]",
+                                INGESTER_TENANT_HEADER);
+    memcpy(out, value, len);
+    out[len] = '\0';
+    return 0;
+}
+
+static pending_write *pending_write_new(ingester *ing, rpc_call *call, const char *node,
+                                        int64_t start_ns) {
+    pending_write *pw = calloc(1, sizeof *pw);
+    if (pw == NULL)
+        return NULL;
+    pw->ing = ing;
+    pw->call = call;
+    pw->start_ns = start_ns;
+    pw->peer = strdup(rpc_call_peer(call));
+    pw->node = node != NULL ? strdup(node) : NULL;
+    if (pw->peer == NULL || (node != NULL && pw->node == NULL)) {
+        free(pw->peer);
+        free(pw->node);
+        free(pw);
+        return NULL;
+    }
+    return pw;
+}
+
+static void handle_write_raw(rpc_call *call, const uint8_t *request, size_t request_len, void *arg) {
+    ingester *ing = arg;
+    int64_t start = strata_monotonic_ns();
+    metrics_counter_inc(ing->metrics.requests);
+    metrics_counter_add(ing->metrics.raw_bytes, (int64_t)request_len);
+    strata_error err;
+    strata_error_clear(&err);
+    char tenant[160];
+    if (tenant_of(call, tenant, sizeof tenant, &err) != 0) {
+        reject(ing, call, INGEST_REJECT_INVALID_LABELS, NULL, start, &err);
+        return;
+    }
+    ingest_request req;
+    ingest_reject_reason reason;
+    if (ingest_request_parse(request, request_len, &ing->limits, strata_now_ns(), &req, &reason,
+                             &err) != 0) {
+        reject(ing, call, reason, NULL, start, &err);
+        return;
+    }
+    pending_write *pw = pending_write_new(ing, call, req.node, start);
+    if (pw == NULL) {
+        strata_error_oom(&err);
+        reject(ing, call, INGEST_REJECT_INTERNAL, req.node, start, &err);
+    } else if (batcher_submit(ing->batch, tenant, &req, write_acknowledged, pw, &err) != 0) {
+        reject(ing, call, INGEST_REJECT_INTERNAL, req.node, start, &err);
+        free(pw->node);
+        free(pw->peer);
+        free(pw);
+    }
+    ingest_request_free(&req);
+}
+
+static int handle_agents(rpc_call *call, const uint8_t *request, size_t request_len,
+                         strata_buffer *response, strata_error *err, void *arg) {
+    ingester *ing = arg;
+    return agent_registry_encode_response(ing->agents, strata_now_ns(), response, err);
+}
+
+static int create_metrics(ingester *ing, strata_error *err) {
+    metrics_registry *r = ing->registry;
+    metrics_opts o = {.name = "strata_ingester_write_requests_total",
+                      .help = "WriteRaw requests received."};
+    if ((ing->metrics.requests = metrics_counter_new(r, &o, err)) == NULL)
+        return -1;
+    o = (metrics_opts){.name = "strata_ingester_received_bytes_total",
+                       .help = "Bytes of WriteRaw request messages received."};
+    if ((ing->metrics.raw_bytes = metrics_counter_new(r, &o, err)) == NULL)
+        return -1;
+    static const char *const reason_label[] = {"reason"};
+    o = (metrics_opts){.name = "strata_ingester_rejected_requests_total",
+                       .help = "WriteRaw requests rejected, by reason.",
+                       .label_names = reason_label,
+                       .n_labels = 1};
+    if ((ing->metrics.rejected = metrics_counter_vec_new(r, &o, err)) == NULL)
+        return -1;
+    o = (metrics_opts){.name = "strata_ingester_write_duration_seconds",
+                       .help = "Time from receiving a WriteRaw request to acknowledging it "
+                               "(the block holding it is durable)."};
+    if ((ing->metrics.request_duration = metrics_histogram_new(r, &o, err)) == NULL)
+        return -1;
+    for (size_t i = 0; i < N_STAT_METRICS; i++) {
+        o = (metrics_opts){.name = stat_metrics[i].name,
+                           .help = stat_metrics[i].help,
+                           .kind = stat_metrics[i].seconds ? METRICS_DOUBLE : METRICS_INT64};
+        if ((ing->metrics.batcher_counters[i] = metrics_counter_new(r, &o, err)) == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+static void collect_batcher_stats(void *ctx) {
+    ingester *ing = ctx;
+    const batcher_stats *s = batcher_get_stats(ing->batch);
+    for (size_t i = 0; i < N_STAT_METRICS; i++) {
+        const atomic_uint_fast64_t *field =
+            (const atomic_uint_fast64_t *)((const char *)s + stat_metrics[i].offset);
+        uint64_t v = atomic_load(field);
+        if (stat_metrics[i].seconds)
+            metrics_counter_set_double(ing->metrics.batcher_counters[i], (double)v / 1e9);
+        else
+            metrics_counter_set(ing->metrics.batcher_counters[i], (int64_t)v);
+    }
+}
+
+static void limits_from_config(const ingester_config *c, ingest_limits *limits) {
+    ingest_limits_default(limits);
+    limits->max_series_per_request = c->max_series_per_request;
+    limits->max_labels_per_series = c->max_labels_per_series;
+    limits->pprof.max_samples = c->max_samples_per_profile;
+    limits->pprof.max_stack_depth = c->max_stack_depth;
+    limits->pprof.max_decompressed_bytes = c->max_profile_bytes;
+}
+
+int ingester_new(const ingester_config *config, bucket *store, metrics_registry *registry,
+                 ingester **out, strata_error *err) {
+    if (config->flush_interval_ns <= 0 || config->upload_attempts < 1)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "ingester: flush_interval must be positive and upload_attempts at "
+                                "least 1");
+    ingester *ing = calloc(1, sizeof *ing);
+    if (ing == NULL)
+        return strata_error_oom(err);
+    ing->config = *config;
+    ing->store = store;
+    ing->registry = registry;
+    limits_from_config(config, &ing->limits);
+    batcher_options bopts;
+    batcher_options_default(&bopts);
+    bopts.flush_interval_ns = config->flush_interval_ns;
+    bopts.max_block_bytes = config->max_block_bytes;
+    bopts.upload_attempts = (int)config->upload_attempts;
+    if (agent_registry_new(&ing->agents, err) != 0 || batcher_new(&bopts, store, &ing->batch, err) != 0 ||
+        create_metrics(ing, err) != 0 ||
+        metrics_registry_add_collector(registry, collect_batcher_stats, ing, err) != 0) {
+        ingester_free(ing);
+        return -1;
+    }
+    *out = ing;
+    return 0;
+}
+
+int ingester_register(ingester *ing, rpc_server *server, strata_error *err) {
+    if (rpc_server_add_method(server, INGESTER_WRITE_RAW_METHOD, handle_write_raw, ing, err) != 0)
+        return -1;
+    return rpc_server_add_sync_method(server, INGESTER_AGENTS_METHOD, handle_agents, ing, err);
+}
+
+int ingester_start(ingester *ing, strata_error *err) {
+    if (batcher_start(ing->batch, err) != 0)
+        return -1;
+    ing->started = true;
+    strata_log_info("ingester", "started", "flush_interval_ms=%lld max_block_bytes=%llu",
+                    (long long)(ing->config.flush_interval_ns / STRATA_NS_PER_MS),
+                    (unsigned long long)ing->config.max_block_bytes);
+    return 0;
+}
+
+bool ingester_ready(const ingester *ing, const char **reason) {
+    if (!ing->started) {
+        *reason = "ingester not started";
+        return false;
+    }
+    if (ing->stopping) {
+        *reason = "ingester shutting down";
+        return false;
+    }
+    return true;
+}
+
+void ingester_stop(ingester *ing) {
+    if (ing == NULL || ing->stopping)
+        return;
+    ing->stopping = true;
+    batcher_stop(ing->batch);
+}
+
+void ingester_free(ingester *ing) {
+    if (ing == NULL)
+        return;
+    if (ing->batch != NULL) {
+        batcher_stop(ing->batch);
+        metrics_registry_remove_collector(ing->registry, collect_batcher_stats, ing);
+    }
+    batcher_free(ing->batch);
+    agent_registry_free(ing->agents);
+    free(ing);
+}

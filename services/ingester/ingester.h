@@ -1,0 +1,60 @@
+/*
+ * ingester.h - the stateless ingester: Parca's ProfileStoreService/WriteRaw and
+ * AgentsService/Agents on gRPC, writing blocks to a bucket.
+ *
+ * The ingester wires four modules together: write_raw (parse and validate a request outside any
+ * lock), batcher (group per tenant, flush a block every flush_interval, acknowledge after the
+ * block is durable), agents (who pushed and when) and the metrics registry. It owns no sockets:
+ * the caller creates the gRPC server (possibly shared with other services in `strata all`), lets
+ * the ingester register its methods, and shuts the server down before stopping the ingester, so
+ * every call in flight is acknowledged by a last flush.
+ */
+#ifndef STRATA_INGESTER_H
+#define STRATA_INGESTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bucket/bucket.h"
+#include "common/error.h"
+#include "config/config.h"
+#include "metrics/metrics.h"
+#include "rpc/rpc.h"
+
+#define INGESTER_WRITE_RAW_METHOD "/parca.profilestore.v1alpha1.ProfileStoreService/WriteRaw"
+#define INGESTER_AGENTS_METHOD "/parca.profilestore.v1alpha1.AgentsService/Agents"
+#define INGESTER_DEFAULT_TENANT "anonymous"
+#define INGESTER_TENANT_HEADER "x-scope-orgid"
+
+typedef struct ingester_config {
+    int64_t flush_interval_ns;
+    uint64_t max_block_bytes;
+    int64_t upload_attempts;
+    uint64_t max_series_per_request;
+    uint64_t max_labels_per_series;
+    uint64_t max_samples_per_profile;
+    uint64_t max_stack_depth;
+    uint64_t max_profile_bytes; /* decompressed pprof size */
+} ingester_config;
+
+/* The `ingester:` section of a service config (config_decode descriptors). */
+extern const config_field ingester_config_fields[];
+
+typedef struct ingester ingester;
+
+/* The bucket and registry must outlive the ingester. */
+int ingester_new(const ingester_config *config, bucket *store, metrics_registry *registry,
+                 ingester **out, strata_error *err);
+/* Registers WriteRaw and Agents on server (before it starts). */
+int ingester_register(ingester *ing, rpc_server *server, strata_error *err);
+int ingester_start(ingester *ing, strata_error *err);
+/* True once started and not stopping; reason says why not. */
+bool ingester_ready(const ingester *ing, const char **reason);
+/* Flushes and acknowledges everything still open. Call after the gRPC server has shut down. */
+void ingester_stop(ingester *ing);
+void ingester_free(ingester *ing);
+
+/* Tenant ids become bucket prefixes: 1-150 characters of [A-Za-z0-9_.-], not "." or "..". */
+bool ingester_tenant_is_valid(const char *tenant, size_t len);
+
+#endif

@@ -1,0 +1,222 @@
+/*
+ * write_raw.c - see write_raw.h.
+ */
+#include "write_raw.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
+
+typedef Parca__Profilestore__V1alpha1__WriteRawRequest write_raw_request_pb;
+typedef Parca__Profilestore__V1alpha1__RawProfileSeries raw_series_pb;
+
+const char *ingest_reject_reason_name(ingest_reject_reason reason) {
+    switch (reason) {
+        case INGEST_REJECT_NONE:
+            return "none";
+        case INGEST_REJECT_MALFORMED_REQUEST:
+            return "malformed_request";
+        case INGEST_REJECT_INVALID_LABELS:
+            return "invalid_labels";
+        case INGEST_REJECT_INVALID_PPROF:
+            return "invalid_pprof";
+        case INGEST_REJECT_LIMIT:
+            return "limit";
+        case INGEST_REJECT_INTERNAL:
+            return "internal";
+    }
+    return "unknown";
+}
+
+void ingest_limits_default(ingest_limits *limits) {
+    limits->max_series_per_request = 10000;
+    limits->max_labels_per_series = 64;
+    limits->max_label_name_bytes = 1024;
+    limits->max_label_value_bytes = 4096;
+    pprof_limits_default(&limits->pprof);
+}
+
+void ingest_request_free(ingest_request *req) {
+    for (size_t i = 0; i < req->n_series; i++)
+        label_set_free(&req->series_labels[i]);
+    free(req->series_labels);
+    for (size_t i = 0; i < req->n_pprofs; i++)
+        pprof_profile_free(&req->pprofs[i]);
+    free(req->pprofs);
+    for (size_t i = 0; i < req->n_profiles; i++)
+        profile_type_free(&req->profiles[i].type);
+    free(req->profiles);
+    free(req->node);
+    memset(req, 0, sizeof *req);
+}
+
+/* Copies the series' labels into out (sorted, without __name__) and returns __name__'s value. */
+static int parse_series_labels(const raw_series_pb *series, size_t index, const ingest_limits *limits,
+                               label_set *out, const char **name_out, strata_error *err) {
+    const char *name = NULL;
+    size_t n = series->labels != NULL ? series->labels->n_labels : 0;
+    if (n > limits->max_labels_per_series)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "series %zu: %zu labels, more than the limit of %zu", index, n,
+                                limits->max_labels_per_series);
+    for (size_t i = 0; i < n; i++) {
+        const Parca__Profilestore__V1alpha1__Label *l = series->labels->labels[i];
+        size_t name_len = strlen(l->name), value_len = strlen(l->value);
+        if (name_len > limits->max_label_name_bytes || value_len > limits->max_label_value_bytes)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "series %zu: label %.64s is longer than the limit", index,
+                                    l->name);
+        if (strcmp(l->name, STRATA_LABEL_NAME) == 0) {
+            if (name != NULL)
+                return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                        "series %zu: duplicate label name \"__name__\"", index);
+            name = l->value;
+            continue;
+        }
+        if (label_set_add(out, l->name, name_len, l->value, value_len, err) != 0)
+            return -1;
+    }
+    if (name == NULL || name[0] == '\0')
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "series %zu: the __name__ label (the profile name) is required",
+                                index);
+    if (!label_name_is_valid(name, strlen(name)))
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "series %zu: __name__ \"%.128s\" is not a valid profile name", index,
+                                name);
+    label_set_sort(out);
+    if (label_set_validate(out, err) != 0)
+        return strata_error_wrap(err, "series %zu", index);
+    *name_out = name;
+    return 0;
+}
+
+static int copy_pprof_string(const pprof_profile *p, int64_t index, char **out, strata_error *err) {
+    pprof_string s = pprof_string_at(p, index);
+    *out = strndup(s.ptr, s.len);
+    return *out == NULL ? strata_error_oom(err) : 0;
+}
+
+/* Appends one ingest_profile per sample type of pprof `pprof_index`. */
+static int expand_sample_types(ingest_request *req, size_t series_index, size_t pprof_index,
+                               const char *name, int64_t now_ns, size_t *profiles_cap,
+                               strata_error *err) {
+    const pprof_profile *p = &req->pprofs[pprof_index];
+    for (size_t t = 0; t < p->n_sample_types; t++) {
+        if (req->n_profiles == *profiles_cap) {
+            size_t cap = *profiles_cap ? *profiles_cap * 2 : 8;
+            ingest_profile *grown = realloc(req->profiles, cap * sizeof *grown);
+            if (grown == NULL)
+                return strata_error_oom(err);
+            req->profiles = grown;
+            *profiles_cap = cap;
+        }
+        ingest_profile *ip = &req->profiles[req->n_profiles];
+        memset(ip, 0, sizeof *ip);
+        req->n_profiles++;
+        ip->series_index = series_index;
+        ip->pprof_index = pprof_index;
+        ip->sample_type_index = t;
+        ip->time_ns = p->time_nanos != 0 ? p->time_nanos : now_ns;
+        ip->duration_ns = p->duration_nanos;
+        ip->period = p->period;
+        ip->type.delta = p->duration_nanos != 0;
+        ip->type.name = strdup(name);
+        if (ip->type.name == NULL ||
+            copy_pprof_string(p, p->sample_types[t].type, &ip->type.sample_type, err) != 0 ||
+            copy_pprof_string(p, p->sample_types[t].unit, &ip->type.sample_unit, err) != 0 ||
+            copy_pprof_string(p, p->period_type.type, &ip->type.period_type, err) != 0 ||
+            copy_pprof_string(p, p->period_type.unit, &ip->type.period_unit, err) != 0)
+            return strata_error_oom(err);
+        for (size_t s = 0; s < p->n_samples; s++)
+            if (pprof_sample_value(p, s, t) != 0)
+                ip->n_samples++;
+        req->n_samples += ip->n_samples;
+    }
+    return 0;
+}
+
+static size_t count_raw_samples(const write_raw_request_pb *pb) {
+    size_t n = 0;
+    for (size_t i = 0; i < pb->n_series; i++)
+        n += pb->series[i]->n_samples;
+    return n;
+}
+
+static ingest_reject_reason reason_for(const strata_error *err, ingest_reject_reason otherwise) {
+    if (err == NULL)
+        return otherwise;
+    if (err->code == STRATA_RESOURCE_EXHAUSTED && strcmp(err->message, "out of memory") != 0)
+        return INGEST_REJECT_LIMIT;
+    if (err->code != STRATA_INVALID_ARGUMENT)
+        return INGEST_REJECT_INTERNAL;
+    return otherwise;
+}
+
+static int parse_series(ingest_request *req, const write_raw_request_pb *pb, size_t i,
+                        const ingest_limits *limits, int64_t now_ns, size_t *profiles_cap,
+                        ingest_reject_reason *reason, strata_error *err) {
+    const raw_series_pb *series = pb->series[i];
+    const char *name = NULL;
+    req->n_series++;
+    if (parse_series_labels(series, i, limits, &req->series_labels[i], &name, err) != 0) {
+        *reason = reason_for(err, INGEST_REJECT_INVALID_LABELS);
+        return -1;
+    }
+    if (req->node == NULL) {
+        const char *node = label_set_get(&req->series_labels[i], "node");
+        if (node != NULL && (req->node = strdup(node)) == NULL)
+            return strata_error_oom(err);
+    }
+    for (size_t s = 0; s < series->n_samples; s++) {
+        const ProtobufCBinaryData *raw = &series->samples[s]->raw_profile;
+        size_t pprof_index = req->n_pprofs++;
+        req->raw_bytes += raw->len;
+        if (pprof_decode(raw->data, raw->len, &limits->pprof, &req->pprofs[pprof_index], err) != 0) {
+            *reason = reason_for(err, INGEST_REJECT_INVALID_PPROF);
+            return strata_error_wrap(err, "series %zu sample %zu: invalid pprof", i, s);
+        }
+        if (expand_sample_types(req, i, pprof_index, name, now_ns, profiles_cap, err) != 0) {
+            *reason = INGEST_REJECT_INTERNAL;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int ingest_request_parse(const uint8_t *data, size_t len, const ingest_limits *limits, int64_t now_ns,
+                         ingest_request *out, ingest_reject_reason *reason, strata_error *err) {
+    memset(out, 0, sizeof *out);
+    *reason = INGEST_REJECT_MALFORMED_REQUEST;
+    write_raw_request_pb *pb = parca__profilestore__v1alpha1__write_raw_request__unpack(NULL, len, data);
+    if (pb == NULL)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "request is not a valid WriteRawRequest protobuf");
+    int rc = -1;
+    size_t profiles_cap = 0;
+    *reason = INGEST_REJECT_LIMIT;
+    if (pb->n_series > limits->max_series_per_request) {
+        strata_error_set(err, STRATA_INVALID_ARGUMENT, "%zu series, more than the limit of %zu",
+                         pb->n_series, limits->max_series_per_request);
+        goto done;
+    }
+    size_t n_raw = count_raw_samples(pb);
+    out->series_labels = calloc(pb->n_series ? pb->n_series : 1, sizeof *out->series_labels);
+    out->pprofs = calloc(n_raw ? n_raw : 1, sizeof *out->pprofs);
+    if (out->series_labels == NULL || out->pprofs == NULL) {
+        *reason = INGEST_REJECT_INTERNAL;
+        strata_error_oom(err);
+        goto done;
+    }
+    for (size_t i = 0; i < pb->n_series; i++)
+        if (parse_series(out, pb, i, limits, now_ns, &profiles_cap, reason, err) != 0)
+            goto done;
+    *reason = INGEST_REJECT_NONE;
+    rc = 0;
+done:
+    parca__profilestore__v1alpha1__write_raw_request__free_unpacked(pb, NULL);
+    if (rc != 0)
+        ingest_request_free(out);
+    return rc;
+}
