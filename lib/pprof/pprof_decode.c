@@ -1,0 +1,968 @@
+/*
+ * pprof_decode.c - gzip sniffing, the single-pass protobuf reader and validation. See pprof.h.
+ *
+ * Reading. The profile is first made contiguous and owned (inflated from gzip, or copied), then
+ * read once, front to back, with a cursor (`reader`) over [p, end). A length-delimited field
+ * becomes a sub-reader over its bytes, so nesting never copies. Each kind of element (sample,
+ * location, line, ...) is appended to its flat array in pprof_profile; the arrays grow
+ * geometrically, so a profile costs a few dozen allocations however many samples it has.
+ *
+ * Repeated varints (sample location ids and values, comments) are read as a "run": a packed field
+ * is a run of its payload bytes, an unpacked one a run of exactly one varint. Since every varint
+ * takes at least one byte, reserving one slot per byte of the run lets the hot loop decode without
+ * capacity checks.
+ *
+ * Protobuf rules we follow: fields may come in any order and repeat; for a scalar the last value
+ * wins and an embedded message that repeats (period_type) is merged; repeated scalars may be packed
+ * or not; unknown fields of wire types varint, fixed64, length-delimited and fixed32 are skipped.
+ * Groups (wire types 3 and 4, deprecated since proto2 and never used by profile.proto) and the
+ * undefined wire types 6 and 7 are rejected, as is a known field sent with the wrong wire type.
+ * Strings are not checked for UTF-8, as in Go's pprof package.
+ *
+ * Errors name where they happened: each element decoder sets a plain message and its caller
+ * prefixes the element ("sample 12: label 0: ..."), on the failure path only.
+ *
+ * Validation runs after reading, because protobuf lets the string table and the definitions come
+ * after the samples that reference them.
+ */
+#include "pprof/pprof.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    WIRE_VARINT = 0,
+    WIRE_FIXED64 = 1,
+    WIRE_LEN = 2,
+    WIRE_GROUP_START = 3,
+    WIRE_GROUP_END = 4,
+    WIRE_FIXED32 = 5,
+};
+
+/* Field numbers of perftools.profiles.Profile. */
+enum {
+    PROFILE_SAMPLE_TYPE = 1,
+    PROFILE_SAMPLE = 2,
+    PROFILE_MAPPING = 3,
+    PROFILE_LOCATION = 4,
+    PROFILE_FUNCTION = 5,
+    PROFILE_STRING_TABLE = 6,
+    PROFILE_DROP_FRAMES = 7,
+    PROFILE_KEEP_FRAMES = 8,
+    PROFILE_TIME_NANOS = 9,
+    PROFILE_DURATION_NANOS = 10,
+    PROFILE_PERIOD_TYPE = 11,
+    PROFILE_PERIOD = 12,
+    PROFILE_COMMENT = 13,
+    PROFILE_DEFAULT_SAMPLE_TYPE = 14,
+};
+
+#define MAX_FIELD_NUMBER ((1u << 29) - 1)
+
+typedef struct reader {
+    const uint8_t *p;
+    const uint8_t *end;
+    const uint8_t *base; /* start of the whole profile, to report byte offsets */
+} reader;
+
+typedef struct decoder {
+    pprof_profile *p;
+    const pprof_limits *limits;
+    strata_error *err;
+    size_t n_sample_values; /* pprof_profile keeps no count of sample_values */
+    size_t cap_sample_types, cap_samples, cap_sample_location_ids, cap_sample_values;
+    size_t cap_sample_labels, cap_mappings, cap_locations, cap_lines, cap_functions;
+    size_t cap_strings, cap_comments;
+} decoder;
+
+void pprof_limits_default(pprof_limits *limits) {
+    limits->max_decompressed_bytes = (size_t)64 << 20;
+    limits->max_samples = 1000000;
+    limits->max_stack_depth = 1024;
+    limits->max_sample_types = 32;
+    limits->max_string_length = (size_t)64 << 10;
+}
+
+bool pprof_is_gzip(const uint8_t *data, size_t len) {
+    return len >= 2 && data[0] == 0x1f && data[1] == 0x8b;
+}
+
+/* ---- growing the flat arrays ---------------------------------------------------------------- */
+
+/* Returns items moved to an allocation with room for at least `need` items (capacity doubling)
+ * and updates *cap, or returns NULL (items untouched) when out of memory or the size overflows. */
+static void *array_grow(void *items, size_t *cap, size_t need, size_t item_size) {
+    size_t new_cap = *cap < 16 ? 16 : *cap;
+    while (new_cap < need) {
+        if (new_cap > SIZE_MAX / 2)
+            return NULL;
+        new_cap *= 2;
+    }
+    if (new_cap > SIZE_MAX / item_size)
+        return NULL;
+    void *grown = realloc(items, new_cap * item_size);
+    if (grown != NULL)
+        *cap = new_cap;
+    return grown;
+}
+
+/* Defines `static int NAME(decoder *d, size_t need)`, which makes room for `need` items in
+ * d->p->ARRAY (capacity d->CAP). */
+#define DEFINE_RESERVE(name, array, cap)                                                           \
+    static inline int name(decoder *d, size_t need) {                                              \
+        if (need <= d->cap && d->cap > 0) /* never leave the array NULL: NULL + 0 is undefined */  \
+            return 0;                                                                              \
+        void *grown = array_grow(d->p->array, &d->cap, need, sizeof *d->p->array);                 \
+        if (grown == NULL)                                                                         \
+            return strata_error_oom(d->err);                                                       \
+        d->p->array = grown;                                                                       \
+        return 0;                                                                                  \
+    }
+
+DEFINE_RESERVE(reserve_sample_types, sample_types, cap_sample_types)
+DEFINE_RESERVE(reserve_samples, samples, cap_samples)
+DEFINE_RESERVE(reserve_sample_location_ids, sample_location_ids, cap_sample_location_ids)
+DEFINE_RESERVE(reserve_sample_values, sample_values, cap_sample_values)
+DEFINE_RESERVE(reserve_sample_labels, sample_labels, cap_sample_labels)
+DEFINE_RESERVE(reserve_mappings, mappings, cap_mappings)
+DEFINE_RESERVE(reserve_locations, locations, cap_locations)
+DEFINE_RESERVE(reserve_lines, lines, cap_lines)
+DEFINE_RESERVE(reserve_functions, functions, cap_functions)
+DEFINE_RESERVE(reserve_strings, strings, cap_strings)
+DEFINE_RESERVE(reserve_comments, comments, cap_comments)
+
+/* ---- wire format ---------------------------------------------------------------------------- */
+
+static size_t offset_of(const reader *r, const uint8_t *at) {
+    return (size_t)(at - r->base);
+}
+
+static int malformed(const reader *r, const uint8_t *at, const char *what, strata_error *err) {
+    return strata_error_set(err, STRATA_INVALID_ARGUMENT, "malformed protobuf: %s at byte %zu",
+                            what, offset_of(r, at));
+}
+
+static inline bool read_varint(reader *r, uint64_t *v) {
+    const uint8_t *q = r->p;
+    if (q < r->end && q[0] < 0x80) {
+        *v = q[0];
+        r->p = q + 1;
+        return true;
+    }
+    if (r->end - q >= 2 && q[1] < 0x80) {
+        *v = (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
+        r->p = q + 2;
+        return true;
+    }
+    return strata_uvarint_get(&r->p, r->end, v);
+}
+
+/* Two's complement view of a varint, as protobuf int64 fields are encoded. */
+static inline int64_t varint_to_int64(uint64_t v) {
+    return v <= INT64_MAX ? (int64_t)v : -(int64_t)(~v) - 1;
+}
+
+static int read_tag(reader *r, uint32_t *field, uint32_t *wire, strata_error *err) {
+    const uint8_t *start = r->p;
+    uint64_t key;
+    if (!read_varint(r, &key))
+        return malformed(r, start, "truncated or overlong field key", err);
+    uint64_t number = key >> 3;
+    *wire = (uint32_t)(key & 7);
+    if (number == 0 || number > MAX_FIELD_NUMBER)
+        return malformed(r, start, "invalid field number", err);
+    if (*wire == WIRE_GROUP_START || *wire == WIRE_GROUP_END)
+        return malformed(r, start, "group wire type (not used by profile.proto)", err);
+    if (*wire > WIRE_FIXED32)
+        return malformed(r, start, "invalid wire type", err);
+    *field = (uint32_t)number;
+    return 0;
+}
+
+/* Opens the length-delimited payload at r as *sub and moves r past it. */
+static int read_len(reader *r, reader *sub, strata_error *err) {
+    const uint8_t *start = r->p;
+    uint64_t len;
+    if (!read_varint(r, &len))
+        return malformed(r, start, "truncated length", err);
+    if (len > (uint64_t)(r->end - r->p))
+        return malformed(r, start, "length runs past the end of the message", err);
+    sub->p = r->p;
+    sub->end = r->p + len;
+    sub->base = r->base;
+    r->p = sub->end;
+    return 0;
+}
+
+static int skip_field(reader *r, uint32_t wire, strata_error *err) {
+    const uint8_t *start = r->p;
+    uint64_t ignored;
+    reader sub;
+    switch (wire) {
+        case WIRE_VARINT:
+            if (!read_varint(r, &ignored))
+                return malformed(r, start, "truncated varint", err);
+            return 0;
+        case WIRE_FIXED64:
+        case WIRE_FIXED32: {
+            size_t width = wire == WIRE_FIXED64 ? 8 : 4;
+            if ((size_t)(r->end - r->p) < width)
+                return malformed(r, start, "truncated fixed-width field", err);
+            r->p += width;
+            return 0;
+        }
+        default:
+            return read_len(r, &sub, err);
+    }
+}
+
+static const char *wire_name(uint32_t wire) {
+    switch (wire) {
+        case WIRE_VARINT:
+            return "varint";
+        case WIRE_FIXED64:
+            return "fixed64";
+        case WIRE_LEN:
+            return "length-delimited";
+        default:
+            return "fixed32";
+    }
+}
+
+static int wrong_wire_type(const reader *r, const char *field, uint32_t wire, strata_error *err) {
+    return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                            "malformed protobuf: field %s has wire type %s near byte %zu", field,
+                            wire_name(wire), offset_of(r, r->p));
+}
+
+/* Reads a singular varint field (int64, uint64 or bool). */
+static int read_varint_field(reader *r, uint32_t wire, const char *field, uint64_t *v,
+                             strata_error *err) {
+    if (wire != WIRE_VARINT)
+        return wrong_wire_type(r, field, wire, err);
+    const uint8_t *start = r->p;
+    if (!read_varint(r, v))
+        return malformed(r, start, "truncated varint", err);
+    return 0;
+}
+
+static int read_int64_field(reader *r, uint32_t wire, const char *field, int64_t *v,
+                            strata_error *err) {
+    uint64_t u;
+    if (read_varint_field(r, wire, field, &u, err) != 0)
+        return -1;
+    *v = varint_to_int64(u);
+    return 0;
+}
+
+static int read_bool_field(reader *r, uint32_t wire, const char *field, bool *v,
+                           strata_error *err) {
+    uint64_t u;
+    if (read_varint_field(r, wire, field, &u, err) != 0)
+        return -1;
+    *v = u != 0;
+    return 0;
+}
+
+static int read_message_field(reader *r, uint32_t wire, const char *field, reader *sub,
+                              strata_error *err) {
+    if (wire != WIRE_LEN)
+        return wrong_wire_type(r, field, wire, err);
+    return read_len(r, sub, err);
+}
+
+/* Opens the values of a repeated varint field as a run: the payload of a packed field, or the one
+ * varint of an unpacked one. The run holds at most (run->end - run->p) values. */
+static int open_varint_run(reader *r, uint32_t wire, const char *field, reader *run,
+                           strata_error *err) {
+    if (wire == WIRE_LEN)
+        return read_len(r, run, err);
+    if (wire != WIRE_VARINT)
+        return wrong_wire_type(r, field, wire, err);
+    const uint8_t *start = r->p;
+    uint64_t ignored;
+    if (!read_varint(r, &ignored))
+        return malformed(r, start, "truncated varint", err);
+    run->p = start;
+    run->end = r->p;
+    run->base = r->base;
+    return 0;
+}
+
+static size_t run_max_count(const reader *run) {
+    return (size_t)(run->end - run->p);
+}
+
+/* Decodes every varint of run into dst (room for run_max_count values); *count gets their number.
+ */
+static int read_varint_run(reader run, uint64_t *dst, size_t *count, strata_error *err) {
+    size_t n = 0;
+    while (run.p < run.end) {
+        const uint8_t *start = run.p;
+        if (!read_varint(&run, &dst[n]))
+            return malformed(&run, start, "truncated varint in packed field", err);
+        n++;
+    }
+    *count = n;
+    return 0;
+}
+
+/* ---- messages ------------------------------------------------------------------------------- */
+
+static int decode_value_type(reader *r, pprof_value_type *vt, strata_error *err) {
+    while (r->p < r->end) {
+        uint32_t field, wire;
+        if (read_tag(r, &field, &wire, err) != 0)
+            return -1;
+        int rc;
+        switch (field) {
+            case 1:
+                rc = read_int64_field(r, wire, "type", &vt->type, err);
+                break;
+            case 2:
+                rc = read_int64_field(r, wire, "unit", &vt->unit, err);
+                break;
+            default:
+                rc = skip_field(r, wire, err);
+        }
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int decode_label(reader *r, pprof_label *label, strata_error *err) {
+    memset(label, 0, sizeof *label);
+    while (r->p < r->end) {
+        uint32_t field, wire;
+        if (read_tag(r, &field, &wire, err) != 0)
+            return -1;
+        int rc;
+        switch (field) {
+            case 1:
+                rc = read_int64_field(r, wire, "key", &label->key, err);
+                break;
+            case 2:
+                rc = read_int64_field(r, wire, "str", &label->str, err);
+                break;
+            case 3:
+                rc = read_int64_field(r, wire, "num", &label->num, err);
+                break;
+            case 4:
+                rc = read_int64_field(r, wire, "num_unit", &label->num_unit, err);
+                break;
+            default:
+                rc = skip_field(r, wire, err);
+        }
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int append_sample_location_ids(decoder *d, reader *r, uint32_t wire) {
+    pprof_profile *p = d->p;
+    reader run;
+    size_t count;
+    if (open_varint_run(r, wire, "location_id", &run, d->err) != 0 ||
+        reserve_sample_location_ids(d, p->n_sample_location_ids + run_max_count(&run)) != 0 ||
+        read_varint_run(run, p->sample_location_ids + p->n_sample_location_ids, &count, d->err) !=
+            0)
+        return -1;
+    p->n_sample_location_ids += count;
+    return 0;
+}
+
+static int append_sample_values(decoder *d, reader *r, uint32_t wire) {
+    pprof_profile *p = d->p;
+    reader run;
+    size_t count;
+    /* int64 values are stored through their unsigned variant: the bits are protobuf's. */
+    if (open_varint_run(r, wire, "value", &run, d->err) != 0 ||
+        reserve_sample_values(d, d->n_sample_values + run_max_count(&run)) != 0 ||
+        read_varint_run(run, (uint64_t *)(p->sample_values + d->n_sample_values), &count, d->err) !=
+            0)
+        return -1;
+    d->n_sample_values += count;
+    return 0;
+}
+
+static int append_sample_label(decoder *d, reader *r, uint32_t wire, size_t index) {
+    pprof_profile *p = d->p;
+    reader sub;
+    if (read_message_field(r, wire, "label", &sub, d->err) != 0 ||
+        reserve_sample_labels(d, p->n_sample_labels + 1) != 0)
+        return -1;
+    if (decode_label(&sub, &p->sample_labels[p->n_sample_labels], d->err) != 0)
+        return strata_error_wrap(d->err, "label %zu", index);
+    p->n_sample_labels++;
+    return 0;
+}
+
+/* Offsets into the shared arrays are 32-bit; only a limit far above the defaults can reach that. */
+static int check_offset_fits(decoder *d, size_t n, const char *what) {
+    if (n <= UINT32_MAX)
+        return 0;
+    return strata_error_set(d->err, STRATA_RESOURCE_EXHAUSTED,
+                            "profile has more than %u %s; lower max_decompressed_bytes", UINT32_MAX,
+                            what);
+}
+
+static int decode_sample(decoder *d, reader *r) {
+    pprof_profile *p = d->p;
+    if (check_offset_fits(d, p->n_sample_location_ids, "sample location ids") != 0 ||
+        check_offset_fits(d, d->n_sample_values, "sample values") != 0 ||
+        check_offset_fits(d, p->n_sample_labels, "sample labels") != 0)
+        return -1;
+    pprof_sample s = {
+        .location_offset = (uint32_t)p->n_sample_location_ids,
+        .value_offset = (uint32_t)d->n_sample_values,
+        .label_offset = (uint32_t)p->n_sample_labels,
+    };
+    while (r->p < r->end) {
+        uint32_t field, wire;
+        if (read_tag(r, &field, &wire, d->err) != 0)
+            return -1;
+        int rc;
+        switch (field) {
+            case 1:
+                rc = append_sample_location_ids(d, r, wire);
+                break;
+            case 2:
+                rc = append_sample_values(d, r, wire);
+                break;
+            case 3:
+                rc = append_sample_label(d, r, wire, p->n_sample_labels - s.label_offset);
+                break;
+            default:
+                rc = skip_field(r, wire, d->err);
+        }
+        if (rc != 0)
+            return -1;
+    }
+    size_t depth = p->n_sample_location_ids - s.location_offset;
+    if (depth > d->limits->max_stack_depth)
+        return strata_error_set(d->err, STRATA_RESOURCE_EXHAUSTED,
+                                "stack has %zu locations; the limit is %zu", depth,
+                                d->limits->max_stack_depth);
+    s.location_count = (uint32_t)depth;
+    s.label_count = (uint32_t)(p->n_sample_labels - s.label_offset);
+    if (reserve_samples(d, p->n_samples + 1) != 0)
+        return -1;
+    p->samples[p->n_samples++] = s;
+    return 0;
+}
+
+static int decode_mapping(reader *r, pprof_mapping *m, strata_error *err) {
+    memset(m, 0, sizeof *m);
+    while (r->p < r->end) {
+        uint32_t field, wire;
+        if (read_tag(r, &field, &wire, err) != 0)
+            return -1;
+        int rc;
+        switch (field) {
+            case 1:
+                rc = read_varint_field(r, wire, "id", &m->id, err);
+                break;
+            case 2:
+                rc = read_varint_field(r, wire, "memory_start", &m->memory_start, err);
+                break;
+            case 3:
+                rc = read_varint_field(r, wire, "memory_limit", &m->memory_limit, err);
+                break;
+            case 4:
+                rc = read_varint_field(r, wire, "file_offset", &m->file_offset, err);
+                break;
+            case 5:
+                rc = read_int64_field(r, wire, "filename", &m->filename, err);
+                break;
+            case 6:
+                rc = read_int64_field(r, wire, "build_id", &m->build_id, err);
+                break;
+            case 7:
+                rc = read_bool_field(r, wire, "has_functions", &m->has_functions, err);
+                break;
+            case 8:
+                rc = read_bool_field(r, wire, "has_filenames", &m->has_filenames, err);
+                break;
+            case 9:
+                rc = read_bool_field(r, wire, "has_line_numbers", &m->has_line_numbers, err);
+                break;
+            case 10:
+                rc = read_bool_field(r, wire, "has_inline_frames", &m->has_inline_frames, err);
+                break;
+            default:
+                rc = skip_field(r, wire, err);
+        }
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int decode_line(reader *r, pprof_line *line, strata_error *err) {
+    memset(line, 0, sizeof *line);
+    while (r->p < r->end) {
+        uint32_t field, wire;
+        if (read_tag(r, &field, &wire, err) != 0)
+            return -1;
+        int rc;
+        switch (field) {
+            case 1:
+                rc = read_varint_field(r, wire, "function_id", &line->function_id, err);
+                break;
+            case 2:
+                rc = read_int64_field(r, wire, "line", &line->line, err);
+                break;
+            case 3:
+                rc = read_int64_field(r, wire, "column", &line->column, err);
+                break;
+            default:
+                rc = skip_field(r, wire, err);
+        }
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int append_location_line(decoder *d, reader *r, uint32_t wire, size_t index) {
+    pprof_profile *p = d->p;
+    reader sub;
+    if (read_message_field(r, wire, "line", &sub, d->err) != 0 ||
+        reserve_lines(d, p->n_lines + 1) != 0)
+        return -1;
+    if (decode_line(&sub, &p->lines[p->n_lines], d->err) != 0)
+        return strata_error_wrap(d->err, "line %zu", index);
+    p->n_lines++;
+    return 0;
+}
+
+static int decode_location(decoder *d, reader *r) {
+    pprof_profile *p = d->p;
+    if (check_offset_fits(d, p->n_lines, "lines") != 0)
+        return -1;
+    pprof_location loc;
+    memset(&loc, 0, sizeof loc);
+    loc.line_offset = (uint32_t)p->n_lines;
+    while (r->p < r->end) {
+        uint32_t field, wire;
+        if (read_tag(r, &field, &wire, d->err) != 0)
+            return -1;
+        int rc;
+        switch (field) {
+            case 1:
+                rc = read_varint_field(r, wire, "id", &loc.id, d->err);
+                break;
+            case 2:
+                rc = read_varint_field(r, wire, "mapping_id", &loc.mapping_id, d->err);
+                break;
+            case 3:
+                rc = read_varint_field(r, wire, "address", &loc.address, d->err);
+                break;
+            case 4:
+                rc = append_location_line(d, r, wire, p->n_lines - loc.line_offset);
+                break;
+            case 5:
+                rc = read_bool_field(r, wire, "is_folded", &loc.is_folded, d->err);
+                break;
+            default:
+                rc = skip_field(r, wire, d->err);
+        }
+        if (rc != 0)
+            return -1;
+    }
+    loc.line_count = (uint32_t)(p->n_lines - loc.line_offset);
+    if (reserve_locations(d, p->n_locations + 1) != 0)
+        return -1;
+    p->locations[p->n_locations++] = loc;
+    return 0;
+}
+
+static int decode_function(reader *r, pprof_function *f, strata_error *err) {
+    memset(f, 0, sizeof *f);
+    while (r->p < r->end) {
+        uint32_t field, wire;
+        if (read_tag(r, &field, &wire, err) != 0)
+            return -1;
+        int rc;
+        switch (field) {
+            case 1:
+                rc = read_varint_field(r, wire, "id", &f->id, err);
+                break;
+            case 2:
+                rc = read_int64_field(r, wire, "name", &f->name, err);
+                break;
+            case 3:
+                rc = read_int64_field(r, wire, "system_name", &f->system_name, err);
+                break;
+            case 4:
+                rc = read_int64_field(r, wire, "filename", &f->filename, err);
+                break;
+            case 5:
+                rc = read_int64_field(r, wire, "start_line", &f->start_line, err);
+                break;
+            default:
+                rc = skip_field(r, wire, err);
+        }
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- the Profile message -------------------------------------------------------------------- */
+
+static int add_sample_type(decoder *d, reader *r, uint32_t wire) {
+    pprof_profile *p = d->p;
+    if (p->n_sample_types == d->limits->max_sample_types)
+        return strata_error_set(d->err, STRATA_RESOURCE_EXHAUSTED,
+                                "profile has more than %zu sample types",
+                                d->limits->max_sample_types);
+    reader sub;
+    if (read_message_field(r, wire, "sample_type", &sub, d->err) != 0 ||
+        reserve_sample_types(d, p->n_sample_types + 1) != 0)
+        return -1;
+    pprof_value_type *vt = &p->sample_types[p->n_sample_types];
+    memset(vt, 0, sizeof *vt);
+    if (decode_value_type(&sub, vt, d->err) != 0)
+        return strata_error_wrap(d->err, "sample type %zu", p->n_sample_types);
+    p->n_sample_types++;
+    return 0;
+}
+
+static int add_sample(decoder *d, reader *r, uint32_t wire) {
+    pprof_profile *p = d->p;
+    if (p->n_samples == d->limits->max_samples)
+        return strata_error_set(d->err, STRATA_RESOURCE_EXHAUSTED,
+                                "profile has more than %zu samples", d->limits->max_samples);
+    reader sub;
+    if (read_message_field(r, wire, "sample", &sub, d->err) != 0)
+        return -1;
+    if (decode_sample(d, &sub) != 0)
+        return strata_error_wrap(d->err, "sample %zu", p->n_samples);
+    return 0;
+}
+
+static int add_mapping(decoder *d, reader *r, uint32_t wire) {
+    pprof_profile *p = d->p;
+    reader sub;
+    if (read_message_field(r, wire, "mapping", &sub, d->err) != 0 ||
+        reserve_mappings(d, p->n_mappings + 1) != 0)
+        return -1;
+    if (decode_mapping(&sub, &p->mappings[p->n_mappings], d->err) != 0)
+        return strata_error_wrap(d->err, "mapping %zu", p->n_mappings);
+    p->n_mappings++;
+    return 0;
+}
+
+static int add_location(decoder *d, reader *r, uint32_t wire) {
+    reader sub;
+    if (read_message_field(r, wire, "location", &sub, d->err) != 0)
+        return -1;
+    if (decode_location(d, &sub) != 0)
+        return strata_error_wrap(d->err, "location %zu", d->p->n_locations);
+    return 0;
+}
+
+static int add_function(decoder *d, reader *r, uint32_t wire) {
+    pprof_profile *p = d->p;
+    reader sub;
+    if (read_message_field(r, wire, "function", &sub, d->err) != 0 ||
+        reserve_functions(d, p->n_functions + 1) != 0)
+        return -1;
+    if (decode_function(&sub, &p->functions[p->n_functions], d->err) != 0)
+        return strata_error_wrap(d->err, "function %zu", p->n_functions);
+    p->n_functions++;
+    return 0;
+}
+
+static int add_string(decoder *d, reader *r, uint32_t wire) {
+    pprof_profile *p = d->p;
+    reader sub;
+    if (read_message_field(r, wire, "string_table", &sub, d->err) != 0)
+        return -1;
+    size_t len = (size_t)(sub.end - sub.p);
+    if (len > d->limits->max_string_length)
+        return strata_error_set(d->err, STRATA_RESOURCE_EXHAUSTED,
+                                "string %zu is %zu bytes long; the limit is %zu", p->n_strings, len,
+                                d->limits->max_string_length);
+    if (len > UINT32_MAX)
+        return strata_error_set(d->err, STRATA_RESOURCE_EXHAUSTED,
+                                "string %zu is longer than 4 GiB", p->n_strings);
+    if (reserve_strings(d, p->n_strings + 1) != 0)
+        return -1;
+    p->strings[p->n_strings].ptr = (const char *)sub.p;
+    p->strings[p->n_strings].len = (uint32_t)len;
+    p->n_strings++;
+    return 0;
+}
+
+static int add_comments(decoder *d, reader *r, uint32_t wire) {
+    pprof_profile *p = d->p;
+    reader run;
+    size_t count;
+    if (open_varint_run(r, wire, "comment", &run, d->err) != 0 ||
+        reserve_comments(d, p->n_comments + run_max_count(&run)) != 0 ||
+        read_varint_run(run, (uint64_t *)(p->comments + p->n_comments), &count, d->err) != 0)
+        return -1;
+    p->n_comments += count;
+    return 0;
+}
+
+static int set_period_type(decoder *d, reader *r, uint32_t wire) {
+    reader sub;
+    if (read_message_field(r, wire, "period_type", &sub, d->err) != 0)
+        return -1;
+    if (decode_value_type(&sub, &d->p->period_type, d->err) != 0)
+        return strata_error_wrap(d->err, "period type");
+    return 0;
+}
+
+static int decode_profile_field(decoder *d, reader *r, uint32_t field, uint32_t wire) {
+    pprof_profile *p = d->p;
+    switch (field) {
+        case PROFILE_SAMPLE_TYPE:
+            return add_sample_type(d, r, wire);
+        case PROFILE_SAMPLE:
+            return add_sample(d, r, wire);
+        case PROFILE_MAPPING:
+            return add_mapping(d, r, wire);
+        case PROFILE_LOCATION:
+            return add_location(d, r, wire);
+        case PROFILE_FUNCTION:
+            return add_function(d, r, wire);
+        case PROFILE_STRING_TABLE:
+            return add_string(d, r, wire);
+        case PROFILE_DROP_FRAMES:
+            return read_int64_field(r, wire, "drop_frames", &p->drop_frames, d->err);
+        case PROFILE_KEEP_FRAMES:
+            return read_int64_field(r, wire, "keep_frames", &p->keep_frames, d->err);
+        case PROFILE_TIME_NANOS:
+            return read_int64_field(r, wire, "time_nanos", &p->time_nanos, d->err);
+        case PROFILE_DURATION_NANOS:
+            return read_int64_field(r, wire, "duration_nanos", &p->duration_nanos, d->err);
+        case PROFILE_PERIOD_TYPE:
+            return set_period_type(d, r, wire);
+        case PROFILE_PERIOD:
+            return read_int64_field(r, wire, "period", &p->period, d->err);
+        case PROFILE_COMMENT:
+            return add_comments(d, r, wire);
+        case PROFILE_DEFAULT_SAMPLE_TYPE:
+            return read_int64_field(r, wire, "default_sample_type", &p->default_sample_type,
+                                    d->err);
+        default:
+            return skip_field(r, wire, d->err);
+    }
+}
+
+static int decode_profile(decoder *d, reader *r) {
+    while (r->p < r->end) {
+        uint32_t field, wire;
+        if (read_tag(r, &field, &wire, d->err) != 0 || decode_profile_field(d, r, field, wire) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- validation ----------------------------------------------------------------------------- */
+
+static int check_string(const pprof_profile *p, int64_t index, const char *what,
+                        strata_error *err) {
+    if (index >= 0 && (uint64_t)index < p->n_strings)
+        return 0;
+    return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                            "%s string index %lld is out of range (the string table has %zu "
+                            "entries)",
+                            what, (long long)index, p->n_strings);
+}
+
+static int validate_string_table(const pprof_profile *p, strata_error *err) {
+    if (p->n_strings == 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "string table is empty; its first entry must be \"\"");
+    if (p->strings[0].len != 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "string table entry 0 must be \"\" but is %u bytes long",
+                                p->strings[0].len);
+    return 0;
+}
+
+static int validate_value_type(const pprof_profile *p, const pprof_value_type *vt,
+                               strata_error *err) {
+    if (check_string(p, vt->type, "type", err) != 0 || check_string(p, vt->unit, "unit", err) != 0)
+        return -1;
+    return 0;
+}
+
+static int validate_value_types(const pprof_profile *p, strata_error *err) {
+    for (size_t i = 0; i < p->n_sample_types; i++)
+        if (validate_value_type(p, &p->sample_types[i], err) != 0)
+            return strata_error_wrap(err, "sample type %zu", i);
+    if (validate_value_type(p, &p->period_type, err) != 0)
+        return strata_error_wrap(err, "period type");
+    return 0;
+}
+
+static int validate_profile_strings(const pprof_profile *p, strata_error *err) {
+    if (check_string(p, p->drop_frames, "drop_frames", err) != 0 ||
+        check_string(p, p->keep_frames, "keep_frames", err) != 0 ||
+        check_string(p, p->default_sample_type, "default_sample_type", err) != 0)
+        return -1;
+    for (size_t i = 0; i < p->n_comments; i++)
+        if (check_string(p, p->comments[i], "comment", err) != 0)
+            return strata_error_wrap(err, "comment %zu", i);
+    return 0;
+}
+
+static int validate_mappings(const pprof_profile *p, strata_error *err) {
+    for (size_t i = 0; i < p->n_mappings; i++) {
+        const pprof_mapping *m = &p->mappings[i];
+        if (check_string(p, m->filename, "filename", err) != 0 ||
+            check_string(p, m->build_id, "build_id", err) != 0)
+            return strata_error_wrap(err, "mapping %zu (id %llu)", i, (unsigned long long)m->id);
+    }
+    return 0;
+}
+
+static int validate_functions(const pprof_profile *p, strata_error *err) {
+    for (size_t i = 0; i < p->n_functions; i++) {
+        const pprof_function *f = &p->functions[i];
+        if (check_string(p, f->name, "name", err) != 0 ||
+            check_string(p, f->system_name, "system_name", err) != 0 ||
+            check_string(p, f->filename, "filename", err) != 0)
+            return strata_error_wrap(err, "function %zu (id %llu)", i, (unsigned long long)f->id);
+    }
+    return 0;
+}
+
+static int validate_location(const pprof_profile *p, const pprof_location *loc, strata_error *err) {
+    if (loc->mapping_id != 0 && pprof_find_mapping(p, loc->mapping_id) == NULL)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "mapping id %llu is not defined",
+                                (unsigned long long)loc->mapping_id);
+    for (uint32_t j = 0; j < loc->line_count; j++) {
+        uint64_t function_id = p->lines[loc->line_offset + j].function_id;
+        if (pprof_find_function(p, function_id) == NULL)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "line %u: function id %llu is not defined", j,
+                                    (unsigned long long)function_id);
+    }
+    return 0;
+}
+
+static int validate_locations(const pprof_profile *p, strata_error *err) {
+    for (size_t i = 0; i < p->n_locations; i++)
+        if (validate_location(p, &p->locations[i], err) != 0)
+            return strata_error_wrap(err, "location %zu (id %llu)", i,
+                                     (unsigned long long)p->locations[i].id);
+    return 0;
+}
+
+/* The validation hot loop: pprof_find_location inlined for the dense index producers use. */
+static inline bool location_is_defined(const pprof_profile *p, uint64_t id) {
+    const pprof_id_index *ix = &p->location_index;
+    if (ix->dense != NULL)
+        return id < ix->dense_len && ix->dense[id] != 0;
+    return pprof_find_location(p, id) != NULL;
+}
+
+static int validate_sample_labels(const pprof_profile *p, const pprof_sample *s,
+                                  strata_error *err) {
+    for (uint32_t j = 0; j < s->label_count; j++) {
+        const pprof_label *label = &p->sample_labels[s->label_offset + j];
+        if (check_string(p, label->key, "key", err) != 0 ||
+            check_string(p, label->str, "str", err) != 0 ||
+            check_string(p, label->num_unit, "num_unit", err) != 0)
+            return strata_error_wrap(err, "label %u", j);
+    }
+    return 0;
+}
+
+static int validate_sample(const pprof_profile *p, size_t i, size_t n_values, strata_error *err) {
+    const pprof_sample *s = &p->samples[i];
+    if (n_values != p->n_sample_types)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "%zu values given for %zu sample types", n_values,
+                                p->n_sample_types);
+    const uint64_t *ids = p->sample_location_ids + s->location_offset;
+    for (uint32_t j = 0; j < s->location_count; j++)
+        if (!location_is_defined(p, ids[j]))
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT, "location id %llu is not defined",
+                                    (unsigned long long)ids[j]);
+    return validate_sample_labels(p, s, err);
+}
+
+static int validate_samples(const pprof_profile *p, size_t n_sample_values, strata_error *err) {
+    for (size_t i = 0; i < p->n_samples; i++) {
+        size_t next = i + 1 < p->n_samples ? p->samples[i + 1].value_offset : n_sample_values;
+        if (validate_sample(p, i, next - p->samples[i].value_offset, err) != 0)
+            return strata_error_wrap(err, "sample %zu", i);
+    }
+    return 0;
+}
+
+static int validate_profile(pprof_profile *p, size_t n_sample_values, strata_error *err) {
+    if (validate_string_table(p, err) != 0 || validate_value_types(p, err) != 0 ||
+        validate_profile_strings(p, err) != 0 || pprof_profile_build_indexes(p, err) != 0 ||
+        validate_mappings(p, err) != 0 || validate_functions(p, err) != 0 ||
+        validate_locations(p, err) != 0 || validate_samples(p, n_sample_values, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* ---- entry point ---------------------------------------------------------------------------- */
+
+/* Makes p own the protobuf bytes: inflated if gzipped, else copied. */
+static int take_profile_bytes(const uint8_t *data, size_t len, const pprof_limits *limits,
+                              pprof_profile *p, size_t *n_bytes, strata_error *err) {
+    if (pprof_is_gzip(data, len)) {
+        strata_buffer inflated = STRATA_BUFFER_INIT;
+        if (pprof_gunzip(data, len, limits->max_decompressed_bytes, &inflated, err) != 0) {
+            strata_buffer_free(&inflated);
+            return -1;
+        }
+        p->owned_bytes = (uint8_t *)strata_buffer_detach(&inflated, n_bytes);
+        if (p->owned_bytes == NULL) {
+            strata_buffer_free(&inflated);
+            return strata_error_oom(err);
+        }
+        return 0;
+    }
+    if (len > limits->max_decompressed_bytes)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
+                                "profile is %zu bytes; the limit is %zu", len,
+                                limits->max_decompressed_bytes);
+    p->owned_bytes = malloc(len > 0 ? len : 1);
+    if (p->owned_bytes == NULL)
+        return strata_error_oom(err);
+    if (len > 0)
+        memcpy(p->owned_bytes, data, len);
+    *n_bytes = len;
+    return 0;
+}
+
+int pprof_decode(const uint8_t *data, size_t len, const pprof_limits *limits, pprof_profile *out,
+                 strata_error *err) {
+    memset(out, 0, sizeof *out);
+    pprof_limits defaults;
+    if (limits == NULL) {
+        pprof_limits_default(&defaults);
+        limits = &defaults;
+    }
+    size_t n_bytes = 0;
+    if (take_profile_bytes(data, len, limits, out, &n_bytes, err) != 0) {
+        pprof_profile_free(out);
+        return -1;
+    }
+    decoder d;
+    memset(&d, 0, sizeof d);
+    d.p = out;
+    d.limits = limits;
+    d.err = err;
+    reader r = {out->owned_bytes, out->owned_bytes + n_bytes, out->owned_bytes};
+    if (decode_profile(&d, &r) != 0 || validate_profile(out, d.n_sample_values, err) != 0) {
+        pprof_profile_free(out);
+        return -1;
+    }
+    return 0;
+}
