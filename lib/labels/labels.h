@@ -9,11 +9,26 @@
  * e.g. `process_cpu:samples:count:cpu:nanoseconds:delta`. A selector is a profile type optionally
  * followed by label matchers in braces, as in PromQL:
  *     process_cpu:samples:count:cpu:nanoseconds:delta{job="api", pod=~"api-.*", env!="dev"}
- * Either part may be omitted (`{job="api"}` selects every type). Matcher semantics are Prometheus's:
+ * Either part may be omitted (`{job="api"}` selects every type). Matcher semantics are
+ * Prometheus's:
  * `=` and `!=` compare strings; `=~` and `!~` are fully anchored regular expressions (POSIX
  * extended syntax here, compiled once at parse time); a missing label has the value "", so
  * `l=""` selects series without l and `l!=""` series with it. Values are double-quoted, single-
- * quoted or back-quoted strings with Go/PromQL escapes (\" \\ \n \t \xNN \uNNNN).
+ * quoted or back-quoted strings with Go/PromQL escapes (\" \' \\ \a \b \f \n \r \t \v \xNN
+ * \NNN octal, \uNNNN, \UNNNNNNNN); back-quoted strings are raw. A NUL character is rejected.
+ *
+ * Grammar (whitespace is allowed between tokens; a profile type is one token):
+ *     selector     = [profile_type] ["{" [matcher {"," matcher} [","]] "}"]
+ *     profile_type = part ":" part ":" part ":" part ":" part [":" "delta"]
+ *     part         = 1*( ALPHA / DIGIT / "_" / "." / "-" )
+ *     matcher      = label_name ("=" / "!=" / "=~" / "!~") string
+ * `__name__` matchers are allowed. Errors are INVALID_ARGUMENT and start with the 1-based column
+ * (byte offset + 1): `column 14: expected "=", "!=", "=~" or "!~" after label name "job"`.
+ *
+ * Regex anchoring: the pattern is compiled as written and a value matches only if the leftmost-
+ * longest match spans all of it, which is exactly Prometheus's ^(?:re)$ without splicing the
+ * user's text into a bigger pattern. `.` matches newlines (as Prometheus's (?s)). Back-references
+ * (not in RE2) and patterns whose {m,n} repetitions expand too far are rejected.
  *
  * Limits keep hostile input cheap: selectors over STRATA_SELECTOR_MAX_BYTES, more than
  * STRATA_SELECTOR_MAX_MATCHERS matchers, or regexes over STRATA_REGEX_MAX_BYTES are rejected with
@@ -48,12 +63,14 @@ typedef struct label_set {
     size_t cap;
 } label_set;
 
-#define LABEL_SET_INIT {NULL, 0, 0}
+#define LABEL_SET_INIT                                                                             \
+    { NULL, 0, 0 }
 
 /* A Prometheus label name: [a-zA-Z_][a-zA-Z0-9_]*. */
 bool label_name_is_valid(const char *name, size_t len);
 
-/* Appends a copy of (name, value). Does not sort or check for duplicates. */
+/* Appends a copy of (name, value). Does not sort or check for duplicates. Bytes after an embedded
+ * NUL could not be represented, so a name or value containing NUL is INVALID_ARGUMENT. */
 int label_set_add(label_set *set, const char *name, size_t name_len, const char *value,
                   size_t value_len, strata_error *err);
 /* Sets name to value, replacing an existing value, keeping the set sorted if it was. */
@@ -63,7 +80,8 @@ void label_set_remove(label_set *set, const char *name);
 /* Sorts by name (stable for equal names, which validation then rejects). */
 void label_set_sort(label_set *set);
 /* Checks every name is valid and names are unique; the set must be sorted. INVALID_ARGUMENT
- * with the label's name on failure. */
+ * with the label's name on failure (FAILED_PRECONDITION if the set is not sorted). Empty values
+ * are allowed. */
 int label_set_validate(const label_set *set, strata_error *err);
 /* Value of name, or NULL. */
 const char *label_set_get(const label_set *set, const char *name);
@@ -71,12 +89,17 @@ const char *label_set_get(const label_set *set, const char *name);
 uint64_t label_set_hash(const label_set *set);
 /* Compares sorted sets lexicographically by (name, value) pairs; <0, 0, >0. */
 int label_set_compare(const label_set *a, const label_set *b);
-/* Deep copy. */
+/* Deep copy. dst is overwritten without being freed (pass a new or freed set); on failure it is
+ * left empty. */
 int label_set_copy(label_set *dst, const label_set *src, strata_error *err);
-/* Appends `{a="1", b="2"}` (values escaped). */
+/* Appends `{a="1", b="2"}` (values escaped so that label_set_from_text reads them back). */
 int label_set_format(const label_set *set, strata_buffer *out);
 void label_set_clear(label_set *set); /* frees strings, keeps capacity */
 void label_set_free(label_set *set);
+/* Parses `{a="1", b="2"}` (the label_set_format form; "=" only, any quoting, trailing comma
+ * allowed) into a sorted, validated set. *out is overwritten; on failure it is left empty.
+ * Errors are INVALID_ARGUMENT, with the column for syntax errors. */
+int label_set_from_text(const char *text, label_set *out, strata_error *err);
 
 typedef struct profile_type {
     char *name;
@@ -87,7 +110,8 @@ typedef struct profile_type {
     bool delta;
 } profile_type;
 
-/* Parses `name:sample_type:sample_unit:period_type:period_unit[:delta]`. */
+/* Parses `name:sample_type:sample_unit:period_type:period_unit[:delta]` (text need not be
+ * NUL-terminated). *out is overwritten; on failure it is left zeroed. */
 int profile_type_parse(const char *text, size_t len, profile_type *out, strata_error *err);
 /* Appends the canonical text form. */
 int profile_type_format(const profile_type *type, strata_buffer *out);
@@ -110,7 +134,9 @@ typedef struct label_matcher {
     regex_t regex; /* for REGEX and NOT_REGEX */
 } label_matcher;
 
-/* Builds a matcher (compiling the regex for =~ and !~). */
+/* Builds a matcher (compiling the regex for =~ and !~). *m is overwritten; on failure it is left
+ * zeroed (label_matcher_free is then a no-op). INVALID_ARGUMENT for a bad name or regex, with
+ * regerror()'s text for the latter. */
 int label_matcher_init(label_matcher *m, const char *name, label_match_type type, const char *value,
                        strata_error *err);
 /* value is the label's value, or NULL when the label is absent (treated as ""). */
@@ -126,11 +152,13 @@ typedef struct selector {
     size_t n_matchers;
 } selector;
 
-/* Parses a selector (see the top of this file). An empty string or `{}` selects everything. */
+/* Parses a selector (see the top of this file). An empty string or `{}` selects everything.
+ * *out is overwritten; on failure it is left empty (selector_free is still safe). */
 int selector_parse(const char *text, selector *out, strata_error *err);
 /* True if every matcher matches the set (the profile type is not checked here). */
 bool selector_matches(const selector *sel, const label_set *set);
-/* Appends the canonical text form. */
+/* Appends the canonical text form, which selector_parse reads back to an equal selector:
+ * `type{a="1", b=~"x.*"}`, `type` alone without matchers, `{}` for the empty selector. */
 int selector_format(const selector *sel, strata_buffer *out);
 void selector_free(selector *sel);
 
