@@ -1,0 +1,102 @@
+/*
+ * block_writer.h - builds one immutable block (data object + meta) in memory.
+ *
+ * Design. The writer accumulates profiles into de-duplicated tables and encodes them only at
+ * block_writer_finish, so adding a profile is a handful of hash lookups per distinct symbol and one
+ * per stack frame, with no allocation per sample:
+ *
+ *   - strings: one interned dictionary (common/hash.h) for every name in the block;
+ *   - mappings, functions, locations: de-duplicated by content across all profiles. A pprof's
+ *     own ids are translated once per profile through small per-profile caches (pprof index ->
+ *     block id), so a sample's frames cost an array lookup each;
+ *   - stacks: a parent-pointer tree, (parent stack, location) -> stack id, so a whole stack is one
+ *     integer (id 0 is the empty stack);
+ *   - series: (profile type, labels) -> series id;
+ *   - samples: (stack id, value) pairs per profile, sorted by stack id, with identical stacks
+ *     summed and zero values dropped; the profile's total is their sum.
+ *
+ * At finish, series are ordered by (profile type, labels), profiles by (series, time), label and
+ * type strings get the lowest string ids (so reading series never touches symbol string pages),
+ * and every table is written as zstd-compressed column pages with a footer index
+ * (block_format.h, docs/block-format.md). meta is filled for meta.json; the caller uploads the
+ * data object first and meta.json last.
+ *
+ * Two ways in: block_writer_add_profile takes a decoded pprof (the ingester); the begin / add
+ * sample / end calls take already symbolized frames (the agent, the compactor re-writing blocks).
+ *
+ * A writer is single-threaded. After an error in an add call the writer stays usable: the profile
+ * is not added (symbols it introduced may remain, harmlessly).
+ */
+#ifndef STRATA_BLOCK_WRITER_H
+#define STRATA_BLOCK_WRITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "block/block_meta.h"
+#include "common/buffer.h"
+#include "common/error.h"
+#include "labels/labels.h"
+#include "pprof/pprof.h"
+
+typedef struct block_writer_options {
+    size_t page_size;     /* target uncompressed bytes per column page; default 64 KiB */
+    int zstd_level;       /* default 3 */
+    const char *tenant;   /* recorded in meta; default "anonymous" */
+    int compaction_level; /* recorded in meta; default 1 (a freshly ingested block) */
+} block_writer_options;
+
+/* Fills options with the defaults. */
+void block_writer_options_default(block_writer_options *options);
+
+typedef struct block_writer block_writer;
+
+/* options may be NULL for the defaults. Returns NULL on allocation failure. */
+block_writer *block_writer_new(const block_writer_options *options, strata_error *err);
+void block_writer_free(block_writer *w);
+
+/* Adds one profile: value column sample_type_index of p, for the series (type, labels). labels must
+ * not contain __name__ (the type carries the name); labels with empty values are ignored. Samples
+ * of value 0 are dropped and samples with identical stacks summed. INVALID_ARGUMENT for an
+ * inconsistent pprof (undefined ids, index out of range, a total overflowing int64). */
+int block_writer_add_profile(block_writer *w, const label_set *labels, const profile_type *type,
+                             int64_t time_ns, int64_t duration_ns, int64_t period,
+                             const pprof_profile *p, size_t sample_type_index, strata_error *err);
+
+/* One symbolized frame. NULL strings mean "". */
+typedef struct block_frame {
+    const char *function_name;
+    const char *system_name;
+    const char *file_name;
+    int64_t line;
+    int64_t start_line;
+    const char *mapping_file;
+    const char *build_id;
+    uint64_t address;
+} block_frame;
+
+/* Symbolized path: begin a profile, add samples (frames leaf first), end it. Only one profile is
+ * open at a time; FAILED_PRECONDITION otherwise. */
+int block_writer_begin_profile(block_writer *w, const label_set *labels, const profile_type *type,
+                               int64_t time_ns, int64_t duration_ns, int64_t period,
+                               strata_error *err);
+int block_writer_add_sample(block_writer *w, const block_frame *frames, size_t n_frames,
+                            int64_t value, strata_error *err);
+int block_writer_end_profile(block_writer *w, strata_error *err);
+/* Drops the open profile, if any. */
+void block_writer_abort_profile(block_writer *w);
+
+/* Profiles added so far (open profile excluded). */
+size_t block_writer_profile_count(const block_writer *w);
+/* Samples kept so far (after dropping zeros and summing duplicates). */
+uint64_t block_writer_sample_count(const block_writer *w);
+/* Bytes of memory the writer holds, for cutting blocks at a size limit. */
+size_t block_writer_memory_bytes(const block_writer *w);
+
+/* Encodes the block: appends the data object to *data and fills *meta (a new ULID, times, stats,
+ * compaction level, sources = [ulid], files, profile types and label names; free it with
+ * block_meta_free). The writer can only be freed afterwards. FAILED_PRECONDITION if a profile is
+ * still open or finish was already called; INVALID_ARGUMENT if the block is empty. */
+int block_writer_finish(block_writer *w, strata_buffer *data, block_meta *meta, strata_error *err);
+
+#endif
