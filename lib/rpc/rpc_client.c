@@ -1,0 +1,209 @@
+/*
+ * rpc_client.c - the blocking unary gRPC client; see rpc.h.
+ *
+ * Each call gets its own pluck completion queue and runs as one batch of all six client
+ * operations, so calls on one channel are independent and need no locking here (grpc channels are
+ * thread-safe).
+ */
+#include <ctype.h>
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc/rpc.h"
+#include "rpc/rpc_internal.h"
+
+struct rpc_channel {
+    grpc_channel *grpc;
+};
+
+rpc_channel *rpc_channel_new(const char *target, const rpc_channel_options *options,
+                             strata_error *err) {
+    if (target == NULL || target[0] == '\0') {
+        strata_error_set(err, STRATA_INVALID_ARGUMENT, "rpc: channel target missing");
+        return NULL;
+    }
+    rpc_channel *ch = calloc(1, sizeof(*ch));
+    if (ch == NULL) {
+        strata_error_oom(err);
+        return NULL;
+    }
+    grpc_init();
+    grpc_arg args[2];
+    rpc_message_size_args(args, options != NULL ? options->max_receive_message_bytes : 0,
+                          options != NULL ? options->max_send_message_bytes : 0);
+    grpc_channel_args channel_args = {2, args};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    ch->grpc = grpc_channel_create(target, creds, &channel_args);
+    grpc_channel_credentials_release(creds);
+    return ch;
+}
+
+void rpc_channel_free(rpc_channel *ch) {
+    if (ch == NULL)
+        return;
+    grpc_channel_destroy(ch->grpc);
+    free(ch);
+    grpc_shutdown();
+}
+
+/* The per-call state of rpc_call_unary, so cleanup is one function. */
+typedef struct unary_call {
+    grpc_completion_queue *cq;
+    grpc_call *call;
+    grpc_metadata *metadata;
+    size_t metadata_count;
+    grpc_byte_buffer *request;
+    grpc_byte_buffer *response;
+    grpc_metadata_array initial_metadata;
+    grpc_metadata_array trailing_metadata;
+    grpc_status_code status;
+    grpc_slice details;
+} unary_call;
+
+static void unary_call_cleanup(unary_call *u) {
+    for (size_t i = 0; i < u->metadata_count; i++) {
+        grpc_slice_unref(u->metadata[i].key);
+        grpc_slice_unref(u->metadata[i].value);
+    }
+    free(u->metadata);
+    if (u->request != NULL)
+        grpc_byte_buffer_destroy(u->request);
+    if (u->response != NULL)
+        grpc_byte_buffer_destroy(u->response);
+    grpc_metadata_array_destroy(&u->initial_metadata);
+    grpc_metadata_array_destroy(&u->trailing_metadata);
+    grpc_slice_unref(u->details);
+    if (u->call != NULL)
+        grpc_call_unref(u->call);
+    grpc_completion_queue_shutdown(u->cq);
+    grpc_completion_queue_destroy(u->cq);
+}
+
+static grpc_slice lowercase_slice(const char *s) {
+    size_t len = strlen(s);
+    grpc_slice slice = grpc_slice_malloc(len);
+    uint8_t *p = GRPC_SLICE_START_PTR(slice);
+    for (size_t i = 0; i < len; i++)
+        p[i] = (uint8_t)tolower((unsigned char)s[i]);
+    return slice;
+}
+
+static int build_metadata(unary_call *u, const rpc_metadata *md, size_t n, strata_error *err) {
+    if (n == 0)
+        return 0;
+    u->metadata = calloc(n, sizeof(*u->metadata));
+    if (u->metadata == NULL)
+        return strata_error_oom(err);
+    for (size_t i = 0; i < n; i++) {
+        u->metadata[i].key = lowercase_slice(md[i].key);
+        u->metadata[i].value = grpc_slice_from_copied_buffer(md[i].value, md[i].value_len);
+        u->metadata_count++;
+        if (!grpc_header_key_is_legal(u->metadata[i].key))
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "rpc: illegal metadata key \"%s\"", md[i].key);
+        if (!grpc_is_binary_header(u->metadata[i].key) &&
+            !grpc_header_nonbin_value_is_legal(u->metadata[i].value))
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "rpc: illegal value for metadata key \"%s\"", md[i].key);
+    }
+    return 0;
+}
+
+static void fill_ops(unary_call *u, grpc_op ops[6]) {
+    memset(ops, 0, 6 * sizeof(*ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = u->metadata_count;
+    ops[0].data.send_initial_metadata.metadata = u->metadata;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = u->request;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &u->initial_metadata;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &u->response;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &u->trailing_metadata;
+    ops[5].data.recv_status_on_client.status = &u->status;
+    ops[5].data.recv_status_on_client.status_details = &u->details;
+}
+
+static int run_batch(unary_call *u, strata_error *err) {
+    grpc_op ops[6];
+    fill_ops(u, ops);
+    grpc_call_error e = grpc_call_start_batch(u->call, ops, 6, u, NULL);
+    if (e != GRPC_CALL_OK)
+        return strata_error_set(err, STRATA_INTERNAL, "rpc: cannot start call: %s",
+                                grpc_call_error_to_string(e));
+    grpc_event ev = grpc_completion_queue_pluck(u->cq, u, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type != GRPC_OP_COMPLETE)
+        return strata_error_set(err, STRATA_INTERNAL, "rpc: completion queue failed");
+    return 0;
+}
+
+static int status_to_error(const unary_call *u, const char *method, strata_error *err) {
+    strata_status code = rpc_status_from_grpc(u->status);
+    size_t len = GRPC_SLICE_LENGTH(u->details);
+    if (len == 0)
+        return strata_error_set(err, code, "%s: %s", method, strata_status_name(code));
+    int shown = len > STRATA_ERROR_MESSAGE_MAX ? STRATA_ERROR_MESSAGE_MAX : (int)len;
+    return strata_error_set(err, code, "%.*s", shown,
+                            (const char *)GRPC_SLICE_START_PTR(u->details));
+}
+
+static int copy_response(grpc_byte_buffer *bb, strata_buffer *out, strata_error *err) {
+    strata_buffer_reset(out);
+    if (bb == NULL)
+        return strata_error_set(err, STRATA_INTERNAL, "rpc: OK status without a response");
+    grpc_byte_buffer_reader reader;
+    if (!grpc_byte_buffer_reader_init(&reader, bb))
+        return strata_error_set(err, STRATA_INTERNAL, "rpc: cannot decompress the response");
+    if (strata_buffer_reserve(out, grpc_byte_buffer_length(bb)) != 0) {
+        grpc_byte_buffer_reader_destroy(&reader);
+        return strata_error_oom(err);
+    }
+    grpc_slice slice;
+    while (grpc_byte_buffer_reader_next(&reader, &slice)) {
+        int rc = strata_buffer_append(out, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice));
+        grpc_slice_unref(slice);
+        if (rc != 0) {
+            grpc_byte_buffer_reader_destroy(&reader);
+            return strata_error_oom(err);
+        }
+    }
+    grpc_byte_buffer_reader_destroy(&reader);
+    return 0;
+}
+
+int rpc_call_unary(rpc_channel *ch, const char *method, const void *request, size_t request_len,
+                   const rpc_metadata *metadata, size_t metadata_count, int64_t timeout_ns,
+                   strata_buffer *response, strata_error *err) {
+    unary_call u;
+    memset(&u, 0, sizeof(u));
+    u.cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_metadata_array_init(&u.initial_metadata);
+    grpc_metadata_array_init(&u.trailing_metadata);
+    u.details = grpc_empty_slice();
+    int rc = build_metadata(&u, metadata, metadata_count, err);
+    if (rc == 0) {
+        grpc_slice path = grpc_slice_from_copied_string(method);
+        u.call = grpc_channel_create_call(ch->grpc, NULL, GRPC_PROPAGATE_DEFAULTS, u.cq, path, NULL,
+                                          rpc_deadline_after(timeout_ns), NULL);
+        grpc_slice_unref(path);
+        grpc_slice body = grpc_slice_from_copied_buffer(request, request_len);
+        u.request = grpc_raw_byte_buffer_create(&body, 1);
+        grpc_slice_unref(body);
+        rc = run_batch(&u, err);
+    }
+    if (rc == 0 && u.status != GRPC_STATUS_OK)
+        rc = status_to_error(&u, method, err);
+    if (rc == 0)
+        rc = copy_response(u.response, response, err);
+    unary_call_cleanup(&u);
+    return rc;
+}
