@@ -4,6 +4,7 @@
 #include "ingester.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,0 +1,177 @@
+/*
+ * run.c - `strata all` and `strata <service>`: load the config, open the bucket, start the HTTP
+ * server (/metrics, /ready) and the gRPC server, run the requested services on them until SIGINT
+ * or SIGTERM, then shut down in the order that keeps every acknowledged write durable: stop
+ * accepting gRPC calls and let those in flight finish (the ingester's flush thread acknowledges
+ * them), then stop the services, then the HTTP server.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bucket/bucket.h"
+#include "cli.h"
+#include "common/log.h"
+#include "http/http.h"
+#include "ingester.h"
+#include "metrics/metrics.h"
+#include "rpc/rpc.h"
+#include "strata_config.h"
+
+typedef struct run_args {
+    const char *config_path;
+    bool check_config;
+} run_args;
+
+typedef struct runtime {
+    const char *mode;
+    strata_config config;
+    bucket *store;
+    metrics_registry *registry;
+    http_server *http;
+    rpc_server *grpc;
+    ingester *ing;
+} runtime;
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static int parse_run_args(int argc, char **argv, run_args *a, strata_error *err) {
+    memset(a, 0, sizeof *a);
+    for (int i = 0; i < argc; i++) {
+        if (cli_flag_is(argv[i], "config") && i + 1 < argc) {
+            a->config_path = argv[++i];
+        } else if (cli_flag_is(argv[i], "check-config")) {
+            a->check_config = true;
+        } else {
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT, "unexpected argument \"%s\"",
+                                    argv[i]);
+        }
+    }
+    if (a->config_path == NULL)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "-config FILE is required");
+    return 0;
+}
+
+static bool ready_check(void *ctx, char *reason, size_t reason_size) {
+    runtime *rt = ctx;
+    const char *why = NULL;
+    if (rt->ing != NULL && !ingester_ready(rt->ing, &why)) {
+        snprintf(reason, reason_size, "%s", why);
+        return false;
+    }
+    if (stop_requested) {
+        snprintf(reason, reason_size, "shutting down");
+        return false;
+    }
+    return true;
+}
+
+/* Loads the config, opens the bucket and builds every service, without binding anything. */
+static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
+    if (strata_config_load(a->config_path, &rt->config, err) != 0)
+        return -1;
+    strata_log_level level;
+    if (strata_log_parse_level(rt->config.server.log_level, &level) != 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "%s: server.log_level: want debug, info, warn or error, got \"%s\"",
+                                a->config_path, rt->config.server.log_level);
+    strata_log_set_level(level);
+    if (bucket_open_config(rt->config.bucket.node, &rt->store, err) != 0)
+        return -1;
+    if ((rt->registry = metrics_registry_new(err)) == NULL ||
+        metrics_register_process_metrics(rt->registry, err) != 0)
+        return -1;
+    return ingester_new(&rt->config.ingester, rt->store, rt->registry, &rt->ing, err);
+}
+
+static int runtime_start(runtime *rt, strata_error *err) {
+    http_server_options hopts = {.bind = rt->config.server.http_listen_address,
+                                 .metrics = rt->registry};
+    if ((rt->http = http_server_new(&hopts, err)) == NULL ||
+        http_server_add_metrics(rt->http, rt->registry, err) != 0 ||
+        http_server_add_ready(rt->http, ready_check, rt, err) != 0)
+        return -1;
+    rpc_server_options ropts = {.listen_address = rt->config.server.grpc_listen_address,
+                                .threads = (int)rt->config.server.grpc_threads};
+    if ((rt->grpc = rpc_server_new(&ropts, err)) == NULL ||
+        ingester_register(rt->ing, rt->grpc, err) != 0 || ingester_start(rt->ing, err) != 0 ||
+        rpc_server_start(rt->grpc, err) != 0 || http_server_start(rt->http, err) != 0)
+        return -1;
+    strata_log_info("strata", "started", "mode=%s http=%s grpc=%s grpc_port=%d http_port=%u",
+                    rt->mode, rt->config.server.http_listen_address,
+                    rt->config.server.grpc_listen_address, rpc_server_port(rt->grpc),
+                    (unsigned)http_server_port(rt->http));
+    return 0;
+}
+
+static void runtime_shutdown(runtime *rt) {
+    if (rt->grpc != NULL)
+        rpc_server_shutdown(rt->grpc, rt->config.server.shutdown_grace_ns);
+    rt->grpc = NULL;
+    if (rt->ing != NULL)
+        ingester_stop(rt->ing);
+    if (rt->http != NULL)
+        http_server_stop(rt->http);
+    http_server_free(rt->http);
+    ingester_free(rt->ing);
+    metrics_registry_free(rt->registry);
+    bucket_close(rt->store);
+    strata_config_free(&rt->config);
+}
+
+static void wait_for_signal(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    while (!stop_requested)
+        usleep(100 * 1000);
+}
+
+int cli_run_services(const char *mode, int argc, char **argv) {
+    run_args a;
+    runtime rt;
+    memset(&rt, 0, sizeof rt);
+    rt.mode = mode;
+    strata_error err;
+    strata_error_clear(&err);
+    if (parse_run_args(argc, argv, &a, &err) != 0) {
+        fprintf(stderr, "strata %s: %s\n", mode, err.message);
+        return 2;
+    }
+    int rc = 1;
+    if (runtime_prepare(&rt, &a, &err) != 0)
+        goto out;
+    if (a.check_config) {
+        printf("%s: configuration is valid\n", a.config_path);
+        rc = 0;
+        goto out;
+    }
+    if (runtime_start(&rt, &err) != 0)
+        goto out;
+    wait_for_signal();
+    strata_log_info("strata", "shutting down", "mode=%s", mode);
+    rc = 0;
+out:
+    if (rc != 0) {
+        char quoted[600];
+        strata_log_error("strata", "cannot run", "mode=%s code=%s error=%s", mode,
+                         strata_status_name(err.code),
+                         strata_log_quote(err.message, quoted, sizeof quoted));
+    }
+    runtime_shutdown(&rt);
+    if (rc == 0 && !a.check_config)
+        strata_log_info("strata", "stopped", "mode=%s", mode);
+    return rc;
+}

@@ -1,0 +1,435 @@
+/*
+ * ingester_test.c - WriteRaw parsing and validation, the agents registry, and the batcher's
+ * acknowledge-after-durable contract against a real filesystem bucket.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agents.h"
+#include "batcher.h"
+#include "bucket/bucket.h"
+#include "common/clock.h"
+#include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
+#include "pprof/pprof.h"
+#include "write_raw.h"
+
+/* ---- building requests ------------------------------------------------------------------- */
+
+/* A two-sample-type CPU-like pprof: samples/count and cpu/nanoseconds, stacks main->work->leaf. */
+static void build_pprof(strata_buffer *out, int64_t duration_ns, bool gzip, int64_t zero_sample) {
+    static const char *strings[] = {"",     "samples", "count", "cpu",    "nanoseconds",
+                                     "main", "work",    "leaf",  "app.go"};
+    pprof_profile p;
+    memset(&p, 0, sizeof p);
+    pprof_string strs[9];
+    for (int i = 0; i < 9; i++) {
+        strs[i].ptr = strings[i];
+        strs[i].len = (uint32_t)strlen(strings[i]);
+    }
+    pprof_value_type types[2] = {{1, 2}, {3, 4}};
+    pprof_function fns[3] = {{1, 5, 5, 8, 1}, {2, 6, 6, 8, 10}, {3, 7, 7, 8, 20}};
+    pprof_line lines[3] = {{1, 3, 0}, {2, 12, 0}, {3, 22, 0}};
+    pprof_location locs[3] = {{1, 0, 0x1000, 0, 1, false}, {2, 0, 0x2000, 1, 1, false},
+                              {3, 0, 0x3000, 2, 1, false}};
+    uint64_t loc_ids[5] = {3, 2, 1, 2, 1};
+    int64_t values[4] = {5, 50000000, zero_sample, zero_sample * 10000000};
+    pprof_sample samples[2] = {{0, 3, 0, 0, 0}, {3, 2, 2, 0, 0}};
+    p.sample_types = types;
+    p.n_sample_types = 2;
+    p.samples = samples;
+    p.n_samples = 2;
+    p.sample_location_ids = loc_ids;
+    p.n_sample_location_ids = 5;
+    p.sample_values = values;
+    p.locations = locs;
+    p.n_locations = 3;
+    p.lines = lines;
+    p.n_lines = 3;
+    p.functions = fns;
+    p.n_functions = 3;
+    p.strings = strs;
+    p.n_strings = 9;
+    p.time_nanos = 1700000000000000000;
+    p.duration_nanos = duration_ns;
+    p.period_type.type = 3;
+    p.period_type.unit = 4;
+    p.period = 10000000;
+    strata_error err;
+    assert_int_equal(pprof_encode(&p, gzip, out, &err), 0);
+}
+
+typedef struct test_series {
+    const char *const *labels; /* name, value pairs, NULL-terminated */
+    const strata_buffer *raws;
+    size_t n_raws;
+} test_series;
+
+static void build_request(const test_series *series, size_t n_series, strata_buffer *out) {
+    Parca__Profilestore__V1alpha1__RawProfileSeries s_pb[4], *s_ptrs[4];
+    Parca__Profilestore__V1alpha1__LabelSet sets[4];
+    Parca__Profilestore__V1alpha1__Label labels[4][8], *label_ptrs[4][8];
+    Parca__Profilestore__V1alpha1__RawSample samples[4][4], *sample_ptrs[4][4];
+    assert_true(n_series <= 4);
+    for (size_t i = 0; i < n_series; i++) {
+        parca__profilestore__v1alpha1__raw_profile_series__init(&s_pb[i]);
+        parca__profilestore__v1alpha1__label_set__init(&sets[i]);
+        size_t n = 0;
+        for (; series[i].labels[2 * n] != NULL; n++) {
+            parca__profilestore__v1alpha1__label__init(&labels[i][n]);
+            labels[i][n].name = (char *)series[i].labels[2 * n];
+            labels[i][n].value = (char *)series[i].labels[2 * n + 1];
+            label_ptrs[i][n] = &labels[i][n];
+        }
+        sets[i].n_labels = n;
+        sets[i].labels = label_ptrs[i];
+        s_pb[i].labels = &sets[i];
+        for (size_t j = 0; j < series[i].n_raws; j++) {
+            parca__profilestore__v1alpha1__raw_sample__init(&samples[i][j]);
+            samples[i][j].raw_profile.data = series[i].raws[j].data;
+            samples[i][j].raw_profile.len = series[i].raws[j].len;
+            sample_ptrs[i][j] = &samples[i][j];
+        }
+        s_pb[i].n_samples = series[i].n_raws;
+        s_pb[i].samples = sample_ptrs[i];
+        s_ptrs[i] = &s_pb[i];
+    }
+    Parca__Profilestore__V1alpha1__WriteRawRequest req =
+        PARCA__PROFILESTORE__V1ALPHA1__WRITE_RAW_REQUEST__INIT;
+    req.n_series = n_series;
+    req.series = s_ptrs;
+    size_t size = parca__profilestore__v1alpha1__write_raw_request__get_packed_size(&req);
+    assert_int_equal(strata_buffer_reserve(out, size), 0);
+    out->len = parca__profilestore__v1alpha1__write_raw_request__pack(&req, out->data);
+}
+
+static int parse(const test_series *series, size_t n, ingest_request *req,
+                 ingest_reject_reason *reason, strata_error *err) {
+    strata_buffer buf = STRATA_BUFFER_INIT;
+    build_request(series, n, &buf);
+    ingest_limits limits;
+    ingest_limits_default(&limits);
+    int rc = ingest_request_parse(buf.data, buf.len, &limits, 42, req, reason, err);
+    strata_buffer_free(&buf);
+    return rc;
+}
+
+/* ---- write_raw ---------------------------------------------------------------------------- */
+
+static void test_parse_expands_sample_types(void **state) {
+    (void)state;
+    strata_buffer raw[2] = {STRATA_BUFFER_INIT, STRATA_BUFFER_INIT};
+    build_pprof(&raw[0], 10 * STRATA_NS_PER_SEC, true, 0);
+    build_pprof(&raw[1], 0, false, 3);
+    const char *labels[] = {"job", "api", "__name__", "process_cpu", "instance", "h:1", NULL};
+    test_series s = {labels, raw, 2};
+    ingest_request req;
+    ingest_reject_reason reason;
+    strata_error err;
+    assert_int_equal(parse(&s, 1, &req, &reason, &err), 0);
+    assert_int_equal(reason, INGEST_REJECT_NONE);
+    assert_int_equal(req.n_series, 1);
+    assert_int_equal(req.series_labels[0].count, 2); /* __name__ removed */
+    assert_string_equal(req.series_labels[0].labels[0].name, "instance"); /* sorted */
+    assert_string_equal(req.series_labels[0].labels[1].value, "api");
+    assert_int_equal(req.n_pprofs, 2);
+    assert_int_equal(req.n_profiles, 4);
+    const ingest_profile *p0 = &req.profiles[0], *p1 = &req.profiles[1], *p3 = &req.profiles[3];
+    assert_string_equal(p0->type.name, "process_cpu");
+    assert_string_equal(p0->type.sample_type, "samples");
+    assert_string_equal(p0->type.sample_unit, "count");
+    assert_string_equal(p0->type.period_type, "cpu");
+    assert_string_equal(p0->type.period_unit, "nanoseconds");
+    assert_true(p0->type.delta);
+    assert_string_equal(p1->type.sample_type, "cpu");
+    assert_false(p3->type.delta); /* duration 0 */
+    assert_int_equal(p0->n_samples, 1); /* the zero sample is not counted */
+    assert_int_equal(p3->n_samples, 2);
+    assert_int_equal(req.n_samples, 1 + 1 + 2 + 2);
+    assert_true(p0->time_ns == 1700000000000000000);
+    assert_int_equal(p0->period, 10000000);
+    assert_null(req.node);
+    ingest_request_free(&req);
+    strata_buffer_free(&raw[0]);
+    strata_buffer_free(&raw[1]);
+}
+
+static void expect_rejected(const char *const *labels, const uint8_t *raw, size_t raw_len,
+                            ingest_reject_reason want_reason, strata_status want_code,
+                            const char *needle) {
+    strata_buffer rb = STRATA_BUFFER_INIT;
+    if (raw == NULL)
+        build_pprof(&rb, 0, true, 0);
+    else
+        assert_int_equal(strata_buffer_append(&rb, raw, raw_len), 0);
+    test_series s = {labels, &rb, 1};
+    ingest_request req;
+    ingest_reject_reason reason;
+    strata_error err;
+    strata_error_clear(&err);
+    assert_int_equal(parse(&s, 1, &req, &reason, &err), -1);
+    assert_int_equal(reason, want_reason);
+    assert_int_equal(err.code, want_code);
+    if (strstr(err.message, needle) == NULL)
+        fail_msg("message \"%s\" lacks \"%s\"", err.message, needle);
+    assert_int_equal(req.n_profiles, 0);
+    strata_buffer_free(&rb);
+}
+
+static void test_parse_rejects_bad_labels(void **state) {
+    (void)state;
+    const char *no_name[] = {"job", "api", NULL};
+    expect_rejected(no_name, NULL, 0, INGEST_REJECT_INVALID_LABELS, STRATA_INVALID_ARGUMENT,
+                    "series 0: the __name__ label (the profile name) is required");
+    const char *bad_label[] = {"__name__", "cpu", "1job", "x", NULL};
+    expect_rejected(bad_label, NULL, 0, INGEST_REJECT_INVALID_LABELS, STRATA_INVALID_ARGUMENT,
+                    "1job");
+    const char *dup_label[] = {"__name__", "cpu", "job", "x", "job", "y", NULL};
+    expect_rejected(dup_label, NULL, 0, INGEST_REJECT_INVALID_LABELS, STRATA_INVALID_ARGUMENT,
+                    "job");
+    const char *bad_name[] = {"__name__", "process cpu", NULL};
+    expect_rejected(bad_name, NULL, 0, INGEST_REJECT_INVALID_LABELS, STRATA_INVALID_ARGUMENT,
+                    "not a valid profile name");
+}
+
+static void test_parse_rejects_bad_pprof(void **state) {
+    (void)state;
+    const char *labels[] = {"__name__", "cpu", NULL};
+    static const uint8_t garbage[] = {0x0a, 0x05, 'g', 'a'};
+    expect_rejected(labels, garbage, sizeof garbage, INGEST_REJECT_INVALID_PPROF,
+                    STRATA_INVALID_ARGUMENT, "series 0 sample 0: invalid pprof");
+    static const uint8_t bad_gzip[] = {0x1f, 0x8b, 0x08, 0x00, 0x01, 0x02};
+    expect_rejected(labels, bad_gzip, sizeof bad_gzip, INGEST_REJECT_INVALID_PPROF,
+                    STRATA_INVALID_ARGUMENT, "series 0 sample 0: invalid pprof");
+}
+
+static void test_parse_rejects_non_protobuf(void **state) {
+    (void)state;
+    static const uint8_t junk[] = {0xff, 0xff, 0xff};
+    ingest_limits limits;
+    ingest_limits_default(&limits);
+    ingest_request req;
+    ingest_reject_reason reason;
+    strata_error err;
+    assert_int_equal(ingest_request_parse(junk, sizeof junk, &limits, 0, &req, &reason, &err), -1);
+    assert_int_equal(reason, INGEST_REJECT_MALFORMED_REQUEST);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+}
+
+static void test_parse_label_limit(void **state) {
+    (void)state;
+    strata_buffer raw = STRATA_BUFFER_INIT;
+    build_pprof(&raw, 0, false, 0);
+    const char *labels[] = {"__name__", "cpu", "a", "1", "b", "2", "c", "3", NULL};
+    test_series s = {labels, &raw, 1};
+    strata_buffer buf = STRATA_BUFFER_INIT;
+    build_request(&s, 1, &buf);
+    ingest_limits limits;
+    ingest_limits_default(&limits);
+    limits.max_labels_per_series = 3;
+    ingest_request req;
+    ingest_reject_reason reason;
+    strata_error err;
+    assert_int_equal(ingest_request_parse(buf.data, buf.len, &limits, 0, &req, &reason, &err), -1);
+    assert_non_null(strstr(err.message, "4 labels, more than the limit of 3"));
+    strata_buffer_free(&buf);
+    strata_buffer_free(&raw);
+}
+
+/* ---- agents ------------------------------------------------------------------------------- */
+
+static void test_agents_registry(void **state) {
+    (void)state;
+    agent_registry *r;
+    strata_error err;
+    assert_int_equal(agent_registry_new(&r, &err), 0);
+    int64_t now = 1000 * STRATA_NS_PER_SEC;
+    assert_int_equal(agent_registry_record(r, "node-b", "ipv4:10.0.0.2:1", now, 5, NULL, &err), 0);
+    assert_int_equal(agent_registry_record(r, "node-a", "ipv4:10.0.0.1:1", now, 7, "boom", &err), 0);
+    assert_int_equal(agent_registry_record(r, NULL, "ipv4:10.0.0.3:1", now - AGENT_IDLE_EXPIRY_NS - 1,
+                                           1, NULL, &err),
+                     0);
+    strata_buffer out = STRATA_BUFFER_INIT;
+    assert_int_equal(agent_registry_encode_response(r, now, &out, &err), 0);
+    Parca__Profilestore__V1alpha1__AgentsResponse *resp =
+        parca__profilestore__v1alpha1__agents_response__unpack(NULL, out.len, out.data);
+    assert_non_null(resp);
+    assert_int_equal(resp->n_agents, 2); /* the idle one expired */
+    assert_string_equal(resp->agents[0]->id, "node-a ipv4:10.0.0.1:1");
+    assert_string_equal(resp->agents[0]->last_error, "boom");
+    assert_int_equal(resp->agents[0]->last_push->seconds, 1000);
+    assert_int_equal(resp->agents[0]->last_push_duration->nanos, 7);
+    assert_string_equal(resp->agents[1]->last_error, "");
+    parca__profilestore__v1alpha1__agents_response__free_unpacked(resp, NULL);
+    strata_buffer_free(&out);
+    agent_registry_free(r);
+}
+
+/* ---- batcher ------------------------------------------------------------------------------ */
+
+typedef struct ack_probe {
+    pthread_mutex_t mu;
+    bucket *store;
+    const char *tenant;
+    int acks;
+    int failures;
+    strata_status last_code;
+    int meta_files_at_ack; /* meta.json objects visible when the ack ran */
+} ack_probe;
+
+static int count_meta(const char *key, void *ctx, strata_error *err) {
+    (void)err;
+    size_t len = strlen(key);
+    if (len >= 9 && strcmp(key + len - 9, "meta.json") == 0)
+        (*(int *)ctx)++;
+    return 0;
+}
+
+static int count_meta_files(bucket *store, const char *tenant) {
+    int n = 0;
+    strata_error err;
+    assert_int_equal(bucket_iterate(store, tenant, true, count_meta, &n, &err), 0);
+    return n;
+}
+
+static void probe_ack(void *ctx, const strata_error *err) {
+    ack_probe *p = ctx;
+    pthread_mutex_lock(&p->mu);
+    p->acks++;
+    if (err != NULL) {
+        p->failures++;
+        p->last_code = err->code;
+    }
+    p->meta_files_at_ack = count_meta_files(p->store, p->tenant);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static char *make_temp_dir(void) {
+    char tmpl[] = "/tmp/strata-ingester-test-XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    assert_non_null(dir);
+    return strdup(dir);
+}
+
+static void parse_one(ingest_request *req) {
+    strata_buffer raw = STRATA_BUFFER_INIT;
+    build_pprof(&raw, 10 * STRATA_NS_PER_SEC, true, 0);
+    const char *labels[] = {"__name__", "process_cpu", "job", "api", NULL};
+    test_series s = {labels, &raw, 1};
+    ingest_reject_reason reason;
+    strata_error err;
+    assert_int_equal(parse(&s, 1, req, &reason, &err), 0);
+    strata_buffer_free(&raw);
+}
+
+static void test_batcher_acknowledges_after_durable(void **state) {
+    (void)state;
+    char *dir = make_temp_dir();
+    bucket *store;
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
+    batcher_options opts;
+    batcher_options_default(&opts);
+    opts.flush_interval_ns = 50 * STRATA_NS_PER_MS;
+    batcher *b;
+    assert_int_equal(batcher_new(&opts, store, &b, &err), 0);
+    assert_int_equal(batcher_start(b, &err), 0);
+    ack_probe probe = {.store = store, .tenant = "team-a"};
+    pthread_mutex_init(&probe.mu, NULL);
+    ingest_request req;
+    parse_one(&req);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(batcher_submit(b, "team-a", &req, probe_ack, &probe, &err), 0);
+    ingest_request_free(&req);
+    for (int i = 0; i < 200; i++) {
+        pthread_mutex_lock(&probe.mu);
+        int acks = probe.acks;
+        pthread_mutex_unlock(&probe.mu);
+        if (acks == 3)
+            break;
+        usleep(10 * 1000);
+    }
+    assert_int_equal(probe.acks, 3);
+    assert_int_equal(probe.failures, 0);
+    assert_true(probe.meta_files_at_ack >= 1); /* durable before acknowledged */
+    const batcher_stats *st = batcher_get_stats(b);
+    assert_int_equal(atomic_load(&st->profiles_accepted), 6); /* 3 requests x 2 sample types */
+    assert_true(atomic_load(&st->blocks_written) >= 1);
+    batcher_free(b);
+    bucket_close(store);
+    pthread_mutex_destroy(&probe.mu);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+}
+
+static void test_batcher_reports_failed_upload(void **state) {
+    (void)state;
+    char *dir = make_temp_dir();
+    /* A plain file where the tenant's directory must go makes every upload fail. */
+    char path[512];
+    snprintf(path, sizeof path, "%s/blocked", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    bucket *store;
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
+    batcher_options opts;
+    batcher_options_default(&opts);
+    opts.flush_interval_ns = 20 * STRATA_NS_PER_MS;
+    opts.upload_attempts = 2;
+    opts.upload_backoff_ns = STRATA_NS_PER_MS;
+    batcher *b;
+    assert_int_equal(batcher_new(&opts, store, &b, &err), 0);
+    assert_int_equal(batcher_start(b, &err), 0);
+    ack_probe probe = {.store = store, .tenant = "ok"};
+    pthread_mutex_init(&probe.mu, NULL);
+    ingest_request req;
+    parse_one(&req);
+    assert_int_equal(batcher_submit(b, "blocked", &req, probe_ack, &probe, &err), 0);
+    ingest_request_free(&req);
+    batcher_stop(b); /* flushes and acknowledges before returning */
+    assert_int_equal(probe.acks, 1);
+    assert_int_equal(probe.failures, 1);
+    assert_int_equal(probe.last_code, STRATA_UNAVAILABLE);
+    const batcher_stats *st = batcher_get_stats(b);
+    assert_int_equal(atomic_load(&st->upload_failures), 2);
+    assert_int_equal(atomic_load(&st->flush_failures), 1);
+    /* After stop, submissions are refused. */
+    parse_one(&req);
+    assert_int_equal(batcher_submit(b, "ok", &req, probe_ack, &probe, &err), -1);
+    assert_int_equal(err.code, STRATA_UNAVAILABLE);
+    ingest_request_free(&req);
+    batcher_free(b);
+    bucket_close(store);
+    pthread_mutex_destroy(&probe.mu);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_expands_sample_types),
+        cmocka_unit_test(test_parse_rejects_bad_labels),
+        cmocka_unit_test(test_parse_rejects_bad_pprof),
+        cmocka_unit_test(test_parse_rejects_non_protobuf),
+        cmocka_unit_test(test_parse_label_limit),
+        cmocka_unit_test(test_agents_registry),
+        cmocka_unit_test(test_batcher_acknowledges_after_durable),
+        cmocka_unit_test(test_batcher_reports_failed_upload),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
