@@ -1,0 +1,716 @@
+/*
+ * http_test.c - tests for the HTTP server, with libcurl as the client: routing, query and header
+ * access, bodies (plain, chunked, over the limit), errors, static files and traversal attempts,
+ * /metrics and /ready, parallel clients and a graceful stop with a request in flight.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http/http.h"
+
+/* --- client ---------------------------------------------------------------------------------- */
+
+typedef struct reply {
+    CURLcode rc;
+    long status;
+    strata_buffer body;    /* NUL-terminated */
+    strata_buffer headers; /* NUL-terminated */
+} reply;
+
+typedef struct request_opts {
+    const char *method;
+    const uint8_t *body;
+    size_t body_len;
+    bool chunked;
+    const char *header; /* one extra request header */
+    bool path_as_is;
+} request_opts;
+
+typedef struct upload {
+    const uint8_t *data;
+    size_t len;
+    size_t pos;
+} upload;
+
+static size_t on_write(char *p, size_t size, size_t n, void *ud) {
+    return strata_buffer_append(ud, p, size * n) == 0 ? size * n : 0;
+}
+
+static size_t on_read(char *p, size_t size, size_t n, void *ud) {
+    upload *u = ud;
+    size_t take = size * n;
+    if (take > 100000)
+        take = 100000; /* many chunks */
+    if (take > u->len - u->pos)
+        take = u->len - u->pos;
+    memcpy(p, u->data + u->pos, take);
+    u->pos += take;
+    return take;
+}
+
+static void reply_free(reply *r) {
+    strata_buffer_free(&r->body);
+    strata_buffer_free(&r->headers);
+}
+
+static void configure_body(CURL *c, const request_opts *o, upload *u, struct curl_slist **hdrs) {
+    curl_easy_setopt(c, CURLOPT_POST, 1L);
+    if (o->chunked) {
+        *u = (upload){o->body, o->body_len, 0};
+        curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(c, CURLOPT_READDATA, u);
+        *hdrs = curl_slist_append(*hdrs, "Transfer-Encoding: chunked");
+    } else {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, (const char *)o->body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)o->body_len);
+    }
+}
+
+static reply fetch(const char *url, const request_opts *o) {
+    static const request_opts defaults = {0};
+    o = o ? o : &defaults;
+    reply r = {.body = STRATA_BUFFER_INIT, .headers = STRATA_BUFFER_INIT};
+    CURL *c = curl_easy_init();
+    assert_non_null(c);
+    struct curl_slist *hdrs = NULL;
+    upload u;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_write);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r.headers);
+    curl_easy_setopt(c, CURLOPT_PATH_AS_IS, o->path_as_is ? 1L : 0L);
+    if (o->body != NULL)
+        configure_body(c, o, &u, &hdrs);
+    if (o->method != NULL)
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, o->method);
+    if (o->method != NULL && strcmp(o->method, "HEAD") == 0)
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    if (o->header != NULL)
+        hdrs = curl_slist_append(hdrs, o->header);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    r.rc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(c);
+    assert_int_equal(strata_buffer_append_byte(&r.body, 0), 0);
+    assert_int_equal(strata_buffer_append_byte(&r.headers, 0), 0);
+    r.body.len--;
+    r.headers.len--;
+    return r;
+}
+
+static const char *body_of(const reply *r) {
+    return (const char *)r->body.data;
+}
+
+/* True if the response has the header line "name: value" (name case-insensitive). */
+static bool has_header(const reply *r, const char *name, const char *value) {
+    char line[512];
+    snprintf(line, sizeof line, "\n%s: %s\r\n", name, value);
+    return strcasestr((const char *)r->headers.data, line) != NULL;
+}
+
+/* --- handlers -------------------------------------------------------------------------------- */
+
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static void handle_echo(void *ctx, const http_request *req, http_response *resp) {
+    (void)ctx;
+    strata_buffer *b = http_response_body(resp);
+    const char *ks[8];
+    size_t nk = http_request_query_all(req, "k", ks, 8);
+    strata_buffer_appendf(b, "method=%s path=%s k=", http_request_method(req),
+                          http_request_path(req));
+    for (size_t i = 0; i < nk && i < 8; i++)
+        strata_buffer_appendf(b, "%s[%s]", i ? "," : "", ks[i]);
+    const char *x = http_request_query(req, "x"), *e = http_request_query(req, "empty");
+    const char *h = http_request_header(req, "x-TEST");
+    strata_buffer_appendf(b, " x=%s empty=%s missing=%s header=%s peer=%s", x ? x : "(null)",
+                          e ? e : "(null)", http_request_query(req, "nope") ? "yes" : "no",
+                          h ? h : "(null)", http_request_peer(req));
+    http_response_add_header(resp, "X-Handler", "echo");
+    assert_int_equal(http_response_add_header(resp, "X-Bad", "a\r\nInjected: 1"), -1);
+    assert_int_equal(http_response_add_header(resp, "Bad Name", "v"), -1);
+}
+
+static void handle_upload(void *ctx, const http_request *req, http_response *resp) {
+    (void)ctx;
+    size_t len;
+    const uint8_t *body = http_request_body(req, &len);
+    http_response_set_status(resp, 201);
+    http_response_set_content_type(resp, "application/json");
+    strata_buffer_appendf(http_response_body(resp), "{\"len\":%zu,\"fnv\":\"%016llx\"}", len,
+                          (unsigned long long)fnv1a(body, len));
+}
+
+static void handle_any(void *ctx, const http_request *req, http_response *resp) {
+    (void)ctx;
+    strata_buffer_appendf(http_response_body(resp), "%s rest=%s", http_request_method(req),
+                          http_request_path_rest(req));
+}
+
+static void handle_fail(void *ctx, const http_request *req, http_response *resp) {
+    (void)ctx;
+    strata_error err;
+    strata_error_set(&err, STRATA_INVALID_ARGUMENT, "bad \"selector\"");
+    http_response_strata_error(resp, req, &err);
+}
+
+static atomic_int slow_started;
+
+static void handle_slow(void *ctx, const http_request *req, http_response *resp) {
+    (void)ctx;
+    (void)req;
+    atomic_store(&slow_started, 1);
+    struct timespec ts = {0, 400 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    strata_buffer_append_str(http_response_body(resp), "slow done");
+}
+
+static atomic_bool is_ready;
+
+static bool ready_check(void *ctx, char *reason, size_t size) {
+    (void)ctx;
+    if (atomic_load(&is_ready))
+        return true;
+    snprintf(reason, size, "warming up: %d blocks left", 3);
+    return false;
+}
+
+/* --- fixture --------------------------------------------------------------------------------- */
+
+typedef struct fixture {
+    metrics_registry *metrics;
+    http_server *server;
+    char base[64];
+    char dir[256]; /* temp dir: root/ (static files) and outside.txt */
+    char root[300];
+} fixture;
+
+static void write_file(const char *dir, const char *name, const char *content) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(content, f);
+    fclose(f);
+}
+
+static void make_static_tree(fixture *fx) {
+    snprintf(fx->dir, sizeof fx->dir, "/tmp/strata_http_test_XXXXXX");
+    assert_non_null(mkdtemp(fx->dir));
+    snprintf(fx->root, sizeof fx->root, "%s/root", fx->dir);
+    assert_int_equal(mkdir(fx->root, 0755), 0);
+    char sub[400];
+    snprintf(sub, sizeof sub, "%s/sub", fx->root);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    write_file(fx->dir, "outside.txt", "SECRET");
+    write_file(fx->root, "index.html", "<h1>strata</h1>");
+    write_file(fx->root, "app.js", "console.log(1);");
+    write_file(fx->root, ".hidden", "hidden");
+    write_file(sub, "index.html", "sub index");
+    write_file(sub, "data.json", "{\"a\":1}");
+    char link[400];
+    snprintf(link, sizeof link, "%s/link_out", fx->root);
+    assert_int_equal(symlink("../outside.txt", link), 0);
+    snprintf(link, sizeof link, "%s/link_abs", fx->root);
+    assert_int_equal(symlink("/etc/passwd", link), 0);
+    snprintf(link, sizeof link, "%s/link_in", fx->root);
+    assert_int_equal(symlink("app.js", link), 0);
+}
+
+static void remove_static_tree(fixture *fx) {
+    const char *names[] = {"root/sub/index.html", "root/sub/data.json", "root/index.html",
+                           "root/app.js",         "root/.hidden",       "root/link_out",
+                           "root/link_abs",       "root/link_in",       "outside.txt"};
+    char path[512];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", fx->dir, names[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/root/sub", fx->dir);
+    rmdir(path);
+    rmdir(fx->root);
+    rmdir(fx->dir);
+}
+
+static void add_routes(fixture *fx) {
+    strata_error err;
+    http_server *s = fx->server;
+    assert_int_equal(
+        http_server_route(s, "GET", "/echo", HTTP_MATCH_EXACT, handle_echo, NULL, &err), 0);
+    assert_int_equal(
+        http_server_route(s, "POST", "/upload", HTTP_MATCH_EXACT, handle_upload, NULL, &err), 0);
+    assert_int_equal(http_server_route(s, NULL, "/any/", HTTP_MATCH_PREFIX, handle_any, NULL, &err),
+                     0);
+    assert_int_equal(
+        http_server_route(s, "GET", "/any/deeper/", HTTP_MATCH_PREFIX, handle_echo, NULL, &err), 0);
+    assert_int_equal(
+        http_server_route(s, "GET", "/fail", HTTP_MATCH_EXACT, handle_fail, NULL, &err), 0);
+    assert_int_equal(
+        http_server_route(s, "GET", "/slow", HTTP_MATCH_EXACT, handle_slow, NULL, &err), 0);
+    assert_int_equal(http_server_add_metrics(s, fx->metrics, &err), 0);
+    assert_int_equal(http_server_add_ready(s, ready_check, NULL, &err), 0);
+    assert_int_equal(http_server_serve_static(s, "/ui/", fx->root, &err), 0);
+}
+
+static int setup(void **state) {
+    fixture *fx = calloc(1, sizeof *fx);
+    if (fx == NULL)
+        return -1;
+    strata_error err;
+    fx->metrics = metrics_registry_new(&err);
+    make_static_tree(fx);
+    http_server_options o = {.bind = "127.0.0.1:0", .threads = 4, .metrics = fx->metrics};
+    fx->server = http_server_new(&o, &err);
+    if (fx->server == NULL)
+        return -1;
+    add_routes(fx);
+    if (http_server_start(fx->server, &err) != 0)
+        return -1;
+    snprintf(fx->base, sizeof fx->base, "http://127.0.0.1:%u", http_server_port(fx->server));
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *fx = *state;
+    http_server_free(fx->server);
+    metrics_registry_free(fx->metrics);
+    remove_static_tree(fx);
+    free(fx);
+    return 0;
+}
+
+static reply get(const fixture *fx, const char *path, const request_opts *o) {
+    char url[1024];
+    snprintf(url, sizeof url, "%s%s", fx->base, path);
+    return fetch(url, o);
+}
+
+/* --- tests ----------------------------------------------------------------------------------- */
+
+static void test_get_with_query_and_headers(void **state) {
+    fixture *fx = *state;
+    reply r = get(fx, "/echo?k=1&k=two%20words&x=a+b%2Bc&empty&k=%E2%9C%93",
+                  &(request_opts){.header = "X-Test: hello there"});
+    assert_int_equal(r.rc, CURLE_OK);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(body_of(&r), "method=GET path=/echo k=[1],[two words],[\xE2\x9C\x93] "
+                                        "x=a b+c empty= missing=no header=hello there "
+                                        "peer=127.0.0.1:"));
+    assert_true(has_header(&r, "X-Handler", "echo"));
+    assert_true(has_header(&r, "Content-Type", "text/plain; charset=utf-8"));
+    assert_null(strcasestr((const char *)r.headers.data, "Injected"));
+    reply_free(&r);
+
+    r = get(fx, "/echo", &(request_opts){.method = "HEAD"});
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.body.len, 0);
+    reply_free(&r);
+
+    /* the path is decoded too; %2F becomes part of the path, not a separator at routing time */
+    r = get(fx, "/any/a%20b/c", NULL);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(body_of(&r), "GET rest=a b/c");
+    reply_free(&r);
+    r = get(fx, "/any/x", &(request_opts){.method = "DELETE"});
+    assert_string_equal(body_of(&r), "DELETE rest=x");
+    reply_free(&r);
+    r = get(fx, "/any/deeper/z?k=7", NULL); /* the longer prefix wins */
+    assert_non_null(strstr(body_of(&r), "path=/any/deeper/z k=[7]"));
+    reply_free(&r);
+}
+
+static uint8_t *pattern(size_t n) {
+    uint8_t *p = malloc(n);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(i * 31 + (i >> 12));
+    return p;
+}
+
+static void test_post_bodies(void **state) {
+    fixture *fx = *state;
+    size_t n = 3 << 20;
+    uint8_t *data = pattern(n);
+    char want[128];
+    snprintf(want, sizeof want, "{\"len\":%zu,\"fnv\":\"%016llx\"}", n,
+             (unsigned long long)fnv1a(data, n));
+    for (int chunked = 0; chunked <= 1; chunked++) {
+        reply r =
+            get(fx, "/upload", &(request_opts){.body = data, .body_len = n, .chunked = chunked});
+        assert_int_equal(r.rc, CURLE_OK);
+        assert_int_equal(r.status, 201);
+        assert_string_equal(body_of(&r), want);
+        assert_true(has_header(&r, "Content-Type", "application/json"));
+        reply_free(&r);
+    }
+    reply r = get(fx, "/upload", &(request_opts){.body = data, .body_len = 0});
+    assert_int_equal(r.status, 201);
+    assert_string_equal(body_of(&r), "{\"len\":0,\"fnv\":\"cbf29ce484222325\"}");
+    reply_free(&r);
+    free(data);
+}
+
+static void test_body_over_limit(void **state) {
+    (void)state;
+    strata_error err;
+    metrics_registry *reg = metrics_registry_new(&err);
+    http_server *s = http_server_new(
+        &(http_server_options){.max_body_bytes = 1 << 20, .threads = 1, .metrics = reg}, &err);
+    assert_non_null(s);
+    assert_int_equal(
+        http_server_route(s, "POST", "/upload", HTTP_MATCH_EXACT, handle_upload, NULL, &err), 0);
+    assert_int_equal(http_server_start(s, &err), 0);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/upload", http_server_port(s));
+    size_t n = (1 << 20) + 1;
+    uint8_t *data = pattern(n);
+    for (int chunked = 0; chunked <= 1; chunked++) {
+        reply r = fetch(url, &(request_opts){.body = data, .body_len = n, .chunked = chunked});
+        assert_int_equal(r.rc, CURLE_OK);
+        assert_int_equal(r.status, 413);
+        assert_string_equal(body_of(&r), "request body exceeds the size limit\n");
+        reply_free(&r);
+    }
+    reply r = fetch(url, &(request_opts){.body = data, .body_len = 1 << 20});
+    assert_int_equal(r.status, 201); /* exactly the limit is fine */
+    reply_free(&r);
+    free(data);
+    http_server_free(s);
+    metrics_registry_free(reg);
+}
+
+static void test_errors(void **state) {
+    fixture *fx = *state;
+    reply r = get(fx, "/nope", NULL);
+    assert_int_equal(r.status, 404);
+    assert_string_equal(body_of(&r), "not found\n");
+    reply_free(&r);
+    r = get(fx, "/nope", &(request_opts){.header = "Accept: application/json"});
+    assert_int_equal(r.status, 404);
+    assert_string_equal(body_of(&r), "{\"error\":\"not found\",\"status\":404}\n");
+    assert_true(has_header(&r, "Content-Type", "application/json"));
+    reply_free(&r);
+
+    r = get(fx, "/echo",
+            &(request_opts){.method = "POST", .body = (const uint8_t *)"x", .body_len = 1});
+    assert_int_equal(r.status, 405);
+    assert_true(has_header(&r, "Allow", "GET, HEAD"));
+    reply_free(&r);
+    r = get(fx, "/upload", NULL);
+    assert_int_equal(r.status, 405);
+    assert_true(has_header(&r, "Allow", "POST"));
+    reply_free(&r);
+
+    const char *bad[] = {"/echo%zz", "/echo%0", "/a%00b", "/echo?k=%g1"};
+    for (size_t i = 0; i < 4; i++) {
+        r = get(fx, bad[i], &(request_opts){.path_as_is = true});
+        assert_int_equal(r.status, 400);
+        assert_string_equal(body_of(&r), "malformed request URI\n");
+        reply_free(&r);
+    }
+
+    r = get(fx, "/fail", &(request_opts){.header = "Accept: application/json, */*"});
+    assert_int_equal(r.status, 400);
+    assert_string_equal(body_of(&r), "{\"error\":\"bad \\\"selector\\\"\",\"status\":400}\n");
+    reply_free(&r);
+}
+
+typedef struct static_case {
+    const char *path;
+    long status;
+    const char *body;
+    const char *type;
+} static_case;
+
+static void test_static_files(void **state) {
+    fixture *fx = *state;
+    const static_case cases[] = {
+        {"/ui/", 200, "<h1>strata</h1>", "text/html; charset=utf-8"},
+        {"/ui/index.html", 200, "<h1>strata</h1>", "text/html; charset=utf-8"},
+        {"/ui/app.js", 200, "console.log(1);", "text/javascript; charset=utf-8"},
+        {"/ui/sub/", 200, "sub index", "text/html; charset=utf-8"},
+        {"/ui/sub/data.json", 200, "{\"a\":1}", "application/json"},
+        {"/ui//sub//./data.json", 200, "{\"a\":1}", "application/json"},
+        {"/ui/link_in", 200, "console.log(1);", "application/octet-stream"},
+        {"/ui/missing.html", 404, "not found\n", NULL},
+        {"/ui/sub/missing/", 404, "not found\n", NULL},
+        /* traversal attempts, sent as-is */
+        {"/ui/../outside.txt", 404, "not found\n", NULL},
+        {"/ui/sub/../../outside.txt", 404, "not found\n", NULL},
+        {"/ui/%2e%2e/outside.txt", 404, "not found\n", NULL},
+        {"/ui/%2E%2E%2Foutside.txt", 404, "not found\n", NULL},
+        {"/ui/sub/%2e%2e/%2e%2e/outside.txt", 404, "not found\n", NULL},
+        {"/ui/..%2foutside.txt", 404, "not found\n", NULL},
+        {"/ui//etc/passwd", 404, "not found\n", NULL},
+        {"/ui/%2fetc%2fpasswd", 404, "not found\n", NULL},
+        {"/ui/link_out", 404, "not found\n", NULL},
+        {"/ui/link_abs", 404, "not found\n", NULL},
+        {"/ui/.hidden", 404, "not found\n", NULL},
+        {"/ui/sub\\..\\..\\outside.txt", 404, "not found\n", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        reply r = get(fx, cases[i].path, &(request_opts){.path_as_is = true});
+        if (r.status != cases[i].status)
+            fail_msg("%s: status %ld, want %ld", cases[i].path, r.status, cases[i].status);
+        assert_string_equal(body_of(&r), cases[i].body);
+        assert_null(strstr(body_of(&r), "SECRET"));
+        if (cases[i].type != NULL)
+            assert_true(has_header(&r, "Content-Type", cases[i].type));
+        reply_free(&r);
+    }
+    reply r = get(fx, "/ui", NULL);
+    assert_int_equal(r.status, 301);
+    assert_true(has_header(&r, "Location", "/ui/"));
+    reply_free(&r);
+    r = get(fx, "/ui/sub?x=1", NULL);
+    assert_int_equal(r.status, 301);
+    assert_true(has_header(&r, "Location", "/ui/sub/?x=1"));
+    reply_free(&r);
+    r = get(fx, "/ui/app.js", &(request_opts){.method = "HEAD"});
+    assert_int_equal(r.status, 200);
+    assert_true(has_header(&r, "Content-Length", "15"));
+    reply_free(&r);
+}
+
+static void test_content_types_and_status_mapping(void **state) {
+    (void)state;
+    assert_string_equal(http_content_type_for("a/b/c.CSS"), "text/css; charset=utf-8");
+    assert_string_equal(http_content_type_for("x.svg"), "image/svg+xml");
+    assert_string_equal(http_content_type_for("dir.d/noext"), "application/octet-stream");
+    assert_string_equal(http_content_type_for("x.wasm"), "application/wasm");
+    assert_int_equal(http_status_from_strata(STRATA_NOT_FOUND), 404);
+    assert_int_equal(http_status_from_strata(STRATA_RESOURCE_EXHAUSTED), 429);
+    assert_int_equal(http_status_from_strata(STRATA_UNAVAILABLE), 503);
+    assert_int_equal(http_status_from_strata(STRATA_INTERNAL), 500);
+}
+
+static void test_ready(void **state) {
+    fixture *fx = *state;
+    atomic_store(&is_ready, false);
+    reply r = get(fx, "/ready", NULL);
+    assert_int_equal(r.status, 503);
+    assert_string_equal(body_of(&r), "warming up: 3 blocks left\n");
+    reply_free(&r);
+    atomic_store(&is_ready, true);
+    r = get(fx, "/ready", NULL);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(body_of(&r), "ready\n");
+    reply_free(&r);
+}
+
+/* Value of the series line starting with `series ` in a /metrics body, or -1. */
+static double metric_value(const char *text, const char *series) {
+    char needle[512];
+    snprintf(needle, sizeof needle, "\n%s ", series);
+    const char *p = strstr(text, needle);
+    return p ? strtod(p + strlen(needle), NULL) : -1;
+}
+
+static double scrape(const fixture *fx, const char *series) {
+    reply r = get(fx, "/metrics", NULL);
+    assert_int_equal(r.status, 200);
+    double v = metric_value(body_of(&r), series);
+    reply_free(&r);
+    return v;
+}
+
+static void test_metrics_endpoint(void **state) {
+    fixture *fx = *state;
+    strata_error err;
+    metrics_counter *c = metrics_counter_new(
+        fx->metrics, &(metrics_opts){.name = "strata_test_things_total", .help = "Things."}, &err);
+    metrics_counter_add(c, 42);
+    double before = scrape(fx, "http_requests_total{handler=\"/echo\",code=\"2xx\"}");
+    for (int i = 0; i < 3; i++) {
+        reply r = get(fx, "/echo", NULL);
+        reply_free(&r);
+    }
+    reply r = get(fx, "/definitely/unknown", NULL);
+    reply_free(&r);
+
+    r = get(fx, "/metrics", NULL);
+    assert_int_equal(r.status, 200);
+    assert_true(has_header(&r, "Content-Type", METRICS_CONTENT_TYPE));
+    const char *text = body_of(&r);
+    assert_non_null(strstr(text, "# HELP strata_test_things_total Things.\n"
+                                 "# TYPE strata_test_things_total counter\n"
+                                 "strata_test_things_total 42\n"));
+    assert_non_null(strstr(text, "# TYPE http_requests_total counter\n"));
+    assert_non_null(strstr(text, "# TYPE http_request_duration_seconds histogram\n"));
+    assert_true(metric_value(text, "http_requests_total{handler=\"/echo\",code=\"2xx\"}") ==
+                (before < 0 ? 0 : before) + 3);
+    assert_true(metric_value(text, "http_requests_total{handler=\"unmatched\",code=\"4xx\"}") >= 1);
+    assert_true(metric_value(text, "http_request_duration_seconds_count{handler=\"/echo\"}") >= 3);
+    assert_true(
+        metric_value(text, "http_request_duration_seconds_bucket{handler=\"/echo\",le=\"+Inf\"}") >=
+        3);
+    reply_free(&r);
+}
+
+enum { CLIENT_THREADS = 8, REQUESTS_PER_THREAD = 13 };
+
+typedef struct client_arg {
+    const fixture *fx;
+    int id;
+    int ok;
+} client_arg;
+
+static void *client_thread(void *p) {
+    client_arg *a = p;
+    for (int i = 0; i < REQUESTS_PER_THREAD; i++) {
+        char path[64], want[64];
+        snprintf(path, sizeof path, "/any/t%d/r%d", a->id, i);
+        snprintf(want, sizeof want, "GET rest=t%d/r%d", a->id, i);
+        reply r = get(a->fx, path, NULL);
+        if (r.rc == CURLE_OK && r.status == 200 && strcmp(body_of(&r), want) == 0)
+            a->ok++;
+        reply_free(&r);
+    }
+    return NULL;
+}
+
+static void test_parallel_requests(void **state) {
+    fixture *fx = *state;
+    double before = scrape(fx, "http_requests_total{handler=\"/any/\",code=\"2xx\"}");
+    pthread_t threads[CLIENT_THREADS];
+    client_arg args[CLIENT_THREADS];
+    for (int i = 0; i < CLIENT_THREADS; i++) {
+        args[i] = (client_arg){fx, i, 0};
+        assert_int_equal(pthread_create(&threads[i], NULL, client_thread, &args[i]), 0);
+    }
+    int ok = 0;
+    for (int i = 0; i < CLIENT_THREADS; i++) {
+        pthread_join(threads[i], NULL);
+        ok += args[i].ok;
+    }
+    assert_int_equal(ok, CLIENT_THREADS * REQUESTS_PER_THREAD);
+    double after = scrape(fx, "http_requests_total{handler=\"/any/\",code=\"2xx\"}");
+    assert_true(after - (before < 0 ? 0 : before) == CLIENT_THREADS * REQUESTS_PER_THREAD);
+}
+
+typedef struct slow_arg {
+    char url[128];
+    reply r;
+} slow_arg;
+
+static void *slow_client(void *p) {
+    slow_arg *a = p;
+    a->r = fetch(a->url, NULL);
+    return NULL;
+}
+
+static void test_stop_with_request_in_flight(void **state) {
+    (void)state;
+    strata_error err;
+    metrics_registry *reg = metrics_registry_new(&err);
+    http_server *s = http_server_new(&(http_server_options){.bind = ":0", .metrics = reg}, &err);
+    assert_non_null(s);
+    assert_int_equal(
+        http_server_route(s, "GET", "/slow", HTTP_MATCH_EXACT, handle_slow, NULL, &err), 0);
+    assert_int_equal(http_server_start(s, &err), 0);
+    assert_int_equal(
+        http_server_route(s, "GET", "/late", HTTP_MATCH_EXACT, handle_slow, NULL, &err), -1);
+    assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
+    uint16_t port = http_server_port(s);
+    assert_true(port > 0);
+
+    atomic_store(&slow_started, 0);
+    slow_arg a;
+    snprintf(a.url, sizeof a.url, "http://127.0.0.1:%u/slow", port);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, slow_client, &a), 0);
+    while (!atomic_load(&slow_started)) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    http_server_stop(s); /* returns only after the slow response went out */
+    pthread_join(t, NULL);
+    assert_int_equal(a.r.rc, CURLE_OK);
+    assert_int_equal(a.r.status, 200);
+    assert_string_equal(body_of(&a.r), "slow done");
+    reply_free(&a.r);
+
+    reply r = fetch(a.url, NULL);
+    assert_int_equal(r.rc, CURLE_COULDNT_CONNECT);
+    reply_free(&r);
+    http_server_stop(s); /* idempotent */
+    http_server_free(s);
+    metrics_registry_free(reg);
+}
+
+static void test_bind_and_route_errors(void **state) {
+    fixture *fx = *state;
+    strata_error err;
+    const char *bad[] = {"nonsense", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:8x",
+                         "no.such.host.invalid:80"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_null(http_server_new(&(http_server_options){.bind = bad[i]}, &err));
+        assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    }
+    char taken[64];
+    snprintf(taken, sizeof taken, "127.0.0.1:%u", http_server_port(fx->server));
+    assert_null(http_server_new(&(http_server_options){.bind = taken}, &err));
+    assert_int_equal(err.code, STRATA_UNAVAILABLE);
+
+    http_server *s = http_server_new(&(http_server_options){.bind = "[::1]:0"}, &err);
+    if (s != NULL) { /* IPv6 may be disabled here */
+        assert_true(http_server_port(s) > 0);
+        assert_int_equal(
+            http_server_route(s, "get", "/x", HTTP_MATCH_EXACT, handle_echo, NULL, &err), -1);
+        assert_int_equal(
+            http_server_route(s, "GET", "x", HTTP_MATCH_EXACT, handle_echo, NULL, &err), -1);
+        assert_int_equal(
+            http_server_route(s, "GET", "/x", HTTP_MATCH_EXACT, handle_echo, NULL, &err), 0);
+        assert_int_equal(
+            http_server_route(s, "GET", "/x", HTTP_MATCH_EXACT, handle_echo, NULL, &err), -1);
+        assert_int_equal(err.code, STRATA_ALREADY_EXISTS);
+        assert_int_equal(http_server_serve_static(s, "/nope", "/tmp", &err), -1);
+        assert_int_equal(http_server_serve_static(s, "/s/", "/does/not/exist", &err), -1);
+        http_server_free(s); /* never started */
+    }
+}
+
+int main(void) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_get_with_query_and_headers),
+        cmocka_unit_test(test_post_bodies),
+        cmocka_unit_test(test_body_over_limit),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_static_files),
+        cmocka_unit_test(test_content_types_and_status_mapping),
+        cmocka_unit_test(test_ready),
+        cmocka_unit_test(test_metrics_endpoint),
+        cmocka_unit_test(test_parallel_requests),
+        cmocka_unit_test(test_stop_with_request_in_flight),
+        cmocka_unit_test(test_bind_and_route_errors),
+    };
+    int rc = cmocka_run_group_tests(tests, setup, teardown);
+    curl_global_cleanup();
+    return rc;
+}
