@@ -264,10 +264,10 @@ static void test_tree_rejects_duplicates_anchors_tags(void **state) {
 static void test_tree_syntax_errors_have_lines(void **state) {
     (void)state;
     load_fails("a: 1\nb:\n\tc: 2\n",
-               "strata.yaml:3:1: found character that cannot start any token while scanning for "
-               "the next token (line 3)");
-    load_fails("a: [1, 2\nb: 3\n", "strata.yaml:2:2: did not find expected ',' or ']' while "
-                                   "parsing a flow sequence (line 1)");
+               "strata.yaml:3:1: found character that cannot start any token (while scanning for "
+               "the next token at line 3)");
+    load_fails("a: [1, 2\nb: 3\n", "strata.yaml:2:2: did not find expected ',' or ']' (while "
+                                   "parsing a flow sequence at line 1)");
     load_fails("a: 1\n b: 2\n", "strata.yaml:2:3: mapping values are not allowed in this context");
     /* A reader error (invalid UTF-8) is mapped from its byte offset to a line. */
     load_fails("a: 1\nb: \xff\n", "strata.yaml:2:4: invalid leading UTF-8 octet");

@@ -199,7 +199,7 @@ static int parser_error(loader *ld) {
         }
     }
     if (p->context != NULL)
-        return loader_error_at(ld, &mark, "%s %s (line %zu)", problem, p->context,
+        return loader_error_at(ld, &mark, "%s (%s at line %zu)", problem, p->context,
                                p->context_mark.line + 1);
     return loader_error_at(ld, &mark, "%s", problem);
 }

@@ -1,0 +1,41 @@
+/*
+ * bucket_backend.h - the contract between the generic bucket layer and a storage backend.
+ *
+ * bucket.c validates keys, applies the prefix, counts operations and then calls the backend
+ * through this vtable with full keys (prefix included). A backend therefore only maps the
+ * semantics documented in bucket.h onto its store: each operation must be safe to call from many
+ * threads at once, NOT_FOUND / OUT_OF_RANGE must be reported with exactly those codes, and
+ * `iterate` must yield full keys in lexicographic order (the generic layer strips the prefix).
+ *
+ * Adding a backend (S3, AZURE) means one new file with a `bucket_<name>_open_config` function and
+ * one row in the type table in bucket_config.c; no caller changes.
+ */
+#ifndef STRATA_BUCKET_BACKEND_H
+#define STRATA_BUCKET_BACKEND_H
+
+#include "bucket/bucket.h"
+
+typedef struct bucket_backend_ops {
+    const char *type; /* "FILESYSTEM" */
+    int (*upload)(void *impl, const char *key, const void *data, size_t len, strata_error *err);
+    int (*get_range)(void *impl, const char *key, uint64_t offset, uint64_t length,
+                     strata_buffer *out, strata_error *err);
+    int (*attributes)(void *impl, const char *key, bucket_object_attributes *out,
+                      strata_error *err);
+    int (*exists)(void *impl, const char *key, bool *out, strata_error *err);
+    int (*delete_object)(void *impl, const char *key, strata_error *err);
+    /* dir is "" or ends with '/'. */
+    int (*iterate)(void *impl, const char *dir, bool recursive, bucket_iter_fn fn, void *ctx,
+                   strata_error *err);
+    void (*close)(void *impl);
+} bucket_backend_ops;
+
+/* Wraps a backend in a bucket; prefix may be NULL. On failure the backend is closed. */
+int bucket_new(const bucket_backend_ops *ops, void *impl, const char *prefix, bucket **out,
+               strata_error *err);
+
+/* FILESYSTEM: opens (creating if needed) the root directory. */
+int bucket_filesystem_new(const char *directory, void **impl, strata_error *err);
+extern const bucket_backend_ops bucket_filesystem_ops;
+
+#endif
