@@ -8,10 +8,20 @@
  * keep their source text so 64-bit integers (nanosecond timestamps) round-trip exactly through
  * json_get_int64 instead of losing precision in a double. Input is strict RFC 8259: no comments, no
  * trailing commas, no NaN; depth is limited to JSON_MAX_DEPTH; strings must be valid UTF-8 and are
- * returned unescaped and NUL-terminated (a "\u0000" escape is rejected).
+ * returned unescaped and NUL-terminated (a "\u0000" escape is rejected). \uXXXX escapes must
+ * form valid code points (surrogate pairs are combined; a lone surrogate is an error). Duplicate
+ * object keys are kept in the tree; json_object_get returns the last one, as most parsers do.
+ * Error columns count bytes from 1.
  *
- * The writer appends compact JSON to a strata_buffer and tracks commas itself. An allocation
- * failure is sticky: later calls do nothing and json_writer_finish() returns -1.
+ * Accessors accept NULL (json_object_get's "absent") and then report "no such value", so lookups
+ * can be chained: json_get_int64(json_object_get(root, "minTime"), &t).
+ *
+ * The writer appends compact JSON to a strata_buffer and tracks commas itself. Strings are escaped
+ * (quote, backslash, control characters); valid UTF-8 passes through and bytes that are not UTF-8
+ * become U+FFFD, so output is always valid JSON. A failure is sticky: allocation failure, nesting
+ * past JSON_MAX_DEPTH, closing more than was opened, a key outside an object or a second top-level
+ * value make later calls do nothing and json_writer_finish() return -1. Numbers are formatted and
+ * parsed in the C locale's notation (Strata never calls setlocale).
  */
 #ifndef STRATA_JSON_H
 #define STRATA_JSON_H
@@ -43,6 +53,7 @@ int json_parse(const char *text, size_t len, json_document **out, strata_error *
 void json_document_free(json_document *doc);
 const json_value *json_document_root(const json_document *doc);
 
+/* JSON_NULL for NULL. */
 json_type json_value_type(const json_value *v);
 /* Object member by key, or NULL (also NULL if v is not an object). */
 const json_value *json_object_get(const json_value *v, const char *key);
@@ -56,6 +67,7 @@ const json_value *json_array_at(const json_value *v, size_t i);
 bool json_get_bool(const json_value *v, bool *out);
 /* Integral numbers only (no fraction or exponent), exactly, within int64 range. */
 bool json_get_int64(const json_value *v, int64_t *out);
+/* Any number; false if it overflows a double (1e400). */
 bool json_get_double(const json_value *v, double *out);
 /* NUL-terminated, unescaped; *len (if given) is the byte length. */
 bool json_get_string(const json_value *v, const char **out, size_t *len);
@@ -74,6 +86,7 @@ void json_end_object(json_writer *w);
 void json_begin_array(json_writer *w);
 void json_end_array(json_writer *w);
 void json_key(json_writer *w, const char *key);
+/* A NULL s is written as null. */
 void json_string(json_writer *w, const char *s);
 void json_string_len(json_writer *w, const char *s, size_t len);
 void json_int(json_writer *w, int64_t v);
