@@ -356,13 +356,17 @@ static void test_many_calls_in_flight(void **state) {
     env *e = *state;
     enum { N = 256 };
     pthread_t threads[N];
-    client_job *jobs = make_jobs(e, N, 1, "/test.Async/Delay", 400);
+    client_job *jobs = make_jobs(e, N, 1, "/test.Async/Gate", 0);
     start_jobs(threads, jobs, N);
+    /* All N calls are held by the server at once, then released together. */
+    rpc_method_stats st = wait_in_flight(e->server, "/test.Async/Gate", N);
+    assert_int_equal(st.started, N);
+    test_delayer_open_gate(&e->delayer);
     join_jobs(threads, N);
     for (int i = 0; i < N; i++)
         assert_int_equal(jobs[i].failures, 0);
-    assert_true(test_delayer_peak(&e->delayer) >= 200); /* held at once by the server */
-    rpc_method_stats st = wait_in_flight(e->server, "/test.Async/Delay", 0);
+    assert_int_equal(test_delayer_peak(&e->delayer), N);
+    st = wait_in_flight(e->server, "/test.Async/Gate", 0);
     assert_int_equal(st.started, N);
     assert_int_equal(st.finished[STRATA_OK], N);
     free(jobs);
@@ -391,41 +395,62 @@ static void test_concurrent_mixed_calls(void **state) {
 /* --- shutdown ----------------------------------------------------------------------------------
  */
 
-/* A call made while the server drains its calls in flight. */
-static void *late_call_main(void *arg) {
-    client_job *j = arg;
-    usleep(100 * 1000);
+typedef struct shutdown_job {
+    rpc_server *server;
+    int64_t grace_ns;
+    int64_t took_ns;
+} shutdown_job;
+
+static void *shutdown_main(void *arg) {
+    shutdown_job *j = arg;
+    int64_t start = strata_monotonic_ns();
+    rpc_server_shutdown(j->server, j->grace_ns);
+    j->took_ns = strata_monotonic_ns() - start;
+    return NULL;
+}
+
+/* Calls Echo until the draining server answers UNAVAILABLE; returns how many calls succeeded
+ * before, or -1 on any other outcome. */
+static int call_until_draining(env *e) {
     strata_buffer resp = STRATA_BUFFER_INIT;
     strata_error err;
-    strata_error_clear(&err);
-    if (rpc_call_unary(j->e->channel, "/test.Echo/Echo", "x", 1, NULL, 0, 5 * SECOND, &resp,
-                       &err) != 0 &&
-        err.code == STRATA_UNAVAILABLE && strcmp(err.message, "server is shutting down") == 0)
-        j->last_code = STRATA_UNAVAILABLE;
+    int ok = 0;
+    for (;;) {
+        int rc =
+            rpc_call_unary(e->channel, "/test.Echo/Echo", "x", 1, NULL, 0, 5 * SECOND, &resp, &err);
+        if (rc != 0)
+            break;
+        ok++;
+        usleep(1000);
+    }
     strata_buffer_free(&resp);
-    return NULL;
+    bool draining =
+        err.code == STRATA_UNAVAILABLE && strcmp(err.message, "server is shutting down") == 0;
+    return draining ? ok : -1;
 }
 
 static void test_shutdown_lets_calls_finish(void **state) {
     env *e = *state;
     enum { N = 20 };
-    pthread_t threads[N], late_thread;
-    client_job *jobs = make_jobs(e, N, 1, "/test.Async/Delay", 300);
-    client_job late = {.e = e, .last_code = STRATA_OK};
+    pthread_t threads[N], shutdown_thread;
+    client_job *jobs = make_jobs(e, N, 1, "/test.Async/Gate", 0);
     start_jobs(threads, jobs, N);
-    wait_in_flight(e->server, "/test.Async/Delay", N);
-    assert_int_equal(pthread_create(&late_thread, NULL, late_call_main, &late), 0);
-    int64_t start = strata_monotonic_ns();
-    rpc_server_shutdown(e->server, 5 * SECOND);
+    wait_in_flight(e->server, "/test.Async/Gate", N);
+    shutdown_job sj = {.server = e->server, .grace_ns = 10 * SECOND};
     e->server = NULL;
-    assert_true(strata_monotonic_ns() - start < 3 * SECOND);
+    assert_int_equal(pthread_create(&shutdown_thread, NULL, shutdown_main, &sj), 0);
+    /* New calls are turned away while the ones in flight are still running. */
+    assert_true(call_until_draining(e) >= 0);
+    assert_int_equal(atomic_load(&e->delayer.finished), 0);
+    test_delayer_open_gate(&e->delayer);
+    pthread_join(shutdown_thread, NULL);
+    assert_true(sj.took_ns < 10 * SECOND);
     join_jobs(threads, N);
-    pthread_join(late_thread, NULL);
-    assert_int_equal(late.last_code, STRATA_UNAVAILABLE);
     for (int i = 0; i < N; i++) {
         assert_int_equal(jobs[i].failures, 0);
         assert_int_equal(jobs[i].last_code, STRATA_OK);
     }
+    assert_int_equal(atomic_load(&e->delayer.finished), N);
     assert_int_equal(atomic_load(&e->delayer.finished_cancelled), 0);
     free(jobs);
 }

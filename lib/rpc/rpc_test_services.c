@@ -16,6 +16,7 @@ struct test_delay_item {
     rpc_call *call;
     int64_t due_ns;
     bool until_cancelled;
+    bool gated;
     const uint8_t *payload; /* points into the request, valid until finished */
     size_t payload_len;
 };
@@ -102,7 +103,8 @@ static void delay(rpc_call *call, const uint8_t *req, size_t len, void *arg) {
     enqueue(arg, item);
 }
 
-static void wait_cancel(rpc_call *call, const uint8_t *req, size_t len, void *arg) {
+/* Queues a call that waits for a condition, at most 30 s. */
+static void hold(rpc_call *call, const uint8_t *req, size_t len, test_delayer *d, bool gated) {
     test_delay_item *item = calloc(1, sizeof(*item));
     if (item == NULL) {
         rpc_call_finish(call, STRATA_RESOURCE_EXHAUSTED, "out of memory", NULL, 0);
@@ -110,13 +112,26 @@ static void wait_cancel(rpc_call *call, const uint8_t *req, size_t len, void *ar
     }
     item->call = call;
     item->due_ns = strata_monotonic_ns() + 30 * STRATA_NS_PER_SEC;
-    item->until_cancelled = true;
-    enqueue(arg, item);
+    item->until_cancelled = !gated;
+    item->gated = gated;
+    item->payload = req;
+    item->payload_len = gated ? len : 0;
+    enqueue(d, item);
 }
 
-static bool item_ready(test_delay_item *item, int64_t now) {
+static void wait_cancel(rpc_call *call, const uint8_t *req, size_t len, void *arg) {
+    hold(call, req, len, arg, false);
+}
+
+static void gate(rpc_call *call, const uint8_t *req, size_t len, void *arg) {
+    hold(call, req, len, arg, true);
+}
+
+static bool item_ready(test_delayer *d, test_delay_item *item, int64_t now) {
     if (now >= item->due_ns)
         return true;
+    if (item->gated)
+        return atomic_load(&d->gate_open);
     return item->until_cancelled && rpc_call_is_cancelled(item->call);
 }
 
@@ -126,7 +141,7 @@ static test_delay_item *take_ready(test_delayer *d) {
     int64_t now = strata_monotonic_ns();
     while (*link != NULL) {
         test_delay_item *item = *link;
-        if (!item_ready(item, now)) {
+        if (!item_ready(d, item, now)) {
             link = &item->next;
             continue;
         }
@@ -176,6 +191,7 @@ static void *delayer_main(void *arg) {
 
 int test_delayer_start(test_delayer *d) {
     memset(d, 0, sizeof(*d));
+    atomic_init(&d->gate_open, false);
     atomic_init(&d->finished, 0);
     atomic_init(&d->finished_cancelled, 0);
     pthread_mutex_init(&d->lock, NULL);
@@ -200,6 +216,10 @@ size_t test_delayer_peak(test_delayer *d) {
     return peak;
 }
 
+void test_delayer_open_gate(test_delayer *d) {
+    atomic_store(&d->gate_open, true);
+}
+
 int test_register_services(rpc_server *s, test_delayer *d, strata_error *err) {
     static const struct {
         const char *path;
@@ -215,6 +235,8 @@ int test_register_services(rpc_server *s, test_delayer *d, strata_error *err) {
             return -1;
     }
     if (rpc_server_add_method(s, "/test.Async/Delay", delay, d, err) != 0)
+        return -1;
+    if (rpc_server_add_method(s, "/test.Async/Gate", gate, d, err) != 0)
         return -1;
     return rpc_server_add_method(s, "/test.Async/WaitCancel", wait_cancel, d, err);
 }

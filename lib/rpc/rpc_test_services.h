@@ -10,6 +10,8 @@
  *   /test.Async/Delay        async: request "<ms>:<payload>"; a delayer thread answers the payload
  *                            after <ms> milliseconds
  *   /test.Async/WaitCancel   async: answered only once the call is cancelled (or after 30 s)
+ *   /test.Async/Gate         async: returns the request once test_delayer_open_gate is called (or
+ *                            after 30 s)
  */
 #ifndef STRATA_RPC_TEST_SERVICES_H
 #define STRATA_RPC_TEST_SERVICES_H
@@ -31,6 +33,7 @@ typedef struct test_delayer {
     size_t pending;         /* guarded by lock */
     size_t peak_pending;    /* guarded by lock */
     bool stop;              /* guarded by lock */
+    atomic_bool gate_open;
     atomic_size_t finished;
     atomic_size_t finished_cancelled; /* calls that were cancelled when finished */
 } test_delayer;
@@ -39,6 +42,8 @@ int test_delayer_start(test_delayer *d);
 /* Stops the thread once every queued call has been finished. */
 void test_delayer_stop(test_delayer *d);
 size_t test_delayer_peak(test_delayer *d);
+/* Releases the calls held by /test.Async/Gate, and every later one. */
+void test_delayer_open_gate(test_delayer *d);
 
 int test_register_services(rpc_server *server, test_delayer *delayer, strata_error *err);
 
