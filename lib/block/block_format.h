@@ -18,8 +18,9 @@
 #ifndef STRATA_BLOCK_FORMAT_H
 #define STRATA_BLOCK_FORMAT_H
 
-#define BLOCK_MAGIC "STRATABK" /* 8 bytes, at the start of the header and the end of the trailer   \
-                                */
+#define BLOCK_MAGIC                                                                                \
+    "STRATABK" /* 8 bytes, at the start of the header and the end of the trailer                   \
+                */
 #define BLOCK_MAGIC_LEN 8
 #define BLOCK_FORMAT_VERSION 1
 #define BLOCK_HEADER_SIZE 16  /* magic, u32le version, u32le reserved (0) */

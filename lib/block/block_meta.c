@@ -392,7 +392,7 @@ static int decode_strata(const json_value *root, block_meta *m, strata_error *er
     if (s == NULL || get_int(s, "version", &version, "meta.json strata", err) != 0)
         return -1;
     if (version != BLOCK_FORMAT_VERSION)
-        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "meta.json: block format version %lld is not supported (this "
                                 "build reads version %d); upgrade Strata",
                                 (long long)version, BLOCK_FORMAT_VERSION);
@@ -411,7 +411,7 @@ static int decode_meta_root(const json_value *root, block_meta *m, strata_error 
     if (get_int(root, "version", &version, "meta.json", err) != 0)
         return -1;
     if (version != BLOCK_META_VERSION)
-        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "meta.json: version %lld is not supported (expected %d)",
                                 (long long)version, BLOCK_META_VERSION);
     m->version = (int)version;
@@ -470,7 +470,7 @@ static int decode_mark_common(const json_value *root, const char *what, ulid *id
     if (get_int(root, "version", &version, what, err) != 0)
         return -1;
     if (version != BLOCK_MARK_VERSION)
-        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "%s: version %lld is not supported (expected %d)", what,
                                 (long long)version, BLOCK_MARK_VERSION);
     if (get_ulid(root, "id", id, what, err) != 0 || get_int(root, time_key, time, what, err) != 0)

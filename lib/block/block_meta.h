@@ -24,7 +24,7 @@
  *
  * Decoding is strict about types and required fields (INVALID_ARGUMENT naming the field) and
  * tolerant of unknown fields, so newer writers do not break older readers; an unknown meta
- * `version` or strata format version is rejected (FAILED_PRECONDITION).
+ * `version` or strata format version is rejected (INVALID_ARGUMENT, saying which version).
  */
 #ifndef STRATA_BLOCK_META_H
 #define STRATA_BLOCK_META_H

@@ -1,0 +1,1257 @@
+/*
+ * block_reader.c - see block_reader.h for the design and block_format.h for the layout.
+ */
+#include "block/block_reader.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#define MAX_FOOTER_COLUMNS 64
+#define MAX_FOOTER_BYTES (256u << 20)
+
+typedef struct r_page {
+    uint64_t offset, stored_len, raw_len;
+    uint32_t crc;
+    uint32_t codec;
+    int64_t min, max;
+} r_page;
+
+typedef struct r_group {
+    uint64_t first_row, rows;
+} r_group;
+
+/* A decoded column page: values for numeric columns, or NUL-terminated strings. */
+typedef struct r_decoded {
+    uint64_t *values;
+    uint64_t max_value; /* largest value (as unsigned), for cheap range checks */
+    uint32_t *offsets;  /* strings: rows + 1 offsets into text */
+    char *text;
+    size_t bytes;
+} r_decoded;
+
+typedef struct r_table {
+    bool present;
+    bool evictable;
+    uint64_t rows;
+    int n_columns;                     /* columns in the footer */
+    int column_of[MAX_FOOTER_COLUMNS]; /* schema column -> footer column */
+    uint32_t encodings[MAX_FOOTER_COLUMNS];
+    uint32_t flags[MAX_FOOTER_COLUMNS];
+    uint64_t n_groups;
+    r_group *groups;
+    r_page *pages;       /* n_groups * n_columns, group-major */
+    r_decoded **decoded; /* same shape; NULL until loaded */
+    uint64_t bytes_fetched;
+} r_table;
+
+typedef struct r_series {
+    label_set labels;
+    profile_type type;
+} r_series;
+
+typedef struct r_posting {
+    const char *name;
+    const char *value;
+    uint64_t first, count;
+} r_posting;
+
+struct block_reader {
+    block_fetch_fn fetch;
+    void *ctx;
+    uint64_t size;
+    uint64_t footer_start;
+    block_reader_options options;
+    r_table tables[BLOCK_TABLE_MAX + 1];
+    uint64_t bytes_fetched;
+    size_t cache_used; /* decoded bytes of evictable pages */
+    strata_buffer io;
+    strata_buffer raw;
+    ZSTD_DCtx *dctx;
+
+    r_series *series;
+    size_t n_series;
+    r_posting *postings;
+    size_t n_postings;
+    uint32_t *posting_series;
+    size_t n_posting_series;
+
+    bool symbols_loaded;
+    block_mapping *mappings;
+    size_t n_mappings;
+    block_function *functions;
+    size_t n_functions;
+    block_location *locations;
+    size_t n_locations;
+    block_line *lines;
+    size_t n_lines;
+    uint32_t *stack_parent; /* index = stack id; [0] unused */
+    uint32_t *stack_location;
+    size_t n_stacks;
+};
+
+static int data_loss(strata_error *err, int table, int column, uint64_t page, const char *what) {
+    if (column < 0)
+        return strata_error_set(err, STRATA_DATA_LOSS, "block: table %s, page %llu: %s",
+                                block_table_name(table), (unsigned long long)page, what);
+    return strata_error_set(err, STRATA_DATA_LOSS, "block: table %s, column %s, page %llu: %s",
+                            block_table_name(table), block_column_name(table, column),
+                            (unsigned long long)page, what);
+}
+
+void block_reader_options_default(block_reader_options *options) {
+    options->tail_guess = 64u * 1024u;
+    options->cache_bytes = 256u << 20;
+}
+
+int block_memory_fetch(void *ctx, uint64_t offset, uint64_t length, strata_buffer *out,
+                       strata_error *err) {
+    const block_memory_source *src = ctx;
+    if (offset > src->len || length > src->len - offset)
+        return strata_error_set(err, STRATA_OUT_OF_RANGE,
+                                "block: range %llu+%llu is beyond the object's %zu bytes",
+                                (unsigned long long)offset, (unsigned long long)length, src->len);
+    if (strata_buffer_append(out, src->data + offset, (size_t)length) != 0)
+        return strata_error_oom(err);
+    return 0;
+}
+
+static int fetch(block_reader *r, uint64_t offset, uint64_t length, int table, strata_error *err) {
+    strata_buffer_reset(&r->io);
+    if (r->fetch(r->ctx, offset, length, &r->io, err) != 0)
+        return strata_error_wrap(err, "block: reading %llu bytes at offset %llu",
+                                 (unsigned long long)length, (unsigned long long)offset);
+    if (r->io.len != length)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: fetch at offset %llu returned %zu bytes, expected %llu "
+                                "(object truncated?)",
+                                (unsigned long long)offset, r->io.len, (unsigned long long)length);
+    r->bytes_fetched += length;
+    if (table > 0)
+        r->tables[table].bytes_fetched += length;
+    return 0;
+}
+
+/* ---- varints ---------------------------------------------------------------------------- */
+
+/* Decodes one varint with at least 10 readable bytes at p; NULL if overlong. */
+static inline const uint8_t *varint_fast(const uint8_t *p, uint64_t *out) {
+    uint64_t b = *p++;
+    if (b < 0x80) {
+        *out = b;
+        return p;
+    }
+    uint64_t v = b & 0x7f;
+    for (unsigned shift = 7; shift <= 63; shift += 7) {
+        b = *p++;
+        if (shift == 63 && b > 1)
+            return NULL;
+        v |= (b & 0x7f) << shift;
+        if (b < 0x80) {
+            *out = v;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+static inline bool varint_next(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    if (end - *p >= 10) {
+        const uint8_t *q = varint_fast(*p, out);
+        if (q == NULL)
+            return false;
+        *p = q;
+        return true;
+    }
+    return strata_uvarint_get(p, end, out);
+}
+
+static inline uint64_t unzigzag(uint64_t v) {
+    return (v >> 1) ^ (0 - (v & 1));
+}
+
+static inline int64_t as_signed(uint64_t v) {
+    int64_t s;
+    memcpy(&s, &v, sizeof s);
+    return s;
+}
+
+/* The tight loop: n values of a numeric encoding, exactly consuming [p, end). */
+static bool decode_numbers(const uint8_t *p, const uint8_t *end, uint32_t encoding, uint64_t n,
+                           uint64_t *out, uint64_t *max_out) {
+    uint64_t prev = 0, max = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t v;
+        if (!varint_next(&p, end, &v))
+            return false;
+        if (encoding == BLOCK_ENC_SVARINT)
+            v = unzigzag(v);
+        else if (encoding == BLOCK_ENC_DELTA)
+            v = prev += unzigzag(v);
+        out[i] = v;
+        max = v > max ? v : max;
+    }
+    *max_out = max;
+    return p == end;
+}
+
+static bool decode_strings(const uint8_t *p, const uint8_t *end, uint64_t n, r_decoded *d) {
+    size_t text_len = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t len;
+        if (!varint_next(&p, end, &len) || len > (uint64_t)(end - p))
+            return false;
+        d->offsets[i] = (uint32_t)text_len;
+        memcpy(d->text + text_len, p, (size_t)len);
+        text_len += (size_t)len;
+        d->text[text_len++] = '\0';
+        p += len;
+    }
+    d->offsets[n] = (uint32_t)text_len;
+    return p == end;
+}
+
+/* ---- footer ----------------------------------------------------------------------------- */
+
+typedef struct cursor {
+    const uint8_t *p, *end;
+    bool bad;
+} cursor;
+
+static uint64_t cur_uvarint(cursor *c) {
+    uint64_t v = 0;
+    if (!c->bad && !strata_uvarint_get(&c->p, c->end, &v))
+        c->bad = true;
+    return c->bad ? 0 : v;
+}
+
+static int64_t cur_svarint(cursor *c) {
+    int64_t v = 0;
+    if (!c->bad && !strata_svarint_get(&c->p, c->end, &v))
+        c->bad = true;
+    return c->bad ? 0 : v;
+}
+
+static uint32_t cur_u32le(cursor *c) {
+    if (c->bad || c->end - c->p < 4) {
+        c->bad = true;
+        return 0;
+    }
+    uint32_t v = strata_load_u32le(c->p);
+    c->p += 4;
+    return v;
+}
+
+static int footer_error(strata_error *err, const char *what, int table) {
+    return strata_error_set(err, STRATA_DATA_LOSS, "block: footer, table %s: %s",
+                            table > 0 ? block_table_name(table) : "?", what);
+}
+
+static int parse_columns(cursor *c, r_table *t, int table_id, strata_error *err) {
+    const block_table_schema *schema = block_table_schema_get(table_id);
+    uint64_t n = cur_uvarint(c);
+    if (c->bad || n == 0 || n > MAX_FOOTER_COLUMNS)
+        return footer_error(err, "bad column count", table_id);
+    t->n_columns = (int)n;
+    for (int i = 0; i < MAX_FOOTER_COLUMNS; i++)
+        t->column_of[i] = -1;
+    for (int i = 0; i < t->n_columns; i++) {
+        uint64_t id = cur_uvarint(c), enc = cur_uvarint(c), flags = cur_uvarint(c);
+        if (c->bad || enc < BLOCK_ENC_UVARINT || enc > BLOCK_ENC_BYTES || flags > 1 ||
+            id >= MAX_FOOTER_COLUMNS || t->column_of[id] >= 0)
+            return footer_error(err, "bad column description", table_id);
+        t->column_of[id] = i;
+        t->encodings[i] = (uint32_t)enc;
+        t->flags[i] = (uint32_t)flags;
+    }
+    if (schema == NULL)
+        return 0;
+    for (int s = 0; s < schema->n_columns; s++) {
+        int f = t->column_of[s];
+        if (f < 0)
+            return strata_error_set(err, STRATA_DATA_LOSS,
+                                    "block: footer, table %s: column %s "
+                                    "is missing",
+                                    schema->name, schema->columns[s].name);
+        bool want_bytes = schema->columns[s].encoding == BLOCK_ENC_BYTES;
+        if ((t->encodings[f] == BLOCK_ENC_BYTES) != want_bytes)
+            return strata_error_set(err, STRATA_DATA_LOSS,
+                                    "block: footer, table %s: column %s has encoding %u",
+                                    schema->name, schema->columns[s].name, t->encodings[f]);
+    }
+    return 0;
+}
+
+static int parse_page(cursor *c, const block_reader *r, r_table *t, int table_id, uint64_t g,
+                      int col, strata_error *err) {
+    r_page *pg = &t->pages[g * (uint64_t)t->n_columns + (uint64_t)col];
+    pg->offset = cur_uvarint(c);
+    pg->stored_len = cur_uvarint(c);
+    pg->raw_len = cur_uvarint(c);
+    pg->codec = (uint32_t)cur_uvarint(c);
+    pg->crc = cur_u32le(c);
+    if (t->flags[col] & BLOCK_COLUMN_HAS_MINMAX) {
+        pg->min = cur_svarint(c);
+        pg->max = cur_svarint(c);
+    }
+    if (c->bad)
+        return footer_error(err, "truncated page entry", table_id);
+    if (pg->offset < BLOCK_HEADER_SIZE || pg->offset > r->footer_start ||
+        pg->stored_len > r->footer_start - pg->offset)
+        return data_loss(err, table_id, col, g, "page lies outside the data area");
+    if (pg->raw_len > BLOCK_MAX_PAGE_BYTES || pg->raw_len < t->groups[g].rows ||
+        pg->codec > BLOCK_CODEC_ZSTD ||
+        (pg->codec == BLOCK_CODEC_NONE && pg->raw_len != pg->stored_len))
+        return data_loss(err, table_id, col, g, "bad page lengths or codec");
+    return 0;
+}
+
+static int parse_groups(cursor *c, const block_reader *r, r_table *t, int table_id,
+                        strata_error *err) {
+    t->n_groups = cur_uvarint(c);
+    if (c->bad || t->n_groups > (uint64_t)(c->end - c->p))
+        return footer_error(err, "bad page count", table_id);
+    size_t cells = (size_t)t->n_groups * (size_t)t->n_columns;
+    t->groups = calloc((size_t)t->n_groups + 1, sizeof *t->groups);
+    t->pages = calloc(cells + 1, sizeof *t->pages);
+    t->decoded = calloc(cells + 1, sizeof *t->decoded);
+    if (t->groups == NULL || t->pages == NULL || t->decoded == NULL)
+        return strata_error_oom(err);
+    uint64_t next = 0;
+    for (uint64_t g = 0; g < t->n_groups; g++) {
+        t->groups[g].first_row = cur_uvarint(c);
+        t->groups[g].rows = cur_uvarint(c);
+        if (c->bad || t->groups[g].first_row != next || t->groups[g].rows == 0 ||
+            t->groups[g].rows > t->rows - next)
+            return data_loss(err, table_id, -1, g, "bad row range in the page index");
+        next += t->groups[g].rows;
+        for (int col = 0; col < t->n_columns; col++) {
+            if (parse_page(c, r, t, table_id, g, col, err) != 0)
+                return -1;
+        }
+    }
+    if (next != t->rows)
+        return footer_error(err, "pages do not cover every row", table_id);
+    return 0;
+}
+
+static void table_free(r_table *t) {
+    size_t cells = (size_t)t->n_groups * (size_t)t->n_columns;
+    for (size_t i = 0; t->decoded != NULL && i < cells; i++) {
+        if (t->decoded[i] != NULL) {
+            free(t->decoded[i]->values);
+            free(t->decoded[i]->offsets);
+            free(t->decoded[i]->text);
+            free(t->decoded[i]);
+        }
+    }
+    free(t->groups);
+    free(t->pages);
+    free(t->decoded);
+    memset(t, 0, sizeof *t);
+}
+
+static int parse_footer(block_reader *r, const uint8_t *p, size_t len, strata_error *err) {
+    cursor c = {p, p + len, false};
+    uint64_t n_tables = cur_uvarint(&c);
+    if (c.bad || n_tables > 1024)
+        return footer_error(err, "bad table count", 0);
+    r_table scratch;
+    for (uint64_t i = 0; i < n_tables; i++) {
+        uint64_t id = cur_uvarint(&c);
+        if (c.bad)
+            return footer_error(err, "truncated", 0);
+        bool known = id >= 1 && id <= BLOCK_TABLE_MAX;
+        r_table *t = known ? &r->tables[id] : &scratch;
+        if (known && t->present)
+            return footer_error(err, "table listed twice", (int)id);
+        memset(t, 0, sizeof *t);
+        t->present = true;
+        t->rows = cur_uvarint(&c);
+        if (c.bad || t->rows > UINT32_MAX - 2)
+            return footer_error(err, "bad row count", (int)id);
+        int rc = parse_columns(&c, t, known ? (int)id : 0, err);
+        if (rc == 0)
+            rc = parse_groups(&c, r, t, known ? (int)id : 0, err);
+        if (!known)
+            table_free(&scratch);
+        if (rc != 0)
+            return -1;
+    }
+    if (c.p != c.end)
+        return footer_error(err, "trailing bytes after the last table", 0);
+    for (int id = 1; id <= BLOCK_TABLE_MAX; id++) {
+        if (!r->tables[id].present)
+            return strata_error_set(err, STRATA_DATA_LOSS, "block: footer lacks table %s",
+                                    block_table_name(id));
+    }
+    r->tables[BLOCK_TABLE_PROFILES].evictable = true;
+    r->tables[BLOCK_TABLE_SAMPLES].evictable = true;
+    return 0;
+}
+
+/* Checks the trailer at the end of tail (the object's last tail_len bytes). */
+static int check_trailer(block_reader *r, const uint8_t *tail, size_t tail_len,
+                         uint64_t *footer_len, uint32_t *footer_crc, strata_error *err) {
+    const uint8_t *t = tail + tail_len - BLOCK_TRAILER_SIZE;
+    if (memcmp(t + 16, BLOCK_MAGIC, BLOCK_MAGIC_LEN) != 0)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: no trailer magic at the end of the %llu-byte object: not a "
+                                "Strata block, or truncated",
+                                (unsigned long long)r->size);
+    uint32_t version = strata_load_u32le(t + 12);
+    if (version != BLOCK_FORMAT_VERSION)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block: format version %u is not supported (this build reads "
+                                "version %d); upgrade Strata to read this block",
+                                version, BLOCK_FORMAT_VERSION);
+    *footer_len = strata_load_u64le(t);
+    *footer_crc = strata_load_u32le(t + 8);
+    if (*footer_len > r->size - BLOCK_HEADER_SIZE - BLOCK_TRAILER_SIZE ||
+        *footer_len > MAX_FOOTER_BYTES)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: footer length %llu does not fit in the %llu-byte object "
+                                "(truncated?)",
+                                (unsigned long long)*footer_len, (unsigned long long)r->size);
+    r->footer_start = r->size - BLOCK_TRAILER_SIZE - *footer_len;
+    return 0;
+}
+
+static int read_footer(block_reader *r, strata_error *err) {
+    uint64_t min = BLOCK_HEADER_SIZE + BLOCK_TRAILER_SIZE;
+    if (r->size < min)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: object is %llu bytes, smaller than the %llu-byte minimum "
+                                "(truncated?)",
+                                (unsigned long long)r->size, (unsigned long long)min);
+    uint64_t tail = r->options.tail_guess < min ? min : r->options.tail_guess;
+    if (tail > r->size)
+        tail = r->size;
+    if (fetch(r, r->size - tail, tail, 0, err) != 0)
+        return -1;
+    uint64_t footer_len;
+    uint32_t crc;
+    if (check_trailer(r, r->io.data, r->io.len, &footer_len, &crc, err) != 0)
+        return -1;
+    const uint8_t *footer;
+    if (footer_len + BLOCK_TRAILER_SIZE <= tail) {
+        footer = r->io.data + (tail - BLOCK_TRAILER_SIZE - footer_len);
+    } else {
+        if (fetch(r, r->footer_start, footer_len, 0, err) != 0)
+            return -1;
+        footer = r->io.data;
+    }
+    if ((uint32_t)crc32_z(0, footer, (size_t)footer_len) != crc)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: footer checksum mismatch (the object is corrupt)");
+    return parse_footer(r, footer, (size_t)footer_len, err);
+}
+
+/* ---- pages ------------------------------------------------------------------------------ */
+
+static void evict_pages(block_reader *r) {
+    for (int id = 1; id <= BLOCK_TABLE_MAX; id++) {
+        r_table *t = &r->tables[id];
+        size_t cells = (size_t)t->n_groups * (size_t)t->n_columns;
+        for (size_t i = 0; t->evictable && i < cells; i++) {
+            r_decoded *d = t->decoded[i];
+            if (d == NULL)
+                continue;
+            free(d->values);
+            free(d->offsets);
+            free(d->text);
+            free(d);
+            t->decoded[i] = NULL;
+        }
+    }
+    r->cache_used = 0;
+}
+
+/* Call only while holding no decoded page pointers. */
+static void maybe_evict(block_reader *r) {
+    if (r->cache_used > r->options.cache_bytes)
+        evict_pages(r);
+}
+
+static int inflate_page(block_reader *r, const r_page *pg, int table, int col, uint64_t g,
+                        const uint8_t **raw, strata_error *err) {
+    if (pg->codec == BLOCK_CODEC_NONE) {
+        *raw = r->io.data;
+        return 0;
+    }
+    unsigned long long size = ZSTD_getFrameContentSize(r->io.data, r->io.len);
+    if (size != pg->raw_len)
+        return data_loss(err, table, col, g, "zstd frame size does not match the page index");
+    strata_buffer_reset(&r->raw);
+    if (strata_buffer_reserve(&r->raw, (size_t)pg->raw_len + 1) != 0)
+        return strata_error_oom(err);
+    size_t n =
+        ZSTD_decompressDCtx(r->dctx, r->raw.data, (size_t)pg->raw_len, r->io.data, r->io.len);
+    if (ZSTD_isError(n) || n != pg->raw_len)
+        return data_loss(err, table, col, g, "zstd data is corrupt");
+    *raw = r->raw.data;
+    return 0;
+}
+
+static int decode_page(const r_table *t, int table, int col, uint64_t g, const uint8_t *raw,
+                       uint64_t raw_len, r_decoded *d, strata_error *err) {
+    uint64_t rows = t->groups[g].rows;
+    if (t->encodings[col] == BLOCK_ENC_BYTES) {
+        d->offsets = malloc(((size_t)rows + 1) * sizeof *d->offsets);
+        d->text = malloc((size_t)raw_len + (size_t)rows + 1);
+        if (d->offsets == NULL || d->text == NULL)
+            return strata_error_oom(err);
+        d->bytes = (size_t)(rows * 4 + raw_len + rows);
+        if (!decode_strings(raw, raw + raw_len, rows, d))
+            return data_loss(err, table, col, g, "malformed string values");
+        return 0;
+    }
+    d->values = malloc((size_t)rows * sizeof *d->values);
+    if (d->values == NULL)
+        return strata_error_oom(err);
+    d->bytes = (size_t)rows * sizeof *d->values;
+    if (!decode_numbers(raw, raw + raw_len, t->encodings[col], rows, d->values, &d->max_value))
+        return data_loss(err, table, col, g, "malformed varints or wrong value count");
+    return 0;
+}
+
+/* Loads (or finds cached) page g of schema column scol of a table. */
+static int load_page(block_reader *r, int table, int scol, uint64_t g, const r_decoded **out,
+                     strata_error *err) {
+    r_table *t = &r->tables[table];
+    int col = t->column_of[scol];
+    size_t cell = (size_t)g * (size_t)t->n_columns + (size_t)col;
+    if (t->decoded[cell] != NULL) {
+        *out = t->decoded[cell];
+        return 0;
+    }
+    const r_page *pg = &t->pages[cell];
+    if (fetch(r, pg->offset, pg->stored_len, table, err) != 0)
+        return -1;
+    if ((uint32_t)crc32_z(0, r->io.data, r->io.len) != pg->crc)
+        return data_loss(err, table, scol, g, "checksum mismatch (the stored page is corrupt)");
+    const uint8_t *raw;
+    if (inflate_page(r, pg, table, scol, g, &raw, err) != 0)
+        return -1;
+    r_decoded *d = calloc(1, sizeof *d);
+    if (d == NULL)
+        return strata_error_oom(err);
+    if (decode_page(t, table, scol, g, raw, pg->raw_len, d, err) != 0) {
+        free(d->values);
+        free(d->offsets);
+        free(d->text);
+        free(d);
+        return -1;
+    }
+    t->decoded[cell] = d;
+    if (t->evictable)
+        r->cache_used += d->bytes;
+    *out = d;
+    return 0;
+}
+
+/* The page (row group) holding row; row must be < rows. */
+static uint64_t group_of(const r_table *t, uint64_t row) {
+    uint64_t lo = 0, hi = t->n_groups;
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (t->groups[mid].first_row <= row)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Decodes a whole numeric column into a malloc'd array of rows values (for small tables). */
+static int read_column(block_reader *r, int table, int scol, uint64_t **out, strata_error *err) {
+    const r_table *t = &r->tables[table];
+    uint64_t *values = malloc(((size_t)t->rows + 1) * sizeof *values);
+    if (values == NULL)
+        return strata_error_oom(err);
+    for (uint64_t g = 0; g < t->n_groups; g++) {
+        const r_decoded *d;
+        if (load_page(r, table, scol, g, &d, err) != 0) {
+            free(values);
+            return -1;
+        }
+        memcpy(values + t->groups[g].first_row, d->values,
+               (size_t)t->groups[g].rows * sizeof *values);
+    }
+    *out = values;
+    return 0;
+}
+
+/* Frees the decoded pages of a table whose contents were copied out. */
+static void drop_pages(block_reader *r, int table) {
+    r_table *t = &r->tables[table];
+    size_t cells = (size_t)t->n_groups * (size_t)t->n_columns;
+    for (size_t i = 0; i < cells; i++) {
+        r_decoded *d = t->decoded[i];
+        if (d == NULL)
+            continue;
+        free(d->values);
+        free(d->offsets);
+        free(d->text);
+        free(d);
+        t->decoded[i] = NULL;
+    }
+}
+
+int block_reader_string(block_reader *r, uint32_t id, const char **out, size_t *len,
+                        strata_error *err) {
+    const r_table *t = &r->tables[BLOCK_TABLE_STRINGS];
+    if (id >= t->rows)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: string id %u is out of range (%llu strings)", id,
+                                (unsigned long long)t->rows);
+    uint64_t g = group_of(t, id);
+    const r_decoded *d;
+    if (load_page(r, BLOCK_TABLE_STRINGS, BLOCK_COL_STRINGS_VALUE, g, &d, err) != 0)
+        return -1;
+    uint64_t i = id - t->groups[g].first_row;
+    *out = d->text + d->offsets[i];
+    if (len != NULL)
+        *len = d->offsets[i + 1] - d->offsets[i] - 1;
+    return 0;
+}
+
+/* ---- series ----------------------------------------------------------------------------- */
+
+static int series_string(block_reader *r, uint64_t id, const char *what, const char **out,
+                         strata_error *err) {
+    if (id >= r->tables[BLOCK_TABLE_STRINGS].rows)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: table %s: string id %llu is out "
+                                "of range",
+                                what, (unsigned long long)id);
+    return block_reader_string(r, (uint32_t)id, out, NULL, err);
+}
+
+static int build_series(block_reader *r, size_t i, uint64_t *const cols[BLOCK_COL_SERIES_COUNT],
+                        const uint64_t *label_names, const uint64_t *label_values,
+                        strata_error *err) {
+    r_series *s = &r->series[i];
+    const char *parts[5];
+    for (int p = 0; p < 5; p++) {
+        if (series_string(r, cols[p][i], "series", &parts[p], err) != 0)
+            return -1;
+    }
+    s->type.name = strdup(parts[0]);
+    s->type.sample_type = strdup(parts[1]);
+    s->type.sample_unit = strdup(parts[2]);
+    s->type.period_type = strdup(parts[3]);
+    s->type.period_unit = strdup(parts[4]);
+    s->type.delta = cols[BLOCK_COL_SERIES_DELTA][i] != 0;
+    if (s->type.name == NULL || s->type.sample_type == NULL || s->type.sample_unit == NULL ||
+        s->type.period_type == NULL || s->type.period_unit == NULL)
+        return strata_error_oom(err);
+    uint64_t first = cols[BLOCK_COL_SERIES_FIRST_LABEL][i];
+    uint64_t count = cols[BLOCK_COL_SERIES_LABEL_COUNT][i];
+    uint64_t n_labels = r->tables[BLOCK_TABLE_SERIES_LABELS].rows;
+    if (first > n_labels || count > n_labels - first)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: table series, row %zu: labels out of range", i);
+    for (uint64_t l = first; l < first + count; l++) {
+        const char *name, *value;
+        if (series_string(r, label_names[l], "series_labels", &name, err) != 0 ||
+            series_string(r, label_values[l], "series_labels", &value, err) != 0 ||
+            label_set_add(&s->labels, name, strlen(name), value, strlen(value), err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void free_columns(uint64_t **cols, int n) {
+    for (int i = 0; i < n; i++)
+        free(cols[i]);
+}
+
+static int load_series(block_reader *r, strata_error *err) {
+    uint64_t *cols[BLOCK_COL_SERIES_COUNT] = {0};
+    uint64_t *lcols[2] = {0};
+    uint64_t n = r->tables[BLOCK_TABLE_SERIES].rows;
+    r->series = calloc((size_t)n + 1, sizeof *r->series);
+    if (r->series == NULL)
+        return strata_error_oom(err);
+    r->n_series = (size_t)n;
+    int rc = 0;
+    for (int c = 0; c < BLOCK_COL_SERIES_COUNT && rc == 0; c++)
+        rc = read_column(r, BLOCK_TABLE_SERIES, c, &cols[c], err);
+    for (int c = 0; c < 2 && rc == 0; c++)
+        rc = read_column(r, BLOCK_TABLE_SERIES_LABELS, c, &lcols[c], err);
+    for (size_t i = 0; i < r->n_series && rc == 0; i++)
+        rc = build_series(r, i, cols, lcols[0], lcols[1], err);
+    free_columns(cols, BLOCK_COL_SERIES_COUNT);
+    free_columns(lcols, 2);
+    drop_pages(r, BLOCK_TABLE_SERIES);
+    drop_pages(r, BLOCK_TABLE_SERIES_LABELS);
+    return rc;
+}
+
+static int load_postings(block_reader *r, strata_error *err) {
+    uint64_t *cols[BLOCK_COL_POSTINGS_COUNT] = {0};
+    uint64_t *series = NULL;
+    uint64_t n = r->tables[BLOCK_TABLE_POSTINGS].rows;
+    uint64_t n_ps = r->tables[BLOCK_TABLE_POSTING_SERIES].rows;
+    r->postings = calloc((size_t)n + 1, sizeof *r->postings);
+    r->posting_series = malloc(((size_t)n_ps + 1) * sizeof *r->posting_series);
+    if (r->postings == NULL || r->posting_series == NULL)
+        return strata_error_oom(err);
+    int rc = 0;
+    for (int c = 0; c < BLOCK_COL_POSTINGS_COUNT && rc == 0; c++)
+        rc = read_column(r, BLOCK_TABLE_POSTINGS, c, &cols[c], err);
+    if (rc == 0)
+        rc = read_column(r, BLOCK_TABLE_POSTING_SERIES, 0, &series, err);
+    for (uint64_t i = 0; i < n && rc == 0; i++) {
+        r_posting *p = &r->postings[i];
+        p->first = cols[BLOCK_COL_POSTINGS_FIRST][i];
+        p->count = cols[BLOCK_COL_POSTINGS_SERIES_COUNT][i];
+        if (p->first > n_ps || p->count > n_ps - p->first)
+            rc = strata_error_set(err, STRATA_DATA_LOSS,
+                                  "block: table postings, row %llu: series range out of bounds",
+                                  (unsigned long long)i);
+        else if (series_string(r, cols[BLOCK_COL_POSTINGS_NAME][i], "postings", &p->name, err) !=
+                     0 ||
+                 series_string(r, cols[BLOCK_COL_POSTINGS_VALUE][i], "postings", &p->value, err) !=
+                     0)
+            rc = -1;
+        r->n_postings = (size_t)i + 1;
+    }
+    for (uint64_t i = 0; i < n_ps && rc == 0; i++) {
+        if (series[i] >= r->n_series)
+            rc = strata_error_set(err, STRATA_DATA_LOSS,
+                                  "block: table posting_series, row %llu: series id out of range",
+                                  (unsigned long long)i);
+        r->posting_series[i] = (uint32_t)series[i];
+    }
+    r->n_posting_series = (size_t)n_ps;
+    free_columns(cols, BLOCK_COL_POSTINGS_COUNT);
+    free(series);
+    drop_pages(r, BLOCK_TABLE_POSTINGS);
+    drop_pages(r, BLOCK_TABLE_POSTING_SERIES);
+    return rc;
+}
+
+size_t block_reader_series_count(const block_reader *r) {
+    return r->n_series;
+}
+
+const label_set *block_reader_series_labels(const block_reader *r, uint32_t id) {
+    return id < r->n_series ? &r->series[id].labels : NULL;
+}
+
+const profile_type *block_reader_series_type(const block_reader *r, uint32_t id) {
+    return id < r->n_series ? &r->series[id].type : NULL;
+}
+
+/* Narrows keep[] to series matching one matcher, using the postings of its label name. */
+static int apply_matcher(block_reader *r, const label_matcher *m, uint8_t *keep,
+                         strata_error *err) {
+    uint8_t *hit = calloc(r->n_series + 1, 1), *has = calloc(r->n_series + 1, 1);
+    if (hit == NULL || has == NULL) {
+        free(hit);
+        free(has);
+        return strata_error_oom(err);
+    }
+    for (size_t i = 0; i < r->n_postings; i++) {
+        const r_posting *p = &r->postings[i];
+        if (strcmp(p->name, m->name) != 0)
+            continue;
+        bool match = label_matcher_matches(m, p->value);
+        for (uint64_t k = p->first; k < p->first + p->count; k++) {
+            has[r->posting_series[k]] = 1;
+            if (match)
+                hit[r->posting_series[k]] = 1;
+        }
+    }
+    bool absent_matches = label_matcher_matches(m, NULL);
+    for (size_t s = 0; s < r->n_series; s++) {
+        bool ok = hit[s] || (!has[s] && absent_matches);
+        keep[s] = keep[s] && ok;
+    }
+    free(hit);
+    free(has);
+    return 0;
+}
+
+int block_reader_select(block_reader *r, const selector *sel, uint32_t **ids, size_t *n,
+                        strata_error *err) {
+    *ids = NULL;
+    *n = 0;
+    uint8_t *keep = malloc(r->n_series + 1);
+    if (keep == NULL)
+        return strata_error_oom(err);
+    for (size_t s = 0; s < r->n_series; s++)
+        keep[s] =
+            !sel->has_profile_type || profile_type_equal(&sel->profile_type, &r->series[s].type);
+    for (size_t i = 0; i < sel->n_matchers; i++) {
+        if (apply_matcher(r, &sel->matchers[i], keep, err) != 0) {
+            free(keep);
+            return -1;
+        }
+    }
+    size_t count = 0;
+    for (size_t s = 0; s < r->n_series; s++)
+        count += keep[s];
+    if (count > 0) {
+        *ids = malloc(count * sizeof **ids);
+        if (*ids == NULL) {
+            free(keep);
+            return strata_error_oom(err);
+        }
+        for (size_t s = 0; s < r->n_series; s++) {
+            if (keep[s])
+                (*ids)[(*n)++] = (uint32_t)s;
+        }
+    }
+    free(keep);
+    return 0;
+}
+
+/* ---- profiles and samples --------------------------------------------------------------- */
+
+/* True if some id in the sorted list lies in [lo, hi]. */
+static bool any_in_range(const uint32_t *ids, size_t n, int64_t lo, int64_t hi) {
+    size_t a = 0, b = n;
+    while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        if ((int64_t)ids[mid] < lo)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    return a < n && (int64_t)ids[a] <= hi;
+}
+
+static bool contains(const uint32_t *ids, size_t n, uint64_t id) {
+    return any_in_range(ids, n, (int64_t)id, (int64_t)id);
+}
+
+static bool group_may_match(const r_table *t, uint64_t g, const uint32_t *ids, size_t n_ids,
+                            int64_t start, int64_t end) {
+    const r_page *row = &t->pages[g * (uint64_t)t->n_columns];
+    int sc = t->column_of[BLOCK_COL_PROFILES_SERIES], tc = t->column_of[BLOCK_COL_PROFILES_TIME];
+    if ((t->flags[tc] & BLOCK_COLUMN_HAS_MINMAX) && (row[tc].max < start || row[tc].min > end))
+        return false;
+    if (ids != NULL && (t->flags[sc] & BLOCK_COLUMN_HAS_MINMAX) &&
+        !any_in_range(ids, n_ids, row[sc].min, row[sc].max))
+        return false;
+    return true;
+}
+
+/* Appends to an array whose capacity is 16, then each power of two as it fills. */
+static int append_profile(block_profile **out, size_t *n, const block_profile *p,
+                          strata_error *err) {
+    if (*n == 0 || (*n >= 16 && (*n & (*n - 1)) == 0)) {
+        size_t cap = *n == 0 ? 16 : *n * 2;
+        block_profile *grown = realloc(*out, cap * sizeof *grown);
+        if (grown == NULL)
+            return strata_error_oom(err);
+        *out = grown;
+    }
+    (*out)[(*n)++] = *p;
+    return 0;
+}
+
+static int scan_profile_group(block_reader *r, uint64_t g, const uint32_t *ids, size_t n_ids,
+                              int64_t start, int64_t end, block_profile **out, size_t *n,
+                              strata_error *err) {
+    const r_table *t = &r->tables[BLOCK_TABLE_PROFILES];
+    const r_decoded *cols[BLOCK_COL_PROFILES_COUNT];
+    for (int c = 0; c < BLOCK_COL_PROFILES_COUNT; c++) {
+        if (load_page(r, BLOCK_TABLE_PROFILES, c, g, &cols[c], err) != 0)
+            return -1;
+    }
+    uint64_t n_samples = r->tables[BLOCK_TABLE_SAMPLES].rows;
+    for (uint64_t i = 0; i < t->groups[g].rows; i++) {
+        block_profile p;
+        uint64_t series = cols[BLOCK_COL_PROFILES_SERIES]->values[i];
+        uint64_t first = cols[BLOCK_COL_PROFILES_FIRST_SAMPLE]->values[i];
+        uint64_t count = cols[BLOCK_COL_PROFILES_SAMPLE_COUNT]->values[i];
+        if (series >= r->n_series || first > n_samples || count > n_samples - first ||
+            count > UINT32_MAX)
+            return data_loss(err, BLOCK_TABLE_PROFILES, -1, g,
+                             "series id or sample range out of bounds");
+        p.series_id = (uint32_t)series;
+        p.time_ns = as_signed(cols[BLOCK_COL_PROFILES_TIME]->values[i]);
+        if ((ids != NULL && !contains(ids, n_ids, series)) || p.time_ns < start || p.time_ns > end)
+            continue;
+        p.duration_ns = as_signed(cols[BLOCK_COL_PROFILES_DURATION]->values[i]);
+        p.period = as_signed(cols[BLOCK_COL_PROFILES_PERIOD]->values[i]);
+        p.total = as_signed(cols[BLOCK_COL_PROFILES_TOTAL]->values[i]);
+        p.first_sample = first;
+        p.sample_count = (uint32_t)count;
+        if (append_profile(out, n, &p, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int compare_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int block_reader_profiles(block_reader *r, const uint32_t *series_ids, size_t n_series,
+                          int64_t start_ns, int64_t end_ns, block_profile **out, size_t *n,
+                          strata_error *err) {
+    uint32_t *ids = NULL;
+    if (series_ids != NULL) {
+        if (n_series == 0)
+            return 0;
+        ids = malloc(n_series * sizeof *ids);
+        if (ids == NULL)
+            return strata_error_oom(err);
+        memcpy(ids, series_ids, n_series * sizeof *ids);
+        qsort(ids, n_series, sizeof *ids, compare_u32);
+    }
+    const r_table *t = &r->tables[BLOCK_TABLE_PROFILES];
+    int rc = 0;
+    for (uint64_t g = 0; g < t->n_groups && rc == 0; g++) {
+        maybe_evict(r);
+        if (group_may_match(t, g, ids, n_series, start_ns, end_ns))
+            rc = scan_profile_group(r, g, ids, n_series, start_ns, end_ns, out, n, err);
+    }
+    free(ids);
+    return rc;
+}
+
+void block_samples_free(block_samples *s) {
+    free(s->stacks);
+    free(s->values);
+    memset(s, 0, sizeof *s);
+}
+
+static int samples_reserve(block_samples *s, size_t extra, strata_error *err) {
+    if (s->len + extra <= s->cap)
+        return 0;
+    size_t cap = s->cap ? s->cap : 1024;
+    while (cap < s->len + extra)
+        cap *= 2;
+    uint32_t *stacks = realloc(s->stacks, cap * sizeof *stacks);
+    if (stacks == NULL)
+        return strata_error_oom(err);
+    s->stacks = stacks;
+    int64_t *values = realloc(s->values, cap * sizeof *values);
+    if (values == NULL)
+        return strata_error_oom(err);
+    s->values = values;
+    s->cap = cap;
+    return 0;
+}
+
+/* Copies rows [from, from + count) of one samples page into out. */
+static int copy_sample_rows(block_reader *r, uint64_t g, uint64_t from, uint64_t count,
+                            block_samples *out, strata_error *err) {
+    const r_decoded *stacks, *values;
+    if (load_page(r, BLOCK_TABLE_SAMPLES, BLOCK_COL_SAMPLES_STACK, g, &stacks, err) != 0 ||
+        load_page(r, BLOCK_TABLE_SAMPLES, BLOCK_COL_SAMPLES_VALUE, g, &values, err) != 0)
+        return -1;
+    if (stacks->max_value > r->tables[BLOCK_TABLE_STACKS].rows)
+        return data_loss(err, BLOCK_TABLE_SAMPLES, BLOCK_COL_SAMPLES_STACK, g,
+                         "stack id out of range");
+    uint64_t base = from - r->tables[BLOCK_TABLE_SAMPLES].groups[g].first_row;
+    for (uint64_t i = 0; i < count; i++) {
+        out->stacks[out->len + i] = (uint32_t)stacks->values[base + i];
+        out->values[out->len + i] = as_signed(values->values[base + i]);
+    }
+    out->len += (size_t)count;
+    return 0;
+}
+
+static int read_profile_samples(block_reader *r, const block_profile *p, block_samples *out,
+                                strata_error *err) {
+    const r_table *t = &r->tables[BLOCK_TABLE_SAMPLES];
+    if (p->first_sample > t->rows || p->sample_count > t->rows - p->first_sample)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block: profile's samples %llu+%u are outside the samples table",
+                                (unsigned long long)p->first_sample, p->sample_count);
+    if (samples_reserve(out, p->sample_count, err) != 0)
+        return -1;
+    uint64_t row = p->first_sample, left = p->sample_count;
+    while (left > 0) {
+        maybe_evict(r);
+        uint64_t g = group_of(t, row);
+        uint64_t in_page = t->groups[g].first_row + t->groups[g].rows - row;
+        uint64_t take = left < in_page ? left : in_page;
+        if (copy_sample_rows(r, g, row, take, out, err) != 0)
+            return -1;
+        row += take;
+        left -= take;
+    }
+    return 0;
+}
+
+int block_reader_read_samples(block_reader *r, const block_profile *profiles, size_t n,
+                              block_samples *out, strata_error *err) {
+    for (size_t i = 0; i < n; i++) {
+        if (read_profile_samples(r, &profiles[i], out, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- symbols ---------------------------------------------------------------------------- */
+
+static int symbol_string(block_reader *r, uint64_t id, int table, uint64_t row, const char **out,
+                         strata_error *err) {
+    if (id >= r->tables[BLOCK_TABLE_STRINGS].rows)
+        return strata_error_set(
+            err, STRATA_DATA_LOSS, "block: table %s, row %llu: string id %llu out of range",
+            block_table_name(table), (unsigned long long)row, (unsigned long long)id);
+    return block_reader_string(r, (uint32_t)id, out, NULL, err);
+}
+
+static int load_mappings(block_reader *r, strata_error *err) {
+    uint64_t *c[BLOCK_COL_MAPPINGS_COUNT] = {0};
+    size_t n = (size_t)r->tables[BLOCK_TABLE_MAPPINGS].rows;
+    int rc = (r->mappings = calloc(n + 1, sizeof *r->mappings)) == NULL ? strata_error_oom(err) : 0;
+    for (int i = 0; i < BLOCK_COL_MAPPINGS_COUNT && rc == 0; i++)
+        rc = read_column(r, BLOCK_TABLE_MAPPINGS, i, &c[i], err);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        block_mapping *m = &r->mappings[i];
+        m->memory_start = c[BLOCK_COL_MAPPINGS_START][i];
+        m->memory_limit = c[BLOCK_COL_MAPPINGS_LIMIT][i];
+        m->file_offset = c[BLOCK_COL_MAPPINGS_OFFSET][i];
+        m->flags = (uint32_t)c[BLOCK_COL_MAPPINGS_FLAGS][i];
+        if (symbol_string(r, c[BLOCK_COL_MAPPINGS_FILE][i], BLOCK_TABLE_MAPPINGS, i, &m->file,
+                          err) != 0 ||
+            symbol_string(r, c[BLOCK_COL_MAPPINGS_BUILD_ID][i], BLOCK_TABLE_MAPPINGS, i,
+                          &m->build_id, err) != 0)
+            rc = -1;
+    }
+    r->n_mappings = n;
+    free_columns(c, BLOCK_COL_MAPPINGS_COUNT);
+    drop_pages(r, BLOCK_TABLE_MAPPINGS);
+    return rc;
+}
+
+static int load_functions(block_reader *r, strata_error *err) {
+    uint64_t *c[BLOCK_COL_FUNCTIONS_COUNT] = {0};
+    size_t n = (size_t)r->tables[BLOCK_TABLE_FUNCTIONS].rows;
+    int rc =
+        (r->functions = calloc(n + 1, sizeof *r->functions)) == NULL ? strata_error_oom(err) : 0;
+    for (int i = 0; i < BLOCK_COL_FUNCTIONS_COUNT && rc == 0; i++)
+        rc = read_column(r, BLOCK_TABLE_FUNCTIONS, i, &c[i], err);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        block_function *f = &r->functions[i];
+        f->start_line = as_signed(c[BLOCK_COL_FUNCTIONS_START_LINE][i]);
+        if (symbol_string(r, c[BLOCK_COL_FUNCTIONS_NAME][i], BLOCK_TABLE_FUNCTIONS, i, &f->name,
+                          err) != 0 ||
+            symbol_string(r, c[BLOCK_COL_FUNCTIONS_SYSTEM_NAME][i], BLOCK_TABLE_FUNCTIONS, i,
+                          &f->system_name, err) != 0 ||
+            symbol_string(r, c[BLOCK_COL_FUNCTIONS_FILE][i], BLOCK_TABLE_FUNCTIONS, i, &f->file,
+                          err) != 0)
+            rc = -1;
+    }
+    r->n_functions = n;
+    free_columns(c, BLOCK_COL_FUNCTIONS_COUNT);
+    drop_pages(r, BLOCK_TABLE_FUNCTIONS);
+    return rc;
+}
+
+static int load_lines(block_reader *r, strata_error *err) {
+    uint64_t *c[BLOCK_COL_LINES_COUNT] = {0};
+    size_t n = (size_t)r->tables[BLOCK_TABLE_LINES].rows;
+    int rc = (r->lines = calloc(n + 1, sizeof *r->lines)) == NULL ? strata_error_oom(err) : 0;
+    for (int i = 0; i < BLOCK_COL_LINES_COUNT && rc == 0; i++)
+        rc = read_column(r, BLOCK_TABLE_LINES, i, &c[i], err);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (c[BLOCK_COL_LINES_FUNCTION][i] >= r->n_functions)
+            rc = strata_error_set(err, STRATA_DATA_LOSS,
+                                  "block: table lines, row %zu: function id out of range", i);
+        r->lines[i].function_id = (uint32_t)c[BLOCK_COL_LINES_FUNCTION][i];
+        r->lines[i].line = as_signed(c[BLOCK_COL_LINES_LINE][i]);
+    }
+    r->n_lines = n;
+    free_columns(c, BLOCK_COL_LINES_COUNT);
+    drop_pages(r, BLOCK_TABLE_LINES);
+    return rc;
+}
+
+static int load_locations(block_reader *r, strata_error *err) {
+    uint64_t *c[BLOCK_COL_LOCATIONS_COUNT] = {0};
+    size_t n = (size_t)r->tables[BLOCK_TABLE_LOCATIONS].rows;
+    int rc =
+        (r->locations = calloc(n + 1, sizeof *r->locations)) == NULL ? strata_error_oom(err) : 0;
+    for (int i = 0; i < BLOCK_COL_LOCATIONS_COUNT && rc == 0; i++)
+        rc = read_column(r, BLOCK_TABLE_LOCATIONS, i, &c[i], err);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        block_location *l = &r->locations[i];
+        uint64_t mapping = c[BLOCK_COL_LOCATIONS_MAPPING][i];
+        uint64_t first = c[BLOCK_COL_LOCATIONS_FIRST_LINE][i];
+        uint64_t count = c[BLOCK_COL_LOCATIONS_LINE_COUNT][i];
+        if (mapping > r->n_mappings || first > r->n_lines || count > r->n_lines - first) {
+            rc = strata_error_set(err, STRATA_DATA_LOSS,
+                                  "block: table locations, row %zu: mapping or lines out of range",
+                                  i);
+            break;
+        }
+        l->address = c[BLOCK_COL_LOCATIONS_ADDRESS][i];
+        l->has_mapping = mapping != 0;
+        l->mapping_id = mapping == 0 ? 0 : (uint32_t)(mapping - 1);
+        l->is_folded = (c[BLOCK_COL_LOCATIONS_FLAGS][i] & BLOCK_LOCATION_IS_FOLDED) != 0;
+        l->lines = r->lines + first;
+        l->n_lines = (uint32_t)count;
+    }
+    r->n_locations = n;
+    free_columns(c, BLOCK_COL_LOCATIONS_COUNT);
+    drop_pages(r, BLOCK_TABLE_LOCATIONS);
+    return rc;
+}
+
+static int load_stacks(block_reader *r, strata_error *err) {
+    uint64_t *c[BLOCK_COL_STACKS_COUNT] = {0};
+    size_t n = (size_t)r->tables[BLOCK_TABLE_STACKS].rows;
+    r->stack_parent = calloc(n + 1, sizeof *r->stack_parent);
+    r->stack_location = calloc(n + 1, sizeof *r->stack_location);
+    int rc = r->stack_parent == NULL || r->stack_location == NULL ? strata_error_oom(err) : 0;
+    for (int i = 0; i < BLOCK_COL_STACKS_COUNT && rc == 0; i++)
+        rc = read_column(r, BLOCK_TABLE_STACKS, i, &c[i], err);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        uint64_t id = i + 1, delta = c[BLOCK_COL_STACKS_PARENT_DELTA][i];
+        uint64_t location = c[BLOCK_COL_STACKS_LOCATION][i];
+        if (delta == 0 || delta > id || location >= r->n_locations) {
+            rc = strata_error_set(err, STRATA_DATA_LOSS,
+                                  "block: table stacks, row %zu: parent or location out of range",
+                                  i);
+            break;
+        }
+        r->stack_parent[id] = (uint32_t)(id - delta);
+        r->stack_location[id] = (uint32_t)location;
+    }
+    r->n_stacks = n;
+    free_columns(c, BLOCK_COL_STACKS_COUNT);
+    drop_pages(r, BLOCK_TABLE_STACKS);
+    return rc;
+}
+
+static int load_symbols(block_reader *r, strata_error *err) {
+    if (r->symbols_loaded)
+        return 0;
+    if (load_mappings(r, err) != 0 || load_functions(r, err) != 0 || load_lines(r, err) != 0 ||
+        load_locations(r, err) != 0 || load_stacks(r, err) != 0)
+        return -1;
+    r->symbols_loaded = true;
+    return 0;
+}
+
+int block_reader_stack(block_reader *r, uint32_t stack_id, uint32_t *locations, size_t cap,
+                       size_t *depth, strata_error *err) {
+    if (load_symbols(r, err) != 0)
+        return -1;
+    if (stack_id > r->n_stacks)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block: stack id %u is out of range (%zu stacks)", stack_id,
+                                r->n_stacks);
+    size_t d = 0;
+    for (uint32_t id = stack_id; id != 0; id = r->stack_parent[id]) {
+        if (d < cap)
+            locations[d] = r->stack_location[id];
+        d++;
+    }
+    *depth = d;
+    return 0;
+}
+
+int block_reader_location(block_reader *r, uint32_t id, block_location *out, strata_error *err) {
+    if (load_symbols(r, err) != 0)
+        return -1;
+    if (id >= r->n_locations)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block: location id %u is out of range (%zu locations)", id,
+                                r->n_locations);
+    *out = r->locations[id];
+    return 0;
+}
+
+int block_reader_function(block_reader *r, uint32_t id, block_function *out, strata_error *err) {
+    if (load_symbols(r, err) != 0)
+        return -1;
+    if (id >= r->n_functions)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block: function id %u is out of range (%zu functions)", id,
+                                r->n_functions);
+    *out = r->functions[id];
+    return 0;
+}
+
+int block_reader_mapping(block_reader *r, uint32_t id, block_mapping *out, strata_error *err) {
+    if (load_symbols(r, err) != 0)
+        return -1;
+    if (id >= r->n_mappings)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block: mapping id %u is out of range (%zu mappings)", id,
+                                r->n_mappings);
+    *out = r->mappings[id];
+    return 0;
+}
+
+/* ---- open / close ----------------------------------------------------------------------- */
+
+uint64_t block_reader_bytes_fetched(const block_reader *r) {
+    return r->bytes_fetched;
+}
+
+uint64_t block_reader_table_bytes_fetched(const block_reader *r, int table_id) {
+    if (table_id < 1 || table_id > BLOCK_TABLE_MAX)
+        return 0;
+    return r->tables[table_id].bytes_fetched;
+}
+
+uint64_t block_reader_row_count(const block_reader *r, int table_id) {
+    if (table_id < 1 || table_id > BLOCK_TABLE_MAX)
+        return 0;
+    return r->tables[table_id].rows;
+}
+
+int block_reader_open(block_fetch_fn fetch_fn, void *ctx, uint64_t object_size,
+                      const block_reader_options *options, block_reader **out, strata_error *err) {
+    *out = NULL;
+    block_reader *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return strata_error_oom(err);
+    r->fetch = fetch_fn;
+    r->ctx = ctx;
+    r->size = object_size;
+    block_reader_options_default(&r->options);
+    if (options != NULL)
+        r->options = *options;
+    r->dctx = ZSTD_createDCtx();
+    if (r->dctx == NULL) {
+        block_reader_close(r);
+        return strata_error_oom(err);
+    }
+    if (read_footer(r, err) != 0 || load_series(r, err) != 0 || load_postings(r, err) != 0) {
+        block_reader_close(r);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+void block_reader_close(block_reader *r) {
+    if (r == NULL)
+        return;
+    for (int id = 0; id <= BLOCK_TABLE_MAX; id++)
+        table_free(&r->tables[id]);
+    strata_buffer_free(&r->io);
+    strata_buffer_free(&r->raw);
+    ZSTD_freeDCtx(r->dctx);
+    for (size_t i = 0; r->series != NULL && i < r->n_series; i++) {
+        label_set_free(&r->series[i].labels);
+        profile_type_free(&r->series[i].type);
+    }
+    free(r->series);
+    free(r->postings);
+    free(r->posting_series);
+    free(r->mappings);
+    free(r->functions);
+    free(r->locations);
+    free(r->lines);
+    free(r->stack_parent);
+    free(r->stack_location);
+    free(r);
+}

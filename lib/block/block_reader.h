@@ -1,0 +1,163 @@
+/*
+ * block_reader.h - reads a block's data object through ranged fetches.
+ *
+ * Design. The reader never needs the whole object. block_reader_open fetches the object's tail
+ * once (a guess of 64 KiB, or exactly the footer if it is bigger), checks the trailer (magic,
+ * version) and the footer's CRC-32, and parses the page index. It then loads the series tables
+ * (series, labels, postings), which are small and needed by every query, plus the string pages
+ * they reference: writers give label strings the lowest ids, so symbol string pages are not read.
+ *
+ * Everything else is fetched lazily, page by page, through the caller's fetch callback (a bucket
+ * range read, a file pread, a memory slice), and verified (CRC-32 of the stored bytes, zstd frame
+ * size, exact value count) before use:
+ *   - profiles pages are skipped using their series and time min/max from the footer;
+ *   - samples pages are read only for the profiles asked for;
+ *   - symbol tables (mappings, functions, locations, lines, stacks) are decoded completely on first
+ *     use, strings page by page.
+ * Decoded profile and sample pages live in a cache bounded by cache_bytes (evicted wholesale when
+ * full); symbol and string pages stay until close, so strings handed out stay valid.
+ * Counters of bytes fetched (total and per table) let tests and metrics see what a query read.
+ *
+ * Corrupt input (bad checksums, truncation, out-of-range ids, malformed varints) yields DATA_LOSS
+ * with a message naming the table, column and page; an unknown format version or a non-block
+ * INVALID_ARGUMENT. The reader never trusts a length or id it has not checked.
+ *
+ * A reader is not thread-safe; open one per thread or serialise calls.
+ */
+#ifndef STRATA_BLOCK_READER_H
+#define STRATA_BLOCK_READER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "block/block_format.h"
+#include "common/buffer.h"
+#include "common/error.h"
+#include "labels/labels.h"
+
+/* Reads `length` bytes at `offset` of the object into out (which the reader has reset). Must
+ * deliver exactly length bytes or fail. */
+typedef int (*block_fetch_fn)(void *ctx, uint64_t offset, uint64_t length, strata_buffer *out,
+                              strata_error *err);
+
+typedef struct block_reader_options {
+    size_t tail_guess;  /* bytes fetched from the end at open; default 64 KiB */
+    size_t cache_bytes; /* budget for decoded profile and sample pages; default 256 MiB */
+} block_reader_options;
+
+void block_reader_options_default(block_reader_options *options);
+
+typedef struct block_reader block_reader;
+
+/* Opens a block of object_size bytes. options may be NULL. */
+int block_reader_open(block_fetch_fn fetch, void *ctx, uint64_t object_size,
+                      const block_reader_options *options, block_reader **out, strata_error *err);
+void block_reader_close(block_reader *r);
+
+/* A fetch callback over a byte array in memory; ctx is a block_memory_source. */
+typedef struct block_memory_source {
+    const uint8_t *data;
+    size_t len;
+} block_memory_source;
+int block_memory_fetch(void *ctx, uint64_t offset, uint64_t length, strata_buffer *out,
+                       strata_error *err);
+
+/* Bytes fetched so far: in total, and for pages of one table (block_table_id). */
+uint64_t block_reader_bytes_fetched(const block_reader *r);
+uint64_t block_reader_table_bytes_fetched(const block_reader *r, int table_id);
+
+/* Row counts from the footer. */
+uint64_t block_reader_row_count(const block_reader *r, int table_id);
+
+/* ---- series ---- */
+
+size_t block_reader_series_count(const block_reader *r);
+/* Labels (sorted, without __name__) and profile type of a series; NULL if id is out of range. */
+const label_set *block_reader_series_labels(const block_reader *r, uint32_t series_id);
+const profile_type *block_reader_series_type(const block_reader *r, uint32_t series_id);
+/* Series matching the selector's profile type (if any) and all its matchers, ascending ids, via
+ * the postings. *ids is malloc'd (free it); NULL with *n 0 when nothing matches. */
+int block_reader_select(block_reader *r, const selector *sel, uint32_t **ids, size_t *n,
+                        strata_error *err);
+
+/* ---- profiles and samples ---- */
+
+typedef struct block_profile {
+    uint32_t series_id;
+    uint32_t sample_count;
+    int64_t time_ns;
+    int64_t duration_ns;
+    int64_t period;
+    int64_t total;
+    uint64_t first_sample; /* row in the samples table */
+} block_profile;
+
+/* Profiles of the given series (ascending ids; NULL means every series) with start_ns <= time_ns
+ * <= end_ns, ordered by (series, time). Appends to a malloc'd *out array of *n entries (set *out
+ * NULL and *n 0 before the first call). Pages whose series or time range cannot match are not
+ * fetched. */
+int block_reader_profiles(block_reader *r, const uint32_t *series_ids, size_t n_series,
+                          int64_t start_ns, int64_t end_ns, block_profile **out, size_t *n,
+                          strata_error *err);
+
+/* (stack id, value) pairs; stack ids ascending within one profile. */
+typedef struct block_samples {
+    uint32_t *stacks;
+    int64_t *values;
+    size_t len;
+    size_t cap;
+} block_samples;
+
+void block_samples_free(block_samples *s);
+/* Appends the samples of n profiles (in the given order) to out. */
+int block_reader_read_samples(block_reader *r, const block_profile *profiles, size_t n,
+                              block_samples *out, strata_error *err);
+
+/* ---- symbols ---- */
+
+typedef struct block_line {
+    uint32_t function_id;
+    int64_t line;
+} block_line;
+
+typedef struct block_location {
+    uint64_t address;
+    bool has_mapping;
+    uint32_t mapping_id;
+    bool is_folded;
+    const block_line *lines; /* innermost (inlined) first; valid until close */
+    uint32_t n_lines;
+} block_location;
+
+typedef struct block_function {
+    const char *name; /* NUL-terminated; valid until close */
+    const char *system_name;
+    const char *file;
+    int64_t start_line;
+} block_function;
+
+typedef struct block_mapping {
+    uint64_t memory_start;
+    uint64_t memory_limit;
+    uint64_t file_offset;
+    const char *file;
+    const char *build_id;
+    uint32_t flags; /* BLOCK_MAPPING_* */
+} block_mapping;
+
+/* Location ids of a stack, leaf first, into locations[0..cap); *depth is the full depth (may exceed
+ * cap: call again with more room). Stack 0 is the empty stack. */
+int block_reader_stack(block_reader *r, uint32_t stack_id, uint32_t *locations, size_t cap,
+                       size_t *depth, strata_error *err);
+int block_reader_location(block_reader *r, uint32_t location_id, block_location *out,
+                          strata_error *err);
+int block_reader_function(block_reader *r, uint32_t function_id, block_function *out,
+                          strata_error *err);
+int block_reader_mapping(block_reader *r, uint32_t mapping_id, block_mapping *out,
+                         strata_error *err);
+/* String id -> NUL-terminated string valid until close. */
+int block_reader_string(block_reader *r, uint32_t string_id, const char **out, size_t *len,
+                        strata_error *err);
+
+#endif

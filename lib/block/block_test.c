@@ -1,0 +1,902 @@
+/*
+ * block_test.c - block writer, reader, meta, marks, ULIDs and dump.
+ *
+ * Profiles are assembled by hand as pprof_profile structs (one function and one location per
+ * distinct frame name, ids offset per profile so de-duplication across profiles is exercised),
+ * written into blocks and read back through an in-memory fetch callback.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "block/block_dump.h"
+#include "block/block_format.h"
+#include "block/block_meta.h"
+#include "block/block_reader.h"
+#include "block/block_writer.h"
+#include "block/ulid.h"
+
+#define SEC INT64_C(1000000000)
+#define MAX_FRAMES 8
+#define MAX_NAMES 32
+
+typedef struct tsample {
+    const char *frames[MAX_FRAMES]; /* leaf first, NULL-terminated */
+    int64_t value;
+} tsample;
+
+/* ---- fixtures ---------------------------------------------------------------------------- */
+
+static pprof_string str(const char *s) {
+    pprof_string v = {s, (uint32_t)strlen(s)};
+    return v;
+}
+
+static int64_t add_string(pprof_profile *p, const char *s) {
+    for (size_t i = 0; i < p->n_strings; i++) {
+        if (p->strings[i].len == strlen(s) && memcmp(p->strings[i].ptr, s, p->strings[i].len) == 0)
+            return (int64_t)i;
+    }
+    p->strings[p->n_strings] = str(s);
+    return (int64_t)p->n_strings++;
+}
+
+/* Builds a pprof with sample types (samples,count) and (cpu,nanoseconds); values v and v*1000.
+ * pprof ids are offset by id_offset. */
+static void build_pprof(pprof_profile *p, const tsample *samples, size_t n, uint64_t id_offset) {
+    memset(p, 0, sizeof *p);
+    p->strings = calloc(64, sizeof *p->strings);
+    assert_non_null(p->strings);
+    add_string(p, "");
+    p->n_sample_types = 2;
+    p->sample_types = calloc(2, sizeof *p->sample_types);
+    p->sample_types[0].type = add_string(p, "samples");
+    p->sample_types[0].unit = add_string(p, "count");
+    p->sample_types[1].type = add_string(p, "cpu");
+    p->sample_types[1].unit = add_string(p, "nanoseconds");
+    int64_t file = add_string(p, "main.go");
+    p->mappings = calloc(1, sizeof *p->mappings);
+    p->n_mappings = 1;
+    p->mappings[0] = (pprof_mapping){.id = 1 + id_offset,
+                                     .memory_start = 0x400000,
+                                     .memory_limit = 0x500000,
+                                     .filename = add_string(p, "/usr/bin/app"),
+                                     .build_id = add_string(p, "b1d"),
+                                     .has_functions = true};
+    const char *names[MAX_NAMES];
+    size_t n_names = 0;
+    size_t n_ids = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t f = 0; f < MAX_FRAMES && samples[i].frames[f] != NULL; f++, n_ids++) {
+            size_t k = 0;
+            while (k < n_names && strcmp(names[k], samples[i].frames[f]) != 0)
+                k++;
+            if (k == n_names)
+                names[n_names++] = samples[i].frames[f];
+        }
+    }
+    p->functions = calloc(n_names + 1, sizeof *p->functions);
+    p->locations = calloc(n_names + 1, sizeof *p->locations);
+    p->lines = calloc(n_names + 1, sizeof *p->lines);
+    p->n_functions = p->n_locations = p->n_lines = n_names;
+    for (size_t k = 0; k < n_names; k++) {
+        int64_t name = add_string(p, names[k]);
+        p->functions[k] = (pprof_function){k + 1 + id_offset, name, name, file, 10};
+        p->lines[k] = (pprof_line){k + 1 + id_offset, (int64_t)(100 + k), 0};
+        p->locations[k] = (pprof_location){.id = k + 1 + id_offset,
+                                           .mapping_id = 1 + id_offset,
+                                           .address = 0x401000 + 16 * k,
+                                           .line_offset = (uint32_t)k,
+                                           .line_count = 1};
+    }
+    p->samples = calloc(n + 1, sizeof *p->samples);
+    p->sample_location_ids = calloc(n_ids + 1, sizeof *p->sample_location_ids);
+    p->sample_values = calloc(2 * n + 1, sizeof *p->sample_values);
+    p->n_samples = n;
+    for (size_t i = 0; i < n; i++) {
+        pprof_sample *s = &p->samples[i];
+        s->location_offset = (uint32_t)p->n_sample_location_ids;
+        s->value_offset = (uint32_t)(2 * i);
+        for (size_t f = 0; f < MAX_FRAMES && samples[i].frames[f] != NULL; f++) {
+            size_t k = 0;
+            while (strcmp(names[k], samples[i].frames[f]) != 0)
+                k++;
+            p->sample_location_ids[p->n_sample_location_ids++] = k + 1 + id_offset;
+            s->location_count++;
+        }
+        p->sample_values[2 * i] = samples[i].value;
+        p->sample_values[2 * i + 1] = samples[i].value * 1000;
+    }
+    strata_error err;
+    assert_int_equal(pprof_profile_build_indexes(p, &err), 0);
+}
+
+static profile_type cpu_type(void) {
+    return (profile_type){"process_cpu", "samples", "count", "cpu", "nanoseconds", true};
+}
+
+static profile_type mem_type(void) {
+    return (profile_type){"memory", "alloc_space", "bytes", "space", "bytes", false};
+}
+
+static void labels2(label_set *set, const char *n1, const char *v1, const char *n2,
+                    const char *v2) {
+    strata_error err;
+    memset(set, 0, sizeof *set);
+    assert_int_equal(label_set_add(set, n1, strlen(n1), v1, strlen(v1), &err), 0);
+    if (n2 != NULL)
+        assert_int_equal(label_set_add(set, n2, strlen(n2), v2, strlen(v2), &err), 0);
+}
+
+static const tsample profile_a[] = {
+    {{"work", "handler", "main", NULL}, 5},
+    {{"work", "handler", "main", NULL}, 3}, /* identical stack: summed to 8 */
+    {{"idle", "main", NULL}, 0},            /* zero: dropped */
+    {{"handler", "main", NULL}, 2},
+};
+static const tsample profile_b[] = {
+    {{"work", "handler", "main", NULL}, 7},
+    {{"gc", "runtime", NULL}, 1},
+};
+static const tsample profile_c[] = {
+    {{"malloc", "alloc", "main", NULL}, 4096},
+};
+
+typedef struct fixture {
+    strata_buffer data;
+    block_meta meta;
+    block_memory_source src;
+} fixture;
+
+/* Series after sorting: 0 memory{job=db}, 1 cpu{job=api,pod=api-1}, 2 cpu{job=api,pod=api-2}. */
+static void write_fixture(fixture *fx, size_t page_size) {
+    block_writer_options opt;
+    block_writer_options_default(&opt);
+    opt.page_size = page_size;
+    opt.tenant = "team-a";
+    strata_error err;
+    block_writer *w = block_writer_new(&opt, &err);
+    assert_non_null(w);
+    pprof_profile pa, pb, pc;
+    build_pprof(&pa, profile_a, 4, 0);
+    build_pprof(&pb, profile_b, 2, 100);
+    build_pprof(&pc, profile_c, 1, 7);
+    label_set api1, api2, db;
+    labels2(&api1, "pod", "api-1", "job", "api"); /* unsorted on purpose */
+    labels2(&api2, "job", "api", "pod", "api-2");
+    labels2(&db, "job", "db", "empty", ""); /* empty value: ignored */
+    profile_type cpu = cpu_type(), mem = mem_type();
+    assert_int_equal(
+        block_writer_add_profile(w, &api1, &cpu, 2000 * SEC, 10 * SEC, 1000, &pb, 0, &err), 0);
+    assert_int_equal(
+        block_writer_add_profile(w, &api1, &cpu, 1000 * SEC, 10 * SEC, 1000, &pa, 0, &err), 0);
+    assert_int_equal(
+        block_writer_add_profile(w, &api2, &cpu, 1500 * SEC, 10 * SEC, 1000, &pa, 1, &err), 0);
+    assert_int_equal(block_writer_add_profile(w, &db, &mem, 1200 * SEC, 0, 512, &pc, 0, &err), 0);
+    assert_int_equal(block_writer_profile_count(w), 4);
+    assert_true(block_writer_memory_bytes(w) > 1000);
+    strata_buffer_init(&fx->data);
+    assert_int_equal(block_writer_finish(w, &fx->data, &fx->meta, &err), 0);
+    block_writer_free(w);
+    pprof_profile_free(&pa);
+    pprof_profile_free(&pb);
+    pprof_profile_free(&pc);
+    label_set_free(&api1);
+    label_set_free(&api2);
+    label_set_free(&db);
+    fx->src.data = fx->data.data;
+    fx->src.len = fx->data.len;
+}
+
+static void fixture_free(fixture *fx) {
+    strata_buffer_free(&fx->data);
+    block_meta_free(&fx->meta);
+}
+
+static block_reader *open_fixture(fixture *fx) {
+    block_reader *r = NULL;
+    strata_error err;
+    int rc = block_reader_open(block_memory_fetch, &fx->src, fx->src.len, NULL, &r, &err);
+    if (rc != 0)
+        fail_msg("open failed: %s", err.message);
+    return r;
+}
+
+/* "leaf;...;root" for a stack. */
+static void stack_names(block_reader *r, uint32_t stack, char *out, size_t cap) {
+    uint32_t locs[64];
+    size_t depth;
+    strata_error err;
+    assert_int_equal(block_reader_stack(r, stack, locs, 64, &depth, &err), 0);
+    out[0] = '\0';
+    for (size_t i = 0; i < depth; i++) {
+        block_location loc;
+        assert_int_equal(block_reader_location(r, locs[i], &loc, &err), 0);
+        assert_int_equal(loc.n_lines, 1);
+        block_function f;
+        assert_int_equal(block_reader_function(r, loc.lines[0].function_id, &f, &err), 0);
+        if (i > 0)
+            strncat(out, ";", cap - strlen(out) - 1);
+        strncat(out, f.name, cap - strlen(out) - 1);
+    }
+}
+
+/* ---- round trip -------------------------------------------------------------------------- */
+
+static void test_roundtrip_series_and_profiles(void **state) {
+    (void)state;
+    fixture fx;
+    write_fixture(&fx, 64 * 1024);
+    block_reader *r = open_fixture(&fx);
+    assert_int_equal(block_reader_series_count(r), 3);
+    assert_string_equal(block_reader_series_type(r, 0)->name, "memory");
+    assert_string_equal(block_reader_series_type(r, 0)->sample_type, "alloc_space");
+    assert_false(block_reader_series_type(r, 0)->delta);
+    assert_int_equal(block_reader_series_labels(r, 0)->count, 1);
+    assert_string_equal(label_set_get(block_reader_series_labels(r, 0), "job"), "db");
+    assert_null(label_set_get(block_reader_series_labels(r, 0), "empty"));
+    assert_string_equal(block_reader_series_type(r, 1)->name, "process_cpu");
+    assert_true(block_reader_series_type(r, 1)->delta);
+    assert_string_equal(block_reader_series_type(r, 1)->period_unit, "nanoseconds");
+    assert_string_equal(block_reader_series_labels(r, 1)->labels[0].name, "job");
+    assert_string_equal(label_set_get(block_reader_series_labels(r, 1), "pod"), "api-1");
+    assert_string_equal(label_set_get(block_reader_series_labels(r, 2), "pod"), "api-2");
+    assert_null(block_reader_series_labels(r, 3));
+
+    block_profile *p = NULL;
+    size_t n = 0;
+    strata_error err;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &n, &err), 0);
+    assert_int_equal(n, 4);
+    assert_int_equal(p[0].series_id, 0);
+    assert_int_equal(p[0].time_ns, 1200 * SEC);
+    assert_int_equal(p[0].total, 4096);
+    assert_int_equal(p[0].period, 512);
+    assert_int_equal(p[1].series_id, 1);
+    assert_int_equal(p[1].time_ns, 1000 * SEC); /* sorted by time within the series */
+    assert_int_equal(p[1].duration_ns, 10 * SEC);
+    assert_int_equal(p[1].total, 10);
+    assert_int_equal(p[1].sample_count, 2); /* 3 distinct stacks, one of them zero */
+    assert_int_equal(p[2].series_id, 1);
+    assert_int_equal(p[2].time_ns, 2000 * SEC);
+    assert_int_equal(p[2].total, 8);
+    assert_int_equal(p[3].series_id, 2);
+    assert_int_equal(p[3].total, 10000); /* sample type index 1: values * 1000 */
+
+    block_samples s = {0};
+    assert_int_equal(block_reader_read_samples(r, &p[1], 1, &s, &err), 0);
+    assert_int_equal(s.len, 2);
+    assert_true(s.stacks[0] < s.stacks[1]);
+    char names[256];
+    int64_t work = 0, handler = 0;
+    for (size_t i = 0; i < s.len; i++) {
+        stack_names(r, s.stacks[i], names, sizeof names);
+        if (strcmp(names, "work;handler;main") == 0)
+            work = s.values[i];
+        else if (strcmp(names, "handler;main") == 0)
+            handler = s.values[i];
+        else
+            fail_msg("unexpected stack %s", names);
+    }
+    assert_int_equal(work, 8);
+    assert_int_equal(handler, 2);
+
+    /* a batch read appends in profile order */
+    s.len = 0;
+    assert_int_equal(block_reader_read_samples(r, p, n, &s, &err), 0);
+    assert_int_equal(s.len, 1 + 2 + 2 + 2);
+    stack_names(r, s.stacks[0], names, sizeof names);
+    assert_string_equal(names, "malloc;alloc;main");
+    assert_int_equal(s.values[0], 4096);
+    block_samples_free(&s);
+    free(p);
+    block_reader_close(r);
+    fixture_free(&fx);
+}
+
+static void test_symbols_deduplicated(void **state) {
+    (void)state;
+    fixture fx;
+    write_fixture(&fx, 64 * 1024);
+    block_reader *r = open_fixture(&fx);
+    /* distinct frames: work handler main idle gc runtime malloc alloc */
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_FUNCTIONS), 8);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_MAPPINGS), 1);
+    /* locations: one per function per address; profile_c's start at different addresses for
+     * main/alloc/malloc than a/b's (its own index order), so count what is distinct */
+    uint64_t n_locations = block_reader_row_count(r, BLOCK_TABLE_LOCATIONS);
+    assert_true(n_locations >= 8 && n_locations <= 11);
+    /* stacks: main, main>handler, main>handler>work, main>idle, runtime, runtime>gc, and
+     * profile c's main', main'>alloc, main'>alloc>malloc -- the tree shares prefixes */
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_SAMPLES), 7);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_PROFILES), 4);
+    strata_error err;
+    block_mapping m;
+    assert_int_equal(block_reader_mapping(r, 0, &m, &err), 0);
+    assert_string_equal(m.file, "/usr/bin/app");
+    assert_string_equal(m.build_id, "b1d");
+    assert_int_equal(m.memory_start, 0x400000);
+    assert_int_equal(m.flags, BLOCK_MAPPING_HAS_FUNCTIONS);
+    block_function f;
+    assert_int_equal(block_reader_function(r, 0, &f, &err), 0);
+    assert_string_equal(f.file, "main.go");
+    assert_int_equal(f.start_line, 10);
+    assert_int_equal(block_reader_function(r, 99, &f, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    size_t depth;
+    uint32_t loc;
+    assert_int_equal(block_reader_stack(r, 0, &loc, 1, &depth, &err), 0);
+    assert_int_equal(depth, 0);
+    block_reader_close(r);
+    fixture_free(&fx);
+}
+
+static void test_meta_from_writer(void **state) {
+    (void)state;
+    fixture fx;
+    write_fixture(&fx, 64 * 1024);
+    block_meta *m = &fx.meta;
+    assert_int_equal(m->min_time_ms, 1000 * 1000);
+    assert_int_equal(m->max_time_ms, 2000 * 1000 + 1);
+    assert_int_equal(m->num_samples, 7);
+    assert_int_equal(m->num_series, 3);
+    assert_int_equal(m->num_profiles, 4);
+    assert_int_equal(m->compaction_level, 1);
+    assert_int_equal(m->n_sources, 1);
+    assert_int_equal(ulid_compare(&m->sources[0], &m->id), 0);
+    assert_string_equal(m->tenant, "team-a");
+    assert_int_equal(m->n_files, 1);
+    assert_string_equal(m->files[0].rel_path, "profiles.strata");
+    assert_int_equal(m->files[0].size_bytes, fx.data.len);
+    assert_int_equal(m->n_profile_types, 2);
+    assert_string_equal(m->profile_types[0], "memory:alloc_space:bytes:space:bytes");
+    assert_string_equal(m->profile_types[1], "process_cpu:samples:count:cpu:nanoseconds:delta");
+    assert_int_equal(m->n_label_names, 2);
+    assert_string_equal(m->label_names[0], "job");
+    assert_string_equal(m->label_names[1], "pod");
+    fixture_free(&fx);
+}
+
+/* ---- selection and pruning --------------------------------------------------------------- */
+
+static void expect_select(block_reader *r, const char *text, const uint32_t *want, size_t n_want) {
+    selector sel;
+    strata_error err;
+    if (selector_parse(text, &sel, &err) != 0)
+        fail_msg("selector %s: %s", text, err.message);
+    uint32_t *ids;
+    size_t n;
+    assert_int_equal(block_reader_select(r, &sel, &ids, &n, &err), 0);
+    if (n != n_want)
+        fail_msg("selector %s: %zu series, want %zu", text, n, n_want);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(ids[i], want[i]);
+    free(ids);
+    selector_free(&sel);
+}
+
+static void test_select(void **state) {
+    (void)state;
+    fixture fx;
+    write_fixture(&fx, 64 * 1024);
+    block_reader *r = open_fixture(&fx);
+    expect_select(r, "{job=\"api\"}", (uint32_t[]){1, 2}, 2);
+    expect_select(r, "{pod=~\"api-.*\"}", (uint32_t[]){1, 2}, 2);
+    expect_select(r, "{pod=~\"api-2|api-3\"}", (uint32_t[]){2}, 1);
+    expect_select(r, "{pod=\"\"}", (uint32_t[]){0}, 1);
+    expect_select(r, "{pod!=\"\"}", (uint32_t[]){1, 2}, 2);
+    expect_select(r, "{job!~\"a.*\"}", (uint32_t[]){0}, 1);
+    expect_select(r, "{job=\"nope\"}", NULL, 0);
+    expect_select(r, "{}", (uint32_t[]){0, 1, 2}, 3);
+    expect_select(r, "process_cpu:samples:count:cpu:nanoseconds:delta{pod!=\"api-1\"}",
+                  (uint32_t[]){2}, 1);
+    expect_select(r, "memory:alloc_space:bytes:space:bytes", (uint32_t[]){0}, 1);
+    block_reader_close(r);
+    fixture_free(&fx);
+}
+
+static void test_range_query_reads_no_sample_pages(void **state) {
+    (void)state;
+    block_writer_options opt;
+    block_writer_options_default(&opt);
+    opt.page_size = 256; /* many small pages */
+    strata_error err;
+    block_writer *w = block_writer_new(&opt, &err);
+    pprof_profile pa;
+    build_pprof(&pa, profile_a, 4, 0);
+    profile_type cpu = cpu_type();
+    label_set l1, l2;
+    labels2(&l1, "job", "a", NULL, NULL);
+    labels2(&l2, "job", "b", NULL, NULL);
+    for (int i = 0; i < 300; i++) {
+        assert_int_equal(block_writer_add_profile(w, (i & 1) ? &l1 : &l2, &cpu, i * 10 * SEC,
+                                                  10 * SEC, 1, &pa, 0, &err),
+                         0);
+    }
+    strata_buffer data = STRATA_BUFFER_INIT;
+    block_meta meta;
+    assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
+    block_writer_free(w);
+    block_memory_source src = {data.data, data.len};
+    block_reader *r;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, data.len, NULL, &r, &err), 0);
+    assert_int_equal(block_reader_table_bytes_fetched(r, BLOCK_TABLE_SAMPLES), 0);
+    assert_int_equal(block_reader_table_bytes_fetched(r, BLOCK_TABLE_PROFILES), 0);
+
+    /* series 1 (job=b) in [1000 s, 1100 s]: profiles at 1000, 1020, ..., 1100 s */
+    uint32_t series = 1;
+    block_profile *p = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, &series, 1, 1000 * SEC, 1100 * SEC, &p, &n, &err), 0);
+    assert_int_equal(n, 6);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(p[i].series_id, 1);
+        assert_int_equal(p[i].time_ns, (1000 + 20 * (int64_t)i) * SEC);
+        assert_int_equal(p[i].total, 10);
+    }
+    assert_int_equal(block_reader_table_bytes_fetched(r, BLOCK_TABLE_SAMPLES), 0);
+    uint64_t profile_bytes = block_reader_table_bytes_fetched(r, BLOCK_TABLE_PROFILES);
+    assert_true(profile_bytes > 0);
+    /* pruning by page min/max: far less than all profile pages were read */
+    block_profile *all = NULL;
+    size_t n_all = 0;
+    block_reader *r2;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, data.len, NULL, &r2, &err), 0);
+    assert_int_equal(block_reader_profiles(r2, NULL, 0, INT64_MIN, INT64_MAX, &all, &n_all, &err),
+                     0);
+    assert_int_equal(n_all, 300);
+    assert_true(profile_bytes * 2 < block_reader_table_bytes_fetched(r2, BLOCK_TABLE_PROFILES));
+
+    block_samples s = {0};
+    assert_int_equal(block_reader_read_samples(r, p, n, &s, &err), 0);
+    assert_int_equal(s.len, 12);
+    assert_true(block_reader_table_bytes_fetched(r, BLOCK_TABLE_SAMPLES) > 0);
+    /* samples crossing page boundaries with 256-byte pages read back exactly */
+    block_samples s_all = {0};
+    assert_int_equal(block_reader_read_samples(r2, all, n_all, &s_all, &err), 0);
+    assert_int_equal(s_all.len, 600);
+    int64_t sum = 0;
+    for (size_t i = 0; i < s_all.len; i++)
+        sum += s_all.values[i];
+    assert_int_equal(sum, 300 * 10);
+    block_samples_free(&s);
+    block_samples_free(&s_all);
+    free(p);
+    free(all);
+    block_reader_close(r);
+    block_reader_close(r2);
+    strata_buffer_free(&data);
+    block_meta_free(&meta);
+    pprof_profile_free(&pa);
+    label_set_free(&l1);
+    label_set_free(&l2);
+}
+
+/* ---- symbolized path and writer errors --------------------------------------------------- */
+
+static void test_symbolized_path(void **state) {
+    (void)state;
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    profile_type cpu = cpu_type();
+    label_set l;
+    labels2(&l, "node", "n1", NULL, NULL);
+    block_frame leaf = {"inner", "_Z5innerv", "a.cc", 12, 10, "/lib/libx.so", "bid", 0x10};
+    block_frame root = {"main", "main", "a.cc", 3, 1, "/lib/libx.so", "bid", 0x20};
+    block_frame stack[2] = {leaf, root};
+    block_frame kernel[1] = {{"__x64_sys_read", NULL, NULL, 0, 0, NULL, NULL, 0xffff}};
+    assert_int_equal(block_writer_add_sample(w, stack, 2, 1, &err), -1);
+    assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
+    for (int p = 0; p < 2; p++) {
+        assert_int_equal(block_writer_begin_profile(w, &l, &cpu, (5 + p) * SEC, SEC, 7, &err), 0);
+        assert_int_equal(block_writer_begin_profile(w, &l, &cpu, 0, 0, 0, &err), -1);
+        assert_int_equal(block_writer_add_sample(w, stack, 2, 4, &err), 0);
+        assert_int_equal(block_writer_add_sample(w, stack, 2, 6, &err), 0);
+        assert_int_equal(block_writer_add_sample(w, kernel, 1, 0, &err), 0); /* dropped */
+        assert_int_equal(block_writer_add_sample(w, kernel, 1, -3, &err), 0);
+        assert_int_equal(block_writer_add_sample(w, NULL, 0, 2, &err), 0); /* empty stack */
+        assert_int_equal(block_writer_end_profile(w, &err), 0);
+    }
+    assert_int_equal(block_writer_sample_count(w), 6);
+    strata_buffer data = STRATA_BUFFER_INIT;
+    block_meta meta;
+    assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
+    assert_int_equal(block_writer_finish(w, &data, &meta, &err), -1);
+    assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
+    block_writer_free(w);
+    block_memory_source src = {data.data, data.len};
+    block_reader *r;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, data.len, NULL, &r, &err), 0);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_FUNCTIONS), 3);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_LOCATIONS), 3);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_MAPPINGS), 1);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_STACKS), 3);
+    block_profile *p = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, 6 * SEC, 6 * SEC, &p, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(p[0].total, 10 - 3 + 2);
+    assert_int_equal(p[0].period, 7);
+    block_samples s = {0};
+    assert_int_equal(block_reader_read_samples(r, p, 1, &s, &err), 0);
+    assert_int_equal(s.len, 3);
+    assert_int_equal(s.stacks[0], 0); /* the empty stack sorts first */
+    assert_int_equal(s.values[0], 2);
+    char names[128];
+    for (size_t i = 1; i < 3; i++) {
+        stack_names(r, s.stacks[i], names, sizeof names);
+        if (s.values[i] == 10)
+            assert_string_equal(names, "inner;main");
+        else
+            assert_string_equal(names, "__x64_sys_read");
+    }
+    uint32_t locs[2];
+    size_t depth;
+    block_location loc;
+    block_function f;
+    block_mapping m;
+    for (size_t i = 1; i < 3; i++) {
+        if (s.values[i] != 10)
+            continue;
+        assert_int_equal(block_reader_stack(r, s.stacks[i], locs, 1, &depth, &err), 0);
+        assert_int_equal(depth, 2); /* full depth even when cap is smaller */
+        assert_int_equal(block_reader_location(r, locs[0], &loc, &err), 0);
+        assert_int_equal(loc.address, 0x10);
+        assert_true(loc.has_mapping);
+        assert_int_equal(loc.lines[0].line, 12);
+        assert_int_equal(block_reader_function(r, loc.lines[0].function_id, &f, &err), 0);
+        assert_string_equal(f.system_name, "_Z5innerv");
+        assert_int_equal(f.start_line, 10);
+        assert_int_equal(block_reader_mapping(r, loc.mapping_id, &m, &err), 0);
+        assert_string_equal(m.file, "/lib/libx.so");
+    }
+    block_samples_free(&s);
+    free(p);
+    block_reader_close(r);
+    strata_buffer_free(&data);
+    block_meta_free(&meta);
+    label_set_free(&l);
+}
+
+static void test_writer_errors(void **state) {
+    (void)state;
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    profile_type cpu = cpu_type();
+    label_set l;
+    labels2(&l, "__name__", "x", NULL, NULL);
+    pprof_profile pa;
+    build_pprof(&pa, profile_a, 4, 0);
+    assert_int_equal(block_writer_add_profile(w, &l, &cpu, 0, 0, 0, &pa, 0, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "__name__"));
+    label_set_free(&l);
+    labels2(&l, "job", "x", NULL, NULL);
+    assert_int_equal(block_writer_add_profile(w, &l, &cpu, 0, 0, 0, &pa, 2, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    profile_type unnamed = {"", "", "", "", "", false};
+    assert_int_equal(block_writer_add_profile(w, &l, &unnamed, 0, 0, 0, &pa, 0, &err), -1);
+    /* an undefined location id in a sample */
+    pa.sample_location_ids[0] = 999;
+    assert_int_equal(block_writer_add_profile(w, &l, &cpu, 0, 0, 0, &pa, 0, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "location 999"));
+    strata_buffer data = STRATA_BUFFER_INIT;
+    block_meta meta;
+    assert_int_equal(block_writer_finish(w, &data, &meta, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(data.len, 0);
+    assert_int_equal(block_writer_profile_count(w), 0);
+    block_writer_free(w);
+    pprof_profile_free(&pa);
+    label_set_free(&l);
+}
+
+/* ---- corruption -------------------------------------------------------------------------- */
+
+static int open_bytes(const uint8_t *data, size_t len, block_reader **r, strata_error *err) {
+    static block_memory_source src;
+    src.data = data;
+    src.len = len;
+    return block_reader_open(block_memory_fetch, &src, len, NULL, r, err);
+}
+
+static void test_corrupt_pages(void **state) {
+    (void)state;
+    fixture fx;
+    write_fixture(&fx, 64 * 1024);
+    uint8_t *copy = malloc(fx.data.len);
+    size_t len = fx.data.len;
+    strata_error err;
+    block_reader *r;
+
+    /* first page: the strings table, needed to open */
+    memcpy(copy, fx.data.data, len);
+    copy[BLOCK_HEADER_SIZE + 1] ^= 0x40;
+    assert_int_equal(open_bytes(copy, len, &r, &err), -1);
+    assert_int_equal(err.code, STRATA_DATA_LOSS);
+    assert_non_null(strstr(err.message, "table strings, column value, page 0"));
+    assert_non_null(strstr(err.message, "checksum"));
+
+    /* last page before the footer: samples.value; open succeeds, reading samples fails */
+    memcpy(copy, fx.data.data, len);
+    uint64_t footer_len = strata_load_u64le(copy + len - BLOCK_TRAILER_SIZE);
+    size_t footer_start = len - BLOCK_TRAILER_SIZE - (size_t)footer_len;
+    copy[footer_start - 1] ^= 0x01;
+    assert_int_equal(open_bytes(copy, len, &r, &err), 0);
+    block_profile *p = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &n, &err), 0);
+    block_samples s = {0};
+    assert_int_equal(block_reader_read_samples(r, p, n, &s, &err), -1);
+    assert_int_equal(err.code, STRATA_DATA_LOSS);
+    assert_non_null(strstr(err.message, "table samples, column value, page 0"));
+    block_samples_free(&s);
+    free(p);
+    block_reader_close(r);
+
+    /* footer byte: checksum */
+    memcpy(copy, fx.data.data, len);
+    copy[footer_start + 2] ^= 0x10;
+    assert_int_equal(open_bytes(copy, len, &r, &err), -1);
+    assert_int_equal(err.code, STRATA_DATA_LOSS);
+    assert_non_null(strstr(err.message, "footer checksum"));
+    free(copy);
+    fixture_free(&fx);
+}
+
+static void test_truncated_and_bad_trailer(void **state) {
+    (void)state;
+    fixture fx;
+    write_fixture(&fx, 64 * 1024);
+    size_t len = fx.data.len;
+    uint8_t *copy = malloc(len);
+    memcpy(copy, fx.data.data, len);
+    strata_error err;
+    block_reader *r;
+    assert_int_equal(open_bytes(copy, 10, &r, &err), -1);
+    assert_int_equal(err.code, STRATA_DATA_LOSS);
+    assert_non_null(strstr(err.message, "minimum"));
+    for (size_t cut = 1; cut < len; cut += (cut < 64 ? 1 : 97)) {
+        assert_int_equal(open_bytes(copy, len - cut, &r, &err), -1);
+        assert_int_equal(err.code, STRATA_DATA_LOSS);
+    }
+    copy[len - 1] ^= 0xff; /* magic */
+    assert_int_equal(open_bytes(copy, len, &r, &err), -1);
+    assert_int_equal(err.code, STRATA_DATA_LOSS);
+    assert_non_null(strstr(err.message, "not a Strata block"));
+    copy[len - 1] ^= 0xff;
+    copy[len - 12] = 2; /* version */
+    assert_int_equal(open_bytes(copy, len, &r, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "version 2 is not supported"));
+    copy[len - 12] = 1;
+    copy[len - 24] ^= 0x80; /* footer length */
+    assert_int_equal(open_bytes(copy, len, &r, &err), -1);
+    assert_int_equal(err.code, STRATA_DATA_LOSS);
+    /* a tiny tail guess forces the second footer fetch */
+    copy[len - 24] ^= 0x80;
+    block_reader_options opt;
+    block_reader_options_default(&opt);
+    opt.tail_guess = 40;
+    block_memory_source src = {copy, len};
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, len, &opt, &r, &err), 0);
+    assert_int_equal(block_reader_series_count(r), 3);
+    block_reader_close(r);
+    free(copy);
+    fixture_free(&fx);
+}
+
+/* ---- meta, marks, ulid, dump ------------------------------------------------------------- */
+
+static void test_meta_json_roundtrip(void **state) {
+    (void)state;
+    fixture fx;
+    write_fixture(&fx, 64 * 1024);
+    block_meta_parent parents[2];
+    strata_error err;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(ulid_new_at(1000 + i, &parents[i].id, &err), 0);
+        parents[i].min_time_ms = 10 * i;
+        parents[i].max_time_ms = 10 * i + 5;
+    }
+    assert_int_equal(block_meta_set_parents(&fx.meta, parents, 2, &err), 0);
+    fx.meta.compaction_level = 2;
+    strata_buffer json = STRATA_BUFFER_INIT;
+    assert_int_equal(block_meta_encode(&fx.meta, &json, &err), 0);
+    assert_int_equal(strata_buffer_append_byte(&json, 0), 0);
+    const char *text = (const char *)json.data;
+    const char *fields[] = {"\"ulid\":\"",
+                            "\"minTime\":1000000",
+                            "\"maxTime\":2000001",
+                            "\"stats\":{\"numSamples\":7",
+                            "\"numSeries\":3",
+                            "\"numProfiles\":4",
+                            "\"compaction\":{\"level\":2,\"sources\":[\"",
+                            "\"parents\":[{\"ulid\":\"",
+                            "\"version\":1",
+                            "\"strata\":{\"version\":1,\"tenant\":\"team-a\"",
+                            "\"files\":[{\"rel_path\":\"profiles.strata\",\"size_bytes\":",
+                            "\"profile_types\":[\"memory:alloc_space:bytes:space:bytes\"",
+                            "\"label_names\":[\"job\",\"pod\"]"};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (strstr(text, fields[i]) == NULL)
+            fail_msg("meta.json lacks %s: %s", fields[i], text);
+    }
+    block_meta back;
+    assert_int_equal(block_meta_decode(text, json.len - 1, &back, &err), 0);
+    assert_int_equal(ulid_compare(&back.id, &fx.meta.id), 0);
+    assert_int_equal(back.min_time_ms, fx.meta.min_time_ms);
+    assert_int_equal(back.max_time_ms, fx.meta.max_time_ms);
+    assert_int_equal(back.num_samples, 7);
+    assert_int_equal(back.compaction_level, 2);
+    assert_int_equal(back.n_sources, 1);
+    assert_int_equal(back.n_parents, 2);
+    assert_int_equal(ulid_compare(&back.parents[1].id, &parents[1].id), 0);
+    assert_int_equal(back.parents[1].max_time_ms, 15);
+    assert_string_equal(back.tenant, "team-a");
+    assert_int_equal(back.files[0].size_bytes, fx.data.len);
+    assert_int_equal(back.n_profile_types, 2);
+    assert_string_equal(back.label_names[1], "pod");
+    block_meta copy;
+    assert_int_equal(block_meta_copy(&copy, &back, &err), 0);
+    assert_string_equal(copy.profile_types[1], back.profile_types[1]);
+    block_meta_free(&copy);
+    block_meta_free(&back);
+
+    const char *bad[] = {
+        "{}",
+        "[1]",
+        "{\"version\":2}",
+        "{\"version\":1,\"ulid\":\"nope\"}",
+        "{\"version\":1,\"ulid\":\"01ARZ3NDEKTSV4RRFFQ69G5FAV\",\"minTime\":\"x\"}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(block_meta_decode(bad[i], strlen(bad[i]), &back, &err), -1);
+        assert_true(err.code == STRATA_INVALID_ARGUMENT);
+    }
+    /* an unknown strata format version */
+    strata_buffer_reset(&json);
+    fx.meta.format_version = 9;
+    assert_int_equal(block_meta_encode(&fx.meta, &json, &err), 0);
+    assert_int_equal(block_meta_decode((const char *)json.data, json.len, &back, &err), -1);
+    assert_non_null(strstr(err.message, "format version 9"));
+    strata_buffer_free(&json);
+    fixture_free(&fx);
+}
+
+static void test_marks(void **state) {
+    (void)state;
+    strata_error err;
+    block_deletion_mark dm = {.deletion_time = 1700000000, .details = "retention"};
+    assert_int_equal(ulid_parse("01ARZ3NDEKTSV4RRFFQ69G5FAV", 26, &dm.id, &err), 0);
+    strata_buffer json = STRATA_BUFFER_INIT;
+    assert_int_equal(block_deletion_mark_encode(&dm, &json, &err), 0);
+    assert_int_equal(strata_buffer_append_byte(&json, 0), 0);
+    assert_string_equal((const char *)json.data,
+                        "{\"id\":\"01ARZ3NDEKTSV4RRFFQ69G5FAV\",\"version\":1,\"details\":"
+                        "\"retention\",\"deletion_time\":1700000000}");
+    block_deletion_mark dm2;
+    assert_int_equal(block_deletion_mark_decode((const char *)json.data, json.len - 1, &dm2, &err),
+                     0);
+    assert_int_equal(dm2.deletion_time, 1700000000);
+    assert_string_equal(dm2.details, "retention");
+    assert_int_equal(ulid_compare(&dm.id, &dm2.id), 0);
+    block_deletion_mark_free(&dm2);
+    const char *no_time = "{\"id\":\"01ARZ3NDEKTSV4RRFFQ69G5FAV\",\"version\":1}";
+    assert_int_equal(block_deletion_mark_decode(no_time, strlen(no_time), &dm2, &err), -1);
+    assert_non_null(strstr(err.message, "deletion_time"));
+
+    block_no_compact_mark nc = {.id = dm.id, .no_compact_time = 42, .reason = "manual"};
+    strata_buffer_reset(&json);
+    assert_int_equal(block_no_compact_mark_encode(&nc, &json, &err), 0);
+    assert_int_equal(strata_buffer_append_byte(&json, 0), 0);
+    assert_non_null(strstr((const char *)json.data, "\"no_compact_time\":42"));
+    assert_non_null(strstr((const char *)json.data, "\"reason\":\"manual\""));
+    block_no_compact_mark nc2;
+    assert_int_equal(
+        block_no_compact_mark_decode((const char *)json.data, json.len - 1, &nc2, &err), 0);
+    assert_int_equal(nc2.no_compact_time, 42);
+    assert_string_equal(nc2.reason, "manual");
+    block_no_compact_mark_free(&nc2);
+    strata_buffer_free(&json);
+}
+
+static void test_ulid(void **state) {
+    (void)state;
+    strata_error err;
+    ulid a, b;
+    /* the ULID spec's example: ulid(1469918176385) = 01ARYZ6S41TSV4RRFFQ69G5FAV */
+    assert_int_equal(ulid_parse("01ARYZ6S41TSV4RRFFQ69G5FAV", 26, &b, &err), 0);
+    assert_int_equal(ulid_time_ms(&b), INT64_C(1469918176385));
+    assert_int_equal(ulid_parse("01ARZ3NDEKTSV4RRFFQ69G5FAV", 26, &a, &err), 0);
+    char text[ULID_STRING_LEN + 1];
+    ulid_format(&a, text);
+    assert_string_equal(text, "01ARZ3NDEKTSV4RRFFQ69G5FAV");
+    assert_int_equal(ulid_parse("01arz3ndektsv4rrffq69g5fav", 26, &b, &err), 0);
+    assert_int_equal(ulid_compare(&a, &b), 0);
+    /* monotonic within one millisecond, ordered across */
+    ulid prev;
+    assert_int_equal(ulid_new_at(5000, &prev, &err), 0);
+    for (int i = 0; i < 1000; i++) {
+        ulid next;
+        assert_int_equal(ulid_new_at(5000 + i / 100, &next, &err), 0);
+        assert_true(ulid_compare(&prev, &next) < 0);
+        char t1[27], t2[27];
+        ulid_format(&prev, t1);
+        ulid_format(&next, t2);
+        assert_true(strcmp(t1, t2) < 0);
+        assert_int_equal(ulid_time_ms(&next), 5000 + i / 100);
+        prev = next;
+    }
+    assert_int_equal(ulid_new(&a, &err), 0);
+    assert_false(ulid_is_zero(&a));
+    assert_true(ulid_time_ms(&a) > INT64_C(1600000000000));
+    assert_int_equal(ulid_parse("01ARZ3NDEKTSV4RRFFQ69G5FA", 25, &a, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(ulid_parse("01ARZ3NDEKTSV4RRFFQ69G5FAU", 26, &a, &err), -1);
+    assert_non_null(strstr(err.message, "character 26"));
+    assert_int_equal(ulid_parse("81ARZ3NDEKTSV4RRFFQ69G5FAV", 26, &a, &err), -1);
+    assert_int_equal(ulid_new_at(-1, &a, &err), -1);
+    ulid zero;
+    memset(&zero, 0, sizeof zero);
+    ulid_format(&zero, text);
+    assert_string_equal(text, "00000000000000000000000000");
+    assert_true(ulid_is_zero(&zero));
+}
+
+static void test_dump(void **state) {
+    (void)state;
+    fixture fx;
+    write_fixture(&fx, 64 * 1024);
+    block_reader *r = open_fixture(&fx);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    assert_non_null(out);
+    strata_error err;
+    assert_int_equal(block_dump(r, &fx.meta, out, NULL, &err), 0);
+    fclose(out);
+    const char *want[] = {"tenant: team-a",
+                          "stats: 7 samples, 3 series, 4 profiles",
+                          "process_cpu:samples:count:cpu:nanoseconds:delta {job=\"api\", "
+                          "pod=\"api-1\"}",
+                          "series 1 time 1000000000000 duration 10000000000 period 1000 total "
+                          "10 samples 2",
+                          "top stacks for process_cpu:samples:count:cpu:nanoseconds:delta",
+                          "#1 value 8015",
+                          "      work\n      handler\n      main\n",
+                          "#1 value 4096"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        if (strstr(text, want[i]) == NULL)
+            fail_msg("dump lacks \"%s\":\n%s", want[i], text);
+    }
+    free(text);
+    block_reader_close(r);
+    fixture_free(&fx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_series_and_profiles),
+        cmocka_unit_test(test_symbols_deduplicated),
+        cmocka_unit_test(test_meta_from_writer),
+        cmocka_unit_test(test_select),
+        cmocka_unit_test(test_range_query_reads_no_sample_pages),
+        cmocka_unit_test(test_symbolized_path),
+        cmocka_unit_test(test_writer_errors),
+        cmocka_unit_test(test_corrupt_pages),
+        cmocka_unit_test(test_truncated_and_bad_trailer),
+        cmocka_unit_test(test_meta_json_roundtrip),
+        cmocka_unit_test(test_marks),
+        cmocka_unit_test(test_ulid),
+        cmocka_unit_test(test_dump),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
