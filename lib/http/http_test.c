@@ -80,14 +80,14 @@ static void configure_body(CURL *c, const request_opts *o, upload *u, struct cur
     }
 }
 
-static reply fetch(const char *url, const request_opts *o) {
+/* Runs one request on c; reusing c across calls reuses its keep-alive connection. */
+static reply perform(CURL *c, const char *url, const request_opts *o) {
     static const request_opts defaults = {0};
     o = o ? o : &defaults;
     reply r = {.body = STRATA_BUFFER_INIT, .headers = STRATA_BUFFER_INIT};
-    CURL *c = curl_easy_init();
-    assert_non_null(c);
     struct curl_slist *hdrs = NULL;
     upload u;
+    curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
@@ -108,11 +108,18 @@ static reply fetch(const char *url, const request_opts *o) {
     r.rc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
     curl_slist_free_all(hdrs);
-    curl_easy_cleanup(c);
     assert_int_equal(strata_buffer_append_byte(&r.body, 0), 0);
     assert_int_equal(strata_buffer_append_byte(&r.headers, 0), 0);
     r.body.len--;
     r.headers.len--;
+    return r;
+}
+
+static reply fetch(const char *url, const request_opts *o) {
+    CURL *c = curl_easy_init();
+    assert_non_null(c);
+    reply r = perform(c, url, o);
+    curl_easy_cleanup(c);
     return r;
 }
 
@@ -179,13 +186,20 @@ static void handle_fail(void *ctx, const http_request *req, http_response *resp)
 }
 
 static atomic_int slow_started;
+static atomic_int slow_release;
 
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Holds its worker until the test sets slow_release (at most 20 s). */
 static void handle_slow(void *ctx, const http_request *req, http_response *resp) {
     (void)ctx;
     (void)req;
     atomic_store(&slow_started, 1);
-    struct timespec ts = {0, 400 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+    for (int i = 0; i < 20000 && !atomic_load(&slow_release); i++)
+        sleep_ms(1);
     strata_buffer_append_str(http_response_body(resp), "slow done");
 }
 
@@ -396,7 +410,19 @@ static void test_body_over_limit(void **state) {
         assert_string_equal(body_of(&r), "request body exceeds the size limit\n");
         reply_free(&r);
     }
-    reply r = fetch(url, &(request_opts){.body = data, .body_len = 1 << 20});
+    /* without "Expect: 100-continue" the client sends the body before it sees the 413 */
+    reply r = fetch(url, &(request_opts){.body = data, .body_len = n, .header = "Expect:"});
+    assert_int_equal(r.status, 413);
+    assert_string_equal(body_of(&r), "request body exceeds the size limit\n");
+    reply_free(&r);
+    /* a chunked body far over the limit is not read to its end: 413 or a dropped connection */
+    size_t huge = 5 << 20;
+    uint8_t *big = pattern(huge);
+    r = fetch(url, &(request_opts){.body = big, .body_len = huge, .chunked = true});
+    assert_true(r.rc != CURLE_OK || r.status == 413);
+    reply_free(&r);
+    free(big);
+    r = fetch(url, &(request_opts){.body = data, .body_len = 1 << 20});
     assert_int_equal(r.status, 201); /* exactly the limit is fine */
     reply_free(&r);
     free(data);
@@ -624,6 +650,14 @@ static void *slow_client(void *p) {
     return NULL;
 }
 
+static atomic_int stop_returned;
+
+static void *stopper(void *p) {
+    http_server_stop(p);
+    atomic_store(&stop_returned, 1);
+    return NULL;
+}
+
 static void test_stop_with_request_in_flight(void **state) {
     (void)state;
     strata_error err;
@@ -632,30 +666,64 @@ static void test_stop_with_request_in_flight(void **state) {
     assert_non_null(s);
     assert_int_equal(
         http_server_route(s, "GET", "/slow", HTTP_MATCH_EXACT, handle_slow, NULL, &err), 0);
+    assert_int_equal(http_server_route(s, "GET", "/fast", HTTP_MATCH_EXACT, handle_any, NULL, &err),
+                     0);
     assert_int_equal(http_server_start(s, &err), 0);
     assert_int_equal(
         http_server_route(s, "GET", "/late", HTTP_MATCH_EXACT, handle_slow, NULL, &err), -1);
     assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
     uint16_t port = http_server_port(s);
     assert_true(port > 0);
+    char fast[128];
+    snprintf(fast, sizeof fast, "http://127.0.0.1:%u/fast", port);
 
     atomic_store(&slow_started, 0);
+    atomic_store(&slow_release, 0);
+    atomic_store(&stop_returned, 0);
     slow_arg a;
     snprintf(a.url, sizeof a.url, "http://127.0.0.1:%u/slow", port);
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, slow_client, &a), 0);
-    while (!atomic_load(&slow_started)) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
+    pthread_t client, stop;
+    assert_int_equal(pthread_create(&client, NULL, slow_client, &a), 0);
+    while (!atomic_load(&slow_started))
+        sleep_ms(1);
+    /* a keep-alive connection opened before the stop; the worker running the slow handler is
+     * busy, so another worker accepts it */
+    CURL *keep = curl_easy_init();
+    assert_non_null(keep);
+    reply r = perform(keep, fast, NULL);
+    assert_int_equal(r.status, 200);
+    reply_free(&r);
+    assert_int_equal(pthread_create(&stop, NULL, stopper, s), 0);
+
+    /* new connections are refused once the stop began ... */
+    for (int i = 0; i < 5000; i++) {
+        r = fetch(fast, NULL);
+        CURLcode rc = r.rc;
+        reply_free(&r);
+        if (rc == CURLE_COULDNT_CONNECT)
+            break;
+        sleep_ms(1);
     }
-    http_server_stop(s); /* returns only after the slow response went out */
-    pthread_join(t, NULL);
+    /* ... and a request on an open connection gets 503 and is told to close */
+    r = perform(keep, fast, NULL);
+    assert_int_equal(r.status, 503);
+    assert_string_equal(body_of(&r), "server is shutting down\n");
+    assert_true(has_header(&r, "Connection", "close"));
+    reply_free(&r);
+    curl_easy_cleanup(keep);
+
+    /* the request in flight completes normally, and stop returns only after that */
+    sleep_ms(50);
+    assert_int_equal(atomic_load(&stop_returned), 0);
+    atomic_store(&slow_release, 1);
+    pthread_join(client, NULL);
+    pthread_join(stop, NULL);
     assert_int_equal(a.r.rc, CURLE_OK);
     assert_int_equal(a.r.status, 200);
     assert_string_equal(body_of(&a.r), "slow done");
     reply_free(&a.r);
 
-    reply r = fetch(a.url, NULL);
+    r = fetch(a.url, NULL);
     assert_int_equal(r.rc, CURLE_COULDNT_CONNECT);
     reply_free(&r);
     http_server_stop(s); /* idempotent */
