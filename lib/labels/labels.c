@@ -155,7 +155,8 @@ static int label_set_grow(label_set *set, strata_error *err) {
 
 int label_set_add(label_set *set, const char *name, size_t name_len, const char *value,
                   size_t value_len, strata_error *err) {
-    if (memchr(name, '\0', name_len) != NULL || memchr(value, '\0', value_len) != NULL)
+    if ((name_len > 0 && memchr(name, '\0', name_len) != NULL) ||
+        (value_len > 0 && memchr(value, '\0', value_len) != NULL))
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "label name or value contains a NUL byte");
     if (label_set_grow(set, err) != 0)
