@@ -22,8 +22,10 @@
  * percent-decoded strictly (a bad escape or an encoded NUL is a 400), '+' means a space only in
  * the query, and repeated query keys keep all their values. The body is collected in full,
  * chunked or not, before the handler runs. A body over max_body_bytes is answered 413 and never
- * handed over truncated: with a Content-Length the 413 goes out before the body is read;
- * a chunked body is read and discarded up to the limit once more, then the connection is dropped.
+ * handed over truncated. When the client waits for "100 Continue" the 413 goes out before the
+ * body is sent; otherwise the body is read and discarded so the 413 arrives intact (a kernel
+ * reset would lose it), as long as it stays under twice the limit; past that the server answers
+ * 413 or drops the connection without reading further.
  *
  * Responses. The handler sets status (default 200), content type (default text/plain), extra
  * headers and either fills the body buffer or hands over a file descriptor (sent with sendfile).

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -387,6 +388,14 @@ static bool content_length(struct MHD_Connection *conn, uint64_t *out) {
     return true;
 }
 
+/* A client that sent "Expect: 100-continue" waits for our answer before sending the body, so a
+ * 413 can go out at once. Other clients are already sending it: answering and closing before
+ * reading it would make the kernel reset the connection and lose the 413. */
+static bool expects_continue(struct MHD_Connection *conn) {
+    const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Expect");
+    return v != NULL && strcasecmp(v, "100-continue") == 0;
+}
+
 static bool refused_for_stop(const http_server *s, const http_request *r) {
     return atomic_load_explicit(&s->stopping, memory_order_acquire) &&
            r->start_ns >= atomic_load_explicit(&s->stop_ns, memory_order_relaxed);
@@ -402,8 +411,13 @@ static enum MHD_Result on_headers(http_server *s, http_request *r, const char *m
         return respond_error(r, 503, "server is shutting down");
     uint64_t length = 0;
     if (content_length(r->conn, &length)) {
-        if (length > s->opts.max_body_bytes)
+        if (length > s->opts.max_body_bytes &&
+            (expects_continue(r->conn) || length / 2 > s->opts.max_body_bytes))
             return respond_error(r, 413, "request body exceeds the size limit");
+        if (length > s->opts.max_body_bytes) {
+            r->too_large = true; /* read and discard it, then answer 413 */
+            return MHD_YES;
+        }
         /* best effort; appends grow the buffer anyway */
         (void)strata_buffer_reserve(&r->body, length < (4u << 20) ? (size_t)length : (4u << 20));
     }
