@@ -1,0 +1,480 @@
+/*
+ * calltree.c - building, merging, scaling and finalizing call trees. See calltree.h.
+ *
+ * Frame lookup hashes the five interned string ids. The u64 map stores only the hash, so a hit is
+ * confirmed against the stored tuple; on a genuine 64-bit collision the key is re-hashed with the
+ * next seed, which keeps lookups exact without storing tuples in the map. Child lookup needs no
+ * hashing of our own: (parent, frame) packs exactly into 64 bits.
+ */
+#include "calltree/calltree_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_NODES 1024
+#define MAX_IDS ((size_t)UINT32_MAX - 1)
+
+__extension__ typedef __int128 calltree_i128;
+
+calltree_str calltree_cstr(const char *s) {
+    calltree_str v = {s != NULL ? s : "", s != NULL ? strlen(s) : 0};
+    return v;
+}
+
+static int grow_nodes(calltree *t) {
+    size_t cap = t->nodes_cap ? t->nodes_cap * 2 : DEFAULT_NODES;
+    uint32_t *parent = realloc(t->parent, cap * sizeof *parent);
+    if (parent != NULL)
+        t->parent = parent;
+    uint32_t *frame = realloc(t->frame, cap * sizeof *frame);
+    if (frame != NULL)
+        t->frame = frame;
+    int64_t *self = realloc(t->self, cap * sizeof *self);
+    if (self != NULL)
+        t->self = self;
+    int64_t *self_base = realloc(t->self_base, cap * sizeof *self_base);
+    if (self_base != NULL)
+        t->self_base = self_base;
+    if (parent == NULL || frame == NULL || self == NULL || self_base == NULL)
+        return -1;
+    t->nodes_cap = cap;
+    return 0;
+}
+
+static int grow_frames(calltree *t) {
+    size_t cap = t->frames_cap ? t->frames_cap * 2 : 256;
+    uint32_t *str = realloc(t->frame_str, cap * FRAME_NSTR * sizeof *str);
+    if (str != NULL)
+        t->frame_str = str;
+    int64_t *line = realloc(t->frame_start_line, cap * sizeof *line);
+    if (line != NULL)
+        t->frame_start_line = line;
+    if (str == NULL || line == NULL)
+        return -1;
+    t->frames_cap = cap;
+    return 0;
+}
+
+static int new_node(calltree *t, uint32_t parent, uint32_t frame, uint32_t *node) {
+    if (t->n_nodes == t->nodes_cap && grow_nodes(t) != 0)
+        return -1;
+    size_t id = t->n_nodes++;
+    t->parent[id] = parent;
+    t->frame[id] = frame;
+    t->self[id] = 0;
+    t->self_base[id] = 0;
+    *node = (uint32_t)id;
+    t->finalized = false;
+    return 0;
+}
+
+int calltree_create(calltree **out, size_t expected_nodes, strata_error *err) {
+    *out = NULL;
+    calltree *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return strata_error_oom(err);
+    size_t expected = expected_nodes ? expected_nodes : DEFAULT_NODES;
+    uint32_t root;
+    if (strata_intern_init(&t->strings) != 0 || strata_u64_map_init(&t->child_map, expected) != 0 ||
+        strata_u64_map_init(&t->frame_map, 256) != 0 ||
+        new_node(t, CALLTREE_NONE, CALLTREE_NONE, &root) != 0) {
+        calltree_free(t);
+        return strata_error_oom(err);
+    }
+    *out = t;
+    return 0;
+}
+
+static void free_finalized(calltree *t) {
+    free(t->total);
+    free(t->total_base);
+    free(t->child_offset);
+    free(t->children);
+    free(t->frame_rank);
+    t->total = t->total_base = NULL;
+    t->child_offset = t->children = t->frame_rank = NULL;
+    t->finalized = false;
+}
+
+void calltree_free(calltree *t) {
+    if (t == NULL)
+        return;
+    strata_intern_free(&t->strings);
+    strata_u64_map_free(&t->frame_map);
+    strata_u64_map_free(&t->child_map);
+    free(t->frame_str);
+    free(t->frame_start_line);
+    free(t->parent);
+    free(t->frame);
+    free(t->self);
+    free(t->self_base);
+    free_finalized(t);
+    free(t);
+}
+
+static int intern_str(calltree *t, calltree_str s, uint32_t *id) {
+    if (s.ptr == NULL || s.len == 0)
+        return strata_intern_add(&t->strings, "", 0, id);
+    return strata_intern_add(&t->strings, s.ptr, s.len, id);
+}
+
+/* Finds the frame with string ids sid[], inserting it (with start_line) if absent. Room for a new
+ * frame is made first, so a failed insert never leaves the map pointing past the frame arrays. */
+static int find_or_add_frame(calltree *t, const uint32_t sid[FRAME_NSTR], int64_t start_line,
+                             uint32_t *frame, strata_error *err) {
+    if (t->n_frames >= MAX_IDS)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "call tree: too many frames");
+    if (t->n_frames == t->frames_cap && grow_frames(t) != 0)
+        return strata_error_oom(err);
+    for (uint64_t seed = 0;; seed++) {
+        uint64_t key = strata_hash_bytes(sid, FRAME_NSTR * sizeof sid[0], seed);
+        key = key ? key : 1;
+        bool inserted;
+        uint64_t *slot = strata_u64_map_upsert(&t->frame_map, key, t->n_frames, &inserted);
+        if (slot == NULL)
+            return strata_error_oom(err);
+        if (!inserted) {
+            if (memcmp(&t->frame_str[*slot * FRAME_NSTR], sid, FRAME_NSTR * sizeof sid[0]) != 0)
+                continue; /* a 64-bit collision: try the next seed */
+            *frame = (uint32_t)*slot;
+            return 0;
+        }
+        memcpy(&t->frame_str[t->n_frames * FRAME_NSTR], sid, FRAME_NSTR * sizeof sid[0]);
+        t->frame_start_line[t->n_frames] = start_line;
+        *frame = (uint32_t)t->n_frames++;
+        t->finalized = false;
+        return 0;
+    }
+}
+
+int calltree_intern_frame(calltree *t, const calltree_frame_desc *d, uint32_t *frame,
+                          strata_error *err) {
+    uint32_t sid[FRAME_NSTR];
+    if (intern_str(t, d->name, &sid[FRAME_NAME]) != 0 ||
+        intern_str(t, d->system_name, &sid[FRAME_SYSTEM_NAME]) != 0 ||
+        intern_str(t, d->filename, &sid[FRAME_FILENAME]) != 0 ||
+        intern_str(t, d->mapping_file, &sid[FRAME_MAPPING_FILE]) != 0 ||
+        intern_str(t, d->build_id, &sid[FRAME_BUILD_ID]) != 0)
+        return strata_error_oom(err);
+    return find_or_add_frame(t, sid, d->start_line, frame, err);
+}
+
+int calltree_child(calltree *t, uint32_t parent, uint32_t frame, uint32_t *node,
+                   strata_error *err) {
+    if (parent >= t->n_nodes || frame >= t->n_frames)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "call tree: node %u or frame %u out of range", parent, frame);
+    uint64_t key = ((uint64_t)parent << 32 | frame) + 1;
+    uint64_t *v = strata_u64_map_get(&t->child_map, key);
+    if (v != NULL) {
+        *node = (uint32_t)*v;
+        return 0;
+    }
+    if (t->n_nodes >= MAX_IDS)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "call tree: too many nodes");
+    uint32_t id;
+    if (new_node(t, parent, frame, &id) != 0)
+        return strata_error_oom(err);
+    if (strata_u64_map_upsert(&t->child_map, key, id, NULL) == NULL) {
+        t->n_nodes--;
+        return strata_error_oom(err);
+    }
+    *node = id;
+    return 0;
+}
+
+int calltree_insert_stack(calltree *t, const uint32_t *frames, size_t n, uint32_t *node,
+                          strata_error *err) {
+    uint32_t cur = CALLTREE_ROOT;
+    for (size_t i = 0; i < n; i++)
+        if (calltree_child(t, cur, frames[i], &cur, err) != 0)
+            return -1;
+    *node = cur;
+    return 0;
+}
+
+void calltree_add(calltree *t, uint32_t node, int64_t value) {
+    if (node < t->n_nodes) {
+        t->self[node] += value;
+        t->finalized = false;
+    }
+}
+
+void calltree_add_base(calltree *t, uint32_t node, int64_t value) {
+    if (node < t->n_nodes) {
+        t->self_base[node] += value;
+        t->diff = true;
+        t->finalized = false;
+    }
+}
+
+void calltree_set_diff(calltree *t, bool diff) {
+    t->diff = diff;
+}
+
+bool calltree_is_diff(const calltree *t) {
+    return t->diff;
+}
+
+/* Interns every frame of src into dst; map[src frame] = dst frame. */
+static int merge_frames(calltree *dst, const calltree *src, uint32_t *map, strata_error *err) {
+    for (size_t f = 0; f < src->n_frames; f++) {
+        calltree_frame fr = calltree_frame_get(src, (uint32_t)f);
+        calltree_frame_desc d = {calltree_cstr(fr.name),     calltree_cstr(fr.system_name),
+                                 calltree_cstr(fr.filename), calltree_cstr(fr.mapping_file),
+                                 calltree_cstr(fr.build_id), fr.start_line};
+        if (calltree_intern_frame(dst, &d, &map[f], err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int calltree_merge(calltree *dst, const calltree *src, strata_error *err) {
+    if (dst == src)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "call tree: cannot merge a tree into itself");
+    uint32_t *fmap = malloc((src->n_frames ? src->n_frames : 1) * sizeof *fmap);
+    uint32_t *nmap = malloc(src->n_nodes * sizeof *nmap);
+    int rc = -1;
+    if (fmap == NULL || nmap == NULL) {
+        strata_error_oom(err);
+        goto out;
+    }
+    if (merge_frames(dst, src, fmap, err) != 0)
+        goto out;
+    nmap[0] = CALLTREE_ROOT;
+    for (size_t i = 1; i < src->n_nodes; i++)
+        if (calltree_child(dst, nmap[src->parent[i]], fmap[src->frame[i]], &nmap[i], err) != 0)
+            goto out;
+    for (size_t i = 0; i < src->n_nodes; i++) {
+        dst->self[nmap[i]] += src->self[i];
+        dst->self_base[nmap[i]] += src->self_base[i];
+    }
+    dst->diff = dst->diff || src->diff;
+    dst->finalized = false;
+    rc = 0;
+out:
+    free(fmap);
+    free(nmap);
+    return rc;
+}
+
+/* ---- finalize ---- */
+
+typedef struct frame_sort_entry {
+    const char *s[FRAME_NSTR];
+    uint32_t id;
+} frame_sort_entry;
+
+static int compare_frames(const void *a, const void *b) {
+    const frame_sort_entry *x = a, *y = b;
+    for (int i = 0; i < FRAME_NSTR; i++) {
+        int c = strcmp(x->s[i], y->s[i]);
+        if (c != 0)
+            return c;
+    }
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static int rank_frames(calltree *t) {
+    size_t n = t->n_frames ? t->n_frames : 1;
+    frame_sort_entry *e = malloc(n * sizeof *e);
+    t->frame_rank = malloc(n * sizeof *t->frame_rank);
+    if (e == NULL || t->frame_rank == NULL) {
+        free(e);
+        return -1;
+    }
+    for (size_t f = 0; f < t->n_frames; f++) {
+        for (int i = 0; i < FRAME_NSTR; i++)
+            e[f].s[i] = calltree_frame_string(t, (uint32_t)f, i);
+        e[f].id = (uint32_t)f;
+    }
+    qsort(e, t->n_frames, sizeof *e, compare_frames);
+    for (size_t r = 0; r < t->n_frames; r++)
+        t->frame_rank[e[r].id] = (uint32_t)r;
+    free(e);
+    return 0;
+}
+
+static int compare_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts children[lo, hi) by frame rank, using keys as scratch. */
+static void sort_children(const calltree *t, uint32_t *children, size_t n, uint64_t *keys) {
+    if (n < 2)
+        return;
+    for (size_t i = 0; i < n; i++)
+        keys[i] = (uint64_t)t->frame_rank[t->frame[children[i]]] << 32 | children[i];
+    qsort(keys, n, sizeof *keys, compare_u64);
+    for (size_t i = 0; i < n; i++)
+        children[i] = (uint32_t)keys[i];
+}
+
+static int build_children(calltree *t) {
+    size_t n = t->n_nodes;
+    t->child_offset = calloc(n + 1, sizeof *t->child_offset);
+    t->children = malloc((n > 1 ? n - 1 : 1) * sizeof *t->children);
+    uint32_t *fill = malloc(n * sizeof *fill);
+    uint64_t *keys = malloc((n > 1 ? n - 1 : 1) * sizeof *keys);
+    if (t->child_offset == NULL || t->children == NULL || fill == NULL || keys == NULL) {
+        free(fill);
+        free(keys);
+        return -1;
+    }
+    for (size_t i = 1; i < n; i++)
+        t->child_offset[t->parent[i] + 1]++;
+    for (size_t i = 0; i < n; i++)
+        t->child_offset[i + 1] += t->child_offset[i];
+    memcpy(fill, t->child_offset, n * sizeof *fill);
+    for (size_t i = 1; i < n; i++)
+        t->children[fill[t->parent[i]]++] = (uint32_t)i;
+    for (size_t i = 0; i < n; i++)
+        sort_children(t, &t->children[t->child_offset[i]],
+                      t->child_offset[i + 1] - t->child_offset[i], keys);
+    free(fill);
+    free(keys);
+    return 0;
+}
+
+static void compute_totals(calltree *t) {
+    memcpy(t->total, t->self, t->n_nodes * sizeof *t->total);
+    memcpy(t->total_base, t->self_base, t->n_nodes * sizeof *t->total_base);
+    for (size_t i = t->n_nodes; i-- > 1;) {
+        t->total[t->parent[i]] += t->total[i];
+        t->total_base[t->parent[i]] += t->total_base[i];
+    }
+}
+
+int calltree_finalize(calltree *t, strata_error *err) {
+    free_finalized(t);
+    t->total = malloc(t->n_nodes * sizeof *t->total);
+    t->total_base = malloc(t->n_nodes * sizeof *t->total_base);
+    if (t->total == NULL || t->total_base == NULL || rank_frames(t) != 0 ||
+        build_children(t) != 0) {
+        free_finalized(t);
+        return strata_error_oom(err);
+    }
+    compute_totals(t);
+    t->finalized = true;
+    return 0;
+}
+
+int calltree_require_finalized(const calltree *t, strata_error *err) {
+    if (!t->finalized)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION, "call tree: not finalized");
+    return 0;
+}
+
+/* ---- scaling ---- */
+
+static int64_t scale_value(int64_t v, int64_t num, int64_t den) {
+    calltree_i128 p = (calltree_i128)v * num;
+    calltree_i128 q = p / den, r = p % den;
+    calltree_i128 ar = r < 0 ? -r : r;
+    if (2 * ar >= den)
+        q += p < 0 ? -1 : 1;
+    if (q > INT64_MAX)
+        return INT64_MAX;
+    if (q < INT64_MIN)
+        return INT64_MIN;
+    return (int64_t)q;
+}
+
+static int scale_array(calltree *t, int64_t *values, int64_t num, int64_t den, strata_error *err) {
+    if (den <= 0 || num < 0)
+        return strata_error_set(
+            err, STRATA_INVALID_ARGUMENT,
+            "call tree: scale factor %lld/%lld must be non-negative with a positive "
+            "denominator",
+            (long long)num, (long long)den);
+    for (size_t i = 0; i < t->n_nodes; i++)
+        values[i] = scale_value(values[i], num, den);
+    if (t->finalized)
+        compute_totals(t);
+    return 0;
+}
+
+int calltree_scale_base(calltree *t, int64_t num, int64_t den, strata_error *err) {
+    return scale_array(t, t->self_base, num, den, err);
+}
+
+int calltree_scale_main(calltree *t, int64_t num, int64_t den, strata_error *err) {
+    return scale_array(t, t->self, num, den, err);
+}
+
+int calltree_apply_diff_mode(calltree *t, bool absolute, strata_error *err) {
+    if (calltree_require_finalized(t, err) != 0)
+        return -1;
+    int64_t a = t->total_base[0], b = t->total[0];
+    if (absolute || a <= 0 || b <= 0 || a == b)
+        return 0;
+    if (a < b)
+        return calltree_scale_base(t, b, a, err);
+    return calltree_scale_main(t, a, b, err);
+}
+
+/* ---- accessors ---- */
+
+size_t calltree_node_count(const calltree *t) {
+    return t->n_nodes;
+}
+
+size_t calltree_frame_count(const calltree *t) {
+    return t->n_frames;
+}
+
+uint32_t calltree_node_frame(const calltree *t, uint32_t node) {
+    return node < t->n_nodes ? t->frame[node] : CALLTREE_NONE;
+}
+
+uint32_t calltree_node_parent(const calltree *t, uint32_t node) {
+    return node < t->n_nodes ? t->parent[node] : CALLTREE_NONE;
+}
+
+calltree_node_values calltree_node_get(const calltree *t, uint32_t node) {
+    calltree_node_values v = {0, 0, 0, 0};
+    if (node >= t->n_nodes)
+        return v;
+    v.self = t->self[node];
+    v.self_base = t->self_base[node];
+    if (t->finalized) {
+        v.total = t->total[node];
+        v.total_base = t->total_base[node];
+    }
+    return v;
+}
+
+calltree_frame calltree_frame_get(const calltree *t, uint32_t f) {
+    calltree_frame fr = {"", "", "", "", "", 0};
+    if (f >= t->n_frames)
+        return fr;
+    fr.name = calltree_frame_string(t, f, FRAME_NAME);
+    fr.system_name = calltree_frame_string(t, f, FRAME_SYSTEM_NAME);
+    fr.filename = calltree_frame_string(t, f, FRAME_FILENAME);
+    fr.mapping_file = calltree_frame_string(t, f, FRAME_MAPPING_FILE);
+    fr.build_id = calltree_frame_string(t, f, FRAME_BUILD_ID);
+    fr.start_line = t->frame_start_line[f];
+    return fr;
+}
+
+size_t calltree_child_count(const calltree *t, uint32_t node) {
+    if (!t->finalized || node >= t->n_nodes)
+        return 0;
+    return t->child_offset[node + 1] - t->child_offset[node];
+}
+
+uint32_t calltree_child_at(const calltree *t, uint32_t node, size_t i) {
+    if (i >= calltree_child_count(t, node))
+        return CALLTREE_NONE;
+    return t->children[t->child_offset[node] + i];
+}
+
+int calltree_validate_options(const calltree_report_options *opts, strata_error *err) {
+    if (isnan(opts->node_trim_threshold) || opts->node_trim_threshold < 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "node_trim_threshold must be a non-negative percentage");
+    return 0;
+}

@@ -1,0 +1,230 @@
+/*
+ * calltree.h - the merged call tree every merge and diff query builds, and the reports rendered
+ * from it (Parca QueryResponse: flame graph, top, pprof; JSON: Pyroscope flamebearer and a table).
+ *
+ * Design.
+ * - Frames are function-level. A frame's identity is the tuple (function name, system name, file
+ *   name, mapping file, build id); the start line of the first occurrence is kept. Strings are
+ *   copied once into the tree's strata_intern arena, so callers may pass views into block pages
+ *   that are released afterwards. Frame ids are dense, 0..n-1, in first-seen order.
+ * - Nodes form a prefix tree of frames. Node 0 is the root (no frame). calltree_child() finds or
+ *   creates the child of (parent, frame) through one strata_u64_map keyed by the exact pair, so a
+ *   node costs a few array slots and no malloc of its own. Nodes are kept in creation order, which
+ *   puts every parent before its children: cumulative totals are one reverse pass.
+ * - Each node carries two self values: `self` for the profile (side B, the one shown) and
+ *   `self_base` for the diff base (side A). A merge or single query only uses `self`.
+ * - calltree_finalize() computes cumulative totals for both sides and child lists sorted by frame
+ *   (name, then system name, file, mapping file, build id), so every report is deterministic. It
+ *   may be called again after more adds, merges or scaling; reports require a finalized tree and
+ *   fail with FAILED_PRECONDITION otherwise.
+ *
+ * Diff semantics (as Parca). A node's cumulative is B's cumulative and its diff is B - A. In
+ * relative mode (Parca's default) the side with the smaller root total is scaled up to the larger
+ * before differencing; absolute mode compares raw values. calltree_apply_diff_mode() does this.
+ *
+ * Trimming. node_trim_threshold is a percentage: a child whose cumulative is <= its parent's
+ * cumulative * threshold / 100 is dropped with its subtree and its cumulative added to `trimmed`
+ * (threshold 0 keeps everything). Trimming weighs nodes by B's cumulative in the Parca reports; the
+ * flamebearer weighs a diff tree by B + A (so nodes present only in A stay visible), a plain tree
+ * by B. max_nodes (flamebearer only, 0 = unlimited) then keeps at most max_nodes nodes besides the
+ * root: nodes whose weight is not above the (max_nodes+1)-th largest weight are dropped.
+ *
+ * Not thread-safe: one tree per thread; partial trees are combined with calltree_merge().
+ * Limits: fewer than 2^32-1 nodes and frames (adds past that fail with RESOURCE_EXHAUSTED).
+ */
+#ifndef STRATA_CALLTREE_H
+#define STRATA_CALLTREE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buffer.h"
+#include "common/error.h"
+#include "json/json.h"
+#include "parca/query/v1alpha1/query.pb-c.h"
+
+#define CALLTREE_ROOT ((uint32_t)0)
+
+typedef struct calltree calltree;
+
+/* A byte string view; ptr may be NULL when len is 0. Need not be NUL-terminated. */
+typedef struct calltree_str {
+    const char *ptr;
+    size_t len;
+} calltree_str;
+
+/* Builds a view of a NUL-terminated string (NULL gives ""). */
+calltree_str calltree_cstr(const char *s);
+
+/* What the querier knows about one frame. */
+typedef struct calltree_frame_desc {
+    calltree_str name;
+    calltree_str system_name;
+    calltree_str filename;
+    calltree_str mapping_file;
+    calltree_str build_id;
+    int64_t start_line;
+} calltree_frame_desc;
+
+/* A frame as stored: NUL-terminated strings owned by the tree. */
+typedef struct calltree_frame {
+    const char *name;
+    const char *system_name;
+    const char *filename;
+    const char *mapping_file;
+    const char *build_id;
+    int64_t start_line;
+} calltree_frame;
+
+/* One node's values, valid after calltree_finalize() (self values are valid at any time). */
+typedef struct calltree_node_values {
+    int64_t self;       /* B */
+    int64_t total;      /* B cumulative */
+    int64_t self_base;  /* A */
+    int64_t total_base; /* A cumulative */
+} calltree_node_values;
+
+/* Lifecycle. expected_nodes sizes the tables (0 for a default); they grow as needed. */
+int calltree_create(calltree **out, size_t expected_nodes, strata_error *err);
+void calltree_free(calltree *tree);
+
+/* Interns a frame (copying its strings) and returns its id in *frame. */
+int calltree_intern_frame(calltree *tree, const calltree_frame_desc *desc, uint32_t *frame,
+                          strata_error *err);
+/* Finds or creates the child of parent for frame. parent must be an existing node id. */
+int calltree_child(calltree *tree, uint32_t parent, uint32_t frame, uint32_t *node,
+                   strata_error *err);
+/* Convenience: walks frames[0..n) root to leaf from the root and returns the leaf in *node
+ * (the root for n == 0). */
+int calltree_insert_stack(calltree *tree, const uint32_t *frames, size_t n, uint32_t *node,
+                          strata_error *err);
+/* Adds value to the node's self (B) or self_base (A). Values may be negative. */
+void calltree_add(calltree *tree, uint32_t node, int64_t value);
+void calltree_add_base(calltree *tree, uint32_t node, int64_t value);
+/* Marks the tree as a diff (calltree_add_base and merging a diff tree do this implicitly). A diff
+ * tree's reports carry diffs: flamebearer "double" format, table diff columns. */
+void calltree_set_diff(calltree *tree, bool diff);
+bool calltree_is_diff(const calltree *tree);
+
+/* Adds every node of src (both sides) into dst, interning src's frames into dst. dst must not be
+ * src. dst is left un-finalized. */
+int calltree_merge(calltree *dst, const calltree *src, strata_error *err);
+
+/* Computes cumulative totals and sorted child lists. */
+int calltree_finalize(calltree *tree, strata_error *err);
+
+/* Multiplies every self_base (calltree_scale_base) or self (calltree_scale_main) by num/den,
+ * den > 0, num >= 0, rounding each node's product to the nearest integer, halves away from zero,
+ * computed exactly in 128 bits and saturated to int64. Rounding is per node, so a scaled cumulative
+ * is the sum of its rounded selfs and may differ from the rounded scaled cumulative by up to half a
+ * unit per node below it. A finalized tree's totals are recomputed. */
+int calltree_scale_base(calltree *tree, int64_t num, int64_t den, strata_error *err);
+int calltree_scale_main(calltree *tree, int64_t num, int64_t den, strata_error *err);
+
+/* Parca's diff modes on a finalized tree: relative (absolute == false) scales the side with the
+ * smaller root cumulative by larger/smaller (nothing when either side is 0); absolute does
+ * nothing. Totals are recomputed. */
+int calltree_apply_diff_mode(calltree *tree, bool absolute, strata_error *err);
+
+/* Accessors. */
+size_t calltree_node_count(const calltree *tree); /* including the root */
+size_t calltree_frame_count(const calltree *tree);
+/* Frame of node (undefined for the root: returns UINT32_MAX), parent (root: UINT32_MAX). */
+uint32_t calltree_node_frame(const calltree *tree, uint32_t node);
+uint32_t calltree_node_parent(const calltree *tree, uint32_t node);
+calltree_node_values calltree_node_get(const calltree *tree, uint32_t node);
+/* The stored frame; strings valid while the tree lives. */
+calltree_frame calltree_frame_get(const calltree *tree, uint32_t frame);
+/* After finalize: number of children and the i-th child in sorted order. */
+size_t calltree_child_count(const calltree *tree, uint32_t node);
+uint32_t calltree_child_at(const calltree *tree, uint32_t node, size_t i);
+
+/* pprof metadata for REPORT_TYPE_PPROF; strings may be NULL (""). */
+typedef struct calltree_pprof_meta {
+    const char *sample_type;
+    const char *sample_unit;
+    const char *period_type;
+    const char *period_unit;
+    int64_t period;
+    int64_t time_nanos;
+    int64_t duration_nanos;
+} calltree_pprof_meta;
+
+typedef struct calltree_report_options {
+    double node_trim_threshold; /* percent, 0 = no trimming; negative or NaN is INVALID_ARGUMENT */
+    size_t max_nodes;           /* flamebearer only; 0 = unlimited */
+    const char *unit; /* Flamegraph.unit, Top.unit, flamebearer metadata.units; NULL = "" */
+    const char *name; /* flamebearer metadata.name; NULL = "" */
+    int64_t total;    /* QueryResponse.total: total before filtering */
+    int64_t filtered; /* QueryResponse.filtered */
+    calltree_pprof_meta pprof;
+} calltree_report_options;
+
+/*
+ * Appends a packed parca.query.v1alpha1.QueryResponse to out, with total and filtered from opts.
+ *
+ * REPORT_TYPE_FLAMEGRAPH_TABLE (and the deprecated REPORT_TYPE_FLAMEGRAPH_UNSPECIFIED, which gets
+ * the same message): `flamegraph` with root {cumulative, diff} and nested children (sorted as in
+ * the tree, trimmed as above), each node's meta carrying
+ *   - function {name, system_name, filename, start_line, *_string_index} inline,
+ *   - mapping {file, build_id, *_string_index} inline when the frame has a mapping file or build
+ * id,
+ *   - location_index (1-based into `locations`, Parca's table convention) and line_index 0.
+ * Tables: string_table ("" first, then strings in first-use order, depth-first), one Location per
+ * emitted frame (address 0, one Line {line = start_line, function_index 1-based}, mapping_index
+ * 1-based or 0 for none), one Function per frame, one Mapping per distinct (file, build id). Ids
+ * are left empty. unit from opts; height = the deepest emitted node's depth (root 0, so a stack of
+ * n frames gives n); total = untrimmed_total = root cumulative; trimmed = sum of trimmed
+ * cumulatives.
+ *
+ * REPORT_TYPE_TOP: `top` with one TopNode per frame that has a non-zero flat or cumulative on
+ * either side: flat = sum of self, cumulative = sum of the totals of the frame's outermost nodes
+ * (a frame counts once per stack, even when recursive), diff = cumulative B - cumulative A (same
+ * once-per-stack rule; 0 for a plain tree); meta.function and meta.mapping filled as above. Sorted
+ * by flat desc, then cumulative desc, then frame order. reported = total = entry count. No
+ * trimming.
+ *
+ * REPORT_TYPE_PPROF: `pprof` = gzipped pprof: sample type and period from opts.pprof, one Function
+ * and one Location (ids 1..n, line = start_line) per frame used, one Mapping per distinct (file,
+ * build id), one sample per node with non-zero self whose locations are the node's path leaf first
+ * and whose value is self (B's value for a diff tree). No trimming.
+ *
+ * Other report types: UNIMPLEMENTED with a message naming the type.
+ */
+int calltree_encode_query_response(const calltree *tree,
+                                   Parca__Query__V1alpha1__QueryRequest__ReportType report_type,
+                                   const calltree_report_options *opts, strata_buffer *out,
+                                   strata_error *err);
+
+/*
+ * Writes one JSON object (Pyroscope's flamebearer profile) to w:
+ *   {"version":1,
+ *    "flamebearer":{"names":[...],"levels":[[...],...],"numTicks":N,"maxSelf":M},
+ *    "metadata":{"format":"single"|"double","units":unit,"name":name},
+ *    "leftTicks":A,"rightTicks":B,   (diff only)
+ *    "trimmed":T}
+ * names[0] is "total" (the root); other entries are distinct frame names in first-use order.
+ * levels[d] holds the nodes of depth d left to right (level 0 is the root alone). Single format,
+ * 4 ints per node: [x delta, total, self, name index], where x delta is the node's x minus the end
+ * (x + total) of the previous node in the same level (0 for the first node counts from 0). A node's
+ * x is its parent's x plus the totals of its preceding siblings, trimmed siblings included, so
+ * trimming leaves gaps instead of shifting nodes. Diff ("double") format, 7 ints per node as
+ * Pyroscope's FlameGraphDiff: [x delta A, total A, self A, x delta B, total B, self B, name index],
+ * positions computed per side the same way. "self" is the node's own self value (trimmed children
+ * are not folded into it). numTicks = root total (A + B for a diff); maxSelf = the largest self on
+ * either side among emitted nodes; trimmed = the weight (see trimming) of the dropped subtrees.
+ */
+int calltree_write_flamebearer_json(const calltree *tree, const calltree_report_options *opts,
+                                    json_writer *w, strata_error *err);
+
+/*
+ * Writes one JSON object to w: {"unit":u,"total":root cumulative,"rows":[row...]}, one row per
+ * frame as in REPORT_TYPE_TOP, sorted the same way:
+ *   {"name","system_name","filename","mapping_file","flat","cumulative"} and, for a diff tree,
+ *   "flat_diff" (flat B - flat A) and "cumulative_diff" (cumulative B - cumulative A).
+ */
+int calltree_write_table_json(const calltree *tree, const calltree_report_options *opts,
+                              json_writer *w, strata_error *err);
+
+#endif

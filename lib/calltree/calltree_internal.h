@@ -1,0 +1,99 @@
+/*
+ * calltree_internal.h - the tree's representation and helpers shared by calltree.c (building,
+ * merging, finalizing), calltree_report.c (QueryResponse) and calltree_json.c. Not a contract.
+ *
+ * Nodes and frames are structs of arrays indexed by id. After finalize, the children of node v are
+ * children[child_offset[v] .. child_offset[v + 1]) sorted by frame_rank.
+ */
+#ifndef STRATA_CALLTREE_INTERNAL_H
+#define STRATA_CALLTREE_INTERNAL_H
+
+#include "calltree/calltree.h"
+#include "common/hash.h"
+
+#define CALLTREE_NONE UINT32_MAX
+
+enum {
+    FRAME_NAME,
+    FRAME_SYSTEM_NAME,
+    FRAME_FILENAME,
+    FRAME_MAPPING_FILE,
+    FRAME_BUILD_ID,
+    FRAME_NSTR
+};
+
+struct calltree {
+    strata_intern strings;
+
+    uint32_t *frame_str; /* FRAME_NSTR string ids per frame */
+    int64_t *frame_start_line;
+    size_t n_frames;
+    size_t frames_cap;
+    strata_u64_map frame_map; /* hash of the string ids (re-seeded on collision) -> frame id */
+
+    uint32_t *parent;
+    uint32_t *frame;
+    int64_t *self;
+    int64_t *self_base;
+    size_t n_nodes;
+    size_t nodes_cap;
+    strata_u64_map child_map; /* (parent << 32 | frame) + 1 -> node id */
+
+    /* Valid when finalized. */
+    int64_t *total;
+    int64_t *total_base;
+    uint32_t *child_offset; /* n_nodes + 1 */
+    uint32_t *children;     /* n_nodes - 1 */
+    uint32_t *frame_rank;   /* frame id -> position in sorted frame order */
+    bool finalized;
+    bool diff;
+};
+
+static inline const char *calltree_string(const calltree *t, uint32_t id) {
+    return t->strings.strings[id];
+}
+
+static inline const char *calltree_frame_string(const calltree *t, uint32_t frame, int which) {
+    return t->strings.strings[t->frame_str[(size_t)frame * FRAME_NSTR + (size_t)which]];
+}
+
+static inline uint32_t calltree_frame_sid(const calltree *t, uint32_t frame, int which) {
+    return t->frame_str[(size_t)frame * FRAME_NSTR + (size_t)which];
+}
+
+/* FAILED_PRECONDITION unless finalized. */
+int calltree_require_finalized(const calltree *t, strata_error *err);
+
+/* Which nodes a report shows. keep[v] is true for kept nodes (the root always); order lists kept
+ * nodes depth-first pre-order in sorted child order; trimmed is the summed weight of the roots of
+ * dropped subtrees. */
+typedef struct calltree_selection {
+    bool *keep;
+    uint32_t *order;
+    size_t n_order;
+    int64_t trimmed;
+} calltree_selection;
+
+/* weight is the per-node value trimming compares (owned by the caller, n_nodes entries). */
+int calltree_select(const calltree *t, const int64_t *weight, double threshold_percent,
+                    size_t max_nodes, calltree_selection *sel, strata_error *err);
+void calltree_selection_free(calltree_selection *sel);
+
+/* Per-frame aggregates for TOP and the table. */
+typedef struct calltree_frame_stats {
+    uint32_t frame;
+    uint32_t rank; /* frame_rank[frame], the tie-breaker */
+    int64_t flat;
+    int64_t cumulative;
+    int64_t flat_base;
+    int64_t cumulative_base;
+} calltree_frame_stats;
+
+/* Fills *rows with one entry per frame with any non-zero value, sorted by flat desc, cumulative
+ * desc, then frame rank. */
+int calltree_frame_stats_compute(const calltree *t, calltree_frame_stats **rows, size_t *n_rows,
+                                 strata_error *err);
+
+int calltree_validate_options(const calltree_report_options *opts, strata_error *err);
+
+#endif
