@@ -69,7 +69,8 @@ typedef struct decoder {
     pprof_profile *p;
     const pprof_limits *limits;
     strata_error *err;
-    size_t n_sample_values; /* pprof_profile keeps no count of sample_values */
+    size_t n_sample_values;               /* pprof_profile keeps no count of sample_values */
+    uint64_t sample_location_id_range[2]; /* smallest and largest sample location id */
     size_t cap_sample_types, cap_samples, cap_sample_location_ids, cap_sample_values;
     size_t cap_sample_labels, cap_mappings, cap_locations, cap_lines, cap_functions;
     size_t cap_strings, cap_comments;
@@ -162,7 +163,11 @@ static inline int64_t varint_to_int64(uint64_t v) {
     return v <= INT64_MAX ? (int64_t)v : -(int64_t)(~v) - 1;
 }
 
-static int read_tag(reader *r, uint32_t *field, uint32_t *wire, strata_error *err) {
+/* Wire types a field may use; groups (3, 4) and the undefined 6 and 7 are refused. */
+#define VALID_WIRE_TYPES                                                                           \
+    (1u << WIRE_VARINT | 1u << WIRE_FIXED64 | 1u << WIRE_LEN | 1u << WIRE_FIXED32)
+
+static int read_tag_slow(reader *r, uint32_t *field, uint32_t *wire, strata_error *err) {
     const uint8_t *start = r->p;
     uint64_t key;
     if (!read_varint(r, &key))
@@ -179,8 +184,21 @@ static int read_tag(reader *r, uint32_t *field, uint32_t *wire, strata_error *er
     return 0;
 }
 
-/* Opens the length-delimited payload at r as *sub and moves r past it. */
-static int read_len(reader *r, reader *sub, strata_error *err) {
+/* Reads a field key. Every field profile.proto defines has a one-byte key, checked inline. */
+static inline int read_tag(reader *r, uint32_t *field, uint32_t *wire, strata_error *err) {
+    if (r->p < r->end) {
+        uint32_t key = r->p[0];
+        if (key < 0x80 && key >= 8 && (VALID_WIRE_TYPES >> (key & 7) & 1)) {
+            *field = key >> 3;
+            *wire = key & 7;
+            r->p++;
+            return 0;
+        }
+    }
+    return read_tag_slow(r, field, wire, err);
+}
+
+static int read_len_slow(reader *r, reader *sub, strata_error *err) {
     const uint8_t *start = r->p;
     uint64_t len;
     if (!read_varint(r, &len))
@@ -192,6 +210,20 @@ static int read_len(reader *r, reader *sub, strata_error *err) {
     sub->base = r->base;
     r->p = sub->end;
     return 0;
+}
+
+/* Opens the length-delimited payload at r as *sub and moves r past it. Lengths under 128 that fit
+ * are handled inline. */
+static inline int read_len(reader *r, reader *sub, strata_error *err) {
+    const uint8_t *q = r->p;
+    if (q < r->end && q[0] < 0x80 && q[0] < r->end - q) {
+        sub->p = q + 1;
+        sub->end = q + 1 + q[0];
+        sub->base = r->base;
+        r->p = sub->end;
+        return 0;
+    }
+    return read_len_slow(r, sub, err);
 }
 
 static int skip_field(reader *r, uint32_t wire, strata_error *err) {
@@ -236,8 +268,8 @@ static int wrong_wire_type(const reader *r, const char *field, uint32_t wire, st
 }
 
 /* Reads a singular varint field (int64, uint64 or bool). */
-static int read_varint_field(reader *r, uint32_t wire, const char *field, uint64_t *v,
-                             strata_error *err) {
+static inline int read_varint_field(reader *r, uint32_t wire, const char *field, uint64_t *v,
+                                    strata_error *err) {
     if (wire != WIRE_VARINT)
         return wrong_wire_type(r, field, wire, err);
     const uint8_t *start = r->p;
@@ -264,8 +296,8 @@ static int read_bool_field(reader *r, uint32_t wire, const char *field, bool *v,
     return 0;
 }
 
-static int read_message_field(reader *r, uint32_t wire, const char *field, reader *sub,
-                              strata_error *err) {
+static inline int read_message_field(reader *r, uint32_t wire, const char *field, reader *sub,
+                                     strata_error *err) {
     if (wire != WIRE_LEN)
         return wrong_wire_type(r, field, wire, err);
     return read_len(r, sub, err);
@@ -273,8 +305,8 @@ static int read_message_field(reader *r, uint32_t wire, const char *field, reade
 
 /* Opens the values of a repeated varint field as a run: the payload of a packed field, or the one
  * varint of an unpacked one. The run holds at most (run->end - run->p) values. */
-static int open_varint_run(reader *r, uint32_t wire, const char *field, reader *run,
-                           strata_error *err) {
+static inline int open_varint_run(reader *r, uint32_t wire, const char *field, reader *run,
+                                  strata_error *err) {
     if (wire == WIRE_LEN)
         return read_len(r, run, err);
     if (wire != WIRE_VARINT)
@@ -293,17 +325,76 @@ static size_t run_max_count(const reader *run) {
     return (size_t)(run->end - run->p);
 }
 
-/* Decodes every varint of run into dst (room for run_max_count values); *count gets their number.
- */
-static int read_varint_run(reader run, uint64_t *dst, size_t *count, strata_error *err) {
-    size_t n = 0;
-    while (run.p < run.end) {
-        const uint8_t *start = run.p;
-        if (!read_varint(&run, &dst[n]))
-            return malformed(&run, start, "truncated varint in packed field", err);
-        n++;
+/* Decodes one varint at q, which has at least 10 readable bytes, without bounds checks. Returns
+ * the byte after it, or NULL if it runs past 10 bytes or 64 bits. */
+static inline const uint8_t *decode_varint_unchecked(const uint8_t *q, uint64_t *v) {
+    uint64_t result = q[0];
+    if (result < 0x80) {
+        *v = result;
+        return q + 1;
     }
-    *count = n;
+    result &= 0x7f;
+    for (unsigned i = 1; i < 10; i++) {
+        uint64_t byte = q[i];
+        result |= (byte & 0x7f) << (7 * i);
+        if (byte < 0x80) {
+            if (i == 9 && byte > 1)
+                return NULL;
+            *v = result;
+            return q + i + 1;
+        }
+    }
+    return NULL;
+}
+
+/* Decodes every varint of run into dst (room for run_max_count values); *count gets their number.
+ * When range is non-NULL, range[0] and range[1] are lowered / raised to the smallest / largest
+ * value. This is the decoder's innermost loop: one- and two-byte varints (most ids and counts) take
+ * a short path, and all but the last 10 bytes go without bounds checks. It is inlined into each
+ * caller so that the range tracking disappears where it is not wanted. */
+static inline __attribute__((always_inline)) int
+read_varint_run(reader run, uint64_t *dst, size_t *count, uint64_t *range, strata_error *err) {
+    const uint8_t *q = run.p, *end = run.end;
+    uint64_t *out = dst;
+    uint64_t min = range != NULL ? range[0] : 0, max = range != NULL ? range[1] : 0;
+    while (end - q >= 10) {
+        uint64_t v = q[0];
+        if (v < 0x80) {
+            q += 1;
+        } else if (q[1] < 0x80) {
+            v = (v & 0x7f) | (uint64_t)q[1] << 7;
+            q += 2;
+        } else {
+            const uint8_t *next = decode_varint_unchecked(q, &v);
+            if (next == NULL) {
+                run.p = q;
+                return malformed(&run, q, "overlong varint in packed field", err);
+            }
+            q = next;
+        }
+        *out++ = v;
+        if (range != NULL) {
+            min = v < min ? v : min;
+            max = v > max ? v : max;
+        }
+    }
+    run.p = q;
+    while (run.p < end) {
+        const uint8_t *start = run.p;
+        uint64_t v;
+        if (!read_varint(&run, &v))
+            return malformed(&run, start, "truncated varint in packed field", err);
+        *out++ = v;
+        if (range != NULL) {
+            min = v < min ? v : min;
+            max = v > max ? v : max;
+        }
+    }
+    if (range != NULL) {
+        range[0] = min;
+        range[1] = max;
+    }
+    *count = (size_t)(out - dst);
     return 0;
 }
 
@@ -363,11 +454,13 @@ static int decode_label(reader *r, pprof_label *label, strata_error *err) {
 static int append_sample_location_ids(decoder *d, reader *r, uint32_t wire) {
     pprof_profile *p = d->p;
     reader run;
-    size_t count;
+    size_t count = 0;
     if (open_varint_run(r, wire, "location_id", &run, d->err) != 0 ||
-        reserve_sample_location_ids(d, p->n_sample_location_ids + run_max_count(&run)) != 0 ||
-        read_varint_run(run, p->sample_location_ids + p->n_sample_location_ids, &count, d->err) !=
-            0)
+        reserve_sample_location_ids(d, p->n_sample_location_ids + run_max_count(&run)) != 0)
+        return -1;
+    /* The id range lets validation skip per-id lookups (see sample_locations_in_dense_range). */
+    if (read_varint_run(run, p->sample_location_ids + p->n_sample_location_ids, &count,
+                        d->sample_location_id_range, d->err) != 0)
         return -1;
     p->n_sample_location_ids += count;
     return 0;
@@ -376,12 +469,12 @@ static int append_sample_location_ids(decoder *d, reader *r, uint32_t wire) {
 static int append_sample_values(decoder *d, reader *r, uint32_t wire) {
     pprof_profile *p = d->p;
     reader run;
-    size_t count;
+    size_t count = 0;
     /* int64 values are stored through their unsigned variant: the bits are protobuf's. */
     if (open_varint_run(r, wire, "value", &run, d->err) != 0 ||
         reserve_sample_values(d, d->n_sample_values + run_max_count(&run)) != 0 ||
-        read_varint_run(run, (uint64_t *)(p->sample_values + d->n_sample_values), &count, d->err) !=
-            0)
+        read_varint_run(run, (uint64_t *)(p->sample_values + d->n_sample_values), &count, NULL,
+                        d->err) != 0)
         return -1;
     d->n_sample_values += count;
     return 0;
@@ -701,10 +794,10 @@ static int add_string(decoder *d, reader *r, uint32_t wire) {
 static int add_comments(decoder *d, reader *r, uint32_t wire) {
     pprof_profile *p = d->p;
     reader run;
-    size_t count;
+    size_t count = 0;
     if (open_varint_run(r, wire, "comment", &run, d->err) != 0 ||
         reserve_comments(d, p->n_comments + run_max_count(&run)) != 0 ||
-        read_varint_run(run, (uint64_t *)(p->comments + p->n_comments), &count, d->err) != 0)
+        read_varint_run(run, (uint64_t *)(p->comments + p->n_comments), &count, NULL, d->err) != 0)
         return -1;
     p->n_comments += count;
     return 0;
@@ -754,6 +847,48 @@ static int decode_profile_field(decoder *d, reader *r, uint32_t field, uint32_t 
         default:
             return skip_field(r, wire, d->err);
     }
+}
+
+/* Sizes the arrays before the real pass, so that they are allocated once instead of grown (and
+ * copied) a dozen times: counts the top-level elements, which costs a key and a length per element.
+ * Sample location ids are estimated at one per two bytes of sample; values at one per sample type.
+ * Counts are capped by the limits; a malformed profile just stops the count, and the main pass
+ * reports the error. */
+static int presize_arrays(decoder *d, reader r) {
+    size_t counts[PROFILE_DEFAULT_SAMPLE_TYPE + 1] = {0};
+    size_t sample_bytes = 0;
+    while (r.p < r.end) {
+        uint32_t field, wire;
+        reader sub = {NULL, NULL, NULL};
+        if (read_tag(&r, &field, &wire, NULL) != 0)
+            break;
+        if (wire != WIRE_LEN) {
+            if (skip_field(&r, wire, NULL) != 0)
+                break;
+            continue;
+        }
+        if (read_len(&r, &sub, NULL) != 0)
+            break;
+        if (field < sizeof counts / sizeof counts[0])
+            counts[field]++;
+        if (field == PROFILE_SAMPLE)
+            sample_bytes += (size_t)(sub.end - sub.p);
+    }
+    size_t n_samples = counts[PROFILE_SAMPLE] < d->limits->max_samples ? counts[PROFILE_SAMPLE]
+                                                                       : d->limits->max_samples;
+    size_t n_types = counts[PROFILE_SAMPLE_TYPE] < d->limits->max_sample_types
+                         ? counts[PROFILE_SAMPLE_TYPE]
+                         : d->limits->max_sample_types;
+    if (reserve_sample_types(d, n_types) != 0 || reserve_samples(d, n_samples) != 0 ||
+        reserve_sample_location_ids(d, sample_bytes / 2) != 0 ||
+        reserve_sample_values(d, n_samples * n_types) != 0 ||
+        reserve_mappings(d, counts[PROFILE_MAPPING]) != 0 ||
+        reserve_locations(d, counts[PROFILE_LOCATION]) != 0 ||
+        reserve_lines(d, counts[PROFILE_LOCATION]) != 0 ||
+        reserve_functions(d, counts[PROFILE_FUNCTION]) != 0 ||
+        reserve_strings(d, counts[PROFILE_STRING_TABLE]) != 0)
+        return -1;
+    return 0;
 }
 
 static int decode_profile(decoder *d, reader *r) {
@@ -878,34 +1013,45 @@ static int validate_sample_labels(const pprof_profile *p, const pprof_sample *s,
     return 0;
 }
 
-static int validate_sample(const pprof_profile *p, size_t i, size_t n_values, strata_error *err) {
+static int validate_sample(const pprof_profile *p, size_t i, size_t n_values, bool check_locations,
+                           strata_error *err) {
     const pprof_sample *s = &p->samples[i];
     if (n_values != p->n_sample_types)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "%zu values given for %zu sample types", n_values,
                                 p->n_sample_types);
-    const uint64_t *ids = p->sample_location_ids + s->location_offset;
-    for (uint32_t j = 0; j < s->location_count; j++)
-        if (!location_is_defined(p, ids[j]))
+    for (uint32_t j = 0; check_locations && j < s->location_count; j++) {
+        uint64_t id = p->sample_location_ids[s->location_offset + j];
+        if (!location_is_defined(p, id))
             return strata_error_set(err, STRATA_INVALID_ARGUMENT, "location id %llu is not defined",
-                                    (unsigned long long)ids[j]);
+                                    (unsigned long long)id);
+    }
     return validate_sample_labels(p, s, err);
 }
 
-static int validate_samples(const pprof_profile *p, size_t n_sample_values, strata_error *err) {
+/* True when the location ids are exactly 1..n (n unique non-zero ids, the largest n: what Go and
+ * most producers write) and every sample location id lies in [1, n]: then all are defined and the
+ * per-id lookups can be skipped. */
+static bool sample_locations_in_dense_range(const pprof_profile *p, const decoder *d) {
+    return p->location_index.dense != NULL && p->location_index.dense_len == p->n_locations + 1 &&
+           d->sample_location_id_range[0] >= 1 && d->sample_location_id_range[1] <= p->n_locations;
+}
+
+static int validate_samples(const pprof_profile *p, const decoder *d, strata_error *err) {
+    bool check_locations = !sample_locations_in_dense_range(p, d);
     for (size_t i = 0; i < p->n_samples; i++) {
-        size_t next = i + 1 < p->n_samples ? p->samples[i + 1].value_offset : n_sample_values;
-        if (validate_sample(p, i, next - p->samples[i].value_offset, err) != 0)
+        size_t next = i + 1 < p->n_samples ? p->samples[i + 1].value_offset : d->n_sample_values;
+        if (validate_sample(p, i, next - p->samples[i].value_offset, check_locations, err) != 0)
             return strata_error_wrap(err, "sample %zu", i);
     }
     return 0;
 }
 
-static int validate_profile(pprof_profile *p, size_t n_sample_values, strata_error *err) {
+static int validate_profile(pprof_profile *p, const decoder *d, strata_error *err) {
     if (validate_string_table(p, err) != 0 || validate_value_types(p, err) != 0 ||
         validate_profile_strings(p, err) != 0 || pprof_profile_build_indexes(p, err) != 0 ||
         validate_mappings(p, err) != 0 || validate_functions(p, err) != 0 ||
-        validate_locations(p, err) != 0 || validate_samples(p, n_sample_values, err) != 0)
+        validate_locations(p, err) != 0 || validate_samples(p, d, err) != 0)
         return -1;
     return 0;
 }
@@ -959,8 +1105,10 @@ int pprof_decode(const uint8_t *data, size_t len, const pprof_limits *limits, pp
     d.p = out;
     d.limits = limits;
     d.err = err;
+    d.sample_location_id_range[0] = UINT64_MAX;
     reader r = {out->owned_bytes, out->owned_bytes + n_bytes, out->owned_bytes};
-    if (decode_profile(&d, &r) != 0 || validate_profile(out, d.n_sample_values, err) != 0) {
+    if (presize_arrays(&d, r) != 0 || decode_profile(&d, &r) != 0 ||
+        validate_profile(out, &d, err) != 0) {
         pprof_profile_free(out);
         return -1;
     }

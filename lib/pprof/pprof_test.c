@@ -537,6 +537,87 @@ static void test_decode_negative_and_large_varints(void **state) {
     strata_buffer_free(&m);
 }
 
+/* Long packed runs take the decoder's unchecked fast loop; mix every varint width, including ids
+ * that need all 10 bytes, and more ids than the pre-sizing estimate (one per two bytes). */
+static void test_decode_long_packed_runs(void **state) {
+    (void)state;
+    enum { N_IDS = 600 };
+    static const uint64_t widths[] = {1,          127,        128,        16383,      16384,
+                                      1ULL << 21, 1ULL << 35, 1ULL << 56, 1ULL << 63, UINT64_MAX};
+    uint64_t ids[N_IDS];
+    for (size_t i = 0; i < N_IDS; i++)
+        ids[i] = i < 400 ? 1 + i % 100 : widths[i % 10];
+    strata_buffer b = STRATA_BUFFER_INIT, m = STRATA_BUFFER_INIT;
+    pb_string(&b, 6, "");
+    pb_packed(&m, 1, ids, N_IDS);
+    pb_message(&b, 2, &m);
+    pb_packed(&m, 1, ids + 400, 5); /* a short run: only the bounds-checked tail */
+    pb_message(&b, 2, &m);
+    for (size_t i = 0; i < 100; i++) {
+        pb_varint(&m, 1, 1 + i);
+        pb_message(&b, 4, &m);
+    }
+    for (size_t i = 0; i < 10; i++) {
+        pb_varint(&m, 1, widths[i]);
+        if (widths[i] > 100)
+            pb_message(&b, 4, &m);
+        else
+            strata_buffer_reset(&m);
+    }
+    pprof_profile p;
+    decode_ok(&b, NULL, &p);
+    assert_int_equal(p.n_samples, 2);
+    assert_int_equal(p.samples[0].location_count, N_IDS);
+    assert_int_equal(p.samples[1].location_count, 5);
+    for (size_t i = 0; i < N_IDS; i++)
+        assert_true(p.sample_location_ids[i] == ids[i]);
+    assert_int_equal(p.sample_location_ids[N_IDS + 4], 16384);
+    assert_non_null(pprof_find_location(&p, UINT64_MAX));
+    pprof_profile_free(&p);
+
+    /* An 11-byte varint in the middle of a long run. */
+    strata_buffer_reset(&b);
+    pb_string(&b, 6, "");
+    uint8_t run[24];
+    memset(run, 0x01, sizeof run);
+    memset(run + 2, 0xff, 10);
+    pb_bytes(&m, 1, run, sizeof run);
+    pb_message(&b, 2, &m);
+    assert_decode_fails(b.data, b.len, NULL, STRATA_INVALID_ARGUMENT,
+                        "sample 0: malformed protobuf: overlong varint in packed field at byte 8");
+    strata_buffer_free(&b);
+    strata_buffer_free(&m);
+}
+
+/* Location ids 1..n let validation skip per-id lookups; anything else must still be caught. */
+static void test_validate_dense_and_gapped_location_ids(void **state) {
+    (void)state;
+    strata_buffer b = STRATA_BUFFER_INIT, m = STRATA_BUFFER_INIT;
+    build_reference(&b, PACKED, false); /* locations 1 and 2 */
+    pb_varint(&m, 1, 3);
+    pb_varint(&m, 2, 1);
+    pb_varint(&m, 2, 1);
+    pb_message(&b, 2, &m);
+    assert_decode_fails(b.data, b.len, NULL, STRATA_INVALID_ARGUMENT,
+                        "sample 2: location id 3 is not defined");
+    /* Add location 4: ids 1, 2, 4 are dense-indexed but not 1..n, so sample 2's id 3 is looked up.
+     */
+    pb_varint(&m, 1, 4);
+    pb_message(&b, 4, &m);
+    assert_decode_fails(b.data, b.len, NULL, STRATA_INVALID_ARGUMENT,
+                        "sample 2: location id 3 is not defined");
+    /* Defining 3 makes the ids 1..4 and the profile valid. */
+    pb_varint(&m, 1, 3);
+    pb_message(&b, 4, &m);
+    pprof_profile p;
+    decode_ok(&b, NULL, &p);
+    assert_int_equal(p.n_locations, 4);
+    assert_int_equal(p.sample_location_ids[p.samples[2].location_offset], 3);
+    pprof_profile_free(&p);
+    strata_buffer_free(&b);
+    strata_buffer_free(&m);
+}
+
 /* ---- malformed wire data -------------------------------------------------------------------- */
 
 typedef struct malformed_case {
@@ -1146,6 +1227,8 @@ int main(void) {
         cmocka_unit_test(test_decode_gzip_and_plain_agree),
         cmocka_unit_test(test_decode_order_last_wins_and_merge),
         cmocka_unit_test(test_decode_negative_and_large_varints),
+        cmocka_unit_test(test_decode_long_packed_runs),
+        cmocka_unit_test(test_validate_dense_and_gapped_location_ids),
         cmocka_unit_test(test_decode_rejects_malformed_wire_data),
         cmocka_unit_test(test_decode_rejects_every_truncation),
         cmocka_unit_test(test_validate_string_table),
