@@ -106,6 +106,10 @@ void http_response_release(http_response *resp);
 /* Builds the MHD response (consuming body or fd); NULL on failure. */
 struct MHD_Response *http_response_to_mhd(http_response *resp, bool close_connection);
 
+/* http_static.c: the request path under a static root as "a/b/c" (no dot segments, no hidden
+ * names, never absolute); -1 if refused or longer than size. */
+int http_static_relative_path(const char *rest, char *out, size_t size);
+
 /* http_builtin.c */
 int http_server_own(http_server *s, void *ptr, void (*free_fn)(void *), strata_error *err);
 

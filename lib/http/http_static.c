@@ -63,7 +63,7 @@ const char *http_content_type_for(const char *filename) {
 
 /* Rebuilds the request path as "a/b/c" relative to the root. Empty and "." segments are dropped
  * (so a leading '/' cannot make it absolute); "..", hidden names and backslashes are refused. */
-static int relative_path(const char *rest, char *out, size_t size) {
+int http_static_relative_path(const char *rest, char *out, size_t size) {
     size_t used = 0;
     out[0] = '\0';
     while (*rest != '\0') {
@@ -153,7 +153,7 @@ static void serve_static(void *ctx, const http_request *req, http_response *resp
     bool is_dir = false;
     struct stat sb;
     int fd = -1;
-    if (relative_path(http_request_path_rest(req), rel, sizeof rel) == 0)
+    if (http_static_relative_path(http_request_path_rest(req), rel, sizeof rel) == 0)
         fd = open_file(st, rel, &is_dir, name, sizeof name, &sb);
     if (fd < 0) {
         http_response_error(resp, req, 404, "not found");
