@@ -117,7 +117,7 @@ static int find_backend(const config_node *type_node, const char *type, const ba
 
 static int open_decoded(const config_node *node, const bucket_yaml *by, bucket **out,
                         strata_error *err) {
-    const backend_entry *backend;
+    const backend_entry *backend = NULL;
     if (find_backend(config_node_get(node, "type"), by->type, &backend, err) != 0)
         return -1;
     void *impl = NULL;
@@ -158,7 +158,7 @@ static int open_document(config_document *doc, bucket **out, strata_error *err) 
 
 int bucket_open_yaml_file(const char *path, bucket **out, strata_error *err) {
     *out = NULL;
-    config_document *doc;
+    config_document *doc = NULL;
     if (config_load_file(path, &doc, err) != 0)
         return -1;
     return open_document(doc, out, err);
@@ -167,7 +167,7 @@ int bucket_open_yaml_file(const char *path, bucket **out, strata_error *err) {
 int bucket_open_yaml_string(const char *name, const char *yaml, size_t len, bucket **out,
                             strata_error *err) {
     *out = NULL;
-    config_document *doc;
+    config_document *doc = NULL;
     if (config_load_string(name, yaml, len, &doc, err) != 0)
         return -1;
     return open_document(doc, out, err);

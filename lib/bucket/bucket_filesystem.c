@@ -570,7 +570,7 @@ const bucket_backend_ops bucket_filesystem_ops = {
 int bucket_open_filesystem(const char *directory, const char *prefix, bucket **out,
                            strata_error *err) {
     *out = NULL;
-    void *impl;
+    void *impl = NULL;
     if (bucket_filesystem_new(directory, &impl, err) != 0)
         return -1;
     return bucket_new(&bucket_filesystem_ops, impl, prefix, out, err);

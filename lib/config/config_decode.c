@@ -247,7 +247,7 @@ static int decode_value(const config_field *f, const config_node *n, void *out, 
 
 /* Decodes the descriptor's default text as if it had been written in the file. */
 static int apply_default(const config_field *f, void *out, strata_error *err) {
-    config_document *doc;
+    config_document *doc = NULL;
     if (config_load_string("<default>", f->default_text, strlen(f->default_text), &doc, err) != 0) {
         strata_error_wrap(err, "invalid default for key \"%s\"", f->key);
         if (err != NULL && err->code == STRATA_INVALID_ARGUMENT)

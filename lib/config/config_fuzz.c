@@ -62,7 +62,7 @@ static const config_field fuzz_fields[] = {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    config_document *doc;
+    config_document *doc = NULL;
     strata_error err;
     if (config_load_string("fuzz.yaml", (const char *)data, size, &doc, &err) != 0)
         return 0;

@@ -313,7 +313,7 @@ static int build_sequence_items(loader *ld, config_node *n, int depth, node_vec 
             return -1;
         if (ld->event.type == YAML_SEQUENCE_END_EVENT)
             return 0;
-        config_node *item;
+        config_node *item = NULL;
         if (build_node(ld, n, v->count, depth + 1, &item) != 0)
             return -1;
         if (vec_push(v, NULL, item) != 0)
@@ -344,7 +344,7 @@ static int build_key(loader *ld, config_node *map, node_vec *v, strata_intern *s
     if (ld->event.type != YAML_SCALAR_EVENT)
         return loader_error_at(ld, &ld->event.start_mark,
                                "mapping keys must be plain strings, not lists or mappings");
-    config_node *key;
+    config_node *key = NULL;
     if (build_scalar(ld, map, v->count, &key) != 0)
         return -1;
     key->is_key = true;
@@ -367,7 +367,7 @@ static int build_mapping_entries(loader *ld, config_node *n, int depth, node_vec
             return -1;
         if (ld->event.type == YAML_MAPPING_END_EVENT)
             return 0;
-        config_node *key;
+        config_node *key = NULL;
         if (build_key(ld, n, v, seen, &key) != 0)
             return -1;
         if (vec_push(v, key, NULL) != 0)
@@ -447,7 +447,7 @@ static int load_stream(loader *ld) {
         return loader_error_at(ld, &ld->event.start_mark, "unexpected YAML structure");
     if (next_event(ld) != 0)
         return -1;
-    config_node *root;
+    config_node *root = NULL;
     if (build_node(ld, NULL, 0, 0, &root) != 0)
         return -1;
     if (!(root->kind == CONFIG_NODE_SCALAR && config_node_is_null(root)))
@@ -522,8 +522,8 @@ static int read_file(const char *path, char **text, size_t *len, strata_error *e
 
 int config_load_file(const char *path, config_document **out, strata_error *err) {
     *out = NULL;
-    char *text;
-    size_t len;
+    char *text = NULL;
+    size_t len = 0;
     if (read_file(path, &text, &len, err) != 0)
         return -1;
     int rc = config_load_string(path, text, len, out, err);
