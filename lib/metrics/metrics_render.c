@@ -120,19 +120,21 @@ static int render_bucket(const metrics_series *s, const char *le, uint64_t cumul
 static int render_histogram(const metrics_series *s, strata_buffer *out) {
     const metrics_family *f = s->family;
     uint64_t cumulative = 0;
-    for (size_t i = 0; i <= f->n_bounds; i++) {
+    strata_buffer le = STRATA_BUFFER_INIT; /* the le label value, reused across buckets */
+    int rc = 0;
+    for (size_t i = 0; i <= f->n_bounds && rc == 0; i++) {
         cumulative += atomic_load_explicit(&s->buckets[i], memory_order_relaxed);
-        strata_buffer le = STRATA_BUFFER_INIT;
-        int rc = i < f->n_bounds ? metrics_format_double(&le, f->bounds[i])
-                                 : strata_buffer_append_str(&le, "+Inf");
+        strata_buffer_reset(&le);
+        rc = i < f->n_bounds ? metrics_format_double(&le, f->bounds[i])
+                             : strata_buffer_append_str(&le, "+Inf");
         if (rc == 0)
             rc = strata_buffer_append_byte(&le, '\0');
         if (rc == 0)
             rc = render_bucket(s, (const char *)le.data, cumulative, out);
-        strata_buffer_free(&le);
-        if (rc != 0)
-            return -1;
     }
+    strata_buffer_free(&le);
+    if (rc != 0)
+        return -1;
     double sum = metrics_bits_to_double(atomic_load_explicit(&s->sum_bits, memory_order_relaxed));
     if (render_name(s, "_sum", NULL, out) != 0 || strata_buffer_append_byte(out, ' ') != 0 ||
         metrics_format_double(out, sum) != 0 || strata_buffer_append_byte(out, '\n') != 0)
