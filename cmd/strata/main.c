@@ -30,6 +30,7 @@ static void usage(FILE *out) {
             "services:\n"
             "  all -config FILE [-check-config]       run every service in one process\n"
             "  ingester -config FILE [-check-config]  run the ingester (WriteRaw, Agents)\n"
+            "  querier -config FILE [-check-config]   run the querier (QueryService, JSON API)\n"
             "\n"
             "tools:\n"
             "  push FILE... --name NAME [--label K=V]... [--address HOST:PORT] [--tenant T]\n"
@@ -45,7 +46,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "all") == 0 || strcmp(cmd, "ingester") == 0)
+    if (strcmp(cmd, "all") == 0 || strcmp(cmd, "ingester") == 0 || strcmp(cmd, "querier") == 0)
         return cli_run_services(cmd, argc - 2, argv + 2);
     if (strcmp(cmd, "push") == 0)
         return cli_push(argc - 2, argv + 2);

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "http/http.h"
 #include "ingester.h"
+#include "querier.h"
 #include "metrics/metrics.h"
 #include "rpc/rpc.h"
 #include "strata_config.h"
@@ -34,6 +35,7 @@ typedef struct runtime {
     http_server *http;
     rpc_server *grpc;
     ingester *ing;
+    querier *qr;
 } runtime;
 
 static volatile sig_atomic_t stop_requested;
@@ -67,11 +69,20 @@ static bool ready_check(void *ctx, char *reason, size_t reason_size) {
         snprintf(reason, reason_size, "%s", why);
         return false;
     }
+    if (rt->qr != NULL && !querier_ready(rt->qr, &why)) {
+        snprintf(reason, reason_size, "%s", why);
+        return false;
+    }
     if (stop_requested) {
         snprintf(reason, reason_size, "shutting down");
         return false;
     }
     return true;
+}
+
+/* In `strata all` the ingester tells the querier about each block it commits. */
+static void announce_block(void *ctx, const char *tenant, const char *block_id) {
+    querier_announce_block(ctx, tenant, block_id);
 }
 
 /* Loads the config, opens the bucket and builds every service, without binding anything. */
@@ -89,7 +100,16 @@ static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
     if ((rt->registry = metrics_registry_new(err)) == NULL ||
         metrics_register_process_metrics(rt->registry, err) != 0)
         return -1;
-    return ingester_new(&rt->config.ingester, rt->store, rt->registry, &rt->ing, err);
+    bool all = strcmp(rt->mode, "all") == 0;
+    if ((all || strcmp(rt->mode, "ingester") == 0) &&
+        ingester_new(&rt->config.ingester, rt->store, rt->registry, &rt->ing, err) != 0)
+        return -1;
+    if ((all || strcmp(rt->mode, "querier") == 0) &&
+        querier_new(&rt->config.querier, rt->store, rt->registry, &rt->qr, err) != 0)
+        return -1;
+    if (rt->ing != NULL && rt->qr != NULL)
+        ingester_set_block_listener(rt->ing, announce_block, rt->qr);
+    return 0;
 }
 
 static int runtime_start(runtime *rt, strata_error *err) {
@@ -101,9 +121,16 @@ static int runtime_start(runtime *rt, strata_error *err) {
         return -1;
     rpc_server_options ropts = {.listen_address = rt->config.server.grpc_listen_address,
                                 .threads = (int)rt->config.server.grpc_threads};
-    if ((rt->grpc = rpc_server_new(&ropts, err)) == NULL ||
-        ingester_register(rt->ing, rt->grpc, err) != 0 || ingester_start(rt->ing, err) != 0 ||
-        rpc_server_start(rt->grpc, err) != 0 || http_server_start(rt->http, err) != 0)
+    if ((rt->grpc = rpc_server_new(&ropts, err)) == NULL)
+        return -1;
+    if (rt->ing != NULL &&
+        (ingester_register(rt->ing, rt->grpc, err) != 0 || ingester_start(rt->ing, err) != 0))
+        return -1;
+    if (rt->qr != NULL &&
+        (querier_register_grpc(rt->qr, rt->grpc, err) != 0 ||
+         querier_register_http(rt->qr, rt->http, err) != 0 || querier_start(rt->qr, err) != 0))
+        return -1;
+    if (rpc_server_start(rt->grpc, err) != 0 || http_server_start(rt->http, err) != 0)
         return -1;
     strata_log_info("strata", "started", "mode=%s http=%s grpc=%s grpc_port=%d http_port=%u",
                     rt->mode, rt->config.server.http_listen_address,
@@ -122,6 +149,7 @@ static void runtime_shutdown(runtime *rt) {
         http_server_stop(rt->http);
     http_server_free(rt->http);
     ingester_free(rt->ing);
+    querier_free(rt->qr);
     metrics_registry_free(rt->registry);
     bucket_close(rt->store);
     strata_config_free(&rt->config);

@@ -27,6 +27,8 @@ static const config_field top_fields[] = {
      .required = true},
     {.key = "ingester", .kind = CONFIG_STRUCT, .offset = offsetof(strata_config, ingester),
      .fields = ingester_config_fields},
+    {.key = "querier", .kind = CONFIG_STRUCT, .offset = offsetof(strata_config, querier),
+     .fields = querier_config_fields},
     {.key = NULL},
 };
 

@@ -5,6 +5,7 @@
  *   server:    listen addresses, log level, shutdown grace
  *   bucket:    Thanos objstore config (type, config, prefix)
  *   ingester:  see services/ingester/ingester.h
+ *   querier:   see services/querier/querier.h
  */
 #ifndef STRATA_CMD_CONFIG_H
 #define STRATA_CMD_CONFIG_H
@@ -14,6 +15,7 @@
 #include "common/error.h"
 #include "config/config.h"
 #include "ingester.h"
+#include "querier.h"
 
 typedef struct server_config {
     char *http_listen_address;
@@ -27,6 +29,7 @@ typedef struct strata_config {
     server_config server;
     config_raw bucket;
     ingester_config ingester;
+    querier_config querier;
 } strata_config;
 
 /* Loads and decodes path; on failure err says where and why. */

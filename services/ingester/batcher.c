@@ -50,6 +50,8 @@ void batcher_options_default(batcher_options *opts) {
     opts->max_block_bytes = 256u << 20;
     opts->upload_attempts = 5;
     opts->upload_backoff_ns = 100 * STRATA_NS_PER_MS;
+    opts->on_block = NULL;
+    opts->on_block_ctx = NULL;
 }
 
 int batcher_new(const batcher_options *opts, bucket *store, batcher **out, strata_error *err) {
@@ -211,6 +213,8 @@ static int write_block(batcher *b, tenant_batch *tb, strata_error *err) {
     snprintf(key, sizeof key, "%s/%s/%s", tb->tenant, id, BLOCK_META_FILE);
     if (upload_with_retries(b, key, &meta_json, err) != 0)
         goto out;
+    if (b->opts.on_block != NULL)
+        b->opts.on_block(b->opts.on_block_ctx, tb->tenant, id);
     atomic_fetch_add(&b->stats.blocks_written, 1);
     atomic_fetch_add(&b->stats.bytes_written, data.len + meta_json.len);
     strata_log_info("ingester", "block written",

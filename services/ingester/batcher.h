@@ -29,11 +29,17 @@ typedef struct batcher batcher;
 /* Called exactly once per submitted request, from the flush thread; err is NULL on success. */
 typedef void (*batcher_ack_fn)(void *ctx, const strata_error *err);
 
+/* Called after a block is committed (meta.json stored) and before its writes are acknowledged,
+ * so a querier told through it shows the data by the time the client hears back. */
+typedef void (*batcher_block_fn)(void *ctx, const char *tenant, const char *ulid);
+
 typedef struct batcher_options {
     int64_t flush_interval_ns;  /* default 1 s */
     uint64_t max_block_bytes;   /* writer memory that triggers an early flush; default 256 MiB */
     int upload_attempts;        /* tries per object before giving up; default 5 */
     int64_t upload_backoff_ns;  /* first retry delay, doubled each try; default 100 ms */
+    batcher_block_fn on_block;  /* optional */
+    void *on_block_ctx;
 } batcher_options;
 
 /* Counters for /metrics; updated atomically, read with atomic_load. */

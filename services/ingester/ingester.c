@@ -73,6 +73,7 @@ typedef struct ingester_metrics {
 
 struct ingester {
     ingester_config config;
+    batcher_options batch_options;
     ingest_limits limits;
     bucket *store;
     metrics_registry *registry;
@@ -198,6 +199,12 @@ static void handle_write_raw(rpc_call *call, const uint8_t *request, size_t requ
     if (pw == NULL) {
         strata_error_oom(&err);
         reject(ing, call, INGEST_REJECT_INTERNAL, req.node, start, &err);
+    } else if (ing->batch == NULL) {
+        strata_error_set(&err, STRATA_UNAVAILABLE, "ingester is not started");
+        reject(ing, call, INGEST_REJECT_INTERNAL, req.node, start, &err);
+        free(pw->node);
+        free(pw->peer);
+        free(pw);
     } else if (batcher_submit(ing->batch, tenant, &req, write_acknowledged, pw, &err) != 0) {
         reject(ing, call, INGEST_REJECT_INTERNAL, req.node, start, &err);
         free(pw->node);
@@ -281,14 +288,12 @@ int ingester_new(const ingester_config *config, bucket *store, metrics_registry 
     ing->store = store;
     ing->registry = registry;
     limits_from_config(config, &ing->limits);
-    batcher_options bopts;
-    batcher_options_default(&bopts);
-    bopts.flush_interval_ns = config->flush_interval_ns;
-    bopts.max_block_bytes = config->max_block_bytes;
-    bopts.upload_attempts = (int)config->upload_attempts;
-    if (agent_registry_new(&ing->agents, err) != 0 || batcher_new(&bopts, store, &ing->batch, err) != 0 ||
-        create_metrics(ing, err) != 0 ||
-        metrics_registry_add_collector(registry, collect_batcher_stats, ing, err) != 0) {
+    batcher_options *bopts = &ing->batch_options;
+    batcher_options_default(bopts);
+    bopts->flush_interval_ns = config->flush_interval_ns;
+    bopts->max_block_bytes = config->max_block_bytes;
+    bopts->upload_attempts = (int)config->upload_attempts;
+    if (agent_registry_new(&ing->agents, err) != 0 || create_metrics(ing, err) != 0) {
         ingester_free(ing);
         return -1;
     }
@@ -302,8 +307,17 @@ int ingester_register(ingester *ing, rpc_server *server, strata_error *err) {
     return rpc_server_add_sync_method(server, INGESTER_AGENTS_METHOD, handle_agents, ing, err);
 }
 
+void ingester_set_block_listener(ingester *ing, void (*fn)(void *ctx, const char *tenant,
+                                                            const char *ulid),
+                                 void *ctx) {
+    ing->batch_options.on_block = fn;
+    ing->batch_options.on_block_ctx = ctx;
+}
+
 int ingester_start(ingester *ing, strata_error *err) {
-    if (batcher_start(ing->batch, err) != 0)
+    if (batcher_new(&ing->batch_options, ing->store, &ing->batch, err) != 0 ||
+        metrics_registry_add_collector(ing->registry, collect_batcher_stats, ing, err) != 0 ||
+        batcher_start(ing->batch, err) != 0)
         return -1;
     ing->started = true;
     strata_log_info("ingester", "started", "flush_interval_ms=%lld max_block_bytes=%llu",
@@ -328,7 +342,8 @@ void ingester_stop(ingester *ing) {
     if (ing == NULL || ing->stopping)
         return;
     ing->stopping = true;
-    batcher_stop(ing->batch);
+    if (ing->batch != NULL)
+        batcher_stop(ing->batch);
 }
 
 void ingester_free(ingester *ing) {

@@ -45,6 +45,12 @@ typedef struct ingester ingester;
 /* The bucket and registry must outlive the ingester. */
 int ingester_new(const ingester_config *config, bucket *store, metrics_registry *registry,
                  ingester **out, strata_error *err);
+/* Tells fn about every block committed, before its writes are acknowledged (used by `strata all`
+ * to make blocks visible to the in-process querier at once). Call before ingester_start. */
+void ingester_set_block_listener(ingester *ing, void (*fn)(void *ctx, const char *tenant,
+                                                            const char *ulid),
+                                 void *ctx);
+
 /* Registers WriteRaw and Agents on server (before it starts). */
 int ingester_register(ingester *ing, rpc_server *server, strata_error *err);
 int ingester_start(ingester *ing, strata_error *err);

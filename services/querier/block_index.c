@@ -1,0 +1,522 @@
+/*
+ * block_index.c - see block_index.h.
+ *
+ * The index is a flat array of entries guarded by one mutex; queries copy out the entries they
+ * need (with a reference each) and work without the index lock. Listing and meta.json fetches run
+ * without the lock too, so a slow bucket never blocks queries.
+ */
+#include "block_index.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "block/block_format.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+/* Deletion marks of known blocks are re-checked every this many syncs. */
+#define MARK_RECHECK_SYNCS 10
+
+struct block_index {
+    block_index_options opts;
+    bucket *store;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    indexed_block **blocks;
+    size_t n_blocks;
+    size_t cap_blocks;
+    uint64_t clock;
+    uint64_t open_readers;
+    bool synced;
+    bool stopping;
+    bool started;
+    pthread_t thread;
+    block_index_stats stats;
+};
+
+void block_index_options_default(block_index_options *opts) {
+    opts->sync_interval_ns = STRATA_NS_PER_SEC;
+    opts->max_open_readers = 128;
+    opts->reader_cache_bytes = 16u << 20;
+}
+
+int block_index_new(const block_index_options *opts, bucket *store, block_index **out,
+                    strata_error *err) {
+    block_index *ix = calloc(1, sizeof *ix);
+    if (ix == NULL)
+        return strata_error_oom(err);
+    ix->opts = *opts;
+    ix->store = store;
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0 || pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
+        pthread_mutex_init(&ix->mu, NULL) != 0 || pthread_cond_init(&ix->wake, &attr) != 0) {
+        free(ix);
+        return strata_error_set(err, STRATA_INTERNAL, "cannot initialise block index locks");
+    }
+    pthread_condattr_destroy(&attr);
+    *out = ix;
+    return 0;
+}
+
+static void entry_free(indexed_block *b) {
+    if (b->reader != NULL)
+        block_reader_close(b->reader);
+    free(b->fetch_ctx);
+    block_meta_free(&b->meta);
+    pthread_mutex_destroy(&b->mu);
+    free(b->tenant);
+    free(b);
+}
+
+/* ---- listing ------------------------------------------------------------------------------ */
+
+typedef struct name_list {
+    char **items;
+    size_t count;
+    size_t cap;
+} name_list;
+
+static void name_list_free(name_list *l) {
+    for (size_t i = 0; i < l->count; i++)
+        free(l->items[i]);
+    free(l->items);
+    memset(l, 0, sizeof *l);
+}
+
+/* Collects the sub-directory names ("x" for "dir/x/") of a non-recursive listing. */
+static int collect_dirs(const char *key, void *ctx, strata_error *err) {
+    name_list *l = ctx;
+    size_t len = strlen(key);
+    if (len == 0 || key[len - 1] != '/')
+        return 0;
+    const char *start = key;
+    const char *slash = memchr(key, '/', len - 1);
+    while (slash != NULL && slash < key + len - 1) {
+        start = slash + 1;
+        slash = memchr(start, '/', (size_t)(key + len - 1 - start));
+    }
+    if (l->count == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        char **grown = realloc(l->items, cap * sizeof *grown);
+        if (grown == NULL)
+            return strata_error_oom(err);
+        l->items = grown;
+        l->cap = cap;
+    }
+    if ((l->items[l->count] = strndup(start, (size_t)(key + len - 1 - start))) == NULL)
+        return strata_error_oom(err);
+    l->count++;
+    return 0;
+}
+
+static bool is_ulid(const char *s) {
+    ulid u;
+    return strlen(s) == ULID_STRING_LEN && ulid_parse(s, ULID_STRING_LEN, &u, NULL) == 0;
+}
+
+static indexed_block *find_locked(block_index *ix, const char *tenant, const char *id) {
+    for (size_t i = 0; i < ix->n_blocks; i++) {
+        indexed_block *b = ix->blocks[i];
+        if (strcmp(b->ulid_text, id) == 0 && strcmp(b->tenant, tenant) == 0)
+            return b;
+    }
+    return NULL;
+}
+
+static int has_deletion_mark(block_index *ix, const char *tenant, const char *id, bool *out,
+                             strata_error *err) {
+    char key[BUCKET_KEY_MAX];
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_DELETION_MARK_FILE);
+    return bucket_exists(ix->store, key, out, err);
+}
+
+/* Reads tenant/id's meta.json into a new entry; *out NULL if the block is not committed yet or is
+ * marked for deletion. */
+static int load_block(block_index *ix, const char *tenant, const char *id, indexed_block **out,
+                      strata_error *err) {
+    *out = NULL;
+    char key[BUCKET_KEY_MAX];
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_META_FILE);
+    strata_buffer json = STRATA_BUFFER_INIT;
+    if (bucket_get(ix->store, key, &json, err) != 0) {
+        strata_buffer_free(&json);
+        return err->code == STRATA_NOT_FOUND ? 0 : -1;
+    }
+    bool marked = false;
+    indexed_block *b = calloc(1, sizeof *b);
+    int rc = -1;
+    if (b == NULL) {
+        strata_error_oom(err);
+        goto out;
+    }
+    block_meta_init(&b->meta);
+    pthread_mutex_init(&b->mu, NULL);
+    snprintf(b->ulid_text, sizeof b->ulid_text, "%s", id);
+    if ((b->tenant = strdup(tenant)) == NULL) {
+        strata_error_oom(err);
+        goto out;
+    }
+    if (block_meta_decode((const char *)json.data, json.len, &b->meta, err) != 0) {
+        strata_error_wrap(err, "%s", key);
+        goto out;
+    }
+    if (has_deletion_mark(ix, tenant, id, &marked, err) != 0)
+        goto out;
+    for (size_t i = 0; i < b->meta.n_files; i++)
+        if (strcmp(b->meta.files[i].rel_path, BLOCK_DATA_FILE) == 0)
+            b->data_size = b->meta.files[i].size_bytes;
+    if (b->data_size == 0) {
+        bucket_object_attributes attrs;
+        snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_DATA_FILE);
+        if (bucket_attributes(ix->store, key, &attrs, err) != 0)
+            goto out;
+        b->data_size = attrs.size;
+    }
+    rc = 0;
+out:
+    strata_buffer_free(&json);
+    if (rc == 0 && !marked)
+        *out = b;
+    else if (b != NULL)
+        entry_free(b);
+    return rc;
+}
+
+static int add_entry_locked(block_index *ix, indexed_block *b, strata_error *err) {
+    if (ix->n_blocks == ix->cap_blocks) {
+        size_t cap = ix->cap_blocks ? ix->cap_blocks * 2 : 64;
+        indexed_block **grown = realloc(ix->blocks, cap * sizeof *grown);
+        if (grown == NULL)
+            return strata_error_oom(err);
+        ix->blocks = grown;
+        ix->cap_blocks = cap;
+    }
+    b->refs = 1; /* the index's own reference */
+    ix->blocks[ix->n_blocks++] = b;
+    return 0;
+}
+
+static void unref_locked(block_index *ix, indexed_block *b) {
+    if (--b->refs > 0)
+        return;
+    if (b->reader != NULL)
+        ix->open_readers--;
+    entry_free(b);
+}
+
+/* Removes entry i from the index (queries holding it keep it alive). */
+static void remove_entry_locked(block_index *ix, size_t i) {
+    indexed_block *b = ix->blocks[i];
+    ix->blocks[i] = ix->blocks[--ix->n_blocks];
+    b->removed = true;
+    unref_locked(ix, b);
+}
+
+int block_index_announce(block_index *ix, const char *tenant, const char *id, strata_error *err) {
+    pthread_mutex_lock(&ix->mu);
+    bool known = find_locked(ix, tenant, id) != NULL;
+    pthread_mutex_unlock(&ix->mu);
+    if (known)
+        return 0;
+    indexed_block *b;
+    if (load_block(ix, tenant, id, &b, err) != 0)
+        return -1;
+    if (b == NULL)
+        return 0;
+    pthread_mutex_lock(&ix->mu);
+    int rc = 0;
+    if (find_locked(ix, tenant, id) == NULL)
+        rc = add_entry_locked(ix, b, err);
+    else
+        entry_free(b), b = NULL;
+    if (rc != 0)
+        entry_free(b);
+    pthread_mutex_unlock(&ix->mu);
+    return rc;
+}
+
+/* Drops index entries of tenant that are not in ids (deleted from the bucket). */
+static void drop_missing(block_index *ix, const char *tenant, const name_list *ids) {
+    pthread_mutex_lock(&ix->mu);
+    for (size_t i = 0; i < ix->n_blocks;) {
+        indexed_block *b = ix->blocks[i];
+        bool listed = false;
+        for (size_t j = 0; j < ids->count && !listed; j++)
+            listed = strcmp(ids->items[j], b->ulid_text) == 0;
+        if (strcmp(b->tenant, tenant) == 0 && !listed)
+            remove_entry_locked(ix, i);
+        else
+            i++;
+    }
+    pthread_mutex_unlock(&ix->mu);
+}
+
+/* Drops known blocks of tenant that have been marked for deletion. */
+static int drop_marked(block_index *ix, const char *tenant, const name_list *ids, strata_error *err) {
+    for (size_t j = 0; j < ids->count; j++) {
+        pthread_mutex_lock(&ix->mu);
+        bool known = find_locked(ix, tenant, ids->items[j]) != NULL;
+        pthread_mutex_unlock(&ix->mu);
+        bool marked = false;
+        if (!known || has_deletion_mark(ix, tenant, ids->items[j], &marked, err) != 0 || !marked)
+            continue;
+        pthread_mutex_lock(&ix->mu);
+        for (size_t i = 0; i < ix->n_blocks; i++)
+            if (strcmp(ix->blocks[i]->ulid_text, ids->items[j]) == 0 &&
+                strcmp(ix->blocks[i]->tenant, tenant) == 0) {
+                remove_entry_locked(ix, i);
+                break;
+            }
+        pthread_mutex_unlock(&ix->mu);
+    }
+    return 0;
+}
+
+static int sync_tenant(block_index *ix, const char *tenant, bool recheck_marks, strata_error *err) {
+    name_list ids = {0};
+    int rc = -1;
+    if (bucket_iterate(ix->store, tenant, false, collect_dirs, &ids, err) != 0)
+        goto out;
+    for (size_t i = 0; i < ids.count; i++)
+        if (is_ulid(ids.items[i]) && block_index_announce(ix, tenant, ids.items[i], err) != 0)
+            goto out;
+    drop_missing(ix, tenant, &ids);
+    if (recheck_marks && drop_marked(ix, tenant, &ids, err) != 0)
+        goto out;
+    rc = 0;
+out:
+    name_list_free(&ids);
+    return rc;
+}
+
+int block_index_sync(block_index *ix, strata_error *err) {
+    name_list tenants = {0};
+    int rc = -1;
+    pthread_mutex_lock(&ix->mu);
+    bool recheck = ix->stats.syncs % MARK_RECHECK_SYNCS == 0;
+    pthread_mutex_unlock(&ix->mu);
+    if (bucket_iterate(ix->store, "", false, collect_dirs, &tenants, err) != 0)
+        goto out;
+    for (size_t i = 0; i < tenants.count; i++)
+        if (sync_tenant(ix, tenants.items[i], recheck, err) != 0)
+            goto out;
+    rc = 0;
+out:
+    pthread_mutex_lock(&ix->mu);
+    ix->stats.syncs++;
+    if (rc != 0)
+        ix->stats.sync_failures++;
+    else
+        ix->synced = true;
+    pthread_mutex_unlock(&ix->mu);
+    name_list_free(&tenants);
+    return rc;
+}
+
+static void *sync_thread_main(void *arg) {
+    block_index *ix = arg;
+    pthread_mutex_lock(&ix->mu);
+    while (!ix->stopping) {
+        int64_t deadline = strata_monotonic_ns() + ix->opts.sync_interval_ns;
+        struct timespec ts = {(time_t)(deadline / STRATA_NS_PER_SEC),
+                              (long)(deadline % STRATA_NS_PER_SEC)};
+        while (!ix->stopping && pthread_cond_timedwait(&ix->wake, &ix->mu, &ts) != ETIMEDOUT) {
+        }
+        if (ix->stopping)
+            break;
+        pthread_mutex_unlock(&ix->mu);
+        strata_error err;
+        strata_error_clear(&err);
+        if (block_index_sync(ix, &err) != 0) {
+            char quoted[600];
+            strata_log_warn("querier", "bucket sync failed", "error=%s",
+                            strata_log_quote(err.message, quoted, sizeof quoted));
+        }
+        pthread_mutex_lock(&ix->mu);
+    }
+    pthread_mutex_unlock(&ix->mu);
+    return NULL;
+}
+
+int block_index_start(block_index *ix, strata_error *err) {
+    strata_error sync_err;
+    if (block_index_sync(ix, &sync_err) != 0) {
+        char quoted[600];
+        strata_log_warn("querier", "first bucket sync failed; retrying in the background",
+                        "error=%s", strata_log_quote(sync_err.message, quoted, sizeof quoted));
+    }
+    if (pthread_create(&ix->thread, NULL, sync_thread_main, ix) != 0)
+        return strata_error_set(err, STRATA_INTERNAL, "cannot start the bucket sync thread");
+    ix->started = true;
+    return 0;
+}
+
+void block_index_free(block_index *ix) {
+    if (ix == NULL)
+        return;
+    pthread_mutex_lock(&ix->mu);
+    ix->stopping = true;
+    pthread_cond_broadcast(&ix->wake);
+    pthread_mutex_unlock(&ix->mu);
+    if (ix->started)
+        pthread_join(ix->thread, NULL);
+    while (ix->n_blocks > 0)
+        remove_entry_locked(ix, ix->n_blocks - 1);
+    free(ix->blocks);
+    pthread_mutex_destroy(&ix->mu);
+    pthread_cond_destroy(&ix->wake);
+    free(ix);
+}
+
+/* ---- queries ------------------------------------------------------------------------------ */
+
+static int compare_blocks_by_time(const void *a, const void *b) {
+    const indexed_block *x = *(indexed_block *const *)a, *y = *(indexed_block *const *)b;
+    if (x->meta.min_time_ms != y->meta.min_time_ms)
+        return x->meta.min_time_ms < y->meta.min_time_ms ? -1 : 1;
+    return strcmp(x->ulid_text, y->ulid_text);
+}
+
+int block_index_acquire(block_index *ix, const char *tenant, int64_t start_ns, int64_t end_ns,
+                        indexed_block ***out, size_t *n, strata_error *err) {
+    *out = NULL;
+    *n = 0;
+    int64_t start_ms = start_ns / STRATA_NS_PER_MS, end_ms = end_ns / STRATA_NS_PER_MS;
+    pthread_mutex_lock(&ix->mu);
+    indexed_block **list = malloc((ix->n_blocks + 1) * sizeof *list);
+    if (list == NULL) {
+        pthread_mutex_unlock(&ix->mu);
+        return strata_error_oom(err);
+    }
+    size_t count = 0;
+    for (size_t i = 0; i < ix->n_blocks; i++) {
+        indexed_block *b = ix->blocks[i];
+        /* maxTime is exclusive; a block covers [minTime, maxTime). */
+        if (strcmp(b->tenant, tenant) != 0 || b->meta.max_time_ms <= start_ms ||
+            b->meta.min_time_ms > end_ms)
+            continue;
+        b->refs++;
+        b->last_used = ++ix->clock;
+        list[count++] = b;
+    }
+    pthread_mutex_unlock(&ix->mu);
+    qsort(list, count, sizeof *list, compare_blocks_by_time);
+    *out = list;
+    *n = count;
+    return 0;
+}
+
+void block_index_release_all(block_index *ix, indexed_block **blocks, size_t n) {
+    pthread_mutex_lock(&ix->mu);
+    for (size_t i = 0; i < n; i++)
+        unref_locked(ix, blocks[i]);
+    pthread_mutex_unlock(&ix->mu);
+    free(blocks);
+}
+
+typedef struct block_fetch_ctx {
+    bucket *store;
+    char key[BUCKET_KEY_MAX];
+} block_fetch_ctx;
+
+static int fetch_from_bucket(void *ctx, uint64_t offset, uint64_t length, strata_buffer *out,
+                             strata_error *err) {
+    const block_fetch_ctx *f = ctx;
+    strata_buffer_reset(out);
+    if (bucket_get_range(f->store, f->key, offset, length, out, err) != 0)
+        return -1;
+    if (out->len != length)
+        return strata_error_set(err, STRATA_DATA_LOSS, "%s: short read (%zu of %llu bytes)",
+                                f->key, out->len, (unsigned long long)length);
+    return 0;
+}
+
+/* Closes the least recently used idle reader when too many are open; called with ix->mu held. */
+static void evict_reader_locked(block_index *ix) {
+    if (ix->open_readers < ix->opts.max_open_readers)
+        return;
+    indexed_block *victim = NULL;
+    for (size_t i = 0; i < ix->n_blocks; i++) {
+        indexed_block *b = ix->blocks[i];
+        if (b->reader == NULL || b->refs > 1)
+            continue;
+        if (victim == NULL || b->last_used < victim->last_used)
+            victim = b;
+    }
+    if (victim == NULL || pthread_mutex_trylock(&victim->mu) != 0)
+        return;
+    block_reader_close(victim->reader);
+    victim->reader = NULL;
+    free(victim->fetch_ctx);
+    victim->fetch_ctx = NULL;
+    ix->open_readers--;
+    pthread_mutex_unlock(&victim->mu);
+}
+
+int block_index_open_reader(block_index *ix, indexed_block *b, strata_error *err) {
+    if (b->reader != NULL)
+        return 0;
+    pthread_mutex_lock(&ix->mu);
+    evict_reader_locked(ix);
+    pthread_mutex_unlock(&ix->mu);
+    /* The reader keeps the ctx pointer for lazy fetches, so it must live with the entry. */
+    block_fetch_ctx *ctx = malloc(sizeof *ctx);
+    if (ctx == NULL)
+        return strata_error_oom(err);
+    ctx->store = ix->store;
+    snprintf(ctx->key, sizeof ctx->key, "%s/%s/%s", b->tenant, b->ulid_text, BLOCK_DATA_FILE);
+    block_reader_options opts;
+    block_reader_options_default(&opts);
+    opts.cache_bytes = ix->opts.reader_cache_bytes;
+    if (block_reader_open(fetch_from_bucket, ctx, b->data_size, &opts, &b->reader, err) != 0) {
+        free(ctx);
+        return strata_error_wrap(err, "block %s/%s", b->tenant, b->ulid_text);
+    }
+    b->fetch_ctx = ctx;
+    pthread_mutex_lock(&ix->mu);
+    ix->open_readers++;
+    pthread_mutex_unlock(&ix->mu);
+    return 0;
+}
+
+int block_index_tenants(block_index *ix, char ***out, size_t *n, strata_error *err) {
+    name_list l = {0};
+    pthread_mutex_lock(&ix->mu);
+    int rc = 0;
+    for (size_t i = 0; i < ix->n_blocks && rc == 0; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < l.count && !seen; j++)
+            seen = strcmp(l.items[j], ix->blocks[i]->tenant) == 0;
+        if (seen)
+            continue;
+        char key[BUCKET_KEY_MAX];
+        snprintf(key, sizeof key, "%s/", ix->blocks[i]->tenant);
+        rc = collect_dirs(key, &l, err);
+    }
+    pthread_mutex_unlock(&ix->mu);
+    if (rc != 0) {
+        name_list_free(&l);
+        return -1;
+    }
+    *out = l.items;
+    *n = l.count;
+    return 0;
+}
+
+void block_index_get_stats(block_index *ix, block_index_stats *out) {
+    pthread_mutex_lock(&ix->mu);
+    *out = ix->stats;
+    out->blocks = ix->n_blocks;
+    out->readers_open = ix->open_readers;
+    pthread_mutex_unlock(&ix->mu);
+}
+
+bool block_index_synced(block_index *ix) {
+    pthread_mutex_lock(&ix->mu);
+    bool synced = ix->synced;
+    pthread_mutex_unlock(&ix->mu);
+    return synced;
+}

@@ -1,0 +1,87 @@
+/*
+ * block_index.h - the querier's view of the bucket: which blocks exist per tenant, their
+ * meta.json, and open readers for them.
+ *
+ * Discovery. A sync thread lists every tenant prefix each sync_interval and reads meta.json of
+ * blocks it has not seen (a block without meta.json is still being written, or was abandoned, and
+ * is ignored); blocks that carry deletion-mark.json, or whose meta.json is gone, are dropped from
+ * the index. block_index_announce adds a block at once when a writer in the same process (or an
+ * announcement from another process) says it exists, so fresh data is queryable within about a
+ * second without waiting for the next listing.
+ *
+ * Readers. A block's reader is opened on first use (footer, page index and series tables, fetched
+ * by byte ranges from the bucket) and kept in a bounded LRU; a reader is not thread-safe, so each
+ * block entry has a mutex that a query holds while it uses the reader. Entries are reference
+ * counted: a query keeps using a block that a sync removed meanwhile, and the entry is freed
+ * after the last release.
+ */
+#ifndef STRATA_QUERIER_BLOCK_INDEX_H
+#define STRATA_QUERIER_BLOCK_INDEX_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "block/block_meta.h"
+#include "block/block_reader.h"
+#include "bucket/bucket.h"
+#include "common/error.h"
+
+typedef struct block_index block_index;
+
+typedef struct block_index_options {
+    int64_t sync_interval_ns;  /* default 1 s */
+    size_t max_open_readers;   /* default 128 */
+    size_t reader_cache_bytes; /* per reader page cache; default 16 MiB */
+} block_index_options;
+
+void block_index_options_default(block_index_options *opts);
+
+/* One block, as handed to a query. meta is immutable; reader use requires holding mu. */
+typedef struct indexed_block {
+    char *tenant;
+    char ulid_text[32];
+    block_meta meta;
+    pthread_mutex_t mu;
+    block_reader *reader;     /* NULL until opened; guarded by mu */
+    uint64_t data_size;
+    void *fetch_ctx;          /* owned; the reader's fetch callback context */
+    int refs;                 /* guarded by the index lock */
+    uint64_t last_used;       /* LRU clock; guarded by the index lock */
+    bool removed;             /* no longer in the index; freed at the last release */
+} indexed_block;
+
+typedef struct block_index_stats {
+    uint64_t syncs;
+    uint64_t sync_failures;
+    uint64_t blocks;
+    uint64_t readers_open;
+    uint64_t bytes_fetched;
+} block_index_stats;
+
+int block_index_new(const block_index_options *opts, bucket *store, block_index **out,
+                    strata_error *err);
+/* Runs one synchronous sync, then starts the sync thread. */
+int block_index_start(block_index *ix, strata_error *err);
+void block_index_free(block_index *ix);
+/* Lists the bucket once now (also what the sync thread does). */
+int block_index_sync(block_index *ix, strata_error *err);
+/* Adds tenant/ulid if its meta.json is readable. */
+int block_index_announce(block_index *ix, const char *tenant, const char *ulid, strata_error *err);
+
+/* The blocks of tenant overlapping [start_ns, end_ns], each with a reference the caller must give
+ * back with block_index_release_all. *out is malloc'd. */
+int block_index_acquire(block_index *ix, const char *tenant, int64_t start_ns, int64_t end_ns,
+                        indexed_block ***out, size_t *n, strata_error *err);
+void block_index_release_all(block_index *ix, indexed_block **blocks, size_t n);
+
+/* Opens the block's reader if needed; the caller holds b->mu. */
+int block_index_open_reader(block_index *ix, indexed_block *b, strata_error *err);
+
+/* Tenants with at least one block, sorted; *out and each string malloc'd. */
+int block_index_tenants(block_index *ix, char ***out, size_t *n, strata_error *err);
+void block_index_get_stats(block_index *ix, block_index_stats *out);
+/* True after the first successful sync. */
+bool block_index_synced(block_index *ix);
+
+#endif

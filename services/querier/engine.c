@@ -1,0 +1,1018 @@
+/*
+ * engine.c - see engine.h.
+ *
+ * Layout: a generic "for each matching block, in parallel" driver (for_each_block) runs a
+ * per-block function with the block's reader locked; each operation has a per-block function that
+ * fills a per-worker partial result, and a merge step that combines the partials in block order.
+ */
+#include "engine.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/hash.h"
+
+struct query_engine {
+    query_engine_options opts;
+    block_index *index;
+};
+
+void query_engine_options_default(query_engine_options *opts) {
+    opts->max_query_bytes = (uint64_t)1 << 30;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    opts->parallelism = cpus > 0 ? (int)cpus : 2;
+}
+
+int query_engine_new(const query_engine_options *opts, block_index *index, query_engine **out,
+                     strata_error *err) {
+    query_engine *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return strata_error_oom(err);
+    e->opts = *opts;
+    if (e->opts.parallelism < 1)
+        e->opts.parallelism = 1;
+    e->index = index;
+    *out = e;
+    return 0;
+}
+
+void query_engine_free(query_engine *e) {
+    free(e);
+}
+
+/* ---- the parallel block driver ------------------------------------------------------------ */
+
+typedef int (*block_fn)(indexed_block *b, block_reader *r, void *partial, strata_error *err);
+
+typedef struct driver {
+    block_index *index;
+    indexed_block **blocks;
+    size_t n_blocks;
+    atomic_size_t next;
+    atomic_bool failed;
+    block_fn fn;
+    void **partials; /* one per worker */
+    pthread_mutex_t err_mu;
+    strata_error err;
+} driver;
+
+typedef struct worker_arg {
+    driver *d;
+    size_t worker;
+} worker_arg;
+
+static void *driver_worker(void *arg) {
+    worker_arg *w = arg;
+    driver *d = w->d;
+    for (;;) {
+        size_t i = atomic_fetch_add(&d->next, 1);
+        if (i >= d->n_blocks || atomic_load(&d->failed))
+            break;
+        indexed_block *b = d->blocks[i];
+        strata_error err;
+        strata_error_clear(&err);
+        pthread_mutex_lock(&b->mu);
+        int rc = block_index_open_reader(d->index, b, &err);
+        if (rc == 0)
+            rc = d->fn(b, b->reader, d->partials[w->worker], &err);
+        pthread_mutex_unlock(&b->mu);
+        if (rc != 0) {
+            pthread_mutex_lock(&d->err_mu);
+            if (!atomic_load(&d->failed))
+                d->err = err;
+            atomic_store(&d->failed, true);
+            pthread_mutex_unlock(&d->err_mu);
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* Runs fn over blocks with up to `workers` threads (partials[0..workers)). */
+static int for_each_block(query_engine *e, indexed_block **blocks, size_t n, block_fn fn,
+                          void **partials, size_t workers, strata_error *err) {
+    driver d = {.index = e->index, .blocks = blocks, .n_blocks = n, .fn = fn, .partials = partials};
+    atomic_init(&d.next, 0);
+    atomic_init(&d.failed, false);
+    pthread_mutex_init(&d.err_mu, NULL);
+    strata_error_clear(&d.err);
+    pthread_t threads[64];
+    worker_arg args[64];
+    size_t started = 0;
+    for (size_t w = 1; w < workers && w < 64; w++) {
+        args[w] = (worker_arg){&d, w};
+        if (pthread_create(&threads[w], NULL, driver_worker, &args[w]) != 0)
+            break;
+        started = w;
+    }
+    args[0] = (worker_arg){&d, 0};
+    driver_worker(&args[0]);
+    for (size_t w = 1; w <= started; w++)
+        pthread_join(threads[w], NULL);
+    pthread_mutex_destroy(&d.err_mu);
+    if (atomic_load(&d.failed)) {
+        if (err != NULL)
+            *err = d.err;
+        return -1;
+    }
+    return 0;
+}
+
+static size_t worker_count(const query_engine *e, size_t n_blocks) {
+    size_t w = (size_t)e->opts.parallelism;
+    if (w > n_blocks)
+        w = n_blocks;
+    if (w > 64)
+        w = 64;
+    return w == 0 ? 1 : w;
+}
+
+/* ---- string sets (profile types, label names and values) ---------------------------------- */
+
+typedef struct string_set {
+    strata_intern strings;
+} string_set;
+
+static int string_set_add(string_set *s, const char *text, size_t len, strata_error *err) {
+    uint32_t id;
+    if (strata_intern_add(&s->strings, text, len, &id) != 0)
+        return strata_error_oom(err);
+    return 0;
+}
+
+static int compare_cstrings(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Copies the union of the sets into a sorted malloc'd array. */
+static int string_sets_collect(string_set *sets, size_t n_sets, char ***out, size_t *n,
+                               strata_error *err) {
+    string_set all;
+    if (strata_intern_init(&all.strings) != 0)
+        return strata_error_oom(err);
+    int rc = 0;
+    for (size_t s = 0; s < n_sets && rc == 0; s++)
+        for (size_t i = 0; i < sets[s].strings.count && rc == 0; i++)
+            rc = string_set_add(&all, sets[s].strings.strings[i], sets[s].strings.lengths[i], err);
+    char **list = calloc(all.strings.count + 1, sizeof *list);
+    if (rc == 0 && list == NULL)
+        rc = strata_error_oom(err);
+    for (size_t i = 0; rc == 0 && i < all.strings.count; i++)
+        if ((list[i] = strdup(all.strings.strings[i])) == NULL)
+            rc = strata_error_oom(err);
+    if (rc == 0) {
+        qsort(list, all.strings.count, sizeof *list, compare_cstrings);
+        *out = list;
+        *n = all.strings.count;
+    } else if (list != NULL) {
+        query_strings_free(list, all.strings.count);
+    }
+    strata_intern_free(&all.strings);
+    return rc;
+}
+
+void query_strings_free(char **strings, size_t n) {
+    for (size_t i = 0; strings != NULL && i < n; i++)
+        free(strings[i]);
+    free(strings);
+}
+
+/* ---- profile types ------------------------------------------------------------------------ */
+
+int query_profile_types(query_engine *e, const char *tenant, int64_t start_ns, int64_t end_ns,
+                        profile_type **out, size_t *n, strata_error *err) {
+    *out = NULL;
+    *n = 0;
+    indexed_block **blocks;
+    size_t n_blocks;
+    if (block_index_acquire(e->index, tenant, start_ns, end_ns, &blocks, &n_blocks, err) != 0)
+        return -1;
+    /* meta.json lists each block's types, so no reader is needed. */
+    string_set set;
+    int rc = strata_intern_init(&set.strings) == 0 ? 0 : strata_error_oom(err);
+    for (size_t i = 0; rc == 0 && i < n_blocks; i++)
+        for (size_t t = 0; rc == 0 && t < blocks[i]->meta.n_profile_types; t++)
+            rc = string_set_add(&set, blocks[i]->meta.profile_types[t],
+                                strlen(blocks[i]->meta.profile_types[t]), err);
+    block_index_release_all(e->index, blocks, n_blocks);
+    char **texts = NULL;
+    size_t count = 0;
+    if (rc == 0)
+        rc = string_sets_collect(&set, 1, &texts, &count, err);
+    strata_intern_free(&set.strings);
+    if (rc != 0)
+        return -1;
+    profile_type *types = calloc(count + 1, sizeof *types);
+    if (types == NULL)
+        rc = strata_error_oom(err);
+    for (size_t i = 0; rc == 0 && i < count; i++)
+        rc = profile_type_parse(texts[i], strlen(texts[i]), &types[i], err);
+    query_strings_free(texts, count);
+    if (rc != 0) {
+        query_profile_types_free(types, count);
+        return -1;
+    }
+    *out = types;
+    *n = count;
+    return 0;
+}
+
+void query_profile_types_free(profile_type *types, size_t n) {
+    for (size_t i = 0; types != NULL && i < n; i++)
+        profile_type_free(&types[i]);
+    free(types);
+}
+
+/* ---- series selection shared by every operation ------------------------------------------- */
+
+/* Series ids of r matching sel (and type when given), ascending. */
+static int select_series(block_reader *r, const selector *sel, const profile_type *type,
+                         uint32_t **ids, size_t *n, strata_error *err) {
+    if (sel != NULL) {
+        if (block_reader_select(r, sel, ids, n, err) != 0)
+            return -1;
+    } else {
+        size_t count = block_reader_series_count(r);
+        *ids = malloc((count + 1) * sizeof **ids);
+        if (*ids == NULL)
+            return strata_error_oom(err);
+        for (uint32_t i = 0; i < count; i++)
+            (*ids)[i] = i;
+        *n = count;
+    }
+    if (type == NULL)
+        return 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < *n; i++)
+        if (profile_type_equal(block_reader_series_type(r, (*ids)[i]), type))
+            (*ids)[kept++] = (*ids)[i];
+    *n = kept;
+    return 0;
+}
+
+/* ---- labels and values -------------------------------------------------------------------- */
+
+typedef struct labels_query {
+    const char *name; /* NULL: label names */
+    const selector *sels;
+    size_t n_sels;
+    const profile_type *type;
+} labels_query;
+
+typedef struct labels_partial {
+    string_set set;
+    const labels_query *q;
+} labels_partial;
+
+static int add_series_labels(const labels_query *q, const label_set *labels, string_set *set,
+                             strata_error *err) {
+    for (size_t l = 0; l < labels->count; l++) {
+        const strata_label *lab = &labels->labels[l];
+        if (strcmp(lab->name, STRATA_LABEL_NAME) == 0)
+            continue;
+        if (q->name == NULL) {
+            if (string_set_add(set, lab->name, strlen(lab->name), err) != 0)
+                return -1;
+        } else if (strcmp(lab->name, q->name) == 0) {
+            if (string_set_add(set, lab->value, strlen(lab->value), err) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static int block_labels(indexed_block *b, block_reader *r, void *partial, strata_error *err) {
+    labels_partial *p = partial;
+    const labels_query *q = p->q;
+    (void)b;
+    size_t n_passes = q->n_sels > 0 ? q->n_sels : 1;
+    for (size_t s = 0; s < n_passes; s++) {
+        uint32_t *ids = NULL;
+        size_t n = 0;
+        if (select_series(r, q->n_sels > 0 ? &q->sels[s] : NULL, q->type, &ids, &n, err) != 0)
+            return -1;
+        int rc = 0;
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            rc = add_series_labels(q, block_reader_series_labels(r, ids[i]), &p->set, err);
+        free(ids);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int query_labels(query_engine *e, const char *tenant, const char *name, const selector *sels,
+                 size_t n_sels, const profile_type *type, int64_t start_ns, int64_t end_ns,
+                 char ***out, size_t *n, strata_error *err) {
+    *out = NULL;
+    *n = 0;
+    indexed_block **blocks;
+    size_t n_blocks;
+    if (block_index_acquire(e->index, tenant, start_ns, end_ns, &blocks, &n_blocks, err) != 0)
+        return -1;
+    labels_query q = {name, sels, n_sels, type};
+    size_t workers = worker_count(e, n_blocks);
+    labels_partial *parts = calloc(workers, sizeof *parts);
+    void **ptrs = calloc(workers, sizeof *ptrs);
+    string_set *sets = calloc(workers, sizeof *sets);
+    int rc = (parts && ptrs && sets) ? 0 : strata_error_oom(err);
+    for (size_t w = 0; rc == 0 && w < workers; w++) {
+        parts[w].q = &q;
+        if (strata_intern_init(&parts[w].set.strings) != 0)
+            rc = strata_error_oom(err);
+        ptrs[w] = &parts[w];
+    }
+    if (rc == 0)
+        rc = for_each_block(e, blocks, n_blocks, block_labels, ptrs, workers, err);
+    block_index_release_all(e->index, blocks, n_blocks);
+    for (size_t w = 0; rc == 0 && w < workers; w++)
+        sets[w] = parts[w].set;
+    if (rc == 0)
+        rc = string_sets_collect(sets, workers, out, n, err);
+    for (size_t w = 0; parts != NULL && w < workers; w++)
+        strata_intern_free(&parts[w].set.strings);
+    free(parts);
+    free(ptrs);
+    free(sets);
+    return rc;
+}
+
+/* ---- query_range -------------------------------------------------------------------------- */
+
+/* One point under construction. */
+typedef struct range_cell {
+    int64_t bucket;
+    int64_t value;       /* delta: sum; non-delta: sum at first_time */
+    int64_t first_time;  /* earliest profile time in the cell */
+    int64_t first_duration;
+    int32_t count;
+    bool several_times;  /* profiles at more than one timestamp */
+} range_cell;
+
+typedef struct range_group {
+    label_set labels;
+    uint64_t hash;
+    range_cell *cells;
+    size_t n_cells;
+    size_t cap_cells;
+    strata_u64_map cell_index; /* bucket+1 -> cell index (buckets are >= 0 after offset) */
+} range_group;
+
+typedef struct range_query {
+    const selector *sel;
+    int64_t start_ns, end_ns, step_ns;
+    const char *const *sum_by;
+    size_t n_sum_by;
+    bool delta;
+    bool samples_count; /* multiply by period */
+} range_query;
+
+typedef struct range_partial {
+    const range_query *q;
+    range_group *groups;
+    size_t n_groups;
+    size_t cap_groups;
+    strata_u64_map group_index; /* hash -> group index + 1 chain via rehash */
+} range_partial;
+
+static void range_group_free(range_group *g) {
+    label_set_free(&g->labels);
+    free(g->cells);
+    strata_u64_map_free(&g->cell_index);
+}
+
+static void range_partial_free(range_partial *p) {
+    for (size_t i = 0; i < p->n_groups; i++)
+        range_group_free(&p->groups[i]);
+    free(p->groups);
+    strata_u64_map_free(&p->group_index);
+    memset(p, 0, sizeof *p);
+}
+
+/* The labels a profile's series is grouped under: the sum_by labels for delta types, all labels
+ * otherwise (Parca ignores sum_by for non-delta types). */
+static int group_labels(const range_query *q, const label_set *series, label_set *out,
+                        strata_error *err) {
+    if (!q->delta)
+        return label_set_copy(out, series, err);
+    for (size_t i = 0; i < q->n_sum_by; i++) {
+        const char *v = label_set_get(series, q->sum_by[i]);
+        if (v != NULL && label_set_get(out, q->sum_by[i]) == NULL &&
+            label_set_add(out, q->sum_by[i], strlen(q->sum_by[i]), v, strlen(v), err) != 0)
+            return -1;
+    }
+    label_set_sort(out);
+    return 0;
+}
+
+/* Finds or adds the group for labels (taking ownership of labels either way). */
+static range_group *find_group(range_partial *p, label_set *labels, strata_error *err) {
+    uint64_t h = label_set_hash(labels);
+    uint64_t key = h | 1; /* non-zero */
+    for (;;) {
+        bool inserted;
+        uint64_t *slot = strata_u64_map_upsert(&p->group_index, key, p->n_groups, &inserted);
+        if (slot == NULL) {
+            label_set_free(labels);
+            strata_error_oom(err);
+            return NULL;
+        }
+        if (!inserted) {
+            range_group *g = &p->groups[*slot];
+            if (label_set_compare(&g->labels, labels) == 0) {
+                label_set_free(labels);
+                return g;
+            }
+            key = strata_hash_u64(key) | 1; /* a hash collision: probe the next key */
+            continue;
+        }
+        if (p->n_groups == p->cap_groups) {
+            size_t cap = p->cap_groups ? p->cap_groups * 2 : 16;
+            range_group *grown = realloc(p->groups, cap * sizeof *grown);
+            if (grown == NULL) {
+                label_set_free(labels);
+                strata_error_oom(err);
+                return NULL;
+            }
+            p->groups = grown;
+            p->cap_groups = cap;
+        }
+        range_group *g = &p->groups[p->n_groups++];
+        memset(g, 0, sizeof *g);
+        g->labels = *labels;
+        g->hash = h;
+        return g;
+    }
+}
+
+static range_cell *find_cell(range_group *g, int64_t time_bucket, strata_error *err) {
+    bool inserted;
+    uint64_t *slot = strata_u64_map_upsert(&g->cell_index, (uint64_t)time_bucket ^ 0x8000000000000000ULL,
+                                           g->n_cells, &inserted);
+    if (slot == NULL) {
+        strata_error_oom(err);
+        return NULL;
+    }
+    if (!inserted)
+        return &g->cells[*slot];
+    if (g->n_cells == g->cap_cells) {
+        size_t cap = g->cap_cells ? g->cap_cells * 2 : 16;
+        range_cell *grown = realloc(g->cells, cap * sizeof *grown);
+        if (grown == NULL) {
+            strata_error_oom(err);
+            return NULL;
+        }
+        g->cells = grown;
+        g->cap_cells = cap;
+    }
+    range_cell *c = &g->cells[g->n_cells++];
+    memset(c, 0, sizeof *c);
+    c->bucket = time_bucket;
+    c->first_time = INT64_MAX;
+    return c;
+}
+
+/* Folds one profile (or a partial cell) into a cell. */
+static void cell_add(range_cell *c, bool delta, int64_t time, int64_t duration, int64_t value,
+                     int32_t count, bool several) {
+    if (c->count == 0) {
+        c->first_time = time;
+        c->first_duration = duration;
+        c->value = value;
+        c->count = count;
+        c->several_times = several;
+        return;
+    }
+    if (time != c->first_time)
+        c->several_times = true;
+    c->several_times |= several;
+    if (delta) {
+        c->value += value;
+        c->count += count;
+        if (time < c->first_time) {
+            c->first_time = time;
+            c->first_duration = duration;
+        }
+        return;
+    }
+    /* Non-delta: the earliest timestamp's profiles win the bucket. */
+    if (time < c->first_time) {
+        c->first_time = time;
+        c->first_duration = duration;
+        c->value = value;
+        c->count = count;
+    } else if (time == c->first_time) {
+        c->value += value;
+        c->count += count;
+    }
+}
+
+static int64_t bucket_of(int64_t time, int64_t step) {
+    int64_t b = time / step;
+    if (time % step != 0 && time < 0)
+        b--;
+    return b * step;
+}
+
+static int block_range(indexed_block *b, block_reader *r, void *partial, strata_error *err) {
+    range_partial *p = partial;
+    const range_query *q = p->q;
+    (void)b;
+    uint32_t *ids = NULL;
+    size_t n_ids = 0;
+    block_profile *profiles = NULL;
+    size_t n_profiles = 0;
+    int rc = -1;
+    if (select_series(r, q->sel, &q->sel->profile_type, &ids, &n_ids, err) != 0)
+        goto out;
+    if (n_ids > 0 && block_reader_profiles(r, ids, n_ids, q->start_ns, q->end_ns, &profiles,
+                                           &n_profiles, err) != 0)
+        goto out;
+    uint32_t last_series = UINT32_MAX;
+    range_group *g = NULL;
+    for (size_t i = 0; i < n_profiles; i++) {
+        const block_profile *bp = &profiles[i];
+        if (bp->series_id != last_series || g == NULL) {
+            label_set labels = LABEL_SET_INIT;
+            if (group_labels(q, block_reader_series_labels(r, bp->series_id), &labels, err) != 0) {
+                label_set_free(&labels);
+                goto out;
+            }
+            if ((g = find_group(p, &labels, err)) == NULL)
+                goto out;
+            last_series = bp->series_id;
+        }
+        range_cell *c = find_cell(g, bucket_of(bp->time_ns, q->step_ns), err);
+        if (c == NULL)
+            goto out;
+        int64_t value = q->samples_count ? bp->total * bp->period : bp->total;
+        cell_add(c, q->delta, bp->time_ns, bp->duration_ns, value, 1, false);
+    }
+    rc = 0;
+out:
+    free(ids);
+    free(profiles);
+    return rc;
+}
+
+/* Merges partial src into dst. */
+static int range_partial_merge(range_partial *dst, range_partial *src, bool delta,
+                               strata_error *err) {
+    for (size_t i = 0; i < src->n_groups; i++) {
+        range_group *sg = &src->groups[i];
+        label_set labels = sg->labels;
+        sg->labels = (label_set)LABEL_SET_INIT;
+        range_group *dg = find_group(dst, &labels, err);
+        if (dg == NULL)
+            return -1;
+        for (size_t c = 0; c < sg->n_cells; c++) {
+            range_cell *sc = &sg->cells[c];
+            range_cell *dc = find_cell(dg, sc->bucket, err);
+            if (dc == NULL)
+                return -1;
+            cell_add(dc, delta, sc->first_time, sc->first_duration, sc->value, sc->count,
+                     sc->several_times);
+        }
+    }
+    return 0;
+}
+
+static int compare_cells(const void *a, const void *b) {
+    const range_cell *x = a, *y = b;
+    return x->bucket < y->bucket ? -1 : x->bucket > y->bucket;
+}
+
+static int compare_series(const void *a, const void *b) {
+    return label_set_compare(&((const range_series *)a)->labels,
+                             &((const range_series *)b)->labels);
+}
+
+static void fill_point(const range_query *q, const range_cell *c, bool per_ns, range_point *pt) {
+    pt->time_ns = q->delta ? c->bucket : c->first_time;
+    pt->value = c->value;
+    pt->count = c->count;
+    pt->duration_ns = (!q->delta || !c->several_times) ? c->first_duration : q->step_ns;
+    if (!q->delta || pt->duration_ns <= 0)
+        pt->value_per_second = (double)c->value;
+    else if (per_ns)
+        pt->value_per_second = (double)c->value / (double)pt->duration_ns;
+    else
+        pt->value_per_second = (double)c->value / ((double)pt->duration_ns / 1e9);
+}
+
+static int series_from_group(const range_query *q, range_group *g, range_series *s,
+                             strata_error *err) {
+    const profile_type *t = &q->sel->profile_type;
+    s->labels = g->labels;
+    g->labels = (label_set)LABEL_SET_INIT;
+    s->sample_type = strdup(q->samples_count ? t->period_type : t->sample_type);
+    s->sample_unit = strdup(q->samples_count ? t->period_unit : t->sample_unit);
+    s->period_type = strdup(t->period_type);
+    s->period_unit = strdup(t->period_unit);
+    s->points = calloc(g->n_cells + 1, sizeof *s->points);
+    if (!s->sample_type || !s->sample_unit || !s->period_type || !s->period_unit || !s->points)
+        return strata_error_oom(err);
+    qsort(g->cells, g->n_cells, sizeof *g->cells, compare_cells);
+    bool per_ns = strcmp(s->sample_unit, "nanoseconds") == 0;
+    for (size_t c = 0; c < g->n_cells; c++)
+        fill_point(q, &g->cells[c], per_ns, &s->points[c]);
+    s->n_points = g->n_cells;
+    return 0;
+}
+
+int query_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
+                int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
+                range_series **out, size_t *n, strata_error *err) {
+    *out = NULL;
+    *n = 0;
+    if (!sel->has_profile_type)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "the query must name a profile type, e.g. "
+                                "process_cpu:samples:count:cpu:nanoseconds:delta{...}");
+    if (step_ns <= 0 || end_ns < start_ns)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "step must be positive and end not before start");
+    const profile_type *t = &sel->profile_type;
+    range_query q = {sel, start_ns, end_ns, step_ns, sum_by, n_sum_by, t->delta,
+                     strcmp(t->sample_type, "samples") == 0 && strcmp(t->sample_unit, "count") == 0};
+    indexed_block **blocks;
+    size_t n_blocks;
+    if (block_index_acquire(e->index, tenant, start_ns, end_ns, &blocks, &n_blocks, err) != 0)
+        return -1;
+    size_t workers = worker_count(e, n_blocks);
+    range_partial *parts = calloc(workers, sizeof *parts);
+    void **ptrs = calloc(workers, sizeof *ptrs);
+    int rc = (parts && ptrs) ? 0 : strata_error_oom(err);
+    for (size_t w = 0; rc == 0 && w < workers; w++) {
+        parts[w].q = &q;
+        ptrs[w] = &parts[w];
+    }
+    if (rc == 0)
+        rc = for_each_block(e, blocks, n_blocks, block_range, ptrs, workers, err);
+    block_index_release_all(e->index, blocks, n_blocks);
+    for (size_t w = 1; rc == 0 && w < workers; w++)
+        rc = range_partial_merge(&parts[0], &parts[w], q.delta, err);
+    range_series *series = NULL;
+    size_t count = rc == 0 ? parts[0].n_groups : 0;
+    if (rc == 0 && (series = calloc(count + 1, sizeof *series)) == NULL)
+        rc = strata_error_oom(err);
+    for (size_t i = 0; rc == 0 && i < count; i++)
+        rc = series_from_group(&q, &parts[0].groups[i], &series[i], err);
+    for (size_t w = 0; parts != NULL && w < workers; w++)
+        range_partial_free(&parts[w]);
+    free(parts);
+    free(ptrs);
+    if (rc != 0) {
+        query_range_free(series, count);
+        return -1;
+    }
+    qsort(series, count, sizeof *series, compare_series);
+    *out = series;
+    *n = count;
+    return 0;
+}
+
+void query_range_free(range_series *series, size_t n) {
+    for (size_t i = 0; series != NULL && i < n; i++) {
+        label_set_free(&series[i].labels);
+        free(series[i].points);
+        free(series[i].sample_type);
+        free(series[i].sample_unit);
+        free(series[i].period_type);
+        free(series[i].period_unit);
+    }
+    free(series);
+}
+
+/* ---- merge and single --------------------------------------------------------------------- */
+
+typedef struct merge_query {
+    const selector *sel;
+    int64_t start_ns, end_ns;
+    bool base;
+    bool samples_count;
+    uint64_t max_bytes;
+} merge_query;
+
+typedef struct merge_partial {
+    const merge_query *q;
+    calltree *tree;
+    merge_result result;
+} merge_partial;
+
+/* Per-block translation state: block location -> calltree frames (root-most first). */
+typedef struct frame_memo {
+    uint32_t *offset;  /* per location: offset+1 into frames, 0 = not translated yet */
+    uint16_t *count;
+    uint32_t *frames;
+    size_t n_frames, cap_frames;
+    uint32_t *path;    /* scratch: one stack's frames, root first */
+    size_t cap_path;
+    uint32_t *locations; /* scratch: one stack's locations, leaf first */
+    size_t cap_locations;
+} frame_memo;
+
+static void frame_memo_free(frame_memo *m) {
+    free(m->offset);
+    free(m->count);
+    free(m->frames);
+    free(m->path);
+    free(m->locations);
+}
+
+static int push_frame(frame_memo *m, uint32_t frame, strata_error *err) {
+    if (m->n_frames == m->cap_frames) {
+        size_t cap = m->cap_frames ? m->cap_frames * 2 : 1024;
+        uint32_t *grown = realloc(m->frames, cap * sizeof *grown);
+        if (grown == NULL)
+            return strata_error_oom(err);
+        m->frames = grown;
+        m->cap_frames = cap;
+    }
+    m->frames[m->n_frames++] = frame;
+    return 0;
+}
+
+static calltree_str str_of(const char *s) {
+    return calltree_cstr(s != NULL ? s : "");
+}
+
+/* An unsymbolized location becomes a frame named by its address, so no sample is lost. */
+static int intern_address_frame(calltree *tree, const block_location *loc,
+                                const block_mapping *map, uint32_t *frame, strata_error *err) {
+    char name[32];
+    snprintf(name, sizeof name, "0x%llx", (unsigned long long)loc->address);
+    calltree_frame_desc d = {calltree_cstr(name), calltree_cstr(""), calltree_cstr(""),
+                             str_of(map ? map->file : NULL), str_of(map ? map->build_id : NULL), 0};
+    return calltree_intern_frame(tree, &d, frame, err);
+}
+
+/* Translates location id into frames (root-most first: the outer function before inlined ones). */
+static int translate_location(block_reader *r, calltree *tree, frame_memo *m, uint32_t loc_id,
+                              strata_error *err) {
+    block_location loc;
+    block_mapping map;
+    const block_mapping *mp = NULL;
+    if (block_reader_location(r, loc_id, &loc, err) != 0)
+        return -1;
+    if (loc.has_mapping) {
+        if (block_reader_mapping(r, loc.mapping_id, &map, err) != 0)
+            return -1;
+        mp = &map;
+    }
+    size_t start = m->n_frames;
+    if (loc.n_lines == 0) {
+        uint32_t frame;
+        if (intern_address_frame(tree, &loc, mp, &frame, err) != 0 || push_frame(m, frame, err) != 0)
+            return -1;
+    }
+    for (uint32_t i = loc.n_lines; i-- > 0;) {
+        block_function fn;
+        if (block_reader_function(r, loc.lines[i].function_id, &fn, err) != 0)
+            return -1;
+        calltree_frame_desc d = {str_of(fn.name), str_of(fn.system_name), str_of(fn.file),
+                                 str_of(mp ? mp->file : NULL), str_of(mp ? mp->build_id : NULL),
+                                 fn.start_line};
+        uint32_t frame;
+        if (calltree_intern_frame(tree, &d, &frame, err) != 0 || push_frame(m, frame, err) != 0)
+            return -1;
+    }
+    m->offset[loc_id] = (uint32_t)start + 1;
+    m->count[loc_id] = (uint16_t)(m->n_frames - start);
+    return 0;
+}
+
+static int grow_u32(uint32_t **p, size_t *cap, size_t need, strata_error *err) {
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 256;
+    while (n < need)
+        n *= 2;
+    uint32_t *grown = realloc(*p, n * sizeof *grown);
+    if (grown == NULL)
+        return strata_error_oom(err);
+    *p = grown;
+    *cap = n;
+    return 0;
+}
+
+/* Inserts one block stack with its value into the tree. */
+static int add_stack(block_reader *r, calltree *tree, frame_memo *m, uint32_t stack, int64_t value,
+                     bool base, strata_error *err) {
+    size_t depth = 0;
+    for (;;) {
+        if (block_reader_stack(r, stack, m->locations, m->cap_locations, &depth, err) != 0)
+            return -1;
+        if (depth <= m->cap_locations)
+            break;
+        if (grow_u32(&m->locations, &m->cap_locations, depth, err) != 0)
+            return -1;
+    }
+    size_t n_path = 0;
+    for (size_t i = depth; i-- > 0;) {
+        uint32_t loc = m->locations[i];
+        if (m->offset[loc] == 0 && translate_location(r, tree, m, loc, err) != 0)
+            return -1;
+        size_t count = m->count[loc];
+        if (grow_u32(&m->path, &m->cap_path, n_path + count, err) != 0)
+            return -1;
+        memcpy(m->path + n_path, m->frames + m->offset[loc] - 1, count * sizeof *m->path);
+        n_path += count;
+    }
+    uint32_t node;
+    if (calltree_insert_stack(tree, m->path, n_path, &node, err) != 0)
+        return -1;
+    if (base)
+        calltree_add_base(tree, node, value);
+    else
+        calltree_add(tree, node, value);
+    return 0;
+}
+
+/* Sums the samples of profiles into per_stack (indexed by stack id). */
+static int aggregate_samples(block_reader *r, const merge_query *q, const block_profile *profiles,
+                             size_t n, int64_t *per_stack, size_t n_stacks, merge_result *res,
+                             strata_error *err) {
+    block_samples s = {0};
+    if (block_reader_read_samples(r, profiles, n, &s, err) != 0) {
+        block_samples_free(&s);
+        return -1;
+    }
+    size_t at = 0;
+    for (size_t p = 0; p < n; p++) {
+        int64_t mult = q->samples_count ? profiles[p].period : 1;
+        for (uint32_t i = 0; i < profiles[p].sample_count && at < s.len; i++, at++) {
+            uint32_t stack = s.stacks[at];
+            if (stack >= n_stacks) {
+                block_samples_free(&s);
+                return strata_error_set(err, STRATA_DATA_LOSS, "stack id %u out of range", stack);
+            }
+            per_stack[stack] += s.values[at] * mult;
+        }
+    }
+    res->samples += s.len;
+    block_samples_free(&s);
+    return 0;
+}
+
+static void note_profiles(merge_result *res, const block_profile *profiles, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const block_profile *p = &profiles[i];
+        if (res->profiles == 0 || p->time_ns < res->min_time_ns)
+            res->min_time_ns = p->time_ns;
+        if (res->profiles == 0 || p->time_ns > res->max_time_ns)
+            res->max_time_ns = p->time_ns;
+        if (res->period == 0)
+            res->period = p->period;
+        res->duration_ns += p->duration_ns;
+        res->profiles++;
+    }
+}
+
+/* Samples are read in batches of profiles so memory stays bounded by the stack table. */
+#define MERGE_BATCH_SAMPLES (1u << 20)
+
+static int merge_profiles_into(block_reader *r, merge_partial *p, const block_profile *profiles,
+                               size_t n, strata_error *err) {
+    const merge_query *q = p->q;
+    size_t n_stacks = (size_t)block_reader_row_count(r, BLOCK_TABLE_STACKS) + 1;
+    size_t n_locations = (size_t)block_reader_row_count(r, BLOCK_TABLE_LOCATIONS) + 1;
+    uint64_t need = (uint64_t)n_stacks * 8 + (uint64_t)n_locations * 6 +
+                    (uint64_t)MERGE_BATCH_SAMPLES * 12;
+    if (need > q->max_bytes)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
+                                "query needs about %llu MiB, more than the limit of %llu MiB; "
+                                "narrow the time range or the selector",
+                                (unsigned long long)(need >> 20),
+                                (unsigned long long)(q->max_bytes >> 20));
+    int64_t *per_stack = calloc(n_stacks, sizeof *per_stack);
+    frame_memo m = {0};
+    m.offset = calloc(n_locations, sizeof *m.offset);
+    m.count = calloc(n_locations, sizeof *m.count);
+    int rc = (per_stack && m.offset && m.count) ? 0 : strata_error_oom(err);
+    for (size_t i = 0; rc == 0 && i < n;) {
+        size_t j = i;
+        uint64_t batch = 0;
+        while (j < n && (j == i || batch + profiles[j].sample_count <= MERGE_BATCH_SAMPLES))
+            batch += profiles[j++].sample_count;
+        rc = aggregate_samples(r, q, profiles + i, j - i, per_stack, n_stacks, &p->result, err);
+        i = j;
+    }
+    for (size_t s = 0; rc == 0 && s < n_stacks; s++) {
+        if (per_stack[s] == 0)
+            continue;
+        p->result.total += per_stack[s];
+        rc = add_stack(r, p->tree, &m, (uint32_t)s, per_stack[s], q->base, err);
+    }
+    if (rc == 0)
+        note_profiles(&p->result, profiles, n);
+    free(per_stack);
+    frame_memo_free(&m);
+    return rc;
+}
+
+static int block_merge(indexed_block *b, block_reader *r, void *partial, strata_error *err) {
+    merge_partial *p = partial;
+    const merge_query *q = p->q;
+    (void)b;
+    uint32_t *ids = NULL;
+    size_t n_ids = 0;
+    block_profile *profiles = NULL;
+    size_t n_profiles = 0;
+    int rc = -1;
+    if (select_series(r, q->sel, &q->sel->profile_type, &ids, &n_ids, err) != 0)
+        goto out;
+    if (n_ids > 0 && block_reader_profiles(r, ids, n_ids, q->start_ns, q->end_ns, &profiles,
+                                           &n_profiles, err) != 0)
+        goto out;
+    rc = n_profiles > 0 ? merge_profiles_into(r, p, profiles, n_profiles, err) : 0;
+out:
+    free(ids);
+    free(profiles);
+    return rc;
+}
+
+static void merge_results_add(merge_result *dst, const merge_result *src) {
+    if (src->profiles == 0)
+        return;
+    if (dst->profiles == 0 || src->min_time_ns < dst->min_time_ns)
+        dst->min_time_ns = src->min_time_ns;
+    if (dst->profiles == 0 || src->max_time_ns > dst->max_time_ns)
+        dst->max_time_ns = src->max_time_ns;
+    if (dst->period == 0)
+        dst->period = src->period;
+    dst->profiles += src->profiles;
+    dst->samples += src->samples;
+    dst->total += src->total;
+    dst->duration_ns += src->duration_ns;
+}
+
+static int run_merge(query_engine *e, const char *tenant, const merge_query *q, calltree *tree,
+                     merge_result *result, strata_error *err) {
+    memset(result, 0, sizeof *result);
+    indexed_block **blocks;
+    size_t n_blocks;
+    if (block_index_acquire(e->index, tenant, q->start_ns, q->end_ns, &blocks, &n_blocks, err) != 0)
+        return -1;
+    size_t workers = worker_count(e, n_blocks);
+    merge_partial *parts = calloc(workers, sizeof *parts);
+    void **ptrs = calloc(workers, sizeof *ptrs);
+    int rc = (parts && ptrs) ? 0 : strata_error_oom(err);
+    for (size_t w = 0; rc == 0 && w < workers; w++) {
+        parts[w].q = q;
+        ptrs[w] = &parts[w];
+        rc = calltree_create(&parts[w].tree, 1024, err);
+    }
+    if (rc == 0)
+        rc = for_each_block(e, blocks, n_blocks, block_merge, ptrs, workers, err);
+    block_index_release_all(e->index, blocks, n_blocks);
+    for (size_t w = 0; rc == 0 && w < workers; w++) {
+        rc = calltree_merge(tree, parts[w].tree, err);
+        merge_results_add(result, &parts[w].result);
+    }
+    for (size_t w = 0; parts != NULL && w < workers; w++)
+        calltree_free(parts[w].tree);
+    free(parts);
+    free(ptrs);
+    if (rc == 0 && result->profiles == 0)
+        return strata_error_set(err, STRATA_NOT_FOUND, "no profiles match the query in that range");
+    return rc;
+}
+
+static int check_merge_selector(const selector *sel, strata_error *err) {
+    if (!sel->has_profile_type)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "the query must name a profile type, e.g. "
+                                "process_cpu:samples:count:cpu:nanoseconds:delta{...}");
+    return 0;
+}
+
+static bool is_samples_count(const profile_type *t) {
+    return strcmp(t->sample_type, "samples") == 0 && strcmp(t->sample_unit, "count") == 0;
+}
+
+int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
+                int64_t end_ns, calltree *tree, bool base, merge_result *result,
+                strata_error *err) {
+    if (check_merge_selector(sel, err) != 0)
+        return -1;
+    if (end_ns < start_ns)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "end is before start");
+    merge_query q = {sel, start_ns, end_ns, base, is_samples_count(&sel->profile_type),
+                     e->opts.max_query_bytes};
+    return run_merge(e, tenant, &q, tree, result, err);
+}
+
+int query_single(query_engine *e, const char *tenant, const selector *sel, int64_t time_ns,
+                 calltree *tree, bool base, merge_result *result, strata_error *err) {
+    if (check_merge_selector(sel, err) != 0)
+        return -1;
+    int64_t ms = time_ns / STRATA_NS_PER_MS;
+    merge_query q = {sel, ms * STRATA_NS_PER_MS, ms * STRATA_NS_PER_MS + STRATA_NS_PER_MS - 1, base,
+                     is_samples_count(&sel->profile_type), e->opts.max_query_bytes};
+    return run_merge(e, tenant, &q, tree, result, err);
+}

@@ -1,0 +1,98 @@
+/*
+ * engine.h - query execution over the blocks of a block_index, with Parca's semantics
+ * (reference: parca-api.md sections 1.3, 1.7 and 3).
+ *
+ * Every operation first prunes blocks by time (meta.json) and then, per block, series by the
+ * selector through the block's label postings, before any profile or sample page is read:
+ *   - metadata (profile types, label names and values) reads only series tables;
+ *   - query_range reads only the profiles table (series, time, duration, period, total);
+ *   - merge and single read the samples of the selected profiles, aggregate them per stack, and
+ *     translate each distinct stack (not each sample) into the merged calltree.
+ * Values of `samples/count` profiles are multiplied by their period in ranges and merges, so CPU
+ * shows as nanoseconds, as Parca does.
+ *
+ * Memory per query is bounded by max_query_bytes (estimated from the samples and stacks a merge
+ * holds); past it the query fails with RESOURCE_EXHAUSTED and a message instead of growing.
+ * Blocks are processed in parallel by up to `parallelism` threads, each holding one block's reader.
+ */
+#ifndef STRATA_QUERIER_ENGINE_H
+#define STRATA_QUERIER_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "block_index.h"
+#include "calltree/calltree.h"
+#include "common/error.h"
+#include "labels/labels.h"
+
+typedef struct query_engine query_engine;
+
+typedef struct query_engine_options {
+    uint64_t max_query_bytes; /* default 1 GiB */
+    int parallelism;          /* default: online CPUs */
+} query_engine_options;
+
+void query_engine_options_default(query_engine_options *opts);
+int query_engine_new(const query_engine_options *opts, block_index *index, query_engine **out,
+                     strata_error *err);
+void query_engine_free(query_engine *e);
+
+/* Distinct profile types with data in [start, end], sorted by their text form. */
+int query_profile_types(query_engine *e, const char *tenant, int64_t start_ns, int64_t end_ns,
+                        profile_type **out, size_t *n, strata_error *err);
+void query_profile_types_free(profile_type *types, size_t n);
+
+/* Label names (or the values of label `name` when name is non-NULL) of series matching every
+ * selector in sels (any of them when n_sels > 1; all series when 0) and, if type is non-NULL, of
+ * that profile type. Sorted, unique. __name__ is never listed. */
+int query_labels(query_engine *e, const char *tenant, const char *name, const selector *sels,
+                 size_t n_sels, const profile_type *type, int64_t start_ns, int64_t end_ns,
+                 char ***out, size_t *n, strata_error *err);
+void query_strings_free(char **strings, size_t n);
+
+typedef struct range_point {
+    int64_t time_ns;
+    int64_t value;
+    double value_per_second;
+    int64_t duration_ns;
+    int32_t count;
+} range_point;
+
+typedef struct range_series {
+    label_set labels;
+    range_point *points;
+    size_t n_points;
+    char *sample_type; /* after samples:count -> period conversion */
+    char *sample_unit;
+    char *period_type;
+    char *period_unit;
+} range_series;
+
+/* The metrics graph: sel must name a profile type. step_ns > 0. */
+int query_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
+                int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
+                range_series **out, size_t *n, strata_error *err);
+void query_range_free(range_series *series, size_t n);
+
+typedef struct merge_result {
+    uint64_t profiles;  /* profiles merged */
+    uint64_t samples;   /* samples read */
+    int64_t total;      /* sum of values added */
+    int64_t min_time_ns;
+    int64_t max_time_ns;
+    int64_t period;     /* of the first profile */
+    int64_t duration_ns; /* sum of profile durations */
+} merge_result;
+
+/* Adds every profile of sel's type matching sel with start <= time <= end into tree (into the
+ * diff base side when base is true). NOT_FOUND when nothing matched. */
+int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
+                int64_t end_ns, calltree *tree, bool base, merge_result *result,
+                strata_error *err);
+/* The profiles at exactly time_ns (millisecond precision, as Parca). */
+int query_single(query_engine *e, const char *tenant, const selector *sel, int64_t time_ns,
+                 calltree *tree, bool base, merge_result *result, strata_error *err);
+
+#endif

@@ -1,0 +1,208 @@
+/*
+ * querier.c - see querier.h. Lifecycle, configuration and the tree building shared by both front
+ * ends (query_grpc.c and query_http.c).
+ */
+#include "querier.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block_index.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "labels/labels.h"
+#include "querier_internal.h"
+
+const config_field querier_config_fields[] = {
+    {.key = "sync_interval", .kind = CONFIG_DURATION,
+     .offset = offsetof(querier_config, sync_interval_ns), .default_text = "1s"},
+    {.key = "max_query_bytes", .kind = CONFIG_BYTES,
+     .offset = offsetof(querier_config, max_query_bytes), .default_text = "1GiB"},
+    {.key = "parallelism", .kind = CONFIG_INT64, .offset = offsetof(querier_config, parallelism),
+     .default_text = "0"},
+    {.key = "max_open_blocks", .kind = CONFIG_UINT64,
+     .offset = offsetof(querier_config, max_open_blocks), .default_text = "128"},
+    {.key = NULL},
+};
+
+static int create_metrics(querier *q, strata_error *err) {
+    static const char *const labels[] = {"operation", "code"};
+    metrics_opts o = {.name = "strata_querier_queries_total",
+                      .help = "Queries answered, by operation and status code.",
+                      .label_names = labels,
+                      .n_labels = 2};
+    if ((q->queries = metrics_counter_vec_new(q->registry, &o, err)) == NULL)
+        return -1;
+    static const char *const op_label[] = {"operation"};
+    o = (metrics_opts){.name = "strata_querier_query_duration_seconds",
+                       .help = "Query latency by operation.",
+                       .label_names = op_label,
+                       .n_labels = 1};
+    if ((q->durations = metrics_histogram_vec_new(q->registry, &o, err)) == NULL)
+        return -1;
+    o = (metrics_opts){.name = "strata_querier_blocks", .help = "Blocks known to the querier."};
+    if ((q->blocks_gauge = metrics_gauge_new(q->registry, &o, err)) == NULL)
+        return -1;
+    o = (metrics_opts){.name = "strata_querier_open_blocks",
+                       .help = "Blocks with an open reader (footer and series cached)."};
+    if ((q->open_gauge = metrics_gauge_new(q->registry, &o, err)) == NULL)
+        return -1;
+    o = (metrics_opts){.name = "strata_querier_bucket_syncs_total",
+                       .help = "Bucket listings done to discover blocks."};
+    if ((q->syncs = metrics_counter_new(q->registry, &o, err)) == NULL)
+        return -1;
+    o = (metrics_opts){.name = "strata_querier_bucket_sync_failures_total",
+                       .help = "Bucket listings that failed."};
+    return (q->sync_failures = metrics_counter_new(q->registry, &o, err)) == NULL ? -1 : 0;
+}
+
+static void collect_index_stats(void *ctx) {
+    querier *q = ctx;
+    block_index_stats s;
+    block_index_get_stats(q->index, &s);
+    metrics_gauge_set(q->blocks_gauge, (int64_t)s.blocks);
+    metrics_gauge_set(q->open_gauge, (int64_t)s.readers_open);
+    metrics_counter_set(q->syncs, (int64_t)s.syncs);
+    metrics_counter_set(q->sync_failures, (int64_t)s.sync_failures);
+}
+
+int querier_new(const querier_config *config, bucket *store, metrics_registry *registry,
+                querier **out, strata_error *err) {
+    querier *q = calloc(1, sizeof *q);
+    if (q == NULL)
+        return strata_error_oom(err);
+    q->config = *config;
+    q->registry = registry;
+    block_index_options iopts;
+    block_index_options_default(&iopts);
+    iopts.sync_interval_ns = config->sync_interval_ns > 0 ? config->sync_interval_ns
+                                                          : iopts.sync_interval_ns;
+    if (config->max_open_blocks > 0)
+        iopts.max_open_readers = config->max_open_blocks;
+    query_engine_options eopts;
+    query_engine_options_default(&eopts);
+    eopts.max_query_bytes = config->max_query_bytes;
+    if (config->parallelism > 0)
+        eopts.parallelism = (int)config->parallelism;
+    if (block_index_new(&iopts, store, &q->index, err) != 0 ||
+        query_engine_new(&eopts, q->index, &q->engine, err) != 0 || create_metrics(q, err) != 0 ||
+        metrics_registry_add_collector(registry, collect_index_stats, q, err) != 0) {
+        querier_free(q);
+        return -1;
+    }
+    *out = q;
+    return 0;
+}
+
+int querier_start(querier *q, strata_error *err) {
+    if (block_index_start(q->index, err) != 0)
+        return -1;
+    q->started = true;
+    strata_log_info("querier", "started", "sync_interval_ms=%lld",
+                    (long long)(q->config.sync_interval_ns / STRATA_NS_PER_MS));
+    return 0;
+}
+
+bool querier_ready(querier *q, const char **reason) {
+    if (!q->started || !block_index_synced(q->index)) {
+        *reason = "querier has not listed the bucket yet";
+        return false;
+    }
+    return true;
+}
+
+void querier_free(querier *q) {
+    if (q == NULL)
+        return;
+    if (q->index != NULL)
+        metrics_registry_remove_collector(q->registry, collect_index_stats, q);
+    query_engine_free(q->engine);
+    block_index_free(q->index);
+    free(q);
+}
+
+void querier_announce_block(querier *q, const char *tenant, const char *block_id) {
+    strata_error err;
+    if (block_index_announce(q->index, tenant, block_id, &err) != 0) {
+        char quoted[600];
+        strata_log_warn("querier", "announced block not loaded", "tenant=%s ulid=%s error=%s",
+                        tenant, block_id, strata_log_quote(err.message, quoted, sizeof quoted));
+    }
+}
+
+query_engine *querier_engine(querier *q) {
+    return q->engine;
+}
+
+void querier_observe(querier *q, const char *operation, strata_status code, int64_t start_ns) {
+    const char *values[] = {operation, strata_status_name(code)};
+    metrics_counter_inc(metrics_counter_vec_with(q->queries, values));
+    metrics_histogram_observe_ns(metrics_histogram_vec_with(q->durations, &operation),
+                                 strata_monotonic_ns() - start_ns);
+}
+
+/* ---- trees -------------------------------------------------------------------------------- */
+
+static int add_selection(querier *q, const char *tenant, const profile_selection *s, calltree *tree,
+                         bool base, merge_result *res, profile_type *type_out, strata_error *err) {
+    selector sel;
+    if (selector_parse(s->query, &sel, err) != 0)
+        return strata_error_wrap(err, "invalid query");
+    int rc;
+    if (s->mode == SELECTION_SINGLE)
+        rc = query_single(q->engine, tenant, &sel, s->time_ns, tree, base, res, err);
+    else
+        rc = query_merge(q->engine, tenant, &sel, s->start_ns, s->end_ns, tree, base, res, err);
+    if (rc == 0 && type_out != NULL)
+        rc = profile_type_copy(type_out, &sel.profile_type, err);
+    selector_free(&sel);
+    return rc;
+}
+
+int querier_build_tree(querier *q, const char *tenant, const profile_selection *a,
+                       const profile_selection *b, bool absolute, query_tree_result *out,
+                       strata_error *err) {
+    memset(out, 0, sizeof *out);
+    if (calltree_create(&out->tree, 4096, err) != 0)
+        return -1;
+    int rc = add_selection(q, tenant, b, out->tree, false, &out->main, &out->type, err);
+    if (rc == 0 && a != NULL) {
+        calltree_set_diff(out->tree, true);
+        rc = add_selection(q, tenant, a, out->tree, true, &out->base, NULL, err);
+    }
+    if (rc == 0)
+        rc = calltree_finalize(out->tree, err);
+    if (rc == 0 && a != NULL)
+        rc = calltree_apply_diff_mode(out->tree, absolute, err);
+    if (rc != 0)
+        query_tree_result_free(out);
+    return rc;
+}
+
+void query_tree_result_free(query_tree_result *r) {
+    calltree_free(r->tree);
+    profile_type_free(&r->type);
+    memset(r, 0, sizeof *r);
+}
+
+void querier_report_options(const query_tree_result *r, double node_trim_threshold,
+                            calltree_report_options *opts) {
+    memset(opts, 0, sizeof *opts);
+    const profile_type *t = &r->type;
+    bool samples_count = t->sample_type != NULL && strcmp(t->sample_type, "samples") == 0 &&
+                         strcmp(t->sample_unit, "count") == 0;
+    opts->node_trim_threshold = node_trim_threshold;
+    opts->unit = samples_count ? t->period_unit : t->sample_unit;
+    opts->name = t->name;
+    calltree_node_values root = calltree_node_get(r->tree, CALLTREE_ROOT);
+    opts->total = root.total;
+    opts->filtered = 0;
+    opts->pprof.sample_type = samples_count ? t->period_type : t->sample_type;
+    opts->pprof.sample_unit = opts->unit;
+    opts->pprof.period_type = t->period_type;
+    opts->pprof.period_unit = t->period_unit;
+    opts->pprof.period = r->main.period;
+    opts->pprof.time_nanos = r->main.min_time_ns;
+    opts->pprof.duration_nanos = r->main.duration_ns;
+}

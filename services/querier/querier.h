@@ -1,0 +1,83 @@
+/*
+ * querier.h - the stateless querier: Parca's QueryService on gRPC and the same operations as JSON
+ * over HTTP, answered from the blocks in the bucket.
+ *
+ * The querier wires together the block index (discovery and readers), the engine (pruning,
+ * selection, range and merge execution) and lib/calltree (reports). It owns no sockets: the caller
+ * registers its gRPC methods and HTTP routes on servers it runs (shared with other services in
+ * `strata all`). In one process, the ingester's block announcements reach the querier through
+ * querier_announce_block, so fresh blocks are visible at once; across processes the index's
+ * periodic listing (sync_interval, default 1 s) finds them.
+ */
+#ifndef STRATA_QUERIER_H
+#define STRATA_QUERIER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bucket/bucket.h"
+#include "calltree/calltree.h"
+#include "common/error.h"
+#include "config/config.h"
+#include "engine.h"
+#include "http/http.h"
+#include "metrics/metrics.h"
+#include "rpc/rpc.h"
+
+#define QUERIER_SERVICE "/parca.query.v1alpha1.QueryService/"
+
+typedef struct querier_config {
+    int64_t sync_interval_ns;
+    uint64_t max_query_bytes;
+    int64_t parallelism;
+    uint64_t max_open_blocks;
+} querier_config;
+
+extern const config_field querier_config_fields[];
+
+typedef struct querier querier;
+
+int querier_new(const querier_config *config, bucket *store, metrics_registry *registry,
+                querier **out, strata_error *err);
+int querier_register_grpc(querier *q, rpc_server *server, strata_error *err);
+int querier_register_http(querier *q, http_server *server, strata_error *err);
+int querier_start(querier *q, strata_error *err);
+bool querier_ready(querier *q, const char **reason);
+void querier_free(querier *q);
+/* Makes a block that was just committed visible at once. */
+void querier_announce_block(querier *q, const char *tenant, const char *block_id);
+
+/* ---- shared by the gRPC and JSON front ends ---------------------------------------------- */
+
+typedef enum profile_selection_mode {
+    SELECTION_SINGLE,
+    SELECTION_MERGE,
+} profile_selection_mode;
+
+typedef struct profile_selection {
+    profile_selection_mode mode;
+    const char *query;
+    int64_t start_ns; /* merge */
+    int64_t end_ns;   /* merge */
+    int64_t time_ns;  /* single */
+} profile_selection;
+
+typedef struct query_tree_result {
+    calltree *tree;
+    merge_result main; /* B (or the only profile) */
+    merge_result base; /* A, for diffs */
+    profile_type type; /* of the main selection */
+} query_tree_result;
+
+/* Builds the finalized tree of one selection, or of a diff of a (base) against b when a is given. */
+int querier_build_tree(querier *q, const char *tenant, const profile_selection *a,
+                       const profile_selection *b, bool absolute, query_tree_result *out,
+                       strata_error *err);
+void query_tree_result_free(query_tree_result *r);
+/* Fills report options (unit, totals, pprof metadata) for a tree result. */
+void querier_report_options(const query_tree_result *r, double node_trim_threshold,
+                            calltree_report_options *opts);
+
+query_engine *querier_engine(querier *q);
+
+#endif

@@ -1,0 +1,29 @@
+/*
+ * querier_internal.h - the querier's state, shared by querier.c and its two front ends.
+ */
+#ifndef STRATA_QUERIER_INTERNAL_H
+#define STRATA_QUERIER_INTERNAL_H
+
+#include "block_index.h"
+#include "querier.h"
+
+struct querier {
+    querier_config config;
+    metrics_registry *registry;
+    block_index *index;
+    query_engine *engine;
+    bool started;
+    metrics_counter_vec *queries;
+    metrics_histogram_vec *durations;
+    metrics_gauge *blocks_gauge;
+    metrics_gauge *open_gauge;
+    metrics_counter *syncs;
+    metrics_counter *sync_failures;
+};
+
+/* Counts a finished query and its latency. */
+void querier_observe(querier *q, const char *operation, strata_status code, int64_t start_ns);
+
+#define QUERIER_DEFAULT_TENANT "anonymous"
+
+#endif

@@ -1,0 +1,516 @@
+/*
+ * query_grpc.c - parca.query.v1alpha1.QueryService on gRPC: request decoding (protobuf-c), the
+ * engine call, response encoding. Semantics and defaults follow Parca (reference parca-api.md 1.3).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "labels/labels.h"
+#include "parca/query/v1alpha1/query.pb-c.h"
+#include "querier_internal.h"
+
+typedef Google__Protobuf__Timestamp timestamp_pb;
+typedef Parca__Query__V1alpha1__QueryRequest query_request_pb;
+
+#define TIME_MIN INT64_MIN
+#define TIME_MAX INT64_MAX
+
+static int64_t ts_to_ns(const timestamp_pb *ts, int64_t fallback) {
+    if (ts == NULL)
+        return fallback;
+    return ts->seconds * STRATA_NS_PER_SEC + ts->nanos;
+}
+
+static void ns_to_ts(int64_t ns, timestamp_pb *ts) {
+    google__protobuf__timestamp__init(ts);
+    ts->seconds = ns / STRATA_NS_PER_SEC;
+    ts->nanos = (int32_t)(ns % STRATA_NS_PER_SEC);
+    if (ts->nanos < 0) {
+        ts->nanos += (int32_t)STRATA_NS_PER_SEC;
+        ts->seconds--;
+    }
+}
+
+/* The tenant of a call: x-scope-orgid, or anonymous. */
+static void call_tenant(rpc_call *call, char *out, size_t out_len) {
+    const char *v;
+    size_t len;
+    if (rpc_call_metadata(call, "x-scope-orgid", &v, &len) && len > 0 && len < out_len) {
+        memcpy(out, v, len);
+        out[len] = '\0';
+    } else {
+        snprintf(out, out_len, "%s", QUERIER_DEFAULT_TENANT);
+    }
+}
+
+static int pack_into(const ProtobufCMessage *msg, strata_buffer *out, strata_error *err) {
+    size_t size = protobuf_c_message_get_packed_size(msg);
+    if (strata_buffer_reserve(out, size) != 0)
+        return strata_error_oom(err);
+    out->len += protobuf_c_message_pack(msg, out->data + out->len);
+    return 0;
+}
+
+static int bad_request(strata_error *err, const char *what) {
+    return strata_error_set(err, STRATA_INVALID_ARGUMENT, "request is not a valid %s protobuf",
+                            what);
+}
+
+/* Parses each match string into sels (an empty string selects all). */
+static int parse_matchers(char **match, size_t n, selector **out, size_t *n_out, strata_error *err) {
+    *out = calloc(n + 1, sizeof **out);
+    *n_out = 0;
+    if (*out == NULL)
+        return strata_error_oom(err);
+    for (size_t i = 0; i < n; i++) {
+        if (selector_parse(match[i], &(*out)[i], err) != 0) {
+            for (size_t j = 0; j < i; j++)
+                selector_free(&(*out)[j]);
+            free(*out);
+            *out = NULL;
+            return strata_error_wrap(err, "match[%zu]", i);
+        }
+    }
+    *n_out = n;
+    return 0;
+}
+
+static void free_matchers(selector *sels, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        selector_free(&sels[i]);
+    free(sels);
+}
+
+/* ---- ProfileTypes ------------------------------------------------------------------------- */
+
+static int handle_profile_types(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
+                                strata_error *err, void *arg) {
+    querier *q = arg;
+    int64_t start = strata_monotonic_ns();
+    Parca__Query__V1alpha1__ProfileTypesRequest *r =
+        parca__query__v1alpha1__profile_types_request__unpack(NULL, len, req);
+    if (r == NULL)
+        return bad_request(err, "ProfileTypesRequest");
+    char tenant[160];
+    call_tenant(call, tenant, sizeof tenant);
+    int64_t from = r->_start_case ? ts_to_ns(r->start, TIME_MIN) : TIME_MIN;
+    int64_t to = r->_end_case ? ts_to_ns(r->end, TIME_MAX) : TIME_MAX;
+    parca__query__v1alpha1__profile_types_request__free_unpacked(r, NULL);
+    profile_type *types = NULL;
+    size_t n = 0;
+    int rc = query_profile_types(q->engine, tenant, from, to, &types, &n, err);
+    Parca__Query__V1alpha1__ProfileType *pts = calloc(n + 1, sizeof *pts);
+    Parca__Query__V1alpha1__ProfileType **ptrs = calloc(n + 1, sizeof *ptrs);
+    if (rc == 0 && (pts == NULL || ptrs == NULL))
+        rc = strata_error_oom(err);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        parca__query__v1alpha1__profile_type__init(&pts[i]);
+        pts[i].name = types[i].name;
+        pts[i].sample_type = types[i].sample_type;
+        pts[i].sample_unit = types[i].sample_unit;
+        pts[i].period_type = types[i].period_type;
+        pts[i].period_unit = types[i].period_unit;
+        pts[i].delta = types[i].delta;
+        ptrs[i] = &pts[i];
+    }
+    if (rc == 0) {
+        Parca__Query__V1alpha1__ProfileTypesResponse out =
+            PARCA__QUERY__V1ALPHA1__PROFILE_TYPES_RESPONSE__INIT;
+        out.n_types = n;
+        out.types = ptrs;
+        rc = pack_into(&out.base, resp, err);
+    }
+    free(pts);
+    free(ptrs);
+    query_profile_types_free(types, n);
+    querier_observe(q, "profile_types", rc == 0 ? STRATA_OK : err->code, start);
+    return rc;
+}
+
+/* ---- Labels and Values -------------------------------------------------------------------- */
+
+typedef struct labels_args {
+    char **match;
+    size_t n_match;
+    const timestamp_pb *start, *end;
+    const char *profile_type; /* NULL when absent */
+    const char *name;         /* NULL: label names */
+} labels_args;
+
+static int run_labels(querier *q, const char *tenant, const labels_args *a, char ***out, size_t *n,
+                      strata_error *err) {
+    selector *sels = NULL;
+    size_t n_sels = 0;
+    profile_type type;
+    bool has_type = a->profile_type != NULL && a->profile_type[0] != '\0';
+    memset(&type, 0, sizeof type);
+    if (has_type && profile_type_parse(a->profile_type, strlen(a->profile_type), &type, err) != 0)
+        return strata_error_wrap(err, "profile_type");
+    int rc = parse_matchers(a->match, a->n_match, &sels, &n_sels, err);
+    if (rc == 0)
+        rc = query_labels(q->engine, tenant, a->name, sels, n_sels, has_type ? &type : NULL,
+                          ts_to_ns(a->start, TIME_MIN), ts_to_ns(a->end, TIME_MAX), out, n, err);
+    free_matchers(sels, n_sels);
+    profile_type_free(&type);
+    return rc;
+}
+
+static int handle_labels(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
+                         strata_error *err, void *arg) {
+    querier *q = arg;
+    int64_t start = strata_monotonic_ns();
+    Parca__Query__V1alpha1__LabelsRequest *r =
+        parca__query__v1alpha1__labels_request__unpack(NULL, len, req);
+    if (r == NULL)
+        return bad_request(err, "LabelsRequest");
+    char tenant[160];
+    call_tenant(call, tenant, sizeof tenant);
+    labels_args a = {r->match, r->n_match, r->start, r->end,
+                     r->_profile_type_case ? r->profile_type : NULL, NULL};
+    char **names = NULL;
+    size_t n = 0;
+    int rc = run_labels(q, tenant, &a, &names, &n, err);
+    parca__query__v1alpha1__labels_request__free_unpacked(r, NULL);
+    if (rc == 0) {
+        Parca__Query__V1alpha1__LabelsResponse out = PARCA__QUERY__V1ALPHA1__LABELS_RESPONSE__INIT;
+        out.n_label_names = n;
+        out.label_names = names;
+        rc = pack_into(&out.base, resp, err);
+    }
+    query_strings_free(names, n);
+    querier_observe(q, "labels", rc == 0 ? STRATA_OK : err->code, start);
+    return rc;
+}
+
+static int handle_values(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
+                         strata_error *err, void *arg) {
+    querier *q = arg;
+    int64_t start = strata_monotonic_ns();
+    Parca__Query__V1alpha1__ValuesRequest *r =
+        parca__query__v1alpha1__values_request__unpack(NULL, len, req);
+    if (r == NULL)
+        return bad_request(err, "ValuesRequest");
+    char tenant[160];
+    call_tenant(call, tenant, sizeof tenant);
+    int rc = 0;
+    char **values = NULL;
+    size_t n = 0;
+    if (!label_name_is_valid(r->label_name, strlen(r->label_name)))
+        rc = strata_error_set(err, STRATA_INVALID_ARGUMENT, "label_name \"%.64s\" is not valid",
+                              r->label_name);
+    labels_args a = {r->match, r->n_match, r->start, r->end,
+                     r->_profile_type_case ? r->profile_type : NULL, r->label_name};
+    if (rc == 0)
+        rc = run_labels(q, tenant, &a, &values, &n, err);
+    parca__query__v1alpha1__values_request__free_unpacked(r, NULL);
+    if (rc == 0) {
+        Parca__Query__V1alpha1__ValuesResponse out = PARCA__QUERY__V1ALPHA1__VALUES_RESPONSE__INIT;
+        out.n_label_values = n;
+        out.label_values = values;
+        rc = pack_into(&out.base, resp, err);
+    }
+    query_strings_free(values, n);
+    querier_observe(q, "values", rc == 0 ? STRATA_OK : err->code, start);
+    return rc;
+}
+
+/* ---- QueryRange --------------------------------------------------------------------------- */
+
+typedef struct range_pb {
+    Parca__Query__V1alpha1__MetricsSeries *series;
+    Parca__Query__V1alpha1__MetricsSeries **series_ptrs;
+    Parca__Profilestore__V1alpha1__LabelSet *sets;
+    Parca__Query__V1alpha1__ValueType *types; /* 2 per series */
+    Parca__Profilestore__V1alpha1__Label **labels;     /* per series arrays */
+    Parca__Profilestore__V1alpha1__Label ***label_ptrs;
+    Parca__Query__V1alpha1__MetricsSample **samples;
+    Parca__Query__V1alpha1__MetricsSample ***sample_ptrs;
+    timestamp_pb **times;
+    size_t n;
+} range_pb;
+
+static void range_pb_free(range_pb *p) {
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->labels)
+            free(p->labels[i]);
+        if (p->label_ptrs)
+            free(p->label_ptrs[i]);
+        if (p->samples)
+            free(p->samples[i]);
+        if (p->sample_ptrs)
+            free(p->sample_ptrs[i]);
+        if (p->times)
+            free(p->times[i]);
+    }
+    free(p->series);
+    free(p->series_ptrs);
+    free(p->sets);
+    free(p->types);
+    free(p->labels);
+    free(p->label_ptrs);
+    free(p->samples);
+    free(p->sample_ptrs);
+    free(p->times);
+}
+
+static int fill_series_pb(range_pb *p, size_t i, range_series *s, strata_error *err) {
+    Parca__Query__V1alpha1__MetricsSeries *ms = &p->series[i];
+    parca__query__v1alpha1__metrics_series__init(ms);
+    parca__profilestore__v1alpha1__label_set__init(&p->sets[i]);
+    p->labels[i] = calloc(s->labels.count + 1, sizeof *p->labels[i]);
+    p->label_ptrs[i] = calloc(s->labels.count + 1, sizeof *p->label_ptrs[i]);
+    p->samples[i] = calloc(s->n_points + 1, sizeof *p->samples[i]);
+    p->sample_ptrs[i] = calloc(s->n_points + 1, sizeof *p->sample_ptrs[i]);
+    p->times[i] = calloc(s->n_points + 1, sizeof *p->times[i]);
+    if (!p->labels[i] || !p->label_ptrs[i] || !p->samples[i] || !p->sample_ptrs[i] || !p->times[i])
+        return strata_error_oom(err);
+    for (size_t l = 0; l < s->labels.count; l++) {
+        parca__profilestore__v1alpha1__label__init(&p->labels[i][l]);
+        p->labels[i][l].name = s->labels.labels[l].name;
+        p->labels[i][l].value = s->labels.labels[l].value;
+        p->label_ptrs[i][l] = &p->labels[i][l];
+    }
+    p->sets[i].n_labels = s->labels.count;
+    p->sets[i].labels = p->label_ptrs[i];
+    ms->labelset = &p->sets[i];
+    for (size_t k = 0; k < s->n_points; k++) {
+        Parca__Query__V1alpha1__MetricsSample *smp = &p->samples[i][k];
+        parca__query__v1alpha1__metrics_sample__init(smp);
+        ns_to_ts(s->points[k].time_ns, &p->times[i][k]);
+        smp->timestamp = &p->times[i][k];
+        smp->value = s->points[k].value;
+        smp->value_per_second = s->points[k].value_per_second;
+        smp->duration = s->points[k].duration_ns;
+        smp->count = s->points[k].count;
+        p->sample_ptrs[i][k] = smp;
+    }
+    ms->n_samples = s->n_points;
+    ms->samples = p->sample_ptrs[i];
+    Parca__Query__V1alpha1__ValueType *st = &p->types[2 * i], *pt = &p->types[2 * i + 1];
+    parca__query__v1alpha1__value_type__init(st);
+    parca__query__v1alpha1__value_type__init(pt);
+    st->type = s->sample_type;
+    st->unit = s->sample_unit;
+    pt->type = s->period_type;
+    pt->unit = s->period_unit;
+    ms->sample_type = st;
+    ms->period_type = pt;
+    p->series_ptrs[i] = ms;
+    return 0;
+}
+
+static int encode_range(range_series *series, size_t n, strata_buffer *resp, strata_error *err) {
+    range_pb p = {0};
+    p.series = calloc(n + 1, sizeof *p.series);
+    p.series_ptrs = calloc(n + 1, sizeof *p.series_ptrs);
+    p.sets = calloc(n + 1, sizeof *p.sets);
+    p.types = calloc(2 * n + 2, sizeof *p.types);
+    p.labels = calloc(n + 1, sizeof *p.labels);
+    p.label_ptrs = calloc(n + 1, sizeof *p.label_ptrs);
+    p.samples = calloc(n + 1, sizeof *p.samples);
+    p.sample_ptrs = calloc(n + 1, sizeof *p.sample_ptrs);
+    p.times = calloc(n + 1, sizeof *p.times);
+    int rc = 0;
+    if (!p.series || !p.series_ptrs || !p.sets || !p.types || !p.labels || !p.label_ptrs ||
+        !p.samples || !p.sample_ptrs || !p.times)
+        rc = strata_error_oom(err);
+    else
+        p.n = n;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = fill_series_pb(&p, i, &series[i], err);
+    if (rc == 0) {
+        Parca__Query__V1alpha1__QueryRangeResponse out =
+            PARCA__QUERY__V1ALPHA1__QUERY_RANGE_RESPONSE__INIT;
+        out.n_series = n;
+        out.series = p.series_ptrs;
+        rc = pack_into(&out.base, resp, err);
+    }
+    range_pb_free(&p);
+    return rc;
+}
+
+static int handle_query_range(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
+                              strata_error *err, void *arg) {
+    querier *q = arg;
+    int64_t start = strata_monotonic_ns();
+    Parca__Query__V1alpha1__QueryRangeRequest *r =
+        parca__query__v1alpha1__query_range_request__unpack(NULL, len, req);
+    if (r == NULL)
+        return bad_request(err, "QueryRangeRequest");
+    char tenant[160];
+    call_tenant(call, tenant, sizeof tenant);
+    selector sel;
+    range_series *series = NULL;
+    size_t n = 0;
+    int rc = -1;
+    if (r->start == NULL || r->end == NULL || r->step == NULL) {
+        strata_error_set(err, STRATA_INVALID_ARGUMENT, "start, end and step are required");
+    } else if (selector_parse(r->query, &sel, err) != 0) {
+        strata_error_wrap(err, "invalid query");
+    } else {
+        int64_t step = r->step->seconds * STRATA_NS_PER_SEC + r->step->nanos;
+        rc = query_range(q->engine, tenant, &sel, ts_to_ns(r->start, 0), ts_to_ns(r->end, 0), step,
+                         (const char *const *)r->sum_by, r->n_sum_by, &series, &n, err);
+        selector_free(&sel);
+    }
+    parca__query__v1alpha1__query_range_request__free_unpacked(r, NULL);
+    if (rc == 0)
+        rc = encode_range(series, n, resp, err);
+    query_range_free(series, n);
+    querier_observe(q, "query_range", rc == 0 ? STRATA_OK : err->code, start);
+    return rc;
+}
+
+/* ---- Query -------------------------------------------------------------------------------- */
+
+static int selection_from_merge(const Parca__Query__V1alpha1__MergeProfile *m,
+                                profile_selection *s, strata_error *err) {
+    if (m == NULL || m->start == NULL || m->end == NULL)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "merge needs query, start and end");
+    s->mode = SELECTION_MERGE;
+    s->query = m->query;
+    s->start_ns = ts_to_ns(m->start, 0);
+    s->end_ns = ts_to_ns(m->end, 0);
+    if (s->end_ns < s->start_ns)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "merge end is before start");
+    return 0;
+}
+
+static int selection_from_single(const Parca__Query__V1alpha1__SingleProfile *p,
+                                 profile_selection *s, strata_error *err) {
+    if (p == NULL || p->time == NULL)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "single needs query and time");
+    s->mode = SELECTION_SINGLE;
+    s->query = p->query;
+    s->time_ns = ts_to_ns(p->time, 0);
+    return 0;
+}
+
+static int selection_from_diff_side(const Parca__Query__V1alpha1__ProfileDiffSelection *d,
+                                    profile_selection *s, const char *side, strata_error *err) {
+    if (d == NULL)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "diff needs selection %s", side);
+    int rc = d->options_case == PARCA__QUERY__V1ALPHA1__PROFILE_DIFF_SELECTION__OPTIONS_MERGE
+                 ? selection_from_merge(d->merge, s, err)
+                 : selection_from_single(d->single, s, err);
+    return rc == 0 ? 0 : strata_error_wrap(err, "diff %s", side);
+}
+
+/* Decodes the request's selections into a (diff base, or NULL) and b. */
+static int request_selections(const query_request_pb *r, profile_selection *a, profile_selection *b,
+                              bool *is_diff, bool *absolute, strata_error *err) {
+    *is_diff = false;
+    *absolute = false;
+    switch (r->mode) {
+        case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__MODE__MODE_MERGE:
+            if (r->options_case != PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__OPTIONS_MERGE)
+                return strata_error_set(err, STRATA_INVALID_ARGUMENT, "MODE_MERGE needs merge");
+            return selection_from_merge(r->merge, b, err);
+        case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__MODE__MODE_DIFF:
+            if (r->options_case != PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__OPTIONS_DIFF || !r->diff)
+                return strata_error_set(err, STRATA_INVALID_ARGUMENT, "MODE_DIFF needs diff");
+            *is_diff = true;
+            *absolute = r->diff->_absolute_case && r->diff->absolute;
+            if (selection_from_diff_side(r->diff->a, a, "a", err) != 0)
+                return -1;
+            return selection_from_diff_side(r->diff->b, b, "b", err);
+        default:
+            if (r->options_case != PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__OPTIONS_SINGLE)
+                return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                        "MODE_SINGLE_UNSPECIFIED needs single");
+            return selection_from_single(r->single, b, err);
+    }
+}
+
+static void handle_query(rpc_call *call, const uint8_t *req, size_t len, void *arg) {
+    querier *q = arg;
+    int64_t start = strata_monotonic_ns();
+    strata_error err;
+    strata_error_clear(&err);
+    strata_buffer resp = STRATA_BUFFER_INIT;
+    query_request_pb *r = parca__query__v1alpha1__query_request__unpack(NULL, len, req);
+    int rc = -1;
+    query_tree_result tr;
+    memset(&tr, 0, sizeof tr);
+    if (r == NULL) {
+        bad_request(&err, "QueryRequest");
+        goto out;
+    }
+    char tenant[160];
+    call_tenant(call, tenant, sizeof tenant);
+    profile_selection a, b;
+    bool is_diff, absolute;
+    if (request_selections(r, &a, &b, &is_diff, &absolute, &err) != 0 ||
+        querier_build_tree(q, tenant, is_diff ? &a : NULL, &b, absolute, &tr, &err) != 0)
+        goto out;
+    calltree_report_options opts;
+    double trim = r->_node_trim_threshold_case ? r->node_trim_threshold : 0;
+    querier_report_options(&tr, trim, &opts);
+    Parca__Query__V1alpha1__QueryRequest__ReportType type = r->report_type;
+    if (type == PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_UNSPECIFIED)
+        type = PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_TABLE;
+    rc = calltree_encode_query_response(tr.tree, type, &opts, &resp, &err);
+out:
+    if (r != NULL)
+        parca__query__v1alpha1__query_request__free_unpacked(r, NULL);
+    query_tree_result_free(&tr);
+    querier_observe(q, "query", rc == 0 ? STRATA_OK : err.code, start);
+    if (rc == 0)
+        rpc_call_finish_buffer(call, STRATA_OK, NULL, &resp);
+    else
+        rpc_call_finish(call, err.code == STRATA_OK ? STRATA_UNKNOWN : err.code, err.message, NULL,
+                        0);
+    strata_buffer_free(&resp);
+}
+
+/* ---- small ones --------------------------------------------------------------------------- */
+
+static int handle_has_profile_data(rpc_call *call, const uint8_t *req, size_t len,
+                                   strata_buffer *resp, strata_error *err, void *arg) {
+    querier *q = arg;
+    (void)req;
+    (void)len;
+    char tenant[160];
+    call_tenant(call, tenant, sizeof tenant);
+    profile_type *types = NULL;
+    size_t n = 0;
+    if (query_profile_types(q->engine, tenant, TIME_MIN, TIME_MAX, &types, &n, err) != 0)
+        return -1;
+    query_profile_types_free(types, n);
+    Parca__Query__V1alpha1__HasProfileDataResponse out =
+        PARCA__QUERY__V1ALPHA1__HAS_PROFILE_DATA_RESPONSE__INIT;
+    out.has_data = n > 0;
+    return pack_into(&out.base, resp, err);
+}
+
+static int handle_unimplemented(rpc_call *call, const uint8_t *req, size_t len,
+                                strata_buffer *resp, strata_error *err, void *arg) {
+    (void)req;
+    (void)len;
+    (void)resp;
+    (void)arg;
+    return strata_error_set(err, STRATA_UNIMPLEMENTED, "%s is not implemented by Strata",
+                            rpc_call_method(call));
+}
+
+int querier_register_grpc(querier *q, rpc_server *server, strata_error *err) {
+    static const struct {
+        const char *method;
+        rpc_sync_handler fn;
+    } sync_methods[] = {
+        {QUERIER_SERVICE "ProfileTypes", handle_profile_types},
+        {QUERIER_SERVICE "Labels", handle_labels},
+        {QUERIER_SERVICE "Values", handle_values},
+        {QUERIER_SERVICE "QueryRange", handle_query_range},
+        {QUERIER_SERVICE "HasProfileData", handle_has_profile_data},
+        {QUERIER_SERVICE "Series", handle_unimplemented},
+        {QUERIER_SERVICE "ShareProfile", handle_unimplemented},
+    };
+    for (size_t i = 0; i < sizeof sync_methods / sizeof sync_methods[0]; i++)
+        if (rpc_server_add_sync_method(server, sync_methods[i].method, sync_methods[i].fn, q, err) !=
+            0)
+            return -1;
+    return rpc_server_add_method(server, QUERIER_SERVICE "Query", handle_query, q, err);
+}
