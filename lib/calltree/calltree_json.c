@@ -1,0 +1,269 @@
+/*
+ * calltree_json.c - JSON reports for the web UI and curl: Pyroscope's flamebearer and a
+ * per-function table. See calltree.h for the exact shapes.
+ *
+ * Flamebearer layout: a node's x is its parent's x plus the totals of the siblings before it (all
+ * of them, trimmed or not), computed per side in one forward pass over node ids (parents come
+ * first). Kept nodes are bucketed by depth in depth-first pre-order, which is left-to-right within
+ * a level.
+ */
+#include "calltree/calltree_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct flamebearer {
+    const calltree *t;
+    calltree_selection sel;
+    int64_t *weight;    /* owned only for diff trees (B + A); else t->total */
+    int64_t *x;         /* B side */
+    int64_t *x_base;    /* A side */
+    uint32_t *depth;    /* node -> depth */
+    uint32_t *level_of; /* kept nodes grouped by depth, pre-order within a level */
+    uint32_t *level_offset;
+    uint32_t n_levels;
+    uint32_t *name_index; /* tree string id -> names index; 0 = unassigned */
+    uint32_t *names;      /* names index -> tree string id (index 0 is "total") */
+    size_t n_names;
+} flamebearer;
+
+static void flamebearer_free(flamebearer *fb) {
+    if (fb->weight != fb->t->total)
+        free(fb->weight);
+    free(fb->x);
+    free(fb->x_base);
+    free(fb->depth);
+    free(fb->level_of);
+    free(fb->level_offset);
+    free(fb->name_index);
+    free(fb->names);
+    calltree_selection_free(&fb->sel);
+}
+
+static int compute_weights(flamebearer *fb) {
+    const calltree *t = fb->t;
+    if (!t->diff) {
+        fb->weight = t->total;
+        return 0;
+    }
+    fb->weight = malloc(t->n_nodes * sizeof *fb->weight);
+    if (fb->weight == NULL)
+        return -1;
+    for (size_t i = 0; i < t->n_nodes; i++)
+        fb->weight[i] = t->total[i] + t->total_base[i];
+    return 0;
+}
+
+static void compute_positions(const calltree *t, const int64_t *total, int64_t *x) {
+    x[CALLTREE_ROOT] = 0;
+    for (size_t v = 0; v < t->n_nodes; v++) {
+        int64_t run = x[v];
+        for (uint32_t i = t->child_offset[v]; i < t->child_offset[v + 1]; i++) {
+            x[t->children[i]] = run;
+            run += total[t->children[i]];
+        }
+    }
+}
+
+/* Buckets the kept nodes by depth. */
+static int group_levels(flamebearer *fb) {
+    const calltree *t = fb->t;
+    fb->depth[CALLTREE_ROOT] = 0;
+    uint32_t max_depth = 0;
+    for (size_t e = 1; e < fb->sel.n_order; e++) {
+        uint32_t v = fb->sel.order[e];
+        fb->depth[v] = fb->depth[t->parent[v]] + 1;
+        if (fb->depth[v] > max_depth)
+            max_depth = fb->depth[v];
+    }
+    fb->n_levels = max_depth + 1;
+    fb->level_offset = calloc((size_t)fb->n_levels + 1, sizeof *fb->level_offset);
+    fb->level_of = malloc(fb->sel.n_order * sizeof *fb->level_of);
+    uint32_t *fill = malloc((size_t)fb->n_levels * sizeof *fill);
+    if (fb->level_offset == NULL || fb->level_of == NULL || fill == NULL) {
+        free(fill);
+        return -1;
+    }
+    for (size_t e = 0; e < fb->sel.n_order; e++)
+        fb->level_offset[fb->depth[fb->sel.order[e]] + 1]++;
+    for (uint32_t d = 0; d < fb->n_levels; d++)
+        fb->level_offset[d + 1] += fb->level_offset[d];
+    memcpy(fill, fb->level_offset, (size_t)fb->n_levels * sizeof *fill);
+    for (size_t e = 0; e < fb->sel.n_order; e++) {
+        uint32_t v = fb->sel.order[e];
+        fb->level_of[fill[fb->depth[v]]++] = v;
+    }
+    free(fill);
+    return 0;
+}
+
+/* Names in first-use (pre-order) order; index 0 is the root's "total". */
+static int assign_names(flamebearer *fb) {
+    const calltree *t = fb->t;
+    fb->name_index = calloc(t->strings.count ? t->strings.count : 1, sizeof *fb->name_index);
+    fb->names = malloc(fb->sel.n_order * sizeof *fb->names);
+    if (fb->name_index == NULL || fb->names == NULL)
+        return -1;
+    fb->n_names = 1;
+    for (size_t e = 1; e < fb->sel.n_order; e++) {
+        uint32_t sid = calltree_frame_sid(t, t->frame[fb->sel.order[e]], FRAME_NAME);
+        if (fb->name_index[sid] == 0) {
+            fb->name_index[sid] = (uint32_t)fb->n_names;
+            fb->names[fb->n_names++] = sid;
+        }
+    }
+    return 0;
+}
+
+static int flamebearer_build(flamebearer *fb, const calltree_report_options *opts,
+                             strata_error *err) {
+    const calltree *t = fb->t;
+    if (compute_weights(fb) != 0)
+        return strata_error_oom(err);
+    if (calltree_select(t, fb->weight, opts->node_trim_threshold, opts->max_nodes, &fb->sel, err) !=
+        0)
+        return -1;
+    fb->x = malloc(t->n_nodes * sizeof *fb->x);
+    fb->x_base = malloc(t->n_nodes * sizeof *fb->x_base);
+    fb->depth = malloc(t->n_nodes * sizeof *fb->depth);
+    if (fb->x == NULL || fb->x_base == NULL || fb->depth == NULL || group_levels(fb) != 0 ||
+        assign_names(fb) != 0)
+        return strata_error_oom(err);
+    compute_positions(t, t->total, fb->x);
+    compute_positions(t, t->total_base, fb->x_base);
+    return 0;
+}
+
+static uint32_t node_name_index(const flamebearer *fb, uint32_t v) {
+    if (v == CALLTREE_ROOT)
+        return 0;
+    return fb->name_index[calltree_frame_sid(fb->t, fb->t->frame[v], FRAME_NAME)];
+}
+
+static void write_level(const flamebearer *fb, json_writer *w, uint32_t d, int64_t *max_self) {
+    const calltree *t = fb->t;
+    int64_t end = 0, end_base = 0;
+    json_begin_array(w);
+    for (uint32_t i = fb->level_offset[d]; i < fb->level_offset[d + 1]; i++) {
+        uint32_t v = fb->level_of[i];
+        if (t->diff) {
+            json_int(w, fb->x_base[v] - end_base);
+            json_int(w, t->total_base[v]);
+            json_int(w, t->self_base[v]);
+            end_base = fb->x_base[v] + t->total_base[v];
+            if (t->self_base[v] > *max_self)
+                *max_self = t->self_base[v];
+        }
+        json_int(w, fb->x[v] - end);
+        json_int(w, t->total[v]);
+        json_int(w, t->self[v]);
+        json_int(w, node_name_index(fb, v));
+        end = fb->x[v] + t->total[v];
+        if (t->self[v] > *max_self)
+            *max_self = t->self[v];
+    }
+    json_end_array(w);
+}
+
+static void write_flamebearer(const flamebearer *fb, const calltree_report_options *opts,
+                              json_writer *w) {
+    const calltree *t = fb->t;
+    json_begin_object(w);
+    json_key(w, "version");
+    json_int(w, 1);
+    json_key(w, "flamebearer");
+    json_begin_object(w);
+    json_key(w, "names");
+    json_begin_array(w);
+    json_string(w, "total");
+    for (size_t i = 1; i < fb->n_names; i++)
+        json_string_len(w, calltree_string(t, fb->names[i]), t->strings.lengths[fb->names[i]]);
+    json_end_array(w);
+    json_key(w, "levels");
+    json_begin_array(w);
+    int64_t max_self = 0;
+    for (uint32_t d = 0; d < fb->n_levels; d++)
+        write_level(fb, w, d, &max_self);
+    json_end_array(w);
+    json_key(w, "numTicks");
+    json_int(w, t->total[CALLTREE_ROOT] + (t->diff ? t->total_base[CALLTREE_ROOT] : 0));
+    json_key(w, "maxSelf");
+    json_int(w, max_self);
+    json_end_object(w);
+    json_key(w, "metadata");
+    json_begin_object(w);
+    json_key(w, "format");
+    json_string(w, t->diff ? "double" : "single");
+    json_key(w, "units");
+    json_string(w, opts->unit != NULL ? opts->unit : "");
+    json_key(w, "name");
+    json_string(w, opts->name != NULL ? opts->name : "");
+    json_end_object(w);
+    if (t->diff) {
+        json_key(w, "leftTicks");
+        json_int(w, t->total_base[CALLTREE_ROOT]);
+        json_key(w, "rightTicks");
+        json_int(w, t->total[CALLTREE_ROOT]);
+    }
+    json_key(w, "trimmed");
+    json_int(w, fb->sel.trimmed);
+    json_end_object(w);
+}
+
+int calltree_write_flamebearer_json(const calltree *t, const calltree_report_options *opts,
+                                    json_writer *w, strata_error *err) {
+    if (calltree_require_finalized(t, err) != 0 || calltree_validate_options(opts, err) != 0)
+        return -1;
+    flamebearer fb;
+    memset(&fb, 0, sizeof fb);
+    fb.t = t;
+    int rc = flamebearer_build(&fb, opts, err);
+    if (rc == 0)
+        write_flamebearer(&fb, opts, w);
+    flamebearer_free(&fb);
+    return rc;
+}
+
+static void write_row(const calltree *t, const calltree_frame_stats *r, json_writer *w) {
+    json_begin_object(w);
+    json_key(w, "name");
+    json_string(w, calltree_frame_string(t, r->frame, FRAME_NAME));
+    json_key(w, "system_name");
+    json_string(w, calltree_frame_string(t, r->frame, FRAME_SYSTEM_NAME));
+    json_key(w, "filename");
+    json_string(w, calltree_frame_string(t, r->frame, FRAME_FILENAME));
+    json_key(w, "mapping_file");
+    json_string(w, calltree_frame_string(t, r->frame, FRAME_MAPPING_FILE));
+    json_key(w, "flat");
+    json_int(w, r->flat);
+    json_key(w, "cumulative");
+    json_int(w, r->cumulative);
+    if (t->diff) {
+        json_key(w, "flat_diff");
+        json_int(w, r->flat - r->flat_base);
+        json_key(w, "cumulative_diff");
+        json_int(w, r->cumulative - r->cumulative_base);
+    }
+    json_end_object(w);
+}
+
+int calltree_write_table_json(const calltree *t, const calltree_report_options *opts,
+                              json_writer *w, strata_error *err) {
+    calltree_frame_stats *rows;
+    size_t n;
+    if (calltree_frame_stats_compute(t, &rows, &n, err) != 0)
+        return -1;
+    json_begin_object(w);
+    json_key(w, "unit");
+    json_string(w, opts->unit != NULL ? opts->unit : "");
+    json_key(w, "total");
+    json_int(w, t->total[CALLTREE_ROOT]);
+    json_key(w, "rows");
+    json_begin_array(w);
+    for (size_t i = 0; i < n; i++)
+        write_row(t, &rows[i], w);
+    json_end_array(w);
+    json_end_object(w);
+    free(rows);
+    return 0;
+}
