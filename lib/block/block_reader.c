@@ -1128,12 +1128,29 @@ static int load_stacks(block_reader *r, strata_error *err) {
     return rc;
 }
 
+static void free_symbols(block_reader *r) {
+    free(r->mappings);
+    free(r->functions);
+    free(r->locations);
+    free(r->lines);
+    free(r->stack_parent);
+    free(r->stack_location);
+    r->mappings = NULL;
+    r->functions = NULL;
+    r->locations = NULL;
+    r->lines = NULL;
+    r->stack_parent = r->stack_location = NULL;
+    r->n_mappings = r->n_functions = r->n_locations = r->n_lines = r->n_stacks = 0;
+}
+
 static int load_symbols(block_reader *r, strata_error *err) {
     if (r->symbols_loaded)
         return 0;
     if (load_mappings(r, err) != 0 || load_functions(r, err) != 0 || load_lines(r, err) != 0 ||
-        load_locations(r, err) != 0 || load_stacks(r, err) != 0)
+        load_locations(r, err) != 0 || load_stacks(r, err) != 0) {
+        free_symbols(r); /* a later call retries from scratch */
         return -1;
+    }
     r->symbols_loaded = true;
     return 0;
 }
@@ -1247,11 +1264,6 @@ void block_reader_close(block_reader *r) {
     free(r->series);
     free(r->postings);
     free(r->posting_series);
-    free(r->mappings);
-    free(r->functions);
-    free(r->locations);
-    free(r->lines);
-    free(r->stack_parent);
-    free(r->stack_location);
+    free_symbols(r);
     free(r);
 }

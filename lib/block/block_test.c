@@ -882,7 +882,28 @@ static void test_dump(void **state) {
     fixture_free(&fx);
 }
 
+/* With BLOCK_FUZZ_SEED_DIR set, writes the fixture blocks there as the fuzzer's seed corpus. */
+static void write_seeds(const char *dir) {
+    size_t page_sizes[] = {64 * 1024, 256};
+    for (size_t i = 0; i < 2; i++) {
+        fixture fx;
+        write_fixture(&fx, page_sizes[i]);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/fixture-%zu.strata", dir, page_sizes[i]);
+        FILE *f = fopen(path, "wb");
+        if (f != NULL) {
+            fwrite(fx.data.data, 1, fx.data.len, f);
+            fclose(f);
+        }
+        fixture_free(&fx);
+    }
+}
+
 int main(void) {
+    if (getenv("BLOCK_FUZZ_SEED_DIR") != NULL) {
+        write_seeds(getenv("BLOCK_FUZZ_SEED_DIR"));
+        return 0;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_series_and_profiles),
         cmocka_unit_test(test_symbols_deduplicated),

@@ -1,0 +1,65 @@
+/*
+ * block_reader_fuzz.c - libFuzzer target: opens arbitrary bytes as a block and, when that
+ * succeeds, walks every series, profile, sample, stack, location, function and mapping. Any crash,
+ * leak, sanitizer report or hang is a bug; errors are expected.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "block/block_reader.h"
+
+static void walk_stack(block_reader *r, uint32_t stack) {
+    uint32_t locs[128];
+    size_t depth;
+    strata_error err;
+    if (block_reader_stack(r, stack, locs, 128, &depth, &err) != 0)
+        return;
+    for (size_t i = 0; i < depth && i < 128; i++) {
+        block_location loc;
+        if (block_reader_location(r, locs[i], &loc, &err) != 0)
+            return;
+        block_mapping m;
+        if (loc.has_mapping && block_reader_mapping(r, loc.mapping_id, &m, &err) != 0)
+            return;
+        for (uint32_t l = 0; l < loc.n_lines; l++) {
+            block_function f;
+            if (block_reader_function(r, loc.lines[l].function_id, &f, &err) != 0)
+                return;
+        }
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    block_memory_source src = {data, size};
+    block_reader_options opt;
+    block_reader_options_default(&opt);
+    opt.tail_guess = 512; /* exercise the second footer fetch too */
+    opt.cache_bytes = 1 << 16;
+    block_reader *r;
+    strata_error err;
+    if (block_reader_open(block_memory_fetch, &src, size, &opt, &r, &err) != 0)
+        return 0;
+    for (uint32_t s = 0; s < block_reader_series_count(r); s++) {
+        (void)block_reader_series_labels(r, s);
+        (void)block_reader_series_type(r, s);
+    }
+    block_profile *p = NULL;
+    size_t n = 0;
+    if (block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &n, &err) == 0) {
+        block_samples samples = {0};
+        for (size_t i = 0; i < n; i++) {
+            samples.len = 0;
+            if (block_reader_read_samples(r, &p[i], 1, &samples, &err) != 0)
+                break;
+            for (size_t k = 0; k < samples.len; k++)
+                walk_stack(r, samples.stacks[k]);
+        }
+        block_samples_free(&samples);
+    }
+    free(p);
+    block_reader_close(r);
+    return 0;
+}
