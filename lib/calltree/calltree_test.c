@@ -1,0 +1,620 @@
+/*
+ * calltree_test.c - a hand-built tree checked exactly in every report:
+ *   B: main;a;b x3, main;a;c x2, main;d x5, main;r;r x1  (total 11)
+ *   A (diff base): main;a;b x4, main;d x14, main;e x4     (total 22)
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "calltree/calltree.h"
+#include "pprof/pprof.h"
+
+typedef Parca__Query__V1alpha1__QueryResponse QueryResponse;
+typedef Parca__Query__V1alpha1__FlamegraphNode FlamegraphNode;
+
+#define REPORT(x) PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_##x
+
+typedef struct stack_spec {
+    const char *frames; /* "main;a;b" root first */
+    int64_t value;
+} stack_spec;
+
+static const stack_spec STACKS_B[] = {
+    {"main;a;b", 3}, {"main;a;c", 2}, {"main;d", 5}, {"main;r;r", 1}};
+static const stack_spec STACKS_A[] = {{"main;a;b", 4}, {"main;d", 14}, {"main;e", 4}};
+
+static uint32_t frame_for(calltree *t, const char *name, size_t len) {
+    char file[64];
+    snprintf(file, sizeof file, "%.*s.go", (int)len, name);
+    bool libc = len == 1 && name[0] == 'd';
+    calltree_frame_desc d = {{name, len},
+                             calltree_cstr(""),
+                             calltree_cstr(file),
+                             calltree_cstr(libc ? "/lib/libc.so" : "/bin/app"),
+                             calltree_cstr(libc ? "c0ffee" : "app1"),
+                             (int64_t)len * 10};
+    uint32_t f;
+    assert_int_equal(calltree_intern_frame(t, &d, &f, NULL), 0);
+    return f;
+}
+
+static uint32_t insert(calltree *t, const char *stack) {
+    uint32_t node = CALLTREE_ROOT;
+    for (const char *p = stack; *p != '\0';) {
+        size_t len = strcspn(p, ";");
+        assert_int_equal(calltree_child(t, node, frame_for(t, p, len), &node, NULL), 0);
+        p += len;
+        if (*p == ';')
+            p++;
+    }
+    return node;
+}
+
+static void add_stacks(calltree *t, const stack_spec *s, size_t n, bool base) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t leaf = insert(t, s[i].frames);
+        if (base)
+            calltree_add_base(t, leaf, s[i].value);
+        else
+            calltree_add(t, leaf, s[i].value);
+    }
+}
+
+static calltree *tree_b(void) {
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    add_stacks(t, STACKS_B, 4, false);
+    assert_int_equal(calltree_finalize(t, NULL), 0);
+    return t;
+}
+
+static calltree *tree_diff(bool absolute) {
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    add_stacks(t, STACKS_B, 4, false);
+    add_stacks(t, STACKS_A, 3, true);
+    assert_int_equal(calltree_finalize(t, NULL), 0);
+    assert_int_equal(calltree_apply_diff_mode(t, absolute, NULL), 0);
+    return t;
+}
+
+static QueryResponse *encode(const calltree *t, int type, double threshold) {
+    calltree_report_options o = {
+        .node_trim_threshold = threshold, .unit = "count", .total = 42, .filtered = 7};
+    o.pprof = (calltree_pprof_meta){"samples", "count", "cpu", "nanoseconds", 10000000, 123, 456};
+    strata_buffer b = STRATA_BUFFER_INIT;
+    strata_error err;
+    int rc = calltree_encode_query_response(
+        t, (Parca__Query__V1alpha1__QueryRequest__ReportType)type, &o, &b, &err);
+    if (rc != 0)
+        fail_msg("%s", err.message);
+    QueryResponse *r = parca__query__v1alpha1__query_response__unpack(NULL, b.len, b.data);
+    assert_non_null(r);
+    assert_int_equal(r->total, 42);
+    assert_int_equal(r->filtered, 7);
+    strata_buffer_free(&b);
+    return r;
+}
+
+static char *json_of(const calltree *t, bool flamebearer, double threshold, size_t max_nodes) {
+    calltree_report_options o = {
+        .node_trim_threshold = threshold, .max_nodes = max_nodes, .unit = "count", .name = "cpu"};
+    strata_buffer b = STRATA_BUFFER_INIT;
+    json_writer w;
+    json_writer_init(&w, &b);
+    int rc = flamebearer ? calltree_write_flamebearer_json(t, &o, &w, NULL)
+                         : calltree_write_table_json(t, &o, &w, NULL);
+    assert_int_equal(rc, 0);
+    assert_int_equal(json_writer_finish(&w), 0);
+    return strata_buffer_detach(&b, NULL);
+}
+
+/* ---- building ---- */
+
+static void test_nodes_and_totals(void **state) {
+    (void)state;
+    calltree *t = tree_b();
+    assert_int_equal(calltree_node_count(t), 8);  /* root main a b c d r r */
+    assert_int_equal(calltree_frame_count(t), 6); /* main a b c d r */
+    assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, 11);
+    uint32_t main = calltree_child_at(t, CALLTREE_ROOT, 0);
+    assert_string_equal(calltree_frame_get(t, calltree_node_frame(t, main)).name, "main");
+    assert_int_equal(calltree_child_count(t, main), 3);
+    const char *names[] = {"a", "d", "r"};
+    const int64_t totals[] = {5, 5, 1};
+    for (size_t i = 0; i < 3; i++) {
+        uint32_t c = calltree_child_at(t, main, i);
+        assert_string_equal(calltree_frame_get(t, calltree_node_frame(t, c)).name, names[i]);
+        assert_int_equal(calltree_node_get(t, c).total, totals[i]);
+        assert_int_equal(calltree_node_parent(t, c), main);
+    }
+    calltree_frame d = calltree_frame_get(t, calltree_node_frame(t, calltree_child_at(t, main, 1)));
+    assert_string_equal(d.mapping_file, "/lib/libc.so");
+    assert_string_equal(d.build_id, "c0ffee");
+    assert_string_equal(d.filename, "d.go");
+    assert_int_equal(d.start_line, 10);
+    calltree_free(t);
+}
+
+static void test_frame_identity(void **state) {
+    (void)state;
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    calltree_frame_desc d = {calltree_cstr("f"),      calltree_cstr(""), calltree_cstr("f.c"),
+                             calltree_cstr("/bin/x"), calltree_cstr(""), 7};
+    uint32_t f1, f2, f3;
+    assert_int_equal(calltree_intern_frame(t, &d, &f1, NULL), 0);
+    d.start_line = 99; /* not part of the identity */
+    assert_int_equal(calltree_intern_frame(t, &d, &f2, NULL), 0);
+    assert_int_equal(f1, f2);
+    assert_int_equal(calltree_frame_get(t, f1).start_line, 7);
+    d.mapping_file = calltree_cstr("/bin/y");
+    assert_int_equal(calltree_intern_frame(t, &d, &f3, NULL), 0);
+    assert_int_not_equal(f1, f3);
+    /* Views need not be NUL-terminated. */
+    calltree_frame_desc v = {{"fxyz", 1}, {NULL, 0}, {"f.cpp", 3}, {"/bin/x", 6}, {NULL, 0}, 0};
+    assert_int_equal(calltree_intern_frame(t, &v, &f3, NULL), 0);
+    assert_int_equal(f3, f1);
+    uint32_t a, b;
+    assert_int_equal(calltree_child(t, CALLTREE_ROOT, f1, &a, NULL), 0);
+    assert_int_equal(calltree_child(t, CALLTREE_ROOT, f1, &b, NULL), 0);
+    assert_int_equal(a, b);
+    strata_error err;
+    assert_int_equal(calltree_child(t, 57, f1, &b, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(calltree_child(t, CALLTREE_ROOT, 1000, &b, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    calltree_free(t);
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    add_stacks(t, STACKS_B, 4, false);
+    strata_error err;
+    calltree_report_options o = {0};
+    strata_buffer b = STRATA_BUFFER_INIT;
+    assert_int_equal(calltree_encode_query_response(t, REPORT(TOP), &o, &b, &err), -1);
+    assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
+    assert_int_equal(calltree_finalize(t, NULL), 0);
+    assert_int_equal(calltree_encode_query_response(t, REPORT(CALLGRAPH), &o, &b, &err), -1);
+    assert_int_equal(err.code, STRATA_UNIMPLEMENTED);
+    assert_non_null(strstr(err.message, "REPORT_TYPE_CALLGRAPH"));
+    assert_int_equal(calltree_encode_query_response(t, 77, &o, &b, &err), -1);
+    assert_int_equal(err.code, STRATA_UNIMPLEMENTED);
+    o.node_trim_threshold = -1;
+    assert_int_equal(calltree_encode_query_response(t, REPORT(TOP), &o, &b, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(b.len, 0);
+    assert_int_equal(calltree_scale_base(t, 1, 0, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(calltree_merge(t, t, &err), -1);
+    calltree_add(t, 1000, 5); /* out of range: ignored */
+    assert_int_equal(calltree_node_get(t, 1000).self, 0);
+    calltree_free(t);
+}
+
+/* ---- flame graph ---- */
+
+static const char *fg_name(const Parca__Query__V1alpha1__Flamegraph *fg, const FlamegraphNode *n) {
+    /* Through the tables, as Parca's UI does, and cross-checked with the inline function. */
+    assert_true(n->meta->location_index >= 1 && n->meta->location_index <= fg->n_locations);
+    const Parca__Metastore__V1alpha1__Location *loc = fg->locations[n->meta->location_index - 1];
+    assert_int_equal(loc->n_lines, 1);
+    uint32_t fi = loc->lines[n->meta->line_index]->function_index;
+    assert_true(fi >= 1 && fi <= fg->n_function);
+    const char *name = fg->string_table[fg->function[fi - 1]->name_string_index];
+    assert_string_equal(name, n->meta->function->name);
+    assert_string_equal(fg->string_table[n->meta->function->filename_string_index],
+                        n->meta->function->filename);
+    if (loc->mapping_index != 0)
+        assert_string_equal(
+            fg->string_table[fg->mapping[loc->mapping_index - 1]->file_string_index],
+            n->meta->mapping->file);
+    return name;
+}
+
+static void expect_node(const Parca__Query__V1alpha1__Flamegraph *fg, const FlamegraphNode *n,
+                        const char *name, int64_t cumulative, int64_t diff, size_t n_children) {
+    assert_string_equal(fg_name(fg, n), name);
+    assert_int_equal(n->cumulative, cumulative);
+    assert_int_equal(n->diff, diff);
+    assert_int_equal(n->n_children, n_children);
+}
+
+static void test_flamegraph(void **state) {
+    (void)state;
+    calltree *t = tree_b();
+    QueryResponse *r = encode(t, REPORT(FLAMEGRAPH_TABLE), 0);
+    assert_int_equal(r->report_case, PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_FLAMEGRAPH);
+    const Parca__Query__V1alpha1__Flamegraph *fg = r->flamegraph;
+    assert_int_equal(fg->root->cumulative, 11);
+    assert_int_equal(fg->root->diff, 0);
+    assert_int_equal(fg->height, 3);
+    assert_int_equal(fg->trimmed, 0);
+    assert_int_equal(fg->total, 11);
+    assert_string_equal(fg->unit, "count");
+    assert_string_equal(fg->string_table[0], "");
+    assert_int_equal(fg->n_function, 6);
+    assert_int_equal(fg->n_locations, 6);
+    assert_int_equal(fg->n_mapping, 2);
+    assert_int_equal(fg->root->n_children, 1);
+    const FlamegraphNode *main = fg->root->children[0];
+    expect_node(fg, main, "main", 11, 0, 3);
+    expect_node(fg, main->children[0], "a", 5, 0, 2);
+    expect_node(fg, main->children[0]->children[0], "b", 3, 0, 0);
+    expect_node(fg, main->children[0]->children[1], "c", 2, 0, 0);
+    expect_node(fg, main->children[1], "d", 5, 0, 0);
+    assert_string_equal(main->children[1]->meta->mapping->build_id, "c0ffee");
+    assert_int_equal(main->children[1]->meta->function->start_line, 10);
+    expect_node(fg, main->children[2], "r", 1, 0, 1);
+    expect_node(fg, main->children[2]->children[0], "r", 1, 0, 0);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+
+    /* 45%: under main (11) children <= 4.95 go (r: 1); under a (5) children <= 2.25 go (c: 2). */
+    r = encode(t, REPORT(FLAMEGRAPH_TABLE), 45);
+    fg = r->flamegraph;
+    assert_int_equal(fg->trimmed, 3);
+    assert_int_equal(fg->height, 3);
+    assert_int_equal(fg->n_function, 4);
+    main = fg->root->children[0];
+    expect_node(fg, main, "main", 11, 0, 2);
+    expect_node(fg, main->children[0], "a", 5, 0, 1);
+    expect_node(fg, main->children[0]->children[0], "b", 3, 0, 0);
+    expect_node(fg, main->children[1], "d", 5, 0, 0);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+
+    /* The deprecated unspecified type gets the same message. */
+    r = encode(t, REPORT(FLAMEGRAPH_UNSPECIFIED), 30);
+    assert_int_equal(r->flamegraph->trimmed, 1);
+    assert_int_equal(r->flamegraph->height, 3);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    calltree_free(t);
+}
+
+/* ---- top and table ---- */
+
+static void expect_top(const Parca__Query__V1alpha1__TopNode *n, const char *name, int64_t flat,
+                       int64_t cum, int64_t diff) {
+    assert_string_equal(n->meta->function->name, name);
+    assert_int_equal(n->flat, flat);
+    assert_int_equal(n->cumulative, cum);
+    assert_int_equal(n->diff, diff);
+}
+
+static void test_top(void **state) {
+    (void)state;
+    calltree *t = tree_b();
+    QueryResponse *r = encode(t, REPORT(TOP), 0);
+    assert_int_equal(r->report_case, PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_TOP);
+    const Parca__Query__V1alpha1__Top *top = r->top;
+    assert_int_equal(top->reported, 6);
+    assert_int_equal(top->n_list, 6);
+    assert_string_equal(top->unit, "count");
+    expect_top(top->list[0], "d", 5, 5, 0);
+    assert_string_equal(top->list[0]->meta->mapping->file, "/lib/libc.so");
+    expect_top(top->list[1], "b", 3, 3, 0);
+    expect_top(top->list[2], "c", 2, 2, 0);
+    expect_top(top->list[3], "r", 1, 1, 0); /* recursive: counted once */
+    expect_top(top->list[4], "main", 0, 11, 0);
+    expect_top(top->list[5], "a", 0, 5, 0);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    calltree_free(t);
+}
+
+static void test_table_json(void **state) {
+    (void)state;
+    calltree *t = tree_b();
+    char *json = json_of(t, false, 0, 0);
+    assert_string_equal(json, "{\"unit\":\"count\",\"total\":11,\"rows\":["
+                              "{\"name\":\"d\",\"system_name\":\"\",\"filename\":\"d.go\","
+                              "\"mapping_file\":\"/lib/libc.so\",\"flat\":5,"
+                              "\"cumulative\":5},"
+                              "{\"name\":\"b\",\"system_name\":\"\",\"filename\":\"b.go\","
+                              "\"mapping_file\":\"/bin/app\",\"flat\":3,"
+                              "\"cumulative\":3},"
+                              "{\"name\":\"c\",\"system_name\":\"\",\"filename\":\"c.go\","
+                              "\"mapping_file\":\"/bin/app\",\"flat\":2,"
+                              "\"cumulative\":2},"
+                              "{\"name\":\"r\",\"system_name\":\"\",\"filename\":\"r.go\","
+                              "\"mapping_file\":\"/bin/app\",\"flat\":1,"
+                              "\"cumulative\":1},"
+                              "{\"name\":\"main\",\"system_name\":\"\",\"filename\":\"main.go\","
+                              "\"mapping_file\":\"/bin/app\",\"flat\":0,"
+                              "\"cumulative\":11},"
+                              "{\"name\":\"a\",\"system_name\":\"\",\"filename\":\"a.go\","
+                              "\"mapping_file\":\"/bin/app\",\"flat\":0,"
+                              "\"cumulative\":5}]}");
+    free(json);
+    calltree_free(t);
+}
+
+/* ---- pprof ---- */
+
+static void stack_string(const pprof_profile *p, size_t i, char *out, size_t cap) {
+    const pprof_sample *s = &p->samples[i];
+    out[0] = '\0';
+    for (uint32_t k = s->location_count; k-- > 0;) { /* leaf first in pprof: walk backwards */
+        const pprof_location *loc =
+            pprof_find_location(p, p->sample_location_ids[s->location_offset + k]);
+        assert_non_null(loc);
+        const pprof_function *fn = pprof_find_function(p, p->lines[loc->line_offset].function_id);
+        pprof_string name = pprof_string_at(p, fn->name);
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%.*s", len ? ";" : "", (int)name.len, name.ptr);
+    }
+}
+
+static void test_pprof(void **state) {
+    (void)state;
+    calltree *t = tree_diff(true); /* a diff tree writes B's values */
+    QueryResponse *r = encode(t, REPORT(PPROF), 0);
+    assert_int_equal(r->report_case, PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_PPROF);
+    assert_true(pprof_is_gzip(r->pprof.data, r->pprof.len));
+    pprof_profile p;
+    strata_error err;
+    if (pprof_decode(r->pprof.data, r->pprof.len, NULL, &p, &err) != 0)
+        fail_msg("%s", err.message);
+    assert_int_equal(p.n_sample_types, 1);
+    pprof_string st = pprof_string_at(&p, p.sample_types[0].type);
+    assert_int_equal(st.len, 7);
+    assert_memory_equal(st.ptr, "samples", 7);
+    assert_int_equal(p.period, 10000000);
+    assert_int_equal(p.time_nanos, 123);
+    assert_int_equal(p.duration_nanos, 456);
+    assert_int_equal(p.n_functions, 6); /* e appears only in A */
+    assert_int_equal(p.n_locations, 6);
+    assert_int_equal(p.n_mappings, 2);
+    assert_int_equal(p.n_samples, 4);
+    const char *want[] = {"main;a;b", "main;a;c", "main;d", "main;r;r"};
+    const int64_t values[] = {3, 2, 5, 1};
+    for (size_t i = 0; i < 4; i++) {
+        char buf[128];
+        stack_string(&p, i, buf, sizeof buf);
+        assert_string_equal(buf, want[i]);
+        assert_int_equal(pprof_sample_value(&p, i, 0), values[i]);
+    }
+    pprof_profile_free(&p);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    calltree_free(t);
+}
+
+/* ---- flamebearer ---- */
+
+static void test_flamebearer(void **state) {
+    (void)state;
+    calltree *t = tree_b();
+    char *json = json_of(t, true, 0, 0);
+    assert_string_equal(
+        json,
+        "{\"version\":1,\"flamebearer\":{\"names\":[\"total\",\"main\",\"a\",\"b\",\"c\",\"d\","
+        "\"r\"],"
+        "\"levels\":[[0,11,0,0],[0,11,0,1],[0,5,0,2,0,5,5,5,0,1,0,6],"
+        "[0,3,3,3,0,2,2,4,5,1,1,6]],\"numTicks\":11,\"maxSelf\":5},"
+        "\"metadata\":{\"format\":\"single\",\"units\":\"count\",\"name\":\"cpu\"},\"trimmed\":0}");
+    free(json);
+    /* Trimming at 45% drops r (1) and c (2); b keeps its x. */
+    json = json_of(t, true, 45, 0);
+    assert_string_equal(
+        json,
+        "{\"version\":1,\"flamebearer\":{\"names\":[\"total\",\"main\",\"a\",\"b\",\"d\"],"
+        "\"levels\":[[0,11,0,0],[0,11,0,1],[0,5,0,2,0,5,5,4],[0,3,3,3]],"
+        "\"numTicks\":11,\"maxSelf\":5},"
+        "\"metadata\":{\"format\":\"single\",\"units\":\"count\",\"name\":\"cpu\"},\"trimmed\":3}");
+    free(json);
+    /* max_nodes 3: weights 11,5,5,3,2,1,1, keep those above the 4th largest (3): main, a, d. */
+    json = json_of(t, true, 0, 3);
+    assert_string_equal(
+        json,
+        "{\"version\":1,\"flamebearer\":{\"names\":[\"total\",\"main\",\"a\",\"d\"],"
+        "\"levels\":[[0,11,0,0],[0,11,0,1],[0,5,0,2,0,5,5,3]],"
+        "\"numTicks\":11,\"maxSelf\":5},"
+        "\"metadata\":{\"format\":\"single\",\"units\":\"count\",\"name\":\"cpu\"},\"trimmed\":6}");
+    free(json);
+    calltree_free(t);
+}
+
+static void test_flamebearer_diff(void **state) {
+    (void)state;
+    calltree *t = tree_diff(true);
+    char *json = json_of(t, true, 0, 0);
+    assert_string_equal(
+        json,
+        "{\"version\":1,\"flamebearer\":{\"names\":[\"total\",\"main\",\"a\",\"b\",\"c\",\"d\","
+        "\"e\",\"r\"],\"levels\":["
+        "[0,22,0,0,11,0,0],"
+        "[0,22,0,0,11,0,1],"
+        "[0,4,0,0,5,0,2,0,14,14,0,5,5,5,0,4,4,0,0,0,6,0,0,0,0,1,0,7],"
+        "[0,4,4,0,3,3,3,0,0,0,0,2,2,4,18,0,0,5,1,1,7]],"
+        "\"numTicks\":33,\"maxSelf\":14},"
+        "\"metadata\":{\"format\":\"double\",\"units\":\"count\",\"name\":\"cpu\"},"
+        "\"leftTicks\":22,\"rightTicks\":11,\"trimmed\":0}");
+    free(json);
+    calltree_free(t);
+}
+
+/* ---- diff ---- */
+
+static void test_diff_absolute(void **state) {
+    (void)state;
+    calltree *t = tree_diff(true);
+    QueryResponse *r = encode(t, REPORT(FLAMEGRAPH_TABLE), 0);
+    const Parca__Query__V1alpha1__Flamegraph *fg = r->flamegraph;
+    assert_int_equal(fg->root->cumulative, 11);
+    assert_int_equal(fg->root->diff, 11 - 22);
+    const FlamegraphNode *main = fg->root->children[0];
+    expect_node(fg, main, "main", 11, -11, 4);
+    expect_node(fg, main->children[0], "a", 5, 1, 2);
+    expect_node(fg, main->children[0]->children[0], "b", 3, -1, 0);
+    expect_node(fg, main->children[0]->children[1], "c", 2, 2, 0);
+    expect_node(fg, main->children[1], "d", 5, -9, 0);
+    expect_node(fg, main->children[2], "e", 0, -4, 0);
+    expect_node(fg, main->children[3], "r", 1, 1, 1);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+
+    r = encode(t, REPORT(TOP), 0);
+    expect_top(r->top->list[0], "d", 5, 5, -9);
+    expect_top(r->top->list[4], "main", 0, 11, -11);
+    expect_top(r->top->list[6], "e", 0, 0, -4);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+
+    char *json = json_of(t, false, 0, 0);
+    assert_non_null(
+        strstr(json, "{\"name\":\"d\",\"system_name\":\"\",\"filename\":\"d.go\",\"mapping_file\":"
+                     "\"/lib/libc.so\",\"flat\":5,\"cumulative\":5,\"flat_diff\":-9,"
+                     "\"cumulative_diff\":-9}"));
+    assert_non_null(strstr(
+        json, "\"name\":\"e\",\"system_name\":\"\",\"filename\":\"e.go\",\"mapping_file\":"
+              "\"/bin/app\",\"flat\":0,\"cumulative\":0,\"flat_diff\":-4,\"cumulative_diff\":-4}"));
+    free(json);
+    calltree_free(t);
+}
+
+static void test_diff_relative(void **state) {
+    (void)state;
+    /* A's total (22) is larger: B is scaled by 22/11 = 2 before differencing. */
+    calltree *t = tree_diff(false);
+    QueryResponse *r = encode(t, REPORT(FLAMEGRAPH_TABLE), 0);
+    const Parca__Query__V1alpha1__Flamegraph *fg = r->flamegraph;
+    assert_int_equal(fg->root->cumulative, 22);
+    assert_int_equal(fg->root->diff, 0);
+    const FlamegraphNode *main = fg->root->children[0];
+    expect_node(fg, main, "main", 22, 0, 4);
+    expect_node(fg, main->children[0], "a", 10, 6, 2);
+    expect_node(fg, main->children[0]->children[0], "b", 6, 2, 0);
+    expect_node(fg, main->children[0]->children[1], "c", 4, 4, 0);
+    expect_node(fg, main->children[1], "d", 10, -4, 0);
+    expect_node(fg, main->children[2], "e", 0, -4, 0);
+    expect_node(fg, main->children[3], "r", 2, 2, 1);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    calltree_free(t);
+}
+
+static void test_scaling_rounding(void **state) {
+    (void)state;
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    const int64_t in[] = {1, -1, 3, 5, 4, INT64_MAX / 2};
+    uint32_t nodes[6];
+    for (size_t i = 0; i < 6; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "f%zu", i);
+        nodes[i] = insert(t, name);
+        calltree_add_base(t, nodes[i], in[i]);
+        calltree_add(t, nodes[i], in[i]);
+    }
+    assert_true(calltree_is_diff(t));
+    assert_int_equal(calltree_scale_base(t, 11, 2, NULL), 0); /* 5.5 -> 6, -5.5 -> -6, 16.5 -> 17 */
+    assert_int_equal(calltree_scale_main(t, 1, 3, NULL),
+                     0); /* 0.33 -> 0, 1 -> 1, 1.67 -> 2, 1.33 -> 1 */
+    const int64_t want_base[] = {6, -6, 17, 28, 22, INT64_MAX};
+    const int64_t want_main[] = {0, 0, 1, 2, 1, (INT64_MAX / 2 + 1) / 3};
+    for (size_t i = 0; i < 6; i++) {
+        assert_int_equal(calltree_node_get(t, nodes[i]).self_base, want_base[i]);
+        assert_int_equal(calltree_node_get(t, nodes[i]).self, want_main[i]);
+    }
+    calltree_free(t);
+}
+
+/* ---- merge ---- */
+
+static char *all_reports(calltree *t) {
+    strata_buffer b = STRATA_BUFFER_INIT;
+    calltree_report_options o = {.unit = "count"};
+    assert_int_equal(calltree_encode_query_response(t, REPORT(FLAMEGRAPH_TABLE), &o, &b, NULL), 0);
+    assert_int_equal(calltree_encode_query_response(t, REPORT(TOP), &o, &b, NULL), 0);
+    json_writer w;
+    json_writer_init(&w, &b);
+    json_begin_array(&w);
+    assert_int_equal(calltree_write_flamebearer_json(t, &o, &w, NULL), 0);
+    assert_int_equal(calltree_write_table_json(t, &o, &w, NULL), 0);
+    json_end_array(&w);
+    assert_int_equal(json_writer_finish(&w), 0);
+    size_t len;
+    char *s = strata_buffer_detach(&b, &len);
+    for (size_t i = 0; i < len; i++) /* protobuf bytes: make the string comparable */
+        if (s[i] == '\0')
+            s[i] = '0';
+    return s;
+}
+
+static void test_merge(void **state) {
+    (void)state;
+    calltree *whole;
+    assert_int_equal(calltree_create(&whole, 0, NULL), 0);
+    add_stacks(whole, STACKS_B, 4, false);
+    add_stacks(whole, STACKS_A, 3, true);
+    assert_int_equal(calltree_finalize(whole, NULL), 0);
+
+    /* Two partial trees, frames interned in different orders, each side split between them. */
+    calltree *p1, *p2;
+    assert_int_equal(calltree_create(&p1, 0, NULL), 0);
+    assert_int_equal(calltree_create(&p2, 0, NULL), 0);
+    add_stacks(p1, &STACKS_B[2], 2, false);
+    add_stacks(p1, &STACKS_A[1], 1, true);
+    add_stacks(p2, STACKS_B, 2, false);
+    add_stacks(p2, STACKS_A, 1, true);
+    add_stacks(p2, &STACKS_A[2], 1, true);
+    assert_int_equal(calltree_merge(p1, p2, NULL), 0);
+    assert_int_equal(calltree_finalize(p1, NULL), 0);
+    assert_int_equal(calltree_node_count(p1), calltree_node_count(whole));
+    assert_int_equal(calltree_frame_count(p1), calltree_frame_count(whole));
+    char *a = all_reports(whole), *b = all_reports(p1);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    calltree_free(whole);
+    calltree_free(p1);
+    calltree_free(p2);
+}
+
+static void test_empty_tree(void **state) {
+    (void)state;
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    assert_int_equal(calltree_finalize(t, NULL), 0);
+    QueryResponse *r = encode(t, REPORT(FLAMEGRAPH_TABLE), 10);
+    assert_int_equal(r->flamegraph->root->cumulative, 0);
+    assert_int_equal(r->flamegraph->height, 0);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    r = encode(t, REPORT(PPROF), 0);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    r = encode(t, REPORT(TOP), 0);
+    assert_int_equal(r->top->reported, 0);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    char *json = json_of(t, true, 0, 5);
+    assert_string_equal(
+        json, "{\"version\":1,\"flamebearer\":{\"names\":[\"total\"],\"levels\":[[0,0,0,0]],"
+              "\"numTicks\":0,\"maxSelf\":0},\"metadata\":{\"format\":\"single\",\"units\":"
+              "\"count\",\"name\":\"cpu\"},\"trimmed\":0}");
+    free(json);
+    calltree_free(t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nodes_and_totals),
+        cmocka_unit_test(test_frame_identity),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_flamegraph),
+        cmocka_unit_test(test_top),
+        cmocka_unit_test(test_table_json),
+        cmocka_unit_test(test_pprof),
+        cmocka_unit_test(test_flamebearer),
+        cmocka_unit_test(test_flamebearer_diff),
+        cmocka_unit_test(test_diff_absolute),
+        cmocka_unit_test(test_diff_relative),
+        cmocka_unit_test(test_scaling_rounding),
+        cmocka_unit_test(test_merge),
+        cmocka_unit_test(test_empty_tree),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
