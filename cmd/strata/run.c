@@ -130,6 +130,10 @@ static int runtime_start(runtime *rt, strata_error *err) {
         (querier_register_grpc(rt->qr, rt->grpc, err) != 0 ||
          querier_register_http(rt->qr, rt->http, err) != 0 || querier_start(rt->qr, err) != 0))
         return -1;
+    const char *ui = rt->config.server.ui_directory;
+    if (rt->qr != NULL && ui != NULL && ui[0] != '\0' &&
+        http_server_serve_static(rt->http, "/", ui, err) != 0)
+        return strata_error_wrap(err, "server.ui_directory");
     if (rpc_server_start(rt->grpc, err) != 0 || http_server_start(rt->http, err) != 0)
         return -1;
     strata_log_info("strata", "started", "mode=%s http=%s grpc=%s grpc_port=%d http_port=%u",

@@ -13,6 +13,8 @@ static const config_field server_fields[] = {
      .offset = offsetof(server_config, grpc_listen_address), .default_text = "0.0.0.0:7071"},
     {.key = "log_level", .kind = CONFIG_STRING, .offset = offsetof(server_config, log_level),
      .default_text = "info"},
+    {.key = "ui_directory", .kind = CONFIG_STRING, .offset = offsetof(server_config, ui_directory),
+     .default_text = "\"\""},
     {.key = "grpc_threads", .kind = CONFIG_INT64, .offset = offsetof(server_config, grpc_threads),
      .default_text = "0"},
     {.key = "shutdown_grace", .kind = CONFIG_DURATION,

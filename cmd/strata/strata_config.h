@@ -21,6 +21,7 @@ typedef struct server_config {
     char *http_listen_address;
     char *grpc_listen_address;
     char *log_level;
+    char *ui_directory; /* static web UI served at "/" by the querier's HTTP port; "" = none */
     int64_t grpc_threads;
     int64_t shutdown_grace_ns;
 } server_config;
