@@ -12,6 +12,7 @@ bool cli_flag_is(const char *arg, const char *name);
 
 int cli_run_services(const char *mode, int argc, char **argv); /* all, ingester */
 int cli_push(int argc, char **argv);
+int cli_query(int argc, char **argv);
 int cli_block(int argc, char **argv);
 
 #endif

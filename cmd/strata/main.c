@@ -35,6 +35,9 @@ static void usage(FILE *out) {
             "tools:\n"
             "  push FILE... --name NAME [--label K=V]... [--address HOST:PORT] [--tenant T]\n"
             "                                          push pprof files through WriteRaw\n"
+            "  query types|labels|values|range|merge|diff ...\n"
+            "                                          query a querier over gRPC (see\n"
+            "                                          `strata query` for the flags)\n"
             "  block dump PATH [--top N]               print a block (a directory holding\n"
             "                                          meta.json and profiles.strata)\n"
             "  version                                 print the version\n");
@@ -50,6 +53,8 @@ int main(int argc, char **argv) {
         return cli_run_services(cmd, argc - 2, argv + 2);
     if (strcmp(cmd, "push") == 0)
         return cli_push(argc - 2, argv + 2);
+    if (strcmp(cmd, "query") == 0)
+        return cli_query(argc - 2, argv + 2);
     if (strcmp(cmd, "block") == 0)
         return cli_block(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || cli_flag_is(cmd, "version")) {
