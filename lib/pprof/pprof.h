@@ -158,9 +158,16 @@ void pprof_limits_default(pprof_limits *limits);
 /* Returns true if data starts with the gzip magic 1f 8b. */
 bool pprof_is_gzip(const uint8_t *data, size_t len);
 
-/* Decodes and validates a pprof (gzip sniffed). limits may be NULL for the defaults. On failure
- * *out is left empty (safe to free) and err has STRATA_INVALID_ARGUMENT (malformed input),
- * STRATA_RESOURCE_EXHAUSTED (over a limit) or an allocation failure. */
+/* Decodes and validates a pprof (gzip sniffed). limits may be NULL for the defaults. *out need not
+ * be initialised: it is overwritten, never freed. On failure *out is left empty (safe to free) and
+ * err has STRATA_INVALID_ARGUMENT (malformed input), STRATA_RESOURCE_EXHAUSTED (over a limit, or out
+ * of memory). Plain input larger than max_decompressed_bytes is refused like an oversized gzip.
+ *
+ * On success every sample has exactly n_sample_types values (sample i's start at
+ * i * n_sample_types), and samples whose values are all zero are kept (the ingester drops them per
+ * sample type). Strings are not checked for UTF-8, as in Go's pprof package. Protobuf groups are
+ * refused. The decoded arrays may cost up to about 20 bytes per input byte in the worst case
+ * (empty locations), so max_decompressed_bytes also bounds memory. */
 int pprof_decode(const uint8_t *data, size_t len, const pprof_limits *limits, pprof_profile *out,
                  strata_error *err);
 
@@ -187,7 +194,11 @@ static inline int64_t pprof_sample_value(const pprof_profile *p, size_t i, size_
 }
 
 /* Encodes p as protobuf into out (appending), gzip-compressed if gzip is true. The arrays of p must
- * be consistent (offsets in range); ids are written as given. id indexes are not needed. */
+ * be consistent: sample, label and line offsets are checked (INVALID_ARGUMENT), sample_values is
+ * trusted to hold n_sample_types values at each value_offset. Ids and string indexes are written as
+ * given, unchecked; id indexes are not needed. The output is canonical (fields in number order,
+ * repeated scalars packed, zero scalars omitted), so encoding a decoded profile again gives the same
+ * bytes. On failure out is left as it was. */
 int pprof_encode(const pprof_profile *p, bool gzip, strata_buffer *out, strata_error *err);
 
 /* gzip helpers shared with the scraper and tests. pprof_gunzip appends the inflated bytes to out

@@ -851,12 +851,13 @@ static int decode_profile_field(decoder *d, reader *r, uint32_t field, uint32_t 
 
 /* Sizes the arrays before the real pass, so that they are allocated once instead of grown (and
  * copied) a dozen times: counts the top-level elements, which costs a key and a length per element.
- * Sample location ids are estimated at one per two bytes of sample; values at one per sample type.
- * Counts are capped by the limits; a malformed profile just stops the count, and the main pass
- * reports the error. */
+ * Sample location ids are estimated at one per two bytes of sample, values at one per sample type,
+ * and lines at one per location. Every estimate is also capped by the bytes that could hold it, so
+ * a hostile profile cannot reserve more than the main pass could fill. A malformed profile just
+ * stops the count; the main pass reports the error. */
 static int presize_arrays(decoder *d, reader r) {
     size_t counts[PROFILE_DEFAULT_SAMPLE_TYPE + 1] = {0};
-    size_t sample_bytes = 0;
+    size_t sample_bytes = 0, location_bytes = 0;
     while (r.p < r.end) {
         uint32_t field, wire;
         reader sub = {NULL, NULL, NULL};
@@ -873,18 +874,23 @@ static int presize_arrays(decoder *d, reader r) {
             counts[field]++;
         if (field == PROFILE_SAMPLE)
             sample_bytes += (size_t)(sub.end - sub.p);
+        else if (field == PROFILE_LOCATION)
+            location_bytes += (size_t)(sub.end - sub.p);
     }
     size_t n_samples = counts[PROFILE_SAMPLE] < d->limits->max_samples ? counts[PROFILE_SAMPLE]
                                                                        : d->limits->max_samples;
     size_t n_types = counts[PROFILE_SAMPLE_TYPE] < d->limits->max_sample_types
                          ? counts[PROFILE_SAMPLE_TYPE]
                          : d->limits->max_sample_types;
+    size_t n_values =
+        n_types > 0 && n_samples > sample_bytes / n_types ? sample_bytes : n_samples * n_types;
+    size_t n_lines = counts[PROFILE_LOCATION] < location_bytes / 2 ? counts[PROFILE_LOCATION]
+                                                                   : location_bytes / 2;
     if (reserve_sample_types(d, n_types) != 0 || reserve_samples(d, n_samples) != 0 ||
         reserve_sample_location_ids(d, sample_bytes / 2) != 0 ||
-        reserve_sample_values(d, n_samples * n_types) != 0 ||
+        reserve_sample_values(d, n_values) != 0 ||
         reserve_mappings(d, counts[PROFILE_MAPPING]) != 0 ||
-        reserve_locations(d, counts[PROFILE_LOCATION]) != 0 ||
-        reserve_lines(d, counts[PROFILE_LOCATION]) != 0 ||
+        reserve_locations(d, counts[PROFILE_LOCATION]) != 0 || reserve_lines(d, n_lines) != 0 ||
         reserve_functions(d, counts[PROFILE_FUNCTION]) != 0 ||
         reserve_strings(d, counts[PROFILE_STRING_TABLE]) != 0)
         return -1;
