@@ -142,9 +142,11 @@ static uint8_t *put_label(uint8_t *o, const pprof_label *l) {
 }
 
 static int put_sample(strata_buffer *b, const pprof_profile *p, const pprof_sample *s) {
-    const uint64_t *ids = p->sample_location_ids + s->location_offset;
+    /* Arrays may be NULL when empty, and NULL + offset is undefined even for offset 0. */
+    const uint64_t *ids =
+        s->location_count > 0 ? p->sample_location_ids + s->location_offset : NULL;
     const int64_t *values = p->n_sample_types > 0 ? p->sample_values + s->value_offset : NULL;
-    const pprof_label *labels = p->sample_labels + s->label_offset;
+    const pprof_label *labels = s->label_count > 0 ? p->sample_labels + s->label_offset : NULL;
     size_t ids_size = packed_u64_size(ids, s->location_count);
     size_t values_size = packed_i64_size(values, p->n_sample_types);
     size_t size = packed_field_size(s->location_count, ids_size) +
@@ -197,7 +199,7 @@ static size_t line_size(const pprof_line *l) {
 }
 
 static int put_location(strata_buffer *b, const pprof_profile *p, const pprof_location *loc) {
-    const pprof_line *lines = p->lines + loc->line_offset;
+    const pprof_line *lines = loc->line_count > 0 ? p->lines + loc->line_offset : NULL;
     size_t size = varint_field_size(loc->id) + varint_field_size(loc->mapping_id) +
                   varint_field_size(loc->address) + varint_field_size(loc->is_folded);
     for (uint32_t i = 0; i < loc->line_count; i++)
