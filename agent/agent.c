@@ -1,0 +1,398 @@
+/*
+ * agent.c - the agent's main loop. See agent.h.
+ */
+#include "agent.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "aggregate.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "http/http.h"
+#include "ksyms.h"
+#include "metrics/metrics.h"
+#include "profile_build.h"
+#include "pusher.h"
+#include "sampler.h"
+#include "symcache.h"
+
+#define COMPONENT "agent"
+#define FLUSH_TIMEOUT_NS (10 * STRATA_NS_PER_SEC)
+
+typedef struct agent_metrics {
+    metrics_counter *samples;
+    metrics_counter *dropped;
+    metrics_counter *kernel_misses;
+    metrics_counter *user_misses;
+    metrics_counter *push_errors;
+    metrics_counter *pushes;
+    metrics_counter *push_dropped;
+    metrics_gauge *queue_bytes;
+    metrics_gauge *processes;
+    metrics_gauge *symcache_bytes;
+} agent_metrics;
+
+typedef struct agent {
+    agent_options o;
+    char node[256];
+    agent_ksyms ksyms;
+    agent_symcache *symcache;
+    agent_aggregator agg;
+    agent_pusher *pusher;
+    agent_sampler *sampler;
+    http_server *http;
+    metrics_registry *registry;
+    agent_metrics m;
+    bool collector_added;
+    int64_t window_start_wall;
+    int64_t window_start_mono;
+    int add_errors;
+    char last_push_error[STRATA_ERROR_MESSAGE_MAX + 32];
+} agent;
+
+/* --- metrics ------------------------------------------------------------------------------ */
+
+static metrics_counter *counter(agent *a, const char *name, const char *help, strata_error *err) {
+    return metrics_counter_new(a->registry, &(metrics_opts){.name = name, .help = help}, err);
+}
+
+static metrics_gauge *gauge(agent *a, const char *name, const char *help, strata_error *err) {
+    return metrics_gauge_new(a->registry, &(metrics_opts){.name = name, .help = help}, err);
+}
+
+static int register_misses(agent *a, strata_error *err) {
+    static const char *const names[] = {"space"};
+    metrics_counter_vec *v = metrics_counter_vec_new(
+        a->registry,
+        &(metrics_opts){.name = "strata_agent_symbolization_misses_total",
+                        .help = "Locations pushed without a symbol, by address space.",
+                        .label_names = names,
+                        .n_labels = 1},
+        err);
+    if (v == NULL)
+        return -1;
+    a->m.kernel_misses = metrics_counter_vec_with(v, (const char *const[]){"kernel"});
+    a->m.user_misses = metrics_counter_vec_with(v, (const char *const[]){"user"});
+    return 0;
+}
+
+static int register_metrics(agent *a, strata_error *err) {
+    agent_metrics *m = &a->m;
+    if ((m->samples = counter(a, "strata_agent_samples_total", "Samples aggregated.", err)) ==
+            NULL ||
+        (m->dropped = counter(a, "strata_agent_samples_dropped_total",
+                              "Samples lost because the ring buffer was full.", err)) == NULL ||
+        (m->push_errors = counter(a, "strata_agent_push_errors_total", "Failed WriteRaw attempts.",
+                                  err)) == NULL ||
+        (m->pushes = counter(a, "strata_agent_pushes_total", "Acknowledged WriteRaw requests.",
+                             err)) == NULL ||
+        (m->push_dropped = counter(a, "strata_agent_push_dropped_total",
+                                   "WriteRaw requests given up (queue full or rejected).", err)) ==
+            NULL ||
+        (m->queue_bytes = gauge(a, "strata_agent_push_queue_bytes",
+                                "Encoded requests waiting to be pushed.", err)) == NULL ||
+        (m->processes = gauge(a, "strata_agent_processes", "Processes tracked.", err)) == NULL ||
+        (m->symcache_bytes = gauge(a, "strata_agent_symbol_cache_bytes",
+                                   "Memory held by cached symbol tables.", err)) == NULL)
+        return -1;
+    if (register_misses(a, err) != 0)
+        return -1;
+    return metrics_register_process_metrics(a->registry, err);
+}
+
+/* Runs at scrape time on an HTTP thread: only thread-safe sources. */
+static void collect(void *ctx) {
+    agent *a = ctx;
+    struct agent_counters c;
+    if (a->sampler != NULL && agent_sampler_counters(a->sampler, &c, NULL) == 0)
+        metrics_counter_set(a->m.dropped, (int64_t)c.ring_full);
+    agent_pusher_stats ps;
+    agent_pusher_stats_get(a->pusher, &ps);
+    metrics_counter_set(a->m.push_errors, (int64_t)ps.errors);
+    metrics_counter_set(a->m.pushes, (int64_t)ps.requests);
+    metrics_counter_set(a->m.push_dropped, (int64_t)ps.dropped_requests);
+    metrics_gauge_set(a->m.queue_bytes, (int64_t)ps.queue_bytes);
+}
+
+static bool ready(void *ctx, char *reason, size_t reason_size) {
+    agent *a = ctx;
+    if (a->sampler != NULL)
+        return true;
+    snprintf(reason, reason_size, "sampler not attached yet");
+    return false;
+}
+
+static int start_http(agent *a, strata_error *err) {
+    if (a->o.http_address == NULL)
+        return 0;
+    http_server_options ho = {.bind = a->o.http_address, .threads = 1, .metrics = a->registry};
+    a->http = http_server_new(&ho, err);
+    if (a->http == NULL || http_server_add_metrics(a->http, a->registry, err) != 0 ||
+        http_server_add_ready(a->http, ready, a, err) != 0 || http_server_start(a->http, err) != 0)
+        return -1;
+    strata_log_info(COMPONENT, "http listening", "port=%u", (unsigned)http_server_port(a->http));
+    return 0;
+}
+
+/* --- windows ------------------------------------------------------------------------------ */
+
+static void on_sample(void *ctx, const struct agent_sample *s) {
+    agent *a = ctx;
+    if (agent_aggregator_add(&a->agg, s, NULL) != 0)
+        a->add_errors++;
+}
+
+static void label_process(agent *a, agent_process *p) {
+    if (p->labeled)
+        return;
+    agent_label_options lo = {a->node, a->o.relabel, a->o.relabel_ctx};
+    strata_error err;
+    if (agent_process_labels(p->have_proc ? &p->proc : NULL, p->pid, p->comm, &lo, &p->labels,
+                             &p->dropped, &err) != 0) {
+        char q[600];
+        strata_log_warn(COMPONENT, "cannot label process", "pid=%d err=%s", (int)p->pid,
+                        strata_log_quote(err.message, q, sizeof q));
+        p->dropped = true;
+    }
+    p->labeled = true;
+}
+
+typedef struct window_out {
+    agent_series *series;
+    strata_buffer *pprofs;
+    size_t n;
+} window_out;
+
+static int build_one(agent *a, agent_process *p, const agent_profile_context *pc, window_out *w,
+                     strata_error *err) {
+    agent_profile_stats st;
+    strata_buffer *buf = &w->pprofs[w->n];
+    strata_buffer_init(buf);
+    if (agent_profile_build(&a->agg, p, pc, buf, &st, err) != 0)
+        return -1;
+    metrics_counter_add(a->m.kernel_misses, (int64_t)st.kernel_misses);
+    metrics_counter_add(a->m.user_misses, (int64_t)st.user_misses);
+    w->series[w->n] = (agent_series){&p->labels, buf};
+    w->n++;
+    return 0;
+}
+
+static int build_window(agent *a, int64_t now_wall, int64_t now_mono, window_out *w,
+                        strata_error *err) {
+    agent_profile_context pc = {&a->ksyms, a->symcache, a->window_start_wall,
+                                now_mono - a->window_start_mono,
+                                STRATA_NS_PER_SEC / (int64_t)a->o.frequency_hz};
+    (void)now_wall;
+    w->series = calloc(a->agg.n_procs ? a->agg.n_procs : 1, sizeof *w->series);
+    w->pprofs = calloc(a->agg.n_procs ? a->agg.n_procs : 1, sizeof *w->pprofs);
+    if (w->series == NULL || w->pprofs == NULL)
+        return strata_error_oom(err);
+    for (size_t i = 0; i < a->agg.n_procs; i++) {
+        agent_process *p = a->agg.procs[i];
+        if (p->samples == 0)
+            continue;
+        label_process(a, p);
+        if (!p->dropped && build_one(a, p, &pc, w, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void window_out_free(window_out *w) {
+    for (size_t i = 0; w->pprofs != NULL && i < w->n; i++)
+        strata_buffer_free(&w->pprofs[i]);
+    free(w->pprofs);
+    free(w->series);
+}
+
+static void log_push_errors(agent *a) {
+    agent_pusher_stats ps;
+    agent_pusher_stats_get(a->pusher, &ps);
+    if (ps.last_error[0] != '\0' && strcmp(ps.last_error, a->last_push_error) != 0) {
+        char q[600];
+        strata_log_warn(COMPONENT, "push failed", "errors=%llu err=%s",
+                        (unsigned long long)ps.errors,
+                        strata_log_quote(ps.last_error, q, sizeof q));
+        snprintf(a->last_push_error, sizeof a->last_push_error, "%s", ps.last_error);
+    }
+}
+
+static void finish_window(agent *a) {
+    int64_t now_wall = strata_now_ns(), now_mono = strata_monotonic_ns();
+    window_out w = {0};
+    strata_error err;
+    strata_error_clear(&err);
+    if (build_window(a, now_wall, now_mono, &w, &err) != 0 ||
+        (w.n > 0 && agent_pusher_enqueue(a->pusher, w.series, w.n, &err) != 0)) {
+        char q[600];
+        strata_log_error(COMPONENT, "window lost", "err=%s",
+                         strata_log_quote(err.message, q, sizeof q));
+    }
+    strata_log_debug(COMPONENT, "window", "processes=%zu series=%zu samples=%llu", a->agg.n_procs,
+                     w.n, (unsigned long long)a->agg.stats.samples);
+    window_out_free(&w);
+    agent_aggregator_next_window(&a->agg);
+    agent_symcache_end_window(a->symcache);
+    agent_symcache_stats cs;
+    agent_symcache_stats_get(a->symcache, &cs);
+    metrics_gauge_set(a->m.symcache_bytes, (int64_t)cs.bytes);
+    metrics_gauge_set(a->m.processes, (int64_t)a->agg.n_procs);
+    log_push_errors(a);
+    a->window_start_wall = now_wall;
+    a->window_start_mono = now_mono;
+}
+
+/* --- set-up and the loop ------------------------------------------------------------------- */
+
+static int apply_defaults(agent *a, const agent_options *o, strata_error *err) {
+    a->o = *o;
+    if (a->o.remote_store == NULL || a->o.remote_store[0] == '\0')
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "-remote-store is required");
+    if (a->o.frequency_hz == 0)
+        a->o.frequency_hz = AGENT_DEFAULT_FREQUENCY_HZ;
+    if (a->o.frequency_hz > 1000)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "sampling frequency over 1000 Hz");
+    if (a->o.window_ns == 0)
+        a->o.window_ns = 10 * STRATA_NS_PER_SEC;
+    if (a->o.poll_ns == 0)
+        a->o.poll_ns = 250 * STRATA_NS_PER_MS;
+    if (a->o.node != NULL)
+        snprintf(a->node, sizeof a->node, "%s", a->o.node);
+    else if (gethostname(a->node, sizeof a->node - 1) != 0)
+        snprintf(a->node, sizeof a->node, "unknown");
+    return 0;
+}
+
+static int load_kernel_symbols(agent *a) {
+    strata_error err;
+    if (agent_ksyms_load("/proc/kallsyms", &a->ksyms, &err) != 0) {
+        char q[600];
+        strata_log_warn(COMPONENT, "no kernel symbols", "err=%s",
+                        strata_log_quote(err.message, q, sizeof q));
+        return -1;
+    }
+    if (a->ksyms.count == 0)
+        strata_log_warn(COMPONENT, "kernel symbols hidden", "hint=%s",
+                        "\"kptr_restrict hides /proc/kallsyms addresses\"");
+    return 0;
+}
+
+static int set_up(agent *a, strata_error *err) {
+    if (agent_sampler_check_requirements(err) != 0)
+        return -1;
+    (void)load_kernel_symbols(a);
+    agent_symcache_options so = {.debug_dir = a->o.debug_dir, .max_bytes = a->o.symbol_cache_bytes};
+    a->symcache = agent_symcache_new(&so, err);
+    if (a->symcache == NULL || agent_aggregator_init(&a->agg, NULL, 0, err) != 0)
+        return -1;
+    agent_pusher_options po = {.address = a->o.remote_store,
+                               .tenant = a->o.tenant,
+                               .max_queue_bytes = a->o.max_queue_bytes};
+    a->pusher = agent_pusher_new(&po, err);
+    if (a->pusher == NULL)
+        return -1;
+    a->registry = metrics_default_registry();
+    if (a->registry == NULL)
+        return strata_error_oom(err);
+    if (register_metrics(a, err) != 0 ||
+        metrics_registry_add_collector(a->registry, collect, a, err) != 0)
+        return -1;
+    a->collector_added = true;
+    if (start_http(a, err) != 0)
+        return -1;
+    agent_sampler_options sopt = {a->o.frequency_hz, 0, on_sample, a};
+    a->sampler = agent_sampler_open(&sopt, err);
+    return a->sampler != NULL ? 0 : -1;
+}
+
+static void tear_down(agent *a) {
+    if (a->http != NULL)
+        http_server_free(a->http);
+    if (a->collector_added)
+        metrics_registry_remove_collector(a->registry, collect, a);
+    agent_sampler_close(a->sampler);
+    a->sampler = NULL;
+    agent_pusher_free(a->pusher);
+    agent_aggregator_free(&a->agg);
+    agent_symcache_free(a->symcache);
+    agent_ksyms_free(&a->ksyms);
+}
+
+static void sleep_ns(int64_t ns) {
+    struct timespec ts = {(time_t)(ns / STRATA_NS_PER_SEC), (long)(ns % STRATA_NS_PER_SEC)};
+    (void)nanosleep(&ts, NULL); /* a signal cuts it short, which is what we want */
+}
+
+static void poll_once(agent *a) {
+    strata_error err;
+    if (agent_sampler_poll(a->sampler, &err) < 0) {
+        char q[600];
+        strata_log_error(COMPONENT, "poll failed", "err=%s",
+                         strata_log_quote(err.message, q, sizeof q));
+    }
+    metrics_counter_set(a->m.samples, (int64_t)a->agg.stats.samples);
+}
+
+static void run_loop(agent *a, volatile sig_atomic_t *stop) {
+    int64_t started = strata_monotonic_ns();
+    while (!*stop && (a->o.run_for_ns == 0 || strata_monotonic_ns() - started < a->o.run_for_ns)) {
+        sleep_ns(a->o.poll_ns);
+        poll_once(a);
+        if (strata_monotonic_ns() - a->window_start_mono >= a->o.window_ns)
+            finish_window(a);
+    }
+    poll_once(a);
+    finish_window(a);
+}
+
+static void log_started(agent *a, int64_t startup_cpu_ns) {
+    strata_log_info(COMPONENT, "agent started",
+                    "node=%s cpus=%u frequency_hz=%u window_ms=%lld ring_bytes=%zu "
+                    "kernel_symbols=%zu startup_cpu_ms=%.1f remote_store=%s",
+                    a->node, agent_sampler_cpu_count(a->sampler), a->o.frequency_hz,
+                    (long long)(a->o.window_ns / STRATA_NS_PER_MS),
+                    agent_sampler_ring_bytes(a->sampler), a->ksyms.count,
+                    (double)startup_cpu_ns / 1e6, a->o.remote_store);
+}
+
+static void log_stopped(agent *a) {
+    struct agent_counters c;
+    memset(&c, 0, sizeof c);
+    (void)agent_sampler_counters(a->sampler, &c, NULL);
+    agent_pusher_stats ps;
+    agent_pusher_stats_get(a->pusher, &ps);
+    strata_log_info(COMPONENT, "agent stopped",
+                    "samples=%llu ring_full=%llu pushes=%llu push_errors=%llu dropped=%llu "
+                    "cpu_ms=%.1f",
+                    (unsigned long long)c.samples, (unsigned long long)c.ring_full,
+                    (unsigned long long)ps.requests, (unsigned long long)ps.errors,
+                    (unsigned long long)ps.dropped_requests, (double)strata_process_cpu_ns() / 1e6);
+}
+
+int agent_run(const agent_options *options, volatile sig_atomic_t *stop, strata_error *err) {
+    agent *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return strata_error_oom(err);
+    int rc = -1;
+    if (apply_defaults(a, options, err) != 0 || set_up(a, err) != 0)
+        goto out;
+    a->window_start_wall = strata_now_ns();
+    a->window_start_mono = strata_monotonic_ns();
+    log_started(a, strata_process_cpu_ns());
+    run_loop(a, stop);
+    if (agent_pusher_flush(a->pusher, strata_monotonic_ns() + FLUSH_TIMEOUT_NS) != 0)
+        strata_log_warn(COMPONENT, "exiting with unpushed profiles", "%s", "");
+    log_push_errors(a);
+    log_stopped(a);
+    rc = 0;
+out:
+    tear_down(a);
+    free(a);
+    return rc;
+}

@@ -1,0 +1,201 @@
+/*
+ * agent_cli.c - flag parsing and signal handling for `strata agent`. See agent_cli.h.
+ */
+#include "agent_cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+#define DEFAULT_HTTP_ADDRESS ":7072"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static int unit_ns(const char *u, size_t len, double *out) {
+    static const struct {
+        const char *name;
+        double ns;
+    } units[] = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}, {"m", 60e9}, {"h", 3600e9}};
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+        if (strlen(units[i].name) == len && memcmp(units[i].name, u, len) == 0)
+            return (*out = units[i].ns), 0;
+    return -1;
+}
+
+int agent_parse_duration(const char *text, int64_t *out_ns, strata_error *err) {
+    double total = 0;
+    const char *p = text;
+    if (*p == '\0')
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "empty duration");
+    while (*p != '\0') {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (end == p || errno != 0 || v < 0 || *p == '-' || *p == '+')
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT, "bad duration \"%s\"", text);
+        size_t ulen = strspn(end, "nsuhm");
+        double scale;
+        if (unit_ns(end, ulen, &scale) != 0)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "bad duration \"%s\": units are ns, us, ms, s, m, h", text);
+        total += v * scale;
+        p = end + ulen;
+    }
+    if (!isfinite(total) || total > 9e18)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "duration \"%s\" too long", text);
+    *out_ns = (int64_t)total;
+    return 0;
+}
+
+static bool flag_is(const char *arg, const char *name) {
+    if (arg[0] != '-')
+        return false;
+    arg += arg[1] == '-' ? 2 : 1;
+    return strcmp(arg, name) == 0;
+}
+
+static int parse_size(const char *text, size_t *out, strata_error *err) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (end == text || *end != '\0' || errno != 0 || text[0] == '-')
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "bad number \"%s\"", text);
+    *out = (size_t)v;
+    return 0;
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: strata agent -remote-store HOST:PORT [flags]\n"
+            "\n"
+            "Profiles every process on this node with eBPF (on-CPU, user and kernel stacks) and\n"
+            "pushes one pprof per process per window through WriteRaw. Needs root (CAP_BPF and\n"
+            "CAP_PERFMON) and kernel BTF.\n"
+            "\n"
+            "  -remote-store HOST:PORT     ingester to push to (required)\n"
+            "  -node NAME                  node label (default: hostname)\n"
+            "  -tenant T                   tenant (x-scope-orgid)\n"
+            "  -sampling-frequency HZ      samples per second per CPU (default 19)\n"
+            "  -window DURATION            profile length (default 10s)\n"
+            "  -http-address HOST:PORT     /metrics and /ready (default :7072; \"\" = off)\n"
+            "  -debug-dir DIR              debug files root (default /usr/lib/debug)\n"
+            "  -push-queue-bytes N         memory for unpushed profiles (default 16 MiB)\n"
+            "  -symbol-cache-bytes N       memory for symbol tables (default 16 MiB)\n"
+            "  -duration DURATION          stop after this long (default: run until signalled)\n"
+            "  -log-level LEVEL            debug, info, warn or error\n");
+}
+
+static int set_flag(agent_options *o, const char *name, const char *value, strata_error *err) {
+    int64_t hz;
+    if (strcmp(name, "remote-store") == 0)
+        o->remote_store = value;
+    else if (strcmp(name, "node") == 0)
+        o->node = value;
+    else if (strcmp(name, "tenant") == 0)
+        o->tenant = value;
+    else if (strcmp(name, "http-address") == 0)
+        o->http_address = value[0] != '\0' ? value : NULL;
+    else if (strcmp(name, "debug-dir") == 0)
+        o->debug_dir = value;
+    else if (strcmp(name, "window") == 0)
+        return agent_parse_duration(value, &o->window_ns, err);
+    else if (strcmp(name, "duration") == 0)
+        return agent_parse_duration(value, &o->run_for_ns, err);
+    else if (strcmp(name, "push-queue-bytes") == 0)
+        return parse_size(value, &o->max_queue_bytes, err);
+    else if (strcmp(name, "symbol-cache-bytes") == 0)
+        return parse_size(value, &o->symbol_cache_bytes, err);
+    else if (strcmp(name, "sampling-frequency") == 0) {
+        size_t v;
+        if (parse_size(value, &v, err) != 0 || v == 0 || v > 1000)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "-sampling-frequency wants 1..1000, got \"%s\"", value);
+        hz = (int64_t)v;
+        o->frequency_hz = (unsigned)hz;
+    } else if (strcmp(name, "log-level") == 0) {
+        strata_log_level level;
+        if (strata_log_parse_level(value, &level) != 0)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT, "bad -log-level \"%s\"", value);
+        strata_log_set_level(level);
+    } else
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "unknown flag -%s", name);
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, agent_options *o, bool *help, strata_error *err) {
+    memset(o, 0, sizeof *o);
+    o->http_address = DEFAULT_HTTP_ADDRESS;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (flag_is(arg, "h") || flag_is(arg, "help")) {
+            *help = true;
+            return 0;
+        }
+        if (arg[0] != '-' || arg[1] == '\0')
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT, "unexpected argument \"%s\"",
+                                    arg);
+        const char *name = arg + (arg[1] == '-' ? 2 : 1);
+        const char *eq = strchr(name, '=');
+        char flag[64];
+        const char *value;
+        if (eq != NULL) {
+            snprintf(flag, sizeof flag, "%.*s", (int)(eq - name), name);
+            value = eq + 1;
+        } else {
+            if (i + 1 >= argc)
+                return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s needs a value", arg);
+            snprintf(flag, sizeof flag, "%s", name);
+            value = argv[++i];
+        }
+        if (set_flag(o, flag, value, err) != 0)
+            return -1;
+    }
+    if (o->remote_store == NULL)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "-remote-store is required");
+    return 0;
+}
+
+static void install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int agent_cli_main(int argc, char **argv) {
+    agent_options o;
+    bool help = false;
+    strata_error err;
+    strata_error_clear(&err);
+    if (parse_args(argc, argv, &o, &help, &err) != 0) {
+        fprintf(stderr, "strata agent: %s\n\n", err.message);
+        usage(stderr);
+        return 2;
+    }
+    if (help) {
+        usage(stdout);
+        return 0;
+    }
+    install_signals();
+    if (agent_run(&o, &stop_requested, &err) != 0) {
+        fprintf(stderr, "strata agent: %s: %s\n", strata_status_name(err.code), err.message);
+        return 1;
+    }
+    return 0;
+}

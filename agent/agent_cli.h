@@ -1,0 +1,27 @@
+/*
+ * agent_cli.h - `strata agent`: command-line entry of the eBPF profiler.
+ *
+ *   strata agent -remote-store HOST:PORT [-node NAME] [-tenant T] [-sampling-frequency HZ]
+ *                [-window DURATION] [-http-address HOST:PORT] [-debug-dir DIR]
+ *                [-push-queue-bytes N] [-symbol-cache-bytes N] [-duration DURATION]
+ *                [-log-level LEVEL]
+ *
+ * Flags take one or two dashes. Durations are Go-style ("10s", "250ms", "1m"). The agent runs
+ * until SIGINT or SIGTERM (or -duration), then pushes its last partial window and exits 0; it
+ * exits 1 with a one-line message when it cannot start (not root, no BTF, no perf events), and 2
+ * on bad flags.
+ */
+#ifndef STRATA_AGENT_CLI_H
+#define STRATA_AGENT_CLI_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+
+/* argv[0] is "agent" (ignored). Returns the process exit code. */
+int agent_cli_main(int argc, char **argv);
+
+/* Parses a Go-style duration ("1h2m3.5s", "250ms", "10s"); -1 (INVALID_ARGUMENT) on bad text. */
+int agent_parse_duration(const char *text, int64_t *out_ns, strata_error *err);
+
+#endif

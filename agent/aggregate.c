@@ -1,0 +1,226 @@
+/*
+ * aggregate.c - per-process, per-window stack counts. See aggregate.h.
+ */
+#include "aggregate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_MAX_FRAMES ((size_t)2 << 20)
+
+int agent_aggregator_init(agent_aggregator *a, const char *proc_root, size_t max_frames,
+                          strata_error *err) {
+    memset(a, 0, sizeof *a);
+    a->proc_root = proc_root != NULL ? proc_root : "/proc";
+    a->max_frames = max_frames != 0 ? max_frames : DEFAULT_MAX_FRAMES;
+    if (strata_u64_map_init(&a->by_pid, 256) != 0)
+        return strata_error_oom(err);
+    return 0;
+}
+
+static void process_free(agent_process *p) {
+    agent_proc_free(&p->proc);
+    label_set_free(&p->labels);
+    free(p->stacks);
+    strata_u64_map_free(&p->stack_index);
+    free(p);
+}
+
+/* Reads /proc for p; a process already gone keeps only its pid and comm. */
+static void snapshot(agent_aggregator *a, agent_process *p) {
+    agent_proc_free(&p->proc);
+    p->have_proc = agent_proc_read(a->proc_root, p->pid, &p->proc, NULL) == 0;
+    if (!p->have_proc)
+        a->stats.proc_errors++;
+    p->labeled = false;
+    p->dropped = false;
+    label_set_free(&p->labels);
+}
+
+static agent_process *new_process(agent_aggregator *a, pid_t pid, strata_error *err) {
+    if (a->n_procs == a->cap_procs) {
+        size_t cap = a->cap_procs ? a->cap_procs * 2 : 64;
+        agent_process **grown = realloc(a->procs, cap * sizeof *grown);
+        if (grown == NULL)
+            return strata_error_oom(err), NULL;
+        a->procs = grown;
+        a->cap_procs = cap;
+    }
+    agent_process *p = calloc(1, sizeof *p);
+    if (p == NULL || strata_u64_map_init(&p->stack_index, 16) != 0) {
+        free(p);
+        return strata_error_oom(err), NULL;
+    }
+    p->pid = pid;
+    p->last_window = a->window;
+    if (strata_u64_map_upsert(&a->by_pid, (uint64_t)pid + 1, a->n_procs + 1, NULL) == NULL) {
+        process_free(p);
+        return strata_error_oom(err), NULL;
+    }
+    a->procs[a->n_procs++] = p;
+    snapshot(a, p);
+    return p;
+}
+
+/* The process for pid, created or refreshed (pid reuse) as needed. */
+static agent_process *process_for(agent_aggregator *a, pid_t pid, strata_error *err) {
+    uint64_t *index = strata_u64_map_get(&a->by_pid, (uint64_t)pid + 1);
+    if (index == NULL)
+        return new_process(a, pid, err);
+    agent_process *p = a->procs[*index - 1];
+    if (p->last_window != a->window && p->have_proc) {
+        uint64_t start;
+        if (agent_proc_start_time(a->proc_root, pid, &start, NULL) == 0 &&
+            start != p->proc.start_time)
+            snapshot(a, p);
+    }
+    p->last_window = a->window;
+    return p;
+}
+
+static uint64_t stack_hash(const uint64_t *k, size_t nk, const uint64_t *u, size_t nu) {
+    uint64_t h = strata_hash_bytes(k, nk * sizeof *k, nk);
+    h = strata_hash_combine(h, strata_hash_bytes(u, nu * sizeof *u, nu));
+    return h != 0 ? h : 1;
+}
+
+static bool stack_equal(const agent_aggregator *a, const agent_stack *s, const uint64_t *k,
+                        size_t nk, const uint64_t *u, size_t nu) {
+    const uint64_t *f = agent_stack_frames(a, s);
+    return s->n_kernel == nk && s->n_user == nu && memcmp(f, k, nk * sizeof *k) == 0 &&
+           memcmp(f + nk, u, nu * sizeof *u) == 0;
+}
+
+static int append_frames(agent_aggregator *a, const uint64_t *k, size_t nk, const uint64_t *u,
+                         size_t nu, uint32_t *offset, strata_error *err) {
+    size_t need = a->n_frames + nk + nu;
+    if (need > a->cap_frames) {
+        size_t cap = a->cap_frames ? a->cap_frames * 2 : 4096;
+        while (cap < need)
+            cap *= 2;
+        uint64_t *grown = realloc(a->frames, cap * sizeof *grown);
+        if (grown == NULL)
+            return strata_error_oom(err);
+        a->frames = grown;
+        a->cap_frames = cap;
+    }
+    *offset = (uint32_t)a->n_frames;
+    memcpy(a->frames + a->n_frames, k, nk * sizeof *k);
+    memcpy(a->frames + a->n_frames + nk, u, nu * sizeof *u);
+    a->n_frames = need;
+    return 0;
+}
+
+static int new_stack(agent_aggregator *a, agent_process *p, uint64_t key, uint64_t hash,
+                     const uint64_t *k, size_t nk, const uint64_t *u, size_t nu,
+                     strata_error *err) {
+    if (a->n_frames + nk + nu > a->max_frames) {
+        a->stats.over_limit++;
+        return 0;
+    }
+    if (p->n_stacks == p->cap_stacks) {
+        size_t cap = p->cap_stacks ? p->cap_stacks * 2 : 16;
+        agent_stack *grown = realloc(p->stacks, cap * sizeof *grown);
+        if (grown == NULL)
+            return strata_error_oom(err);
+        p->stacks = grown;
+        p->cap_stacks = cap;
+    }
+    agent_stack *s = &p->stacks[p->n_stacks];
+    if (append_frames(a, k, nk, u, nu, &s->frames, err) != 0)
+        return -1;
+    if (strata_u64_map_upsert(&p->stack_index, key, p->n_stacks + 1, NULL) == NULL)
+        return strata_error_oom(err);
+    s->hash = hash;
+    s->count = 1;
+    s->n_kernel = (uint16_t)nk;
+    s->n_user = (uint16_t)nu;
+    p->n_stacks++;
+    p->samples++;
+    a->stats.samples++;
+    return 0;
+}
+
+static int add_stack(agent_aggregator *a, agent_process *p, const uint64_t *k, size_t nk,
+                     const uint64_t *u, size_t nu, strata_error *err) {
+    uint64_t hash = stack_hash(k, nk, u, nu), key = hash;
+    for (;;) {
+        uint64_t *index = strata_u64_map_get(&p->stack_index, key);
+        if (index == NULL)
+            return new_stack(a, p, key, hash, k, nk, u, nu, err);
+        agent_stack *s = &p->stacks[*index - 1];
+        if (stack_equal(a, s, k, nk, u, nu)) {
+            s->count++;
+            p->samples++;
+            a->stats.samples++;
+            return 0;
+        }
+        key = strata_hash_combine(key, 1) | 1; /* a true collision: probe on */
+    }
+}
+
+static size_t frame_count(__s32 bytes) {
+    if (bytes <= 0)
+        return 0;
+    size_t n = (size_t)bytes / sizeof(__u64);
+    return n > AGENT_MAX_FRAMES ? AGENT_MAX_FRAMES : n;
+}
+
+/* Re-reads maps once per window when a user address falls outside every known mapping. */
+static void check_mappings(agent_aggregator *a, agent_process *p, const uint64_t *u, size_t nu) {
+    if (!p->have_proc || p->maps_reloaded)
+        return;
+    for (size_t i = 0; i < nu; i++)
+        if (agent_proc_find_mapping(&p->proc, u[i]) == NULL) {
+            p->maps_reloaded = true;
+            a->stats.maps_reloads++;
+            (void)agent_proc_reload_maps(a->proc_root, &p->proc, NULL);
+            return;
+        }
+}
+
+int agent_aggregator_add(agent_aggregator *a, const struct agent_sample *s, strata_error *err) {
+    agent_process *p = process_for(a, (pid_t)s->pid, err);
+    if (p == NULL)
+        return -1;
+    memcpy(p->comm, s->comm, sizeof p->comm);
+    p->comm[sizeof p->comm - 1] = '\0';
+    if (p->samples == 0)
+        p->first_sample_ns = (int64_t)s->time_ns;
+    size_t nk = frame_count(s->kstack_bytes), nu = frame_count(s->ustack_bytes);
+    /* __u64 is unsigned long long, uint64_t unsigned long: same representation. */
+    const uint64_t *k = (const uint64_t *)s->kstack, *u = (const uint64_t *)s->ustack;
+    check_mappings(a, p, u, nu);
+    return add_stack(a, p, k, nk, u, nu, err);
+}
+
+void agent_aggregator_next_window(agent_aggregator *a) {
+    size_t kept = 0;
+    strata_u64_map_clear(&a->by_pid);
+    for (size_t i = 0; i < a->n_procs; i++) {
+        agent_process *p = a->procs[i];
+        if (p->last_window != a->window) {
+            process_free(p);
+            continue;
+        }
+        p->n_stacks = 0;
+        p->samples = 0;
+        p->maps_reloaded = false;
+        strata_u64_map_clear(&p->stack_index);
+        a->procs[kept++] = p;
+        /* Re-inserting into a just-cleared map of the same capacity cannot fail. */
+        (void)strata_u64_map_upsert(&a->by_pid, (uint64_t)p->pid + 1, kept, NULL);
+    }
+    a->n_procs = kept;
+    a->n_frames = 0;
+    a->window++;
+}
+
+void agent_aggregator_free(agent_aggregator *a) {
+    for (size_t i = 0; i < a->n_procs; i++)
+        process_free(a->procs[i]);
+    free(a->procs);
+    free(a->frames);
+    strata_u64_map_free(&a->by_pid);
+    memset(a, 0, sizeof *a);
+}

@@ -1,0 +1,451 @@
+/*
+ * elfsym.c - ELF symbol tables for the agent. See elfsym.h.
+ */
+#include "elfsym.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gopclntab.h"
+
+#define MAX_SYMBOLS 5000000u
+
+/* An open ELF file. */
+typedef struct elf_file {
+    int fd;
+    Elf *elf;
+    size_t shstrndx;
+} elf_file;
+
+static pthread_once_t libelf_once = PTHREAD_ONCE_INIT;
+static void libelf_init(void) {
+    (void)elf_version(EV_CURRENT);
+}
+
+static int elf_file_open(const char *path, elf_file *f, strata_error *err) {
+    pthread_once(&libelf_once, libelf_init);
+    f->elf = NULL;
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0)
+        return strata_error_set(err, STRATA_NOT_FOUND, "%s: %s", path, strerror(errno));
+    f->elf = elf_begin(f->fd, ELF_C_READ_MMAP, NULL);
+    if (f->elf == NULL || elf_kind(f->elf) != ELF_K_ELF ||
+        elf_getshdrstrndx(f->elf, &f->shstrndx) != 0) {
+        if (f->elf != NULL)
+            elf_end(f->elf);
+        close(f->fd);
+        f->fd = -1;
+        f->elf = NULL;
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s: not an ELF file", path);
+    }
+    return 0;
+}
+
+static void elf_file_close(elf_file *f) {
+    if (f->elf != NULL)
+        elf_end(f->elf);
+    if (f->fd >= 0)
+        close(f->fd);
+    f->elf = NULL;
+    f->fd = -1;
+}
+
+/* The section named name (and its header), or NULL. */
+static Elf_Scn *find_section(const elf_file *f, const char *name, GElf_Shdr *shdr) {
+    Elf_Scn *scn = NULL;
+    while ((scn = elf_nextscn(f->elf, scn)) != NULL) {
+        if (gelf_getshdr(scn, shdr) == NULL)
+            continue;
+        const char *n = elf_strptr(f->elf, f->shstrndx, shdr->sh_name);
+        if (n != NULL && strcmp(n, name) == 0)
+            return scn;
+    }
+    return NULL;
+}
+
+static Elf_Scn *find_section_type(const elf_file *f, Elf64_Word type, GElf_Shdr *shdr) {
+    Elf_Scn *scn = NULL;
+    while ((scn = elf_nextscn(f->elf, scn)) != NULL)
+        if (gelf_getshdr(scn, shdr) != NULL && shdr->sh_type == type)
+            return scn;
+    return NULL;
+}
+
+static void hex_encode(const uint8_t *bytes, size_t n, char *out, size_t out_cap) {
+    static const char digits[] = "0123456789abcdef";
+    size_t i = 0;
+    for (; i < n && 2 * i + 2 < out_cap; i++) {
+        out[2 * i] = digits[bytes[i] >> 4];
+        out[2 * i + 1] = digits[bytes[i] & 15];
+    }
+    out[2 * i] = '\0';
+}
+
+/* Scans the note sections for a GNU build id (type 3, name "GNU") or a Go build id (type 4,
+ * name "Go"); the GNU one wins. */
+static void read_build_id(const elf_file *f, char *out) {
+    out[0] = '\0';
+    bool have_gnu = false;
+    Elf_Scn *scn = NULL;
+    GElf_Shdr shdr;
+    while (!have_gnu && (scn = elf_nextscn(f->elf, scn)) != NULL) {
+        if (gelf_getshdr(scn, &shdr) == NULL || shdr.sh_type != SHT_NOTE)
+            continue;
+        Elf_Data *data = elf_getdata(scn, NULL);
+        if (data == NULL)
+            continue;
+        size_t off = 0, name_off, desc_off;
+        GElf_Nhdr nhdr;
+        while ((off = gelf_getnote(data, off, &nhdr, &name_off, &desc_off)) > 0) {
+            const char *name = (const char *)data->d_buf + name_off;
+            const uint8_t *desc = (const uint8_t *)data->d_buf + desc_off;
+            if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == 4 &&
+                memcmp(name, "GNU", 4) == 0) {
+                hex_encode(desc, nhdr.n_descsz, out, AGENT_BUILD_ID_HEX_MAX + 1);
+                have_gnu = true;
+                break;
+            }
+            if (nhdr.n_type == 4 && nhdr.n_namesz == 3 && memcmp(name, "Go", 3) == 0 &&
+                out[0] == '\0')
+                hex_encode(desc, nhdr.n_descsz, out, AGENT_BUILD_ID_HEX_MAX + 1);
+        }
+    }
+}
+
+int agent_elf_read_build_id(const char *path, char out[AGENT_BUILD_ID_HEX_MAX + 1],
+                            strata_error *err) {
+    elf_file f;
+    if (elf_file_open(path, &f, err) != 0)
+        return -1;
+    read_build_id(&f, out);
+    elf_file_close(&f);
+    return 0;
+}
+
+static int read_segments(const elf_file *f, agent_elf *e, strata_error *err) {
+    size_t n;
+    if (elf_getphdrnum(f->elf, &n) != 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "bad program headers");
+    e->segments = calloc(n ? n : 1, sizeof *e->segments);
+    if (e->segments == NULL)
+        return strata_error_oom(err);
+    for (size_t i = 0; i < n; i++) {
+        GElf_Phdr ph;
+        if (gelf_getphdr(f->elf, (int)i, &ph) == NULL || ph.p_type != PT_LOAD)
+            continue;
+        agent_elf_segment *s = &e->segments[e->n_segments++];
+        s->offset = ph.p_offset;
+        s->vaddr = ph.p_vaddr;
+        s->filesz = ph.p_filesz;
+    }
+    return 0;
+}
+
+/* --- symbol table building ------------------------------------------------------------------ */
+
+typedef struct sym_builder {
+    agent_elf *e;
+    size_t cap;
+    size_t names_cap;
+    strata_error *err;
+} sym_builder;
+
+static int builder_add(sym_builder *b, uint64_t addr, uint64_t size, const char *name,
+                       size_t name_len) {
+    agent_elf *e = b->e;
+    if (e->n_symbols >= MAX_SYMBOLS)
+        return 0;
+    if (e->n_symbols == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        agent_elf_symbol *grown = realloc(e->symbols, cap * sizeof *grown);
+        if (grown == NULL)
+            return strata_error_oom(b->err);
+        e->symbols = grown;
+        b->cap = cap;
+    }
+    if (e->names_len + name_len + 1 > b->names_cap) {
+        size_t cap = b->names_cap ? b->names_cap * 2 : 4096;
+        while (cap < e->names_len + name_len + 1)
+            cap *= 2;
+        char *grown = realloc(e->names, cap);
+        if (grown == NULL)
+            return strata_error_oom(b->err);
+        e->names = grown;
+        b->names_cap = cap;
+    }
+    if (e->names_len > UINT32_MAX - name_len - 1)
+        return 0;
+    agent_elf_symbol *s = &e->symbols[e->n_symbols++];
+    s->addr = addr;
+    s->size = size;
+    s->name = (uint32_t)e->names_len;
+    memcpy(e->names + e->names_len, name, name_len);
+    e->names[e->names_len + name_len] = '\0';
+    e->names_len += name_len + 1;
+    return 0;
+}
+
+static int add_symbol_table(const elf_file *f, Elf_Scn *scn, const GElf_Shdr *shdr,
+                            sym_builder *b) {
+    Elf_Data *data = elf_getdata(scn, NULL);
+    if (data == NULL || shdr->sh_entsize == 0)
+        return 0;
+    size_t n = shdr->sh_size / shdr->sh_entsize;
+    for (size_t i = 0; i < n; i++) {
+        GElf_Sym sym;
+        if (gelf_getsym(data, (int)i, &sym) == NULL)
+            continue;
+        int type = GELF_ST_TYPE(sym.st_info);
+        if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_value == 0 ||
+            sym.st_shndx == SHN_UNDEF)
+            continue;
+        const char *name = elf_strptr(f->elf, shdr->sh_link, sym.st_name);
+        if (name == NULL || name[0] == '\0')
+            continue;
+        if (builder_add(b, sym.st_value, sym.st_size, name, strlen(name)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int add_go_func(void *ctx, uint64_t entry, const char *name, size_t name_len) {
+    return builder_add(ctx, entry, 0, name, name_len);
+}
+
+static int add_gopclntab(const elf_file *f, sym_builder *b) {
+    GElf_Shdr shdr, text;
+    Elf_Scn *scn = find_section(f, ".gopclntab", &shdr);
+    if (scn == NULL || shdr.sh_type == SHT_NOBITS)
+        return 0;
+    Elf_Data *data = elf_getdata(scn, NULL);
+    if (data == NULL || data->d_buf == NULL)
+        return 0;
+    uint64_t text_start = find_section(f, ".text", &text) != NULL ? text.sh_addr : 0;
+    /* A corrupt table leaves what was read so far; it is not fatal for the file. */
+    strata_error ignored;
+    size_t before = b->e->n_symbols;
+    strata_error *saved = b->err;
+    b->err = &ignored;
+    int rc = agent_gopclntab_parse(data->d_buf, data->d_size, text_start, add_go_func, b, &ignored);
+    b->err = saved;
+    if (rc != 0 && ignored.code == STRATA_RESOURCE_EXHAUSTED)
+        return strata_error_oom(b->err);
+    return b->e->n_symbols > before ? 1 : 0;
+}
+
+static int cmp_symbol(const void *a, const void *b) {
+    const agent_elf_symbol *x = a, *y = b;
+    if (x->addr != y->addr)
+        return x->addr < y->addr ? -1 : 1;
+    return x->size > y->size ? -1 : x->size < y->size; /* sized symbols first */
+}
+
+static void sort_and_dedup(agent_elf *e) {
+    if (e->n_symbols == 0)
+        return;
+    qsort(e->symbols, e->n_symbols, sizeof *e->symbols, cmp_symbol);
+    size_t out = 1;
+    for (size_t i = 1; i < e->n_symbols; i++)
+        if (e->symbols[i].addr != e->symbols[out - 1].addr)
+            e->symbols[out++] = e->symbols[i];
+    e->n_symbols = out;
+}
+
+/* --- debug files ---------------------------------------------------------------------------- */
+
+static bool file_build_id_matches(const char *path, const char *build_id) {
+    char other[AGENT_BUILD_ID_HEX_MAX + 1];
+    if (agent_elf_read_build_id(path, other, NULL) != 0)
+        return false;
+    return build_id[0] == '\0' || other[0] == '\0' || strcmp(other, build_id) == 0;
+}
+
+/* Loads .symtab of a debug file into b; 1 if it had symbols, 0 if not, -1 on OOM. */
+static int add_debug_file_symbols(const char *path, const char *build_id, sym_builder *b) {
+    if (access(path, R_OK) != 0 || !file_build_id_matches(path, build_id))
+        return 0;
+    elf_file f;
+    if (elf_file_open(path, &f, NULL) != 0)
+        return 0;
+    GElf_Shdr shdr;
+    Elf_Scn *scn = find_section_type(&f, SHT_SYMTAB, &shdr);
+    int rc = 0;
+    if (scn != NULL && shdr.sh_type != SHT_NOBITS) {
+        rc = add_symbol_table(&f, scn, &shdr, b);
+        if (rc == 0)
+            rc = b->e->n_symbols > 0 ? 1 : 0;
+    }
+    elf_file_close(&f);
+    return rc;
+}
+
+static const char *debuglink_name(const elf_file *f) {
+    GElf_Shdr shdr;
+    Elf_Scn *scn = find_section(f, ".gnu_debuglink", &shdr);
+    if (scn == NULL)
+        return NULL;
+    Elf_Data *data = elf_getdata(scn, NULL);
+    if (data == NULL || data->d_size < 2 || memchr(data->d_buf, 0, data->d_size) == NULL)
+        return NULL;
+    return data->d_buf;
+}
+
+static int try_debuglink(const elf_file *f, const agent_elf_options *o, const char *path,
+                         sym_builder *b) {
+    const char *link = debuglink_name(f);
+    if (link == NULL || strchr(link, '/') != NULL)
+        return 0;
+    const char *logical = o->logical_path != NULL ? o->logical_path : path;
+    const char *slash = strrchr(logical, '/');
+    int dir_len = slash != NULL ? (int)(slash - logical) : 0;
+    const char *root = o->root != NULL ? o->root : "";
+    const char *debug_dir = o->debug_dir != NULL ? o->debug_dir : "/usr/lib/debug";
+    char candidate[4096];
+    for (int i = 0; i < 3; i++) {
+        if (i == 0)
+            snprintf(candidate, sizeof candidate, "%s%.*s/%s", root, dir_len, logical, link);
+        else if (i == 1)
+            snprintf(candidate, sizeof candidate, "%s%.*s/.debug/%s", root, dir_len, logical, link);
+        else
+            snprintf(candidate, sizeof candidate, "%s%.*s/%s", debug_dir, dir_len, logical, link);
+        if (strcmp(candidate, path) == 0)
+            continue;
+        int rc = add_debug_file_symbols(candidate, b->e->build_id, b);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int try_debug_files(const elf_file *f, const agent_elf_options *o, const char *path,
+                           sym_builder *b) {
+    const char *id = b->e->build_id;
+    const char *debug_dir = o->debug_dir != NULL ? o->debug_dir : "/usr/lib/debug";
+    if (strlen(id) > 2) {
+        char candidate[4096];
+        snprintf(candidate, sizeof candidate, "%s/.build-id/%.2s/%s.debug", debug_dir, id, id + 2);
+        int rc = add_debug_file_symbols(candidate, id, b);
+        if (rc != 0)
+            return rc;
+    }
+    return try_debuglink(f, o, path, b);
+}
+
+/* --- loading -------------------------------------------------------------------------------- */
+
+/* Fills the symbol table from the first source that has functions (see the header). */
+static int load_symbols(const elf_file *f, const agent_elf_options *o, const char *path,
+                        agent_elf *e, strata_error *err) {
+    sym_builder b = {e, 0, 0, err};
+    GElf_Shdr shdr;
+    Elf_Scn *scn = find_section_type(f, SHT_SYMTAB, &shdr);
+    if (scn != NULL && add_symbol_table(f, scn, &shdr, &b) != 0)
+        return -1;
+    if (e->n_symbols > 0) {
+        e->source = AGENT_SYMBOLS_SYMTAB;
+        return 0;
+    }
+    int rc = try_debug_files(f, o, path, &b);
+    if (rc != 0) {
+        e->source = AGENT_SYMBOLS_DEBUG_FILE;
+        return rc < 0 ? -1 : 0;
+    }
+    if ((rc = add_gopclntab(f, &b)) != 0) {
+        e->source = AGENT_SYMBOLS_GOPCLNTAB;
+        return rc < 0 ? -1 : 0;
+    }
+    scn = find_section_type(f, SHT_DYNSYM, &shdr);
+    if (scn != NULL && add_symbol_table(f, scn, &shdr, &b) != 0)
+        return -1;
+    if (e->n_symbols > 0)
+        e->source = AGENT_SYMBOLS_DYNSYM;
+    return 0;
+}
+
+/* Gives back the growth slack of the symbol arrays. */
+static void shrink(agent_elf *e) {
+    if (e->n_symbols > 0) {
+        agent_elf_symbol *s = realloc(e->symbols, e->n_symbols * sizeof *s);
+        if (s != NULL)
+            e->symbols = s;
+    }
+    if (e->names_len > 0) {
+        char *n = realloc(e->names, e->names_len);
+        if (n != NULL)
+            e->names = n;
+    }
+}
+
+int agent_elf_load(const char *path, const agent_elf_options *options, agent_elf *out,
+                   strata_error *err) {
+    memset(out, 0, sizeof *out);
+    agent_elf_options o = {0};
+    if (options != NULL)
+        o = *options;
+    elf_file f;
+    if (elf_file_open(path, &f, err) != 0)
+        return -1;
+    read_build_id(&f, out->build_id);
+    int rc = read_segments(&f, out, err);
+    if (rc == 0)
+        rc = load_symbols(&f, &o, path, out, err);
+    elf_file_close(&f);
+    if (rc != 0) {
+        agent_elf_free(out);
+        return -1;
+    }
+    sort_and_dedup(out);
+    shrink(out);
+    return 0;
+}
+
+bool agent_elf_offset_to_vaddr(const agent_elf *e, uint64_t file_offset, uint64_t *vaddr) {
+    for (size_t i = 0; i < e->n_segments; i++) {
+        const agent_elf_segment *s = &e->segments[i];
+        if (file_offset >= s->offset && file_offset < s->offset + s->filesz) {
+            *vaddr = file_offset - s->offset + s->vaddr;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *agent_elf_lookup(const agent_elf *e, uint64_t vaddr, uint64_t *start) {
+    if (e->n_symbols == 0 || vaddr < e->symbols[0].addr)
+        return NULL;
+    size_t lo = 0, hi = e->n_symbols;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (e->symbols[mid].addr <= vaddr)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const agent_elf_symbol *s = &e->symbols[lo];
+    if (s->size != 0 && vaddr >= s->addr + s->size)
+        return NULL;
+    if (s->size == 0 && lo + 1 == e->n_symbols && e->source != AGENT_SYMBOLS_GOPCLNTAB)
+        return NULL; /* an unsized last symbol: do not claim the rest of the file */
+    if (start != NULL)
+        *start = s->addr;
+    return e->names + s->name;
+}
+
+size_t agent_elf_bytes(const agent_elf *e) {
+    return sizeof *e + e->n_segments * sizeof *e->segments + e->n_symbols * sizeof *e->symbols +
+           e->names_len;
+}
+
+void agent_elf_free(agent_elf *e) {
+    free(e->segments);
+    free(e->symbols);
+    free(e->names);
+    memset(e, 0, sizeof *e);
+}

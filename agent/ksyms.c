@@ -1,0 +1,169 @@
+/*
+ * ksyms.c - /proc/kallsyms table. See ksyms.h.
+ */
+#include "ksyms.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A symbol further than this above the last one is not attributed to it. */
+#define MAX_LAST_SYMBOL_SPAN (1u << 20)
+
+static int add_name(agent_ksyms *k, const char *name, size_t len, uint32_t *off,
+                    strata_error *err) {
+    if (k->names_len + len + 1 > k->names_cap) {
+        size_t cap = k->names_cap ? k->names_cap * 2 : 1 << 20;
+        while (cap < k->names_len + len + 1)
+            cap *= 2;
+        char *grown = realloc(k->names, cap);
+        if (grown == NULL)
+            return strata_error_oom(err);
+        k->names = grown;
+        k->names_cap = cap;
+    }
+    if (k->names_len > UINT32_MAX)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "kallsyms names too large");
+    *off = (uint32_t)k->names_len;
+    memcpy(k->names + k->names_len, name, len);
+    k->names[k->names_len + len] = '\0';
+    k->names_len += len + 1;
+    return 0;
+}
+
+static int add_sym(agent_ksyms *k, size_t *cap, uint64_t addr, const char *name, size_t len,
+                   strata_error *err) {
+    if (k->count == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 4096;
+        agent_ksym *grown = realloc(k->syms, ncap * sizeof *grown);
+        if (grown == NULL)
+            return strata_error_oom(err);
+        k->syms = grown;
+        *cap = ncap;
+    }
+    agent_ksym *s = &k->syms[k->count];
+    s->addr = addr;
+    if (add_name(k, name, len, &s->name, err) != 0)
+        return -1;
+    k->count++;
+    return 0;
+}
+
+/* Parses "ADDR TYPE NAME[\t[module]]"; returns false for lines that are not text symbols. */
+static bool parse_line(const char *line, size_t len, uint64_t *addr, const char **name,
+                       size_t *name_len) {
+    char *end;
+    errno = 0;
+    *addr = strtoull(line, &end, 16);
+    if (end == line || errno != 0 || (size_t)(end - line) + 3 > len || end[0] != ' ' ||
+        end[2] != ' ')
+        return false;
+    char type = end[1];
+    if (type != 't' && type != 'T' && type != 'w' && type != 'W')
+        return false;
+    *name = end + 3;
+    *name_len = strcspn(*name, "\t\n ");
+    if ((size_t)(*name - line) + *name_len > len)
+        *name_len = len - (size_t)(*name - line);
+    return *name_len > 0 && *addr != 0;
+}
+
+static int cmp_ksym(const void *a, const void *b) {
+    const agent_ksym *x = a, *y = b;
+    return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+int agent_ksyms_parse(const char *text, size_t len, agent_ksyms *out, strata_error *err) {
+    memset(out, 0, sizeof *out);
+    size_t cap = 0;
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t line_len = (size_t)((nl != NULL ? nl : end) - p);
+        uint64_t addr;
+        const char *name;
+        size_t name_len;
+        if (parse_line(p, line_len, &addr, &name, &name_len) &&
+            add_sym(out, &cap, addr, name, name_len, err) != 0) {
+            agent_ksyms_free(out);
+            return -1;
+        }
+        p += line_len + 1;
+    }
+    qsort(out->syms, out->count, sizeof *out->syms, cmp_ksym);
+    return 0;
+}
+
+static int read_all(const char *path, char **data, size_t *len, strata_error *err) {
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION, "%s: %s", path, strerror(errno));
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf != NULL && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *grown = realloc(buf, cap * 2);
+            if (grown == NULL) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = grown;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf == NULL)
+        return strata_error_oom(err);
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+int agent_ksyms_load(const char *path, agent_ksyms *out, strata_error *err) {
+    char *text;
+    size_t len;
+    memset(out, 0, sizeof *out);
+    if (read_all(path, &text, &len, err) != 0)
+        return -1;
+    int rc = agent_ksyms_parse(text, len, out, err);
+    free(text);
+    if (rc == 0 && out->names_cap > out->names_len * 2) {
+        char *shrunk = realloc(out->names, out->names_len ? out->names_len : 1);
+        if (shrunk != NULL) {
+            out->names = shrunk;
+            out->names_cap = out->names_len;
+        }
+    }
+    return rc;
+}
+
+const char *agent_ksyms_lookup(const agent_ksyms *k, uint64_t addr) {
+    if (k->count == 0 || addr < k->syms[0].addr)
+        return NULL;
+    size_t lo = 0, hi = k->count;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (k->syms[mid].addr <= addr)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    if (lo == k->count - 1 && addr - k->syms[lo].addr > MAX_LAST_SYMBOL_SPAN)
+        return NULL;
+    return k->names + k->syms[lo].name;
+}
+
+size_t agent_ksyms_bytes(const agent_ksyms *k) {
+    return k->count * sizeof *k->syms + k->names_cap;
+}
+
+void agent_ksyms_free(agent_ksyms *k) {
+    free(k->syms);
+    free(k->names);
+    memset(k, 0, sizeof *k);
+}

@@ -1,0 +1,286 @@
+/*
+ * profile_build.c - pprof assembly and symbolization for one process. See profile_build.h.
+ */
+#include "profile_build.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pprof/pprof.h"
+
+#define KERNEL_MAPPING_KEY 1
+
+typedef struct builder {
+    const agent_profile_context *ctx;
+    const agent_process *p;
+    agent_profile_stats stats;
+    strata_error *err;
+    strata_intern strings;
+    pprof_profile prof;
+    size_t cap_mappings, cap_locations, cap_lines, cap_functions;
+    strata_u64_map location_ids; /* address -> location id */
+    strata_u64_map function_ids; /* name string id + 1 -> function id */
+    strata_u64_map mapping_ids;  /* 1 = kernel, proc mapping index + 2 -> mapping id */
+} builder;
+
+static int grow(void **arr, size_t *cap, size_t n, size_t elem, strata_error *err) {
+    if (n < *cap)
+        return 0;
+    size_t ncap = *cap ? *cap * 2 : 16;
+    void *grown = realloc(*arr, ncap * elem);
+    if (grown == NULL)
+        return strata_error_oom(err);
+    *arr = grown;
+    *cap = ncap;
+    return 0;
+}
+
+static int intern(builder *b, const char *s, int64_t *id) {
+    uint32_t v;
+    if (strata_intern_add(&b->strings, s, strlen(s), &v) != 0)
+        return strata_error_oom(b->err);
+    *id = v;
+    return 0;
+}
+
+static int kernel_mapping(builder *b, uint64_t *id) {
+    uint64_t *known = strata_u64_map_get(&b->mapping_ids, KERNEL_MAPPING_KEY);
+    if (known != NULL)
+        return (*id = *known), 0;
+    pprof_profile *pr = &b->prof;
+    if (grow((void **)&pr->mappings, &b->cap_mappings, pr->n_mappings, sizeof *pr->mappings,
+             b->err) != 0)
+        return -1;
+    pprof_mapping *m = &pr->mappings[pr->n_mappings];
+    memset(m, 0, sizeof *m);
+    m->id = pr->n_mappings + 1;
+    m->memory_limit = UINT64_MAX;
+    m->has_functions = b->ctx->ksyms != NULL && b->ctx->ksyms->count > 0;
+    if (intern(b, "[kernel.kallsyms]", &m->filename) != 0)
+        return -1;
+    pr->n_mappings++;
+    if (strata_u64_map_upsert(&b->mapping_ids, KERNEL_MAPPING_KEY, m->id, NULL) == NULL)
+        return strata_error_oom(b->err);
+    *id = m->id;
+    return 0;
+}
+
+static int user_mapping(builder *b, const agent_mapping *am, const agent_elf *elf, uint64_t *id) {
+    uint64_t key = (uint64_t)(am - b->p->proc.mappings) + 2;
+    uint64_t *known = strata_u64_map_get(&b->mapping_ids, key);
+    if (known != NULL)
+        return (*id = *known), 0;
+    pprof_profile *pr = &b->prof;
+    if (grow((void **)&pr->mappings, &b->cap_mappings, pr->n_mappings, sizeof *pr->mappings,
+             b->err) != 0)
+        return -1;
+    pprof_mapping *m = &pr->mappings[pr->n_mappings];
+    memset(m, 0, sizeof *m);
+    m->id = pr->n_mappings + 1;
+    m->memory_start = am->start;
+    m->memory_limit = am->end;
+    m->file_offset = am->offset;
+    m->has_functions = elf != NULL && elf->n_symbols > 0;
+    if (intern(b, am->path != NULL ? am->path : "", &m->filename) != 0 ||
+        intern(b, elf != NULL ? elf->build_id : "", &m->build_id) != 0)
+        return -1;
+    pr->n_mappings++;
+    if (strata_u64_map_upsert(&b->mapping_ids, key, m->id, NULL) == NULL)
+        return strata_error_oom(b->err);
+    *id = m->id;
+    return 0;
+}
+
+static int function_for(builder *b, const char *name, uint64_t *id) {
+    int64_t name_id;
+    if (intern(b, name, &name_id) != 0)
+        return -1;
+    uint64_t *known = strata_u64_map_get(&b->function_ids, (uint64_t)name_id + 1);
+    if (known != NULL)
+        return (*id = *known), 0;
+    pprof_profile *pr = &b->prof;
+    if (grow((void **)&pr->functions, &b->cap_functions, pr->n_functions, sizeof *pr->functions,
+             b->err) != 0)
+        return -1;
+    pprof_function *f = &pr->functions[pr->n_functions];
+    memset(f, 0, sizeof *f);
+    f->id = pr->n_functions + 1;
+    f->name = name_id;
+    f->system_name = name_id;
+    pr->n_functions++;
+    if (strata_u64_map_upsert(&b->function_ids, (uint64_t)name_id + 1, f->id, NULL) == NULL)
+        return strata_error_oom(b->err);
+    *id = f->id;
+    return 0;
+}
+
+/* Symbolizes a user address: its mapping (if any) and function name (if known). */
+static int symbolize_user(builder *b, uint64_t addr, bool leaf, uint64_t *mapping_id,
+                          const char **name) {
+    *mapping_id = 0;
+    *name = NULL;
+    if (!b->p->have_proc)
+        return 0;
+    const agent_mapping *am = agent_proc_find_mapping(&b->p->proc, addr);
+    if (am == NULL)
+        return 0;
+    const agent_elf *elf = NULL;
+    if (b->ctx->symcache != NULL)
+        elf = agent_symcache_get(b->ctx->symcache, &b->p->proc, am);
+    if (user_mapping(b, am, elf, mapping_id) != 0)
+        return -1;
+    uint64_t lookup = leaf ? addr : addr - 1, vaddr;
+    if (elf != NULL && agent_elf_offset_to_vaddr(elf, lookup - am->start + am->offset, &vaddr))
+        *name = agent_elf_lookup(elf, vaddr, NULL);
+    return 0;
+}
+
+static int symbolize(builder *b, uint64_t addr, bool kernel, bool leaf, uint64_t *mapping_id,
+                     const char **name) {
+    if (!kernel)
+        return symbolize_user(b, addr, leaf, mapping_id, name);
+    *name =
+        b->ctx->ksyms != NULL ? agent_ksyms_lookup(b->ctx->ksyms, leaf ? addr : addr - 1) : NULL;
+    return kernel_mapping(b, mapping_id);
+}
+
+static int add_location(builder *b, uint64_t addr, bool kernel, bool leaf, uint64_t *id) {
+    uint64_t key = addr != 0 ? addr : 1;
+    uint64_t *known = strata_u64_map_get(&b->location_ids, key);
+    if (known != NULL)
+        return (*id = *known), 0;
+    uint64_t mapping_id, function_id = 0;
+    const char *name;
+    if (symbolize(b, addr, kernel, leaf, &mapping_id, &name) != 0 ||
+        (name != NULL && function_for(b, name, &function_id) != 0))
+        return -1;
+    pprof_profile *pr = &b->prof;
+    if (grow((void **)&pr->locations, &b->cap_locations, pr->n_locations, sizeof *pr->locations,
+             b->err) != 0 ||
+        grow((void **)&pr->lines, &b->cap_lines, pr->n_lines, sizeof *pr->lines, b->err) != 0)
+        return -1;
+    pprof_location *loc = &pr->locations[pr->n_locations];
+    memset(loc, 0, sizeof *loc);
+    loc->id = pr->n_locations + 1;
+    loc->mapping_id = mapping_id;
+    loc->address = addr;
+    loc->line_offset = (uint32_t)pr->n_lines;
+    if (function_id != 0) {
+        pr->lines[pr->n_lines++] = (pprof_line){function_id, 0, 0};
+        loc->line_count = 1;
+    } else if (kernel) {
+        b->stats.kernel_misses++;
+    } else {
+        b->stats.user_misses++;
+    }
+    pr->n_locations++;
+    b->stats.locations++;
+    if (strata_u64_map_upsert(&b->location_ids, key, loc->id, NULL) == NULL)
+        return strata_error_oom(b->err);
+    *id = loc->id;
+    return 0;
+}
+
+static int add_samples(builder *b, const agent_aggregator *a) {
+    const agent_process *p = b->p;
+    pprof_profile *pr = &b->prof;
+    size_t total = 0;
+    for (size_t i = 0; i < p->n_stacks; i++)
+        total += (size_t)p->stacks[i].n_kernel + p->stacks[i].n_user;
+    pr->samples = calloc(p->n_stacks ? p->n_stacks : 1, sizeof *pr->samples);
+    pr->sample_values = calloc(p->n_stacks ? p->n_stacks : 1, sizeof *pr->sample_values);
+    pr->sample_location_ids = calloc(total ? total : 1, sizeof *pr->sample_location_ids);
+    if (pr->samples == NULL || pr->sample_values == NULL || pr->sample_location_ids == NULL)
+        return strata_error_oom(b->err);
+    for (size_t i = 0; i < p->n_stacks; i++) {
+        const agent_stack *s = &p->stacks[i];
+        const uint64_t *frames = agent_stack_frames(a, s);
+        size_t n = (size_t)s->n_kernel + s->n_user;
+        pprof_sample *ps = &pr->samples[i];
+        ps->location_offset = (uint32_t)pr->n_sample_location_ids;
+        ps->location_count = (uint32_t)n;
+        ps->value_offset = (uint32_t)i;
+        for (size_t f = 0; f < n; f++) {
+            bool kernel = f < s->n_kernel;
+            bool leaf = f == 0 || (!kernel && f == s->n_kernel); /* the user pc is a leaf too */
+            uint64_t id;
+            if (add_location(b, frames[f], kernel, leaf, &id) != 0)
+                return -1;
+            pr->sample_location_ids[pr->n_sample_location_ids++] = id;
+        }
+        pr->sample_values[i] = (int64_t)s->count;
+    }
+    pr->n_samples = p->n_stacks;
+    return 0;
+}
+
+static int set_header(builder *b) {
+    pprof_profile *pr = &b->prof;
+    int64_t empty;
+    pr->sample_types = calloc(1, sizeof *pr->sample_types);
+    if (pr->sample_types == NULL)
+        return strata_error_oom(b->err);
+    pr->n_sample_types = 1;
+    if (intern(b, "", &empty) != 0 || intern(b, "samples", &pr->sample_types[0].type) != 0 ||
+        intern(b, "count", &pr->sample_types[0].unit) != 0 ||
+        intern(b, "cpu", &pr->period_type.type) != 0 ||
+        intern(b, "nanoseconds", &pr->period_type.unit) != 0)
+        return -1;
+    pr->time_nanos = b->ctx->time_ns;
+    pr->duration_nanos = b->ctx->duration_ns;
+    pr->period = b->ctx->period_ns;
+    return 0;
+}
+
+static int encode(builder *b, strata_buffer *out) {
+    pprof_profile *pr = &b->prof;
+    pr->strings = calloc(b->strings.count, sizeof *pr->strings);
+    if (pr->strings == NULL)
+        return strata_error_oom(b->err);
+    for (size_t i = 0; i < b->strings.count; i++)
+        pr->strings[i] = (pprof_string){b->strings.strings[i], b->strings.lengths[i]};
+    pr->n_strings = b->strings.count;
+    return pprof_encode(pr, true, out, b->err);
+}
+
+static void builder_free(builder *b) {
+    pprof_profile *pr = &b->prof;
+    free(pr->sample_types);
+    free(pr->samples);
+    free(pr->sample_values);
+    free(pr->sample_location_ids);
+    free(pr->mappings);
+    free(pr->locations);
+    free(pr->lines);
+    free(pr->functions);
+    free(pr->strings);
+    strata_intern_free(&b->strings);
+    strata_u64_map_free(&b->location_ids);
+    strata_u64_map_free(&b->function_ids);
+    strata_u64_map_free(&b->mapping_ids);
+}
+
+int agent_profile_build(const agent_aggregator *a, const agent_process *p,
+                        const agent_profile_context *ctx, strata_buffer *out,
+                        agent_profile_stats *stats, strata_error *err) {
+    builder b;
+    memset(&b, 0, sizeof b);
+    b.ctx = ctx;
+    b.p = p;
+    b.err = err;
+    int rc = -1;
+    if (strata_intern_init(&b.strings) != 0 || strata_u64_map_init(&b.location_ids, 256) != 0 ||
+        strata_u64_map_init(&b.function_ids, 256) != 0 ||
+        strata_u64_map_init(&b.mapping_ids, 16) != 0) {
+        strata_error_oom(err);
+        goto out;
+    }
+    if (set_header(&b) != 0 || add_samples(&b, a) != 0 || encode(&b, out) != 0)
+        goto out;
+    if (stats != NULL)
+        *stats = b.stats;
+    rc = 0;
+out:
+    builder_free(&b);
+    return rc;
+}

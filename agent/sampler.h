@@ -1,0 +1,71 @@
+/*
+ * sampler.h - loads the on-CPU BPF program (bpf/oncpu.bpf.c), opens one CPU-clock perf event per
+ * online CPU, attaches the program to each, and drains the ring buffer of samples.
+ *
+ * Design. The sampler owns the BPF skeleton, the perf events and the libbpf ring buffer. It never
+ * blocks: the caller polls it (every 250 ms in the agent), and each poll hands every pending
+ * record to the callback, in the order the CPUs wrote them. The program writes records with
+ * BPF_RB_NO_WAKEUP, so there is no epoll wake-up per sample; the ring is sized for two seconds of
+ * the worst case (every CPU busy at the configured rate), rounded up to a power of two, and a tick
+ * that finds it full is counted per CPU (agent_sampler_counters), not lost silently.
+ *
+ * Requirements are checked before anything is loaded, so the agent can say exactly what is
+ * missing: kernel BTF (/sys/kernel/btf/vmlinux, for CO-RE), the capabilities to load BPF and open
+ * system-wide perf events (CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN), and a working software
+ * CPU-clock event. CPUs that are offline (ENODEV) are skipped; hot-plugged CPUs are not picked up
+ * until restart.
+ *
+ * Perf events and BPF links are file descriptors: if the agent dies, the kernel tears everything
+ * down by itself.
+ */
+#ifndef STRATA_AGENT_SAMPLER_H
+#define STRATA_AGENT_SAMPLER_H
+
+#include <linux/types.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "bpf/oncpu.h"
+#include "common/error.h"
+
+#define AGENT_DEFAULT_FREQUENCY_HZ 19
+
+typedef struct agent_sampler agent_sampler;
+
+/* Called for each record; the record is valid only during the call. */
+typedef void (*agent_sample_fn)(void *ctx, const struct agent_sample *sample);
+
+typedef struct agent_sampler_options {
+    unsigned frequency_hz; /* 0 = AGENT_DEFAULT_FREQUENCY_HZ */
+    pid_t self_pid;        /* ticks on this process are skipped; 0 = getpid() */
+    agent_sample_fn on_sample;
+    void *ctx;
+} agent_sampler_options;
+
+/* Checks BTF, capabilities and perf events; FAILED_PRECONDITION or PERMISSION_DENIED with a
+ * message naming what is missing. */
+int agent_sampler_check_requirements(strata_error *err);
+
+/* Loads and attaches everything. Returns NULL with err set. */
+agent_sampler *agent_sampler_open(const agent_sampler_options *options, strata_error *err);
+
+/* Hands every pending sample to the callback; returns how many, or -1 with err set. */
+int agent_sampler_poll(agent_sampler *s, strata_error *err);
+
+/* Sums the per-CPU counters. */
+int agent_sampler_counters(const agent_sampler *s, struct agent_counters *out, strata_error *err);
+
+/* Number of CPUs with an attached event. */
+unsigned agent_sampler_cpu_count(const agent_sampler *s);
+/* Ring buffer size in bytes. */
+size_t agent_sampler_ring_bytes(const agent_sampler *s);
+
+/* Detaches and frees; NULL is a no-op. */
+void agent_sampler_close(agent_sampler *s);
+
+/* Parses a CPU list such as "0-3,8,10-11" (sysfs format) into a bitmap of up to max_cpus bits;
+ * returns the number of CPUs, or -1 (INVALID_ARGUMENT) on malformed text. */
+int agent_parse_cpu_list(const char *text, uint8_t *bitmap, unsigned max_cpus, strata_error *err);
+
+#endif

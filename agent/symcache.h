@@ -1,0 +1,61 @@
+/*
+ * symcache.h - the agent's cache of ELF symbol tables, shared by every process on the node.
+ *
+ * Design. A mapping is identified by the file identity /proc/PID/maps gives (device, inode,
+ * path). The first time an identity is seen its build id is read (notes only, cheap); if a file
+ * with the same build id is already loaded (the same libc in another container, a binary
+ * exec'ed again) the identity becomes an alias of that entry, so symbols are loaded once per
+ * build id. Otherwise the file is loaded (agent_elf_load), through /proc/PID/root/<path> so
+ * containers resolve in their own mount namespace, falling back to /proc/PID/map_files/<range>
+ * (deleted files) and finally to the plain path (the process already exited).
+ *
+ * A file that cannot be read is remembered as failed and retried after `retry_windows` windows,
+ * so a missing file costs one open per retry period, not one per sample.
+ *
+ * Memory is bounded: when the symbol tables together pass max_bytes, the least recently used
+ * tables (not used in the current window) are freed; their entries stay and reload on next use.
+ * More than max_entries identities reset the cache.
+ *
+ * Not thread-safe: the agent's main loop is its only user.
+ */
+#ifndef STRATA_AGENT_SYMCACHE_H
+#define STRATA_AGENT_SYMCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "elfsym.h"
+#include "procinfo.h"
+
+typedef struct agent_symcache agent_symcache;
+
+typedef struct agent_symcache_options {
+    const char *proc_root;  /* NULL = "/proc" */
+    const char *debug_dir;  /* NULL = "/usr/lib/debug" */
+    size_t max_bytes;       /* 0 = 16 MiB */
+    size_t max_entries;     /* 0 = 20,000 */
+    unsigned retry_windows; /* 0 = 6 */
+} agent_symcache_options;
+
+typedef struct agent_symcache_stats {
+    uint64_t loads;     /* files parsed */
+    uint64_t failures;  /* files that could not be read */
+    uint64_t evictions; /* tables freed to stay under max_bytes */
+    size_t entries;
+    size_t bytes;
+} agent_symcache_stats;
+
+agent_symcache *agent_symcache_new(const agent_symcache_options *options, strata_error *err);
+
+/* The symbols of mapping m of process p, loading them on first use; NULL when the mapping has no
+ * file or the file cannot be read. Valid until the next agent_symcache_end_window. */
+const agent_elf *agent_symcache_get(agent_symcache *c, const agent_proc *p, const agent_mapping *m);
+
+/* Ends a window: evicts to stay within max_bytes. */
+void agent_symcache_end_window(agent_symcache *c);
+
+void agent_symcache_stats_get(const agent_symcache *c, agent_symcache_stats *out);
+void agent_symcache_free(agent_symcache *c);
+
+#endif

@@ -1,0 +1,3 @@
+module strata.test/gohot
+
+go 1.19
