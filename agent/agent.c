@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "http/http.h"
 #include "ksyms.h"
+#include "leaf.h"
 #include "metrics/metrics.h"
 #include "profile_build.h"
 #include "pusher.h"
@@ -234,8 +235,9 @@ static void finish_window(agent *a) {
         strata_log_error(COMPONENT, "window lost", "err=%s",
                          strata_log_quote(err.message, q, sizeof q));
     }
-    strata_log_debug(COMPONENT, "window", "processes=%zu series=%zu samples=%llu", a->agg.n_procs,
-                     w.n, (unsigned long long)a->agg.stats.samples);
+    strata_log_debug(COMPONENT, "window", "processes=%zu series=%zu samples=%llu fixups=%llu",
+                     a->agg.n_procs, w.n, (unsigned long long)a->agg.stats.samples,
+                     (unsigned long long)a->agg.stats.fixups);
     window_out_free(&w);
     agent_aggregator_next_window(&a->agg);
     agent_symcache_end_window(a->symcache);
@@ -283,6 +285,12 @@ static int load_kernel_symbols(agent *a) {
     return 0;
 }
 
+static bool fix_leaf(void *ctx, const agent_proc *proc, const struct agent_sample *s, uint64_t *u,
+                     size_t *n, size_t cap) {
+    agent *a = ctx;
+    return agent_leaf_fixup(a->symcache, proc, s, u, n, cap);
+}
+
 static int set_up(agent *a, strata_error *err) {
     if (agent_sampler_check_requirements(err) != 0)
         return -1;
@@ -291,6 +299,8 @@ static int set_up(agent *a, strata_error *err) {
     a->symcache = agent_symcache_new(&so, err);
     if (a->symcache == NULL || agent_aggregator_init(&a->agg, NULL, 0, err) != 0)
         return -1;
+    a->agg.fixup = fix_leaf;
+    a->agg.fixup_ctx = a;
     agent_pusher_options po = {.address = a->o.remote_store,
                                .tenant = a->o.tenant,
                                .max_queue_bytes = a->o.max_queue_bytes};

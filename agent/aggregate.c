@@ -189,8 +189,13 @@ int agent_aggregator_add(agent_aggregator *a, const struct agent_sample *s, stra
         p->first_sample_ns = (int64_t)s->time_ns;
     size_t nk = frame_count(s->kstack_bytes), nu = frame_count(s->ustack_bytes);
     /* __u64 is unsigned long long, uint64_t unsigned long: same representation. */
-    const uint64_t *k = (const uint64_t *)s->kstack, *u = (const uint64_t *)s->ustack;
+    const uint64_t *k = (const uint64_t *)s->kstack;
+    uint64_t u[AGENT_MAX_FRAMES + 1];
+    memcpy(u, s->ustack, nu * sizeof *u);
     check_mappings(a, p, u, nu);
+    if (a->fixup != NULL && p->have_proc &&
+        a->fixup(a->fixup_ctx, &p->proc, s, u, &nu, sizeof u / sizeof *u))
+        a->stats.fixups++;
     return add_stack(a, p, k, nk, u, nu, err);
 }
 

@@ -67,10 +67,19 @@ typedef struct agent_aggregator_stats {
     uint64_t over_limit;   /* did not fit in max_frames */
     uint64_t proc_errors;  /* /proc could not be read at first sight (process already gone) */
     uint64_t maps_reloads; /* maps re-read for an unknown address */
+    uint64_t fixups;       /* samples whose user frames the fixup hook repaired */
 } agent_aggregator_stats;
+
+/* Optional hook that may repair a sample's user frames in place (see leaf.h); returns true if it
+ * changed them. u has room for cap frames. */
+typedef bool (*agent_stack_fixup_fn)(void *ctx, const agent_proc *proc,
+                                     const struct agent_sample *s, uint64_t *u, size_t *n,
+                                     size_t cap);
 
 typedef struct agent_aggregator {
     const char *proc_root;
+    agent_stack_fixup_fn fixup; /* NULL = none; set after init */
+    void *fixup_ctx;
     size_t max_frames;
     strata_u64_map by_pid; /* pid + 1 -> index + 1 into procs */
     agent_process **procs;
