@@ -1,0 +1,517 @@
+/*
+ * agent_test.c - unit tests of the agent's user space that need no BPF: /proc parsers, container
+ * ids, kallsyms, ELF symbolization of this very binary (PIE + ASLR), gopclntab (synthetic and
+ * corrupt tables), aggregation, pprof building, labels, WriteRaw encoding and the push queue's
+ * bound. The BPF side is covered by tests/integration/test_agent.py.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "aggregate.h"
+#include "agent_cli.h"
+#include "common/clock.h"
+#include "elfsym.h"
+#include "gopclntab.h"
+#include "ksyms.h"
+#include "pprof/pprof.h"
+#include "procinfo.h"
+#include "proclabels.h"
+#include "profile_build.h"
+#include "pusher.h"
+#include "sampler.h"
+#include "symcache.h"
+
+#define ID64 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+/* A function with a known name to find in our own symbol table. */
+__attribute__((noinline)) int agent_test_known_function(int x);
+__attribute__((noinline)) int agent_test_known_function(int x) {
+    return x * 3 + 1;
+}
+
+static void expect_container(const char *cgroup, const char *id, const char *path) {
+    char out[AGENT_CONTAINER_ID_LEN + 1], cg[512];
+    bool found = agent_container_id_from_cgroup(cgroup, out, cg, sizeof cg);
+    assert_int_equal(found, id[0] != '\0');
+    assert_string_equal(out, id);
+    if (path != NULL)
+        assert_string_equal(cg, path);
+}
+
+static void test_container_ids(void **state) {
+    (void)state;
+    expect_container("0::/system.slice/docker-" ID64 ".scope\n", ID64,
+                     "/system.slice/docker-" ID64 ".scope");
+    expect_container("12:memory:/docker/" ID64 "\n0::/\n", ID64, "/docker/" ID64);
+    expect_container("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_5678."
+                     "slice/cri-containerd-" ID64 ".scope\n",
+                     ID64, NULL);
+    expect_container("0::/kubepods/burstable/pod0f1e2d3c-aaaa-bbbb-cccc-000000000000/" ID64 "\n",
+                     ID64, NULL);
+    expect_container("0::/machine.slice/crio-" ID64 ".scope", ID64, NULL);
+    expect_container("0::/machine.slice/libpod-" ID64 ".scope", ID64, NULL);
+    /* Not containers: the monitor, a 32-hex id (this VM's memory cgroup), upper case, root. */
+    expect_container("0::/machine.slice/crio-conmon-" ID64 ".scope\n", "", NULL);
+    expect_container("9:name=systemd:/\n4:memory:/process_api/6a6a9d9b7ddb15d3cd40f1dddddc4507\n"
+                     "0::/\n",
+                     "", "/process_api/6a6a9d9b7ddb15d3cd40f1dddddc4507");
+    expect_container("0::/docker/0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef",
+                     "", NULL);
+    expect_container("0::/\n", "", "");
+    expect_container("", "", "");
+    expect_container("garbage without colons\n::\n", "", NULL);
+}
+
+static void test_maps_and_stat_parsing(void **state) {
+    (void)state;
+    agent_mapping m;
+    bool exec;
+    assert_int_equal(agent_parse_maps_line("56176518e000-561765194000 r-xp 00002000 fe:00 247498   "
+                                           "                  /usr/bin/head\n",
+                                           &m, &exec, NULL),
+                     0);
+    assert_true(exec);
+    assert_int_equal(m.start, 0x56176518e000);
+    assert_int_equal(m.end, 0x561765194000);
+    assert_int_equal(m.offset, 0x2000);
+    assert_int_equal(m.dev_major, 0xfe);
+    assert_int_equal(m.inode, 247498);
+    assert_string_equal(m.path, "/usr/bin/head");
+    free(m.path);
+    assert_int_equal(
+        agent_parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0\n", &m, &exec, NULL), 0);
+    assert_false(exec);
+    assert_null(m.path);
+    strata_error err;
+    assert_int_equal(agent_parse_maps_line("zzz\n", &m, &exec, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(agent_parse_maps_line("2000-1000 r-xp 0 00:00 0 /x\n", &m, &exec, &err), -1);
+
+    char comm[16];
+    uint64_t start;
+    assert_int_equal(
+        agent_parse_stat("27108 (a (b) c) R 27104 27104 174747 0 -1 4194304 91 0 0 0 0 "
+                         "0 0 0 20 0 1 0 987654 5423104 177",
+                         comm, &start, NULL),
+        0);
+    assert_string_equal(comm, "a (b) c");
+    assert_int_equal(start, 987654);
+    assert_int_equal(agent_parse_stat("1 (x) R 1 2", comm, &start, &err), -1);
+    assert_int_equal(agent_parse_stat("no parens", comm, &start, &err), -1);
+}
+
+static void test_cpu_list_and_durations(void **state) {
+    (void)state;
+    uint8_t bitmap[16];
+    assert_int_equal(agent_parse_cpu_list("0-3,8,10-11\n", bitmap, 128, NULL), 7);
+    assert_int_equal(bitmap[0], 0x0f);
+    assert_int_equal(bitmap[1], 0x0d);
+    assert_int_equal(agent_parse_cpu_list("0", bitmap, 128, NULL), 1);
+    strata_error err;
+    assert_int_equal(agent_parse_cpu_list("3-1", bitmap, 128, &err), -1);
+    assert_int_equal(agent_parse_cpu_list("a", bitmap, 128, &err), -1);
+    assert_int_equal(agent_parse_cpu_list("", bitmap, 128, &err), -1);
+    int64_t ns;
+    assert_int_equal(agent_parse_duration("10s", &ns, NULL), 0);
+    assert_int_equal(ns, 10 * STRATA_NS_PER_SEC);
+    assert_int_equal(agent_parse_duration("1m30s", &ns, NULL), 0);
+    assert_int_equal(ns, 90 * STRATA_NS_PER_SEC);
+    assert_int_equal(agent_parse_duration("250ms", &ns, NULL), 0);
+    assert_int_equal(ns, 250 * STRATA_NS_PER_MS);
+    assert_int_equal(agent_parse_duration("1.5s", &ns, NULL), 0);
+    assert_int_equal(ns, 1500 * STRATA_NS_PER_MS);
+    assert_int_equal(agent_parse_duration("10", &ns, &err), -1);
+    assert_int_equal(agent_parse_duration("-1s", &ns, &err), -1);
+    assert_int_equal(agent_parse_duration("", &ns, &err), -1);
+    assert_int_equal(agent_parse_duration("5parsecs", &ns, &err), -1);
+}
+
+static const char kallsyms_fixture[] = "ffffffff81000000 T _stext\n"
+                                       "ffffffff81000100 t helper_one\n"
+                                       "ffffffff81000200 T do_syscall_64\n"
+                                       "ffffffff81000300 D some_data\n"
+                                       "ffffffff81000400 W weak_fn\n"
+                                       "0000000000000000 T hidden\n"
+                                       "ffffffffc0000000 t mod_fn\t[some_module]\n"
+                                       "short\n";
+
+static void test_ksyms(void **state) {
+    (void)state;
+    agent_ksyms k;
+    assert_int_equal(agent_ksyms_parse(kallsyms_fixture, strlen(kallsyms_fixture), &k, NULL), 0);
+    assert_int_equal(k.count, 5); /* text symbols with real addresses */
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffff81000105), "helper_one");
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffff81000200), "do_syscall_64");
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffff81000350), "do_syscall_64");
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffff81000401), "weak_fn");
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffffc0000010), "mod_fn");
+    assert_null(agent_ksyms_lookup(&k, 0x1000));
+    assert_null(agent_ksyms_lookup(&k, 0xffffffffc8000000)); /* far past the last symbol */
+    agent_ksyms_free(&k);
+    agent_ksyms empty;
+    assert_int_equal(agent_ksyms_parse("", 0, &empty, NULL), 0);
+    assert_null(agent_ksyms_lookup(&empty, 0xffffffff81000000));
+    agent_ksyms_free(&empty);
+}
+
+/* Symbolizes our own function through /proc/self/maps, exactly as the agent does for others. */
+static void test_elf_symbolizes_self_with_aslr(void **state) {
+    (void)state;
+    agent_proc p;
+    assert_int_equal(agent_proc_read("/proc", getpid(), &p, NULL), 0);
+    assert_true(p.n_mappings > 0);
+    uint64_t addr = (uint64_t)(uintptr_t)&agent_test_known_function + 2;
+    const agent_mapping *m = agent_proc_find_mapping(&p, addr);
+    assert_non_null(m);
+    agent_elf e;
+    assert_int_equal(agent_elf_load("/proc/self/exe", NULL, &e, NULL), 0);
+    assert_int_equal(e.source, AGENT_SYMBOLS_SYMTAB);
+    assert_true(strlen(e.build_id) >= 16);
+    uint64_t vaddr, start;
+    assert_true(agent_elf_offset_to_vaddr(&e, addr - m->start + m->offset, &vaddr));
+    assert_string_equal(agent_elf_lookup(&e, vaddr, &start), "agent_test_known_function");
+    assert_int_equal(vaddr - start, 2);
+    char id[AGENT_BUILD_ID_HEX_MAX + 1];
+    assert_int_equal(agent_elf_read_build_id("/proc/self/exe", id, NULL), 0);
+    assert_string_equal(id, e.build_id);
+    agent_elf_free(&e);
+
+    /* The symcache loads it once and shares it across identities with the same build id. */
+    agent_symcache *c = agent_symcache_new(NULL, NULL);
+    assert_non_null(c);
+    const agent_elf *cached = agent_symcache_get(c, &p, m);
+    assert_non_null(cached);
+    assert_ptr_equal(agent_symcache_get(c, &p, m), cached);
+    agent_symcache_stats st;
+    agent_symcache_stats_get(c, &st);
+    assert_int_equal(st.loads, 1);
+    agent_symcache_end_window(c);
+    agent_symcache_free(c);
+    agent_proc_free(&p);
+
+    strata_error err;
+    assert_int_equal(agent_elf_load("/nonexistent/file", NULL, &e, &err), -1);
+    assert_int_equal(err.code, STRATA_NOT_FOUND);
+    assert_int_equal(agent_elf_load("/proc/self/status", NULL, &e, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+}
+
+typedef struct go_funcs {
+    uint64_t entries[8];
+    char names[8][32];
+    size_t n;
+} go_funcs;
+
+static int collect_go(void *ctx, uint64_t entry, const char *name, size_t len) {
+    go_funcs *g = ctx;
+    if (g->n == 8)
+        return -1;
+    g->entries[g->n] = entry;
+    snprintf(g->names[g->n], sizeof g->names[0], "%.*s", (int)len, name);
+    g->n++;
+    return 0;
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A Go 1.18-layout table with two functions. */
+static size_t make_pclntab_118(uint8_t *t, uint64_t text_start) {
+    memset(t, 0, 256);
+    put32(t, 0xfffffff0u);
+    t[6] = 1;        /* minLC */
+    t[7] = 8;        /* ptrsize */
+    put64(t + 8, 2); /* nfunc */
+    put64(t + 8 + 16, text_start);
+    put64(t + 8 + 24, 120); /* funcnametab */
+    put64(t + 8 + 56, 160); /* pcln (functab) */
+    memcpy(t + 120, "main.main\0main.hot\0", 19);
+    put32(t + 160, 0x100); /* entryoff */
+    put32(t + 164, 32);    /* funcoff */
+    put32(t + 168, 0x200);
+    put32(t + 172, 40);
+    put32(t + 160 + 32, 0x100); /* _func: entryoff, nameoff */
+    put32(t + 160 + 36, 0);
+    put32(t + 160 + 40, 0x200);
+    put32(t + 160 + 44, 10);
+    return 208;
+}
+
+static void test_gopclntab(void **state) {
+    (void)state;
+    uint8_t t[256];
+    size_t len = make_pclntab_118(t, 0x401000);
+    go_funcs g = {0};
+    assert_int_equal(agent_gopclntab_parse(t, len, 0, collect_go, &g, NULL), 0);
+    assert_int_equal(g.n, 2);
+    assert_int_equal(g.entries[0], 0x401100);
+    assert_string_equal(g.names[0], "main.main");
+    assert_int_equal(g.entries[1], 0x401200);
+    assert_string_equal(g.names[1], "main.hot");
+    /* PIE: textStart left to a relocation reads 0; the .text address is used instead. */
+    make_pclntab_118(t, 0);
+    memset(&g, 0, sizeof g);
+    assert_int_equal(agent_gopclntab_parse(t, len, 0x7000, collect_go, &g, NULL), 0);
+    assert_int_equal(g.entries[0], 0x7100);
+    /* Corrupt tables fail cleanly. */
+    strata_error err;
+    make_pclntab_118(t, 0x401000);
+    put32(t + 172, 5000); /* funcoff out of range */
+    assert_int_equal(agent_gopclntab_parse(t, len, 0, collect_go, &g, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    make_pclntab_118(t, 0x401000);
+    memset(t + 120, 'x', 40); /* names lose their terminators */
+    assert_int_equal(agent_gopclntab_parse(t, 160, 0, collect_go, &g, &err), -1);
+    make_pclntab_118(t, 0x401000);
+    put64(t + 8, UINT64_MAX); /* absurd nfunc */
+    assert_int_equal(agent_gopclntab_parse(t, len, 0, collect_go, &g, &err), -1);
+    put32(t, 0x12345678u);
+    assert_int_equal(agent_gopclntab_parse(t, len, 0, collect_go, &g, &err), -1);
+    assert_int_equal(agent_gopclntab_parse(t, 8, 0, collect_go, &g, &err), -1);
+}
+
+static struct agent_sample *make_sample(pid_t pid, uint64_t user_pc, size_t n_kernel) {
+    struct agent_sample *s = calloc(1, sizeof *s);
+    assert_non_null(s);
+    s->pid = (__u32)pid;
+    s->tid = (__u32)pid;
+    strcpy(s->comm, "agent_test");
+    s->ustack[0] = user_pc;
+    s->ustack_bytes = 8;
+    for (size_t i = 0; i < n_kernel; i++)
+        s->kstack[i] = 0xffffffff81000105 + i * 0x100;
+    s->kstack_bytes = (__s32)(n_kernel * 8);
+    return s;
+}
+
+/* Aggregates samples of this process, builds the pprof and decodes it back. */
+static void test_aggregate_and_build_profile(void **state) {
+    (void)state;
+    agent_aggregator a;
+    assert_int_equal(agent_aggregator_init(&a, NULL, 0, NULL), 0);
+    uint64_t pc = (uint64_t)(uintptr_t)&agent_test_known_function + 1;
+    struct agent_sample *user = make_sample(getpid(), pc, 0);
+    struct agent_sample *kern = make_sample(getpid(), pc, 2);
+    struct agent_sample *unknown = make_sample(getpid(), 0x10, 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(agent_aggregator_add(&a, user, NULL), 0);
+    assert_int_equal(agent_aggregator_add(&a, kern, NULL), 0);
+    assert_int_equal(agent_aggregator_add(&a, unknown, NULL), 0);
+    assert_int_equal(a.n_procs, 1);
+    agent_process *p = a.procs[0];
+    assert_int_equal(p->samples, 5);
+    assert_int_equal(p->n_stacks, 3);
+    assert_true(p->have_proc);
+
+    agent_ksyms k;
+    assert_int_equal(agent_ksyms_parse(kallsyms_fixture, strlen(kallsyms_fixture), &k, NULL), 0);
+    agent_symcache *c = agent_symcache_new(NULL, NULL);
+    agent_profile_context ctx = {&k, c, 1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC,
+                                 STRATA_NS_PER_SEC / 19};
+    strata_buffer out = STRATA_BUFFER_INIT;
+    agent_profile_stats st;
+    assert_int_equal(agent_profile_build(&a, p, &ctx, &out, &st, NULL), 0);
+    assert_true(pprof_is_gzip(out.data, out.len));
+    assert_int_equal(st.user_misses, 1); /* 0x10 is in no mapping */
+    assert_int_equal(st.kernel_misses, 0);
+
+    pprof_profile prof;
+    assert_int_equal(pprof_decode(out.data, out.len, NULL, &prof, NULL), 0);
+    assert_int_equal(prof.n_samples, 3);
+    assert_int_equal(prof.period, 52631578);
+    assert_int_equal(prof.duration_nanos, 10 * STRATA_NS_PER_SEC);
+    pprof_string t = pprof_string_at(&prof, prof.period_type.type);
+    assert_memory_equal(t.ptr, "cpu", 3);
+    int64_t total = 0;
+    bool saw_kernel = false, saw_user = false, saw_unknown = false;
+    for (size_t i = 0; i < prof.n_samples; i++) {
+        total += pprof_sample_value(&prof, i, 0);
+        const pprof_sample *s = &prof.samples[i];
+        const pprof_location *leaf =
+            pprof_find_location(&prof, prof.sample_location_ids[s->location_offset]);
+        if (leaf->line_count == 0) {
+            saw_unknown = leaf->address == 0x10 && leaf->mapping_id == 0;
+            continue;
+        }
+        const pprof_function *f =
+            pprof_find_function(&prof, prof.lines[leaf->line_offset].function_id);
+        pprof_string name = pprof_string_at(&prof, f->name);
+        const pprof_mapping *m = pprof_find_mapping(&prof, leaf->mapping_id);
+        pprof_string file = pprof_string_at(&prof, m->filename);
+        if (s->location_count == 3) {
+            saw_kernel = name.len == 10 && memcmp(name.ptr, "helper_one", 10) == 0 &&
+                         file.len == 17 && memcmp(file.ptr, "[kernel.kallsyms]", 17) == 0;
+        } else {
+            saw_user = pprof_sample_value(&prof, i, 0) == 3 &&
+                       name.len == strlen("agent_test_known_function") &&
+                       memcmp(name.ptr, "agent_test_known_function", name.len) == 0 &&
+                       pprof_string_at(&prof, m->build_id).len >= 16 && m->has_functions;
+        }
+    }
+    assert_int_equal(total, 5);
+    assert_true(saw_kernel);
+    assert_true(saw_user);
+    assert_true(saw_unknown);
+    pprof_profile_free(&prof);
+    strata_buffer_free(&out);
+
+    /* The window ends: stacks clear, the process stays one more window, then goes. */
+    agent_aggregator_next_window(&a);
+    assert_int_equal(a.n_procs, 1);
+    assert_int_equal(a.procs[0]->samples, 0);
+    assert_int_equal(a.n_frames, 0);
+    agent_aggregator_next_window(&a);
+    assert_int_equal(a.n_procs, 0);
+
+    free(user);
+    free(kern);
+    free(unknown);
+    agent_symcache_free(c);
+    agent_ksyms_free(&k);
+    agent_aggregator_free(&a);
+}
+
+static void test_frame_limit_is_counted(void **state) {
+    (void)state;
+    agent_aggregator a;
+    assert_int_equal(agent_aggregator_init(&a, NULL, 4, NULL), 0);
+    struct agent_sample *s = make_sample(getpid(), 0x1000, 3);
+    assert_int_equal(agent_aggregator_add(&a, s, NULL), 0); /* 4 frames: fits */
+    s->ustack[0] = 0x2000;
+    assert_int_equal(agent_aggregator_add(&a, s, NULL), 0); /* new stack: over the limit */
+    s->ustack[0] = 0x1000;
+    assert_int_equal(agent_aggregator_add(&a, s, NULL), 0); /* known stack: still counted */
+    assert_int_equal(a.stats.over_limit, 1);
+    assert_int_equal(a.procs[0]->samples, 2);
+    assert_int_equal(a.procs[0]->stacks[0].count, 2);
+    free(s);
+    agent_aggregator_free(&a);
+}
+
+static int drop_agent_test(void *ctx, label_set *labels, bool *drop, strata_error *err) {
+    (void)ctx, (void)err;
+    const char *comm = label_set_get(labels, "comm");
+    *drop = comm != NULL && strcmp(comm, "dropme") == 0;
+    return label_set_set(labels, "team", label_set_get(labels, "__meta_system_node"), err);
+}
+
+static void test_labels(void **state) {
+    (void)state;
+    agent_proc p;
+    memset(&p, 0, sizeof p);
+    p.pid = 42;
+    strcpy(p.comm, "server");
+    p.executable = "/usr/bin/server";
+    p.cgroup = "/docker/" ID64;
+    strcpy(p.container_id, ID64);
+    agent_label_options o = {"node-1", NULL, NULL};
+    label_set ls;
+    bool drop;
+    assert_int_equal(agent_process_labels(&p, 42, "thread", &o, &ls, &drop, NULL), 0);
+    assert_false(drop);
+    strata_buffer text = STRATA_BUFFER_INIT;
+    assert_int_equal(label_set_format(&ls, &text), 0);
+    assert_int_equal(strata_buffer_append_byte(&text, 0), 0);
+    assert_string_equal((char *)text.data,
+                        "{__name__=\"strata_agent\", comm=\"server\", container_id=\"" ID64
+                        "\", executable=\"/usr/bin/server\", node=\"node-1\", pid=\"42\"}");
+    strata_buffer_free(&text);
+    label_set_free(&ls);
+
+    /* A process gone before /proc was read: pid and comm from the sample, no container. */
+    assert_int_equal(agent_process_labels(NULL, 7, "short", &o, &ls, &drop, NULL), 0);
+    assert_string_equal(label_set_get(&ls, "comm"), "short");
+    assert_string_equal(label_set_get(&ls, "executable"), "");
+    assert_null(label_set_get(&ls, "container_id"));
+    label_set_free(&ls);
+
+    /* The relabel hook sees __meta_* labels, can add labels and drop processes. */
+    o.relabel = drop_agent_test;
+    assert_int_equal(agent_process_labels(&p, 42, "x", &o, &ls, &drop, NULL), 0);
+    assert_false(drop);
+    assert_string_equal(label_set_get(&ls, "team"), "node-1");
+    assert_null(label_set_get(&ls, "__meta_process_pid"));
+    label_set_free(&ls);
+    strcpy(p.comm, "dropme");
+    assert_int_equal(agent_process_labels(&p, 42, "x", &o, &ls, &drop, NULL), 0);
+    assert_true(drop);
+    label_set_free(&ls);
+}
+
+static void test_write_raw_and_bounded_queue(void **state) {
+    (void)state;
+    label_set ls = LABEL_SET_INIT;
+    assert_int_equal(label_set_set(&ls, "__name__", "strata_agent", NULL), 0);
+    assert_int_equal(label_set_set(&ls, "pid", "1", NULL), 0);
+    strata_buffer pprof = STRATA_BUFFER_INIT;
+    uint8_t blob[4000];
+    memset(blob, 0xab, sizeof blob);
+    assert_int_equal(strata_buffer_append(&pprof, blob, sizeof blob), 0);
+    agent_series series = {&ls, &pprof};
+    strata_buffer req = STRATA_BUFFER_INIT;
+    assert_int_equal(agent_write_raw_encode(&series, 1, &req, NULL), 0);
+    assert_true(req.len > sizeof blob);
+    assert_non_null(memmem(req.data, req.len, "strata_agent", 12));
+
+    /* Nobody listens on port 1: requests stay queued, and the queue never passes its bound. */
+    agent_pusher_options o = {.address = "127.0.0.1:1",
+                              .max_queue_bytes = 3 * req.len,
+                              .timeout_ns = 200 * STRATA_NS_PER_MS,
+                              .min_backoff_ns = 50 * STRATA_NS_PER_MS,
+                              .max_backoff_ns = 100 * STRATA_NS_PER_MS};
+    agent_pusher *p = agent_pusher_new(&o, NULL);
+    assert_non_null(p);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(agent_pusher_enqueue(p, &series, 1, NULL), 0);
+    agent_pusher_stats st;
+    agent_pusher_stats_get(p, &st);
+    assert_true(st.queue_bytes <= 3 * req.len);
+    assert_true(st.dropped_requests >= 7);
+    assert_int_equal(agent_pusher_flush(p, strata_monotonic_ns() + 300 * STRATA_NS_PER_MS), -1);
+    /* Wait (slowly under valgrind) for a failed attempt to be recorded. */
+    int64_t deadline = strata_monotonic_ns() + 20 * STRATA_NS_PER_SEC;
+    do {
+        usleep(20000);
+        agent_pusher_stats_get(p, &st);
+    } while (st.errors == 0 && strata_monotonic_ns() < deadline);
+    assert_true(st.errors >= 1);
+    assert_int_equal(st.requests, 0);
+    /* Refused, or (slow under valgrind) past the 200 ms deadline: both are retried. */
+    assert_true(strstr(st.last_error, "UNAVAILABLE") != NULL ||
+                strstr(st.last_error, "DEADLINE_EXCEEDED") != NULL);
+    agent_pusher_free(p);
+    strata_buffer_free(&req);
+    strata_buffer_free(&pprof);
+    label_set_free(&ls);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_container_ids),
+        cmocka_unit_test(test_maps_and_stat_parsing),
+        cmocka_unit_test(test_cpu_list_and_durations),
+        cmocka_unit_test(test_ksyms),
+        cmocka_unit_test(test_elf_symbolizes_self_with_aslr),
+        cmocka_unit_test(test_gopclntab),
+        cmocka_unit_test(test_aggregate_and_build_profile),
+        cmocka_unit_test(test_frame_limit_is_counted),
+        cmocka_unit_test(test_labels),
+        cmocka_unit_test(test_write_raw_and_bounded_queue),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
