@@ -128,9 +128,14 @@ ingester:
             f.write(r.pprof)
         total, rows = go_pprof_top(path, self.work)
         self.assertEqual(total, samples * period)
-        self.assertEqual(rows[0][0], "main.fibonacciStep", rows[:5])
+        # The hottest of the program's own functions (on a loaded machine the runtime's
+        # asyncPreempt can out-sample it, in the pushed profile as much as in Strata's).
+        self.assertEqual([n for n, _, _ in rows if n.startswith("main.")][0], "main.fibonacciStep", rows[:5])
         top = self.merge(CPU + '{job="gotarget"}', qpb.QueryRequest.REPORT_TYPE_TOP).top.list
-        self.assertEqual(top[0].meta.function.name, "main.fibonacciStep")
+        self.assertEqual([n.meta.function.name for n in top if n.meta.function.name.startswith("main.")][0],
+                         "main.fibonacciStep")
+        if len(rows) < 2 or rows[0][1] != rows[1][1]:
+            self.assertEqual(top[0].meta.function.name, rows[0][0])
         # Every function's flat and cumulative as pprof computes them from Strata's pprof.
         strata_flat = {}
         strata_cum = {}
@@ -162,7 +167,7 @@ ingester:
         j = qc.http_json(self.base, "/api/v1/query", {"query": CPU, "start": qc.ms(self.start),
                                                       "end": qc.ms(self.end), "report": "top"})
         rows = j["table"]["rows"]
-        self.assertEqual(rows[0]["name"], "main.fibonacciStep")
+        self.assertEqual([r["name"] for r in rows if r["name"].startswith("main.")][0], "main.fibonacciStep")
         flats = [r["flat"] for r in rows]
         self.assertEqual(flats, sorted(flats, reverse=True))
         samples, _, period = self.raw_totals()
