@@ -616,6 +616,12 @@ querier:
         ]
         for req, needle in cases:
             self.assert_code(lambda: self.query(req), IA, needle)
+        for trim in (-1.0, float("nan")):
+            self.assert_code(lambda: self.query(merge_req(CPU_SAMPLES, T0, END, trim=trim)), IA,
+                             "node_trim_threshold")
+        self.assert_code(lambda: self.query(merge_req(CPU_SAMPLES, T0, END,
+                                                      report=qpb.QueryRequest.REPORT_TYPE_FLAMEGRAPH_ARROW)),
+                         grpc.StatusCode.UNIMPLEMENTED, "REPORT_TYPE_FLAMEGRAPH_ARROW")
         self.assert_code(lambda: self.range(CPU_SAMPLES, T0, END, 0), IA, "step")
         self.assert_code(lambda: self.range(CPU_SAMPLES, END, T0, 60 * NS), IA, "before")
         self.assert_code(lambda: self.range(CPU_SAMPLES + "{", T0, END, 60 * NS), IA, "invalid query")
@@ -633,6 +639,11 @@ querier:
             ("/api/v1/query_range", {"query": CPU_SAMPLES, "start": qc.ms(T0), "end": qc.ms(END), "step": "fast"}, "step"),
             ("/api/v1/query_range", {"query": "{", "start": qc.ms(T0), "end": qc.ms(END)}, "invalid query"),
             ("/api/v1/diff", {"query_b": CPU_SAMPLES}, "query_a is required"),
+            ("/api/v1/labels", {"start": "yesterday"}, "start"),
+            ("/api/v1/labels/bad-name/values", {}, "invalid label name"),
+            ("/api/v1/query_range", {"query": CPU_SAMPLES, "start": qc.ms(END), "end": qc.ms(T0)}, "end not before start"),
+            ("/api/v1/query", {"query": CPU_SAMPLES, "start": qc.ms(T0), "end": qc.ms(END),
+                               "node_trim_threshold": "-1"}, "node_trim_threshold"),
         ]
         for path, params, needle in bad:
             status, ctype, body = qc.http(self.base, path, params, tenant="team-a", accept="application/json")
