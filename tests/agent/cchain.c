@@ -2,9 +2,14 @@
  * cchain.c - a CPU burner with a known call chain for the agent's tests:
  * main -> chain_a -> chain_b -> chain_c, where chain_c spins. Built with frame pointers and no
  * inlining. chain_c keeps a volatile local so that GCC gives it a frame; without one, GCC 12
- * omits the leaf's frame and a frame-pointer unwinder loses chain_b.
+ * omits the leaf's frame and a frame-pointer unwinder loses chain_b. Built with
+ * -DCCHAIN_FRAMELESS_LEAF the counter is a global instead, chain_c gets no frame, and the agent
+ * has to recover chain_b itself (agent/leaf.h).
  *
- *   cchain SECONDS [THREADS]
+ *   cchain CPU_SECONDS [THREADS]
+ *
+ * Each thread burns CPU_SECONDS of its own CPU time (not wall time), so the work is the same on a
+ * loaded machine.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -15,20 +20,29 @@ static double seconds;
 
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-__attribute__((noinline)) unsigned long chain_c(double until) {
+#ifdef CCHAIN_FRAMELESS_LEAF
+static volatile unsigned long spins;
+#endif
+
+/* The leaf: calls nothing, so all samples land here with main -> a -> b -> c on the stack. */
+__attribute__((noinline)) unsigned long chain_c(unsigned long n) {
+#ifndef CCHAIN_FRAMELESS_LEAF
     volatile unsigned long spins = 0;
-    while (now() < until)
-        for (int i = 0; i < 100000; i++)
-            spins++;
+#endif
+    for (unsigned long i = 0; i < n; i++)
+        spins++;
     return spins;
 }
 
 __attribute__((noinline)) unsigned long chain_b(double until) {
-    return chain_c(until) + 1;
+    unsigned long r = 0;
+    while (now() < until)
+        r += chain_c(1000000);
+    return r;
 }
 
 __attribute__((noinline)) unsigned long chain_a(double until) {

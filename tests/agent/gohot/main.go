@@ -1,13 +1,25 @@
-// gohot burns CPU in a known Go function, main.hotFunction, called from main.run, for the
-// agent's tests. Built stripped (-ldflags=-s -w) so only .gopclntab can name its frames.
+// gohot burns CPU_SECONDS of CPU time (not wall time) in a known Go function, main.hotFunction,
+// called from main.run, for the agent's tests. Built stripped (-ldflags=-s -w) so only
+// .gopclntab can name its frames.
+//
+//	gohot CPU_SECONDS
 package main
 
 import (
 	"fmt"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 )
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 //go:noinline
 func hotFunction(n uint64) uint64 {
@@ -20,9 +32,9 @@ func hotFunction(n uint64) uint64 {
 
 //go:noinline
 func run(d time.Duration) uint64 {
-	end := time.Now().Add(d)
+	end := cpuTime() + d
 	var acc uint64
-	for time.Now().Before(end) {
+	for cpuTime() < end {
 		acc += hotFunction(acc)
 	}
 	return acc
