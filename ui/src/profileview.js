@@ -1,0 +1,190 @@
+// The profile panel: a toolbar (view, search, colours, zoom, download) over the icicle graph and
+// the table, side by side or alone, for one profile (merge / single) or a diff of two.
+
+import { api, apiUrl } from './api.js';
+import { Icicle, parseFlamebearer, baseName } from './icicle.js';
+import { ProfileTable } from './table.js';
+import { store } from './state.js';
+import { formatValue, escapeHtml } from './format.js';
+
+export const MAX_NODES = 20000;
+
+function readPath() {
+  const p = store.get('cur_path');
+  if (!p) return null;
+  try {
+    const a = JSON.parse(p);
+    return Array.isArray(a) ? a.map(String) : null;
+  } catch { return null; }
+}
+
+export class ProfilePanel {
+  constructor(el, { diff = false } = {}) {
+    this.el = el;
+    this.diff = diff;
+    el.classList.add('panel', 'profile-panel');
+    el.innerHTML = `
+      <div class="panel-toolbar">
+        <div class="pv-title" data-role="title">No profile selected</div>
+        <div class="pv-tools">
+          ${diff ? `<div class="seg" data-role="mode" role="group" aria-label="Diff mode">
+            <button type="button" data-mode="relative">Relative</button><button type="button" data-mode="absolute">Absolute</button></div>` : ''}
+          <div class="seg" data-role="dash" role="group" aria-label="Panels">
+            <button type="button" data-dash="icicle">Icicle</button><button type="button" data-dash="both">Both</button><button type="button" data-dash="table">Table</button></div>
+          <input type="search" class="pv-search" data-role="search" placeholder="Search functions…" aria-label="Search functions">
+          ${diff ? '' : `<select data-role="colorby" aria-label="Colour by" title="Colour the icicle graph by">
+            <option value="binary">Colour: binary</option><option value="package">Colour: package</option></select>`}
+          <button type="button" class="btn" data-role="reset" hidden>Reset zoom</button>
+          <a class="btn" data-role="download" download="profile.pb.gz" href="#" aria-disabled="true">Download pprof</a>
+        </div>
+      </div>
+      <div class="pv-status" data-role="status"></div>
+      <div class="pv-body" data-role="body">
+        <div class="pv-icicle" data-role="icicle"></div>
+        <div class="pv-table" data-role="table"></div>
+      </div>
+      <div class="loading-overlay" data-role="loading" hidden><div class="spinner"></div><span>Loading profile…</span></div>`;
+    this.$ = (r) => el.querySelector(`[data-role="${r}"]`);
+    this.icicle = new Icicle(this.$('icicle'), {
+      onZoom: (path) => store.set({ cur_path: path ? JSON.stringify(path) : null }),
+    });
+    this.table = new ProfileTable(this.$('table'), {
+      onSort: (k, d) => store.set({ sort: `${k}:${d}` }, { push: false }),
+      onPick: (name) => store.set({ search_string: name }, { push: false }),
+    });
+    this.$('dash').addEventListener('click', (e) => {
+      const b = e.target.closest('[data-dash]');
+      if (b) store.set({ dashboard: b.dataset.dash === 'both' ? null : b.dataset.dash });
+    });
+    if (diff) {
+      this.$('mode').addEventListener('click', (e) => {
+        const b = e.target.closest('[data-mode]');
+        if (b) store.set({ absolute: b.dataset.mode === 'absolute' ? 'true' : null });
+      });
+    } else {
+      this.$('colorby').addEventListener('change', (e) => store.set({ color_by: e.target.value === 'binary' ? null : e.target.value }, { push: false }));
+    }
+    let t = null;
+    this.$('search').addEventListener('input', (e) => {
+      clearTimeout(t);
+      t = setTimeout(() => store.set({ search_string: e.target.value }, { push: false }), 120);
+    });
+    this.$('reset').addEventListener('click', () => store.set({ cur_path: null }));
+    this.abort = null;
+    this.key = null;
+    this.applyUi();
+  }
+
+  destroy() {
+    if (this.abort) this.abort.abort();
+    this.icicle.destroy();
+  }
+
+  // Applies URL keys that do not need a fetch.
+  applyUi() {
+    const dash = store.get('dashboard', 'both');
+    this.$('body').dataset.dash = dash;
+    this.$('dash').querySelectorAll('button').forEach((b) => b.classList.toggle('active', b.dataset.dash === dash));
+    if (this.diff) {
+      const abs = store.get('absolute') === 'true';
+      this.$('mode').querySelectorAll('button').forEach((b) => b.classList.toggle('active', (b.dataset.mode === 'absolute') === abs));
+    } else {
+      const cb = store.get('color_by', 'binary');
+      this.$('colorby').value = cb;
+      this.icicle.setColorBy(cb);
+    }
+    const search = store.get('search_string');
+    if (this.$('search').value !== search && document.activeElement !== this.$('search')) this.$('search').value = search;
+    this.icicle.setSearch(search);
+    this.table.setSearch(search);
+    const [k, d] = store.get('sort', 'flat:desc').split(':');
+    this.table.setSort(k, d);
+    const path = readPath();
+    this.$('reset').hidden = !path;
+    if (this.icicle.model) this.icicle.setZoomPath(path);
+    this.updateStatus();
+    if (dash !== 'table' && this.icicle.model) requestAnimationFrame(() => this.icicle.render());
+  }
+
+  updateStatus() {
+    const st = this.$('status');
+    if (!this.data || this.error) return;
+    const s = this.icicle.searchSummary();
+    const d = this.data;
+    const parts = [];
+    parts.push(`Total ${escapeHtml(formatValue(d.total, d.unit))}`);
+    if (d.diff) parts.push(`baseline ${escapeHtml(formatValue(d.total_base, d.unit))}`);
+    parts.push(`${d.profiles} profile${d.profiles === 1 ? '' : 's'}`);
+    if (this.icicle.model) parts.push(`${this.icicle.model.n.toLocaleString()} nodes`);
+    if (d.flamegraph?.trimmed) parts.push(`${escapeHtml(formatValue(d.flamegraph.trimmed, d.unit))} in small nodes not shown`);
+    if (s) parts.push(`<b>${s.count} match${s.count === 1 ? '' : 'es'}</b> for “${escapeHtml(this.icicle.search)}”, ${s.percent} of total`);
+    st.innerHTML = parts.join(' · ');
+    st.className = 'pv-status';
+  }
+
+  // source: {title, params (for /query or /diff), pprofParams} or null (nothing to show).
+  async load(source, { force = false } = {}) {
+    const key = source ? JSON.stringify(source.params) : null;
+    if (!force && key === this.key) { this.$('title').innerHTML = source?.title || this.$('title').innerHTML; return; }
+    this.key = key;
+    if (this.abort) this.abort.abort();
+    this.abort = null;
+    if (!source) {
+      this.$('title').textContent = 'No profile selected';
+      return;
+    }
+    this.$('title').innerHTML = source.title;
+    const dl = this.$('download');
+    dl.href = apiUrl(this.diff ? 'api/v1/diff' : 'api/v1/query', { ...source.params, report: 'pprof', max_nodes: null });
+    dl.removeAttribute('aria-disabled');
+    const ctrl = new AbortController();
+    this.abort = ctrl;
+    this.$('loading').hidden = false;
+    this.el.classList.add('loading');
+    try {
+      const params = { ...source.params, report: 'both', max_nodes: MAX_NODES };
+      const data = this.diff ? await api.diff(params, ctrl.signal) : await api.query(params, ctrl.signal);
+      if (ctrl.signal.aborted) return;
+      this.error = null;
+      this.show(data);
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+      this.showError(e);
+    } finally {
+      if (this.abort === ctrl) {
+        this.$('loading').hidden = true;
+        this.el.classList.remove('loading');
+      }
+    }
+  }
+
+  show(data) {
+    this.data = data;
+    const byName = new Map();
+    for (const r of data.table?.rows || []) if (!byName.has(r.name)) byName.set(r.name, r);
+    const model = parseFlamebearer(data.flamegraph);
+    this.$('body').hidden = false;
+    this.icicle.setProfile(model, {
+      unit: data.unit,
+      binaryOf: (n) => baseName(byName.get(n)?.mapping_file || ''),
+      fileOf: (n) => byName.get(n)?.filename || '',
+    });
+    this.icicle.setZoomPath(readPath());
+    this.table.setData(data.table, { diff: !!data.diff });
+    this.applyUi();
+    window.__strata?.emit?.('profile', { diff: !!data.diff });
+  }
+
+  showError(e) {
+    this.error = e;
+    this.data = null;
+    const st = this.$('status');
+    const notFound = e.status === 404;
+    st.className = `pv-status ${notFound ? 'empty' : 'error-banner'}`;
+    st.innerHTML = notFound
+      ? `No profiles match this selection. Pick another time range, loosen the label matchers, or click a point in the graph.<div class="err-detail">${escapeHtml(e.message)}</div>`
+      : `<b>Could not load the profile.</b> ${escapeHtml(e.message)}`;
+    this.$('body').hidden = true;
+    window.__strata?.emit?.('profile-error', { message: e.message });
+  }
+}
