@@ -110,7 +110,7 @@ export class MetricsGraph {
         { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid } },
         {
           stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, label: d.label,
-          labelSize: 18, size: 72, values: (u, splits) => splits.map((v) => formatValue(v, unit)),
+          labelSize: 20, labelGap: 2, size: 84, values: (u, splits) => splits.map((v) => formatValue(v, unit)),
         },
       ],
       series: [{}, ...d.series.map((s, i) => ({
@@ -118,7 +118,7 @@ export class MetricsGraph {
         stroke: seriesColor(i),
         width: 1.5,
         spanGaps: true,
-        points: { size: 5, width: 1 },
+        points: { size: 6, width: 1.5 },
       }))],
       hooks: {
         setCursor: [(u) => self.onCursor(u)],

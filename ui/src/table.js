@@ -14,13 +14,14 @@ function pct(diff, value) {
 
 function columns(diff) {
   const cols = [
+    { key: 'name', label: 'Name' },
     { key: 'flat', label: 'Flat', num: true },
     { key: 'flat_pct', label: 'Flat (%)', num: true },
   ];
   if (diff) cols.push({ key: 'flat_diff', label: 'Flat Diff', num: true }, { key: 'flat_diff_pct', label: 'Flat Diff (%)', num: true });
   cols.push({ key: 'cumulative', label: 'Cumulative', num: true }, { key: 'cumulative_pct', label: 'Cumulative (%)', num: true });
   if (diff) cols.push({ key: 'cumulative_diff', label: 'Cumulative Diff', num: true }, { key: 'cumulative_diff_pct', label: 'Cumulative Diff (%)', num: true });
-  cols.push({ key: 'name', label: 'Name' }, { key: 'binary', label: 'Binary' }, { key: 'filename', label: 'File' });
+  cols.push({ key: 'binary', label: 'Binary' }, { key: 'filename', label: 'File' });
   return cols;
 }
 
