@@ -30,7 +30,10 @@
  * root: nodes whose weight is not above the (max_nodes+1)-th largest weight are dropped.
  *
  * Not thread-safe: one tree per thread; partial trees are combined with calltree_merge().
- * Limits: fewer than 2^32-1 nodes and frames (adds past that fail with RESOURCE_EXHAUSTED).
+ * Sums are plain int64 additions: callers keep totals within int64 (profile values always are).
+ * The FLAMEGRAPH report inlines Function (and Mapping) in every node's meta besides the tables, so
+ * it costs about 145 bytes per node; use node_trim_threshold for large trees. Limits: fewer than
+ * 2^32-1 nodes and frames (adds past that fail with RESOURCE_EXHAUSTED).
  */
 #ifndef STRATA_CALLTREE_H
 #define STRATA_CALLTREE_H
@@ -182,8 +185,8 @@ typedef struct calltree_report_options {
  * either side: flat = sum of self, cumulative = sum of the totals of the frame's outermost nodes
  * (a frame counts once per stack, even when recursive), diff = cumulative B - cumulative A (same
  * once-per-stack rule; 0 for a plain tree); meta.function and meta.mapping filled as above. Sorted
- * by flat desc, then cumulative desc, then frame order. reported = total = entry count. No
- * trimming.
+ * by flat desc, then cumulative desc, then frame (name, system name, file, mapping, build id).
+ * reported = total = entry count. No trimming.
  *
  * REPORT_TYPE_PPROF: `pprof` = gzipped pprof: sample type and period from opts.pprof, one Function
  * and one Location (ids 1..n, line = start_line) per frame used, one Mapping per distinct (file,
@@ -207,7 +210,7 @@ int calltree_encode_query_response(const calltree *tree,
  * names[0] is "total" (the root); other entries are distinct frame names in first-use order.
  * levels[d] holds the nodes of depth d left to right (level 0 is the root alone). Single format,
  * 4 ints per node: [x delta, total, self, name index], where x delta is the node's x minus the end
- * (x + total) of the previous node in the same level (0 for the first node counts from 0). A node's
+ * (x + total) of the previous node in the same level (the first node of a level: its x). A node's
  * x is its parent's x plus the totals of its preceding siblings, trimmed siblings included, so
  * trimming leaves gaps instead of shifting nodes. Diff ("double") format, 7 ints per node as
  * Pyroscope's FlameGraphDiff: [x delta A, total A, self A, x delta B, total B, self B, name index],
