@@ -430,8 +430,8 @@ static int read_footer(block_reader *r, strata_error *err) {
         tail = r->size;
     if (fetch(r, r->size - tail, tail, 0, err) != 0)
         return -1;
-    uint64_t footer_len;
-    uint32_t crc;
+    uint64_t footer_len = 0;
+    uint32_t crc = 0;
     if (check_trailer(r, r->io.data, r->io.len, &footer_len, &crc, err) != 0)
         return -1;
     const uint8_t *footer;
@@ -531,7 +531,7 @@ static int load_page(block_reader *r, int table, int scol, uint64_t g, const r_d
         return -1;
     if ((uint32_t)crc32_z(0, r->io.data, r->io.len) != pg->crc)
         return data_loss(err, table, scol, g, "checksum mismatch (the stored page is corrupt)");
-    const uint8_t *raw;
+    const uint8_t *raw = NULL;
     if (inflate_page(r, pg, table, scol, g, &raw, err) != 0)
         return -1;
     r_decoded *d = calloc(1, sizeof *d);

@@ -64,6 +64,11 @@ typedef struct w_pair {
     int64_t value;
 } w_pair;
 
+struct stack_cache_entry {
+    uint64_t check; /* second 64 bits of the fingerprint */
+    uint32_t stack;
+};
+
 struct block_writer {
     block_writer_options options;
     char *tenant;
@@ -83,6 +88,12 @@ struct block_writer {
     w_stack *stacks; /* row i holds stack id i + 1 */
     size_t n_stacks, cap_stacks;
     strata_u64_map stack_index;
+    /* whole-stack cache: 128-bit fingerprint of a location sequence -> stack id */
+    strata_u64_map stack_cache; /* first 64 bits -> index into stack_cache_entries */
+    struct stack_cache_entry *stack_cache_entries;
+    size_t n_stack_cache, cap_stack_cache;
+    uint32_t *frame_scratch;
+    size_t cap_frame_scratch;
 
     w_series *series;
     size_t n_series, cap_series;
@@ -475,6 +486,9 @@ void block_writer_free(block_writer *w) {
     free(w->lines);
     free(w->stacks);
     strata_u64_map_free(&w->stack_index);
+    strata_u64_map_free(&w->stack_cache);
+    free(w->stack_cache_entries);
+    free(w->frame_scratch);
     free(w->series);
     strata_u64_map_free(&w->series_index);
     free(w->label_words);
@@ -651,7 +665,47 @@ static int translate_locations(block_writer *w, const pprof_profile *p, strata_e
     return 0;
 }
 
-/* Builds the stack of pprof sample i (locations leaf first) root to leaf. */
+/* Interns a stack given as block location ids, leaf first, through the parent-pointer tree. */
+static int intern_stack_chain(block_writer *w, const uint32_t *locations, size_t n, uint32_t *stack,
+                              strata_error *err) {
+    uint32_t node = 0;
+    for (size_t j = n; j-- > 0;) {
+        if (intern_stack(w, node, locations[j], &node, err) != 0)
+            return -1;
+    }
+    *stack = node;
+    return 0;
+}
+
+/* Finds a whole stack by its 128-bit fingerprint, or interns it and remembers it. Samples repeat
+ * the same stacks profile after profile, so most stacks cost two hashes and one lookup instead of
+ * one lookup per frame. A false match needs a 128-bit collision (probability ~n^2 / 2^129). */
+static int intern_stack_cached(block_writer *w, const uint32_t *locations, size_t n,
+                               uint32_t *stack, strata_error *err) {
+    size_t bytes = n * sizeof *locations;
+    uint64_t key = strata_hash_bytes(locations, bytes, 0x5eed) | 1;
+    uint64_t check = strata_hash_bytes(locations, bytes, 0xc0ffee);
+    const uint64_t *slot = strata_u64_map_get(&w->stack_cache, key);
+    if (slot != NULL) {
+        const struct stack_cache_entry *e = &w->stack_cache_entries[*slot];
+        if (e->check == check) {
+            *stack = e->stack;
+            return 0;
+        }
+        return intern_stack_chain(w, locations, n, stack, err); /* 64-bit collision: no caching */
+    }
+    if (intern_stack_chain(w, locations, n, stack, err) != 0)
+        return -1;
+    ENSURE_OR_OOM(w->stack_cache_entries, w->cap_stack_cache, w->n_stack_cache + 1);
+    if (strata_u64_map_upsert(&w->stack_cache, key, w->n_stack_cache, NULL) == NULL)
+        return strata_error_oom(err);
+    w->stack_cache_entries[w->n_stack_cache].check = check;
+    w->stack_cache_entries[w->n_stack_cache].stack = *stack;
+    w->n_stack_cache++;
+    return 0;
+}
+
+/* Translates pprof sample i's locations (leaf first) to block ids and interns the stack. */
 static int pprof_sample_stack(block_writer *w, const pprof_profile *p, size_t i, uint32_t *stack,
                               strata_error *err) {
     const pprof_sample *s = &p->samples[i];
@@ -659,19 +713,17 @@ static int pprof_sample_stack(block_writer *w, const pprof_profile *p, size_t i,
         s->location_count > p->n_sample_location_ids - s->location_offset)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "pprof sample %zu: locations out of range", i);
+    ENSURE_OR_OOM(w->frame_scratch, w->cap_frame_scratch, (size_t)s->location_count + 1);
     const uint64_t *ids = &p->sample_location_ids[s->location_offset];
-    uint32_t node = 0;
-    for (uint32_t j = s->location_count; j-- > 0;) {
+    for (uint32_t j = 0; j < s->location_count; j++) {
         const pprof_location *l = pprof_find_location(p, ids[j]);
         if (l == NULL)
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "pprof sample %zu: location %llu is not defined", i,
                                     (unsigned long long)ids[j]);
-        if (intern_stack(w, node, w->pprof_location_ids[l - p->locations], &node, err) != 0)
-            return -1;
+        w->frame_scratch[j] = w->pprof_location_ids[l - p->locations];
     }
-    *stack = node;
-    return 0;
+    return intern_stack_cached(w, w->frame_scratch, s->location_count, stack, err);
 }
 
 static int add_pprof_samples(block_writer *w, const pprof_profile *p, size_t type_index,
@@ -685,7 +737,7 @@ static int add_pprof_samples(block_writer *w, const pprof_profile *p, size_t typ
         int64_t value = p->sample_values[at];
         if (value == 0)
             continue;
-        uint32_t stack;
+        uint32_t stack = 0;
         if (pprof_sample_stack(w, p, i, &stack, err) != 0 || push_pair(w, stack, value, err) != 0)
             return -1;
     }
@@ -756,14 +808,15 @@ int block_writer_add_sample(block_writer *w, const block_frame *frames, size_t n
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "block writer: frames is NULL");
     if (value == 0)
         return 0;
-    uint32_t node = 0;
-    for (size_t j = n_frames; j-- > 0;) {
-        uint32_t location;
-        if (intern_frame(w, &frames[j], &location, err) != 0 ||
-            intern_stack(w, node, location, &node, err) != 0)
+    ENSURE_OR_OOM(w->frame_scratch, w->cap_frame_scratch, n_frames + 1);
+    for (size_t j = 0; j < n_frames; j++) {
+        if (intern_frame(w, &frames[j], &w->frame_scratch[j], err) != 0)
             return -1;
     }
-    return push_pair(w, node, value, err);
+    uint32_t stack;
+    if (intern_stack_cached(w, w->frame_scratch, n_frames, &stack, err) != 0)
+        return -1;
+    return push_pair(w, stack, value, err);
 }
 
 int block_writer_end_profile(block_writer *w, strata_error *err) {
@@ -803,6 +856,8 @@ size_t block_writer_memory_bytes(const block_writer *w) {
     bytes += w->cap_locations * sizeof *w->locations + map_bytes(&w->location_index);
     bytes += w->cap_lines * sizeof *w->lines;
     bytes += w->cap_stacks * sizeof *w->stacks + map_bytes(&w->stack_index);
+    bytes += w->cap_stack_cache * sizeof *w->stack_cache_entries + map_bytes(&w->stack_cache);
+    bytes += w->cap_frame_scratch * sizeof *w->frame_scratch;
     bytes += w->cap_series * sizeof *w->series + map_bytes(&w->series_index);
     bytes += w->cap_label_words * sizeof *w->label_words;
     bytes += w->cap_profiles * sizeof *w->profiles;
