@@ -1,0 +1,195 @@
+// Test harness for the browser tests: a real `strata all` serving the UI, the Go pprof target
+// from tests/gotarget pushing real profiles, and headless Chromium driven by playwright-core.
+//
+// Environment:
+//   STRATA_BINARY        the strata binary (default: build/cmd/strata/strata, then build-*/...)
+//   STRATA_UI_DIR        directory strata serves at "/" (default: ui/dist, else ui/)
+//   STRATA_CHROMIUM      Chromium executable (default /usr/bin/chromium)
+//   STRATA_UI_ARTIFACTS  where screenshots go (default ui/test-artifacts)
+//   STRATA_GOTARGET      a prebuilt tests/gotarget binary (default: built with tests/gotarget/build.sh)
+import { spawn, execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync, createWriteStream } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const UI_DIR = resolve(here, '..');
+export const SOURCE_DIR = resolve(UI_DIR, '..');
+export const ARTIFACTS = process.env.STRATA_UI_ARTIFACTS || join(UI_DIR, 'test-artifacts');
+
+export const CPU = 'process_cpu:samples:count:cpu:nanoseconds:delta';
+
+function findBinary() {
+  if (process.env.STRATA_BINARY) return process.env.STRATA_BINARY;
+  const cands = [join(SOURCE_DIR, 'build', 'cmd', 'strata', 'strata')];
+  for (const d of readdirSync(SOURCE_DIR)) if (d.startsWith('build-')) cands.push(join(SOURCE_DIR, d, 'cmd', 'strata', 'strata'));
+  const found = cands.find((c) => existsSync(c));
+  if (!found) throw new Error('no strata binary: build it or set STRATA_BINARY');
+  return found;
+}
+
+function uiDir() {
+  if (process.env.STRATA_UI_DIR) return process.env.STRATA_UI_DIR;
+  return existsSync(join(UI_DIR, 'dist', 'index.html')) ? join(UI_DIR, 'dist') : UI_DIR;
+}
+
+export function freePort() {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.on('error', rej);
+    s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => res(p)); });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export async function waitFor(fn, what, timeoutMs = 30000) {
+  const end = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < end) {
+    try { if (await fn()) return; } catch (e) { last = e; }
+    await sleep(100);
+  }
+  throw new Error(`timed out waiting for ${what}${last ? `: ${last.message}` : ''}`);
+}
+
+async function get(url) {
+  const r = await fetch(url);
+  if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+  return Buffer.from(await r.arrayBuffer());
+}
+
+export class Env {
+  async start() {
+    this.work = mkdtempSync(join(tmpdir(), 'strata-ui-test-'));
+    this.binary = findBinary();
+    this.procs = [];
+    mkdirSync(ARTIFACTS, { recursive: true });
+    // The Go target.
+    let go = process.env.STRATA_GOTARGET;
+    if (!go) {
+      go = join(this.work, 'gotarget');
+      execFileSync(join(SOURCE_DIR, 'tests', 'gotarget', 'build.sh'), [go], { stdio: 'inherit' });
+    }
+    const portFile = join(this.work, 'gotarget.addr');
+    this.spawn('gotarget', go, ['-listen', '127.0.0.1:0', '-port-file', portFile]);
+    await waitFor(() => existsSync(portFile), 'gotarget to listen');
+    this.target = `http://${readFileSync(portFile, 'utf8').trim()}`;
+    // Strata.
+    this.httpPort = await freePort();
+    this.grpcPort = await freePort();
+    const cfg = join(this.work, 'strata.yaml');
+    writeFileSync(cfg, `server:
+  http_listen_address: 127.0.0.1:${this.httpPort}
+  grpc_listen_address: 127.0.0.1:${this.grpcPort}
+  log_level: info
+  ui_directory: ${uiDir()}
+bucket:
+  type: FILESYSTEM
+  config:
+    directory: ${join(this.work, 'data')}
+ingester:
+  flush_interval: 1s
+`);
+    this.spawn('strata', this.binary, ['all', '-config', cfg]);
+    this.base = `http://127.0.0.1:${this.httpPort}/`;
+    await waitFor(async () => (await fetch(`${this.base}ready`)).ok, 'strata to be ready');
+    return this;
+  }
+
+  spawn(name, cmd, args) {
+    const log = createWriteStream(join(this.work, `${name}.log`));
+    const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    p.stdout.pipe(log);
+    p.stderr.pipe(log);
+    this.procs.push(p);
+    return p;
+  }
+
+  async push(file, name, labels) {
+    const args = ['push', file, '--name', name, '--address', `127.0.0.1:${this.grpcPort}`];
+    for (const [k, v] of Object.entries(labels)) args.push('--label', `${k}=${v}`);
+    execFileSync(this.binary, args, { stdio: 'pipe' });
+  }
+
+  async pushFrom(path, name, labels) {
+    const file = join(this.work, `p-${Math.random().toString(36).slice(2)}.pb.gz`);
+    writeFileSync(file, await get(`${this.target}${path}`));
+    await this.push(file, name, labels);
+  }
+
+  // Real profiles: CPU for instances a and b of job gotarget, allocs and goroutines, and CPU of
+  // job demo version 1 (idle HTTP) and version 2 (the /burn handler hammered: it grows).
+  async seed() {
+    for (const inst of ['a', 'b']) {
+      for (let i = 0; i < 2; i++) await this.pushFrom('/debug/pprof/profile?seconds=1', 'process_cpu', { job: 'gotarget', instance: inst });
+      await this.pushFrom('/debug/pprof/allocs', 'memory', { job: 'gotarget', instance: inst });
+      await this.pushFrom('/debug/pprof/goroutine', 'goroutine', { job: 'gotarget', instance: inst });
+    }
+    for (let i = 0; i < 2; i++) await this.pushFrom('/debug/pprof/profile?seconds=1', 'process_cpu', { job: 'demo', version: '1' });
+    let burning = true;
+    const burner = async () => { while (burning) await get(`${this.target}/burn`).catch(() => {}); };
+    const burners = [burner(), burner(), burner()];
+    await sleep(100);
+    for (let i = 0; i < 2; i++) await this.pushFrom('/debug/pprof/profile?seconds=1', 'process_cpu', { job: 'demo', version: '2' });
+    burning = false;
+    await Promise.all(burners);
+    // Wait until the querier sees the last blocks.
+    await waitFor(async () => {
+      const r = await fetch(`${this.base}api/v1/labels/version/values`);
+      const j = await r.json();
+      return (j.label_values || []).includes('2');
+    }, 'the pushed profiles to be queryable');
+  }
+
+  async browser() {
+    const userDir = mkdtempSync(join(this.work, 'chromium-'));
+    this.ctx = await chromium.launchPersistentContext(userDir, {
+      executablePath: process.env.STRATA_CHROMIUM || '/usr/bin/chromium',
+      headless: true,
+      viewport: { width: 1500, height: 1000 },
+      acceptDownloads: true,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+        '--disable-component-update', '--disable-sync'],
+    });
+    this.pageErrors = [];
+    return this.ctx;
+  }
+
+  async newPage() {
+    const page = await this.ctx.newPage();
+    page.on('pageerror', (e) => this.pageErrors.push(e.message));
+    return page;
+  }
+
+  async stop() {
+    if (this.ctx) await this.ctx.close().catch(() => {});
+    for (const p of this.procs) {
+      if (p.exitCode == null) {
+        p.kill('SIGTERM');
+        await new Promise((r) => { const t = setTimeout(() => { p.kill('SIGKILL'); r(); }, 10000); p.on('exit', () => { clearTimeout(t); r(); }); });
+      }
+    }
+    if (!process.env.STRATA_UI_KEEP) rmSync(this.work, { recursive: true, force: true });
+  }
+}
+
+export async function shot(page, name, opts = {}) {
+  const path = join(ARTIFACTS, `${name}.png`);
+  await page.screenshot({ path, fullPage: true, ...opts });
+  return path;
+}
+
+// Waits for the n-th occurrence (1-based, counted from `since`) of a UI event.
+export async function waitEvent(page, type, since = 0, timeout = 30000) {
+  await page.waitForFunction(([t, s]) => window.__strata && window.__strata.events.slice(s).some((e) => e.type === t),
+    [type, since], { timeout });
+  return page.evaluate(([t, s]) => window.__strata.events.slice(s).filter((e) => e.type === t).pop().detail, [type, since]);
+}
+
+export async function eventCount(page) {
+  return page.evaluate(() => (window.__strata ? window.__strata.events.length : 0));
+}
