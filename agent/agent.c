@@ -4,6 +4,7 @@
 #include "agent.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,6 +247,7 @@ static void finish_window(agent *a) {
     metrics_gauge_set(a->m.symcache_bytes, (int64_t)cs.bytes);
     metrics_gauge_set(a->m.processes, (int64_t)a->agg.n_procs);
     log_push_errors(a);
+    (void)malloc_trim(0); /* give the window's temporary memory back to the kernel */
     a->window_start_wall = now_wall;
     a->window_start_mono = now_mono;
 }
@@ -390,8 +392,12 @@ int agent_run(const agent_options *options, volatile sig_atomic_t *stop, strata_
     if (a == NULL)
         return strata_error_oom(err);
     int rc = -1;
+    /* A fixed mmap threshold: large temporary buffers (kallsyms text, symbol tables being built)
+     * are unmapped when freed instead of raising glibc's threshold and staying in the heap. */
+    (void)mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     if (apply_defaults(a, options, err) != 0 || set_up(a, err) != 0)
         goto out;
+    (void)malloc_trim(0); /* loading parsed the kernel's BTF and kallsyms: return the slack */
     a->window_start_wall = strata_now_ns();
     a->window_start_mono = strata_monotonic_ns();
     log_started(a, strata_process_cpu_ns());

@@ -42,7 +42,7 @@ typedef struct agent_options {
     const char *http_address;  /* NULL = no HTTP server */
     const char *debug_dir;     /* NULL = /usr/lib/debug */
     size_t max_queue_bytes;    /* 0 = 16 MiB */
-    size_t symbol_cache_bytes; /* 0 = 16 MiB */
+    size_t symbol_cache_bytes; /* 0 = 6 MiB */
     int64_t run_for_ns;        /* 0 = until stopped */
     agent_relabel_fn relabel;  /* NULL = no relabeling */
     void *relabel_ctx;

@@ -93,7 +93,7 @@ static void usage(FILE *out) {
             "  -http-address HOST:PORT     /metrics and /ready (default :7072; \"\" = off)\n"
             "  -debug-dir DIR              debug files root (default /usr/lib/debug)\n"
             "  -push-queue-bytes N         memory for unpushed profiles (default 16 MiB)\n"
-            "  -symbol-cache-bytes N       memory for symbol tables (default 16 MiB)\n"
+            "  -symbol-cache-bytes N       memory for symbol tables (default 6 MiB)\n"
             "  -duration DURATION          stop after this long (default: run until signalled)\n"
             "  -log-level LEVEL            debug, info, warn or error\n");
 }

@@ -96,50 +96,44 @@ int agent_ksyms_parse(const char *text, size_t len, agent_ksyms *out, strata_err
     return 0;
 }
 
-static int read_all(const char *path, char **data, size_t *len, strata_error *err) {
+/* Drops the growth slack of both arrays: the table lives as long as the agent. */
+static void shrink(agent_ksyms *k) {
+    if (k->names_len == 0)
+        return;
+    char *names = realloc(k->names, k->names_len);
+    if (names != NULL) {
+        k->names = names;
+        k->names_cap = k->names_len;
+    }
+    agent_ksym *syms = realloc(k->syms, k->count * sizeof *syms);
+    if (syms != NULL)
+        k->syms = syms;
+}
+
+/* Streams the file line by line: kallsyms is about 5 MB, which need not be resident at once. */
+int agent_ksyms_load(const char *path, agent_ksyms *out, strata_error *err) {
+    memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "re");
     if (f == NULL)
         return strata_error_set(err, STRATA_FAILED_PRECONDITION, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf != NULL && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *grown = realloc(buf, cap * 2);
-            if (grown == NULL) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = grown;
-            cap *= 2;
-        }
+    size_t cap = 0;
+    char line[512];
+    int rc = 0;
+    while (rc == 0 && fgets(line, sizeof line, f) != NULL) {
+        uint64_t addr;
+        const char *name;
+        size_t name_len;
+        if (parse_line(line, strlen(line), &addr, &name, &name_len))
+            rc = add_sym(out, &cap, addr, name, name_len, err);
     }
     fclose(f);
-    if (buf == NULL)
-        return strata_error_oom(err);
-    *data = buf;
-    *len = n;
-    return 0;
-}
-
-int agent_ksyms_load(const char *path, agent_ksyms *out, strata_error *err) {
-    char *text;
-    size_t len;
-    memset(out, 0, sizeof *out);
-    if (read_all(path, &text, &len, err) != 0)
+    if (rc != 0) {
+        agent_ksyms_free(out);
         return -1;
-    int rc = agent_ksyms_parse(text, len, out, err);
-    free(text);
-    if (rc == 0 && out->names_cap > out->names_len * 2) {
-        char *shrunk = realloc(out->names, out->names_len ? out->names_len : 1);
-        if (shrunk != NULL) {
-            out->names = shrunk;
-            out->names_cap = out->names_len;
-        }
     }
-    return rc;
+    qsort(out->syms, out->count, sizeof *out->syms, cmp_ksym);
+    shrink(out);
+    return 0;
 }
 
 const char *agent_ksyms_lookup(const agent_ksyms *k, uint64_t addr) {

@@ -5,7 +5,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,23 +12,74 @@
 
 #define MAX_MAPPINGS 100000
 
+/* Parses a hex number ending at a delimiter; advances *p past the delimiter. */
+static bool parse_hex(const char **p, char delim, uint64_t *out) {
+    const char *s = *p;
+    uint64_t v = 0;
+    int digits = 0;
+    for (; *s != delim; s++, digits++) {
+        int d = *s >= '0' && *s <= '9'   ? *s - '0'
+                : *s >= 'a' && *s <= 'f' ? *s - 'a' + 10
+                : *s >= 'A' && *s <= 'F' ? *s - 'A' + 10
+                                         : -1;
+        if (d < 0 || digits >= 16)
+            return false;
+        v = v << 4 | (uint64_t)d;
+    }
+    if (digits == 0)
+        return false;
+    *out = v;
+    *p = s + 1;
+    return true;
+}
+
+static bool parse_dec(const char **p, uint64_t *out) {
+    const char *s = *p;
+    uint64_t v = 0;
+    if (*s < '0' || *s > '9')
+        return false;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    *p = s;
+    return true;
+}
+
+/* "start-end perms offset major:minor inode" - a hand parser: maps are read for every new
+ * process, and sscanf was the agent's hottest function on a machine that starts many. */
+static bool parse_maps_fields(const char **p, agent_mapping *out, bool *executable) {
+    uint64_t major, minor;
+    if (!parse_hex(p, '-', &out->start) || !parse_hex(p, ' ', &out->end))
+        return false;
+    const char *perms = *p;
+    if (perms[0] == '\0' || perms[1] == '\0' || perms[2] == '\0' || perms[3] == '\0' ||
+        perms[4] != ' ')
+        return false;
+    *executable = perms[2] == 'x';
+    *p = perms + 5;
+    if (!parse_hex(p, ' ', &out->offset) || !parse_hex(p, ':', &major) ||
+        !parse_hex(p, ' ', &minor) || !parse_dec(p, &out->inode))
+        return false;
+    out->dev_major = (uint32_t)major;
+    out->dev_minor = (uint32_t)minor;
+    return out->end >= out->start && (**p == ' ' || **p == '\n' || **p == '\0');
+}
+
 int agent_parse_maps_line(const char *line, agent_mapping *out, bool *executable,
                           strata_error *err) {
     memset(out, 0, sizeof *out);
-    char perms[5] = {0};
-    int path_at = 0;
-    int n = sscanf(line, "%" SCNx64 "-%" SCNx64 " %4s %" SCNx64 " %x:%x %" SCNu64 " %n",
-                   &out->start, &out->end, perms, &out->offset, &out->dev_major, &out->dev_minor,
-                   &out->inode, &path_at);
-    if (n != 7 || path_at == 0 || out->end < out->start || strlen(perms) != 4)
+    const char *p = line;
+    if (!parse_maps_fields(&p, out, executable))
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "malformed maps line \"%.80s\"",
                                 line);
-    *executable = perms[2] == 'x';
-    const char *path = line + path_at;
-    size_t len = strcspn(path, "\n");
+    p += strspn(p, " ");
+    size_t len = strcspn(p, "\n");
     if (len == 0)
         return 0;
-    out->path = strndup(path, len);
+    out->path = strndup(p, len);
     if (out->path == NULL)
         return strata_error_oom(err);
     return 0;
@@ -218,6 +268,9 @@ static int read_maps(const char *proc_root, pid_t pid, agent_mapping **out, size
     while (rc == 0 && n < MAX_MAPPINGS && fgets(line, sizeof line, f) != NULL) {
         agent_mapping m;
         bool exec;
+        const char *perms = strchr(line, ' ');
+        if (perms == NULL || strlen(perms) < 4 || perms[3] != 'x')
+            continue; /* only executable mappings matter; skip the rest unparsed */
         if (agent_parse_maps_line(line, &m, &exec, NULL) != 0)
             continue;
         if (!exec) {

@@ -11,7 +11,7 @@
 
 #include "common/hash.h"
 
-#define DEFAULT_MAX_BYTES ((size_t)16 << 20)
+#define DEFAULT_MAX_BYTES ((size_t)6 << 20)
 #define DEFAULT_MAX_ENTRIES 20000
 #define DEFAULT_RETRY_WINDOWS 6
 
