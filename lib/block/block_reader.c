@@ -103,6 +103,7 @@ static int data_loss(strata_error *err, int table, int column, uint64_t page, co
 void block_reader_options_default(block_reader_options *options) {
     options->tail_guess = 64u * 1024u;
     options->cache_bytes = 256u << 20;
+    options->verify_checksums = true;
 }
 
 int block_memory_fetch(void *ctx, uint64_t offset, uint64_t length, strata_buffer *out,
@@ -442,7 +443,7 @@ static int read_footer(block_reader *r, strata_error *err) {
             return -1;
         footer = r->io.data;
     }
-    if ((uint32_t)crc32_z(0, footer, (size_t)footer_len) != crc)
+    if (r->options.verify_checksums && (uint32_t)crc32_z(0, footer, (size_t)footer_len) != crc)
         return strata_error_set(err, STRATA_DATA_LOSS,
                                 "block: footer checksum mismatch (the object is corrupt)");
     return parse_footer(r, footer, (size_t)footer_len, err);
@@ -529,7 +530,7 @@ static int load_page(block_reader *r, int table, int scol, uint64_t g, const r_d
     const r_page *pg = &t->pages[cell];
     if (fetch(r, pg->offset, pg->stored_len, table, err) != 0)
         return -1;
-    if ((uint32_t)crc32_z(0, r->io.data, r->io.len) != pg->crc)
+    if (r->options.verify_checksums && (uint32_t)crc32_z(0, r->io.data, r->io.len) != pg->crc)
         return data_loss(err, table, scol, g, "checksum mismatch (the stored page is corrupt)");
     const uint8_t *raw = NULL;
     if (inflate_page(r, pg, table, scol, g, &raw, err) != 0)

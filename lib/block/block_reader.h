@@ -42,8 +42,10 @@ typedef int (*block_fetch_fn)(void *ctx, uint64_t offset, uint64_t length, strat
                               strata_error *err);
 
 typedef struct block_reader_options {
-    size_t tail_guess;  /* bytes fetched from the end at open; default 64 KiB */
-    size_t cache_bytes; /* budget for decoded profile and sample pages; default 256 MiB */
+    size_t tail_guess;     /* bytes fetched from the end at open; default 64 KiB */
+    size_t cache_bytes;    /* budget for decoded profile and sample pages; default 256 MiB */
+    bool verify_checksums; /* default true; false only to salvage damaged blocks, and for fuzzing
+                              the decoders behind the checksums */
 } block_reader_options;
 
 void block_reader_options_default(block_reader_options *options);
