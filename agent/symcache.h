@@ -33,7 +33,7 @@ typedef struct agent_symcache agent_symcache;
 typedef struct agent_symcache_options {
     const char *proc_root;  /* NULL = "/proc" */
     const char *debug_dir;  /* NULL = "/usr/lib/debug" */
-    size_t max_bytes;       /* 0 = 16 MiB */
+    size_t max_bytes;       /* 0 = 6 MiB */
     size_t max_entries;     /* 0 = 20,000 */
     unsigned retry_windows; /* 0 = 6 */
 } agent_symcache_options;
