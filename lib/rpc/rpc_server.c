@@ -55,10 +55,10 @@ struct rpc_server {
     size_t n_methods;
     int port;
     bool started;
-    atomic_bool draining; /* shutting down: new calls are answered UNAVAILABLE */
     atomic_uint_fast64_t unimplemented;
 
-    pthread_mutex_t lock;  /* guards live and handled */
+    pthread_mutex_t lock;  /* guards draining, live and handled */
+    bool draining;         /* shutting down: new calls are answered UNAVAILABLE */
     pthread_cond_t change; /* signalled when live or handled drops to 0 */
     size_t live;           /* rpc_call structs allocated (posted slots and calls) */
     size_t handled;        /* calls given to handlers and not yet over */
@@ -97,18 +97,25 @@ static const char unknown_peer[] = "unknown";
  * Call state
  */
 
-static void count_call(rpc_server *s, bool add, bool handled) {
+/* Counts a call struct allocated (+1) or freed (-1, together with its handled count). */
+static void count_call(rpc_server *s, int delta, bool was_handled) {
     pthread_mutex_lock(&s->lock);
-    if (add) {
-        s->live += handled ? 0 : 1;
-        s->handled += handled ? 1 : 0;
-    } else {
-        s->live -= 1;
-        s->handled -= handled ? 1 : 0;
-    }
+    s->live = delta > 0 ? s->live + 1 : s->live - 1;
+    if (was_handled)
+        s->handled--;
     if (s->live == 0 || s->handled == 0)
         pthread_cond_broadcast(&s->change);
     pthread_mutex_unlock(&s->lock);
+}
+
+/* Decides whether a new call goes to its handler: yes unless the server is draining. */
+static bool admit_call(rpc_server *s) {
+    pthread_mutex_lock(&s->lock);
+    bool admitted = !s->draining;
+    if (admitted)
+        s->handled++;
+    pthread_mutex_unlock(&s->lock);
+    return admitted;
 }
 
 static rpc_call *call_new(rpc_worker *w) {
@@ -126,7 +133,7 @@ static rpc_call *call_new(rpc_worker *w) {
     atomic_init(&c->cancelled, false);
     atomic_init(&c->finished, false);
     atomic_init(&c->refs, 0);
-    count_call(w->server, true, false);
+    count_call(w->server, +1, false);
     return c;
 }
 
@@ -163,7 +170,7 @@ static void call_free(rpc_call *c) {
     gpr_free(c->peer);
     bool handled = c->handled;
     free(c);
-    count_call(s, false, handled);
+    count_call(s, -1, handled);
 }
 
 static void call_release(rpc_call *c) {
@@ -354,11 +361,7 @@ static void on_accepted(rpc_call *c, bool ok) {
         atomic_fetch_add(&c->method->counters->started, 1);
         atomic_fetch_add(&c->method->counters->in_flight, 1);
     }
-    bool draining = atomic_load(&w->server->draining);
-    if (c->method != NULL && !draining) {
-        c->handled = true;
-        count_call(w->server, true, true);
-    }
+    c->handled = c->method != NULL && admit_call(w->server);
     atomic_store(&c->refs, 2); /* the close watch, and the request/handler/finish path */
     if (start_close_watch(c) != 0) {
         c->close_cancelled = 1;
@@ -368,7 +371,7 @@ static void on_accepted(rpc_call *c, bool ok) {
     }
     if (c->method == NULL)
         answer_unimplemented(c);
-    else if (draining)
+    else if (!c->handled)
         answer_now(c, STRATA_UNAVAILABLE, "server is shutting down");
     else
         start_receive(c);
@@ -498,7 +501,6 @@ rpc_server *rpc_server_new(const rpc_server_options *o, strata_error *err) {
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->change, &attr);
     pthread_condattr_destroy(&attr);
-    atomic_init(&s->draining, false);
     atomic_init(&s->unimplemented, 0);
     grpc_init();
     grpc_arg args[2];
@@ -593,8 +595,8 @@ int rpc_server_start(rpc_server *s, strata_error *err) {
 static bool drain_handled_calls(rpc_server *s, int64_t deadline_ns) {
     struct timespec until = {.tv_sec = deadline_ns / STRATA_NS_PER_SEC,
                              .tv_nsec = deadline_ns % STRATA_NS_PER_SEC};
-    atomic_store(&s->draining, true);
     pthread_mutex_lock(&s->lock);
+    s->draining = true;
     int rc = 0;
     while (s->handled > 0 && rc == 0)
         rc = pthread_cond_timedwait(&s->change, &s->lock, &until);

@@ -93,6 +93,13 @@ static rpc_method_stats wait_in_flight(rpc_server *s, const char *path, uint64_t
     return st;
 }
 
+/* Waits (up to 10 s) until the delayer has held `n` calls at once. */
+static void wait_delayer_peak(test_delayer *d, size_t n) {
+    for (int i = 0; i < 5000 && test_delayer_peak(d) < n; i++)
+        usleep(2000);
+    assert_int_equal(test_delayer_peak(d), n);
+}
+
 static void test_echo_several_services(void **state) {
     env *e = *state;
     strata_buffer resp = STRATA_BUFFER_INIT;
@@ -358,14 +365,14 @@ static void test_many_calls_in_flight(void **state) {
     pthread_t threads[N];
     client_job *jobs = make_jobs(e, N, 1, "/test.Async/Gate", 0);
     start_jobs(threads, jobs, N);
-    /* All N calls are held by the server at once, then released together. */
+    /* All N calls are held by the handler at once, then released together. */
+    wait_delayer_peak(&e->delayer, N);
     rpc_method_stats st = wait_in_flight(e->server, "/test.Async/Gate", N);
     assert_int_equal(st.started, N);
     test_delayer_open_gate(&e->delayer);
     join_jobs(threads, N);
     for (int i = 0; i < N; i++)
         assert_int_equal(jobs[i].failures, 0);
-    assert_int_equal(test_delayer_peak(&e->delayer), N);
     st = wait_in_flight(e->server, "/test.Async/Gate", 0);
     assert_int_equal(st.started, N);
     assert_int_equal(st.finished[STRATA_OK], N);
@@ -435,7 +442,7 @@ static void test_shutdown_lets_calls_finish(void **state) {
     pthread_t threads[N], shutdown_thread;
     client_job *jobs = make_jobs(e, N, 1, "/test.Async/Gate", 0);
     start_jobs(threads, jobs, N);
-    wait_in_flight(e->server, "/test.Async/Gate", N);
+    wait_delayer_peak(&e->delayer, N);
     shutdown_job sj = {.server = e->server, .grace_ns = 10 * SECOND};
     e->server = NULL;
     assert_int_equal(pthread_create(&shutdown_thread, NULL, shutdown_main, &sj), 0);
@@ -461,7 +468,7 @@ static void test_shutdown_cancels_after_grace(void **state) {
     pthread_t threads[N];
     client_job *jobs = make_jobs(e, N, 1, "/test.Async/WaitCancel", 0);
     start_jobs(threads, jobs, N);
-    wait_in_flight(e->server, "/test.Async/WaitCancel", N);
+    wait_delayer_peak(&e->delayer, N);
     int64_t start = strata_monotonic_ns();
     rpc_server_shutdown(e->server, 200 * STRATA_NS_PER_MS);
     e->server = NULL;
