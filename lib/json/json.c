@@ -303,7 +303,7 @@ static int parse_string(parser *p, const char **out, size_t *out_len) {
     size_t n = 0;
     p->pos++;
     while (p->pos < end) {
-        size_t k;
+        size_t k = 0;
         int rc = p->text[p->pos] == '\\' ? decode_escape(p, buf + n, &k)
                                          : copy_string_char(p, end, buf + n, &k);
         if (rc != 0)
@@ -359,7 +359,7 @@ static int scan_number(parser *p, size_t *end_out) {
 }
 
 static int parse_number(parser *p, json_value *out) {
-    size_t end;
+    size_t end = 0;
     if (scan_number(p, &end) != 0)
         return -1;
     size_t n = end - p->pos;

@@ -229,7 +229,7 @@ static inline int read_len(reader *r, reader *sub, strata_error *err) {
 static int skip_field(reader *r, uint32_t wire, strata_error *err) {
     const uint8_t *start = r->p;
     uint64_t ignored;
-    reader sub;
+    reader sub = {0};
     switch (wire) {
         case WIRE_VARINT:
             if (!read_varint(r, &ignored))
@@ -482,7 +482,7 @@ static int append_sample_values(decoder *d, reader *r, uint32_t wire) {
 
 static int append_sample_label(decoder *d, reader *r, uint32_t wire, size_t index) {
     pprof_profile *p = d->p;
-    reader sub;
+    reader sub = {0};
     if (read_message_field(r, wire, "label", &sub, d->err) != 0 ||
         reserve_sample_labels(d, p->n_sample_labels + 1) != 0)
         return -1;
@@ -621,7 +621,7 @@ static int decode_line(reader *r, pprof_line *line, strata_error *err) {
 
 static int append_location_line(decoder *d, reader *r, uint32_t wire, size_t index) {
     pprof_profile *p = d->p;
-    reader sub;
+    reader sub = {0};
     if (read_message_field(r, wire, "line", &sub, d->err) != 0 ||
         reserve_lines(d, p->n_lines + 1) != 0)
         return -1;
@@ -712,7 +712,7 @@ static int add_sample_type(decoder *d, reader *r, uint32_t wire) {
         return strata_error_set(d->err, STRATA_RESOURCE_EXHAUSTED,
                                 "profile has more than %zu sample types",
                                 d->limits->max_sample_types);
-    reader sub;
+    reader sub = {0};
     if (read_message_field(r, wire, "sample_type", &sub, d->err) != 0 ||
         reserve_sample_types(d, p->n_sample_types + 1) != 0)
         return -1;
@@ -729,7 +729,7 @@ static int add_sample(decoder *d, reader *r, uint32_t wire) {
     if (p->n_samples == d->limits->max_samples)
         return strata_error_set(d->err, STRATA_RESOURCE_EXHAUSTED,
                                 "profile has more than %zu samples", d->limits->max_samples);
-    reader sub;
+    reader sub = {0};
     if (read_message_field(r, wire, "sample", &sub, d->err) != 0)
         return -1;
     if (decode_sample(d, &sub) != 0)
@@ -739,7 +739,7 @@ static int add_sample(decoder *d, reader *r, uint32_t wire) {
 
 static int add_mapping(decoder *d, reader *r, uint32_t wire) {
     pprof_profile *p = d->p;
-    reader sub;
+    reader sub = {0};
     if (read_message_field(r, wire, "mapping", &sub, d->err) != 0 ||
         reserve_mappings(d, p->n_mappings + 1) != 0)
         return -1;
@@ -750,7 +750,7 @@ static int add_mapping(decoder *d, reader *r, uint32_t wire) {
 }
 
 static int add_location(decoder *d, reader *r, uint32_t wire) {
-    reader sub;
+    reader sub = {0};
     if (read_message_field(r, wire, "location", &sub, d->err) != 0)
         return -1;
     if (decode_location(d, &sub) != 0)
@@ -760,7 +760,7 @@ static int add_location(decoder *d, reader *r, uint32_t wire) {
 
 static int add_function(decoder *d, reader *r, uint32_t wire) {
     pprof_profile *p = d->p;
-    reader sub;
+    reader sub = {0};
     if (read_message_field(r, wire, "function", &sub, d->err) != 0 ||
         reserve_functions(d, p->n_functions + 1) != 0)
         return -1;
@@ -772,7 +772,7 @@ static int add_function(decoder *d, reader *r, uint32_t wire) {
 
 static int add_string(decoder *d, reader *r, uint32_t wire) {
     pprof_profile *p = d->p;
-    reader sub;
+    reader sub = {0};
     if (read_message_field(r, wire, "string_table", &sub, d->err) != 0)
         return -1;
     size_t len = (size_t)(sub.end - sub.p);
@@ -804,7 +804,7 @@ static int add_comments(decoder *d, reader *r, uint32_t wire) {
 }
 
 static int set_period_type(decoder *d, reader *r, uint32_t wire) {
-    reader sub;
+    reader sub = {0};
     if (read_message_field(r, wire, "period_type", &sub, d->err) != 0)
         return -1;
     if (decode_value_type(&sub, &d->p->period_type, d->err) != 0)

@@ -670,6 +670,10 @@ int query_range(query_engine *e, const char *tenant, const selector *sel, int64_
         query_range_free(series, count);
         return -1;
     }
+    if (count == 0) {
+        query_range_free(series, count);
+        return strata_error_set(err, STRATA_NOT_FOUND, "no profiles match the query in that range");
+    }
     qsort(series, count, sizeof *series, compare_series);
     *out = series;
     *n = count;

@@ -70,7 +70,8 @@ typedef struct range_series {
     char *period_unit;
 } range_series;
 
-/* The metrics graph: sel must name a profile type. step_ns > 0. */
+/* The metrics graph: sel must name a profile type. step_ns > 0. NOT_FOUND when nothing matched
+ * (as Parca). */
 int query_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
                 int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
                 range_series **out, size_t *n, strata_error *err);

@@ -73,12 +73,27 @@ static void send_json(http_response *resp, strata_buffer *body) {
     strata_buffer_append(out, body->data, body->len);
 }
 
+/* Every API error is JSON {"code": "INVALID_ARGUMENT", "message": "..."} with the HTTP status that
+ * matches the gRPC code (400, 404, 429, 500, 501, 503...). */
 static void send_error(querier *q, http_response *resp, const http_request *req, const char *op,
                        int64_t start, strata_error *err) {
+    (void)req;
     if (err->code == STRATA_OK)
         err->code = STRATA_UNKNOWN;
     querier_observe(q, op, err->code, start);
-    http_response_strata_error(resp, req, err);
+    strata_buffer *body = http_response_body(resp);
+    strata_buffer_reset(body);
+    json_writer w;
+    json_writer_init(&w, body);
+    json_begin_object(&w);
+    json_key(&w, "code");
+    json_string(&w, strata_status_name(err->code));
+    json_key(&w, "message");
+    json_string(&w, err->message);
+    json_end_object(&w);
+    json_writer_finish(&w);
+    http_response_set_status(resp, http_status_from_strata(err->code));
+    http_response_set_content_type(resp, "application/json");
 }
 
 /* ---- profile types, labels, values -------------------------------------------------------- */
@@ -207,13 +222,17 @@ static void http_labels(void *ctx, const http_request *req, http_response *resp)
     const char *slash = strchr(p, '/');
     char name[256];
     if (slash == NULL || strcmp(slash, "/values") != 0 || (size_t)(slash - p) >= sizeof name) {
-        http_response_error(resp, req, 404, "want /api/v1/labels or /api/v1/labels/NAME/values");
+        strata_error err;
+        strata_error_set(&err, STRATA_NOT_FOUND, "want /api/v1/labels or /api/v1/labels/NAME/values");
+        send_error(q, resp, req, "values", strata_monotonic_ns(), &err);
         return;
     }
     memcpy(name, p, (size_t)(slash - p));
     name[slash - p] = '\0';
     if (!label_name_is_valid(name, strlen(name))) {
-        http_response_error(resp, req, 400, "invalid label name");
+        strata_error err;
+        strata_error_set(&err, STRATA_INVALID_ARGUMENT, "\"%s\" is not a valid label name", name);
+        send_error(q, resp, req, "values", strata_monotonic_ns(), &err);
         return;
     }
     answer_labels(q, req, resp, name);
