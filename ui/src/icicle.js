@@ -78,39 +78,45 @@ export function parseFlamebearer(fb) {
     totalA: double ? new Float64Array(n) : null,
     selfA: double ? new Float64Array(n) : null,
   };
+  const { levelStart, x, total, self, name, parent, xA, totalA, selfA } = m;
   let k = 0;
   for (let d = 0; d < L; d++) {
     const lv = f.levels[d];
-    m.levelStart[d] = k;
+    const len = lv.length;
+    levelStart[d] = k;
     let endA = 0, endB = 0;
-    for (let j = 0; j < lv.length; j += stride, k++) {
-      if (double) {
+    if (double) {
+      for (let j = 0; j < len; j += 7, k++) {
         const xa = endA + lv[j], ta = lv[j + 1];
         const xb = endB + lv[j + 3], tb = lv[j + 4];
-        m.xA[k] = xa; m.totalA[k] = ta; m.selfA[k] = lv[j + 2];
-        m.x[k] = xb; m.total[k] = tb; m.self[k] = lv[j + 5]; m.name[k] = lv[j + 6];
+        xA[k] = xa; totalA[k] = ta; selfA[k] = lv[j + 2];
+        x[k] = xb; total[k] = tb; self[k] = lv[j + 5]; name[k] = lv[j + 6];
         endA = xa + ta; endB = xb + tb;
-      } else {
-        const x = endB + lv[j], t = lv[j + 1];
-        m.x[k] = x; m.total[k] = t; m.self[k] = lv[j + 2]; m.name[k] = lv[j + 3];
-        endB = x + t;
+      }
+    } else {
+      for (let j = 0; j < len; j += 4, k++) {
+        const xb = endB + lv[j], t = lv[j + 1];
+        x[k] = xb; total[k] = t; self[k] = lv[j + 2]; name[k] = lv[j + 3];
+        endB = xb + t;
       }
     }
   }
-  m.levelStart[L] = k;
+  levelStart[L] = k;
   // Parents: both levels are ordered by x, so one forward scan per level (per side for diffs,
   // since a node present only in A has no width in B).
-  m.parent.fill(-1);
+  parent.fill(-1);
   for (let d = 1; d < L; d++) {
-    const ps = m.levelStart[d - 1], pe = m.levelStart[d];
+    const ps = levelStart[d - 1], pe = levelStart[d], ce = levelStart[d + 1];
     let pB = ps, pA = ps;
-    for (let c = m.levelStart[d]; c < m.levelStart[d + 1]; c++) {
-      if (m.total[c] > 0) {
-        while (pB < pe && !(m.x[c] < m.x[pB] + m.total[pB] && m.x[c] >= m.x[pB])) pB++;
-        if (pB < pe) m.parent[c] = pB; else pB = ps;
-      } else if (double && m.totalA[c] > 0) {
-        while (pA < pe && !(m.xA[c] < m.xA[pA] + m.totalA[pA] && m.xA[c] >= m.xA[pA])) pA++;
-        if (pA < pe) m.parent[c] = pA; else pA = ps;
+    for (let c = pe; c < ce; c++) {
+      const xc = x[c];
+      if (total[c] > 0) {
+        while (pB < pe && !(xc < x[pB] + total[pB] && xc >= x[pB])) pB++;
+        if (pB < pe) parent[c] = pB; else pB = ps;
+      } else if (double && totalA[c] > 0) {
+        const xac = xA[c];
+        while (pA < pe && !(xac < xA[pA] + totalA[pA] && xac >= xA[pA])) pA++;
+        if (pA < pe) parent[c] = pA; else pA = ps;
       }
     }
   }

@@ -20,6 +20,15 @@ function cssVar(name) {
 
 // Aligns series on one x array (seconds) for uPlot; gaps are null.
 export function alignSeries(series) {
+  // Fast path: every series has the same timestamps (delta types bucketed by step).
+  const first = series[0]?.samples || [];
+  if (series.every((s) => s.samples.length === first.length &&
+      s.samples.every((p, i) => p.timestamp === first[i].timestamp))) {
+    return {
+      xs: first.map((p) => p.timestamp / 1000),
+      ys: series.map((s) => s.samples.map((p) => p.value_per_second)),
+    };
+  }
   let n = 0;
   for (const s of series) n += s.samples.length;
   const all = new Float64Array(n);

@@ -169,6 +169,27 @@ describe('profiles view', () => {
     await p2.close();
   });
 
+  it('zooms the time range by dragging over the graph', async () => {
+    const over = page.locator('.metrics .u-over');
+    const b = await over.boundingBox();
+    const n0 = await eventCount(page);
+    await page.mouse.move(b.x + b.width * 0.5, b.y + b.height / 2);
+    await page.mouse.down();
+    await page.mouse.move(b.x + b.width * 0.7, b.y + b.height / 2, { steps: 5 });
+    await page.mouse.move(b.x + b.width * 0.98, b.y + b.height / 2, { steps: 5 });
+    await page.mouse.up();
+    await waitEvent(page, 'series', n0);
+    const u = new URL(page.url()).searchParams;
+    assert.match(u.get('from_a'), /^\d+$/, 'absolute start');
+    assert.match(u.get('to_a'), /^\d+$/, 'absolute end');
+    assert.ok(Number(u.get('to_a')) > Number(u.get('from_a')));
+    assert.equal(await page.inputValue('[data-role="range"]'), 'absolute');
+    assert.equal(u.get('selection_a'), null, 'a new range clears the selection');
+    await page.goBack();
+    await page.waitForFunction(() => new URL(location.href).searchParams.get('from_a') === 'now-15m');
+    await page.waitForFunction(() => new URL(location.href).searchParams.get('selection_a'));
+  });
+
   it('downloads the selected profile as pprof', async () => {
     const [dl] = await Promise.all([page.waitForEvent('download'), page.click('[data-role="download"]')]);
     const path = await dl.path();
