@@ -21,6 +21,8 @@ const config_field querier_config_fields[] = {
      .offset = offsetof(querier_config, max_query_bytes), .default_text = "1GiB"},
     {.key = "parallelism", .kind = CONFIG_INT64, .offset = offsetof(querier_config, parallelism),
      .default_text = "0"},
+    {.key = "query_threads", .kind = CONFIG_INT64, .offset = offsetof(querier_config, query_threads),
+     .default_text = "4"},
     {.key = "max_open_blocks", .kind = CONFIG_UINT64,
      .offset = offsetof(querier_config, max_open_blocks), .default_text = "128"},
     {.key = NULL},
@@ -86,7 +88,10 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
     if (config->parallelism > 0)
         eopts.parallelism = (int)config->parallelism;
     if (block_index_new(&iopts, store, &q->index, err) != 0 ||
-        query_engine_new(&eopts, q->index, &q->engine, err) != 0 || create_metrics(q, err) != 0 ||
+        query_engine_new(&eopts, q->index, &q->engine, err) != 0 ||
+        query_pool_new(config->query_threads > 0 ? (size_t)config->query_threads : 4, 1024,
+                       &q->pool, err) != 0 ||
+        create_metrics(q, err) != 0 ||
         metrics_registry_add_collector(registry, collect_index_stats, q, err) != 0) {
         querier_free(q);
         return -1;
@@ -117,6 +122,7 @@ void querier_free(querier *q) {
         return;
     if (q->index != NULL)
         metrics_registry_remove_collector(q->registry, collect_index_stats, q);
+    query_pool_free(q->pool); /* finishes queued queries before the engine goes */
     query_engine_free(q->engine);
     block_index_free(q->index);
     free(q);

@@ -30,6 +30,7 @@ typedef struct querier_config {
     int64_t sync_interval_ns;
     uint64_t max_query_bytes;
     int64_t parallelism;
+    int64_t query_threads;
     uint64_t max_open_blocks;
 } querier_config;
 

@@ -6,12 +6,14 @@
 
 #include "block_index.h"
 #include "querier.h"
+#include "query_pool.h"
 
 struct querier {
     querier_config config;
     metrics_registry *registry;
     block_index *index;
     query_engine *engine;
+    query_pool *pool; /* runs gRPC queries off the completion-queue threads */
     bool started;
     metrics_counter_vec *queries;
     metrics_histogram_vec *durations;

@@ -10,6 +10,7 @@
 #include "labels/labels.h"
 #include "parca/query/v1alpha1/query.pb-c.h"
 #include "querier_internal.h"
+#include "query_pool.h"
 
 typedef Google__Protobuf__Timestamp timestamp_pb;
 typedef Parca__Query__V1alpha1__QueryRequest query_request_pb;
@@ -424,7 +425,8 @@ static int request_selections(const query_request_pb *r, profile_selection *a, p
     }
 }
 
-static void handle_query(rpc_call *call, const uint8_t *req, size_t len, void *arg) {
+static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *out,
+                        strata_error *errp, void *arg) {
     querier *q = arg;
     int64_t start = strata_monotonic_ns();
     strata_error err;
@@ -457,13 +459,71 @@ out:
         parca__query__v1alpha1__query_request__free_unpacked(r, NULL);
     query_tree_result_free(&tr);
     querier_observe(q, "query", rc == 0 ? STRATA_OK : err.code, start);
-    if (rc == 0)
-        rpc_call_finish_buffer(call, STRATA_OK, NULL, &resp);
-    else
-        rpc_call_finish(call, err.code == STRATA_OK ? STRATA_UNKNOWN : err.code, err.message, NULL,
-                        0);
+    if (rc == 0) {
+        *out = resp; /* hand the bytes over without copying */
+        return 0;
+    }
     strata_buffer_free(&resp);
+    *errp = err;
+    return -1;
 }
+
+static int handle_has_profile_data(rpc_call *call, const uint8_t *req, size_t len,
+                                   strata_buffer *resp, strata_error *err, void *arg);
+
+/* ---- running handlers on the query pool --------------------------------------------------- */
+
+typedef struct offloaded_call {
+    querier *q;
+    rpc_call *call;
+    const uint8_t *req; /* valid until the call is finished */
+    size_t len;
+    rpc_sync_handler fn;
+} offloaded_call;
+
+static void run_offloaded(void *arg) {
+    offloaded_call *oc = arg;
+    strata_buffer resp = STRATA_BUFFER_INIT;
+    strata_error err;
+    strata_error_clear(&err);
+    if (rpc_call_is_cancelled(oc->call)) {
+        rpc_call_finish(oc->call, STRATA_CANCELLED, "cancelled before it ran", NULL, 0);
+    } else if (oc->fn(oc->call, oc->req, oc->len, &resp, &err, oc->q) == 0) {
+        rpc_call_finish_buffer(oc->call, STRATA_OK, NULL, &resp);
+    } else {
+        rpc_call_finish(oc->call, err.code == STRATA_OK ? STRATA_UNKNOWN : err.code, err.message,
+                        NULL, 0);
+    }
+    strata_buffer_free(&resp);
+    free(oc);
+}
+
+#define OFFLOAD(name, fn)                                                                          \
+    static void name(rpc_call *call, const uint8_t *req, size_t len, void *arg) {                  \
+        offload(arg, call, req, len, fn);                                                          \
+    }
+
+static void offload(querier *q, rpc_call *call, const uint8_t *req, size_t len,
+                    rpc_sync_handler fn) {
+    strata_error err;
+    offloaded_call *oc = malloc(sizeof *oc);
+    if (oc == NULL) {
+        rpc_call_finish(call, STRATA_RESOURCE_EXHAUSTED, "out of memory", NULL, 0);
+        return;
+    }
+    *oc = (offloaded_call){q, call, req, len, fn};
+    if (query_pool_submit(q->pool, run_offloaded, oc, &err) != 0) {
+        free(oc);
+        rpc_call_finish(call, err.code, err.message, NULL, 0);
+    }
+}
+
+OFFLOAD(async_profile_types, handle_profile_types)
+OFFLOAD(async_labels, handle_labels)
+OFFLOAD(async_values, handle_values)
+OFFLOAD(async_query_range, handle_query_range)
+OFFLOAD(async_query, handle_query)
+OFFLOAD(async_has_profile_data, handle_has_profile_data)
 
 /* ---- small ones --------------------------------------------------------------------------- */
 
@@ -498,19 +558,21 @@ static int handle_unimplemented(rpc_call *call, const uint8_t *req, size_t len,
 int querier_register_grpc(querier *q, rpc_server *server, strata_error *err) {
     static const struct {
         const char *method;
-        rpc_sync_handler fn;
-    } sync_methods[] = {
-        {QUERIER_SERVICE "ProfileTypes", handle_profile_types},
-        {QUERIER_SERVICE "Labels", handle_labels},
-        {QUERIER_SERVICE "Values", handle_values},
-        {QUERIER_SERVICE "QueryRange", handle_query_range},
-        {QUERIER_SERVICE "HasProfileData", handle_has_profile_data},
-        {QUERIER_SERVICE "Series", handle_unimplemented},
-        {QUERIER_SERVICE "ShareProfile", handle_unimplemented},
+        rpc_handler fn;
+    } methods[] = {
+        {QUERIER_SERVICE "ProfileTypes", async_profile_types},
+        {QUERIER_SERVICE "Labels", async_labels},
+        {QUERIER_SERVICE "Values", async_values},
+        {QUERIER_SERVICE "QueryRange", async_query_range},
+        {QUERIER_SERVICE "Query", async_query},
+        {QUERIER_SERVICE "HasProfileData", async_has_profile_data},
     };
-    for (size_t i = 0; i < sizeof sync_methods / sizeof sync_methods[0]; i++)
-        if (rpc_server_add_sync_method(server, sync_methods[i].method, sync_methods[i].fn, q, err) !=
-            0)
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
+        if (rpc_server_add_method(server, methods[i].method, methods[i].fn, q, err) != 0)
             return -1;
-    return rpc_server_add_method(server, QUERIER_SERVICE "Query", handle_query, q, err);
+    if (rpc_server_add_sync_method(server, QUERIER_SERVICE "Series", handle_unimplemented, q,
+                                   err) != 0)
+        return -1;
+    return rpc_server_add_sync_method(server, QUERIER_SERVICE "ShareProfile", handle_unimplemented,
+                                      q, err);
 }

@@ -1,0 +1,101 @@
+/*
+ * query_pool.c - see query_pool.h. A ring buffer of tasks under one mutex and condition variable.
+ */
+#include "query_pool.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+typedef struct task {
+    query_task_fn fn;
+    void *arg;
+} task;
+
+struct query_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t ready;
+    task *ring;
+    size_t cap, head, count;
+    bool stopping;
+    pthread_t *threads;
+    size_t n_threads;
+};
+
+static void *pool_main(void *arg) {
+    query_pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->count == 0 && !p->stopping)
+            pthread_cond_wait(&p->ready, &p->mu);
+        if (p->count == 0)
+            break;
+        task t = p->ring[p->head];
+        p->head = (p->head + 1) % p->cap;
+        p->count--;
+        pthread_mutex_unlock(&p->mu);
+        t.fn(t.arg);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+int query_pool_new(size_t threads, size_t max_queued, query_pool **out, strata_error *err) {
+    query_pool *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return strata_error_oom(err);
+    p->cap = max_queued > 0 ? max_queued : 1;
+    p->ring = calloc(p->cap, sizeof *p->ring);
+    p->threads = calloc(threads > 0 ? threads : 1, sizeof *p->threads);
+    if (p->ring == NULL || p->threads == NULL) {
+        free(p->ring);
+        free(p->threads);
+        free(p);
+        return strata_error_oom(err);
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->ready, NULL);
+    for (size_t i = 0; i < (threads > 0 ? threads : 1); i++) {
+        if (pthread_create(&p->threads[i], NULL, pool_main, p) != 0) {
+            query_pool_free(p);
+            return strata_error_set(err, STRATA_INTERNAL, "cannot start query threads");
+        }
+        p->n_threads++;
+    }
+    *out = p;
+    return 0;
+}
+
+int query_pool_submit(query_pool *p, query_task_fn fn, void *arg, strata_error *err) {
+    pthread_mutex_lock(&p->mu);
+    int rc = 0;
+    if (p->stopping)
+        rc = strata_error_set(err, STRATA_UNAVAILABLE, "querier is shutting down");
+    else if (p->count == p->cap)
+        rc = strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
+                              "too many queries waiting (%zu); retry later", p->cap);
+    if (rc == 0) {
+        p->ring[(p->head + p->count) % p->cap] = (task){fn, arg};
+        p->count++;
+        pthread_cond_signal(&p->ready);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+void query_pool_free(query_pool *p) {
+    if (p == NULL)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stopping = true;
+    pthread_cond_broadcast(&p->ready);
+    pthread_mutex_unlock(&p->mu);
+    for (size_t i = 0; i < p->n_threads; i++)
+        pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->ready);
+    free(p->ring);
+    free(p->threads);
+    free(p);
+}
