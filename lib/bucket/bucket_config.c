@@ -7,6 +7,7 @@
  * "not supported in this build yet" rather than "unknown type".
  */
 #include "bucket/bucket_backend.h"
+#include "bucket/bucket_remote.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -79,8 +80,8 @@ typedef struct backend_entry {
 
 static const backend_entry backends[] = {
     {"FILESYSTEM", &bucket_filesystem_ops, open_filesystem},
-    {"S3", NULL, NULL},
-    {"AZURE", NULL, NULL},
+    {"S3", &bucket_s3_ops, bucket_s3_open_config},
+    {"AZURE", &bucket_azure_ops, bucket_azure_open_config},
     {"GCS", NULL, NULL},
     {"SWIFT", NULL, NULL},
     {"COS", NULL, NULL},
@@ -100,7 +101,7 @@ static int find_backend(const config_node *type_node, const char *type, const ba
         if (backends[i].ops == NULL) {
             config_node_error(err, type_node,
                               "bucket type \"%s\" is not supported in this build yet "
-                              "(supported: FILESYSTEM)",
+                              "(supported: FILESYSTEM, S3, AZURE)",
                               backends[i].type);
             if (err != NULL)
                 err->code = STRATA_UNIMPLEMENTED;

@@ -289,12 +289,12 @@ static void test_config_errors(void **state) {
                       STRATA_INVALID_ARGUMENT,
                       "bucket.yaml:4:1: unknown key \"region\" (expected one of: type, config, "
                       "prefix)");
-    expect_yaml_error("type: s3\nconfig:\n  bucket: b\n", STRATA_UNIMPLEMENTED,
-                      "bucket.yaml:1:7: type: bucket type \"S3\" is not supported in this build "
-                      "yet (supported: FILESYSTEM)");
-    expect_yaml_error("type: AZURE\n", STRATA_UNIMPLEMENTED,
-                      "bucket.yaml:1:7: type: bucket type \"AZURE\" is not supported in this "
-                      "build yet (supported: FILESYSTEM)");
+    expect_yaml_error("type: gcs\nconfig:\n  bucket: b\n", STRATA_UNIMPLEMENTED,
+                      "bucket.yaml:1:7: type: bucket type \"GCS\" is not supported in this "
+                      "build yet (supported: FILESYSTEM, S3, AZURE)");
+    expect_yaml_error("type: SWIFT\n", STRATA_UNIMPLEMENTED,
+                      "bucket.yaml:1:7: type: bucket type \"SWIFT\" is not supported in this "
+                      "build yet (supported: FILESYSTEM, S3, AZURE)");
     expect_yaml_error("type: FTP\n", STRATA_INVALID_ARGUMENT,
                       "bucket.yaml:1:7: type: unknown bucket type \"FTP\" (expected one of: "
                       "FILESYSTEM, S3, AZURE, GCS, SWIFT, COS, ALIYUNOSS, BOS, OCI, OBS)");
