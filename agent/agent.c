@@ -380,11 +380,12 @@ static void log_stopped(agent *a) {
     agent_pusher_stats ps;
     agent_pusher_stats_get(a->pusher, &ps);
     strata_log_info(COMPONENT, "agent stopped",
-                    "samples=%llu ring_full=%llu pushes=%llu push_errors=%llu dropped=%llu "
-                    "cpu_ms=%.1f",
+                    "samples=%llu ring_full=%llu self=%llu pushes=%llu push_errors=%llu "
+                    "dropped=%llu cpu_ms=%.1f",
                     (unsigned long long)c.samples, (unsigned long long)c.ring_full,
-                    (unsigned long long)ps.requests, (unsigned long long)ps.errors,
-                    (unsigned long long)ps.dropped_requests, (double)strata_process_cpu_ns() / 1e6);
+                    (unsigned long long)c.skipped_self, (unsigned long long)ps.requests,
+                    (unsigned long long)ps.errors, (unsigned long long)ps.dropped_requests,
+                    (double)strata_process_cpu_ns() / 1e6);
 }
 
 int agent_run(const agent_options *options, volatile sig_atomic_t *stop, strata_error *err) {
