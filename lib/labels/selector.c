@@ -147,7 +147,7 @@ static int parse_escape(parser *p, strata_buffer *out) {
     size_t escape_pos = p->pos++;
     char c = p->text[p->pos];
     const char *simple = strchr(simple_from, c);
-    uint32_t v;
+    uint32_t v = 0;
     if (c != '\0' && simple != NULL) {
         p->pos++;
         char byte = simple_to[simple - simple_from];

@@ -402,7 +402,7 @@ read_varint_run(reader run, uint64_t *dst, size_t *count, uint64_t *range, strat
 
 static int decode_value_type(reader *r, pprof_value_type *vt, strata_error *err) {
     while (r->p < r->end) {
-        uint32_t field, wire;
+        uint32_t field = 0, wire = 0;
         if (read_tag(r, &field, &wire, err) != 0)
             return -1;
         int rc;
@@ -425,7 +425,7 @@ static int decode_value_type(reader *r, pprof_value_type *vt, strata_error *err)
 static int decode_label(reader *r, pprof_label *label, strata_error *err) {
     memset(label, 0, sizeof *label);
     while (r->p < r->end) {
-        uint32_t field, wire;
+        uint32_t field = 0, wire = 0;
         if (read_tag(r, &field, &wire, err) != 0)
             return -1;
         int rc;
@@ -513,7 +513,7 @@ static int decode_sample(decoder *d, reader *r) {
         .label_offset = (uint32_t)p->n_sample_labels,
     };
     while (r->p < r->end) {
-        uint32_t field, wire;
+        uint32_t field = 0, wire = 0;
         if (read_tag(r, &field, &wire, d->err) != 0)
             return -1;
         int rc;
@@ -549,7 +549,7 @@ static int decode_sample(decoder *d, reader *r) {
 static int decode_mapping(reader *r, pprof_mapping *m, strata_error *err) {
     memset(m, 0, sizeof *m);
     while (r->p < r->end) {
-        uint32_t field, wire;
+        uint32_t field = 0, wire = 0;
         if (read_tag(r, &field, &wire, err) != 0)
             return -1;
         int rc;
@@ -596,7 +596,7 @@ static int decode_mapping(reader *r, pprof_mapping *m, strata_error *err) {
 static int decode_line(reader *r, pprof_line *line, strata_error *err) {
     memset(line, 0, sizeof *line);
     while (r->p < r->end) {
-        uint32_t field, wire;
+        uint32_t field = 0, wire = 0;
         if (read_tag(r, &field, &wire, err) != 0)
             return -1;
         int rc;
@@ -639,7 +639,7 @@ static int decode_location(decoder *d, reader *r) {
     memset(&loc, 0, sizeof loc);
     loc.line_offset = (uint32_t)p->n_lines;
     while (r->p < r->end) {
-        uint32_t field, wire;
+        uint32_t field = 0, wire = 0;
         if (read_tag(r, &field, &wire, d->err) != 0)
             return -1;
         int rc;
@@ -675,7 +675,7 @@ static int decode_location(decoder *d, reader *r) {
 static int decode_function(reader *r, pprof_function *f, strata_error *err) {
     memset(f, 0, sizeof *f);
     while (r->p < r->end) {
-        uint32_t field, wire;
+        uint32_t field = 0, wire = 0;
         if (read_tag(r, &field, &wire, err) != 0)
             return -1;
         int rc;
@@ -859,7 +859,7 @@ static int presize_arrays(decoder *d, reader r) {
     size_t counts[PROFILE_DEFAULT_SAMPLE_TYPE + 1] = {0};
     size_t sample_bytes = 0, location_bytes = 0;
     while (r.p < r.end) {
-        uint32_t field, wire;
+        uint32_t field = 0, wire = 0;
         reader sub = {NULL, NULL, NULL};
         if (read_tag(&r, &field, &wire, NULL) != 0)
             break;
@@ -899,7 +899,7 @@ static int presize_arrays(decoder *d, reader r) {
 
 static int decode_profile(decoder *d, reader *r) {
     while (r->p < r->end) {
-        uint32_t field, wire;
+        uint32_t field = 0, wire = 0;
         if (read_tag(r, &field, &wire, d->err) != 0 || decode_profile_field(d, r, field, wire) != 0)
             return -1;
     }
