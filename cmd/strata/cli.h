@@ -14,5 +14,6 @@ int cli_run_services(const char *mode, int argc, char **argv); /* all, ingester 
 int cli_push(int argc, char **argv);
 int cli_query(int argc, char **argv);
 int cli_block(int argc, char **argv);
+int cli_bucket(int argc, char **argv);
 
 #endif

@@ -11,6 +11,9 @@
 #include <string.h>
 
 #include "cli.h"
+#ifdef STRATA_WITH_AGENT
+#include "agent_cli.h"
+#endif
 
 #ifndef STRATA_VERSION
 #define STRATA_VERSION "dev"
@@ -31,6 +34,10 @@ static void usage(FILE *out) {
             "  all -config FILE [-check-config]       run every service in one process\n"
             "  ingester -config FILE [-check-config]  run the ingester (WriteRaw, Agents)\n"
             "  querier -config FILE [-check-config]   run the querier (QueryService, JSON API)\n"
+#ifdef STRATA_WITH_AGENT
+            "  agent -remote-store HOST:PORT [...]    profile every process on this node with\n"
+            "                                          eBPF and push (root; see docs/agent.md)\n"
+#endif
             "\n"
             "tools:\n"
             "  push FILE... --name NAME [--label K=V]... [--address HOST:PORT] [--tenant T]\n"
@@ -40,6 +47,8 @@ static void usage(FILE *out) {
             "                                          `strata query` for the flags)\n"
             "  block dump PATH [--top N]               print a block (a directory holding\n"
             "                                          meta.json and profiles.strata)\n"
+            "  bucket ls|verify|rm-block -config FILE  list, check or delete the blocks in the\n"
+            "                                          bucket (see `strata bucket`)\n"
             "  version                                 print the version\n");
 }
 
@@ -51,12 +60,18 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (strcmp(cmd, "all") == 0 || strcmp(cmd, "ingester") == 0 || strcmp(cmd, "querier") == 0)
         return cli_run_services(cmd, argc - 2, argv + 2);
+#ifdef STRATA_WITH_AGENT
+    if (strcmp(cmd, "agent") == 0)
+        return agent_cli_main(argc - 1, argv + 1);
+#endif
     if (strcmp(cmd, "push") == 0)
         return cli_push(argc - 2, argv + 2);
     if (strcmp(cmd, "query") == 0)
         return cli_query(argc - 2, argv + 2);
     if (strcmp(cmd, "block") == 0)
         return cli_block(argc - 2, argv + 2);
+    if (strcmp(cmd, "bucket") == 0)
+        return cli_bucket(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || cli_flag_is(cmd, "version")) {
         printf("strata %s\n", STRATA_VERSION);
         return 0;
