@@ -12,12 +12,14 @@ BUILD_PACKAGES=(
   protobuf-compiler-grpc
   libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libnng-dev libzstd-dev libyaml-dev zlib1g-dev
   libelf-dev libdw-dev libbpf-dev bpftool clang llvm
+  nodejs
 )
 TEST_PACKAGES=(
   libcmocka-dev valgrind libclang-rt-14-dev
   golang-go golang-github-google-pprof-dev
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-yaml
-  curl procps iproute2 clang-format
+  curl procps iproute2 clang-format binutils util-linux
+  chromium
 )
 
 want=("${BUILD_PACKAGES[@]}")

@@ -14,6 +14,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 echo "== install dependencies"
 scripts/install-deps.sh --test
 
+echo "== web UI (npm ci, build)"
+(cd ui && npm ci --no-audit --no-fund && npm run build)
+
 echo "== release build"
 cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-ci -j "$jobs"
