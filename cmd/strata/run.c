@@ -124,7 +124,8 @@ static int runtime_start(runtime *rt, strata_error *err) {
     if ((rt->grpc = rpc_server_new(&ropts, err)) == NULL)
         return -1;
     if (rt->ing != NULL &&
-        (ingester_register(rt->ing, rt->grpc, err) != 0 || ingester_start(rt->ing, err) != 0))
+        (ingester_register(rt->ing, rt->grpc, err) != 0 ||
+         ingester_register_http(rt->ing, rt->http, err) != 0 || ingester_start(rt->ing, err) != 0))
         return -1;
     if (rt->qr != NULL &&
         (querier_register_grpc(rt->qr, rt->grpc, err) != 0 ||

@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
+#include "json/json.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
 
 typedef struct agent_entry {
@@ -171,4 +173,44 @@ int agent_registry_encode_response(agent_registry *r, int64_t now_ns, strata_buf
     int rc = encode_entries(r, out, err);
     pthread_mutex_unlock(&r->mu);
     return rc;
+}
+
+static void format_rfc3339(int64_t ns, char *out, size_t len) {
+    time_t secs = (time_t)(ns / STRATA_NS_PER_SEC);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    snprintf(out, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+             (int)(ns % STRATA_NS_PER_SEC / STRATA_NS_PER_MS));
+}
+
+int agent_registry_encode_json(agent_registry *r, int64_t now_ns, strata_buffer *out,
+                               strata_error *err) {
+    json_writer w;
+    json_writer_init(&w, out);
+    pthread_mutex_lock(&r->mu);
+    drop_idle(r, now_ns);
+    qsort(r->entries, r->count, sizeof *r->entries, compare_entries);
+    json_begin_object(&w);
+    json_key(&w, "agents");
+    json_begin_array(&w);
+    for (size_t i = 0; i < r->count; i++) {
+        const agent_entry *e = &r->entries[i];
+        char when[40];
+        format_rfc3339(e->last_push_ns, when, sizeof when);
+        json_begin_object(&w);
+        json_key(&w, "id");
+        json_string(&w, e->id);
+        json_key(&w, "last_push");
+        json_string(&w, when);
+        json_key(&w, "last_push_duration");
+        json_double(&w, (double)e->last_push_duration_ns / 1e9);
+        json_key(&w, "last_error");
+        json_string(&w, e->last_error);
+        json_end_object(&w);
+    }
+    json_end_array(&w);
+    json_end_object(&w);
+    pthread_mutex_unlock(&r->mu);
+    return json_writer_finish(&w) == 0 ? 0 : strata_error_oom(err);
 }

@@ -25,4 +25,9 @@ int agent_registry_record(agent_registry *r, const char *node, const char *peer,
 int agent_registry_encode_response(agent_registry *r, int64_t now_ns, strata_buffer *out,
                                    strata_error *err);
 
+/* Writes {"agents":[{"id","last_push" (RFC 3339),"last_push_duration" (seconds),"last_error"}]}
+ * of the live entries, sorted by id (the web UI's agents table). */
+int agent_registry_encode_json(agent_registry *r, int64_t now_ns, strata_buffer *out,
+                               strata_error *err);
+
 #endif

@@ -220,6 +220,26 @@ static int handle_agents(rpc_call *call, const uint8_t *request, size_t request_
     return agent_registry_encode_response(ing->agents, strata_now_ns(), response, err);
 }
 
+static void http_agents(void *ctx, const http_request *req, http_response *resp) {
+    ingester *ing = ctx;
+    strata_error err;
+    strata_buffer body = STRATA_BUFFER_INIT;
+    if (agent_registry_encode_json(ing->agents, strata_now_ns(), &body, &err) != 0) {
+        http_response_strata_error(resp, req, &err);
+    } else {
+        http_response_set_status(resp, 200);
+        http_response_set_content_type(resp, "application/json");
+        if (strata_buffer_append(http_response_body(resp), body.data, body.len) != 0)
+            http_response_error(resp, req, 500, "out of memory");
+    }
+    strata_buffer_free(&body);
+}
+
+int ingester_register_http(ingester *ing, http_server *server, strata_error *err) {
+    return http_server_route(server, "GET", "/api/v1/agents", HTTP_MATCH_EXACT, http_agents, ing,
+                             err);
+}
+
 static int create_metrics(ingester *ing, strata_error *err) {
     metrics_registry *r = ing->registry;
     metrics_opts o = {.name = "strata_ingester_write_requests_total",

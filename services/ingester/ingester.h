@@ -18,6 +18,7 @@
 #include "bucket/bucket.h"
 #include "common/error.h"
 #include "config/config.h"
+#include "http/http.h"
 #include "metrics/metrics.h"
 #include "rpc/rpc.h"
 
@@ -53,6 +54,8 @@ void ingester_set_block_listener(ingester *ing, void (*fn)(void *ctx, const char
 
 /* Registers WriteRaw and Agents on server (before it starts). */
 int ingester_register(ingester *ing, rpc_server *server, strata_error *err);
+/* Serves GET /api/v1/agents (JSON) on server (before it starts). */
+int ingester_register_http(ingester *ing, http_server *server, strata_error *err);
 int ingester_start(ingester *ing, strata_error *err);
 /* True once started and not stopping; reason says why not. */
 bool ingester_ready(const ingester *ing, const char **reason);

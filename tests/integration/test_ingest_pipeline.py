@@ -131,6 +131,14 @@ ingester:
         ids = [a.id for a in agents]
         self.assertTrue(any(i.startswith("node-a ") for i in ids), ids)
         self.assertTrue(all(a.last_error == "" for a in agents if a.id.startswith("node-a ")))
+        # The same list as JSON for the web UI.
+        status, body = lib.http_get(f"http://127.0.0.1:{self.http_port}/api/v1/agents")
+        self.assertEqual(status, 200)
+        listed = json.loads(body)["agents"]
+        node_a = [a for a in listed if a["id"].startswith("node-a ")]
+        self.assertEqual(len(node_a), 1)
+        self.assertEqual(node_a[0]["last_error"], "")
+        self.assertRegex(node_a[0]["last_push"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
     def test_bad_profiles_fail_alone(self):
         good = write_request([({"__name__": "process_cpu", "job": "concurrent"}, [self.cpu])])
