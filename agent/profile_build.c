@@ -92,7 +92,7 @@ static int user_mapping(builder *b, const agent_mapping *am, const agent_elf *el
 }
 
 static int function_for(builder *b, const char *name, uint64_t *id) {
-    int64_t name_id;
+    int64_t name_id = 0;
     if (intern(b, name, &name_id) != 0)
         return -1;
     uint64_t *known = strata_u64_map_get(&b->function_ids, (uint64_t)name_id + 1);
@@ -149,8 +149,8 @@ static int add_location(builder *b, uint64_t addr, bool kernel, bool leaf, uint6
     uint64_t *known = strata_u64_map_get(&b->location_ids, key);
     if (known != NULL)
         return (*id = *known), 0;
-    uint64_t mapping_id, function_id = 0;
-    const char *name;
+    uint64_t mapping_id = 0, function_id = 0;
+    const char *name = NULL;
     if (symbolize(b, addr, kernel, leaf, &mapping_id, &name) != 0 ||
         (name != NULL && function_for(b, name, &function_id) != 0))
         return -1;
@@ -203,7 +203,7 @@ static int add_samples(builder *b, const agent_aggregator *a) {
         for (size_t f = 0; f < n; f++) {
             bool kernel = f < s->n_kernel;
             bool leaf = f == 0 || (!kernel && f == s->n_kernel); /* the user pc is a leaf too */
-            uint64_t id;
+            uint64_t id = 0;
             if (add_location(b, frames[f], kernel, leaf, &id) != 0)
                 return -1;
             pr->sample_location_ids[pr->n_sample_location_ids++] = id;

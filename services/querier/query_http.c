@@ -458,7 +458,7 @@ static void answer_tree(querier *q, const http_request *req, http_response *resp
     strata_error err;
     strata_error_clear(&err);
     profile_selection a, b;
-    report_kind kind;
+    report_kind kind = REPORT_FLAMEGRAPH;
     query_tree_result tr;
     memset(&tr, 0, sizeof tr);
     double trim = 0;
