@@ -80,7 +80,7 @@ admin socket = $STATE/run/\$name.asok
 keyring = $STATE/keyring
 osd data = $STATE/osd/\$cluster-\$id
 mon data = $STATE/mon/\$cluster-\$id
-rgw frontends = beast endpoint=127.0.0.1:$rgw_port
+rgw frontends = beast endpoint=127.0.0.1:$rgw_port tcp_nodelay=1
 rgw dns name = 127.0.0.1
 rgw enable usage log = false
 rgw thread pool size = 64
