@@ -20,6 +20,8 @@ TEST_PACKAGES=(
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-yaml
   curl procps iproute2 clang-format binutils util-linux
   chromium
+  # storage tests: a throwaway Ceph cluster with radosgw (S3) and Azurite from npm (AZURE)
+  ceph-mon ceph-osd ceph-common radosgw npm
 )
 
 want=("${BUILD_PACKAGES[@]}")
