@@ -196,7 +196,7 @@ int agent_registry_encode_json(agent_registry *r, int64_t now_ns, strata_buffer 
     json_begin_array(&w);
     for (size_t i = 0; i < r->count; i++) {
         const agent_entry *e = &r->entries[i];
-        char when[40];
+        char when[80];
         format_rfc3339(e->last_push_ns, when, sizeof when);
         json_begin_object(&w);
         json_key(&w, "id");
