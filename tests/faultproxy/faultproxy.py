@@ -76,6 +76,8 @@ class Rules:
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "faultproxy"
+    # No Nagle delay: otherwise an answer's body can wait for the client's delayed ACK (40 ms).
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):  # quiet
         pass
