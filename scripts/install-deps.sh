@@ -21,7 +21,7 @@ TEST_PACKAGES=(
   curl procps iproute2 clang-format binutils util-linux
   chromium
   # storage tests: a throwaway Ceph cluster with radosgw (S3) and Azurite from npm (AZURE)
-  ceph-mon ceph-osd ceph-common radosgw npm
+  ceph-mon ceph-osd ceph-common radosgw  # Azurite comes from npm, which ships with nodejs here
 )
 
 want=("${BUILD_PACKAGES[@]}")
