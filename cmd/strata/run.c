@@ -36,6 +36,8 @@ typedef struct runtime {
     rpc_server *grpc;
     ingester *ing;
     querier *qr;
+    metrics_counter_vec *bucket_ops;
+    metrics_counter_vec *bucket_failures;
 } runtime;
 
 static volatile sig_atomic_t stop_requested;
@@ -80,6 +82,35 @@ static bool ready_check(void *ctx, char *reason, size_t reason_size) {
     return true;
 }
 
+/* Copies the bucket's per-operation counters into the registry at scrape time. */
+static void collect_bucket_stats(void *ctx) {
+    runtime *rt = ctx;
+    bucket_stats st;
+    bucket_get_stats(rt->store, &st);
+    for (int op = 0; op < BUCKET_OP_COUNT; op++) {
+        const char *name = bucket_op_name((bucket_op)op);
+        metrics_counter_set(metrics_counter_vec_with(rt->bucket_ops, &name),
+                            (int64_t)st.operations[op]);
+        metrics_counter_set(metrics_counter_vec_with(rt->bucket_failures, &name),
+                            (int64_t)st.failures[op]);
+    }
+}
+
+static int register_bucket_metrics(runtime *rt, strata_error *err) {
+    static const char *const op_label[] = {"operation"};
+    metrics_opts o = {.name = "strata_bucket_operations_total",
+                      .help = "Object storage operations, by operation.",
+                      .label_names = op_label,
+                      .n_labels = 1};
+    if ((rt->bucket_ops = metrics_counter_vec_new(rt->registry, &o, err)) == NULL)
+        return -1;
+    o.name = "strata_bucket_operation_failures_total";
+    o.help = "Object storage operations that failed (after retries), by operation.";
+    if ((rt->bucket_failures = metrics_counter_vec_new(rt->registry, &o, err)) == NULL)
+        return -1;
+    return metrics_registry_add_collector(rt->registry, collect_bucket_stats, rt, err);
+}
+
 /* In `strata all` the ingester tells the querier about each block it commits. */
 static void announce_block(void *ctx, const char *tenant, const char *block_id) {
     querier_announce_block(ctx, tenant, block_id);
@@ -98,7 +129,8 @@ static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
     if (bucket_open_config(rt->config.bucket.node, &rt->store, err) != 0)
         return -1;
     if ((rt->registry = metrics_registry_new(err)) == NULL ||
-        metrics_register_process_metrics(rt->registry, err) != 0)
+        metrics_register_process_metrics(rt->registry, err) != 0 ||
+        register_bucket_metrics(rt, err) != 0)
         return -1;
     bool all = strcmp(rt->mode, "all") == 0;
     if ((all || strcmp(rt->mode, "ingester") == 0) &&
@@ -155,6 +187,8 @@ static void runtime_shutdown(runtime *rt) {
     http_server_free(rt->http);
     ingester_free(rt->ing);
     querier_free(rt->qr);
+    if (rt->registry != NULL)
+        metrics_registry_remove_collector(rt->registry, collect_bucket_stats, rt);
     metrics_registry_free(rt->registry);
     bucket_close(rt->store);
     strata_config_free(&rt->config);

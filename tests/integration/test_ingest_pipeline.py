@@ -195,6 +195,10 @@ ingester:
         for name in ("strata_ingester_profiles_total", "strata_ingester_blocks_written_total",
                      "strata_ingester_write_duration_seconds_bucket", "process_resident_memory_bytes"):
             self.assertIn(name, text)
+        uploads = [line for line in text.splitlines()
+                   if line.startswith('strata_bucket_operations_total{operation="upload"} ')]
+        self.assertEqual(len(uploads), 1)
+        self.assertGreaterEqual(int(uploads[0].split()[1]), 2)  # data object and meta.json
         value = [line for line in text.splitlines() if line.startswith("strata_ingester_blocks_written_total ")]
         self.assertEqual(len(value), 1)
         self.assertGreaterEqual(int(float(value[0].split()[1])), 1)
