@@ -111,7 +111,10 @@ describe('profiles view', () => {
     await page.click('.pv-table th[data-key="flat"]');
     vals = await page.$$eval('.pv-table tbody tr', (r) => r.map((x) => Number(x.dataset.flat)));
     assert.deepEqual(vals, [...vals].sort((a, b) => b - a), 'flat descending');
-    assert.equal((await tableNames(page))[0], 'main.fibonacciStep', 'the hot leaf has the most flat');
+    // On a loaded machine the Go runtime (asyncPreempt, GC) can out-sample the program's own hot
+    // leaf, so check the order among the program's own functions.
+    const ownByFlat = (await tableNames(page)).filter((n) => n.startsWith('main.'));
+    assert.equal(ownByFlat[0], 'main.fibonacciStep', 'the hot leaf has the most flat of main.*');
     await page.fill('.pv-search', 'fibonacci');
     await page.waitForFunction(() => new URL(location.href).searchParams.get('search_string') === 'fibonacci');
     const rows = await tableNames(page);
@@ -170,15 +173,21 @@ describe('profiles view', () => {
   });
 
   it('zooms the time range by dragging over the graph', async () => {
-    const over = page.locator('.metrics .u-over');
-    const b = await over.boundingBox();
-    const n0 = await eventCount(page);
-    await page.mouse.move(b.x + b.width * 0.5, b.y + b.height / 2);
-    await page.mouse.down();
-    await page.mouse.move(b.x + b.width * 0.7, b.y + b.height / 2, { steps: 5 });
-    await page.mouse.move(b.x + b.width * 0.98, b.y + b.height / 2, { steps: 5 });
-    await page.mouse.up();
-    await waitEvent(page, 'series', n0);
+    // A drag that lands while the chart is being redrawn (a slow, loaded machine) is lost, so the
+    // gesture is retried a few times; the assertions below are about its effect.
+    let zoomed = false;
+    for (let attempt = 0; attempt < 3 && !zoomed; attempt++) {
+      const over = page.locator('.metrics .u-over');
+      const b = await over.boundingBox();
+      const n0 = await eventCount(page);
+      await page.mouse.move(b.x + b.width * 0.5, b.y + b.height / 2);
+      await page.mouse.down();
+      await page.mouse.move(b.x + b.width * 0.7, b.y + b.height / 2, { steps: 10 });
+      await page.mouse.move(b.x + b.width * 0.98, b.y + b.height / 2, { steps: 10 });
+      await page.mouse.up();
+      zoomed = await waitEvent(page, 'series', n0, 15000).then(() => true, () => false);
+    }
+    assert.ok(zoomed, 'dragging over the graph loads the zoomed range');
     const u = new URL(page.url()).searchParams;
     assert.match(u.get('from_a'), /^\d+$/, 'absolute start');
     assert.match(u.get('to_a'), /^\d+$/, 'absolute end');
