@@ -14,8 +14,14 @@
  * pushed repeatedly.
  *
  *   build/bench/ingest_bench [--windows N] [--processes N] [--flush-ms N] [--dir DIR]
+ *                            [--only agent|go] [--perf-ctl FIFO]
+ *
+ * --perf-ctl FIFO writes "enable" / "disable" to a perf control FIFO around the timed runs, so
+ * `perf record -D -1 --control fifo:FIFO` profiles ingest alone, not the request generation
+ * (bench/README.md).
  */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -197,6 +203,16 @@ static void build_go_requests(const char *source_dir, size_t copies, request_set
 
 static atomic_uint_fast64_t acks;
 
+/* perf control FIFO (--perf-ctl), or NULL. */
+static FILE *perf_ctl;
+
+static void perf_command(const char *cmd) {
+    if (perf_ctl == NULL)
+        return;
+    fprintf(perf_ctl, "%s\n", cmd);
+    fflush(perf_ctl);
+}
+
 static void on_ack(void *ctx, const strata_error *err) {
     (void)ctx;
     if (err != NULL)
@@ -223,6 +239,7 @@ static void run(const request_set *set, const char *dir, int64_t flush_ns, run_r
     ingest_limits limits;
     ingest_limits_default(&limits);
     atomic_store(&acks, 0);
+    perf_command("enable");
     int64_t cpu0 = strata_process_cpu_ns(), wall0 = strata_monotonic_ns();
     for (size_t i = 0; i < set->n; i++) {
         ingest_request req;
@@ -237,6 +254,7 @@ static void run(const request_set *set, const char *dir, int64_t flush_ns, run_r
     batcher_stop(b); /* final flush: every request acknowledged */
     res->cpu_s = (double)(strata_process_cpu_ns() - cpu0) / 1e9;
     res->wall_s = (double)(strata_monotonic_ns() - wall0) / 1e9;
+    perf_command("disable");
     const batcher_stats *st = batcher_get_stats(b);
     res->blocks = atomic_load(&st->blocks_written);
     res->bytes = atomic_load(&st->bytes_written);
@@ -264,7 +282,7 @@ static void free_set(request_set *set) {
 int main(int argc, char **argv) {
     size_t windows = 30, processes = 100;
     int64_t flush_ms = 1000;
-    const char *dir = NULL;
+    const char *dir = NULL, *only = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--windows") == 0)
             windows = (size_t)atol(argv[i + 1]);
@@ -274,24 +292,38 @@ int main(int argc, char **argv) {
             flush_ms = atol(argv[i + 1]);
         else if (strcmp(argv[i], "--dir") == 0)
             dir = argv[i + 1];
+        else if (strcmp(argv[i], "--only") == 0)
+            only = argv[i + 1];
+        else if (strcmp(argv[i], "--perf-ctl") == 0 && (perf_ctl = fopen(argv[i + 1], "w")) == NULL)
+            die("cannot open the perf control FIFO", NULL);
     }
+    bool run_agent = only == NULL || strcmp(only, "agent") == 0;
+    bool run_go = only == NULL || strcmp(only, "go") == 0;
     char tmpl[] = "/tmp/strata-ingest-bench-XXXXXX";
     if (dir == NULL && (dir = mkdtemp(tmpl)) == NULL)
         die("mkdtemp", NULL);
     const char *src = getenv("STRATA_SOURCE_DIR") ? getenv("STRATA_SOURCE_DIR") : ".";
     request_set agent = {0}, go = {0};
-    build_agent_requests(windows, processes, &agent);
-    build_go_requests(src, windows * processes, &go);
+    if (run_agent)
+        build_agent_requests(windows, processes, &agent);
+    if (run_go)
+        build_go_requests(src, windows * processes, &go);
     run_result ra, rg;
     char sub[4200];
-    snprintf(sub, sizeof sub, "%s/agent", dir);
-    run(&agent, sub, flush_ms * STRATA_NS_PER_MS, &ra);
-    snprintf(sub, sizeof sub, "%s/go", dir);
-    run(&go, sub, flush_ms * STRATA_NS_PER_MS, &rg);
+    if (run_agent) {
+        snprintf(sub, sizeof sub, "%s/agent", dir);
+        run(&agent, sub, flush_ms * STRATA_NS_PER_MS, &ra);
+    }
+    if (run_go) {
+        snprintf(sub, sizeof sub, "%s/go", dir);
+        run(&go, sub, flush_ms * STRATA_NS_PER_MS, &rg);
+    }
     printf("ingest, request to durable block (FILESYSTEM bucket at %s, flush every %lld ms)\n", dir,
            (long long)flush_ms);
-    report("agent-like CPU", &agent, &ra);
-    report("real Go CPU profile", &go, &rg);
+    if (run_agent)
+        report("agent-like CPU", &agent, &ra);
+    if (run_go)
+        report("real Go CPU profile", &go, &rg);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("peak RSS %.0f MiB (requests for both datasets held in memory)\n",

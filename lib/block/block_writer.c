@@ -69,6 +69,28 @@ struct stack_cache_entry {
     uint32_t stack;
 };
 
+/* (parent, location) -> stack id, open addressing with linear probing. Key and id share one 16-byte
+ * slot, so a probe costs one cache miss (the table grows to millions of entries per block). */
+typedef struct stack_slot {
+    uint64_t key; /* ((parent << 32) | location) + 1; 0 = empty */
+    uint64_t id;
+} stack_slot;
+
+typedef struct stack_map {
+    stack_slot *slots;
+    size_t count;
+    size_t mask;
+} stack_map;
+
+/* A pprof sample whose stack missed the whole-stack cache, interned after the profile's other
+ * samples in root-first order so consecutive stacks share their interned prefix. */
+typedef struct stack_miss {
+    uint64_t key, check; /* whole-stack fingerprint */
+    size_t frames;       /* offset into profile_frames, leaf first */
+    size_t pair;         /* index into pairs */
+    uint32_t n_frames;
+} stack_miss;
+
 struct block_writer {
     block_writer_options options;
     char *tenant;
@@ -87,13 +109,22 @@ struct block_writer {
     size_t n_lines, cap_lines;
     w_stack *stacks; /* row i holds stack id i + 1 */
     size_t n_stacks, cap_stacks;
-    strata_u64_map stack_index;
+    stack_map stack_index;
+    /* the last stack interned through the tree, root first, and its node at each depth */
+    uint32_t *chain_locations, *chain_nodes;
+    size_t chain_len, cap_chain_locations, cap_chain_nodes;
     /* whole-stack cache: 128-bit fingerprint of a location sequence -> stack id */
     strata_u64_map stack_cache; /* first 64 bits -> index into stack_cache_entries */
     struct stack_cache_entry *stack_cache_entries;
     size_t n_stack_cache, cap_stack_cache;
     uint32_t *frame_scratch;
     size_t cap_frame_scratch;
+    /* per pprof profile: every sample's block location ids, and the samples that missed the cache
+     */
+    uint32_t *profile_frames;
+    size_t cap_profile_frames;
+    stack_miss *misses;
+    size_t n_misses, cap_misses;
 
     w_series *series;
     size_t n_series, cap_series;
@@ -294,24 +325,56 @@ static int intern_location(block_writer *w, const location_item *item, uint32_t 
     return 0;
 }
 
+static int stack_map_grow(stack_map *m) {
+    size_t cap = m->slots == NULL ? (size_t)1 << 12 : (m->mask + 1) * 2;
+    stack_slot *slots = calloc(cap, sizeof *slots);
+    if (slots == NULL)
+        return -1;
+    if (m->slots != NULL) {
+        for (size_t i = 0; i <= m->mask; i++) {
+            if (m->slots[i].key == 0)
+                continue;
+            size_t j = strata_hash_u64(m->slots[i].key) & (cap - 1);
+            while (slots[j].key != 0)
+                j = (j + 1) & (cap - 1);
+            slots[j] = m->slots[i];
+        }
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->mask = cap - 1;
+    return 0;
+}
+
 /* Stack ids are rows + 1; (parent, location) is an exact 64-bit key, so no equality check. */
 static int intern_stack(block_writer *w, uint32_t parent, uint32_t location, uint32_t *id,
                         strata_error *err) {
+    stack_map *m = &w->stack_index;
+    if ((m->slots == NULL || (m->count + 1) * 2 > m->mask + 1) && stack_map_grow(m) != 0)
+        return strata_error_oom(err);
+    uint64_t key = ((uint64_t)parent << 32 | location) + 1;
+    size_t i = strata_hash_u64(key) & m->mask;
+    for (;;) {
+        uint64_t k = m->slots[i].key;
+        if (k == key) {
+            *id = (uint32_t)m->slots[i].id;
+            return 0;
+        }
+        if (k == 0)
+            break;
+        i = (i + 1) & m->mask;
+    }
     if (w->n_stacks >= UINT32_MAX - 2)
         return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
                                 "block writer: too many distinct stacks for one block");
     ENSURE_OR_OOM(w->stacks, w->cap_stacks, w->n_stacks + 1);
-    uint64_t key = ((uint64_t)parent << 32 | location) + 1;
-    bool inserted;
-    uint64_t *v = strata_u64_map_upsert(&w->stack_index, key, w->n_stacks + 1, &inserted);
-    if (v == NULL)
-        return strata_error_oom(err);
-    if (inserted) {
-        w->stacks[w->n_stacks].parent = parent;
-        w->stacks[w->n_stacks].location = location;
-        w->n_stacks++;
-    }
-    *id = (uint32_t)*v;
+    w->stacks[w->n_stacks].parent = parent;
+    w->stacks[w->n_stacks].location = location;
+    w->n_stacks++;
+    m->slots[i].key = key;
+    m->slots[i].id = w->n_stacks;
+    m->count++;
+    *id = (uint32_t)w->n_stacks;
     return 0;
 }
 
@@ -485,7 +548,11 @@ void block_writer_free(block_writer *w) {
     strata_u64_map_free(&w->location_index);
     free(w->lines);
     free(w->stacks);
-    strata_u64_map_free(&w->stack_index);
+    free(w->stack_index.slots);
+    free(w->chain_locations);
+    free(w->chain_nodes);
+    free(w->profile_frames);
+    free(w->misses);
     strata_u64_map_free(&w->stack_cache);
     free(w->stack_cache_entries);
     free(w->frame_scratch);
@@ -665,70 +732,142 @@ static int translate_locations(block_writer *w, const pprof_profile *p, strata_e
     return 0;
 }
 
-/* Interns a stack given as block location ids, leaf first, through the parent-pointer tree. */
+/* Interns a stack given as block location ids, leaf first, through the parent-pointer tree. The
+ * prefix it shares (root first) with the previous stack interned here is not looked up again: its
+ * nodes are remembered, and stacks are never removed from a writer. */
 static int intern_stack_chain(block_writer *w, const uint32_t *locations, size_t n, uint32_t *stack,
                               strata_error *err) {
-    uint32_t node = 0;
-    for (size_t j = n; j-- > 0;) {
-        if (intern_stack(w, node, locations[j], &node, err) != 0)
+    ENSURE_OR_OOM(w->chain_locations, w->cap_chain_locations, n + 1);
+    ENSURE_OR_OOM(w->chain_nodes, w->cap_chain_nodes, n + 1);
+    size_t depth = 0, limit = n < w->chain_len ? n : w->chain_len;
+    while (depth < limit && w->chain_locations[depth] == locations[n - 1 - depth])
+        depth++;
+    w->chain_len = depth;
+    uint32_t node = depth > 0 ? w->chain_nodes[depth - 1] : 0;
+    for (; depth < n; depth++) {
+        uint32_t location = locations[n - 1 - depth];
+        if (intern_stack(w, node, location, &node, err) != 0)
             return -1;
+        w->chain_locations[depth] = location;
+        w->chain_nodes[depth] = node;
+        w->chain_len = depth + 1;
     }
     *stack = node;
     return 0;
 }
 
-/* Finds a whole stack by its 128-bit fingerprint, or interns it and remembers it. Samples repeat
- * the same stacks profile after profile, so most stacks cost two hashes and one lookup instead of
- * one lookup per frame. A false match needs a 128-bit collision (probability ~n^2 / 2^129). */
-static int intern_stack_cached(block_writer *w, const uint32_t *locations, size_t n,
-                               uint32_t *stack, strata_error *err) {
+/* The whole-stack cache: a stack (block location ids, leaf first) is found by its 128-bit
+ * fingerprint. Samples repeat the same stacks profile after profile, so most stacks cost two hashes
+ * and one lookup instead of one lookup per frame. A false match needs a 128-bit collision
+ * (probability ~n^2 / 2^129). */
+static void stack_fingerprint(const uint32_t *locations, size_t n, uint64_t *key, uint64_t *check) {
     size_t bytes = n * sizeof *locations;
-    uint64_t key = strata_hash_bytes(locations, bytes, 0x5eed) | 1;
-    uint64_t check = strata_hash_bytes(locations, bytes, 0xc0ffee);
+    *key = strata_hash_bytes(locations, bytes, 0x5eed) | 1;
+    *check = strata_hash_bytes(locations, bytes, 0xc0ffee);
+}
+
+enum { STACK_CACHE_MISS, STACK_CACHE_HIT, STACK_CACHE_COLLISION };
+
+static int stack_cache_find(const block_writer *w, uint64_t key, uint64_t check, uint32_t *stack) {
     const uint64_t *slot = strata_u64_map_get(&w->stack_cache, key);
-    if (slot != NULL) {
-        const struct stack_cache_entry *e = &w->stack_cache_entries[*slot];
-        if (e->check == check) {
-            *stack = e->stack;
-            return 0;
-        }
-        return intern_stack_chain(w, locations, n, stack, err); /* 64-bit collision: no caching */
-    }
-    if (intern_stack_chain(w, locations, n, stack, err) != 0)
-        return -1;
+    if (slot == NULL)
+        return STACK_CACHE_MISS;
+    const struct stack_cache_entry *e = &w->stack_cache_entries[*slot];
+    if (e->check != check)
+        return STACK_CACHE_COLLISION; /* 64-bit collision: this stack is not cached */
+    *stack = e->stack;
+    return STACK_CACHE_HIT;
+}
+
+static int stack_cache_add(block_writer *w, uint64_t key, uint64_t check, uint32_t stack,
+                           strata_error *err) {
     ENSURE_OR_OOM(w->stack_cache_entries, w->cap_stack_cache, w->n_stack_cache + 1);
-    if (strata_u64_map_upsert(&w->stack_cache, key, w->n_stack_cache, NULL) == NULL)
+    bool inserted;
+    if (strata_u64_map_upsert(&w->stack_cache, key, w->n_stack_cache, &inserted) == NULL)
         return strata_error_oom(err);
+    if (!inserted)
+        return 0; /* already cached (or a 64-bit collision, left uncached) */
     w->stack_cache_entries[w->n_stack_cache].check = check;
-    w->stack_cache_entries[w->n_stack_cache].stack = *stack;
+    w->stack_cache_entries[w->n_stack_cache].stack = stack;
     w->n_stack_cache++;
     return 0;
 }
 
-/* Translates pprof sample i's locations (leaf first) to block ids and interns the stack. */
-static int pprof_sample_stack(block_writer *w, const pprof_profile *p, size_t i, uint32_t *stack,
-                              strata_error *err) {
+/* Finds a whole stack in the cache, or interns it and remembers it. */
+static int intern_stack_cached(block_writer *w, const uint32_t *locations, size_t n,
+                               uint32_t *stack, strata_error *err) {
+    uint64_t key, check;
+    stack_fingerprint(locations, n, &key, &check);
+    switch (stack_cache_find(w, key, check, stack)) {
+        case STACK_CACHE_HIT:
+            return 0;
+        case STACK_CACHE_COLLISION:
+            return intern_stack_chain(w, locations, n, stack, err);
+        default:
+            break;
+    }
+    if (intern_stack_chain(w, locations, n, stack, err) != 0)
+        return -1;
+    return stack_cache_add(w, key, check, *stack, err);
+}
+
+/* Translates pprof sample i's locations (leaf first) to block ids at w->profile_frames + at. */
+static int pprof_sample_frames(block_writer *w, const pprof_profile *p, size_t i, size_t at,
+                               strata_error *err) {
     const pprof_sample *s = &p->samples[i];
     if (s->location_offset > p->n_sample_location_ids ||
         s->location_count > p->n_sample_location_ids - s->location_offset)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "pprof sample %zu: locations out of range", i);
-    ENSURE_OR_OOM(w->frame_scratch, w->cap_frame_scratch, (size_t)s->location_count + 1);
+    ENSURE_OR_OOM(w->profile_frames, w->cap_profile_frames, at + s->location_count + 1);
     const uint64_t *ids = &p->sample_location_ids[s->location_offset];
+    uint32_t *frames = &w->profile_frames[at];
     for (uint32_t j = 0; j < s->location_count; j++) {
         const pprof_location *l = pprof_find_location(p, ids[j]);
         if (l == NULL)
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "pprof sample %zu: location %llu is not defined", i,
                                     (unsigned long long)ids[j]);
-        w->frame_scratch[j] = w->pprof_location_ids[l - p->locations];
+        frames[j] = w->pprof_location_ids[l - p->locations];
     }
-    return intern_stack_cached(w, w->frame_scratch, s->location_count, stack, err);
+    return 0;
+}
+
+/* Root-first lexicographic order of the missed stacks, so that consecutive ones share prefixes. */
+static int compare_misses(const void *a, const void *b, void *ctx) {
+    const block_writer *w = ctx;
+    const stack_miss *x = a, *y = b;
+    const uint32_t *fx = w->profile_frames + x->frames, *fy = w->profile_frames + y->frames;
+    size_t nx = x->n_frames, ny = y->n_frames, n = nx < ny ? nx : ny;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = fx[nx - 1 - i], v = fy[ny - 1 - i];
+        if (u != v)
+            return u < v ? -1 : 1;
+    }
+    return nx < ny ? -1 : nx > ny;
+}
+
+/* Interns the stacks that missed the cache, in root-first order, and fills in their pairs. */
+static int intern_missed_stacks(block_writer *w, strata_error *err) {
+    if (w->n_misses > 1)
+        qsort_r(w->misses, w->n_misses, sizeof *w->misses, compare_misses, w);
+    for (size_t m = 0; m < w->n_misses; m++) {
+        const stack_miss *miss = &w->misses[m];
+        uint32_t stack;
+        if (intern_stack_chain(w, w->profile_frames + miss->frames, miss->n_frames, &stack, err) !=
+                0 ||
+            stack_cache_add(w, miss->key, miss->check, stack, err) != 0)
+            return -1;
+        w->pairs[miss->pair].stack = stack;
+    }
+    return 0;
 }
 
 static int add_pprof_samples(block_writer *w, const pprof_profile *p, size_t type_index,
                              strata_error *err) {
     size_t n_values = p->n_samples * p->n_sample_types;
+    size_t used = 0; /* profile_frames taken by missed stacks */
+    w->n_misses = 0;
     for (size_t i = 0; i < p->n_samples; i++) {
         size_t at = (size_t)p->samples[i].value_offset + type_index;
         if (at >= n_values)
@@ -737,11 +876,30 @@ static int add_pprof_samples(block_writer *w, const pprof_profile *p, size_t typ
         int64_t value = p->sample_values[at];
         if (value == 0)
             continue;
+        if (pprof_sample_frames(w, p, i, used, err) != 0)
+            return -1;
+        const uint32_t *frames = &w->profile_frames[used];
+        size_t n = p->samples[i].location_count;
+        uint64_t key, check;
+        stack_fingerprint(frames, n, &key, &check);
         uint32_t stack = 0;
-        if (pprof_sample_stack(w, p, i, &stack, err) != 0 || push_pair(w, stack, value, err) != 0)
+        int found = stack_cache_find(w, key, check, &stack);
+        if (found == STACK_CACHE_COLLISION && intern_stack_chain(w, frames, n, &stack, err) != 0)
+            return -1;
+        if (found == STACK_CACHE_MISS) {
+            ENSURE_OR_OOM(w->misses, w->cap_misses, w->n_misses + 1);
+            stack_miss *miss = &w->misses[w->n_misses++];
+            miss->key = key;
+            miss->check = check;
+            miss->frames = used;
+            miss->n_frames = (uint32_t)n;
+            miss->pair = w->n_pairs;
+            used += n;
+        }
+        if (push_pair(w, stack, value, err) != 0)
             return -1;
     }
-    return 0;
+    return intern_missed_stacks(w, err);
 }
 
 int block_writer_add_profile(block_writer *w, const label_set *labels, const profile_type *type,
@@ -855,7 +1013,11 @@ size_t block_writer_memory_bytes(const block_writer *w) {
     bytes += w->cap_functions * sizeof *w->functions + map_bytes(&w->function_index);
     bytes += w->cap_locations * sizeof *w->locations + map_bytes(&w->location_index);
     bytes += w->cap_lines * sizeof *w->lines;
-    bytes += w->cap_stacks * sizeof *w->stacks + map_bytes(&w->stack_index);
+    bytes += w->cap_stacks * sizeof *w->stacks;
+    if (w->stack_index.slots != NULL)
+        bytes += (w->stack_index.mask + 1) * sizeof *w->stack_index.slots;
+    bytes += (w->cap_chain_locations + w->cap_chain_nodes) * 4;
+    bytes += w->cap_profile_frames * 4 + w->cap_misses * sizeof *w->misses;
     bytes += w->cap_stack_cache * sizeof *w->stack_cache_entries + map_bytes(&w->stack_cache);
     bytes += w->cap_frame_scratch * sizeof *w->frame_scratch;
     bytes += w->cap_series * sizeof *w->series + map_bytes(&w->series_index);
