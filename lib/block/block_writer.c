@@ -64,23 +64,24 @@ typedef struct w_pair {
     int64_t value;
 } w_pair;
 
+/* A u64 -> u64 hash table (open addressing, linear probing, grown at 50% load) whose key and value
+ * share one 16-byte slot, so a probe costs one cache miss: the stack table grows to millions of
+ * entries per block, the symbol tables to hundreds of thousands. Key 0 marks an empty slot. */
+typedef struct map_slot {
+    uint64_t key;
+    uint64_t value;
+} map_slot;
+
+typedef struct slot_map {
+    map_slot *slots;
+    size_t count;
+    size_t mask;
+} slot_map;
+
 struct stack_cache_entry {
     uint64_t check; /* second 64 bits of the fingerprint */
     uint32_t stack;
 };
-
-/* (parent, location) -> stack id, open addressing with linear probing. Key and id share one 16-byte
- * slot, so a probe costs one cache miss (the table grows to millions of entries per block). */
-typedef struct stack_slot {
-    uint64_t key; /* ((parent << 32) | location) + 1; 0 = empty */
-    uint64_t id;
-} stack_slot;
-
-typedef struct stack_map {
-    stack_slot *slots;
-    size_t count;
-    size_t mask;
-} stack_map;
 
 /* A pprof sample whose stack missed the whole-stack cache, interned after the profile's other
  * samples in root-first order so consecutive stacks share their interned prefix. */
@@ -98,23 +99,23 @@ struct block_writer {
 
     w_mapping *mappings;
     size_t n_mappings, cap_mappings;
-    strata_u64_map mapping_index;
+    slot_map mapping_index;
     w_function *functions;
     size_t n_functions, cap_functions;
-    strata_u64_map function_index;
+    slot_map function_index;
     w_location *locations;
     size_t n_locations, cap_locations;
-    strata_u64_map location_index;
+    slot_map location_index;
     w_line *lines;
     size_t n_lines, cap_lines;
     w_stack *stacks; /* row i holds stack id i + 1 */
     size_t n_stacks, cap_stacks;
-    stack_map stack_index;
+    slot_map stack_index; /* ((parent << 32) | location) + 1 -> stack id */
     /* the last stack interned through the tree, root first, and its node at each depth */
     uint32_t *chain_locations, *chain_nodes;
     size_t chain_len, cap_chain_locations, cap_chain_nodes;
     /* whole-stack cache: 128-bit fingerprint of a location sequence -> stack id */
-    strata_u64_map stack_cache; /* first 64 bits -> index into stack_cache_entries */
+    slot_map stack_cache; /* first 64 bits -> index into stack_cache_entries */
     struct stack_cache_entry *stack_cache_entries;
     size_t n_stack_cache, cap_stack_cache;
     uint32_t *frame_scratch;
@@ -128,7 +129,7 @@ struct block_writer {
 
     w_series *series;
     size_t n_series, cap_series;
-    strata_u64_map series_index;
+    slot_map series_index;
     uint32_t *label_words; /* (name, value) string id pairs */
     size_t n_label_words, cap_label_words;
 
@@ -145,6 +146,11 @@ struct block_writer {
     size_t cap_pprof_mappings, cap_pprof_functions, cap_pprof_locations;
     w_line *line_scratch;
     size_t cap_line_scratch;
+    /* The pprof whose symbols pprof_*_ids translate: the ingester adds each pprof once per sample
+     * type, and the translation is reused when the same profile, with the same symbol content
+     * (fingerprint), comes again. */
+    const pprof_profile *translated;
+    uint64_t translated_fingerprint;
     uint32_t *label_scratch;
     size_t cap_label_scratch;
 
@@ -198,26 +204,74 @@ static int intern_pprof_string(block_writer *w, const pprof_profile *p, int64_t 
     return intern_string(w, s.ptr, s.len, id, err);
 }
 
+static int slot_map_grow(slot_map *m) {
+    size_t cap = m->slots == NULL ? (size_t)1 << 12 : (m->mask + 1) * 2;
+    map_slot *slots = calloc(cap, sizeof *slots);
+    if (slots == NULL)
+        return -1;
+    if (m->slots != NULL) {
+        for (size_t i = 0; i <= m->mask; i++) {
+            if (m->slots[i].key == 0)
+                continue;
+            size_t j = strata_hash_u64(m->slots[i].key) & (cap - 1);
+            while (slots[j].key != 0)
+                j = (j + 1) & (cap - 1);
+            slots[j] = m->slots[i];
+        }
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->mask = cap - 1;
+    return 0;
+}
+
+/* Finds key, or claims an empty slot for it (*inserted true, value UINT64_MAX: the caller sets
+ * it). Returns NULL on allocation failure. The slot is valid until the next claim. */
+static map_slot *slot_map_claim(slot_map *m, uint64_t key, bool *inserted) {
+    if ((m->slots == NULL || (m->count + 1) * 2 > m->mask + 1) && slot_map_grow(m) != 0)
+        return NULL;
+    size_t i = strata_hash_u64(key) & m->mask;
+    for (;;) {
+        map_slot *slot = &m->slots[i];
+        if (slot->key == key) {
+            *inserted = false;
+            return slot;
+        }
+        if (slot->key == 0) {
+            slot->key = key;
+            slot->value = UINT64_MAX;
+            m->count++;
+            *inserted = true;
+            return slot;
+        }
+        i = (i + 1) & m->mask;
+    }
+}
+
+static size_t slot_map_bytes(const slot_map *m) {
+    return m->slots == NULL ? 0 : (m->mask + 1) * sizeof *m->slots;
+}
+
 typedef bool (*dedup_equal_fn)(const block_writer *w, uint64_t id, const void *item);
 
 /* Finds the entry equal to item among those stored under hash h (re-hashing on collisions), or the
  * fresh slot to insert it under (*found false; the caller stores the new id there). The caller
  * has already made room to append, so inserting cannot fail after this. */
-static uint64_t *dedup_slot(strata_u64_map *m, uint64_t h, dedup_equal_fn equal,
-                            const block_writer *w, const void *item, bool *found) {
+static uint64_t *dedup_slot(slot_map *m, uint64_t h, dedup_equal_fn equal, const block_writer *w,
+                            const void *item, bool *found) {
     uint64_t key = h != 0 ? h : 1;
     for (;;) {
         bool inserted;
-        uint64_t *v = strata_u64_map_upsert(m, key, UINT64_MAX, &inserted);
-        if (v == NULL)
+        map_slot *slot = slot_map_claim(m, key, &inserted);
+        if (slot == NULL)
             return NULL;
         if (inserted) {
             *found = false;
-            return v;
+            return &slot->value;
         }
-        if (equal(w, *v, item)) {
+        if (equal(w, slot->value, item)) {
             *found = true;
-            return v;
+            return &slot->value;
         }
         key = strata_hash_u64(key) | 1;
     }
@@ -325,39 +379,18 @@ static int intern_location(block_writer *w, const location_item *item, uint32_t 
     return 0;
 }
 
-static int stack_map_grow(stack_map *m) {
-    size_t cap = m->slots == NULL ? (size_t)1 << 12 : (m->mask + 1) * 2;
-    stack_slot *slots = calloc(cap, sizeof *slots);
-    if (slots == NULL)
-        return -1;
-    if (m->slots != NULL) {
-        for (size_t i = 0; i <= m->mask; i++) {
-            if (m->slots[i].key == 0)
-                continue;
-            size_t j = strata_hash_u64(m->slots[i].key) & (cap - 1);
-            while (slots[j].key != 0)
-                j = (j + 1) & (cap - 1);
-            slots[j] = m->slots[i];
-        }
-    }
-    free(m->slots);
-    m->slots = slots;
-    m->mask = cap - 1;
-    return 0;
-}
-
 /* Stack ids are rows + 1; (parent, location) is an exact 64-bit key, so no equality check. */
 static int intern_stack(block_writer *w, uint32_t parent, uint32_t location, uint32_t *id,
                         strata_error *err) {
-    stack_map *m = &w->stack_index;
-    if ((m->slots == NULL || (m->count + 1) * 2 > m->mask + 1) && stack_map_grow(m) != 0)
+    slot_map *m = &w->stack_index;
+    if ((m->slots == NULL || (m->count + 1) * 2 > m->mask + 1) && slot_map_grow(m) != 0)
         return strata_error_oom(err);
     uint64_t key = ((uint64_t)parent << 32 | location) + 1;
     size_t i = strata_hash_u64(key) & m->mask;
     for (;;) {
         uint64_t k = m->slots[i].key;
         if (k == key) {
-            *id = (uint32_t)m->slots[i].id;
+            *id = (uint32_t)m->slots[i].value;
             return 0;
         }
         if (k == 0)
@@ -372,7 +405,7 @@ static int intern_stack(block_writer *w, uint32_t parent, uint32_t location, uin
     w->stacks[w->n_stacks].location = location;
     w->n_stacks++;
     m->slots[i].key = key;
-    m->slots[i].id = w->n_stacks;
+    m->slots[i].value = w->n_stacks;
     m->count++;
     *id = (uint32_t)w->n_stacks;
     return 0;
@@ -541,11 +574,11 @@ void block_writer_free(block_writer *w) {
     free(w->tenant);
     strata_intern_free(&w->strings);
     free(w->mappings);
-    strata_u64_map_free(&w->mapping_index);
+    free(w->mapping_index.slots);
     free(w->functions);
-    strata_u64_map_free(&w->function_index);
+    free(w->function_index.slots);
     free(w->locations);
-    strata_u64_map_free(&w->location_index);
+    free(w->location_index.slots);
     free(w->lines);
     free(w->stacks);
     free(w->stack_index.slots);
@@ -553,11 +586,11 @@ void block_writer_free(block_writer *w) {
     free(w->chain_nodes);
     free(w->profile_frames);
     free(w->misses);
-    strata_u64_map_free(&w->stack_cache);
+    free(w->stack_cache.slots);
     free(w->stack_cache_entries);
     free(w->frame_scratch);
     free(w->series);
-    strata_u64_map_free(&w->series_index);
+    free(w->series_index.slots);
     free(w->label_words);
     free(w->profiles);
     free(w->sample_stacks);
@@ -723,6 +756,40 @@ static int translate_location(block_writer *w, const pprof_profile *p, size_t i,
     return intern_location(w, &item, &w->pprof_location_ids[i], err);
 }
 
+/* A fingerprint of everything translate_* read from p: arrays, counts, fields and string bytes. */
+static uint64_t symbols_fingerprint(const pprof_profile *p) {
+    uint64_t h = strata_hash_combine(p->n_mappings, p->n_functions);
+    h = strata_hash_combine(h, (uint64_t)p->n_locations << 32 ^ p->n_lines);
+    h = strata_hash_combine(h,
+                            (uint64_t)(uintptr_t)p->mappings ^ (uint64_t)(uintptr_t)p->functions);
+    h = strata_hash_combine(h, (uint64_t)(uintptr_t)p->locations ^ (uint64_t)(uintptr_t)p->lines);
+    for (size_t i = 0; i < p->n_mappings; i++) {
+        const pprof_mapping *m = &p->mappings[i];
+        h = strata_hash_combine(h, m->id ^ m->memory_start);
+        h = strata_hash_combine(h, m->memory_limit ^ m->file_offset << 1);
+        h = strata_hash_combine(h, (uint64_t)m->filename << 32 ^ (uint64_t)m->build_id);
+        h = strata_hash_combine(h, (uint64_t)m->has_functions | (uint64_t)m->has_filenames << 1 |
+                                       (uint64_t)m->has_line_numbers << 2 |
+                                       (uint64_t)m->has_inline_frames << 3);
+    }
+    for (size_t i = 0; i < p->n_functions; i++) {
+        const pprof_function *f = &p->functions[i];
+        h = strata_hash_combine(h, f->id ^ (uint64_t)f->name << 32 ^ (uint64_t)f->system_name);
+        h = strata_hash_combine(h, (uint64_t)f->filename << 32 ^ (uint64_t)f->start_line);
+    }
+    for (size_t i = 0; i < p->n_locations; i++) {
+        const pprof_location *l = &p->locations[i];
+        h = strata_hash_combine(h, l->id ^ l->mapping_id << 1);
+        h = strata_hash_combine(h, l->address ^ (uint64_t)l->line_offset << 32 ^
+                                       (uint64_t)l->line_count << 1 ^ (uint64_t)l->is_folded);
+    }
+    for (size_t i = 0; i < p->n_lines; i++)
+        h = strata_hash_combine(h, p->lines[i].function_id ^ (uint64_t)p->lines[i].line << 1);
+    for (size_t i = 0; i < p->n_strings; i++)
+        h = strata_hash_bytes(p->strings[i].ptr, p->strings[i].len, h);
+    return h;
+}
+
 static int translate_locations(block_writer *w, const pprof_profile *p, strata_error *err) {
     ENSURE_OR_OOM(w->pprof_location_ids, w->cap_pprof_locations, p->n_locations + 1);
     for (size_t i = 0; i < p->n_locations; i++) {
@@ -769,10 +836,16 @@ static void stack_fingerprint(const uint32_t *locations, size_t n, uint64_t *key
 enum { STACK_CACHE_MISS, STACK_CACHE_HIT, STACK_CACHE_COLLISION };
 
 static int stack_cache_find(const block_writer *w, uint64_t key, uint64_t check, uint32_t *stack) {
-    const uint64_t *slot = strata_u64_map_get(&w->stack_cache, key);
-    if (slot == NULL)
+    const slot_map *m = &w->stack_cache;
+    if (m->slots == NULL)
         return STACK_CACHE_MISS;
-    const struct stack_cache_entry *e = &w->stack_cache_entries[*slot];
+    size_t i = strata_hash_u64(key) & m->mask;
+    while (m->slots[i].key != key) {
+        if (m->slots[i].key == 0)
+            return STACK_CACHE_MISS;
+        i = (i + 1) & m->mask;
+    }
+    const struct stack_cache_entry *e = &w->stack_cache_entries[m->slots[i].value];
     if (e->check != check)
         return STACK_CACHE_COLLISION; /* 64-bit collision: this stack is not cached */
     *stack = e->stack;
@@ -783,10 +856,12 @@ static int stack_cache_add(block_writer *w, uint64_t key, uint64_t check, uint32
                            strata_error *err) {
     ENSURE_OR_OOM(w->stack_cache_entries, w->cap_stack_cache, w->n_stack_cache + 1);
     bool inserted;
-    if (strata_u64_map_upsert(&w->stack_cache, key, w->n_stack_cache, &inserted) == NULL)
+    map_slot *slot = slot_map_claim(&w->stack_cache, key, &inserted);
+    if (slot == NULL)
         return strata_error_oom(err);
     if (!inserted)
         return 0; /* already cached (or a 64-bit collision, left uncached) */
+    slot->value = w->n_stack_cache;
     w->stack_cache_entries[w->n_stack_cache].check = check;
     w->stack_cache_entries[w->n_stack_cache].stack = stack;
     w->n_stack_cache++;
@@ -912,9 +987,18 @@ int block_writer_add_profile(block_writer *w, const label_set *labels, const pro
                                 sample_type_index, p == NULL ? (size_t)0 : p->n_sample_types);
     if (start_profile(w, labels, type, time_ns, duration_ns, period, err) != 0)
         return -1;
-    if (translate_mappings(w, p, err) != 0 || translate_functions(w, p, err) != 0 ||
-        translate_locations(w, p, err) != 0 ||
-        add_pprof_samples(w, p, sample_type_index, err) != 0 || commit_profile(w, err) != 0) {
+    uint64_t fingerprint = symbols_fingerprint(p);
+    if (w->translated != p || w->translated_fingerprint != fingerprint) {
+        w->translated = NULL;
+        if (translate_mappings(w, p, err) != 0 || translate_functions(w, p, err) != 0 ||
+            translate_locations(w, p, err) != 0) {
+            block_writer_abort_profile(w);
+            return -1;
+        }
+        w->translated = p;
+        w->translated_fingerprint = fingerprint;
+    }
+    if (add_pprof_samples(w, p, sample_type_index, err) != 0 || commit_profile(w, err) != 0) {
         block_writer_abort_profile(w);
         return -1;
     }
@@ -1001,26 +1085,22 @@ uint64_t block_writer_sample_count(const block_writer *w) {
     return w->n_samples;
 }
 
-static size_t map_bytes(const strata_u64_map *m) {
-    return m->keys == NULL ? 0 : (m->mask + 1) * 2 * sizeof(uint64_t);
-}
-
 size_t block_writer_memory_bytes(const block_writer *w) {
     const strata_intern *s = &w->strings;
     size_t bytes = sizeof *w + s->n_chunks * s->chunk_cap + s->cap * (sizeof(char *) + 4) +
                    (s->slot_mask + 1) * (4 + 8);
-    bytes += w->cap_mappings * sizeof *w->mappings + map_bytes(&w->mapping_index);
-    bytes += w->cap_functions * sizeof *w->functions + map_bytes(&w->function_index);
-    bytes += w->cap_locations * sizeof *w->locations + map_bytes(&w->location_index);
+    bytes += w->cap_mappings * sizeof *w->mappings + slot_map_bytes(&w->mapping_index);
+    bytes += w->cap_functions * sizeof *w->functions + slot_map_bytes(&w->function_index);
+    bytes += w->cap_locations * sizeof *w->locations + slot_map_bytes(&w->location_index);
     bytes += w->cap_lines * sizeof *w->lines;
     bytes += w->cap_stacks * sizeof *w->stacks;
     if (w->stack_index.slots != NULL)
         bytes += (w->stack_index.mask + 1) * sizeof *w->stack_index.slots;
     bytes += (w->cap_chain_locations + w->cap_chain_nodes) * 4;
     bytes += w->cap_profile_frames * 4 + w->cap_misses * sizeof *w->misses;
-    bytes += w->cap_stack_cache * sizeof *w->stack_cache_entries + map_bytes(&w->stack_cache);
+    bytes += w->cap_stack_cache * sizeof *w->stack_cache_entries + slot_map_bytes(&w->stack_cache);
     bytes += w->cap_frame_scratch * sizeof *w->frame_scratch;
-    bytes += w->cap_series * sizeof *w->series + map_bytes(&w->series_index);
+    bytes += w->cap_series * sizeof *w->series + slot_map_bytes(&w->series_index);
     bytes += w->cap_label_words * sizeof *w->label_words;
     bytes += w->cap_profiles * sizeof *w->profiles;
     bytes += w->cap_sample_stacks * sizeof *w->sample_stacks;
