@@ -2,6 +2,7 @@
  * agent_cli.c - flag parsing and signal handling for `strata agent`. See agent_cli.h.
  */
 #include "agent_cli.h"
+#include "config/config.h"
 
 #include <errno.h>
 #include <math.h>
@@ -24,39 +25,11 @@ static void on_signal(int sig) {
     stop_requested = 1;
 }
 
-static int unit_ns(const char *u, size_t len, double *out) {
-    static const struct {
-        const char *name;
-        double ns;
-    } units[] = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}, {"m", 60e9}, {"h", 3600e9}};
-    for (size_t i = 0; i < sizeof units / sizeof *units; i++)
-        if (strlen(units[i].name) == len && memcmp(units[i].name, u, len) == 0)
-            return (*out = units[i].ns), 0;
-    return -1;
-}
-
 int agent_parse_duration(const char *text, int64_t *out_ns, strata_error *err) {
-    double total = 0;
-    const char *p = text;
-    if (*p == '\0')
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "empty duration");
-    while (*p != '\0') {
-        char *end;
-        errno = 0;
-        double v = strtod(p, &end);
-        if (end == p || errno != 0 || v < 0 || *p == '-' || *p == '+')
-            return strata_error_set(err, STRATA_INVALID_ARGUMENT, "bad duration \"%s\"", text);
-        size_t ulen = strspn(end, "nsuhm");
-        double scale;
-        if (unit_ns(end, ulen, &scale) != 0)
-            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                    "bad duration \"%s\": units are ns, us, ms, s, m, h", text);
-        total += v * scale;
-        p = end + ulen;
-    }
-    if (!isfinite(total) || total > 9e18)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "duration \"%s\" too long", text);
-    *out_ns = (int64_t)total;
+    /* One duration syntax across Strata: the config module's (Prometheus / Go style). */
+    if (!config_parse_duration(text, out_ns))
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "bad duration \"%s\": use e.g. 10s, 250ms or 1m30s", text);
     return 0;
 }
 
