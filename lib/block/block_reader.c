@@ -1174,6 +1174,19 @@ int block_reader_stack(block_reader *r, uint32_t stack_id, uint32_t *locations, 
     return 0;
 }
 
+int block_reader_stack_node(block_reader *r, uint32_t stack_id, uint32_t *parent,
+                            uint32_t *location, strata_error *err) {
+    if (load_symbols(r, err) != 0)
+        return -1;
+    if (stack_id == 0 || stack_id > r->n_stacks)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block: stack id %u has no node (%zu stacks)", stack_id,
+                                r->n_stacks);
+    *parent = r->stack_parent[stack_id];
+    *location = r->stack_location[stack_id];
+    return 0;
+}
+
 int block_reader_location(block_reader *r, uint32_t id, block_location *out, strata_error *err) {
     if (load_symbols(r, err) != 0)
         return -1;

@@ -152,6 +152,11 @@ typedef struct block_mapping {
  * cap: call again with more room). Stack 0 is the empty stack. */
 int block_reader_stack(block_reader *r, uint32_t stack_id, uint32_t *locations, size_t cap,
                        size_t *depth, strata_error *err);
+/* One node of the stack tree: the parent stack (always a smaller id; 0 is the empty stack) and
+ * the location this stack adds below it. Walking ids upwards from parents lets a reader translate
+ * each distinct stack once, reusing its parent's translation. */
+int block_reader_stack_node(block_reader *r, uint32_t stack_id, uint32_t *parent,
+                            uint32_t *location, strata_error *err);
 int block_reader_location(block_reader *r, uint32_t location_id, block_location *out,
                           strata_error *err);
 int block_reader_function(block_reader *r, uint32_t function_id, block_function *out,

@@ -714,10 +714,8 @@ typedef struct frame_memo {
     uint16_t *count;
     uint32_t *frames;
     size_t n_frames, cap_frames;
-    uint32_t *path;    /* scratch: one stack's frames, root first */
+    uint32_t *path;    /* scratch: stack ids waiting for translation */
     size_t cap_path;
-    uint32_t *locations; /* scratch: one stack's locations, leaf first */
-    size_t cap_locations;
 } frame_memo;
 
 static void frame_memo_free(frame_memo *m) {
@@ -725,7 +723,6 @@ static void frame_memo_free(frame_memo *m) {
     free(m->count);
     free(m->frames);
     free(m->path);
-    free(m->locations);
 }
 
 static int push_frame(frame_memo *m, uint32_t frame, strata_error *err) {
@@ -804,36 +801,36 @@ static int grow_u32(uint32_t **p, size_t *cap, size_t need, strata_error *err) {
     return 0;
 }
 
-/* Inserts one block stack with its value into the tree. */
-static int add_stack(block_reader *r, calltree *tree, frame_memo *m, uint32_t stack, int64_t value,
-                     bool base, strata_error *err) {
-    size_t depth = 0;
-    for (;;) {
-        if (block_reader_stack(r, stack, m->locations, m->cap_locations, &depth, err) != 0)
+/* The calltree node of block stack `stack`, translating it (and any untranslated ancestors) on
+ * first use. node_of_stack caches the answer per stack id (UINT32_MAX = not yet), so each stack
+ * tree node costs one translation per block however many samples and descendants share it. */
+static int stack_node(block_reader *r, calltree *tree, frame_memo *m, uint32_t *node_of_stack,
+                      uint32_t stack, uint32_t *out, strata_error *err) {
+    size_t n_pending = 0;
+    uint32_t id = stack;
+    while (node_of_stack[id] == UINT32_MAX) { /* collect untranslated ancestors, leaf first */
+        if (grow_u32(&m->path, &m->cap_path, n_pending + 1, err) != 0)
             return -1;
-        if (depth <= m->cap_locations)
-            break;
-        if (grow_u32(&m->locations, &m->cap_locations, depth, err) != 0)
+        m->path[n_pending++] = id;
+        uint32_t parent, loc;
+        if (block_reader_stack_node(r, id, &parent, &loc, err) != 0)
             return -1;
+        id = parent;
     }
-    size_t n_path = 0;
-    for (size_t i = depth; i-- > 0;) {
-        uint32_t loc = m->locations[i];
+    uint32_t node = node_of_stack[id];
+    while (n_pending > 0) { /* translate them root first */
+        uint32_t s_id = m->path[--n_pending], parent, loc;
+        if (block_reader_stack_node(r, s_id, &parent, &loc, err) != 0)
+            return -1;
         if (m->offset[loc] == 0 && translate_location(r, tree, m, loc, err) != 0)
             return -1;
-        size_t count = m->count[loc];
-        if (grow_u32(&m->path, &m->cap_path, n_path + count, err) != 0)
-            return -1;
-        memcpy(m->path + n_path, m->frames + m->offset[loc] - 1, count * sizeof *m->path);
-        n_path += count;
+        const uint32_t *frames = m->frames + m->offset[loc] - 1;
+        for (uint16_t f = 0; f < m->count[loc]; f++)
+            if (calltree_child(tree, node, frames[f], &node, err) != 0)
+                return -1;
+        node_of_stack[s_id] = node;
     }
-    uint32_t node;
-    if (calltree_insert_stack(tree, m->path, n_path, &node, err) != 0)
-        return -1;
-    if (base)
-        calltree_add_base(tree, node, value);
-    else
-        calltree_add(tree, node, value);
+    *out = node;
     return 0;
 }
 
@@ -885,7 +882,7 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
     const merge_query *q = p->q;
     size_t n_stacks = (size_t)block_reader_row_count(r, BLOCK_TABLE_STACKS) + 1;
     size_t n_locations = (size_t)block_reader_row_count(r, BLOCK_TABLE_LOCATIONS) + 1;
-    uint64_t need = (uint64_t)n_stacks * 8 + (uint64_t)n_locations * 6 +
+    uint64_t need = (uint64_t)n_stacks * 12 + (uint64_t)n_locations * 6 +
                     (uint64_t)MERGE_BATCH_SAMPLES * 12;
     if (need > q->max_bytes)
         return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
@@ -894,10 +891,15 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
                                 (unsigned long long)(need >> 20),
                                 (unsigned long long)(q->max_bytes >> 20));
     int64_t *per_stack = calloc(n_stacks, sizeof *per_stack);
+    uint32_t *node_of_stack = malloc(n_stacks * sizeof *node_of_stack);
     frame_memo m = {0};
     m.offset = calloc(n_locations, sizeof *m.offset);
     m.count = calloc(n_locations, sizeof *m.count);
-    int rc = (per_stack && m.offset && m.count) ? 0 : strata_error_oom(err);
+    int rc = (per_stack && node_of_stack && m.offset && m.count) ? 0 : strata_error_oom(err);
+    if (rc == 0) {
+        memset(node_of_stack, 0xff, n_stacks * sizeof *node_of_stack);
+        node_of_stack[0] = CALLTREE_ROOT; /* the empty stack */
+    }
     for (size_t i = 0; rc == 0 && i < n;) {
         size_t j = i;
         uint64_t batch = 0;
@@ -910,11 +912,17 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
         if (per_stack[s] == 0)
             continue;
         p->result.total += per_stack[s];
-        rc = add_stack(r, p->tree, &m, (uint32_t)s, per_stack[s], q->base, err);
+        uint32_t node;
+        rc = stack_node(r, p->tree, &m, node_of_stack, (uint32_t)s, &node, err);
+        if (rc == 0 && q->base)
+            calltree_add_base(p->tree, node, per_stack[s]);
+        else if (rc == 0)
+            calltree_add(p->tree, node, per_stack[s]);
     }
     if (rc == 0)
         note_profiles(&p->result, profiles, n);
     free(per_stack);
+    free(node_of_stack);
     frame_memo_free(&m);
     return rc;
 }
@@ -966,19 +974,26 @@ static int run_merge(query_engine *e, const char *tenant, const merge_query *q, 
     merge_partial *parts = calloc(workers, sizeof *parts);
     void **ptrs = calloc(workers, sizeof *ptrs);
     int rc = (parts && ptrs) ? 0 : strata_error_oom(err);
+    /* One worker builds straight into the caller's tree; several build partial trees that are
+     * merged afterwards (each worker owns its tree, so no locking while merging blocks). */
+    bool direct = workers == 1;
     for (size_t w = 0; rc == 0 && w < workers; w++) {
         parts[w].q = q;
         ptrs[w] = &parts[w];
-        rc = calltree_create(&parts[w].tree, 1024, err);
+        if (direct)
+            parts[w].tree = tree;
+        else
+            rc = calltree_create(&parts[w].tree, 1024, err);
     }
     if (rc == 0)
         rc = for_each_block(e, blocks, n_blocks, block_merge, ptrs, workers, err);
     block_index_release_all(e->index, blocks, n_blocks);
     for (size_t w = 0; rc == 0 && w < workers; w++) {
-        rc = calltree_merge(tree, parts[w].tree, err);
+        if (!direct)
+            rc = calltree_merge(tree, parts[w].tree, err);
         merge_results_add(result, &parts[w].result);
     }
-    for (size_t w = 0; parts != NULL && w < workers; w++)
+    for (size_t w = 0; !direct && parts != NULL && w < workers; w++)
         calltree_free(parts[w].tree);
     free(parts);
     free(ptrs);
