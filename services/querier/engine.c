@@ -534,9 +534,12 @@ static int block_range(indexed_block *b, block_reader *r, void *partial, strata_
         goto out;
     uint32_t last_series = UINT32_MAX;
     range_group *g = NULL;
+    size_t last_cell = SIZE_MAX; /* profiles come sorted by (series, time): buckets repeat */
+    int64_t last_bucket = 0;
     for (size_t i = 0; i < n_profiles; i++) {
         const block_profile *bp = &profiles[i];
         if (bp->series_id != last_series || g == NULL) {
+            last_cell = SIZE_MAX;
             label_set labels = LABEL_SET_INIT;
             if (group_labels(q, block_reader_series_labels(r, bp->series_id), &labels, err) != 0) {
                 label_set_free(&labels);
@@ -546,9 +549,16 @@ static int block_range(indexed_block *b, block_reader *r, void *partial, strata_
                 goto out;
             last_series = bp->series_id;
         }
-        range_cell *c = find_cell(g, bucket_of(bp->time_ns, q->step_ns), err);
-        if (c == NULL)
-            goto out;
+        int64_t time_bucket = bucket_of(bp->time_ns, q->step_ns);
+        range_cell *c;
+        if (last_cell != SIZE_MAX && time_bucket == last_bucket) {
+            c = &g->cells[last_cell];
+        } else {
+            if ((c = find_cell(g, time_bucket, err)) == NULL)
+                goto out;
+            last_cell = (size_t)(c - g->cells);
+            last_bucket = time_bucket;
+        }
         int64_t value = q->samples_count ? bp->total * bp->period : bp->total;
         cell_add(c, q->delta, bp->time_ns, bp->duration_ns, value, 1, false);
     }
