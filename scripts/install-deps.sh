@@ -11,6 +11,7 @@ BUILD_PACKAGES=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libprotobuf-dev
   protobuf-compiler-grpc
   libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libnng-dev libzstd-dev libyaml-dev zlib1g-dev
+  libdeflate-dev
   libelf-dev libdw-dev libbpf-dev bpftool clang llvm
   nodejs
 )
