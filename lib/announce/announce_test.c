@@ -663,6 +663,14 @@ static void test_shutdown_under_load(void **state) {
     assert_true(now_ms() - start < 2500);
 }
 
+/* Under ASan: a message that nng_send queued on a connection whose close hit the nng 1.5.2 defect
+ * (announce.h) stays with the abandoned socket. nng_send copies our buffer, so no allocation of
+ * ours can match; leaks of received messages (nng_recvmsg) are still reported. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) {
+    return "leak:nng_send\n";
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_valid),
