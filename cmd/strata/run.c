@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "announce/announce.h"
 #include "bucket/bucket.h"
 #include "cli.h"
 #include "common/log.h"
@@ -36,6 +37,8 @@ typedef struct runtime {
     rpc_server *grpc;
     ingester *ing;
     querier *qr;
+    announce_publisher *publisher;   /* ingester: committed blocks, for other processes */
+    announce_subscriber *subscriber; /* querier: blocks announced by ingesters */
     metrics_counter_vec *bucket_ops;
     metrics_counter_vec *bucket_failures;
 } runtime;
@@ -111,9 +114,36 @@ static int register_bucket_metrics(runtime *rt, strata_error *err) {
     return metrics_registry_add_collector(rt->registry, collect_bucket_stats, rt, err);
 }
 
-/* In `strata all` the ingester tells the querier about each block it commits. */
+/* The ingester tells the querier in this process (strata all) and, over nng, queriers in other
+ * processes about each block it commits, before acknowledging the writes it holds. */
 static void announce_block(void *ctx, const char *tenant, const char *block_id) {
+    runtime *rt = ctx;
+    if (rt->qr != NULL)
+        querier_announce_block(rt->qr, tenant, block_id);
+    strata_error err;
+    if (rt->publisher != NULL && announce_publish(rt->publisher, tenant, block_id, &err) != 0) {
+        char quoted[600];
+        strata_log_warn("ingester", "block announcement not sent", "ulid=%s error=%s", block_id,
+                        strata_log_quote(err.message, quoted, sizeof quoted));
+    }
+}
+
+static void on_announced_block(void *ctx, const char *tenant, const char *block_id) {
     querier_announce_block(ctx, tenant, block_id);
+}
+
+/* nng publisher (ingester) and subscriber (querier) for block announcements, when configured. */
+static int start_announcements(runtime *rt, strata_error *err) {
+    const char *listen = rt->ing != NULL ? rt->config.ingester.announce_listen_address : NULL;
+    if (listen != NULL && listen[0] != '\0' &&
+        (rt->publisher = announce_publisher_new(listen, err)) == NULL)
+        return strata_error_wrap(err, "ingester.announce_listen_address");
+    const config_string_list *peers = &rt->config.querier.announce_addresses;
+    if (rt->qr != NULL && peers->count > 0 &&
+        (rt->subscriber = announce_subscriber_new((const char *const *)peers->items, peers->count,
+                                                  on_announced_block, rt->qr, err)) == NULL)
+        return strata_error_wrap(err, "querier.announce_addresses");
+    return 0;
 }
 
 /* Loads the config, opens the bucket and builds every service, without binding anything. */
@@ -139,8 +169,8 @@ static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
     if ((all || strcmp(rt->mode, "querier") == 0) &&
         querier_new(&rt->config.querier, rt->store, rt->registry, &rt->qr, err) != 0)
         return -1;
-    if (rt->ing != NULL && rt->qr != NULL)
-        ingester_set_block_listener(rt->ing, announce_block, rt->qr);
+    if (rt->ing != NULL)
+        ingester_set_block_listener(rt->ing, announce_block, rt);
     return 0;
 }
 
@@ -153,7 +183,7 @@ static int runtime_start(runtime *rt, strata_error *err) {
         return -1;
     rpc_server_options ropts = {.listen_address = rt->config.server.grpc_listen_address,
                                 .threads = (int)rt->config.server.grpc_threads};
-    if ((rt->grpc = rpc_server_new(&ropts, err)) == NULL)
+    if ((rt->grpc = rpc_server_new(&ropts, err)) == NULL || start_announcements(rt, err) != 0)
         return -1;
     if (rt->ing != NULL &&
         (ingester_register(rt->ing, rt->grpc, err) != 0 ||
@@ -182,10 +212,13 @@ static void runtime_shutdown(runtime *rt) {
     rt->grpc = NULL;
     if (rt->ing != NULL)
         ingester_stop(rt->ing);
+    announce_subscriber_free(rt->subscriber); /* before the querier it calls into */
+    rt->subscriber = NULL;
     if (rt->http != NULL)
         http_server_stop(rt->http);
     http_server_free(rt->http);
     ingester_free(rt->ing);
+    announce_publisher_free(rt->publisher);
     querier_free(rt->qr);
     if (rt->registry != NULL)
         metrics_registry_remove_collector(rt->registry, collect_bucket_stats, rt);

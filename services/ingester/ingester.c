@@ -31,6 +31,8 @@ const config_field ingester_config_fields[] = {
      .offset = offsetof(ingester_config, max_stack_depth), .default_text = "1024"},
     {.key = "max_profile_bytes", .kind = CONFIG_BYTES,
      .offset = offsetof(ingester_config, max_profile_bytes), .default_text = "64MiB"},
+    {.key = "announce_listen_address", .kind = CONFIG_STRING,
+     .offset = offsetof(ingester_config, announce_listen_address), .default_text = "\"\""},
     {.key = NULL},
 };
 

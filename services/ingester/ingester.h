@@ -36,6 +36,7 @@ typedef struct ingester_config {
     uint64_t max_samples_per_profile;
     uint64_t max_stack_depth;
     uint64_t max_profile_bytes; /* decompressed pprof size */
+    char *announce_listen_address; /* nng URL to publish committed blocks on; "" = off */
 } ingester_config;
 
 /* The `ingester:` section of a service config (config_decode descriptors). */

@@ -23,6 +23,8 @@ const config_field querier_config_fields[] = {
      .default_text = "0"},
     {.key = "query_threads", .kind = CONFIG_INT64, .offset = offsetof(querier_config, query_threads),
      .default_text = "4"},
+    {.key = "announce_addresses", .kind = CONFIG_STRING_LIST,
+     .offset = offsetof(querier_config, announce_addresses), .default_text = "[]"},
     {.key = "max_open_blocks", .kind = CONFIG_UINT64,
      .offset = offsetof(querier_config, max_open_blocks), .default_text = "128"},
     {.key = NULL},

@@ -32,6 +32,7 @@ typedef struct querier_config {
     int64_t parallelism;
     int64_t query_threads;
     uint64_t max_open_blocks;
+    config_string_list announce_addresses; /* nng URLs of ingesters' block announcements */
 } querier_config;
 
 extern const config_field querier_config_fields[];

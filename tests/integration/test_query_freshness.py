@@ -41,7 +41,7 @@ class FreshnessTest(unittest.TestCase):
     def setUpClass(cls):
         cls.work = lib.make_workdir("query-fresh")
         data = os.path.join(cls.work, "data")
-        ports = [lib.free_port() for _ in range(4)]
+        ports = [lib.free_port() for _ in range(7)]
         cls.all_http = f"http://127.0.0.1:{ports[1]}"
         cls.q_http = f"http://127.0.0.1:{ports[3]}"
         bucket = f"""
@@ -57,6 +57,7 @@ server:
 {bucket}
 ingester:
   flush_interval: 100ms
+  announce_listen_address: tcp://127.0.0.1:{ports[4]}
 querier:
   sync_interval: 1h
 """).start(ready_url=cls.all_http + "/ready")
@@ -68,20 +69,37 @@ server:
 querier:
   sync_interval: 200ms
 """).start(ready_url=cls.q_http + "/ready")
+        # A querier that lists the bucket only hourly: it sees new blocks through the ingester's
+        # nng announcements alone.
+        cls.a_http = f"http://127.0.0.1:{ports[6]}"
+        cls.announced = lib.Strata(cls.work, "querier-announced", f"""
+server:
+  grpc_listen_address: 127.0.0.1:{ports[5]}
+  http_listen_address: 127.0.0.1:{ports[6]}
+{bucket}
+querier:
+  sync_interval: 1h
+  announce_addresses: [tcp://127.0.0.1:{ports[4]}]
+""")
+        cls.announced.mode = "querier"
+        cls.announced.start(ready_url=cls.a_http + "/ready")
+        cls.a_channel = grpc.insecure_channel(f"127.0.0.1:{ports[5]}")
+        cls.a_q = q_grpc.QueryServiceStub(cls.a_channel)
         cls.all_channel = grpc.insecure_channel(f"127.0.0.1:{ports[0]}")
         cls.q_channel = grpc.insecure_channel(f"127.0.0.1:{ports[2]}")
         cls.store = ps_grpc.ProfileStoreServiceStub(cls.all_channel)
         cls.all_q = q_grpc.QueryServiceStub(cls.all_channel)
         cls.sep_q = q_grpc.QueryServiceStub(cls.q_channel)
         # Warm up both gRPC channels so connection set-up is not timed.
-        for stub in (cls.all_q, cls.sep_q):
+        for stub in (cls.all_q, cls.sep_q, cls.a_q):
             stub.ProfileTypes(qpb.ProfileTypesRequest(), metadata=TENANT, timeout=10)
 
     @classmethod
     def tearDownClass(cls):
         cls.all_channel.close()
         cls.q_channel.close()
-        for s in (cls.querier, cls.all):
+        cls.a_channel.close()
+        for s in (cls.announced, cls.querier, cls.all):
             if s.stop() != 0:
                 print(s.logs())
         lib.remove_workdir(cls.work)
@@ -109,6 +127,29 @@ querier:
                              {"query": CPU + f'{{job="{job}"}}', "start": qc.ms(t_ns - 60 * 10**9),
                               "end": qc.ms(t_ns + 60 * 10**9), "step": "60s"}, tenant="fresh")
             self.assertEqual([p["value"] for s in j["series"] for p in s["samples"]], [n * qc.PERIOD])
+
+    def wait_visible(self, stub, job, t_ns, n, limit=5):
+        pushed = time.monotonic()
+        total = None
+        while time.monotonic() - pushed < limit:
+            try:
+                total = self.merged_total(stub, job, t_ns)
+                break
+            except grpc.RpcError as e:
+                self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND, e.details())
+                time.sleep(0.02)
+        delay = time.monotonic() - pushed
+        self.assertEqual(total, n * qc.PERIOD, f"{job} not visible after {delay:.2f}s")
+        return delay
+
+    def test_announcements_reach_a_querier_that_does_not_list(self):
+        base = time.time_ns() + 200 * 10**9
+        delays = []
+        for i in range(3):
+            job, t_ns, n = f"ann-{i}", base + i * 10**9, 11 + i
+            self.push(job, t_ns, n)
+            delays.append(self.wait_visible(self.a_q, job, t_ns, n))
+        self.assertLess(max(delays), 1.0, delays)
 
     def test_separate_querier_sees_a_block_within_a_second(self):
         base = time.time_ns() + 100 * 10**9
