@@ -92,7 +92,8 @@ int agent_ksyms_parse(const char *text, size_t len, agent_ksyms *out, strata_err
         }
         p += line_len + 1;
     }
-    qsort(out->syms, out->count, sizeof *out->syms, cmp_ksym);
+    if (out->count > 1) /* qsort needs a valid array, even of zero elements */
+        qsort(out->syms, out->count, sizeof *out->syms, cmp_ksym);
     return 0;
 }
 
@@ -131,7 +132,8 @@ int agent_ksyms_load(const char *path, agent_ksyms *out, strata_error *err) {
         agent_ksyms_free(out);
         return -1;
     }
-    qsort(out->syms, out->count, sizeof *out->syms, cmp_ksym);
+    if (out->count > 1) /* qsort needs a valid array, even of zero elements */
+        qsort(out->syms, out->count, sizeof *out->syms, cmp_ksym);
     shrink(out);
     return 0;
 }

@@ -23,13 +23,16 @@ cmake --build build-ci -j "$jobs"
 echo "== tests (release build)"
 (cd build-ci && ctest --output-on-failure -j "$jobs")
 
+# The sanitizer pass runs every test but the browser tests (JavaScript) and the agent's eBPF
+# end-to-end test, whose sampling-rate assertions do not hold at ASan's slowdown (its unit tests
+# still run).
 if [ -z "${STRATA_SKIP_ASAN:-}" ]; then
   echo "== sanitizer build (ASan + UBSan)"
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON >/dev/null
   cmake --build build-asan -j "$jobs"
   echo "== tests (sanitizer build)"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$jobs" -LE ui)
+     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$jobs" -LE ui -E "^test_agent$")
 fi
 
 if [ -z "${STRATA_SKIP_FUZZ:-}" ]; then
