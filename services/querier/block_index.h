@@ -56,7 +56,6 @@ typedef struct block_index_stats {
     uint64_t sync_failures;
     uint64_t blocks;
     uint64_t readers_open;
-    uint64_t bytes_fetched;
 } block_index_stats;
 
 int block_index_new(const block_index_options *opts, bucket *store, block_index **out,
