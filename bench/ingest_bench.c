@@ -31,133 +31,13 @@
 #include <unistd.h>
 
 #include "agentgen.h"
+#include "requests.h"
 #include "batcher.h"
 #include "bucket/bucket.h"
 #include "common/clock.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
 #include "pprof/pprof.h"
 #include "write_raw.h"
-
-typedef struct request_set {
-    strata_buffer *requests;
-    size_t n;
-    uint64_t samples;     /* non-zero samples over all requests */
-    uint64_t pprof_bytes; /* gzipped pprof payload bytes */
-} request_set;
-
-static void die(const char *what, const strata_error *err) {
-    fprintf(stderr, "ingest_bench: %s: %s\n", what, err != NULL ? err->message : "failed");
-    exit(1);
-}
-
-/* Serializes one WriteRawRequest with one series per (labels, pprof). */
-static void encode_request(label_set *labels, const char *name, strata_buffer *pprofs, size_t n,
-                           strata_buffer *out) {
-    Parca__Profilestore__V1alpha1__RawProfileSeries *series = calloc(n, sizeof *series);
-    Parca__Profilestore__V1alpha1__RawProfileSeries **series_ptrs = calloc(n, sizeof *series_ptrs);
-    Parca__Profilestore__V1alpha1__LabelSet *sets = calloc(n, sizeof *sets);
-    Parca__Profilestore__V1alpha1__RawSample *samples = calloc(n, sizeof *samples);
-    Parca__Profilestore__V1alpha1__RawSample **sample_ptrs = calloc(n, sizeof *sample_ptrs);
-    size_t max_labels = 1;
-    for (size_t i = 0; i < n; i++)
-        if (labels[i].count + 1 > max_labels)
-            max_labels = labels[i].count + 1;
-    Parca__Profilestore__V1alpha1__Label *lab = calloc(n * max_labels, sizeof *lab);
-    Parca__Profilestore__V1alpha1__Label **lab_ptrs = calloc(n * max_labels, sizeof *lab_ptrs);
-    if (!series || !series_ptrs || !sets || !samples || !sample_ptrs || !lab || !lab_ptrs)
-        die("out of memory", NULL);
-    for (size_t i = 0; i < n; i++) {
-        Parca__Profilestore__V1alpha1__Label *l = &lab[i * max_labels];
-        Parca__Profilestore__V1alpha1__Label **lp = &lab_ptrs[i * max_labels];
-        parca__profilestore__v1alpha1__label__init(&l[0]);
-        l[0].name = "__name__";
-        l[0].value = (char *)name;
-        lp[0] = &l[0];
-        for (size_t k = 0; k < labels[i].count; k++) {
-            parca__profilestore__v1alpha1__label__init(&l[k + 1]);
-            l[k + 1].name = labels[i].labels[k].name;
-            l[k + 1].value = labels[i].labels[k].value;
-            lp[k + 1] = &l[k + 1];
-        }
-        parca__profilestore__v1alpha1__label_set__init(&sets[i]);
-        sets[i].n_labels = labels[i].count + 1;
-        sets[i].labels = lp;
-        parca__profilestore__v1alpha1__raw_sample__init(&samples[i]);
-        samples[i].raw_profile.data = pprofs[i].data;
-        samples[i].raw_profile.len = pprofs[i].len;
-        sample_ptrs[i] = &samples[i];
-        parca__profilestore__v1alpha1__raw_profile_series__init(&series[i]);
-        series[i].labels = &sets[i];
-        series[i].n_samples = 1;
-        series[i].samples = &sample_ptrs[i];
-        series_ptrs[i] = &series[i];
-    }
-    Parca__Profilestore__V1alpha1__WriteRawRequest req =
-        PARCA__PROFILESTORE__V1ALPHA1__WRITE_RAW_REQUEST__INIT;
-    req.n_series = n;
-    req.series = series_ptrs;
-    size_t size = parca__profilestore__v1alpha1__write_raw_request__get_packed_size(&req);
-    if (strata_buffer_reserve(out, size) != 0)
-        die("out of memory", NULL);
-    out->len = parca__profilestore__v1alpha1__write_raw_request__pack(&req, out->data);
-    free(series);
-    free(series_ptrs);
-    free(sets);
-    free(samples);
-    free(sample_ptrs);
-    free(lab);
-    free(lab_ptrs);
-}
-
-static uint64_t count_samples(const pprof_profile *p) {
-    uint64_t n = 0;
-    for (size_t s = 0; s < p->n_samples; s++)
-        for (size_t t = 0; t < p->n_sample_types; t++)
-            n += pprof_sample_value(p, s, t) != 0;
-    return n;
-}
-
-/* One request per 10 s window holding every process's profile, as a node's agents would send. */
-static void build_agent_requests(size_t windows, size_t processes, request_set *set) {
-    strata_error err;
-    agentgen_options o;
-    agentgen_options_default(&o);
-    o.n_processes = processes;
-    agentgen *g = agentgen_new(&o, &err);
-    if (g == NULL)
-        die("agentgen", &err);
-    set->requests = calloc(windows, sizeof *set->requests);
-    label_set *labels = calloc(processes, sizeof *labels);
-    strata_buffer *pprofs = calloc(processes, sizeof *pprofs);
-    if (set->requests == NULL || labels == NULL || pprofs == NULL)
-        die("out of memory", NULL);
-    for (size_t p = 0; p < processes; p++)
-        if (agentgen_labels(g, p, &labels[p], &err) != 0)
-            die("labels", &err);
-    for (size_t w = 0; w < windows; w++) {
-        for (size_t p = 0; p < processes; p++) {
-            pprof_profile prof;
-            if (agentgen_profile(g, p, w, &prof, &err) != 0)
-                die("profile", &err);
-            set->samples += count_samples(&prof);
-            strata_buffer_reset(&pprofs[p]);
-            if (pprof_encode(&prof, true, &pprofs[p], &err) != 0)
-                die("encode", &err);
-            set->pprof_bytes += pprofs[p].len;
-            pprof_profile_free(&prof);
-        }
-        profile_type t = agentgen_profile_type();
-        encode_request(labels, t.name, pprofs, processes, &set->requests[w]);
-    }
-    set->n = windows;
-    for (size_t p = 0; p < processes; p++) {
-        label_set_free(&labels[p]);
-        strata_buffer_free(&pprofs[p]);
-    }
-    free(labels);
-    free(pprofs);
-    agentgen_free(g);
-}
 
 static void build_go_requests(const char *source_dir, size_t copies, request_set *set) {
     char path[4096];
@@ -271,12 +151,6 @@ static void report(const char *name, const request_set *set, const run_result *r
            name, set->samples, (double)set->samples / r->cpu_s / 1e6, r->cpu_s, r->wall_s,
            (double)r->bytes / (double)set->samples, r->blocks,
            (double)set->pprof_bytes / (double)set->samples);
-}
-
-static void free_set(request_set *set) {
-    for (size_t i = 0; i < set->n; i++)
-        strata_buffer_free(&set->requests[i]);
-    free(set->requests);
 }
 
 int main(int argc, char **argv) {

@@ -1,0 +1,36 @@
+/*
+ * requests.h - WriteRaw requests for benchmarks: serialized exactly as agents send them (one
+ * series per process, gzipped pprof inside), built before any clock starts. Shared by
+ * ingest_bench and bucket_bench.
+ */
+#ifndef STRATA_BENCH_REQUESTS_H
+#define STRATA_BENCH_REQUESTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buffer.h"
+#include "common/error.h"
+#include "labels/labels.h"
+#include "pprof/pprof.h"
+
+typedef struct request_set {
+    strata_buffer *requests;
+    size_t n;
+    uint64_t samples;     /* non-zero samples over all requests */
+    uint64_t pprof_bytes; /* gzipped pprof payload bytes */
+} request_set;
+
+/* Prints "PROGRAM: what: message" and exits 1 (benchmarks stop at the first failure). */
+_Noreturn void die(const char *what, const strata_error *err);
+
+/* Serializes one WriteRawRequest with one series per (labels, pprof) under profile name `name`. */
+void encode_request(label_set *labels, const char *name, strata_buffer *pprofs, size_t n,
+                    strata_buffer *out);
+/* Samples with a non-zero value, counted per sample type. */
+uint64_t count_samples(const pprof_profile *p);
+/* One request per 10 s window holding every process's agent-like profile (bench/agentgen). */
+void build_agent_requests(size_t windows, size_t processes, request_set *set);
+void free_set(request_set *set);
+
+#endif
