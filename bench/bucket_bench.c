@@ -56,8 +56,8 @@ static bucket_stats snap(const bucket *b) {
 }
 
 /* Prints "op=N" for every operation that changed between a and b (and failures if any). */
-static void print_delta(const char *what, const bucket_stats *a, const bucket_stats *b,
-                        double per, const char *per_what) {
+static void print_delta(const char *what, const bucket_stats *a, const bucket_stats *b, double per,
+                        const char *per_what) {
     printf("  %-26s", what);
     bool any = false;
     for (int op = 0; op < BUCKET_OP_COUNT; op++) {
@@ -113,7 +113,8 @@ static void sleep_until(int64_t t_ns) {
     nanosleep(&ts, NULL);
 }
 
-/* ---- 1. raw uploads and ranged reads ---------------------------------------------------------- */
+/* ---- 1. raw uploads and ranged reads ----------------------------------------------------------
+ */
 
 static void bench_raw(bucket *b, const char *run_id, size_t large_mib) {
     strata_error err;
@@ -173,14 +174,14 @@ static void bench_raw(bucket *b, const char *run_id, size_t large_mib) {
             if (bucket_get_range(b, range_key, off, len, &out, &err) != 0)
                 die("get_range", &err);
             lat[i] = strata_monotonic_ns() - t0;
-            if (out.len != len || memcmp(out.data + (off == 0), data + off + (off == 0),
-                                         len - (off == 0)) != 0)
+            if (out.len != len ||
+                memcmp(out.data + (off == 0), data + off + (off == 0), len - (off == 0)) != 0)
                 die("ranged read returned wrong bytes", NULL);
         }
         double wall = (double)(strata_monotonic_ns() - w0) / 1e9;
         qsort(lat, n, sizeof *lat, cmp_i64);
-        printf("  range %6zu KiB x %3zu: %8.1f MB/s  p50 %8.3f ms  p99 %8.3f ms\n", len >> 10,
-               n, (double)len * (double)n / wall / 1e6, pct_ms(lat, n, 0.5), pct_ms(lat, n, 0.99));
+        printf("  range %6zu KiB x %3zu: %8.1f MB/s  p50 %8.3f ms  p99 %8.3f ms\n", len >> 10, n,
+               (double)len * (double)n / wall / 1e6, pct_ms(lat, n, 0.5), pct_ms(lat, n, 0.99));
         free(lat);
     }
     strata_buffer_free(&out);
@@ -199,7 +200,8 @@ static void bench_raw(bucket *b, const char *run_id, size_t large_mib) {
     free(data);
 }
 
-/* ---- 2. ingest --------------------------------------------------------------------------------- */
+/* ---- 2. ingest ---------------------------------------------------------------------------------
+ */
 
 static atomic_uint_fast64_t acks;
 
@@ -256,7 +258,8 @@ static void bench_ingest(bucket *store, const char *tenant, size_t windows, size
            profiles, stored, set.samples, wall, blocks, (double)bytes / 1048576.0,
            blocks ? (double)bytes / 1024.0 / (double)blocks : 0.0);
     print_delta("total operations", &a, &z, 0, NULL);
-    print_delta("per 1,000 profiles", &a, &z, (double)profiles / 1000.0, "ops per 1,000 agent profiles");
+    print_delta("per 1,000 profiles", &a, &z, (double)profiles / 1000.0,
+                "ops per 1,000 agent profiles");
     printf("  all operations per 1,000 profiles: %.1f\n",
            (double)total_ops(&a, &z) * 1000.0 / (double)profiles);
     batcher_free(bt);
@@ -265,7 +268,8 @@ static void bench_ingest(bucket *store, const char *tenant, size_t windows, size
     free(set.requests);
 }
 
-/* ---- 3. query ---------------------------------------------------------------------------------- */
+/* ---- 3. query ----------------------------------------------------------------------------------
+ */
 
 static void bench_query(bucket *store, const char *tenant) {
     strata_error err;

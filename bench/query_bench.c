@@ -29,8 +29,8 @@
  *   2. selective merge: the same with {pod="<process 0's pod>"} (1 series of N), showing pruning.
  *   3. range: query_range over the day of 100 series, step 60 s, with sum_by pid (100 series
  *      out: one per process) and with sum_by node (10 series out; an empty sum_by would give one
- *      series, as Parca sums a delta type over everything then); p50/p90/p99 of wall latency over R runs (default 20)
- *      after one warm-up run, and the mean CPU per query.
+ *      series, as Parca sums a delta type over everything then); p50/p90/p99 of wall latency over R
+ * runs (default 20) after one warm-up run, and the mean CPU per query.
  *   4. peer: `go tool pprof -proto FILE... > merged.pb` over the M minutes of pprof files (CPU and
  *      peak RSS from wait4's rusage of the go command, which includes the pprof tool it runs),
  *      against query_merge + finalize over the same M minutes; the merged totals are compared.
@@ -155,7 +155,8 @@ static void touch(const char *path) {
     fclose(f);
 }
 
-/* ---- data generation (in a child process) ----------------------------------------------------- */
+/* ---- data generation (in a child process) -----------------------------------------------------
+ */
 
 static uint64_t merge_windows(const bench_args *a) {
     return (uint64_t)(a->hours * 360.0 + 0.5);
@@ -186,7 +187,8 @@ static block_writer *new_writer(const char *tenant, strata_error *err) {
 }
 
 /* Finishes w and uploads data, then meta.json, as the compactor does. Returns data bytes. */
-static uint64_t upload_block(bucket *store, const char *tenant, block_writer *w, strata_error *err) {
+static uint64_t upload_block(bucket *store, const char *tenant, block_writer *w,
+                             strata_error *err) {
     strata_buffer data = STRATA_BUFFER_INIT, meta_json = STRATA_BUFFER_INIT;
     block_meta meta;
     if (block_writer_finish(w, &data, &meta, err) != 0)
@@ -264,7 +266,8 @@ static void *producer(void *arg) {
             if (agentgen_profile(r->g, i, w, p, &err) != 0)
                 die("agentgen_profile", &err);
             if (w < r->pprof_windows) {
-                p->time_nanos = T0_NS + (int64_t)w * WINDOW_NS + (int64_t)(i % 10) * STRATA_NS_PER_SEC;
+                p->time_nanos =
+                    T0_NS + (int64_t)w * WINDOW_NS + (int64_t)(i % 10) * STRATA_NS_PER_SEC;
                 p->duration_nanos = WINDOW_NS;
                 strata_buffer gz = STRATA_BUFFER_INIT;
                 if (pprof_encode(p, true, &gz, &err) != 0)
@@ -340,8 +343,8 @@ static void write_merge_data(const bench_args *a, bucket *store, agentgen *g, la
             bytes += upload_block(store, tenant, w, err);
             blocks++;
             w = NULL;
-            fprintf(stderr, "query_bench: wrote block %" PRIu64 " of %s (%.0f s)\n", blocks,
-                    tenant, (double)(strata_monotonic_ns() - wall0) / 1e9);
+            fprintf(stderr, "query_bench: wrote block %" PRIu64 " of %s (%.0f s)\n", blocks, tenant,
+                    (double)(strata_monotonic_ns() - wall0) / 1e9);
         }
     }
     pthread_join(th, NULL);
@@ -453,7 +456,8 @@ static void generate(const bench_args *a, const char *bucket_dir) {
     _exit(0);
 }
 
-/* ---- measurements ------------------------------------------------------------------------------ */
+/* ---- measurements ------------------------------------------------------------------------------
+ */
 
 typedef struct timed {
     double cpu_s, wall_s;
@@ -466,8 +470,8 @@ typedef struct merge_run {
     int64_t root_total;
 } merge_run;
 
-static void run_merge_once(query_engine *e, const char *tenant, const selector *sel,
-                           int64_t start, int64_t end, merge_run *out) {
+static void run_merge_once(query_engine *e, const char *tenant, const selector *sel, int64_t start,
+                           int64_t end, merge_run *out) {
     strata_error err;
     calltree *tree;
     if (calltree_create(&tree, 0, &err) != 0)
@@ -774,8 +778,8 @@ int main(int argc, char **argv) {
     printf("  split (CPU):         sample scan %.3f s (%.0f%%, %.1f M samples/s, %" PRIu64
            " samples), stack translation + tree %.3f s (%.0f%%), finalize %.3f s (%.0f%%)\n",
            scan.cpu_s, 100 * scan.cpu_s / m_cpu, (double)scanned / scan.cpu_s / 1e6, scanned,
-           m.merge.cpu_s - scan.cpu_s, 100 * (m.merge.cpu_s - scan.cpu_s) / m_cpu,
-           m.finalize.cpu_s, 100 * m.finalize.cpu_s / m_cpu);
+           m.merge.cpu_s - scan.cpu_s, 100 * (m.merge.cpu_s - scan.cpu_s) / m_cpu, m.finalize.cpu_s,
+           100 * m.finalize.cpu_s / m_cpu);
 
     /* 2. selective merge */
     agentgen_options go;
@@ -796,8 +800,8 @@ int main(int argc, char **argv) {
     merge_run s1 = bench_merge(e, tenant, &one, start, end, a.merge_runs, "merge one pod");
     printf("merge one pod (best):  CPU %.4f s, wall %.4f s for %" PRIu64 " samples (%.1f M "
            "samples/s per core); %.1fx less CPU than the full merge for 1/%zu of the series\n",
-           s1.merge.cpu_s + s1.finalize.cpu_s, s1.merge.wall_s + s1.finalize.wall_s,
-           s1.res.samples, (double)s1.res.samples / (s1.merge.cpu_s + s1.finalize.cpu_s) / 1e6,
+           s1.merge.cpu_s + s1.finalize.cpu_s, s1.merge.wall_s + s1.finalize.wall_s, s1.res.samples,
+           (double)s1.res.samples / (s1.merge.cpu_s + s1.finalize.cpu_s) / 1e6,
            m_cpu / (s1.merge.cpu_s + s1.finalize.cpu_s), a.processes);
     label_set_free(&l0);
     agentgen_free(g);
@@ -845,13 +849,12 @@ int main(int argc, char **argv) {
                    sm.root_total == total * period ? "equal" : "DIFFERENT");
             printf("\n%-28s %16s %16s\n", "", "strata", "go tool pprof");
             printf("%-28s %16.3f %16.2f\n", "CPU s (same profiles)", sm_cpu, gt.cpu_s);
-            printf("%-28s %16.1f %16.3f\n", "M samples/s per core", (double)sm.res.samples / sm_cpu / 1e6,
-                   go_rate / 1e6);
+            printf("%-28s %16.1f %16.3f\n", "M samples/s per core",
+                   (double)sm.res.samples / sm_cpu / 1e6, go_rate / 1e6);
             printf("%-28s %16.0f %16.0f\n", "peak RSS MiB", rss_queries, go_rss);
             printf("speed ratio (CPU): strata is %.0fx go tool pprof on the same %g min; the 1 h "
                    "merge rate is %.0fx pprof's rate\n",
-                   gt.cpu_s / sm_cpu, a.pprof_minutes,
-                   ((double)m.res.samples / m_cpu) / go_rate);
+                   gt.cpu_s / sm_cpu, a.pprof_minutes, ((double)m.res.samples / m_cpu) / go_rate);
         }
     }
     printf("\ntargets: merge >= 50 M samples/s per core and >= 20x pprof; range < 50 ms\n");

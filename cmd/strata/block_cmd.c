@@ -35,7 +35,8 @@ static int local_file_fetch(void *ctx, uint64_t offset, uint64_t length, strata_
     if (strata_buffer_reserve(out, length) != 0)
         return strata_error_oom(err);
     while (out->len < length) {
-        ssize_t n = pread(f->fd, out->data + out->len, length - out->len, (off_t)(offset + out->len));
+        ssize_t n =
+            pread(f->fd, out->data + out->len, length - out->len, (off_t)(offset + out->len));
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)

@@ -49,8 +49,8 @@ static int read_file(const char *path, strata_buffer *out, strata_error *err) {
 static int add_label_arg(push_args *a, const char *text, strata_error *err) {
     const char *eq = strchr(text, '=');
     if (eq == NULL || eq == text)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "--label wants NAME=VALUE, got \"%s\"",
-                                text);
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "--label wants NAME=VALUE, got \"%s\"", text);
     char **names = realloc(a->label_names, (a->n_labels + 1) * sizeof *names);
     if (names == NULL)
         return strata_error_oom(err);
@@ -86,8 +86,8 @@ static int parse_push_args(int argc, char **argv, push_args *a, strata_error *er
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-        if (cli_flag_is(arg, "label") || cli_flag_is(arg, "address") || cli_flag_is(arg, "tenant") ||
-            cli_flag_is(arg, "name")) {
+        if (cli_flag_is(arg, "label") || cli_flag_is(arg, "address") ||
+            cli_flag_is(arg, "tenant") || cli_flag_is(arg, "name")) {
             if (value == NULL)
                 return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s needs a value", arg);
             i++;
@@ -121,7 +121,8 @@ static int encode_request(const push_args *a, strata_buffer *files, strata_buffe
     label_pb *labels = calloc(a->n_labels + 1, sizeof *labels);
     label_pb **label_ptrs = calloc(a->n_labels + 1, sizeof *label_ptrs);
     Parca__Profilestore__V1alpha1__RawSample *samples = calloc(a->n_files, sizeof *samples);
-    Parca__Profilestore__V1alpha1__RawSample **sample_ptrs = calloc(a->n_files, sizeof *sample_ptrs);
+    Parca__Profilestore__V1alpha1__RawSample **sample_ptrs =
+        calloc(a->n_files, sizeof *sample_ptrs);
     int rc = -1;
     if (labels == NULL || label_ptrs == NULL || samples == NULL || sample_ptrs == NULL) {
         strata_error_oom(err);

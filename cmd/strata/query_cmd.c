@@ -176,7 +176,8 @@ static int run_labels(const query_args *a, bool values, strata_error *err) {
         req.n_match = a->n_match;
         req.match = (char **)a->match;
         if (a->type != NULL) {
-            req._profile_type_case = PARCA__QUERY__V1ALPHA1__VALUES_REQUEST___PROFILE_TYPE_PROFILE_TYPE;
+            req._profile_type_case =
+                PARCA__QUERY__V1ALPHA1__VALUES_REQUEST___PROFILE_TYPE_PROFILE_TYPE;
             req.profile_type = (char *)a->type;
         }
         rc = call(a, "Values", &req.base, &resp, err);
@@ -185,7 +186,8 @@ static int run_labels(const query_args *a, bool values, strata_error *err) {
         req.n_match = a->n_match;
         req.match = (char **)a->match;
         if (a->type != NULL) {
-            req._profile_type_case = PARCA__QUERY__V1ALPHA1__LABELS_REQUEST___PROFILE_TYPE_PROFILE_TYPE;
+            req._profile_type_case =
+                PARCA__QUERY__V1ALPHA1__LABELS_REQUEST___PROFILE_TYPE_PROFILE_TYPE;
             req.profile_type = (char *)a->type;
         }
         rc = call(a, "Labels", &req.base, &resp, err);
@@ -224,7 +226,8 @@ static void print_series(const Parca__Query__V1alpha1__MetricsSeries *s) {
            s->sample_type ? s->sample_type->unit : "");
     for (size_t k = 0; k < s->n_samples; k++) {
         const Parca__Query__V1alpha1__MetricsSample *p = s->samples[k];
-        int64_t ms = p->timestamp ? p->timestamp->seconds * 1000 + p->timestamp->nanos / 1000000 : 0;
+        int64_t ms =
+            p->timestamp ? p->timestamp->seconds * 1000 + p->timestamp->nanos / 1000000 : 0;
         printf("  %lld  value=%lld  per_second=%.6g  duration=%.3fs  count=%d\n", (long long)ms,
                (long long)p->value, p->value_per_second, (double)p->duration / 1e9, p->count);
     }
@@ -246,7 +249,8 @@ static int run_range(const query_args *a, strata_error *err) {
     Google__Protobuf__Duration d = GOOGLE__PROTOBUF__DURATION__INIT;
     d.seconds = step / STRATA_NS_PER_SEC;
     d.nanos = (int32_t)(step % STRATA_NS_PER_SEC);
-    Parca__Query__V1alpha1__QueryRangeRequest req = PARCA__QUERY__V1ALPHA1__QUERY_RANGE_REQUEST__INIT;
+    Parca__Query__V1alpha1__QueryRangeRequest req =
+        PARCA__QUERY__V1ALPHA1__QUERY_RANGE_REQUEST__INIT;
     req.query = (char *)a->positional[0];
     req.start = &ts_start;
     req.end = &ts_end;
@@ -294,8 +298,8 @@ static void print_top(const Parca__Query__V1alpha1__QueryResponse *r, int top, b
     char total[32];
     format_value(r->total, unit, total, sizeof total);
     printf("total %s (%s)\n", total, unit);
-    printf("%12s %7s %12s %7s%s  %s\n", "flat", "flat%", "cum", "cum%", diff ? "          diff" : "",
-           "function");
+    printf("%12s %7s %12s %7s%s  %s\n", "flat", "flat%", "cum", "cum%",
+           diff ? "          diff" : "", "function");
     for (size_t i = 0; i < t->n_list && (top <= 0 || (int)i < top); i++) {
         const Parca__Query__V1alpha1__TopNode *n = t->list[i];
         char flat[32], cum[32], d[32];
@@ -388,10 +392,13 @@ static int run_diff(const query_args *a, strata_error *err) {
         fill_merge(&mb, a->positional[1], a->start_b ? a->start_b : a->start,
                    a->end_b ? a->end_b : a->end, err) != 0)
         return -1;
-    Parca__Query__V1alpha1__ProfileDiffSelection sa = PARCA__QUERY__V1ALPHA1__PROFILE_DIFF_SELECTION__INIT;
-    Parca__Query__V1alpha1__ProfileDiffSelection sb = PARCA__QUERY__V1ALPHA1__PROFILE_DIFF_SELECTION__INIT;
+    Parca__Query__V1alpha1__ProfileDiffSelection sa =
+        PARCA__QUERY__V1ALPHA1__PROFILE_DIFF_SELECTION__INIT;
+    Parca__Query__V1alpha1__ProfileDiffSelection sb =
+        PARCA__QUERY__V1ALPHA1__PROFILE_DIFF_SELECTION__INIT;
     sa.mode = sb.mode = PARCA__QUERY__V1ALPHA1__PROFILE_DIFF_SELECTION__MODE__MODE_MERGE;
-    sa.options_case = sb.options_case = PARCA__QUERY__V1ALPHA1__PROFILE_DIFF_SELECTION__OPTIONS_MERGE;
+    sa.options_case = sb.options_case =
+        PARCA__QUERY__V1ALPHA1__PROFILE_DIFF_SELECTION__OPTIONS_MERGE;
     sa.merge = &ma.merge;
     sb.merge = &mb.merge;
     Parca__Query__V1alpha1__DiffProfile d = PARCA__QUERY__V1ALPHA1__DIFF_PROFILE__INIT;
@@ -439,7 +446,8 @@ int cli_query(int argc, char **argv) {
         return 2;
     }
     if (rc != 0) {
-        fprintf(stderr, "strata query %s: %s: %s\n", sub, strata_status_name(err.code), err.message);
+        fprintf(stderr, "strata query %s: %s: %s\n", sub, strata_status_name(err.code),
+                err.message);
         return 1;
     }
     return 0;

@@ -19,7 +19,8 @@ typedef struct strata_buffer {
     size_t cap;
 } strata_buffer;
 
-#define STRATA_BUFFER_INIT {NULL, 0, 0}
+#define STRATA_BUFFER_INIT                                                                         \
+    { NULL, 0, 0 }
 
 void strata_buffer_init(strata_buffer *b);
 void strata_buffer_free(strata_buffer *b);
@@ -30,7 +31,8 @@ int strata_buffer_reserve(strata_buffer *b, size_t extra);
 int strata_buffer_append(strata_buffer *b, const void *data, size_t len);
 int strata_buffer_append_byte(strata_buffer *b, uint8_t byte);
 int strata_buffer_append_str(strata_buffer *b, const char *s);
-int strata_buffer_appendf(strata_buffer *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int strata_buffer_appendf(strata_buffer *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 int strata_buffer_append_u32le(strata_buffer *b, uint32_t v);
 int strata_buffer_append_u64le(strata_buffer *b, uint64_t v);
 int strata_buffer_append_uvarint(strata_buffer *b, uint64_t v);

@@ -146,9 +146,12 @@ static void test_log_quote(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_error_set_and_wrap), cmocka_unit_test(test_buffer_append_and_varints),
-        cmocka_unit_test(test_hash_is_stable),     cmocka_unit_test(test_u64_map),
-        cmocka_unit_test(test_intern),             cmocka_unit_test(test_log_quote),
+        cmocka_unit_test(test_error_set_and_wrap),
+        cmocka_unit_test(test_buffer_append_and_varints),
+        cmocka_unit_test(test_hash_is_stable),
+        cmocka_unit_test(test_u64_map),
+        cmocka_unit_test(test_intern),
+        cmocka_unit_test(test_log_quote),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -51,7 +51,8 @@ int strata_error_set(strata_error *err, strata_status code, const char *fmt, ...
 
 /* Prepends "context: " to an existing message (for example a file name or a key), keeping the code.
  * Returns -1. */
-int strata_error_wrap(strata_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int strata_error_wrap(strata_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Name of a status code as gRPC spells it ("INVALID_ARGUMENT"). */
 const char *strata_status_name(strata_status code);

@@ -166,7 +166,8 @@ static bool intern_lookup(const strata_intern *t, const char *s, size_t len, uin
             return false;
         }
         uint32_t id = v - 1;
-        if (t->slot_hashes[i] == h && t->lengths[id] == len && memcmp(t->strings[id], s, len) == 0) {
+        if (t->slot_hashes[i] == h && t->lengths[id] == len &&
+            memcmp(t->strings[id], s, len) == 0) {
             *slot = i;
             return true;
         }

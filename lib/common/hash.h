@@ -52,18 +52,18 @@ uint64_t *strata_u64_map_get(const strata_u64_map *m, uint64_t key);
 uint64_t *strata_u64_map_upsert(strata_u64_map *m, uint64_t key, uint64_t initial, bool *inserted);
 
 typedef struct strata_intern {
-    char **chunks;         /* arena chunks holding the string bytes, NUL-terminated */
+    char **chunks; /* arena chunks holding the string bytes, NUL-terminated */
     size_t n_chunks;
-    size_t chunk_used;     /* bytes used in the last chunk */
+    size_t chunk_used; /* bytes used in the last chunk */
     size_t chunk_cap;
-    const char **strings;  /* id -> string */
-    uint32_t *lengths;     /* id -> length */
+    const char **strings; /* id -> string */
+    uint32_t *lengths;    /* id -> length */
     size_t count;
     size_t cap;
-    uint32_t *slots;       /* open addressing table of id+1, 0 = empty */
+    uint32_t *slots; /* open addressing table of id+1, 0 = empty */
     uint64_t *slot_hashes;
     size_t slot_mask;
-    size_t total_bytes;    /* sum of lengths */
+    size_t total_bytes; /* sum of lengths */
 } strata_intern;
 
 int strata_intern_init(strata_intern *t);

@@ -73,8 +73,8 @@ const char *strata_log_quote(const char *s, char *out, size_t out_len) {
     return out;
 }
 
-void strata_log(strata_log_level level, const char *component, const char *msg, const char *fields_fmt,
-                ...) {
+void strata_log(strata_log_level level, const char *component, const char *msg,
+                const char *fields_fmt, ...) {
     static const char *const names[] = {"debug", "info", "warn", "error"};
     if ((int)level < current_level())
         return;
@@ -84,7 +84,8 @@ void strata_log(strata_log_level level, const char *component, const char *msg, 
     struct tm tm;
     gmtime_r(&now.tv_sec, &tm);
     char quoted[1024];
-    int n = snprintf(line, sizeof line, "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s component=%s msg=%s",
+    int n = snprintf(line, sizeof line,
+                     "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s component=%s msg=%s",
                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                      now.tv_nsec / 1000000, names[level], component,
                      strata_log_quote(msg, quoted, sizeof quoted));

@@ -45,8 +45,8 @@ typedef struct pprof_value_type {
 } pprof_value_type;
 
 typedef struct pprof_label {
-    int64_t key;      /* string index */
-    int64_t str;      /* string index, 0 if numeric */
+    int64_t key; /* string index */
+    int64_t str; /* string index, 0 if numeric */
     int64_t num;
     int64_t num_unit; /* string index */
 } pprof_label;
@@ -97,7 +97,7 @@ typedef struct pprof_function {
 
 /* Maps ids to array indexes. */
 typedef struct pprof_id_index {
-    uint32_t *dense;   /* dense[id] = index + 1, when ids are small; else NULL */
+    uint32_t *dense; /* dense[id] = index + 1, when ids are small; else NULL */
     size_t dense_len;
     strata_u64_map sparse; /* id -> index, when ids are large */
 } pprof_id_index;
@@ -160,8 +160,8 @@ bool pprof_is_gzip(const uint8_t *data, size_t len);
 
 /* Decodes and validates a pprof (gzip sniffed). limits may be NULL for the defaults. *out need not
  * be initialised: it is overwritten, never freed. On failure *out is left empty (safe to free) and
- * err has STRATA_INVALID_ARGUMENT (malformed input), STRATA_RESOURCE_EXHAUSTED (over a limit, or out
- * of memory). Plain input larger than max_decompressed_bytes is refused like an oversized gzip.
+ * err has STRATA_INVALID_ARGUMENT (malformed input), STRATA_RESOURCE_EXHAUSTED (over a limit, or
+ * out of memory). Plain input larger than max_decompressed_bytes is refused like an oversized gzip.
  *
  * On success every sample has exactly n_sample_types values (sample i's start at
  * i * n_sample_types), and samples whose values are all zero are kept (the ingester drops them per
@@ -197,8 +197,8 @@ static inline int64_t pprof_sample_value(const pprof_profile *p, size_t i, size_
  * be consistent: sample, label and line offsets are checked (INVALID_ARGUMENT), sample_values is
  * trusted to hold n_sample_types values at each value_offset. Ids and string indexes are written as
  * given, unchecked; id indexes are not needed. The output is canonical (fields in number order,
- * repeated scalars packed, zero scalars omitted), so encoding a decoded profile again gives the same
- * bytes. On failure out is left as it was. */
+ * repeated scalars packed, zero scalars omitted), so encoding a decoded profile again gives the
+ * same bytes. On failure out is left as it was. */
 int pprof_encode(const pprof_profile *p, bool gzip, strata_buffer *out, strata_error *err);
 
 /* gzip helpers shared with the scraper and tests. pprof_gunzip appends the inflated bytes to out

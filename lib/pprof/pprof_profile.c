@@ -54,8 +54,8 @@ static int id_index_build(pprof_id_index *ix, const char *what, size_t count, co
         if (strata_u64_map_upsert(&ix->sparse, id, i, &inserted) == NULL)
             return strata_error_oom(err);
         if (!inserted)
-            return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s id %llu is defined twice", what,
-                                    (unsigned long long)id);
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s id %llu is defined twice",
+                                    what, (unsigned long long)id);
     }
     return 0;
 }

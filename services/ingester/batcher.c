@@ -61,7 +61,8 @@ int batcher_new(const batcher_options *opts, bucket *store, batcher **out, strat
     b->opts = *opts;
     b->store = store;
     pthread_condattr_t attr;
-    if (pthread_condattr_init(&attr) != 0 || pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
+    if (pthread_condattr_init(&attr) != 0 ||
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
         pthread_mutex_init(&b->mu, NULL) != 0 || pthread_cond_init(&b->wake, &attr) != 0) {
         free(b);
         return strata_error_set(err, STRATA_INTERNAL, "cannot initialise batcher locks");

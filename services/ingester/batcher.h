@@ -34,11 +34,11 @@ typedef void (*batcher_ack_fn)(void *ctx, const strata_error *err);
 typedef void (*batcher_block_fn)(void *ctx, const char *tenant, const char *ulid);
 
 typedef struct batcher_options {
-    int64_t flush_interval_ns;  /* default 1 s */
-    uint64_t max_block_bytes;   /* writer memory that triggers an early flush; default 256 MiB */
-    int upload_attempts;        /* tries per object before giving up; default 5 */
-    int64_t upload_backoff_ns;  /* first retry delay, doubled each try; default 100 ms */
-    batcher_block_fn on_block;  /* optional */
+    int64_t flush_interval_ns; /* default 1 s */
+    uint64_t max_block_bytes;  /* writer memory that triggers an early flush; default 256 MiB */
+    int upload_attempts;       /* tries per object before giving up; default 5 */
+    int64_t upload_backoff_ns; /* first retry delay, doubled each try; default 100 ms */
+    batcher_block_fn on_block; /* optional */
     void *on_block_ctx;
 } batcher_options;
 
@@ -48,9 +48,9 @@ typedef struct batcher_stats {
     atomic_uint_fast64_t samples_accepted;
     atomic_uint_fast64_t blocks_written;
     atomic_uint_fast64_t bytes_written;
-    atomic_uint_fast64_t upload_failures;     /* failed attempts, retried or not */
-    atomic_uint_fast64_t flush_failures;      /* blocks given up on (requests got UNAVAILABLE) */
-    atomic_uint_fast64_t flush_duration_ns;   /* sum over flushes */
+    atomic_uint_fast64_t upload_failures;   /* failed attempts, retried or not */
+    atomic_uint_fast64_t flush_failures;    /* blocks given up on (requests got UNAVAILABLE) */
+    atomic_uint_fast64_t flush_duration_ns; /* sum over flushes */
     atomic_uint_fast64_t flushes;
     atomic_uint_fast64_t last_flush_duration_ns;
 } batcher_stats;

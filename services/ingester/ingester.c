@@ -15,24 +15,42 @@
 #include "write_raw.h"
 
 const config_field ingester_config_fields[] = {
-    {.key = "flush_interval", .kind = CONFIG_DURATION,
-     .offset = offsetof(ingester_config, flush_interval_ns), .default_text = "1s"},
-    {.key = "max_block_bytes", .kind = CONFIG_BYTES,
-     .offset = offsetof(ingester_config, max_block_bytes), .default_text = "256MiB"},
-    {.key = "upload_attempts", .kind = CONFIG_INT64,
-     .offset = offsetof(ingester_config, upload_attempts), .default_text = "5"},
-    {.key = "max_series_per_request", .kind = CONFIG_UINT64,
-     .offset = offsetof(ingester_config, max_series_per_request), .default_text = "10000"},
-    {.key = "max_labels_per_series", .kind = CONFIG_UINT64,
-     .offset = offsetof(ingester_config, max_labels_per_series), .default_text = "64"},
-    {.key = "max_samples_per_profile", .kind = CONFIG_UINT64,
-     .offset = offsetof(ingester_config, max_samples_per_profile), .default_text = "1000000"},
-    {.key = "max_stack_depth", .kind = CONFIG_UINT64,
-     .offset = offsetof(ingester_config, max_stack_depth), .default_text = "1024"},
-    {.key = "max_profile_bytes", .kind = CONFIG_BYTES,
-     .offset = offsetof(ingester_config, max_profile_bytes), .default_text = "64MiB"},
-    {.key = "announce_listen_address", .kind = CONFIG_STRING,
-     .offset = offsetof(ingester_config, announce_listen_address), .default_text = "\"\""},
+    {.key = "flush_interval",
+     .kind = CONFIG_DURATION,
+     .offset = offsetof(ingester_config, flush_interval_ns),
+     .default_text = "1s"},
+    {.key = "max_block_bytes",
+     .kind = CONFIG_BYTES,
+     .offset = offsetof(ingester_config, max_block_bytes),
+     .default_text = "256MiB"},
+    {.key = "upload_attempts",
+     .kind = CONFIG_INT64,
+     .offset = offsetof(ingester_config, upload_attempts),
+     .default_text = "5"},
+    {.key = "max_series_per_request",
+     .kind = CONFIG_UINT64,
+     .offset = offsetof(ingester_config, max_series_per_request),
+     .default_text = "10000"},
+    {.key = "max_labels_per_series",
+     .kind = CONFIG_UINT64,
+     .offset = offsetof(ingester_config, max_labels_per_series),
+     .default_text = "64"},
+    {.key = "max_samples_per_profile",
+     .kind = CONFIG_UINT64,
+     .offset = offsetof(ingester_config, max_samples_per_profile),
+     .default_text = "1000000"},
+    {.key = "max_stack_depth",
+     .kind = CONFIG_UINT64,
+     .offset = offsetof(ingester_config, max_stack_depth),
+     .default_text = "1024"},
+    {.key = "max_profile_bytes",
+     .kind = CONFIG_BYTES,
+     .offset = offsetof(ingester_config, max_profile_bytes),
+     .default_text = "64MiB"},
+    {.key = "announce_listen_address",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(ingester_config, announce_listen_address),
+     .default_text = "\"\""},
     {.key = NULL},
 };
 
@@ -133,7 +151,8 @@ static void write_acknowledged(void *ctx, const strata_error *err) {
     pending_write *pw = ctx;
     ingester *ing = pw->ing;
     record_agent(ing, pw->node, pw->peer, pw->start_ns, err != NULL ? err->message : NULL);
-    metrics_histogram_observe_ns(ing->metrics.request_duration, strata_monotonic_ns() - pw->start_ns);
+    metrics_histogram_observe_ns(ing->metrics.request_duration,
+                                 strata_monotonic_ns() - pw->start_ns);
     if (err == NULL)
         rpc_call_finish(pw->call, STRATA_OK, NULL, NULL, 0); /* empty WriteRawResponse */
     else
@@ -178,7 +197,8 @@ static pending_write *pending_write_new(ingester *ing, rpc_call *call, const cha
     return pw;
 }
 
-static void handle_write_raw(rpc_call *call, const uint8_t *request, size_t request_len, void *arg) {
+static void handle_write_raw(rpc_call *call, const uint8_t *request, size_t request_len,
+                             void *arg) {
     ingester *ing = arg;
     int64_t start = strata_monotonic_ns();
     metrics_counter_inc(ing->metrics.requests);
@@ -329,8 +349,8 @@ int ingester_register(ingester *ing, rpc_server *server, strata_error *err) {
     return rpc_server_add_sync_method(server, INGESTER_AGENTS_METHOD, handle_agents, ing, err);
 }
 
-void ingester_set_block_listener(ingester *ing, void (*fn)(void *ctx, const char *tenant,
-                                                            const char *ulid),
+void ingester_set_block_listener(ingester *ing,
+                                 void (*fn)(void *ctx, const char *tenant, const char *ulid),
                                  void *ctx) {
     ing->batch_options.on_block = fn;
     ing->batch_options.on_block_ctx = ctx;

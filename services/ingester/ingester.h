@@ -35,7 +35,7 @@ typedef struct ingester_config {
     uint64_t max_labels_per_series;
     uint64_t max_samples_per_profile;
     uint64_t max_stack_depth;
-    uint64_t max_profile_bytes; /* decompressed pprof size */
+    uint64_t max_profile_bytes;    /* decompressed pprof size */
     char *announce_listen_address; /* nng URL to publish committed blocks on; "" = off */
 } ingester_config;
 
@@ -49,8 +49,8 @@ int ingester_new(const ingester_config *config, bucket *store, metrics_registry 
                  ingester **out, strata_error *err);
 /* Tells fn about every block committed, before its writes are acknowledged (used by `strata all`
  * to make blocks visible to the in-process querier at once). Call before ingester_start. */
-void ingester_set_block_listener(ingester *ing, void (*fn)(void *ctx, const char *tenant,
-                                                            const char *ulid),
+void ingester_set_block_listener(ingester *ing,
+                                 void (*fn)(void *ctx, const char *tenant, const char *ulid),
                                  void *ctx);
 
 /* Registers WriteRaw and Agents on server (before it starts). */

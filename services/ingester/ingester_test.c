@@ -27,8 +27,8 @@
 
 /* A two-sample-type CPU-like pprof: samples/count and cpu/nanoseconds, stacks main->work->leaf. */
 static void build_pprof(strata_buffer *out, int64_t duration_ns, bool gzip, int64_t zero_sample) {
-    static const char *strings[] = {"",     "samples", "count", "cpu",    "nanoseconds",
-                                     "main", "work",    "leaf",  "app.go"};
+    static const char *strings[] = {"",     "samples", "count", "cpu",   "nanoseconds",
+                                    "main", "work",    "leaf",  "app.go"};
     pprof_profile p;
     memset(&p, 0, sizeof p);
     pprof_string strs[9];
@@ -39,8 +39,8 @@ static void build_pprof(strata_buffer *out, int64_t duration_ns, bool gzip, int6
     pprof_value_type types[2] = {{1, 2}, {3, 4}};
     pprof_function fns[3] = {{1, 5, 5, 8, 1}, {2, 6, 6, 8, 10}, {3, 7, 7, 8, 20}};
     pprof_line lines[3] = {{1, 3, 0}, {2, 12, 0}, {3, 22, 0}};
-    pprof_location locs[3] = {{1, 0, 0x1000, 0, 1, false}, {2, 0, 0x2000, 1, 1, false},
-                              {3, 0, 0x3000, 2, 1, false}};
+    pprof_location locs[3] = {
+        {1, 0, 0x1000, 0, 1, false}, {2, 0, 0x2000, 1, 1, false}, {3, 0, 0x3000, 2, 1, false}};
     uint64_t loc_ids[5] = {3, 2, 1, 2, 1};
     int64_t values[4] = {5, 50000000, zero_sample, zero_sample * 10000000};
     pprof_sample samples[2] = {{0, 3, 0, 0, 0}, {3, 2, 2, 0, 0}};
@@ -138,7 +138,7 @@ static void test_parse_expands_sample_types(void **state) {
     assert_int_equal(parse(&s, 1, &req, &reason, &err), 0);
     assert_int_equal(reason, INGEST_REJECT_NONE);
     assert_int_equal(req.n_series, 1);
-    assert_int_equal(req.series_labels[0].count, 2); /* __name__ removed */
+    assert_int_equal(req.series_labels[0].count, 2);                      /* __name__ removed */
     assert_string_equal(req.series_labels[0].labels[0].name, "instance"); /* sorted */
     assert_string_equal(req.series_labels[0].labels[1].value, "api");
     assert_int_equal(req.n_pprofs, 2);
@@ -151,7 +151,7 @@ static void test_parse_expands_sample_types(void **state) {
     assert_string_equal(p0->type.period_unit, "nanoseconds");
     assert_true(p0->type.delta);
     assert_string_equal(p1->type.sample_type, "cpu");
-    assert_false(p3->type.delta); /* duration 0 */
+    assert_false(p3->type.delta);       /* duration 0 */
     assert_int_equal(p0->n_samples, 1); /* the zero sample is not counted */
     assert_int_equal(p3->n_samples, 2);
     assert_int_equal(req.n_samples, 1 + 1 + 2 + 2);
@@ -254,9 +254,10 @@ static void test_agents_registry(void **state) {
     assert_int_equal(agent_registry_new(&r, &err), 0);
     int64_t now = 1000 * STRATA_NS_PER_SEC;
     assert_int_equal(agent_registry_record(r, "node-b", "ipv4:10.0.0.2:1", now, 5, NULL, &err), 0);
-    assert_int_equal(agent_registry_record(r, "node-a", "ipv4:10.0.0.1:1", now, 7, "boom", &err), 0);
-    assert_int_equal(agent_registry_record(r, NULL, "ipv4:10.0.0.3:1", now - AGENT_IDLE_EXPIRY_NS - 1,
-                                           1, NULL, &err),
+    assert_int_equal(agent_registry_record(r, "node-a", "ipv4:10.0.0.1:1", now, 7, "boom", &err),
+                     0);
+    assert_int_equal(agent_registry_record(r, NULL, "ipv4:10.0.0.3:1",
+                                           now - AGENT_IDLE_EXPIRY_NS - 1, 1, NULL, &err),
                      0);
     strata_buffer out = STRATA_BUFFER_INIT;
     assert_int_equal(agent_registry_encode_response(r, now, &out, &err), 0);

@@ -52,8 +52,9 @@ void ingest_request_free(ingest_request *req) {
 }
 
 /* Copies the series' labels into out (sorted, without __name__) and returns __name__'s value. */
-static int parse_series_labels(const raw_series_pb *series, size_t index, const ingest_limits *limits,
-                               label_set *out, const char **name_out, strata_error *err) {
+static int parse_series_labels(const raw_series_pb *series, size_t index,
+                               const ingest_limits *limits, label_set *out, const char **name_out,
+                               strata_error *err) {
     const char *name = NULL;
     size_t n = series->labels != NULL ? series->labels->n_labels : 0;
     if (n > limits->max_labels_per_series)
@@ -83,8 +84,8 @@ static int parse_series_labels(const raw_series_pb *series, size_t index, const 
                                 index);
     if (!label_name_is_valid(name, strlen(name)))
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                "series %zu: __name__ \"%.128s\" is not a valid profile name", index,
-                                name);
+                                "series %zu: __name__ \"%.128s\" is not a valid profile name",
+                                index, name);
     label_set_sort(out);
     if (label_set_validate(out, err) != 0)
         return strata_error_wrap(err, "series %zu", index);
@@ -173,7 +174,8 @@ static int parse_series(ingest_request *req, const write_raw_request_pb *pb, siz
         const ProtobufCBinaryData *raw = &series->samples[s]->raw_profile;
         size_t pprof_index = req->n_pprofs++;
         req->raw_bytes += raw->len;
-        if (pprof_decode(raw->data, raw->len, &limits->pprof, &req->pprofs[pprof_index], err) != 0) {
+        if (pprof_decode(raw->data, raw->len, &limits->pprof, &req->pprofs[pprof_index], err) !=
+            0) {
             *reason = reason_for(err, INGEST_REJECT_INVALID_PPROF);
             return strata_error_wrap(err, "series %zu sample %zu: invalid pprof", i, s);
         }
@@ -185,11 +187,13 @@ static int parse_series(ingest_request *req, const write_raw_request_pb *pb, siz
     return 0;
 }
 
-int ingest_request_parse(const uint8_t *data, size_t len, const ingest_limits *limits, int64_t now_ns,
-                         ingest_request *out, ingest_reject_reason *reason, strata_error *err) {
+int ingest_request_parse(const uint8_t *data, size_t len, const ingest_limits *limits,
+                         int64_t now_ns, ingest_request *out, ingest_reject_reason *reason,
+                         strata_error *err) {
     memset(out, 0, sizeof *out);
     *reason = INGEST_REJECT_MALFORMED_REQUEST;
-    write_raw_request_pb *pb = parca__profilestore__v1alpha1__write_raw_request__unpack(NULL, len, data);
+    write_raw_request_pb *pb =
+        parca__profilestore__v1alpha1__write_raw_request__unpack(NULL, len, data);
     if (pb == NULL)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "request is not a valid WriteRawRequest protobuf");

@@ -23,11 +23,11 @@
 #include "pprof/pprof.h"
 
 typedef struct ingest_limits {
-    size_t max_series_per_request;  /* default 10,000 */
-    size_t max_labels_per_series;   /* default 64, __name__ included */
-    size_t max_label_name_bytes;    /* default 1,024 */
-    size_t max_label_value_bytes;   /* default 4,096 */
-    pprof_limits pprof;             /* samples per profile, stack depth, sizes */
+    size_t max_series_per_request; /* default 10,000 */
+    size_t max_labels_per_series;  /* default 64, __name__ included */
+    size_t max_label_name_bytes;   /* default 1,024 */
+    size_t max_label_value_bytes;  /* default 4,096 */
+    pprof_limits pprof;            /* samples per profile, stack depth, sizes */
 } ingest_limits;
 
 void ingest_limits_default(ingest_limits *limits);
@@ -41,7 +41,7 @@ typedef struct ingest_profile {
     int64_t time_ns;
     int64_t duration_ns;
     int64_t period;
-    size_t n_samples;         /* samples with a non-zero value for this type */
+    size_t n_samples; /* samples with a non-zero value for this type */
 } ingest_profile;
 
 typedef struct ingest_request {
@@ -51,9 +51,9 @@ typedef struct ingest_request {
     size_t n_pprofs;
     ingest_profile *profiles;
     size_t n_profiles;
-    size_t n_samples;         /* total non-zero samples over all profiles */
-    size_t raw_bytes;         /* sum of raw pprof payload sizes */
-    char *node;               /* value of the `node` label of the first series, or NULL */
+    size_t n_samples; /* total non-zero samples over all profiles */
+    size_t raw_bytes; /* sum of raw pprof payload sizes */
+    char *node;       /* value of the `node` label of the first series, or NULL */
 } ingest_request;
 
 /* Why a request was rejected, as a short metric label value. */
@@ -70,8 +70,9 @@ const char *ingest_reject_reason_name(ingest_reject_reason reason);
 
 /* Parses and validates a serialized WriteRawRequest. now_ns stands in for a pprof without
  * time_nanos. On failure *out is empty (safe to free) and *reason says why. */
-int ingest_request_parse(const uint8_t *data, size_t len, const ingest_limits *limits, int64_t now_ns,
-                         ingest_request *out, ingest_reject_reason *reason, strata_error *err);
+int ingest_request_parse(const uint8_t *data, size_t len, const ingest_limits *limits,
+                         int64_t now_ns, ingest_request *out, ingest_reject_reason *reason,
+                         strata_error *err);
 void ingest_request_free(ingest_request *req);
 
 #endif

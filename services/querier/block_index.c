@@ -51,7 +51,8 @@ int block_index_new(const block_index_options *opts, bucket *store, block_index 
     ix->opts = *opts;
     ix->store = store;
     pthread_condattr_t attr;
-    if (pthread_condattr_init(&attr) != 0 || pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
+    if (pthread_condattr_init(&attr) != 0 ||
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
         pthread_mutex_init(&ix->mu, NULL) != 0 || pthread_cond_init(&ix->wake, &attr) != 0) {
         free(ix);
         return strata_error_set(err, STRATA_INTERNAL, "cannot initialise block index locks");
@@ -255,7 +256,8 @@ static void drop_missing(block_index *ix, const char *tenant, const name_list *i
 }
 
 /* Drops known blocks of tenant that have been marked for deletion. */
-static int drop_marked(block_index *ix, const char *tenant, const name_list *ids, strata_error *err) {
+static int drop_marked(block_index *ix, const char *tenant, const name_list *ids,
+                       strata_error *err) {
     for (size_t j = 0; j < ids->count; j++) {
         pthread_mutex_lock(&ix->mu);
         bool known = find_locked(ix, tenant, ids->items[j]) != NULL;
@@ -429,8 +431,8 @@ static int fetch_from_bucket(void *ctx, uint64_t offset, uint64_t length, strata
     if (bucket_get_range(f->store, f->key, offset, length, out, err) != 0)
         return -1;
     if (out->len != length)
-        return strata_error_set(err, STRATA_DATA_LOSS, "%s: short read (%zu of %llu bytes)",
-                                f->key, out->len, (unsigned long long)length);
+        return strata_error_set(err, STRATA_DATA_LOSS, "%s: short read (%zu of %llu bytes)", f->key,
+                                out->len, (unsigned long long)length);
     return 0;
 }
 

@@ -43,12 +43,12 @@ typedef struct indexed_block {
     char ulid_text[32];
     block_meta meta;
     pthread_mutex_t mu;
-    block_reader *reader;     /* NULL until opened; guarded by mu */
+    block_reader *reader; /* NULL until opened; guarded by mu */
     uint64_t data_size;
-    void *fetch_ctx;          /* owned; the reader's fetch callback context */
-    int refs;                 /* guarded by the index lock */
-    uint64_t last_used;       /* LRU clock; guarded by the index lock */
-    bool removed;             /* no longer in the index; freed at the last release */
+    void *fetch_ctx;    /* owned; the reader's fetch callback context */
+    int refs;           /* guarded by the index lock */
+    uint64_t last_used; /* LRU clock; guarded by the index lock */
+    bool removed;       /* no longer in the index; freed at the last release */
 } indexed_block;
 
 typedef struct block_index_stats {

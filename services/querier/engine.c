@@ -346,11 +346,11 @@ int query_labels(query_engine *e, const char *tenant, const char *name, const se
 /* One point under construction. */
 typedef struct range_cell {
     int64_t bucket;
-    int64_t value;       /* delta: sum; non-delta: sum at first_time */
-    int64_t first_time;  /* earliest profile time in the cell */
+    int64_t value;      /* delta: sum; non-delta: sum at first_time */
+    int64_t first_time; /* earliest profile time in the cell */
     int64_t first_duration;
     int32_t count;
-    bool several_times;  /* profiles at more than one timestamp */
+    bool several_times; /* profiles at more than one timestamp */
 } range_cell;
 
 typedef struct range_group {
@@ -451,8 +451,8 @@ static range_group *find_group(range_partial *p, label_set *labels, strata_error
 
 static range_cell *find_cell(range_group *g, int64_t time_bucket, strata_error *err) {
     bool inserted;
-    uint64_t *slot = strata_u64_map_upsert(&g->cell_index, (uint64_t)time_bucket ^ 0x8000000000000000ULL,
-                                           g->n_cells, &inserted);
+    uint64_t *slot = strata_u64_map_upsert(
+        &g->cell_index, (uint64_t)time_bucket ^ 0x8000000000000000ULL, g->n_cells, &inserted);
     if (slot == NULL) {
         strata_error_oom(err);
         return NULL;
@@ -647,8 +647,11 @@ int query_range(query_engine *e, const char *tenant, const selector *sel, int64_
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "step must be positive and end not before start");
     const profile_type *t = &sel->profile_type;
-    range_query q = {sel, start_ns, end_ns, step_ns, sum_by, n_sum_by, t->delta,
-                     strcmp(t->sample_type, "samples") == 0 && strcmp(t->sample_unit, "count") == 0};
+    range_query q = {
+        sel,      start_ns,
+        end_ns,   step_ns,
+        sum_by,   n_sum_by,
+        t->delta, strcmp(t->sample_type, "samples") == 0 && strcmp(t->sample_unit, "count") == 0};
     indexed_block **blocks;
     size_t n_blocks;
     if (block_index_acquire(e->index, tenant, start_ns, end_ns, &blocks, &n_blocks, err) != 0)
@@ -720,11 +723,11 @@ typedef struct merge_partial {
 
 /* Per-block translation state: block location -> calltree frames (root-most first). */
 typedef struct frame_memo {
-    uint32_t *offset;  /* per location: offset+1 into frames, 0 = not translated yet */
+    uint32_t *offset; /* per location: offset+1 into frames, 0 = not translated yet */
     uint16_t *count;
     uint32_t *frames;
     size_t n_frames, cap_frames;
-    uint32_t *path;    /* scratch: stack ids waiting for translation */
+    uint32_t *path; /* scratch: stack ids waiting for translation */
     size_t cap_path;
 } frame_memo;
 
@@ -753,12 +756,16 @@ static calltree_str str_of(const char *s) {
 }
 
 /* An unsymbolized location becomes a frame named by its address, so no sample is lost. */
-static int intern_address_frame(calltree *tree, const block_location *loc,
-                                const block_mapping *map, uint32_t *frame, strata_error *err) {
+static int intern_address_frame(calltree *tree, const block_location *loc, const block_mapping *map,
+                                uint32_t *frame, strata_error *err) {
     char name[32];
     snprintf(name, sizeof name, "0x%llx", (unsigned long long)loc->address);
-    calltree_frame_desc d = {calltree_cstr(name), calltree_cstr(""), calltree_cstr(""),
-                             str_of(map ? map->file : NULL), str_of(map ? map->build_id : NULL), 0};
+    calltree_frame_desc d = {calltree_cstr(name),
+                             calltree_cstr(""),
+                             calltree_cstr(""),
+                             str_of(map ? map->file : NULL),
+                             str_of(map ? map->build_id : NULL),
+                             0};
     return calltree_intern_frame(tree, &d, frame, err);
 }
 
@@ -778,15 +785,19 @@ static int translate_location(block_reader *r, calltree *tree, frame_memo *m, ui
     size_t start = m->n_frames;
     if (loc.n_lines == 0) {
         uint32_t frame;
-        if (intern_address_frame(tree, &loc, mp, &frame, err) != 0 || push_frame(m, frame, err) != 0)
+        if (intern_address_frame(tree, &loc, mp, &frame, err) != 0 ||
+            push_frame(m, frame, err) != 0)
             return -1;
     }
     for (uint32_t i = loc.n_lines; i-- > 0;) {
         block_function fn;
         if (block_reader_function(r, loc.lines[i].function_id, &fn, err) != 0)
             return -1;
-        calltree_frame_desc d = {str_of(fn.name), str_of(fn.system_name), str_of(fn.file),
-                                 str_of(mp ? mp->file : NULL), str_of(mp ? mp->build_id : NULL),
+        calltree_frame_desc d = {str_of(fn.name),
+                                 str_of(fn.system_name),
+                                 str_of(fn.file),
+                                 str_of(mp ? mp->file : NULL),
+                                 str_of(mp ? mp->build_id : NULL),
                                  fn.start_line};
         uint32_t frame;
         if (calltree_intern_frame(tree, &d, &frame, err) != 0 || push_frame(m, frame, err) != 0)
@@ -892,8 +903,8 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
     const merge_query *q = p->q;
     size_t n_stacks = (size_t)block_reader_row_count(r, BLOCK_TABLE_STACKS) + 1;
     size_t n_locations = (size_t)block_reader_row_count(r, BLOCK_TABLE_LOCATIONS) + 1;
-    uint64_t need = (uint64_t)n_stacks * 12 + (uint64_t)n_locations * 6 +
-                    (uint64_t)MERGE_BATCH_SAMPLES * 12;
+    uint64_t need =
+        (uint64_t)n_stacks * 12 + (uint64_t)n_locations * 6 + (uint64_t)MERGE_BATCH_SAMPLES * 12;
     if (need > q->max_bytes)
         return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
                                 "query needs about %llu MiB, more than the limit of %llu MiB; "
@@ -1031,8 +1042,8 @@ int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_
         return -1;
     if (end_ns < start_ns)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "end is before start");
-    merge_query q = {sel, start_ns, end_ns, base, is_samples_count(&sel->profile_type),
-                     e->opts.max_query_bytes};
+    merge_query q = {
+        sel, start_ns, end_ns, base, is_samples_count(&sel->profile_type), e->opts.max_query_bytes};
     return run_merge(e, tenant, &q, tree, result, err);
 }
 
@@ -1041,7 +1052,11 @@ int query_single(query_engine *e, const char *tenant, const selector *sel, int64
     if (check_merge_selector(sel, err) != 0)
         return -1;
     int64_t ms = time_ns / STRATA_NS_PER_MS;
-    merge_query q = {sel, ms * STRATA_NS_PER_MS, ms * STRATA_NS_PER_MS + STRATA_NS_PER_MS - 1, base,
-                     is_samples_count(&sel->profile_type), e->opts.max_query_bytes};
+    merge_query q = {sel,
+                     ms * STRATA_NS_PER_MS,
+                     ms * STRATA_NS_PER_MS + STRATA_NS_PER_MS - 1,
+                     base,
+                     is_samples_count(&sel->profile_type),
+                     e->opts.max_query_bytes};
     return run_merge(e, tenant, &q, tree, result, err);
 }

@@ -78,20 +78,19 @@ int query_range(query_engine *e, const char *tenant, const selector *sel, int64_
 void query_range_free(range_series *series, size_t n);
 
 typedef struct merge_result {
-    uint64_t profiles;  /* profiles merged */
-    uint64_t samples;   /* samples read */
-    int64_t total;      /* sum of values added */
+    uint64_t profiles; /* profiles merged */
+    uint64_t samples;  /* samples read */
+    int64_t total;     /* sum of values added */
     int64_t min_time_ns;
     int64_t max_time_ns;
-    int64_t period;     /* of the first profile */
+    int64_t period;      /* of the first profile */
     int64_t duration_ns; /* sum of profile durations */
 } merge_result;
 
 /* Adds every profile of sel's type matching sel with start <= time <= end into tree (into the
  * diff base side when base is true). NOT_FOUND when nothing matched. */
 int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
-                int64_t end_ns, calltree *tree, bool base, merge_result *result,
-                strata_error *err);
+                int64_t end_ns, calltree *tree, bool base, merge_result *result, strata_error *err);
 /* The profiles at exactly time_ns (millisecond precision, as Parca). */
 int query_single(query_engine *e, const char *tenant, const selector *sel, int64_t time_ns,
                  calltree *tree, bool base, merge_result *result, strata_error *err);

@@ -15,18 +15,30 @@
 #include "querier_internal.h"
 
 const config_field querier_config_fields[] = {
-    {.key = "sync_interval", .kind = CONFIG_DURATION,
-     .offset = offsetof(querier_config, sync_interval_ns), .default_text = "1s"},
-    {.key = "max_query_bytes", .kind = CONFIG_BYTES,
-     .offset = offsetof(querier_config, max_query_bytes), .default_text = "1GiB"},
-    {.key = "parallelism", .kind = CONFIG_INT64, .offset = offsetof(querier_config, parallelism),
+    {.key = "sync_interval",
+     .kind = CONFIG_DURATION,
+     .offset = offsetof(querier_config, sync_interval_ns),
+     .default_text = "1s"},
+    {.key = "max_query_bytes",
+     .kind = CONFIG_BYTES,
+     .offset = offsetof(querier_config, max_query_bytes),
+     .default_text = "1GiB"},
+    {.key = "parallelism",
+     .kind = CONFIG_INT64,
+     .offset = offsetof(querier_config, parallelism),
      .default_text = "0"},
-    {.key = "query_threads", .kind = CONFIG_INT64, .offset = offsetof(querier_config, query_threads),
+    {.key = "query_threads",
+     .kind = CONFIG_INT64,
+     .offset = offsetof(querier_config, query_threads),
      .default_text = "4"},
-    {.key = "announce_addresses", .kind = CONFIG_STRING_LIST,
-     .offset = offsetof(querier_config, announce_addresses), .default_text = "[]"},
-    {.key = "max_open_blocks", .kind = CONFIG_UINT64,
-     .offset = offsetof(querier_config, max_open_blocks), .default_text = "128"},
+    {.key = "announce_addresses",
+     .kind = CONFIG_STRING_LIST,
+     .offset = offsetof(querier_config, announce_addresses),
+     .default_text = "[]"},
+    {.key = "max_open_blocks",
+     .kind = CONFIG_UINT64,
+     .offset = offsetof(querier_config, max_open_blocks),
+     .default_text = "128"},
     {.key = NULL},
 };
 
@@ -80,8 +92,8 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
     q->registry = registry;
     block_index_options iopts;
     block_index_options_default(&iopts);
-    iopts.sync_interval_ns = config->sync_interval_ns > 0 ? config->sync_interval_ns
-                                                          : iopts.sync_interval_ns;
+    iopts.sync_interval_ns =
+        config->sync_interval_ns > 0 ? config->sync_interval_ns : iopts.sync_interval_ns;
     if (config->max_open_blocks > 0)
         iopts.max_open_readers = config->max_open_blocks;
     query_engine_options eopts;

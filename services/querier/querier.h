@@ -71,7 +71,8 @@ typedef struct query_tree_result {
     profile_type type; /* of the main selection */
 } query_tree_result;
 
-/* Builds the finalized tree of one selection, or of a diff of a (base) against b when a is given. */
+/* Builds the finalized tree of one selection, or of a diff of a (base) against b when a is given.
+ */
 int querier_build_tree(querier *q, const char *tenant, const profile_selection *a,
                        const profile_selection *b, bool absolute, query_tree_result *out,
                        strata_error *err);

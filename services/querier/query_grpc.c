@@ -60,7 +60,8 @@ static int bad_request(strata_error *err, const char *what) {
 }
 
 /* Parses each match string into sels (an empty string selects all). */
-static int parse_matchers(char **match, size_t n, selector **out, size_t *n_out, strata_error *err) {
+static int parse_matchers(char **match, size_t n, selector **out, size_t *n_out,
+                          strata_error *err) {
     *out = calloc(n + 1, sizeof **out);
     *n_out = 0;
     if (*out == NULL)
@@ -168,8 +169,9 @@ static int handle_labels(rpc_call *call, const uint8_t *req, size_t len, strata_
         return bad_request(err, "LabelsRequest");
     char tenant[160];
     call_tenant(call, tenant, sizeof tenant);
-    labels_args a = {r->match, r->n_match, r->start, r->end,
-                     r->_profile_type_case ? r->profile_type : NULL, NULL};
+    labels_args a = {
+        r->match, r->n_match, r->start, r->end, r->_profile_type_case ? r->profile_type : NULL,
+        NULL};
     char **names = NULL;
     size_t n = 0;
     int rc = run_labels(q, tenant, &a, &names, &n, err);
@@ -201,8 +203,9 @@ static int handle_values(rpc_call *call, const uint8_t *req, size_t len, strata_
     if (!label_name_is_valid(r->label_name, strlen(r->label_name)))
         rc = strata_error_set(err, STRATA_INVALID_ARGUMENT, "label_name \"%.64s\" is not valid",
                               r->label_name);
-    labels_args a = {r->match, r->n_match, r->start, r->end,
-                     r->_profile_type_case ? r->profile_type : NULL, r->label_name};
+    labels_args a = {
+        r->match,     r->n_match, r->start, r->end, r->_profile_type_case ? r->profile_type : NULL,
+        r->label_name};
     if (rc == 0)
         rc = run_labels(q, tenant, &a, &values, &n, err);
     parca__query__v1alpha1__values_request__free_unpacked(r, NULL);
@@ -223,8 +226,8 @@ typedef struct range_pb {
     Parca__Query__V1alpha1__MetricsSeries *series;
     Parca__Query__V1alpha1__MetricsSeries **series_ptrs;
     Parca__Profilestore__V1alpha1__LabelSet *sets;
-    Parca__Query__V1alpha1__ValueType *types; /* 2 per series */
-    Parca__Profilestore__V1alpha1__Label **labels;     /* per series arrays */
+    Parca__Query__V1alpha1__ValueType *types;      /* 2 per series */
+    Parca__Profilestore__V1alpha1__Label **labels; /* per series arrays */
     Parca__Profilestore__V1alpha1__Label ***label_ptrs;
     Parca__Query__V1alpha1__MetricsSample **samples;
     Parca__Query__V1alpha1__MetricsSample ***sample_ptrs;
@@ -366,8 +369,8 @@ static int handle_query_range(rpc_call *call, const uint8_t *req, size_t len, st
 
 /* ---- Query -------------------------------------------------------------------------------- */
 
-static int selection_from_merge(const Parca__Query__V1alpha1__MergeProfile *m,
-                                profile_selection *s, strata_error *err) {
+static int selection_from_merge(const Parca__Query__V1alpha1__MergeProfile *m, profile_selection *s,
+                                strata_error *err) {
     if (m == NULL || m->start == NULL || m->end == NULL)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "merge needs query, start and end");
     s->mode = SELECTION_MERGE;
@@ -451,7 +454,8 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     double trim = r->_node_trim_threshold_case ? r->node_trim_threshold : 0;
     querier_report_options(&tr, trim, &opts);
     Parca__Query__V1alpha1__QueryRequest__ReportType type = r->report_type;
-    if (type == PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_UNSPECIFIED)
+    if (type ==
+        PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_UNSPECIFIED)
         type = PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_TABLE;
     rc = calltree_encode_query_response(tr.tree, type, &opts, &resp, &err);
 out:
@@ -545,8 +549,8 @@ static int handle_has_profile_data(rpc_call *call, const uint8_t *req, size_t le
     return pack_into(&out.base, resp, err);
 }
 
-static int handle_unimplemented(rpc_call *call, const uint8_t *req, size_t len,
-                                strata_buffer *resp, strata_error *err, void *arg) {
+static int handle_unimplemented(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
+                                strata_error *err, void *arg) {
     (void)req;
     (void)len;
     (void)resp;

@@ -43,8 +43,8 @@ static int time_param(const http_request *req, const char *name, int64_t fallbac
     return query_parse_time(name, v, now_ns, out, err);
 }
 
-static int duration_param(const http_request *req, const char *name, int64_t fallback,
-                          int64_t *out, strata_error *err) {
+static int duration_param(const http_request *req, const char *name, int64_t fallback, int64_t *out,
+                          strata_error *err) {
     const char *v = http_request_query(req, name);
     if (v == NULL || v[0] == '\0') {
         *out = fallback;
@@ -58,7 +58,8 @@ static int duration_param(const http_request *req, const char *name, int64_t fal
         return 0;
     }
     return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                            "%s: \"%s\" is not a duration like 15s or a number of seconds", name, v);
+                            "%s: \"%s\" is not a duration like 15s or a number of seconds", name,
+                            v);
 }
 
 static const char *tenant_of(const http_request *req) {
@@ -223,7 +224,8 @@ static void http_labels(void *ctx, const http_request *req, http_response *resp)
     char name[256];
     if (slash == NULL || strcmp(slash, "/values") != 0 || (size_t)(slash - p) >= sizeof name) {
         strata_error err;
-        strata_error_set(&err, STRATA_NOT_FOUND, "want /api/v1/labels or /api/v1/labels/NAME/values");
+        strata_error_set(&err, STRATA_NOT_FOUND,
+                         "want /api/v1/labels or /api/v1/labels/NAME/values");
         send_error(q, resp, req, "values", strata_monotonic_ns(), &err);
         return;
     }
@@ -315,8 +317,9 @@ static void http_query_range(void *ctx, const http_request *req, http_response *
     }
     if (time_param(req, "start", now - 3600 * STRATA_NS_PER_SEC, now, &from, &err) != 0 ||
         time_param(req, "end", now, now, &to, &err) != 0 ||
-        duration_param(req, "step", (to - from) / 300 > STRATA_NS_PER_SEC ? (to - from) / 300
-                                                                           : STRATA_NS_PER_SEC,
+        duration_param(req, "step",
+                       (to - from) / 300 > STRATA_NS_PER_SEC ? (to - from) / 300
+                                                             : STRATA_NS_PER_SEC,
                        &step, &err) != 0) {
         send_error(q, resp, req, "query_range", start, &err);
         return;
@@ -374,7 +377,13 @@ static int selection_param(const http_request *req, const char *suffix, int64_t 
     return time_param(req, name, now, now, &s->end_ns, err);
 }
 
-typedef enum report_kind { REPORT_FLAMEGRAPH, REPORT_TABLE, REPORT_TOP, REPORT_PPROF, REPORT_BOTH } report_kind;
+typedef enum report_kind {
+    REPORT_FLAMEGRAPH,
+    REPORT_TABLE,
+    REPORT_TOP,
+    REPORT_PPROF,
+    REPORT_BOTH
+} report_kind;
 
 static int report_param(const http_request *req, report_kind *out, strata_error *err) {
     const char *r = http_request_query(req, "report");
@@ -441,7 +450,8 @@ static int send_pprof(const query_tree_result *tr, const calltree_report_options
     if (rc == 0) {
         http_response_set_status(resp, 200);
         http_response_set_content_type(resp, "application/octet-stream");
-        http_response_add_header(resp, "Content-Disposition", "attachment; filename=\"profile.pb.gz\"");
+        http_response_add_header(resp, "Content-Disposition",
+                                 "attachment; filename=\"profile.pb.gz\"");
         rc = strata_buffer_append(http_response_body(resp), r->pprof.data, r->pprof.len) == 0
                  ? 0
                  : strata_error_oom(err);

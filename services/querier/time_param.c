@@ -41,7 +41,7 @@ static int parse_rfc3339(const char *text, int64_t *out_ns) {
 }
 
 int query_parse_time(const char *name, const char *text, int64_t now_ns, int64_t *out,
-                      strata_error *err) {
+                     strata_error *err) {
     if (strcmp(text, "now") == 0) {
         *out = now_ns;
         return 0;
@@ -65,4 +65,3 @@ int query_parse_time(const char *name, const char *text, int64_t now_ns, int64_t
                             "%s: \"%s\" is not a time (Unix milliseconds, RFC 3339, now or now-1h)",
                             name, text);
 }
-
