@@ -14,6 +14,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 echo "== install dependencies"
 scripts/install-deps.sh --test
 
+echo "== format (clang-format, .clang-format)"
+.ci/format-check.sh
+
 echo "== web UI (npm ci, build)"
 (cd ui && npm ci --no-audit --no-fund && npm run build)
 
