@@ -37,7 +37,8 @@ def go_pprof_top(path, workdir):
     """Runs go tool pprof -top in nanoseconds; returns (total, [(name, flat, cum)] in its order)."""
     env = dict(os.environ, HOME=workdir, GOFLAGS="", GOPROXY="off", PPROF_TMPDIR=workdir,
                GOCACHE=os.path.join(workdir, "gocache"))
-    out = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=100000", "-unit=ns", path],
+    out = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=100000", "-nodefraction=0",
+                          "-edgefraction=0", "-unit=ns", path],
                          env=env, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise AssertionError(f"go tool pprof failed: {out.stderr}")
