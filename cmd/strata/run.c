@@ -41,6 +41,9 @@ typedef struct runtime {
     announce_subscriber *subscriber; /* querier: blocks announced by ingesters */
     metrics_counter_vec *bucket_ops;
     metrics_counter_vec *bucket_failures;
+    metrics_counter *announce_published;
+    metrics_counter *announce_received;
+    metrics_counter *announce_malformed;
 } runtime;
 
 static volatile sig_atomic_t stop_requested;
@@ -97,6 +100,38 @@ static void collect_bucket_stats(void *ctx) {
         metrics_counter_set(metrics_counter_vec_with(rt->bucket_failures, &name),
                             (int64_t)st.failures[op]);
     }
+}
+
+/* Announcement counters (zero when announcements are off). */
+static void collect_announce_stats(void *ctx) {
+    runtime *rt = ctx;
+    if (rt->publisher != NULL) {
+        announce_publisher_stats ps;
+        announce_publisher_get_stats(rt->publisher, &ps);
+        metrics_counter_set(rt->announce_published, (int64_t)ps.published);
+    }
+    if (rt->subscriber != NULL) {
+        announce_subscriber_stats ss;
+        announce_subscriber_get_stats(rt->subscriber, &ss);
+        metrics_counter_set(rt->announce_received, (int64_t)ss.received);
+        metrics_counter_set(rt->announce_malformed, (int64_t)ss.malformed);
+    }
+}
+
+static int register_announce_metrics(runtime *rt, strata_error *err) {
+    metrics_opts o = {.name = "strata_announce_published_total",
+                      .help = "Block announcements published over nng by this ingester."};
+    if ((rt->announce_published = metrics_counter_new(rt->registry, &o, err)) == NULL)
+        return -1;
+    o = (metrics_opts){.name = "strata_announce_received_total",
+                       .help = "Valid block announcements received by this querier."};
+    if ((rt->announce_received = metrics_counter_new(rt->registry, &o, err)) == NULL)
+        return -1;
+    o = (metrics_opts){.name = "strata_announce_malformed_total",
+                       .help = "Announcement messages dropped as malformed."};
+    if ((rt->announce_malformed = metrics_counter_new(rt->registry, &o, err)) == NULL)
+        return -1;
+    return metrics_registry_add_collector(rt->registry, collect_announce_stats, rt, err);
 }
 
 static int register_bucket_metrics(runtime *rt, strata_error *err) {
@@ -160,7 +195,7 @@ static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
         return -1;
     if ((rt->registry = metrics_registry_new(err)) == NULL ||
         metrics_register_process_metrics(rt->registry, err) != 0 ||
-        register_bucket_metrics(rt, err) != 0)
+        register_bucket_metrics(rt, err) != 0 || register_announce_metrics(rt, err) != 0)
         return -1;
     bool all = strcmp(rt->mode, "all") == 0;
     if ((all || strcmp(rt->mode, "ingester") == 0) &&
@@ -212,16 +247,18 @@ static void runtime_shutdown(runtime *rt) {
     rt->grpc = NULL;
     if (rt->ing != NULL)
         ingester_stop(rt->ing);
+    if (rt->http != NULL)
+        http_server_stop(rt->http); /* no /metrics scrape reads the announcers after this */
+    http_server_free(rt->http);
     announce_subscriber_free(rt->subscriber); /* before the querier it calls into */
     rt->subscriber = NULL;
-    if (rt->http != NULL)
-        http_server_stop(rt->http);
-    http_server_free(rt->http);
     ingester_free(rt->ing);
     announce_publisher_free(rt->publisher);
     querier_free(rt->qr);
-    if (rt->registry != NULL)
+    if (rt->registry != NULL) {
         metrics_registry_remove_collector(rt->registry, collect_bucket_stats, rt);
+        metrics_registry_remove_collector(rt->registry, collect_announce_stats, rt);
+    }
     metrics_registry_free(rt->registry);
     bucket_close(rt->store);
     strata_config_free(&rt->config);

@@ -150,6 +150,13 @@ querier:
             self.push(job, t_ns, n)
             delays.append(self.wait_visible(self.a_q, job, t_ns, n))
         self.assertLess(max(delays), 1.0, delays)
+        # Both ends count what went over nng.
+        _, body = lib.http_get(self.a_http + "/metrics")
+        received = [l for l in body.decode().splitlines() if l.startswith("strata_announce_received_total ")]
+        self.assertGreaterEqual(int(received[0].split()[1]), 3)
+        _, body = lib.http_get(self.all_http + "/metrics")
+        published = [l for l in body.decode().splitlines() if l.startswith("strata_announce_published_total ")]
+        self.assertGreaterEqual(int(published[0].split()[1]), 3)
 
     def test_separate_querier_sees_a_block_within_a_second(self):
         base = time.time_ns() + 100 * 10**9
