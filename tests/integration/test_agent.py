@@ -278,7 +278,9 @@ class AgentSampleCountTest(unittest.TestCase):
                   f"({load_samples / (cpu_s * 19):.2%})", file=sys.stderr)
             self.assertGreaterEqual(len(inside), 4)
             self.assertGreaterEqual(got + self_ticks, 0.99 * expected - ncpu)
-            self.assertLessEqual(got, expected + ncpu)
+            # Steal accounting is coarse (clock ticks): the upper bound is the periods of the whole
+            # windows, as if nothing had been stolen.
+            self.assertLessEqual(got, expected / (1 - steal_share) + ncpu)
             self.assertGreater(load_samples, 0.7 * cpu_s * 19)
         finally:
             lib.remove_workdir(work)
