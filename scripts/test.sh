@@ -50,7 +50,14 @@ if [ -z "${STRATA_SKIP_FUZZ:-}" ]; then
     work=$(mktemp -d)
     if [ -d "$corpus" ]; then cp -r "$corpus"/. "$work"/; fi
     echo "-- $(basename "$target") for ${seconds}s"
-    "$target" -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=0 "$work" 2>&1 | tail -n 2
+    log="$work.log"
+    if ! "$target" -max_total_time="$seconds" -rss_limit_mb=2048 "$work" > "$log" 2>&1; then
+      tail -n 60 "$log"
+      echo "fuzz: $(basename "$target") failed"
+      exit 1
+    fi
+    tail -n 1 "$log"
+    rm -f "$log"
     rm -rf "$work"
     found=$((found + 1))
   done < build-fuzz/fuzzers.txt

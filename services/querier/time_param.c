@@ -3,6 +3,7 @@
  */
 #include "time_param.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -26,8 +27,13 @@ static int parse_rfc3339(const char *text, int64_t *out_ns) {
     if (*rest == 'Z') {
         rest++;
     } else if (*rest == '+' || *rest == '-') {
-        int hh, mm;
-        if (sscanf(rest + 1, "%2d:%2d", &hh, &mm) != 2)
+        /* Exactly [+-]HH:MM. */
+        const char *o = rest + 1;
+        if (!isdigit((unsigned char)o[0]) || !isdigit((unsigned char)o[1]) || o[2] != ':' ||
+            !isdigit((unsigned char)o[3]) || !isdigit((unsigned char)o[4]))
+            return -1;
+        int hh = (o[0] - '0') * 10 + (o[1] - '0'), mm = (o[3] - '0') * 10 + (o[4] - '0');
+        if (hh > 23 || mm > 59)
             return -1;
         offset_s = (hh * 3600 + mm * 60) * (*rest == '+' ? 1 : -1);
         rest += 6;
@@ -36,7 +42,11 @@ static int parse_rfc3339(const char *text, int64_t *out_ns) {
     }
     if (*rest != '\0')
         return -1;
-    *out_ns = ((int64_t)timegm(&tm) - offset_s) * STRATA_NS_PER_SEC + frac_ns;
+    int64_t secs = (int64_t)timegm(&tm) - offset_s;
+    /* Times are int64 nanoseconds: years about 1678 to 2262. */
+    if (secs > INT64_MAX / STRATA_NS_PER_SEC - 1 || secs < INT64_MIN / STRATA_NS_PER_SEC + 1)
+        return -1;
+    *out_ns = secs * STRATA_NS_PER_SEC + frac_ns;
     return 0;
 }
 
@@ -51,11 +61,17 @@ int query_parse_time(const char *name, const char *text, int64_t now_ns, int64_t
         if (!config_parse_duration(text + 4, &d))
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "%s: \"%s\" is not now-<duration> like now-1h", name, text);
+        if (d < 0 || now_ns < INT64_MIN + d)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s: \"%s\" is out of range",
+                                    name, text);
         *out = now_ns - d;
         return 0;
     }
     int64_t ms;
     if (config_parse_int64(text, &ms)) {
+        if (ms > INT64_MAX / STRATA_NS_PER_MS || ms < INT64_MIN / STRATA_NS_PER_MS)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "%s: %s ms is out of range (years 1678 to 2262)", name, text);
         *out = ms * STRATA_NS_PER_MS;
         return 0;
     }
