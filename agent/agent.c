@@ -48,6 +48,7 @@ typedef struct agent {
     agent_aggregator agg;
     agent_pusher *pusher;
     agent_sampler *sampler;
+    agent_kubepods *pods; /* NULL when not on Kubernetes */
     http_server *http;
     metrics_registry *registry;
     agent_metrics m;
@@ -153,7 +154,7 @@ static void on_sample(void *ctx, const struct agent_sample *s) {
 static void label_process(agent *a, agent_process *p) {
     if (p->labeled)
         return;
-    agent_label_options lo = {a->node, a->o.relabel, a->o.relabel_ctx};
+    agent_label_options lo = {a->node, a->o.relabel, a->o.relabel_ctx, a->pods};
     strata_error err;
     if (agent_process_labels(p->have_proc ? &p->proc : NULL, p->pid, p->comm, &lo, &p->labels,
                              &p->dropped, &err) != 0) {
@@ -293,6 +294,35 @@ static bool fix_leaf(void *ctx, const agent_proc *proc, const struct agent_sampl
     return agent_leaf_fixup(a->symcache, proc, s, u, n, cap);
 }
 
+/* Kubernetes labels: with -kubeconfig, or in a cluster (KUBERNETES_SERVICE_HOST set). A kubeconfig
+ * that does not work is an error; in-cluster trouble only costs the labels. */
+static int start_kubepods(agent *a, strata_error *err) {
+    const char *host = getenv("KUBERNETES_SERVICE_HOST");
+    if (a->o.kubeconfig == NULL && (host == NULL || host[0] == '\0'))
+        return 0;
+    agent_kubepods_options ko = {.node = a->node, .kubeconfig = a->o.kubeconfig};
+    strata_error kerr;
+    char q[600];
+    if ((a->pods = agent_kubepods_new(&ko, &kerr)) == NULL) {
+        if (a->o.kubeconfig != NULL) {
+            *err = kerr;
+            return strata_error_wrap(err, "-kubeconfig");
+        }
+        strata_log_warn(COMPONENT, "no Kubernetes labels", "err=%s",
+                        strata_log_quote(kerr.message, q, sizeof q));
+        return 0;
+    }
+    /* Processes are labelled once: give the node's pods a moment to arrive first. */
+    if (agent_kubepods_wait_synced(a->pods, 5000)) {
+        strata_log_info(COMPONENT, "watching the node's pods", "node=%s", a->node);
+    } else {
+        agent_kubepods_last_error(a->pods, kerr.message, sizeof kerr.message);
+        strata_log_warn(COMPONENT, "the node's pods are not listed yet", "node=%s err=%s", a->node,
+                        strata_log_quote(kerr.message, q, sizeof q));
+    }
+    return 0;
+}
+
 static int set_up(agent *a, strata_error *err) {
     if (agent_sampler_check_requirements(err) != 0)
         return -1;
@@ -307,7 +337,7 @@ static int set_up(agent *a, strata_error *err) {
                                .tenant = a->o.tenant,
                                .max_queue_bytes = a->o.max_queue_bytes};
     a->pusher = agent_pusher_new(&po, err);
-    if (a->pusher == NULL)
+    if (a->pusher == NULL || start_kubepods(a, err) != 0)
         return -1;
     a->registry = metrics_default_registry();
     if (a->registry == NULL)
@@ -331,6 +361,7 @@ static void tear_down(agent *a) {
     agent_sampler_close(a->sampler);
     a->sampler = NULL;
     agent_pusher_free(a->pusher);
+    agent_kubepods_free(a->pods);
     agent_aggregator_free(&a->agg);
     agent_symcache_free(a->symcache);
     agent_ksyms_free(&a->ksyms);

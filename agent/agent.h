@@ -46,6 +46,8 @@ typedef struct agent_options {
     int64_t run_for_ns;        /* 0 = until stopped */
     agent_relabel_fn relabel;  /* NULL = no relabeling */
     void *relabel_ctx;
+    const char *kubeconfig; /* Kubernetes labels from this kubeconfig; NULL = in-cluster when
+                               KUBERNETES_SERVICE_HOST is set, else none (see kubepods.h) */
 } agent_options;
 
 /* Runs until *stop becomes non-zero or run_for_ns passes. Returns 0 after a clean stop, -1 with

@@ -65,6 +65,8 @@ static void usage(FILE *out) {
             "  -window DURATION            profile length (default 10s)\n"
             "  -http-address HOST:PORT     /metrics and /ready (default :7072; \"\" = off)\n"
             "  -debug-dir DIR              debug files root (default /usr/lib/debug)\n"
+            "  -kubeconfig FILE            pod labels from this cluster (default: in-cluster\n"
+            "                              when KUBERNETES_SERVICE_HOST is set)\n"
             "  -push-queue-bytes N         memory for unpushed profiles (default 16 MiB)\n"
             "  -symbol-cache-bytes N       memory for symbol tables (default 6 MiB)\n"
             "  -duration DURATION          stop after this long (default: run until signalled)\n"
@@ -83,6 +85,8 @@ static int set_flag(agent_options *o, const char *name, const char *value, strat
         o->http_address = value[0] != '\0' ? value : NULL;
     else if (strcmp(name, "debug-dir") == 0)
         o->debug_dir = value;
+    else if (strcmp(name, "kubeconfig") == 0)
+        o->kubeconfig = value;
     else if (strcmp(name, "window") == 0)
         return agent_parse_duration(value, &o->window_ns, err);
     else if (strcmp(name, "duration") == 0)

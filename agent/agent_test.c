@@ -419,7 +419,7 @@ static void test_labels(void **state) {
     p.executable = "/usr/bin/server";
     p.cgroup = "/docker/" ID64;
     strcpy(p.container_id, ID64);
-    agent_label_options o = {"node-1", NULL, NULL};
+    agent_label_options o = {"node-1", NULL, NULL, NULL};
     label_set ls;
     bool drop;
     assert_int_equal(agent_process_labels(&p, 42, "thread", &o, &ls, &drop, NULL), 0);

@@ -59,6 +59,12 @@ int agent_process_labels(const agent_proc *proc, pid_t pid, const char *comm,
     *drop = false;
     if (agent_discovery_labels(proc, pid, comm, options->node, out, err) != 0)
         return -1;
+    if (options->pods != NULL && proc != NULL) {
+        bool in_pod;
+        if (agent_kubepods_add_labels(options->pods, proc->container_id, out, &in_pod, err) != 0)
+            goto fail;
+        label_set_sort(out);
+    }
     if (options->relabel != NULL) {
         if (options->relabel(options->relabel_ctx, out, drop, err) != 0)
             goto fail;

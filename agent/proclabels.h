@@ -11,7 +11,9 @@
  *   2. Relabeling: an agent_relabel_fn (NULL = none) rewrites that set, or drops the process.
  *      The scraper's relabel module (Prometheus relabel_configs: replace, keep, drop, labelmap,
  *      labeldrop, labelkeep, hashmod) plugs in here; until it exists the agent runs without.
- *      Kubernetes discovery, when added, contributes __meta_kubernetes_* labels at step 1.
+ *      On Kubernetes (options.pods, see kubepods.h) a process in a known container also gets
+ *      the __meta_kubernetes_* labels of its pod and container and the target labels
+ *      namespace, pod and container at step 1.
  *   3. Finalisation: every label starting with "__" is removed, then __name__ is set to the
  *      profile name ("strata_agent"), and the set is sorted and validated.
  * Labels are computed once per process snapshot and kept with it, not per window.
@@ -23,6 +25,7 @@
 
 #include "common/error.h"
 #include "labels/labels.h"
+#include "kubepods.h"
 #include "procinfo.h"
 
 /* The profile name: series land under strata_agent:samples:count:cpu:nanoseconds:delta. */
@@ -35,6 +38,7 @@ typedef struct agent_label_options {
     const char *node;
     agent_relabel_fn relabel; /* may be NULL */
     void *relabel_ctx;
+    agent_kubepods *pods; /* NULL: not on Kubernetes */
 } agent_label_options;
 
 /* Builds the discovery + default labels of step 1 into *out (overwritten, sorted). proc may be
