@@ -50,6 +50,7 @@ typedef struct watcher {
     outcome abort_outcome; /* why the write callback stopped the transfer */
     strata_error abort_err;
     uint64_t watch_events;
+    int watch_timeout_s; /* asked of the server; the client gives up a minute later */
     unsigned seed;
 } watcher;
 
@@ -179,7 +180,7 @@ static int append_query(strata_buffer *url, CURL *h, const char *key, const char
     return rc;
 }
 
-static int watch_timeout_s(watcher *w) {
+static int pick_watch_timeout_s(watcher *w) {
     if (kubernetes_watch_timeout_s > 0)
         return kubernetes_watch_timeout_s;
     /* client-go spreads watch ends over 5-10 minutes so clients do not reconnect in step. */
@@ -204,7 +205,7 @@ static char *build_url(watcher *w, CURL *h, bool watch, const char *continue_tok
         ok = append_query(&url, h, "fieldSelector", d->field_selector, &first) == 0;
     if (ok && watch) {
         char timeout[16];
-        snprintf(timeout, sizeof timeout, "%d", watch_timeout_s(w));
+        snprintf(timeout, sizeof timeout, "%d", w->watch_timeout_s);
         ok = append_query(&url, h, "watch", "1", &first) == 0 &&
              append_query(&url, h, "resourceVersion",
                           w->resource_version != NULL ? w->resource_version : "", &first) == 0 &&
@@ -312,7 +313,7 @@ static outcome run_transfer(watcher *w, CURL *h, const char *url, long *status, 
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S) != CURLE_OK ||
         curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "") != CURLE_OK ||
         curl_easy_setopt(h, CURLOPT_TIMEOUT,
-                         w->watching ? (long)watch_timeout_s(w) + 60L : LIST_TIMEOUT_S) !=
+                         w->watching ? (long)w->watch_timeout_s + 60L : LIST_TIMEOUT_S) !=
             CURLE_OK) {
         strata_error_set(err, STRATA_INTERNAL, "cannot set up a libcurl request");
         goto done;
@@ -592,6 +593,7 @@ done:
 }
 
 static outcome watch_pods(watcher *w, CURL *h, strata_error *err) {
+    w->watch_timeout_s = pick_watch_timeout_s(w);
     char *url = build_url(w, h, true, NULL);
     if (url == NULL) {
         strata_error_oom(err);

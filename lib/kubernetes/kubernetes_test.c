@@ -560,6 +560,37 @@ static void test_relist_after_410_status(void **state) {
     relist_after_gone("status");
 }
 
+/* A watch the server ends normally (timeoutSeconds) is resumed from the last resourceVersion,
+ * without a relist, and events in between are not lost. */
+static void test_watch_resumes_after_timeout(void **state) {
+    (void)state;
+    kubernetes_testserver s;
+    collector c;
+    kubernetes_sd_config config;
+    kubernetes_watch_timeout_s = 1;
+    kubernetes_discovery *d = start_https(&s, &c, &config, NULL);
+    WAIT_UNTIL(lists_of(d) == 1);
+    wait_watching(&s, 1);
+    apply_pod(&s, "a", "before", "x", "10.0.0.1");
+    WAIT_UNTIL(targets_of(&c, "pod/a/before") == 1);
+    wait_watching(&s, 3); /* two watches ended after their second */
+    apply_pod(&s, "a", "after", "x", "10.0.0.2");
+    WAIT_UNTIL(targets_of(&c, "pod/a/after") == 1);
+    kubernetes_discovery_stats st;
+    stats(d, &st);
+    assert_int_equal(st.lists, 1);
+    assert_int_equal(st.errors, 0);
+    assert_true(st.watches >= 3);
+    kubernetes_discovery_free(d);
+    char *requests = kubernetes_testserver_get(&s, "/requests");
+    assert_non_null(strstr(requests, "\"timeoutSeconds\": \"1\""));
+    free(requests);
+    kubernetes_testserver_stop(&s);
+    collector_free(&c);
+    kubernetes_sd_config_release(&config);
+    kubernetes_watch_timeout_s = 0;
+}
+
 static void test_malformed_and_oversized_events(void **state) {
     (void)state;
     kubernetes_testserver s;
@@ -864,6 +895,7 @@ int main(void) {
         cmocka_unit_test(test_pods_added_modified_deleted),
         cmocka_unit_test(test_relist_after_410_event),
         cmocka_unit_test(test_relist_after_410_status),
+        cmocka_unit_test(test_watch_resumes_after_timeout),
         cmocka_unit_test(test_malformed_and_oversized_events),
         cmocka_unit_test(test_paged_list_and_scripted_failures),
         cmocka_unit_test(test_ca_and_token_checked),
