@@ -31,8 +31,41 @@ static const char *str(const json_value *v, const char *key) {
     return json_get_string(json_object_get(v, key), &s, NULL) ? s : "";
 }
 
+/* Appends; the sets are sorted (and de-duplicated) once at the end, which is much cheaper than
+ * keeping them sorted label by label. */
 static int set(label_set *set_, const char *name, const char *value, strata_error *err) {
-    return label_set_set(set_, name, value, err);
+    return label_set_add(set_, name, strlen(name), value, strlen(value), err);
+}
+
+/* Two label or annotation names may sanitize to the same label name; as in Prometheus (a map),
+ * the later one wins. The set is sorted stably, so the later one is the last of its run. */
+static void dedupe_keep_last(label_set *labels) {
+    size_t kept = 0;
+    for (size_t i = 0; i < labels->count; i++) {
+        strata_label *l = &labels->labels[i];
+        if (i + 1 < labels->count && strcmp(l->name, labels->labels[i + 1].name) == 0) {
+            free(l->name);
+            free(l->value);
+            continue;
+        }
+        labels->labels[kept++] = *l;
+    }
+    labels->count = kept;
+}
+
+/* out = prefix + kind + middle + sanitized name, truncated to fit. */
+static void meta_name(char *out, size_t out_len, const char *kind, const char *middle,
+                      const char *sanitized) {
+    const char *parts[] = {POD, kind, middle, sanitized};
+    size_t used = 0;
+    for (size_t p = 0; p < 4; p++) {
+        size_t len = strlen(parts[p]);
+        if (len > out_len - 1 - used)
+            len = out_len - 1 - used;
+        memcpy(out + used, parts[p], len);
+        used += len;
+    }
+    out[used] = '\0';
 }
 
 /* __meta_kubernetes_pod_<kind>_<name> = value and ..._<kind>present_<name> = "true" for every
@@ -46,10 +79,10 @@ static int add_meta_map(label_set *labels, const json_value *map, const char *ki
             value = "";
         char sanitized[256], name[320];
         kubernetes_sanitize_label_name(json_object_key_at(map, i), sanitized, sizeof sanitized);
-        snprintf(name, sizeof name, POD "%s_%s", kind, sanitized);
+        meta_name(name, sizeof name, kind, "_", sanitized);
         if (set(labels, name, value, err) != 0)
             return -1;
-        snprintf(name, sizeof name, POD "%spresent_%s", kind, sanitized);
+        meta_name(name, sizeof name, kind, "present_", sanitized);
         if (set(labels, name, "true", err) != 0)
             return -1;
     }
@@ -212,6 +245,7 @@ int kubernetes_pod_target_group(const json_value *pod, target_group *out, strata
         return -1;
     }
     label_set_sort(&out->labels);
+    dedupe_keep_last(&out->labels);
     for (size_t i = 0; i < out->n_targets; i++)
         label_set_sort(&out->targets[i]);
     return 0;

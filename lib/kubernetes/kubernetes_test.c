@@ -297,6 +297,15 @@ static void test_pod_edge_cases(void **state) {
     assert_int_equal(g.n_targets, 0);
     assert_int_equal(g.labels.count, 0);
     target_group_free(&g);
+    /* Names that sanitize alike: the later one wins. */
+    pod_group("{\"metadata\":{\"name\":\"p\",\"namespace\":\"n\",\"labels\":{\"a.b\":\"1\","
+              "\"a/b\":\"2\",\"a\":\"3\"}},\"spec\":{\"containers\":[{\"name\":\"c\"}]},"
+              "\"status\":{\"podIP\":\"1.2.3.4\"}}",
+              &g, 0, &err);
+    assert_label(&g.labels, "__meta_kubernetes_pod_label_a_b", "2");
+    assert_label(&g.labels, "__meta_kubernetes_pod_label_a", "3");
+    assert_int_equal(label_set_validate(&g.labels, NULL), 0);
+    target_group_free(&g);
     /* IPv6 in brackets; no Ready condition: unknown; no controller labels. */
     pod_group("{\"metadata\":{\"name\":\"p\",\"namespace\":\"n\"},\"spec\":{\"containers\":"
               "[{\"name\":\"c\",\"ports\":[{\"containerPort\":9090}]}]},"
