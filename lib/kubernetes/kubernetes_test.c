@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "kubernetes/kubernetes.h"
+#include "kubernetes/kubernetes_internal.h"
 #include "kubernetes/kubernetes_testserver.h"
 
 static char certs[256];
@@ -884,6 +885,60 @@ static void test_kubeconfig_client_certificate(void **state) {
     kubernetes_testserver_stop(&s);
 }
 
+static void kubeconfig_fails(const char *text, strata_status code, const char *message) {
+    char path[512], yaml[1024];
+    snprintf(path, sizeof path, "%s/bad-kubeconfig", certs);
+    write_file(path, text);
+    snprintf(yaml, sizeof yaml, "role: pod\nkubeconfig_file: %s\n", path);
+    kubernetes_sd_config config;
+    strata_error err;
+    assert_int_equal(decode("<t>", yaml, &config, &err), 0);
+    assert_null(kubernetes_discovery_new(&config, NULL, NULL, &err));
+    assert_int_equal(err.code, code);
+    if (strstr(err.message, message) == NULL)
+        fail_msg("%s", err.message);
+    kubernetes_sd_config_release(&config);
+}
+
+static void test_kubeconfig_errors(void **state) {
+    (void)state;
+    kubeconfig_fails("clusters: []\n", STRATA_INVALID_ARGUMENT,
+                     "bad-kubeconfig: no current-context");
+    kubeconfig_fails("current-context: a\ncontexts: [{name: b, context: {cluster: c}}]\n",
+                     STRATA_INVALID_ARGUMENT, "context \"a\" not found");
+    kubeconfig_fails("current-context: a\ncontexts: [{name: a, context: {cluster: c}}]\n",
+                     STRATA_INVALID_ARGUMENT, "context \"a\" names no cluster with a server");
+    kubeconfig_fails("current-context: a\ncontexts: [{name: a, context: {cluster: c, user: u}}]\n"
+                     "clusters: [{name: c, cluster: {server: 'https://x', "
+                     "certificate-authority-data: 'not*base64'}}]\n",
+                     STRATA_INVALID_ARGUMENT, "certificate-authority-data: invalid base64 data");
+    kubeconfig_fails("current-context: a\ncontexts: [{name: a, context: {cluster: c, user: u}}]\n"
+                     "clusters: [{name: c, cluster: {server: 'https://x'}}]\n",
+                     STRATA_INVALID_ARGUMENT, "user \"u\" not found");
+    kubeconfig_fails("current-context: a\n\tbad", STRATA_INVALID_ARGUMENT, "kubeconfig: ");
+    char path[512], yaml[1024];
+    snprintf(path, sizeof path, "%s/no-such-kubeconfig", certs);
+    snprintf(yaml, sizeof yaml, "role: pod\nkubeconfig_file: %s\n", path);
+    kubernetes_sd_config config;
+    strata_error err;
+    assert_int_equal(decode("<t>", yaml, &config, &err), 0);
+    assert_null(kubernetes_discovery_new(&config, NULL, NULL, &err));
+    assert_int_equal(err.code, STRATA_NOT_FOUND);
+    kubernetes_sd_config_release(&config);
+
+    strata_buffer b = STRATA_BUFFER_INIT;
+    assert_int_equal(kubernetes_base64_decode("aGVs\nbG8=", &b, &err), 0);
+    assert_int_equal(b.len, 5);
+    assert_memory_equal(b.data, "hello", 5);
+    strata_buffer_reset(&b);
+    assert_int_equal(kubernetes_base64_decode("aGVsbG8", &b, &err), 0); /* padding optional */
+    assert_int_equal(b.len, 5);
+    strata_buffer_reset(&b);
+    assert_int_equal(kubernetes_base64_decode("aGVsb=G8", &b, &err), -1);
+    assert_int_equal(kubernetes_base64_decode("a", &b, &err), -1);
+    strata_buffer_free(&b);
+}
+
 static int setup_certs(void **state) {
     (void)state;
     return kubernetes_testserver_make_certs(certs, sizeof certs);
@@ -910,6 +965,7 @@ int main(void) {
         cmocka_unit_test(test_ca_and_token_checked),
         cmocka_unit_test(test_in_cluster_own_namespace),
         cmocka_unit_test(test_kubeconfig_client_certificate),
+        cmocka_unit_test(test_kubeconfig_errors),
     };
     return cmocka_run_group_tests(tests, setup_certs, remove_certs);
 }
