@@ -283,6 +283,22 @@ class HelmChartTest(unittest.TestCase):
         self.assertEqual(flag_value(c["args"], "-sampling-frequency"), "19")
         self.assertEqual([t.get("operator") for t in spec["tolerations"]], ["Exists"])
 
+    def test_services_meet_the_restricted_pod_security_level(self):
+        for scenario, r in self.renders.items():
+            for kind, name, d in r.workloads():
+                if kind == "DaemonSet":
+                    continue
+                spec = d["spec"]["template"]["spec"]
+                with self.subTest(scenario=scenario, workload=name):
+                    self.assertNotIn("hostPID", spec)
+                    self.assertTrue(spec["securityContext"]["runAsNonRoot"])
+                    self.assertEqual(spec["securityContext"]["seccompProfile"], {"type": "RuntimeDefault"})
+                    for v in spec["volumes"]:
+                        self.assertNotIn("hostPath", v)
+                    sc = spec["containers"][0]["securityContext"]
+                    self.assertEqual(sc, {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                          "capabilities": {"drop": ["ALL"]}})
+
     def test_agent_flags_are_the_binarys(self):
         usage = subprocess.run([BINARY, "agent", "-h"], capture_output=True, text=True)
         if usage.returncode != 0 or "-remote-store" not in usage.stdout:
@@ -512,6 +528,38 @@ class HelmChartTest(unittest.TestCase):
         self.assertNotEqual(out.returncode, 0)
         # logfmt quotes the message: unknown key \"flush_intervall\"
         self.assertRegex(out.stdout + out.stderr, r'ingester\.yaml:\d+:\d+: ingester: unknown key \\?"flush_intervall')
+
+    def test_image_contract_of_the_dockerfile(self):
+        """deploy/docker/Dockerfile builds what the chart runs: the binary as entrypoint, the UI
+        where querier.uiDirectory points, the chart's user, and a runtime package for every shared
+        library the binary needs (found from its DT_NEEDED entries and dpkg)."""
+        with open(os.path.join(SOURCE_DIR, "deploy", "docker", "Dockerfile")) as f:
+            dockerfile = f.read()
+        values = self.renders["default"].values
+        self.assertIn('ENTRYPOINT ["/usr/bin/strata"]', dockerfile)
+        self.assertIn(f"COPY --from=build /src/ui/dist {values['querier']['uiDirectory']}\n", dockerfile)
+        user = values["podSecurityContext"]
+        self.assertIn(f"USER {user['runAsUser']}:{user['runAsGroup']}\n", dockerfile)
+        runtime = dockerfile.split("FROM debian:12-slim", 1)[1]
+        installed = set(re.findall(r"\b(lib[a-z0-9.+-]+|zlib1g|ca-certificates)\b", runtime.split("COPY")[0]))
+        needed = subprocess.run(["readelf", "-d", BINARY], capture_output=True, text=True, check=True).stdout
+        cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
+        base = {"libc6", "libgcc-s1"}  # in every Debian image
+        missing = []
+        for lib in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", needed):
+            m = re.search(rf"^\s*{re.escape(lib)} \(libc6,x86-64[^)]*\) => (\S+)", cache, re.M)
+            self.assertIsNotNone(m, f"{lib} not in the linker cache")
+            real = os.path.realpath(m.group(1))
+            package = None
+            for path in (real, re.sub(r"^/usr", "", real)):
+                out = subprocess.run(["dpkg", "-S", path], capture_output=True, text=True)
+                if out.returncode == 0:
+                    package = out.stdout.split(":")[0]
+                    break
+            self.assertIsNotNone(package, f"no Debian package owns {real}")
+            if package not in base and package not in installed:
+                missing.append(f"{lib} ({package})")
+        self.assertEqual(missing, [], "runtime packages missing from deploy/docker/Dockerfile")
 
     # ---- helpers --------------------------------------------------------------------------------
 
