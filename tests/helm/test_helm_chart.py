@@ -543,6 +543,8 @@ class HelmChartTest(unittest.TestCase):
         runtime = dockerfile.split("FROM debian:12-slim", 1)[1]
         installed = set(re.findall(r"\b(lib[a-z0-9.+-]+|zlib1g|ca-certificates)\b", runtime.split("COPY")[0]))
         needed = subprocess.run(["readelf", "-d", BINARY], capture_output=True, text=True, check=True).stdout
+        if "libasan" in needed:
+            self.skipTest("a sanitizer build links other libraries than the image's Release build")
         cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
         base = {"libc6", "libgcc-s1"}  # in every Debian image
         missing = []
