@@ -389,11 +389,10 @@ class HelmChartTest(unittest.TestCase):
                 objstore = r.configs["objstore.yaml"]
                 self.assertEqual(objstore["type"], want_type[scenario])
                 self.assertLessEqual(set(objstore), {"type", "config", "prefix"})
-                for component in BUCKET_SERVICES:
-                    self.assertEqual(r.configs[f"{component}.yaml"]["bucket"], objstore, component)
                 for key, cfg in r.configs.items():
-                    if "scrape_configs" in cfg:
-                        self.assertNotIn("bucket", cfg, "scrapers push to ingesters; no bucket keys")
+                    if key != "objstore.yaml":
+                        self.assertEqual(cfg["bucket"], objstore, key)
+                self.assertEqual(len(r.configs), 4 + r.values["scraper"]["replicas"])
         s3 = self.renders["s3"].configs["objstore.yaml"]
         self.assertEqual(s3, {"type": "S3", "prefix": "strata", "config": {
             "bucket": "profiles", "endpoint": "s3.eu-west-1.amazonaws.com", "region": "eu-west-1",
@@ -409,7 +408,7 @@ class HelmChartTest(unittest.TestCase):
             with self.subTest(scenario=scenario):
                 pvcs = list(r.kind("PersistentVolumeClaim").values())
                 self.assertEqual(len(pvcs), 1 if fs else 0)
-                for component in BUCKET_SERVICES:
+                for component in BUCKET_SERVICES + ("scraper",):
                     spec = r.component_workload(component)["spec"]["template"]["spec"]
                     claims = [v for v in spec["volumes"] if "persistentVolumeClaim" in v]
                     mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
@@ -418,8 +417,7 @@ class HelmChartTest(unittest.TestCase):
                         continue
                     self.assertEqual(claims[0]["persistentVolumeClaim"]["claimName"], pvcs[0]["metadata"]["name"])
                     self.assertEqual(mounts[claims[0]["name"]], mount)
-                    self.assertEqual(r.configs[f"{component}.yaml"]["bucket"]["config"]["directory"],
-                                     mount + "/bucket")
+                    self.assertEqual(r.configs["objstore.yaml"]["config"]["directory"], mount + "/bucket")
         pvc = list(self.renders["filesystem-pvc"].kind("PersistentVolumeClaim").values())[0]
         self.assertEqual(pvc["spec"]["accessModes"], ["ReadWriteMany"])
         self.assertEqual(pvc["spec"]["storageClassName"], "cephfs")

@@ -135,7 +135,9 @@ hashmod), so the replicas share the targets without overlap.
 {{- end }}
 {{- $jobs = append $jobs $job }}
 {{- end }}
-{{- toYaml (dict "server" (include "strata.serverSection" (dict "root" $root "component" "scraper") | fromYaml) "scraper" $scraper "scrape_configs" $jobs) }}
+{{- /* `strata scraper` opens the bucket section like every service, though it only pushes. */}}
+{{- $bucket := include "strata.objstore" $root | fromYaml }}
+{{- toYaml (dict "server" (include "strata.serverSection" (dict "root" $root "component" "scraper") | fromYaml) "bucket" $bucket "scraper" $scraper "scrape_configs" $jobs) }}
 {{- end }}
 
 {{/* Probes on /ready at the HTTP port; call with the root context. */}}
