@@ -249,11 +249,17 @@ class HelmChartTest(unittest.TestCase):
                 sa = list(r.kind("ServiceAccount").values())[0]
                 self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
                                                         "namespace": SCENARIOS[scenario][2]}])
-                # Only the scrapers (Kubernetes discovery) get an API token.
+                # Only the scrapers (Kubernetes discovery) and agents (pod labels) get an API token.
                 for kind, name, d in r.workloads():
                     spec = d["spec"]["template"]["spec"]
                     self.assertEqual(spec["serviceAccountName"], sa["metadata"]["name"])
-                    self.assertEqual(spec["automountServiceAccountToken"], kind == "StatefulSet", name)
+                    self.assertEqual(spec["automountServiceAccountToken"], kind in ("StatefulSet", "DaemonSet"),
+                                     name)
+                self.assertFalse(sa["automountServiceAccountToken"])
+        # Neither scrapers nor agents: nothing needs the API server, so no ClusterRole.
+        quiet = self.render_ok([self.overlay("no-api", "scraper:\n  enabled: false\nagent:\n  enabled: false\n")])
+        self.assertEqual((quiet.kind("ClusterRole"), quiet.kind("ClusterRoleBinding")), ({}, {}))
+        self.assertEqual(quiet.kind("StatefulSet"), {})
 
     def test_agent_daemonset(self):
         r = self.renders["default"]
