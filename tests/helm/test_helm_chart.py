@@ -14,13 +14,17 @@ the default values and each file in deploy/helm/strata/ci/, and every rendering 
 Environment (set by ctest): STRATA_BINARY, STRATA_SOURCE_DIR, STRATA_WORK_DIR.
 """
 import glob
+import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
+import urllib.request
 
 import yaml
 
@@ -130,6 +134,12 @@ class Rendering:
         args = container["args"]
         path = args[args.index("-config") + 1]
         return os.path.basename(path)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def port_of(address):
@@ -532,6 +542,72 @@ class HelmChartTest(unittest.TestCase):
         self.assertNotEqual(out.returncode, 0)
         # logfmt quotes the message: unknown key \"flush_intervall\"
         self.assertRegex(out.stdout + out.stderr, r'ingester\.yaml:\d+:\d+: ingester: unknown key \\?"flush_intervall')
+
+    def test_rendered_scrapers_share_targets_without_overlap(self):
+        """Three scraper replicas from the chart's own configs, run as real `strata scraper`
+        processes on twelve static targets: every target is active in exactly one replica."""
+        probe = subprocess.run([BINARY, "scraper", "-config", "/nonexistent"], capture_output=True, text=True)
+        if 'unknown command "scraper"' in probe.stderr:
+            self.skipTest("this strata binary has no scraper yet")
+        targets = [f"127.0.0.{i + 1}:{6000 + i}" for i in range(12)]  # never answer: health bad, still active
+        scratch = tempfile.mkdtemp(prefix="shard-", dir=self.tmp)
+        procs, ports, logs = [], [], []
+        try:
+            for i in range(3):
+                http, grpc = free_port(), free_port()
+                values = ("bucket:\n  filesystem:\n    mountPath: " + scratch + "/mnt\n"
+                          f"ports:\n  http: {http}\n  grpc: {grpc}\n"
+                          "scraper:\n  replicas: 3\n  config:\n    ingester_addresses: ['127.0.0.1:1']\n"
+                          "  scrapeConfigs:\n    - job_name: static\n      scrape_interval: 1h\n"
+                          f"      static_configs:\n        - targets: {targets}\n")
+                r = self.render_ok([self.overlay(f"shard{i}", values)])
+                name = list(r.kind("StatefulSet"))[0]
+                path = os.path.join(scratch, f"{name}-{i}.yaml")
+                with open(path, "w") as f:
+                    # The pod's own file, as $(POD_NAME) picks it; addresses on loopback here.
+                    f.write(r.files[f"{name}-{i}.yaml"].replace("0.0.0.0:", "127.0.0.1:"))
+                log = open(os.path.join(scratch, f"scraper-{i}.log"), "w")
+                logs.append(log)
+                procs.append(subprocess.Popen([BINARY, "scraper", "-config", path], stdout=log, stderr=log))
+                ports.append(http)
+            active = [self.active_addresses(port, procs[i]) for i, port in enumerate(ports)]
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            for log in logs:
+                log.close()
+        for i, a in enumerate(active):
+            for j in range(i + 1, len(active)):
+                self.assertEqual(a & active[j], set(), f"replicas {i} and {j} share targets")
+        self.assertEqual(set().union(*active), set(targets))
+        self.assertTrue(all(active), f"a replica got no target: {[sorted(a) for a in active]}")
+
+    def active_addresses(self, port, proc):
+        deadline = time.time() + 30
+        last = None
+        while time.time() < deadline:
+            self.assertIsNone(proc.poll(), "a scraper exited")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/targets?state=active",
+                                            timeout=5) as resp:
+                    body = json.load(resp)
+                jobs = body.get("targets", {})
+                if "static" in jobs:
+                    out = set()
+                    for t in jobs["static"].get("targets", []):
+                        labels = {x["name"]: x["value"] for x in t["discoveredLabels"]["labels"]}
+                        out.add(labels["__address__"])
+                    return out
+            except (OSError, ValueError) as e:
+                last = e
+            time.sleep(0.2)
+        raise AssertionError(f"no targets from the scraper on :{port}: {last}")
 
     def test_image_contract_of_the_dockerfile(self):
         """deploy/docker/Dockerfile builds what the chart runs: the binary as entrypoint, the UI
