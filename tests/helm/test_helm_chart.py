@@ -609,6 +609,32 @@ class HelmChartTest(unittest.TestCase):
             time.sleep(0.2)
         raise AssertionError(f"no targets from the scraper on :{port}: {last}")
 
+    def test_renderer_follows_helm_semantics(self):
+        """The renderer itself, on tests/helm/testdata/mini: Helm's float64 numbers (3e+06 unless
+        converted), tpl, include, toYaml, toJson, fromYaml, a missing value as "", null in a -f
+        file deleting a key, comment-only documents dropped, fail and required."""
+        mini = os.path.join(SOURCE_DIR, "tests", "helm", "testdata", "mini")
+        over = self.overlay("mini", "nested:\n  drop: null\n")
+
+        def run(*files):
+            cmd = [RENDERER, "-chart", mini, "-name", "rel", "-namespace", "ns"]
+            for f in files:
+                cmd += ["-f", f]
+            return subprocess.run(cmd, capture_output=True, text=True)
+        out = run(over)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout, "---\n# Source: mini/templates/all.yaml\n"
+                         "name: mini-rel\nreplicas: 3\nbig: 3e+06\nbigInt: 3000000\n"
+                         'greeting: "hello rel"\nnested:\n  keep: 1\nlist: ["b","a"]\nparsed: x\n'
+                         'missing: ""\nchart: mini/1.2.3/4.5\nnamespace: ns\nreq: 3\n')
+        self.assertIn("  drop: 2\n", run().stdout)
+        failed = run(self.overlay("mini-fail", "fail: true\n"))
+        self.assertNotEqual(failed.returncode, 0)
+        self.assertIn("asked to fail", failed.stderr)
+        unset = run(self.overlay("mini-req", "replicas: null\n"))
+        self.assertNotEqual(unset.returncode, 0)
+        self.assertIn("need .Values.replicas", unset.stderr)
+
     def test_image_contract_of_the_dockerfile(self):
         """deploy/docker/Dockerfile builds what the chart runs: the binary as entrypoint, the UI
         where querier.uiDirectory points, the chart's user, and a runtime package for every shared
