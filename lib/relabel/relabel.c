@@ -1,0 +1,266 @@
+/*
+ * relabel.c - applying relabel rules to a label set. See relabel.h.
+ */
+#include "relabel/relabel.h"
+#include "relabel/relabel_internal.h"
+
+#include <openssl/evp.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buffer.h"
+
+uint64_t relabel_hashmod(const char *value, size_t len, uint64_t modulus) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+    if (modulus == 0 || EVP_Digest(value, len, md, &md_len, EVP_md5(), NULL) != 1 || md_len != 16)
+        return 0;
+    uint64_t v = 0;
+    for (int i = 8; i < 16; i++)
+        v = v << 8 | md[i];
+    return v % modulus;
+}
+
+/* Go's regexp name characters; bytes of multi-byte UTF-8 sequences count as letters (Go takes
+ * Unicode letters; other non-ASCII runes in a template are rare enough not to matter). */
+static bool is_group_name_char(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c >= 0x80;
+}
+
+/* Group number of name[0..len), or -1 for a name (Go: digits only, no leading zero, < 1e8). */
+static long group_number(const char *name, size_t len) {
+    if (len > 8 || (name[0] == '0' && len > 1))
+        return -1;
+    long n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return -1;
+        n = n * 10 + (name[i] - '0');
+    }
+    return n;
+}
+
+/* Parses the reference after a '$' at t; returns the index past it, or 0 if malformed. */
+static size_t parse_reference(const char *t, const char **name, size_t *name_len) {
+    bool brace = t[0] == '{';
+    size_t start = brace ? 1 : 0, i = start;
+    while (t[i] != '\0' && is_group_name_char((unsigned char)t[i]))
+        i++;
+    if (i == start)
+        return 0;
+    *name = t + start;
+    *name_len = i - start;
+    if (brace) {
+        if (t[i] != '}')
+            return 0;
+        i++;
+    }
+    return i;
+}
+
+/* Appends template with $-references replaced by groups of the match of src (Go's Expand). */
+static int expand(const char *tmpl, const char *src, const regmatch_t *m, size_t n_groups,
+                  strata_buffer *out) {
+    for (const char *t = tmpl; *t != '\0';) {
+        const char *dollar = strchr(t, '$');
+        if (dollar == NULL)
+            return strata_buffer_append_str(out, t);
+        if (strata_buffer_append(out, t, (size_t)(dollar - t)) != 0)
+            return -1;
+        t = dollar + 1;
+        if (*t == '$') {
+            if (strata_buffer_append_byte(out, '$') != 0)
+                return -1;
+            t++;
+            continue;
+        }
+        const char *name = NULL;
+        size_t name_len = 0, used = parse_reference(t, &name, &name_len);
+        if (used == 0) {
+            if (strata_buffer_append_byte(out, '$') != 0)
+                return -1;
+            continue;
+        }
+        t += used;
+        long g = group_number(name, name_len);
+        if (g >= 0 && (size_t)g < n_groups && m[g].rm_so >= 0 &&
+            strata_buffer_append(out, src + m[g].rm_so, (size_t)(m[g].rm_eo - m[g].rm_so)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Matches the whole of value; fills m (n_groups entries) on success. */
+static bool full_match(const relabel_rule *r, const char *value, regmatch_t *m, size_t n_groups) {
+    if (regexec(&r->regex.regex, value, n_groups, m, 0) != 0)
+        return false;
+    return m[0].rm_so == 0 && (size_t)m[0].rm_eo == strlen(value);
+}
+
+static size_t groups_of(const relabel_rule *r) {
+    return r->regex.regex.re_nsub + 1;
+}
+
+/* Working state of one relabel_apply call. */
+typedef struct apply_state {
+    label_set *labels;
+    strata_buffer value;  /* the joined source values */
+    strata_buffer target; /* an expanded target_label */
+    strata_buffer result; /* an expanded replacement */
+    strata_error *err;
+} apply_state;
+
+/* NUL-terminates b for use as a C string. */
+static const char *cstr(strata_buffer *b) {
+    if (strata_buffer_append_byte(b, '\0') != 0)
+        return NULL;
+    b->len--;
+    return (const char *)b->data;
+}
+
+static const char *join_sources(apply_state *s, const relabel_rule *r) {
+    strata_buffer_reset(&s->value);
+    for (size_t i = 0; i < r->n_source_labels; i++) {
+        const char *v = label_set_get(s->labels, r->source_labels[i]);
+        if ((i > 0 && strata_buffer_append_str(&s->value, r->separator) != 0) ||
+            strata_buffer_append_str(&s->value, v != NULL ? v : "") != 0)
+            return NULL;
+    }
+    return cstr(&s->value);
+}
+
+/* Sets name to value, or deletes it when value is "" (Prometheus's labels.Builder.Set). */
+static int set_label(apply_state *s, const char *name, const char *value) {
+    if (value[0] == '\0') {
+        label_set_remove(s->labels, name);
+        return 0;
+    }
+    return label_set_set(s->labels, name, value, s->err);
+}
+
+static int apply_replace(apply_state *s, const relabel_rule *r, const char *value) {
+    regmatch_t m[RELABEL_MAX_GROUPS];
+    if (!full_match(r, value, m, groups_of(r)))
+        return 0;
+    strata_buffer_reset(&s->target);
+    strata_buffer_reset(&s->result);
+    if (expand(r->target_label, value, m, groups_of(r), &s->target) != 0 ||
+        expand(r->replacement, value, m, groups_of(r), &s->result) != 0 ||
+        cstr(&s->target) == NULL || cstr(&s->result) == NULL)
+        return strata_error_oom(s->err);
+    if (!label_name_is_valid((const char *)s->target.data, s->target.len))
+        return 0;
+    return set_label(s, (const char *)s->target.data, (const char *)s->result.data);
+}
+
+static int apply_labelmap(apply_state *s, const relabel_rule *r) {
+    label_set before = LABEL_SET_INIT;
+    if (label_set_copy(&before, s->labels, s->err) != 0)
+        return -1;
+    int rc = 0;
+    regmatch_t m[RELABEL_MAX_GROUPS];
+    for (size_t i = 0; i < before.count && rc == 0; i++) {
+        const char *name = before.labels[i].name;
+        if (!full_match(r, name, m, groups_of(r)))
+            continue;
+        strata_buffer_reset(&s->target);
+        if (expand(r->replacement, name, m, groups_of(r), &s->target) != 0 ||
+            cstr(&s->target) == NULL) {
+            rc = strata_error_oom(s->err);
+        } else if (label_name_is_valid((const char *)s->target.data, s->target.len)) {
+            /* An invalid mapped name is skipped rather than failing the whole set later. */
+            rc = set_label(s, (const char *)s->target.data, before.labels[i].value);
+        }
+    }
+    label_set_free(&before);
+    return rc;
+}
+
+/* labeldrop (drop_matching) or labelkeep (!drop_matching). */
+static void apply_label_filter(apply_state *s, const relabel_rule *r, bool drop_matching) {
+    size_t i = 0;
+    regmatch_t m[1];
+    while (i < s->labels->count) {
+        const char *name = s->labels->labels[i].name;
+        if (full_match(r, name, m, 1) == drop_matching)
+            label_set_remove(s->labels, name);
+        else
+            i++;
+    }
+}
+
+static int apply_case(apply_state *s, const relabel_rule *r, const char *value, bool upper) {
+    strata_buffer_reset(&s->result);
+    if (strata_buffer_append_str(&s->result, value) != 0 || cstr(&s->result) == NULL)
+        return strata_error_oom(s->err);
+    char *p = (char *)s->result.data;
+    for (size_t i = 0; i < s->result.len; i++) {
+        if (upper && p[i] >= 'a' && p[i] <= 'z')
+            p[i] = (char)(p[i] - 'a' + 'A');
+        else if (!upper && p[i] >= 'A' && p[i] <= 'Z')
+            p[i] = (char)(p[i] - 'A' + 'a');
+    }
+    return set_label(s, r->target_label, p);
+}
+
+static int apply_hashmod(apply_state *s, const relabel_rule *r, const char *value) {
+    char text[24];
+    snprintf(text, sizeof text, "%llu",
+             (unsigned long long)relabel_hashmod(value, strlen(value), r->modulus));
+    return set_label(s, r->target_label, text);
+}
+
+/* Applies one rule; *keep becomes false when it drops the set. */
+static int apply_rule(apply_state *s, const relabel_rule *r, bool *keep) {
+    const char *value = join_sources(s, r);
+    if (value == NULL)
+        return strata_error_oom(s->err);
+    regmatch_t m[1];
+    const char *target_value;
+    switch (r->action) {
+        case RELABEL_REPLACE:
+            return apply_replace(s, r, value);
+        case RELABEL_KEEP:
+            *keep = full_match(r, value, m, 1);
+            return 0;
+        case RELABEL_DROP:
+            *keep = !full_match(r, value, m, 1);
+            return 0;
+        case RELABEL_KEEPEQUAL:
+        case RELABEL_DROPEQUAL:
+            target_value = label_set_get(s->labels, r->target_label);
+            *keep = (strcmp(value, target_value != NULL ? target_value : "") == 0) ==
+                    (r->action == RELABEL_KEEPEQUAL);
+            return 0;
+        case RELABEL_HASHMOD:
+            return apply_hashmod(s, r, value);
+        case RELABEL_LABELMAP:
+            return apply_labelmap(s, r);
+        case RELABEL_LABELDROP:
+            apply_label_filter(s, r, true);
+            return 0;
+        case RELABEL_LABELKEEP:
+            apply_label_filter(s, r, false);
+            return 0;
+        case RELABEL_LOWERCASE:
+        case RELABEL_UPPERCASE:
+            return apply_case(s, r, value, r->action == RELABEL_UPPERCASE);
+    }
+    return strata_error_set(s->err, STRATA_INTERNAL, "unknown relabel action %d", (int)r->action);
+}
+
+int relabel_apply(const relabel_rules *rules, label_set *labels, bool *keep, strata_error *err) {
+    *keep = true;
+    label_set_sort(labels);
+    apply_state s = {labels, STRATA_BUFFER_INIT, STRATA_BUFFER_INIT, STRATA_BUFFER_INIT, err};
+    int rc = 0;
+    for (size_t i = 0; rules != NULL && i < rules->count && *keep && rc == 0; i++)
+        rc = apply_rule(&s, &rules->rules[i], keep);
+    strata_buffer_free(&s.value);
+    strata_buffer_free(&s.target);
+    strata_buffer_free(&s.result);
+    return rc;
+}
