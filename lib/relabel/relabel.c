@@ -98,6 +98,18 @@ static int expand(const char *tmpl, const char *src, const regmatch_t *m, size_t
 
 /* Matches the whole of value; fills m (n_groups entries) on success. */
 static bool full_match(const relabel_rule *r, const char *value, regmatch_t *m, size_t n_groups) {
+    if (r->n_literals > 0) { /* no groups: only m[0], the whole value */
+        for (size_t i = 0; i < r->n_literals; i++) {
+            if (strcmp(value, r->literals[i]) == 0) {
+                m[0].rm_so = 0;
+                m[0].rm_eo = (regoff_t)strlen(value);
+                return true;
+            }
+        }
+        return false;
+    }
+    if (r->prefix != NULL && strncmp(value, r->prefix, r->prefix_len) != 0)
+        return false;
     if (regexec(&r->regex.regex, value, n_groups, m, 0) != 0)
         return false;
     return m[0].rm_so == 0 && (size_t)m[0].rm_eo == strlen(value);
