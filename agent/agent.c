@@ -35,6 +35,9 @@ typedef struct agent_metrics {
     metrics_counter *push_errors;
     metrics_counter *pushes;
     metrics_counter *push_dropped[PUSH_DROP_REASONS];
+    metrics_counter *address_errors[PUSH_MAX_ADDRESSES];
+    metrics_counter *address_pushes[PUSH_MAX_ADDRESSES];
+    metrics_gauge *queue_requests;
     metrics_gauge *queue_bytes;
     metrics_gauge *processes;
     metrics_gauge *symcache_bytes;
@@ -103,6 +106,37 @@ static int register_push_drops(agent *a, strata_error *err) {
     return 0;
 }
 
+/* Per ingester address: acknowledged requests and failed attempts. */
+static int register_push_addresses(agent *a, strata_error *err) {
+    static const char *const names[] = {"address"};
+    metrics_counter_vec *errors = metrics_counter_vec_new(
+        a->registry,
+        &(metrics_opts){.name = "strata_agent_push_address_errors_total",
+                        .help = "Failed WriteRaw attempts, by ingester address.",
+                        .label_names = names,
+                        .n_labels = 1},
+        err);
+    if (errors == NULL)
+        return -1;
+    metrics_counter_vec *pushes = metrics_counter_vec_new(
+        a->registry,
+        &(metrics_opts){.name = "strata_agent_push_address_requests_total",
+                        .help = "Acknowledged WriteRaw requests, by ingester address.",
+                        .label_names = names,
+                        .n_labels = 1},
+        err);
+    if (pushes == NULL)
+        return -1;
+    push_stats ps;
+    push_stats_get(a->pusher, &ps);
+    for (size_t i = 0; i < ps.n_addresses; i++) {
+        const char *const value[] = {ps.addresses[i].address};
+        a->m.address_errors[i] = metrics_counter_vec_with(errors, value);
+        a->m.address_pushes[i] = metrics_counter_vec_with(pushes, value);
+    }
+    return 0;
+}
+
 static int register_metrics(agent *a, strata_error *err) {
     agent_metrics *m = &a->m;
     if ((m->samples = counter(a, "strata_agent_samples_total", "Samples aggregated.", err)) ==
@@ -115,11 +149,15 @@ static int register_metrics(agent *a, strata_error *err) {
                              err)) == NULL ||
         (m->queue_bytes = gauge(a, "strata_agent_push_queue_bytes",
                                 "Encoded requests waiting to be pushed.", err)) == NULL ||
+        (m->queue_requests = gauge(a, "strata_agent_push_queue_requests",
+                                   "Requests waiting to be pushed (in flight included).", err)) ==
+            NULL ||
         (m->processes = gauge(a, "strata_agent_processes", "Processes tracked.", err)) == NULL ||
         (m->symcache_bytes = gauge(a, "strata_agent_symbol_cache_bytes",
                                    "Memory held by cached symbol tables.", err)) == NULL)
         return -1;
-    if (register_misses(a, err) != 0 || register_push_drops(a, err) != 0)
+    if (register_misses(a, err) != 0 || register_push_drops(a, err) != 0 ||
+        register_push_addresses(a, err) != 0)
         return -1;
     return metrics_register_process_metrics(a->registry, err);
 }
@@ -136,6 +174,11 @@ static void collect(void *ctx) {
     metrics_counter_set(a->m.pushes, (int64_t)ps.requests);
     for (int r = 0; r < PUSH_DROP_REASONS; r++)
         metrics_counter_set(a->m.push_dropped[r], (int64_t)ps.dropped[r]);
+    for (size_t i = 0; i < ps.n_addresses; i++) {
+        metrics_counter_set(a->m.address_errors[i], (int64_t)ps.addresses[i].errors);
+        metrics_counter_set(a->m.address_pushes[i], (int64_t)ps.addresses[i].requests);
+    }
+    metrics_gauge_set(a->m.queue_requests, (int64_t)ps.queue_requests);
     metrics_gauge_set(a->m.queue_bytes, (int64_t)ps.queue_bytes);
 }
 
