@@ -327,7 +327,7 @@ class AgentRelabelTest(unittest.TestCase):
             self.assertTrue(all(sink.requests for sink in sinks),
                             [len(sink.requests) for sink in sinks])
             self.assertRegex(metrics, r'(?m)^strata_agent_push_dropped_total{reason="queue_full"} 0$')
-            for sink, port in zip(sinks, ports):
+            for port in ports:
                 self.assertRegex(metrics, r'(?m)^strata_agent_push_address_requests_total'
                                  rf'{{address="127.0.0.1:{port}"}} \d+$')
         finally:
