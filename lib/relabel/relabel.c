@@ -115,6 +115,11 @@ static bool full_match(const relabel_rule *r, const char *value, regmatch_t *m, 
     return m[0].rm_so == 0 && (size_t)m[0].rm_eo == strlen(value);
 }
 
+bool relabel_rule_matches(const relabel_rule *r, const char *value) {
+    regmatch_t m[1];
+    return full_match(r, value, m, 1);
+}
+
 static size_t groups_of(const relabel_rule *r) {
     return r->regex.regex.re_nsub + 1;
 }

@@ -194,8 +194,12 @@ static int literal_prefix(relabel_rule *r, const char *re) {
     size_t len = 0;
     while (re[len] != '\0' && !is_regex_meta(re[len]))
         len++;
-    if (len > 0 && (re[len] == '*' || re[len] == '?' || re[len] == '{' || re[len] == '+'))
-        len--; /* "ab*": only "a" is certain ("+" keeps it, but simpler to be uniform) */
+    if (len > 0 && (re[len] == '*' || re[len] == '?' || re[len] == '{' || re[len] == '+')) {
+        /* "ab*": only "a" is certain (the whole character, should a UTF-8 locale be in use) */
+        len--;
+        while (len > 0 && ((unsigned char)re[len] & 0xc0) == 0x80)
+            len--;
+    }
     if (len == 0)
         return 0;
     if ((r->prefix = strndup(re, len)) == NULL)

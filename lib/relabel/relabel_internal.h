@@ -5,6 +5,7 @@
 #ifndef STRATA_RELABEL_INTERNAL_H
 #define STRATA_RELABEL_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,5 +40,8 @@ struct relabel_rules {
 };
 
 void relabel_rule_free(relabel_rule *r);
+
+/* Whether r's regex matches all of value (shortcuts included; for the fuzzer's cross-check). */
+bool relabel_rule_matches(const relabel_rule *r, const char *value);
 
 #endif
