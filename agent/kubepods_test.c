@@ -2,7 +2,7 @@
  * kubepods_test.c - Kubernetes labels for processes: a fake API server (tests/kubernetes) holds
  * pods on two nodes; the agent watches node-1's and labels a process whose cgroup named a
  * synthetic container id with its namespace, pod and container, and shows the pod's
- * __meta_kubernetes_* labels to relabeling.
+ * __meta_kubernetes_* labels to relabeling (a hook, and the agent's real -relabel-config rules).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,10 +15,12 @@
 
 #include <cmocka.h>
 
+#include "agent_cli.h"
 #include "common/clock.h"
 #include "kubepods.h"
 #include "kubernetes_testserver.h"
 #include "proclabels.h"
+#include "relabel/relabel.h"
 
 #define ID_APP "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define ID_SIDECAR "1111111111111111111111111111111111111111111111111111111111111111"
@@ -101,6 +103,33 @@ static void test_process_gets_pod_labels(void **state) {
                               "pid=\"4242\", pod=\"cart-5d8f\"}");
     free(text);
     label_set_free(&ls);
+
+    /* The agent's -relabel-config rules (lib/relabel) on the pod's labels: pod labels mapped,
+     * sidecars dropped. */
+    char path[] = "/tmp/kubepods_relabel_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *yaml = "relabel_configs:\n"
+                       "- {action: labelmap, regex: __meta_kubernetes_pod_label_(.+)}\n"
+                       "- {action: drop, source_labels: [__meta_kubernetes_pod_container_name], "
+                       "regex: envoy}\n";
+    assert_int_equal(write(fd, yaml, strlen(yaml)), (ssize_t)strlen(yaml));
+    close(fd);
+    relabel_rules *rules = NULL;
+    if (relabel_rules_load_file(path, &rules, &err) != 0)
+        fail_msg("%s", err.message);
+    unlink(path);
+    agent_label_options ro = {"node-1", agent_relabel_with_rules, rules, k};
+    assert_int_equal(agent_process_labels(&p, 4242, "cart", &ro, &ls, &drop, &err), 0);
+    assert_false(drop);
+    assert_string_equal(label_set_get(&ls, "app"), "cart");
+    assert_string_equal(label_set_get(&ls, "pod"), "cart-5d8f");
+    label_set_free(&ls);
+    agent_proc sidecar = process_in(ID_SIDECAR);
+    assert_int_equal(agent_process_labels(&sidecar, 4243, "envoy", &ro, &ls, &drop, &err), 0);
+    assert_true(drop);
+    label_set_free(&ls);
+    relabel_rules_free(rules);
 
     /* The discovery labels themselves, before finalisation. */
     bool found;
