@@ -12,9 +12,14 @@ protobuf stubs and the tests assert ordered frames, kernel frames, labels and sa
   gohot             Go, stripped (-s -w): main.hotFunction <- main.run <- main.main via .gopclntab
   urandom           reads /dev/urandom: kernel frames under the user stack
 
+AgentKubernetesTest puts cchain in a kubepods-style cgroup named after a container of a pod that a
+fake API server (tests/kubernetes) lists for the agent's node, and checks its namespace, pod and
+container labels.
+
 The sample-count test checks that at least 99% of the sampling periods a busy process ran for
 (19 Hz x its CPU seconds from wait4) arrive at the sink.
 """
+import json
 import os
 import re
 import shutil
@@ -331,6 +336,88 @@ class AgentRelabelTest(unittest.TestCase):
                 self.assertRegex(metrics, r'(?m)^strata_agent_push_address_requests_total'
                                  rf'{{address="127.0.0.1:{port}"}} \d+$')
         finally:
+            lib.remove_workdir(work)
+
+
+@unittest.skipUnless(can_run_bpf() and os.path.isdir("/sys/fs/cgroup/pids"),
+                     "needs root, BTF, the agent binary and a writable cgroup v1 pids hierarchy")
+class AgentKubernetesTest(unittest.TestCase):
+    """-kubeconfig: the agent watches its node's pods on a fake API server
+    (tests/kubernetes/fake_apiserver.py) and labels a process in a kubepods cgroup named after a
+    container of one of them with namespace, pod and container; -relabel-config maps the pod's
+    labels (__meta_kubernetes_pod_label_*)."""
+
+    def test_pod_labels(self):
+        work = lib.make_workdir("agent-kubernetes")
+        container_id = "%064x" % int(time.time() * 1e6)
+        cgroup = os.path.join("/sys/fs/cgroup/pids", "strata-test-kubepods", "burstable",
+                              "pod4f9c0000-0000-4000-8000-000000000001", container_id)
+        api = None
+        try:
+            program = os.path.join(work, "cchain")
+            tl.build_c(os.path.join(SRC, "cchain.c"), program)
+            script = os.path.join(lib.SOURCE_DIR, "tests", "kubernetes", "fake_apiserver.py")
+            api = subprocess.Popen(["/usr/bin/python3", script, "--token", "node-token"],
+                                   stdout=subprocess.PIPE, text=True)
+            api_port, control_port = api.stdout.readline().split()
+            pod = {"metadata": {"name": "cart-5d8f", "namespace": "shop",
+                                "labels": {"app": "cart"}},
+                   "spec": {"nodeName": "test-node",
+                            "containers": [{"name": "app", "image": "shop/cart:3"}]},
+                   "status": {"phase": "Running", "podIP": "10.0.0.5", "containerStatuses": [
+                       {"name": "app", "containerID": "containerd://" + container_id}]}}
+            req = urllib.request.Request(f"http://127.0.0.1:{control_port}/apply",
+                                         data=json.dumps(pod).encode(), method="POST")
+            urllib.request.urlopen(req, timeout=10).read()
+            kubeconfig = os.path.join(work, "kubeconfig")
+            with open(kubeconfig, "w") as f:
+                f.write("apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+                        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{api_port}'}}}}]\n"
+                        "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
+                        "users: [{name: u, user: {token: node-token}}]\n")
+            config = os.path.join(work, "relabel.yaml")
+            with open(config, "w") as f:
+                f.write("relabel_configs:\n"
+                        f"- {{action: keep, source_labels: [__meta_process_executable], "
+                        f"regex: '{work}/.*'}}\n"
+                        "- {action: labelmap, regex: __meta_kubernetes_pod_label_(.+)}\n")
+            os.makedirs(cgroup)
+            server, sink, port = tl.start_sink()
+            agent = Agent(work, port, "-window", "1s", "-kubeconfig", kubeconfig,
+                          "-relabel-config", config)
+            self.assertIn("watching the node's pods", agent.logs())
+            # The process enters the container's cgroup before it runs.
+            proc = subprocess.Popen(["/bin/sh", "-c", f"echo $$ > {cgroup}/cgroup.procs && "
+                                     f"exec {program} 2"], stdout=subprocess.DEVNULL)
+            proc.wait(timeout=60)
+            time.sleep(1.5)
+            self.assertEqual(agent.stop(), 0, agent.logs())
+            server.stop(0)
+            series = sink.series()
+            self.assertTrue(series, agent.logs())
+            for labels, _ in series:
+                self.assertEqual(labels["container_id"], container_id)
+                self.assertEqual(labels["namespace"], "shop")
+                self.assertEqual(labels["pod"], "cart-5d8f")
+                self.assertEqual(labels["container"], "app")
+                self.assertEqual(labels["app"], "cart")
+                self.assertFalse([k for k in labels if k.startswith("__meta")])
+            with urllib.request.urlopen(f"http://127.0.0.1:{control_port}/requests",
+                                        timeout=10) as r:
+                requests = json.loads(r.read())
+            self.assertTrue(requests)
+            for r in requests:
+                self.assertEqual(r["query"]["fieldSelector"], "spec.nodeName=test-node")
+                self.assertEqual(r["authorization"], "Bearer node-token")
+        finally:
+            if api is not None:
+                api.terminate()
+                api.wait(timeout=10)
+                api.stdout.close()
+            for d in (cgroup, os.path.dirname(cgroup), os.path.dirname(os.path.dirname(cgroup)),
+                      os.path.dirname(os.path.dirname(os.path.dirname(cgroup)))):
+                if os.path.isdir(d):
+                    os.rmdir(d)
             lib.remove_workdir(work)
 
 
