@@ -10,10 +10,12 @@
  *
  *  - Balancing: each request starts on the next address in round-robin order.
  *  - Failover and retries: UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, INTERNAL
- *    and UNKNOWN move the request to the next address at once; after every address failed it once
- *    the sender backs off (min_backoff doubling up to max_backoff, +-20% jitter) and starts a new
- *    round. A request is retried until it succeeds, is rejected, or is pushed out of the queue.
- *    Any other code (INVALID_ARGUMENT: no ingester will ever take it) drops the request.
+ *    and UNKNOWN move the request to the next address at once; once every address failed it, it
+ *    waits at the head of the queue for a backoff (min_backoff doubling up to max_backoff, +-20%
+ *    jitter, back to min_backoff after any success) before the next round. The queue stays in
+ *    order: while the oldest request backs off, nothing newer overtakes it. A request is retried
+ *    until it succeeds, is rejected, or is pushed out of the queue. Any other code
+ *    (INVALID_ARGUMENT: no ingester will ever take it) drops the request.
  *  - Bounded memory: the queue holds at most max_queue_bytes of encoded requests (in flight
  *    included) and max_queue_requests requests. A new request that does not fit pushes out the
  *    oldest queued ones: when ingesters are away for long, the newest data wins and memory stays
