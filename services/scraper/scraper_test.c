@@ -274,8 +274,8 @@ static void test_health_and_last_errors(void **state) {
 
     pthread_mutex_lock(&fx.mu);
     char want[256];
-    snprintf(want, sizeof want, "{__name__=\"memory\", env=\"prod\", instance=\"%s\", job=\"good\"}",
-             instance);
+    snprintf(want, sizeof want,
+             "{__name__=\"memory\", env=\"prod\", instance=\"%s\", job=\"good\"}", instance);
     assert_string_equal(fx.last_labels, want);
     assert_int_equal(fx.pushes_other, 0);
     assert_int_equal(fx.last_pprof.len, fx.heap.len); /* passed on as served */
@@ -362,7 +362,8 @@ static void test_delta_and_params_url(void **state) {
     assert_int_equal(json_array_length(ts), 2);
     const char *u0 = str(json_array_at(ts, 0), "url"), *u1 = str(json_array_at(ts, 1), "url");
     const char *first = strstr(u0, "h:1") ? u0 : u1, *second = first == u0 ? u1 : u0;
-    assert_string_equal(first, "https://h:1/svc/debug/pprof/profile?debug=1&tag=a&tag=b&seconds=15");
+    assert_string_equal(first,
+                        "https://h:1/svc/debug/pprof/profile?debug=1&tag=a&tag=b&seconds=15");
     assert_string_equal(second,
                         "https://h:2/svc/debug/pprof/profile?debug=2&tag=a&tag=b&seconds=15");
     json_document_free(doc);
