@@ -24,6 +24,8 @@ typedef struct scrape_transfer {
     scrape_target *target;
     CURL *handle;
     struct curl_slist *headers;
+    struct curl_slist *connect_to; /* tls_config.server_name */
+    char *url_override;
     strata_buffer body;
     size_t limit;
     bool too_large;
@@ -616,7 +618,50 @@ static void set_tls(CURL *h, const scrape_tls_config *tls) {
     }
 }
 
+/* tls_config.server_name: the request goes to server_name (SNI and certificate check) while
+ * libcurl connects to the target's address and the Host header stays the address, as
+ * Prometheus does. Returns the URL to request (x->url_override or the target's). */
+static const char *apply_server_name(scrape_transfer *x, const scrape_target *t,
+                                     const char *server_name) {
+    if (server_name == NULL || strncmp(t->url, "https://", 8) != 0)
+        return t->url;
+    const char *authority = t->url + 8;
+    size_t alen = strcspn(authority, "/?");
+    const char *path = authority + alen;
+    const char *bracket = memchr(authority, ']', alen); /* [v6]:port */
+    const char *from = bracket != NULL ? bracket : authority;
+    const char *colon = memchr(from, ':', alen - (size_t)(from - authority));
+    size_t host_len = colon != NULL ? (size_t)(colon - authority) : alen;
+    const char *port = colon != NULL ? colon + 1 : "443";
+    size_t port_len = colon != NULL ? alen - host_len - 1 : 3;
+    strata_buffer b = STRATA_BUFFER_INIT;
+    int rc = strata_buffer_appendf(&b, "%s:%.*s:%.*s:%.*s", server_name, (int)port_len, port,
+                                   (int)host_len, authority, (int)port_len, port);
+    rc |= strata_buffer_append_byte(&b, 0);
+    struct curl_slist *connect_to = rc == 0 ? curl_slist_append(NULL, (char *)b.data) : NULL;
+    strata_buffer_reset(&b);
+    rc |= strata_buffer_appendf(&b, "Host: %.*s", (int)alen, authority);
+    rc |= strata_buffer_append_byte(&b, 0);
+    struct curl_slist *headers = rc == 0 ? curl_slist_append(x->headers, (char *)b.data) : NULL;
+    strata_buffer_reset(&b);
+    rc |= strata_buffer_appendf(&b, "https://%s:%.*s%s%s", server_name, (int)port_len, port,
+                                path[0] == '/' ? "" : "/", path);
+    rc |= strata_buffer_append_byte(&b, 0);
+    if (rc != 0 || connect_to == NULL || headers == NULL) {
+        curl_slist_free_all(connect_to);
+        strata_buffer_free(&b);
+        return NULL;
+    }
+    x->headers = headers;
+    x->connect_to = connect_to;
+    x->url_override = (char *)strata_buffer_detach(&b, NULL);
+    curl_easy_setopt(x->handle, CURLOPT_CONNECT_TO, connect_to);
+    return x->url_override;
+}
+
 static void transfer_free(scrape_transfer *x) {
+    curl_slist_free_all(x->connect_to);
+    free(x->url_override);
     if (x->handle != NULL)
         curl_easy_cleanup(x->handle);
     curl_slist_free_all(x->headers);
@@ -638,7 +683,8 @@ static void start_transfer(scraper *s, scrape_target *t, int64_t now) {
     x->started_wall_ns = strata_now_ns();
     CURL *h = x->handle;
     long timeout_ms = (long)(t->request_timeout_ns / STRATA_NS_PER_MS);
-    curl_easy_setopt(h, CURLOPT_URL, t->url);
+    const char *url = apply_server_name(x, t, cfg->tls_config.server_name);
+    curl_easy_setopt(h, CURLOPT_URL, url != NULL ? url : t->url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,

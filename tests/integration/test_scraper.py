@@ -7,11 +7,14 @@ ScrapeService/Targets with Python grpcio and through GET /api/v1/targets); SIGHU
 and invalid; and two `strata scraper` processes sharing six targets with hashmod relabeling, each
 target scraped by exactly one of them.
 """
+import base64
 import http.server
 import json
 import os
 import signal
 import socketserver
+import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -51,16 +54,23 @@ EXPECTED_TYPES = {
 
 class FakeTarget:
     """An HTTP server on its own port that answers pprof paths in one way: good, 500, garbage or
-    hang. Records the query string of every request."""
+    hang. Records the query string of every request, and the Authorization and Host headers. With
+    an ssl context it serves HTTPS; with `authorization` it answers 401 to any other header."""
 
-    def __init__(self, mode):
+    def __init__(self, mode, ssl_context=None, authorization=None):
         self.mode = mode
         self.queries = []
+        self.hosts = []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 - http.server's name
                 outer.queries.append(urllib.parse.urlparse(self.path).query)
+                outer.hosts.append(self.headers.get("Host"))
+                if authorization and self.headers.get("Authorization") != authorization:
+                    self.send_response(401)
+                    self.end_headers()
+                    return
                 if outer.mode == "hang":
                     time.sleep(30)
                     return
@@ -82,6 +92,8 @@ class FakeTarget:
             daemon_threads = True
 
         self.server = Server(("127.0.0.1", 0), Handler)
+        if ssl_context is not None:
+            self.server.socket = ssl_context.wrap_socket(self.server.socket, server_side=True)
         self.address = f"127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -267,6 +279,87 @@ scrape_configs:
         with open(path, "w") as f:
             f.write(good)
         self.strata.proc.send_signal(signal.SIGHUP)
+
+
+class AuthAndTlsTest(unittest.TestCase):
+    """bearer_token_file over HTTPS with ca_file and server_name (the certificate names
+    scrape.test, the target is 127.0.0.1), and basic_auth with password_file over HTTP."""
+
+    maxDiff = None
+
+    def test_tls_bearer_and_basic_auth(self):
+        work = lib.make_workdir("scraper-tls")
+        cert, key = os.path.join(work, "cert.pem"), os.path.join(work, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", "/CN=scrape.test", "-addext", "subjectAltName=DNS:scrape.test",
+                        "-keyout", key, "-out", cert], check=True, capture_output=True)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        token_file, password_file = os.path.join(work, "token"), os.path.join(work, "password")
+        with open(token_file, "w") as f:
+            f.write("s3cret\n")
+        with open(password_file, "w") as f:
+            f.write("pa55\n")
+        tls = FakeTarget("good", ssl_context=ctx, authorization="Bearer s3cret")
+        basic = FakeTarget("good", authorization="Basic " +
+                           base64.b64encode(b"scraper:pa55").decode())
+        wrong = FakeTarget("good", authorization="Bearer other")
+        grpc_port, http_port = lib.free_port(), lib.free_port()
+        only_memory = """
+    profiling_config:
+      pprof_config:
+        block: {enabled: false}
+        goroutine: {enabled: false}
+        mutex: {enabled: false}
+        process_cpu: {enabled: false}"""
+        jobs = f"""
+scrape_configs:
+  - job_name: tls
+    scrape_interval: 1s
+    scheme: https
+    bearer_token_file: {token_file}
+    tls_config: {{ca_file: {cert}, server_name: scrape.test}}
+    static_configs: [{{targets: ['{tls.address}']}}]{only_memory}
+  - job_name: basic
+    scrape_interval: 1s
+    basic_auth: {{username: scraper, password_file: {password_file}}}
+    static_configs: [{{targets: ['{basic.address}']}}]{only_memory}
+  - job_name: wrong
+    scrape_interval: 1s
+    bearer_token: nope
+    static_configs: [{{targets: ['{wrong.address}']}}]{only_memory}
+  - job_name: unverified
+    scrape_interval: 1s
+    scheme: https
+    bearer_token_file: {token_file}
+    static_configs: [{{targets: ['{tls.address}']}}]{only_memory}
+"""
+        strata = lib.Strata(work, "all", base_config(work, grpc_port, http_port, jobs))
+        try:
+            strata.start(ready_url=f"http://127.0.0.1:{http_port}/ready")
+
+            def health():
+                resp = targets_grpc(grpc_port)
+                return {job: (ts.targets[0].health, ts.targets[0].last_error)
+                        for job, ts in resp.targets.items()}
+            lib.wait_for(lambda: all(h != spb.Target.HEALTH_UNKNOWN_UNSPECIFIED
+                                     for h, _ in health().values()), timeout=20,
+                         what="every target scraped once")
+            got = health()
+            self.assertEqual(got["tls"], (spb.Target.HEALTH_GOOD, ""))
+            self.assertEqual(got["basic"], (spb.Target.HEALTH_GOOD, ""))
+            self.assertEqual(got["wrong"], (spb.Target.HEALTH_BAD,
+                                            "server returned HTTP status 401"))
+            # Without ca_file the self-signed certificate is not trusted.
+            self.assertEqual(got["unverified"][0], spb.Target.HEALTH_BAD)
+            self.assertIn("SSL certificate problem", got["unverified"][1])
+            # server_name changes TLS only: the Host header is still the target's address.
+            self.assertIn(tls.address, tls.hosts)
+        finally:
+            strata.stop()
+            for t in (tls, basic, wrong):
+                t.stop()
+            lib.remove_workdir(work)
 
 
 class HashmodShardingTest(unittest.TestCase):
