@@ -3,7 +3,9 @@
  * merged with a job's own entries, strict errors with file and line, and file_sd files (YAML and
  * JSON) read into target groups.
  */
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -335,6 +337,102 @@ static void test_discovery_start_lists_static_and_files(void **state) {
     free(file);
 }
 
+/* The file provider's view: the addresses of the current targets per source. */
+typedef struct watched {
+    pthread_mutex_t mu;
+    char sources[8][256];
+    size_t counts[8];
+    size_t n;
+} watched;
+
+static void watch_update(void *ctx, const target_group *groups, size_t n) {
+    watched *w = ctx;
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < n; i++) {
+        size_t at = w->n;
+        for (size_t k = 0; k < w->n; k++)
+            if (strcmp(w->sources[k], groups[i].source) == 0)
+                at = k;
+        if (at == w->n && w->n < 8)
+            snprintf(w->sources[w->n++], sizeof w->sources[0], "%s", groups[i].source);
+        if (at < 8)
+            w->counts[at] = groups[i].n_targets;
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+static size_t watched_total(watched *w) {
+    pthread_mutex_lock(&w->mu);
+    size_t total = 0;
+    for (size_t i = 0; i < w->n; i++)
+        total += w->counts[i];
+    pthread_mutex_unlock(&w->mu);
+    return total;
+}
+
+static bool wait_total(watched *w, size_t want) {
+    for (int i = 0; i < 100; i++) { /* the provider checks every second */
+        if (watched_total(w) == want)
+            return true;
+        usleep(50 * 1000);
+    }
+    return false;
+}
+
+static void write_file(const char *path, const char *text) {
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    assert_int_equal(rename(tmp, path), 0); /* atomically, as config management tools do */
+}
+
+static void test_file_sd_watches_files(void **state) {
+    (void)state;
+    char dir[] = "/tmp/strata-file-sd-dir-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char a[300], b[300], yaml[1024];
+    snprintf(a, sizeof a, "%s/a.yaml", dir);
+    snprintf(b, sizeof b, "%s/b.json", dir);
+    write_file(a, "- targets: ['a:1']\n");
+    snprintf(yaml, sizeof yaml,
+             "scrape_configs:\n"
+             "  - job_name: w\n"
+             "    file_sd_configs:\n"
+             "      - files: ['%s/*.yaml', '%s/*.json']\n"
+             "        refresh_interval: 1h\n",
+             dir, dir);
+    scrape_configs c;
+    strata_error err;
+    assert_int_equal(decode(yaml, &c, &err), 0);
+    watched w = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    scrape_discovery *d = scrape_discovery_start(&c.jobs[0], watch_update, &w, &err);
+    assert_non_null(d);
+    assert_int_equal(watched_total(&w), 1);
+    /* a new file matching a pattern */
+    write_file(b, "[{\"targets\": [\"b:1\", \"b:2\"]}]");
+    assert_true(wait_total(&w, 3));
+    /* a changed file: one entry becomes two */
+    write_file(a, "- targets: ['a:1', 'a:2']\n- targets: ['a:3']\n");
+    assert_true(wait_total(&w, 5));
+    /* an invalid file keeps its previous targets */
+    write_file(a, "- targets: ['a:1'\n");
+    usleep(1500 * 1000);
+    assert_int_equal(watched_total(&w), 5);
+    /* a shrunk file sends its gone entry empty */
+    write_file(a, "- targets: ['a:1']\n");
+    assert_true(wait_total(&w, 3));
+    /* a deleted file: its sources are gone */
+    assert_int_equal(unlink(b), 0);
+    assert_true(wait_total(&w, 1));
+    scrape_discovery_stop(d);
+    scrape_configs_free(&c);
+    unlink(a);
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
@@ -345,6 +443,7 @@ int main(void) {
         cmocka_unit_test(test_errors_name_file_and_line),
         cmocka_unit_test(test_file_sd_yaml_and_json),
         cmocka_unit_test(test_discovery_start_lists_static_and_files),
+        cmocka_unit_test(test_file_sd_watches_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
