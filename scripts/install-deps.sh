@@ -14,12 +14,13 @@ BUILD_PACKAGES=(
   libdeflate-dev
   libelf-dev libdw-dev libbpf-dev bpftool clang llvm
   nodejs
+  golang-go curl  # the demo Go program scripts/start.sh builds, starts and keeps busy
 )
 TEST_PACKAGES=(
   libcmocka-dev valgrind libclang-rt-14-dev
   golang-go golang-github-google-pprof-dev
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-yaml
-  curl procps iproute2 clang-format binutils util-linux
+  curl procps iproute2 clang-format binutils util-linux openssl
   chromium
   # storage tests: a throwaway Ceph cluster with radosgw (S3) and Azurite from npm (AZURE)
   ceph-mon ceph-osd ceph-common radosgw  # Azurite comes from npm, which ships with nodejs here
