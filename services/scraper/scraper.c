@@ -18,6 +18,7 @@
 #define SCAN_SLACK_NS (INT64_C(10) * 1000000) /* start what is due within 10 ms in one scan */
 #define MAX_POLL_MS 1000
 #define CONNECT_TIMEOUT_MS_MAX 5000
+#define SCRAPE_MAX_IDLE_CONNECTIONS 4096
 
 typedef struct scrape_transfer {
     struct scrape_transfer *prev, *next; /* the scrape thread's in-flight list */
@@ -491,6 +492,9 @@ scraper *scraper_new(const scraper_options *o, strata_error *err) {
         scraper_free(s);
         return NULL;
     }
+    /* Keep a connection per target between scrapes, as Prometheus does, instead of connecting
+     * again every interval (libcurl's default cache is sized by the transfers in flight). */
+    curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS, (long)SCRAPE_MAX_IDLE_CONNECTIONS);
     return s;
 }
 
@@ -753,6 +757,45 @@ static int filter_sample_types(const scrape_endpoint *ep, strata_buffer *body, s
     return rc;
 }
 
+/* ---- push batches: good scrapes are handed to the sink a few dozen at a time (one WriteRaw
+ * request each), which costs far less than a request per profile. Scrape thread only. -------- */
+
+static void batch_flush(scraper *s) {
+    scrape_batch *b = &s->batch;
+    if (b->n == 0)
+        return;
+    push_series series[SCRAPE_BATCH_MAX];
+    for (size_t i = 0; i < b->n; i++)
+        series[i] = (push_series){
+            .labels = &b->labels[i], .pprof = b->bodies[i].data, .pprof_len = b->bodies[i].len};
+    strata_error err;
+    if (s->sink(s->sink_ctx, series, b->n, &err) != 0) {
+        char quoted[600];
+        strata_log_error("scraper", "scraped profiles not pushed", "series=%zu error=%s", b->n,
+                         strata_log_quote(err.message, quoted, sizeof quoted));
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        label_set_free(&b->labels[i]);
+        strata_buffer_free(&b->bodies[i]);
+    }
+    b->n = 0;
+}
+
+/* Takes the body's bytes and a copy of the labels. */
+static int batch_add(scraper *s, const label_set *labels, strata_buffer *body, strata_error *err) {
+    scrape_batch *b = &s->batch;
+    if (b->n == 0)
+        b->first_mono_ns = strata_monotonic_ns();
+    b->labels[b->n] = (label_set)LABEL_SET_INIT;
+    if (label_set_copy(&b->labels[b->n], labels, err) != 0)
+        return -1;
+    b->bodies[b->n] = *body;
+    *body = (strata_buffer)STRATA_BUFFER_INIT;
+    if (++b->n == SCRAPE_BATCH_MAX)
+        batch_flush(s);
+    return 0;
+}
+
 /* Checks the response and hands it to the sink; the error message on failure. Outside mu. */
 static int finish_scrape(scraper *s, scrape_transfer *x, CURLcode code, char *error,
                          size_t error_size) {
@@ -792,8 +835,7 @@ static int finish_scrape(scraper *s, scrape_transfer *x, CURLcode code, char *er
         snprintf(error, error_size, "keep_sample_type: %.400s", err.message);
         return -1;
     }
-    push_series series = {.labels = &t->labels, .pprof = x->body.data, .pprof_len = x->body.len};
-    if (s->sink(s->sink_ctx, &series, 1, &err) != 0) {
+    if (batch_add(s, &t->labels, &x->body, &err) != 0) {
         snprintf(error, error_size, "push: %.400s", err.message);
         return -1;
     }
@@ -891,6 +933,10 @@ static void *scrape_thread_main(void *arg) {
             CURLcode code = msg->data.result;
             complete_transfer(s, x, code);
         }
+        if (s->batch.n > 0 && strata_monotonic_ns() - s->batch.first_mono_ns >= SCRAPE_BATCH_NS)
+            batch_flush(s);
+        if (s->batch.n > 0 && wait_ns > SCRAPE_BATCH_NS)
+            wait_ns = SCRAPE_BATCH_NS;
         int timeout_ms = (int)(wait_ns / STRATA_NS_PER_MS);
         if (timeout_ms < 0)
             timeout_ms = 0;
@@ -898,6 +944,7 @@ static void *scrape_thread_main(void *arg) {
             timeout_ms = MAX_POLL_MS;
         curl_multi_poll(s->multi, NULL, 0, timeout_ms, NULL);
     }
+    batch_flush(s);
     /* Abandon whatever is in flight. */
     while (s->transfers != NULL) {
         scrape_transfer *x = s->transfers;

@@ -21,9 +21,11 @@
  * max_response_bytes). A scrape fails, and the target turns unhealthy with a one-line last error,
  * on a connection error, a timeout, a status other than 200, a body over the limit, or a body that
  * is not a valid pprof profile (checked with lib/pprof). keep_sample_type re-encodes the profile
- * with only those sample types. A good scrape is handed to the sink (by default a lib/push pusher
- * to the configured ingesters), which queues it without waiting on the network, so a slow
- * ingester never delays scraping; its drops are counted in /metrics.
+ * with only those sample types. Good scrapes are handed to the sink (by default a lib/push pusher
+ * to the configured ingesters) in batches of up to 64 or every 100 ms, one WriteRaw request per
+ * batch; the pusher queues without waiting on the network, so a slow ingester never delays
+ * scraping; its drops are counted in /metrics. Idle connections to targets are kept between
+ * scrapes (up to 4,096).
  *
  * Reload. scraper_apply replaces every job: the old providers are stopped, targets in flight finish
  * and are discarded, the new jobs start. The scraper: section itself is read once.

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "discovery/discovery.h"
+#include "common/buffer.h"
 #include "labels/labels.h"
 #include "scrape_discovery.h"
 #include "scraper.h"
@@ -23,6 +24,16 @@
 #define SCRAPE_LAST_ERROR_MAX 512
 
 typedef struct scrape_job scrape_job;
+
+/* Good scrapes waiting to be handed to the sink together (scrape thread only). */
+#define SCRAPE_BATCH_MAX 64
+#define SCRAPE_BATCH_NS (INT64_C(100) * 1000000)
+typedef struct scrape_batch {
+    label_set labels[SCRAPE_BATCH_MAX];
+    strata_buffer bodies[SCRAPE_BATCH_MAX];
+    size_t n;
+    int64_t first_mono_ns;
+} scrape_batch;
 
 typedef struct scrape_target {
     scrape_job *job; /* referenced */
@@ -83,6 +94,7 @@ struct scraper {
     /* scrape thread */
     void *multi;                       /* CURLM */
     struct scrape_transfer *transfers; /* in flight; only the scrape thread touches the list */
+    scrape_batch batch;
     pthread_t thread;
     bool started;
     bool stopping;
