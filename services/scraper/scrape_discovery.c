@@ -75,6 +75,15 @@ int scrape_file_sd_read(const char *path, target_group **groups, size_t *n_group
     config_document *doc = NULL;
     if (config_load_file(path, &doc, err) != 0)
         return -1;
+    int rc = scrape_file_sd_parse(doc, path, groups, n_groups, err);
+    config_document_free(doc);
+    return rc;
+}
+
+int scrape_file_sd_parse(const config_document *doc, const char *path, target_group **groups,
+                         size_t *n_groups, strata_error *err) {
+    *groups = NULL;
+    *n_groups = 0;
     const config_node *root = config_document_root(doc);
     int rc = 0;
     if (root == NULL || config_node_is_null(root))
@@ -110,7 +119,6 @@ int scrape_file_sd_read(const char *path, target_group **groups, size_t *n_group
         *n_groups = 0;
     }
 out:
-    config_document_free(doc);
     return rc;
 }
 

@@ -38,5 +38,8 @@ void scrape_discovery_stop(scrape_discovery *d);
  * names the file and line. */
 int scrape_file_sd_read(const char *path, target_group **groups, size_t *n_groups,
                         strata_error *err);
+/* The same for a loaded document (path names the sources and __meta_filepath). */
+int scrape_file_sd_parse(const config_document *doc, const char *path, target_group **groups,
+                         size_t *n_groups, strata_error *err);
 
 #endif
