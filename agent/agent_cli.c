@@ -92,7 +92,7 @@ static int set_flag(agent_options *o, const char *name, const char *value, strat
     else if (strcmp(name, "symbol-cache-bytes") == 0)
         return parse_size(value, &o->symbol_cache_bytes, err);
     else if (strcmp(name, "sampling-frequency") == 0) {
-        size_t v;
+        size_t v = 0;
         if (parse_size(value, &v, err) != 0 || v == 0 || v > 1000)
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "-sampling-frequency wants 1..1000, got \"%s\"", value);
