@@ -233,6 +233,11 @@ static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
         return -1;
     if (rt->ing != NULL)
         ingester_set_block_listener(rt->ing, announce_block, rt);
+    if (strcmp(rt->mode, "scraper") == 0 && rt->config.scraper.ingester_addresses.count == 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "%s: scraper.ingester_addresses: strata scraper needs at least one "
+                                "ingester to push to",
+                                a->config_path);
     return 0;
 }
 

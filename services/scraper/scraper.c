@@ -354,6 +354,24 @@ static void on_discovery_update(void *ctx, const target_group *groups, size_t n)
                      job->config.job_name, active, dropped);
 }
 
+/* A reload keeps what the running job knew about the same targets (same final labels and URL):
+ * health, last error and scrape, and the place in the schedule. Under mu. */
+static void job_inherit_state(scrape_job *job, const scrape_job *old) {
+    for (size_t i = 0; i < job->n_targets; i++) {
+        scrape_target *t = job->targets[i];
+        const scrape_target *o = find_target(old->targets, old->n_targets, t->identity);
+        if (o == NULL)
+            continue;
+        t->health = o->health;
+        memcpy(t->last_error, o->last_error, sizeof t->last_error);
+        t->last_scrape_ns = o->last_scrape_ns;
+        t->last_duration_ns = o->last_duration_ns;
+        if (o->interval_ns == t->interval_ns)
+            /* a request of the old target still in flight holds this slot */
+            t->next_mono_ns = o->next_mono_ns + (o->in_flight ? o->interval_ns : 0);
+    }
+}
+
 static scrape_job *job_new(scraper *s, scrape_job_config *cfg, strata_error *err) {
     scrape_job *job = calloc(1, sizeof *job);
     if (job == NULL) {
@@ -532,19 +550,40 @@ int scraper_apply(scraper *s, scrape_configs *configs, strata_error *err) {
         release_jobs(s, jobs, n);
         return -1;
     }
-    /* Swap first, so discovery callbacks of the new jobs find them listed. */
+    /* Start the new providers before the swap: their targets are built now (the scrape thread
+     * does not see them yet), so a provider that fails leaves the running jobs untouched. */
+    for (size_t i = 0; i < n; i++)
+        if ((jobs[i]->discovery = scrape_discovery_start(&jobs[i]->config, on_discovery_update,
+                                                         jobs[i], err)) == NULL) {
+            strata_error_wrap(err, "job %s", jobs[i]->config.job_name);
+            stop_discovery(jobs, n);
+            release_jobs(s, jobs, n);
+            return -1;
+        }
     pthread_mutex_lock(&s->mu);
     scrape_job **old = s->jobs;
     size_t n_old = s->n_jobs;
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < n_old; k++)
+            if (strcmp(jobs[i]->config.job_name, old[k]->config.job_name) == 0)
+                job_inherit_state(jobs[i], old[k]);
+    for (size_t k = 0; k < n_old; k++) {
+        bool kept = false;
+        for (size_t i = 0; i < n; i++)
+            kept |= strcmp(jobs[i]->config.job_name, old[k]->config.job_name) == 0;
+        if (!kept) { /* a removed job's gauges say so */
+            metrics_gauge_set(old[k]->active_gauge, 0);
+            metrics_gauge_set(old[k]->dropped_gauge, 0);
+        }
+    }
     s->jobs = jobs;
     s->n_jobs = n;
+    s->rescan = true;
     pthread_mutex_unlock(&s->mu);
+    if (s->multi != NULL)
+        curl_multi_wakeup(s->multi);
     stop_discovery(old, n_old);
     release_jobs(s, old, n_old);
-    for (size_t i = 0; i < n; i++)
-        if ((jobs[i]->discovery = scrape_discovery_start(&jobs[i]->config, on_discovery_update,
-                                                         jobs[i], err)) == NULL)
-            return strata_error_wrap(err, "job %s", jobs[i]->config.job_name);
     return 0;
 }
 

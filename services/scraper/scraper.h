@@ -27,8 +27,9 @@
  * scraping; its drops are counted in /metrics. Idle connections to targets are kept between
  * scrapes (up to 4,096).
  *
- * Reload. scraper_apply replaces every job: the old providers are stopped, targets in flight finish
- * and are discarded, the new jobs start. The scraper: section itself is read once.
+ * Reload. scraper_apply replaces every job: the new providers start first (if one cannot, the
+ * running jobs stay), a target that is in both keeps its health, last scrape and schedule, the old
+ * providers stop and their requests in flight are discarded. The scraper: section is read once.
  *
  * API. ScrapeService/Targets on gRPC (parca.scrape.v1alpha1) and GET /api/v1/targets (the same as
  * protojson: {"targets":{"<job>":{"targets":[{"discoveredLabels":{"labels":[...]},"labels":...,

@@ -119,7 +119,7 @@ static int teardown(void **state) {
     return 0;
 }
 
-static scraper *new_scraper(const char *yaml_fmt) {
+static scrape_configs decode_configs(const char *yaml_fmt) {
     char yaml[4096];
     snprintf(yaml, sizeof yaml, yaml_fmt, fx.port, fx.port, fx.port, fx.port, fx.port);
     config_document *doc = NULL;
@@ -131,6 +131,12 @@ static scraper *new_scraper(const char *yaml_fmt) {
                               &configs, &err) != 0)
         fail_msg("%s", err.message);
     config_document_free(doc);
+    return configs;
+}
+
+static scraper *new_scraper(const char *yaml_fmt) {
+    scrape_configs configs = decode_configs(yaml_fmt);
+    strata_error err;
     scraper_config sc = {.max_response_bytes = 64 << 20};
     scraper_options o = {.config = &sc, .registry = fx.registry, .sink = sink};
     scraper *s = scraper_new(&o, &err);
@@ -307,6 +313,15 @@ static void test_health_and_last_errors(void **state) {
     assert_true(seen_bad);
     parca__scrape__v1alpha1__targets_response__free_unpacked(resp, NULL);
     strata_buffer_free(&pb);
+
+    /* A reload with the same jobs keeps every target's health and last error. */
+    scrape_configs again = decode_configs(health_config);
+    assert_int_equal(scraper_apply(s, &again, &err), 0);
+    assert_string_equal(health_of(s, "good"), "HEALTH_GOOD");
+    assert_string_equal(health_of(s, "bad500"), "HEALTH_BAD");
+    doc = targets_json(s, SCRAPE_STATE_ANY);
+    expect_error(doc, "bad500", "server returned HTTP status 500");
+    json_document_free(doc);
     scraper_free(s);
 }
 

@@ -273,6 +273,11 @@ scrape_configs:
         self.strata.proc.send_signal(signal.SIGHUP)
         lib.wait_for(lambda: set(targets_grpc(self.grpc_port).targets.keys()) == {"go", "renamed"},
                      timeout=10, what="the reloaded jobs")
+        # The unchanged job kept its targets' state: no target went back to unknown.
+        go = targets_grpc(self.grpc_port).targets["go"].targets
+        self.assertEqual({t.health for t in go}, {spb.Target.HEALTH_GOOD})
+        renamed = targets_grpc(self.grpc_port).targets["renamed"].targets
+        self.assertEqual(len(renamed), 3)
         _, metrics = lib.http_get(f"http://127.0.0.1:{self.http_port}/metrics")
         self.assertIn('strata_config_reloads_total{result="success"} 1', metrics.decode())
         self.assertIn("strata_config_last_reload_successful 1", metrics.decode())
