@@ -15,7 +15,9 @@
 #include "pprof/pprof.h"
 #include "scraper_internal.h"
 
-#define SCAN_SLACK_NS (INT64_C(10) * 1000000) /* start what is due within 10 ms in one scan */
+/* Every target is looked at in one scan (a list walk, cheap per target but not per event), so
+ * scans run at most every SCAN_SLACK_NS and start whatever is due before the next one. */
+#define SCAN_SLACK_NS (INT64_C(50) * 1000000)
 #define MAX_POLL_MS 1000
 #define CONNECT_TIMEOUT_MS_MAX 5000
 #define SCRAPE_MAX_IDLE_CONNECTIONS 4096
@@ -737,6 +739,9 @@ static void start_transfer(scraper *s, scrape_target *t, int64_t now) {
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->curl_error);
     curl_easy_setopt(h, CURLOPT_PRIVATE, x);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "strata-scraper");
+    /* No DNS cache: libcurl prunes its whole cache on every lookup, which with a thousand targets
+     * cost a quarter of the scraper's CPU. A reused connection needs no lookup anyway. */
+    curl_easy_setopt(h, CURLOPT_DNS_CACHE_TIMEOUT, 0L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->limit);
     set_tls(h, &cfg->tls_config);
@@ -920,8 +925,9 @@ static void complete_transfer(scraper *s, scrape_transfer *x, CURLcode code) {
         t->next_mono_ns += t->interval_ns;
         if (t->next_mono_ns < now)
             t->next_mono_ns = now;
+        int64_t earliest = s->last_scan_ns + SCAN_SLACK_NS;
         if (t->next_mono_ns < s->next_scan_ns)
-            s->next_scan_ns = t->next_mono_ns;
+            s->next_scan_ns = t->next_mono_ns > earliest ? t->next_mono_ns : earliest;
     }
     pthread_mutex_unlock(&s->mu);
     transfer_free(x);
@@ -956,6 +962,7 @@ static void *scrape_thread_main(void *arg) {
         }
         if (s->rescan || now >= s->next_scan_ns) {
             s->rescan = false;
+            s->last_scan_ns = now;
             s->next_scan_ns = start_due(s, now);
         }
         int64_t wait_ns = s->next_scan_ns - now;

@@ -100,6 +100,7 @@ struct scraper {
     bool stopping;
     bool rescan;          /* targets changed: look for due ones now */
     int64_t next_scan_ns; /* earliest due time seen at the last scan */
+    int64_t last_scan_ns;
 };
 
 #endif
