@@ -163,10 +163,13 @@ scrape_configs:
 
     @classmethod
     def tearDownClass(cls):
-        cls.strata.stop()
+        rc = cls.strata.stop()
+        logs = cls.strata.logs()
         for t in (cls.go, cls.hang, cls.fail, cls.garbage):
             t.stop()
         lib.remove_workdir(cls.work)
+        # A clean exit (the ASan build exits non-zero on a leak or error).
+        assert rc == 0, f"strata all exited with {rc}:\n{logs[-3000:]}"
 
     def test_1_every_default_profile_type_arrives(self):
         def types():
@@ -441,12 +444,11 @@ scrape_configs:
             lib.wait_for(lambda: instances() == {t.address for t in targets}, timeout=20,
                          what="profiles of all six targets in the ingester")
         finally:
-            for s in scrapers:
-                s.stop()
-            store.stop()
+            rcs = [s.stop() for s in scrapers] + [store.stop()]
             for t in targets:
                 t.stop()
             lib.remove_workdir(work)
+        self.assertEqual(rcs, [0, 0, 0])
 
 
 if __name__ == "__main__":
