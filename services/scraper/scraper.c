@@ -225,11 +225,29 @@ fail:
     return -1;
 }
 
-static scrape_target *find_target(scrape_target **list, size_t n, uint64_t identity) {
+/* Targets by identity (a u64 map wants non-zero keys). */
+static uint64_t identity_key(uint64_t identity) {
+    return identity != 0 ? identity : 1;
+}
+
+/* Maps the identity of each listed target to its index. */
+static int index_targets(strata_u64_map *m, scrape_target *const *list, size_t n,
+                         strata_error *err) {
+    if (strata_u64_map_init(m, n) != 0)
+        return strata_error_oom(err);
     for (size_t i = 0; i < n; i++)
-        if (list[i] != NULL && list[i]->identity == identity)
-            return list[i];
-    return NULL;
+        if (list[i] != NULL &&
+            strata_u64_map_upsert(m, identity_key(list[i]->identity), i, NULL) == NULL) {
+            strata_u64_map_free(m);
+            return strata_error_oom(err);
+        }
+    return 0;
+}
+
+static scrape_target *find_target(const strata_u64_map *m, scrape_target *const *list,
+                                  uint64_t identity) {
+    const uint64_t *at = strata_u64_map_get(m, identity_key(identity));
+    return at != NULL ? list[*at] : NULL;
 }
 
 /* Rebuilds the job's targets from its groups; targets that stay keep their state. Under mu. */
@@ -244,6 +262,18 @@ static int job_rebuild(scrape_job *job, strata_error *err) {
     job->dropped = NULL;
     job->n_dropped = 0;
     size_t cap = 0;
+    strata_u64_map old_index, seen;
+    if (index_targets(&old_index, old, n_old, err) != 0) {
+        job->targets = old; /* nothing changed */
+        job->n_targets = n_old;
+        return -1;
+    }
+    if (strata_u64_map_init(&seen, n_old) != 0) {
+        strata_u64_map_free(&old_index);
+        job->targets = old;
+        job->n_targets = n_old;
+        return strata_error_oom(err);
+    }
     int rc = 0;
     for (size_t g = 0; g < job->n_groups && rc == 0; g++) {
         for (size_t i = 0; i < job->groups[g].n_targets && rc == 0; i++) {
@@ -257,15 +287,20 @@ static int job_rebuild(scrape_job *job, strata_error *err) {
                     rc = built;
                     continue;
                 }
-                if (find_target(job->targets, job->n_targets, t->identity) != NULL) {
+                bool first = false;
+                if (strata_u64_map_upsert(&seen, identity_key(t->identity), 1, &first) == NULL) {
+                    rc = strata_error_oom(err);
+                    target_free(t);
+                    continue;
+                }
+                if (!first) {
                     target_free(t); /* the same target twice in the discovered groups */
                     continue;
                 }
-                scrape_target *kept = find_target(old, n_old, t->identity);
+                const uint64_t *old_at = strata_u64_map_get(&old_index, identity_key(t->identity));
+                scrape_target *kept = old_at != NULL ? old[*old_at] : NULL;
                 if (kept != NULL) {
-                    for (size_t k = 0; k < n_old; k++)
-                        if (old[k] == kept)
-                            old[k] = NULL;
+                    old[*old_at] = NULL;
                     /* the newest discovered labels, the old schedule and health */
                     label_set tmp = kept->discovered;
                     kept->discovered = t->discovered;
@@ -287,8 +322,7 @@ static int job_rebuild(scrape_job *job, strata_error *err) {
                     scrape_target **grown = realloc(job->targets, ncap * sizeof *grown);
                     if (grown == NULL) {
                         rc = strata_error_oom(err);
-                        if (kept == NULL)
-                            target_free(t);
+                        target_drop(t);
                         continue;
                     }
                     job->targets = grown;
@@ -298,6 +332,8 @@ static int job_rebuild(scrape_job *job, strata_error *err) {
             }
         }
     }
+    strata_u64_map_free(&old_index);
+    strata_u64_map_free(&seen);
     for (size_t i = 0; i < n_old; i++)
         if (old[i] != NULL)
             target_drop(old[i]);
@@ -359,9 +395,13 @@ static void on_discovery_update(void *ctx, const target_group *groups, size_t n)
 /* A reload keeps what the running job knew about the same targets (same final labels and URL):
  * health, last error and scrape, and the place in the schedule. Under mu. */
 static void job_inherit_state(scrape_job *job, const scrape_job *old) {
+    strata_u64_map index;
+    strata_error err;
+    if (index_targets(&index, old->targets, old->n_targets, &err) != 0)
+        return; /* out of memory: the targets start afresh */
     for (size_t i = 0; i < job->n_targets; i++) {
         scrape_target *t = job->targets[i];
-        const scrape_target *o = find_target(old->targets, old->n_targets, t->identity);
+        const scrape_target *o = find_target(&index, old->targets, t->identity);
         if (o == NULL)
             continue;
         t->health = o->health;
@@ -372,6 +412,7 @@ static void job_inherit_state(scrape_job *job, const scrape_job *old) {
             /* a request of the old target still in flight holds this slot */
             t->next_mono_ns = o->next_mono_ns + (o->in_flight ? o->interval_ns : 0);
     }
+    strata_u64_map_free(&index);
 }
 
 static scrape_job *job_new(scraper *s, scrape_job_config *cfg, strata_error *err) {

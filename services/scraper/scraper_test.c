@@ -366,7 +366,7 @@ static void test_delta_and_params_url(void **state) {
                              "    scheme: https\n"
                              "    params: {debug: ['1'], tag: [a, b]}\n"
                              "    static_configs:\n"
-                             "      - targets: ['h:1']\n"
+                             "      - targets: ['h:1', 'h:1']\n" /* one target */
                              "      - {targets: ['h:2'], labels: {__param_debug: '2'}}\n"
                              "    profiling_config:\n"
                              "      path_prefix: /svc\n"
