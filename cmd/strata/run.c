@@ -247,8 +247,16 @@ static int runtime_new_scraper(runtime *rt, strata_error *err) {
     bool all = strcmp(rt->mode, "all") == 0;
     if (!all && strcmp(rt->mode, "scraper") != 0)
         return 0;
-    char self[64];
-    snprintf(self, sizeof self, "127.0.0.1:%d", rpc_server_port(rt->grpc));
+    /* This process's gRPC address as a client reaches it: the listen host unless it is a
+     * wildcard, with the bound port (the config may say 0). */
+    const char *listen = rt->config.server.grpc_listen_address;
+    const char *colon = strrchr(listen, ':');
+    size_t host_len = colon != NULL ? (size_t)(colon - listen) : 0;
+    bool wildcard = host_len == 0 || strncmp(listen, "0.0.0.0", host_len) == 0 ||
+                    strncmp(listen, "[::]", host_len) == 0;
+    char self[300];
+    snprintf(self, sizeof self, "%.*s:%d", wildcard ? 9 : (int)host_len,
+             wildcard ? "127.0.0.1" : listen, rpc_server_port(rt->grpc));
     scraper_options o = {.config = &rt->config.scraper,
                          .default_ingester = all ? self : NULL,
                          .registry = rt->registry};
