@@ -4,11 +4,14 @@
 #include "relabel/relabel.h"
 #include "relabel/relabel_internal.h"
 
+#include <locale.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <wctype.h>
 
 #include "common/buffer.h"
 
@@ -95,9 +98,26 @@ static int expand(const char *tmpl, const char *src, const regmatch_t *m, size_t
 
 /* Matches the whole of value; fills m (n_groups entries) on success. */
 static bool full_match(const relabel_rule *r, const char *value, regmatch_t *m, size_t n_groups) {
+    if (r->n_literals > 0) { /* no groups: only m[0], the whole value */
+        for (size_t i = 0; i < r->n_literals; i++) {
+            if (strcmp(value, r->literals[i]) == 0) {
+                m[0].rm_so = 0;
+                m[0].rm_eo = (regoff_t)strlen(value);
+                return true;
+            }
+        }
+        return false;
+    }
+    if (r->prefix != NULL && strncmp(value, r->prefix, r->prefix_len) != 0)
+        return false;
     if (regexec(&r->regex.regex, value, n_groups, m, 0) != 0)
         return false;
     return m[0].rm_so == 0 && (size_t)m[0].rm_eo == strlen(value);
+}
+
+bool relabel_rule_matches(const relabel_rule *r, const char *value) {
+    regmatch_t m[1];
+    return full_match(r, value, m, 1);
 }
 
 static size_t groups_of(const relabel_rule *r) {
@@ -192,18 +212,84 @@ static void apply_label_filter(apply_state *s, const relabel_rule *r, bool drop_
     }
 }
 
+/* ---- lowercase / uppercase: Go's strings.ToLower / ToUpper ------------------------------- */
+
+static locale_t utf8_locale;
+static pthread_once_t utf8_locale_once = PTHREAD_ONCE_INIT;
+
+static void open_utf8_locale(void) {
+    utf8_locale = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+}
+
+/* Decodes the UTF-8 sequence at s (len > 0 bytes); returns its length, or 0 if invalid. */
+static size_t utf8_decode(const unsigned char *s, size_t len, uint32_t *cp) {
+    size_t n = s[0] < 0x80                   ? 1
+               : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
+               : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
+               : s[0] >= 0xf0 && s[0] < 0xf5 ? 4
+                                             : 0;
+    if (n == 0 || n > len)
+        return 0;
+    uint32_t c = n == 1 ? s[0] : (uint32_t)(s[0] & (0x7f >> n));
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        c = c << 6 | (s[i] & 0x3f);
+    }
+    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < min[n] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    *cp = c;
+    return n;
+}
+
+static int utf8_append(strata_buffer *b, uint32_t c) {
+    uint8_t out[4];
+    size_t n;
+    if (c < 0x80) {
+        out[0] = (uint8_t)c, n = 1;
+    } else if (c < 0x800) {
+        out[0] = (uint8_t)(0xc0 | c >> 6), out[1] = (uint8_t)(0x80 | (c & 0x3f)), n = 2;
+    } else if (c < 0x10000) {
+        out[0] = (uint8_t)(0xe0 | c >> 12), out[1] = (uint8_t)(0x80 | ((c >> 6) & 0x3f));
+        out[2] = (uint8_t)(0x80 | (c & 0x3f)), n = 3;
+    } else {
+        out[0] = (uint8_t)(0xf0 | c >> 18), out[1] = (uint8_t)(0x80 | ((c >> 12) & 0x3f));
+        out[2] = (uint8_t)(0x80 | ((c >> 6) & 0x3f)), out[3] = (uint8_t)(0x80 | (c & 0x3f)), n = 4;
+    }
+    return strata_buffer_append(b, out, n);
+}
+
+static uint32_t map_case(uint32_t c, bool upper) {
+    if (c < 0x80) /* ASCII needs no locale */
+        return upper ? (c >= 'a' && c <= 'z' ? c - 32 : c) : (c >= 'A' && c <= 'Z' ? c + 32 : c);
+    if (utf8_locale == (locale_t)0)
+        return c;
+    return (uint32_t)(upper ? towupper_l((wint_t)c, utf8_locale)
+                            : towlower_l((wint_t)c, utf8_locale));
+}
+
+/* Maps every code point's case with Unicode's simple mappings (glibc's C.UTF-8 tables); an
+ * invalid byte becomes U+FFFD, as Go's strings.Map does. */
+static int case_map(const char *value, bool upper, strata_buffer *out) {
+    pthread_once(&utf8_locale_once, open_utf8_locale);
+    const unsigned char *s = (const unsigned char *)value;
+    size_t len = strlen(value);
+    for (size_t i = 0; i < len;) {
+        uint32_t c = 0xfffd;
+        size_t n = utf8_decode(s + i, len - i, &c);
+        if (utf8_append(out, n == 0 ? 0xfffd : map_case(c, upper)) != 0)
+            return -1;
+        i += n == 0 ? 1 : n;
+    }
+    return 0;
+}
+
 static int apply_case(apply_state *s, const relabel_rule *r, const char *value, bool upper) {
     strata_buffer_reset(&s->result);
-    if (strata_buffer_append_str(&s->result, value) != 0 || cstr(&s->result) == NULL)
+    if (case_map(value, upper, &s->result) != 0 || cstr(&s->result) == NULL)
         return strata_error_oom(s->err);
-    char *p = (char *)s->result.data;
-    for (size_t i = 0; i < s->result.len; i++) {
-        if (upper && p[i] >= 'a' && p[i] <= 'z')
-            p[i] = (char)(p[i] - 'a' + 'A');
-        else if (!upper && p[i] >= 'A' && p[i] <= 'Z')
-            p[i] = (char)(p[i] - 'A' + 'a');
-    }
-    return set_label(s, r->target_label, p);
+    return set_label(s, r->target_label, (const char *)s->result.data);
 }
 
 static int apply_hashmod(apply_state *s, const relabel_rule *r, const char *value) {

@@ -16,7 +16,8 @@
  *   labelmap    for every label whose name matches regex, copy its value to expand(replacement)
  *               (names taken from the set as it was before the rule)
  *   labeldrop / labelkeep  remove the labels whose name matches / does not match regex
- *   lowercase / uppercase  target_label = value in lower / upper case (ASCII)
+ *   lowercase / uppercase  target_label = value in lower / upper case (Unicode simple case
+ *               mapping, as Go's strings.ToLower; invalid UTF-8 bytes become U+FFFD)
  * Setting a label to "" deletes it, as in Prometheus.
  *
  * Regexes are fully anchored (Prometheus's ^(?:re)$) and compiled once at load time with the

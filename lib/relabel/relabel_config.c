@@ -160,6 +160,54 @@ static char *dup_or_empty(const char *s) {
     return strdup(s != NULL ? s : "");
 }
 
+static bool is_regex_meta(char c) {
+    return strchr(".[]()*+?{}^$\\|", c) != NULL;
+}
+
+/* Splits a pattern made only of literals and '|' into its alternatives. */
+static int split_literals(relabel_rule *r, const char *re) {
+    for (const char *p = re; *p != '\0'; p++)
+        if (*p != '|' && is_regex_meta(*p))
+            return 0;
+    size_t n = 1;
+    for (const char *p = re; *p != '\0'; p++)
+        n += *p == '|';
+    if ((r->literals = calloc(n, sizeof *r->literals)) == NULL)
+        return -1;
+    for (const char *start = re;; r->n_literals++) {
+        size_t len = strcspn(start, "|");
+        if ((r->literals[r->n_literals] = strndup(start, len)) == NULL)
+            return -1;
+        if (start[len] == '\0') {
+            r->n_literals++;
+            return 0;
+        }
+        start += len + 1;
+    }
+}
+
+/* The literal run a match must start with; a character a quantifier applies to is not part of
+ * it. No prefix for patterns with '|' anywhere (an alternative could start differently). */
+static int literal_prefix(relabel_rule *r, const char *re) {
+    if (strchr(re, '|') != NULL)
+        return 0;
+    size_t len = 0;
+    while (re[len] != '\0' && !is_regex_meta(re[len]))
+        len++;
+    if (len > 0 && (re[len] == '*' || re[len] == '?' || re[len] == '{' || re[len] == '+')) {
+        /* "ab*": only "a" is certain (the whole character, should a UTF-8 locale be in use) */
+        len--;
+        while (len > 0 && ((unsigned char)re[len] & 0xc0) == 0x80)
+            len--;
+    }
+    if (len == 0)
+        return 0;
+    if ((r->prefix = strndup(re, len)) == NULL)
+        return -1;
+    r->prefix_len = len;
+    return 0;
+}
+
 static int compile_rule(const rule_yaml *y, relabel_action a, const config_node *node,
                         relabel_rule *r, strata_error *err) {
     r->action = a;
@@ -193,6 +241,9 @@ static int compile_rule(const rule_yaml *y, relabel_action a, const config_node 
         return config_node_error(err, config_node_get(node, "regex"),
                                  "the regex has %zu groups, more than the limit of %d",
                                  r->regex.regex.re_nsub, RELABEL_MAX_GROUPS - 1);
+    if (split_literals(r, y->regex) != 0 ||
+        (r->n_literals == 0 && literal_prefix(r, y->regex) != 0))
+        return strata_error_oom(err);
     return 0;
 }
 
@@ -203,6 +254,10 @@ void relabel_rule_free(relabel_rule *r) {
     free(r->separator);
     free(r->target_label);
     free(r->replacement);
+    for (size_t i = 0; i < r->n_literals; i++)
+        free(r->literals[i]);
+    free(r->literals);
+    free(r->prefix);
     label_matcher_free(&r->regex);
     memset(r, 0, sizeof *r);
 }

@@ -1,7 +1,9 @@
 /*
  * relabel_fuzz.c - libFuzzer target over (rule YAML, label set): the input is YAML with
  * `relabel_configs:`, then a line "---labels", then a label set in text form. Rules that load are
- * applied; the result must be a valid label set (sorted, valid unique names) or a drop.
+ * applied; the result must be a valid label set (sorted, valid unique names) or a drop. Every
+ * rule's regex is also checked against plain regexec on each label name and value, so the
+ * literal shortcuts can never disagree with the regex.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -10,8 +12,26 @@
 #include <string.h>
 
 #include "relabel/relabel.h"
+#include "relabel/relabel_internal.h"
 
 #define SPLIT "\n---labels\n"
+
+static bool regexec_full(const regex_t *re, const char *value) {
+    regmatch_t m;
+    return regexec(re, value, 1, &m, 0) == 0 && m.rm_so == 0 && (size_t)m.rm_eo == strlen(value);
+}
+
+static void cross_check(const relabel_rules *rules, const label_set *set) {
+    for (size_t i = 0; rules != NULL && i < rules->count; i++) {
+        const relabel_rule *r = &rules->rules[i];
+        for (size_t j = 0; j < set->count; j++) {
+            const char *texts[2] = {set->labels[j].name, set->labels[j].value};
+            for (int k = 0; k < 2; k++)
+                if (relabel_rule_matches(r, texts[k]) != regexec_full(&r->regex.regex, texts[k]))
+                    abort();
+        }
+    }
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -39,6 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         goto out;
     if (label_set_from_text(labels_text, &set, &err) != 0)
         goto out;
+    cross_check(rules, &set);
     bool keep = false;
     if (relabel_apply(rules, &set, &keep, &err) == 0 && keep && label_set_validate(&set, &err) != 0)
         abort(); /* relabeling must never produce an invalid set */
