@@ -101,7 +101,10 @@ typedef struct scrape_job_config {
     uint64_t body_size_limit;           /* 0: the scraper's max_response_bytes */
     config_struct_list static_configs;  /* of scrape_static_config */
     config_struct_list file_sd_configs; /* of scrape_file_sd_config */
-    relabel_rules *relabel;             /* relabel_configs, compiled by lib/relabel */
+    /* Kept raw until Kubernetes discovery lands (branch k8s): it replaces this with its own
+     * decoded configs and starts its provider in scrape_discovery_start. */
+    config_raw kubernetes_sd_configs;
+    relabel_rules *relabel; /* relabel_configs, compiled by lib/relabel */
     scrape_profiling_config profiling_config;
     scrape_endpoint *endpoints; /* defaults first, then custom entries in document order */
     size_t n_endpoints;

@@ -269,6 +269,11 @@ scrape_discovery *scrape_discovery_start(const scrape_job_config *job, discovery
     pthread_cond_init(&d->cond, NULL);
     if (send_static(job, update, ctx, err) != 0)
         goto fail;
+    if (job->kubernetes_sd_configs.node != NULL)
+        strata_log_warn("scraper",
+                        "kubernetes_sd_configs is not supported by this build yet; it yields no "
+                        "targets",
+                        "job=%s", job->job_name);
     size_t n = job->file_sd_configs.count;
     if (n > 0 && (d->files = calloc(n, sizeof *d->files)) == NULL) {
         strata_error_oom(err);

@@ -11,7 +11,9 @@
  *                    size, inode) and every file is re-read every refresh_interval. A file that
  *                    fails to parse keeps its previous targets and is logged; a vanished file's
  *                    groups are sent empty (the source is gone).
- * A provider for another mechanism (kubernetes_sd_configs) is started here too.
+ * A provider for another mechanism (kubernetes_sd_configs) is started here too; until the
+ * Kubernetes provider lands, a job with kubernetes_sd_configs logs a warning and gets no targets
+ * from it.
  *
  * The callback runs on the starting thread (static) or on the provider's own thread (files);
  * scrape_discovery_stop joins those threads, after which the callback is never called again.
