@@ -301,11 +301,11 @@ static int job_rebuild(scrape_job *job, strata_error *err) {
                 scrape_target *kept = old_at != NULL ? old[*old_at] : NULL;
                 if (kept != NULL) {
                     old[*old_at] = NULL;
-                    /* the newest discovered labels, the old schedule and health */
+                    /* the newest discovered labels, the old schedule and health (its labels,
+                     * URL and endpoint are the same: they make its identity) */
                     label_set tmp = kept->discovered;
                     kept->discovered = t->discovered;
                     t->discovered = tmp;
-                    kept->endpoint = t->endpoint;
                     target_free(t);
                     t = kept;
                 } else {
