@@ -123,6 +123,11 @@ int block_writer_intern_location(block_writer *w, uint64_t address, uint32_t map
 /* The stack `location` below `parent` (a stack id; 0 = the root). Stack ids start at 1. */
 int block_writer_intern_stack(block_writer *w, uint32_t parent, uint32_t location, uint32_t *id,
                               strata_error *err);
+/* The stack of the given location ids (leaf first; n 0 is the empty stack), interned frame by
+ * frame like the other paths, through the writer's whole-stack cache: a stack seen before costs
+ * one lookup, not one per frame. */
+int block_writer_intern_stack_path(block_writer *w, const uint32_t *locations, size_t n,
+                                   uint32_t *id, strata_error *err);
 /* Adds one profile whose samples are given as stack ids of this writer, in any order; as on the
  * other paths, identical stacks are summed and zero values dropped. */
 int block_writer_add_profile_stacks(block_writer *w, const label_set *labels,
