@@ -21,8 +21,10 @@
  * (block_format.h, docs/block-format.md). meta is filled for meta.json; the caller uploads the
  * data object first and meta.json last.
  *
- * Two ways in: block_writer_add_profile takes a decoded pprof (the ingester); the begin / add
- * sample / end calls take already symbolized frames (the agent, the compactor re-writing blocks).
+ * Three ways in: block_writer_add_profile takes a decoded pprof (the ingester); the begin / add
+ * sample / end calls take already symbolized frames (the agent); the id path (intern string,
+ * mapping, function, location, stack, then add_profile_stacks) copies symbols that another block
+ * already interned, without going back to frames (the block merger, block_merge.h).
  *
  * A writer is single-threaded. After an error in an add call the writer stays usable: the profile
  * is not added (symbols it introduced may remain, harmlessly).
