@@ -15,7 +15,8 @@
  * the scrape timeout.
  *
  * static_configs and file_sd_configs are decoded into plain structs for the providers in
- * scrape_discovery.h; relabel_configs is compiled by lib/relabel. New service-discovery keys
+ * scrape_discovery.h, kubernetes_sd_configs by lib/kubernetes (which checks them as Prometheus
+ * does); relabel_configs is compiled by lib/relabel. New service-discovery keys
  * (kubernetes_sd_configs) are added to the field table in scrape_config.c and turned into providers
  * in scrape_discovery.c, nowhere else.
  */
@@ -28,6 +29,7 @@
 
 #include "common/error.h"
 #include "config/config.h"
+#include "kubernetes/kubernetes.h"
 #include "relabel/relabel.h"
 
 #define SCRAPE_DEFAULT_INTERVAL_NS (INT64_C(10) * 1000000000)
@@ -98,13 +100,11 @@ typedef struct scrape_job_config {
     char *bearer_token;
     char *bearer_token_file;
     scrape_tls_config tls_config;
-    uint64_t body_size_limit;           /* 0: the scraper's max_response_bytes */
-    config_struct_list static_configs;  /* of scrape_static_config */
-    config_struct_list file_sd_configs; /* of scrape_file_sd_config */
-    /* Kept raw until Kubernetes discovery lands (branch k8s): it replaces this with its own
-     * decoded configs and starts its provider in scrape_discovery_start. */
-    config_raw kubernetes_sd_configs;
-    relabel_rules *relabel; /* relabel_configs, compiled by lib/relabel */
+    uint64_t body_size_limit;                        /* 0: the scraper's max_response_bytes */
+    config_struct_list static_configs;               /* of scrape_static_config */
+    config_struct_list file_sd_configs;              /* of scrape_file_sd_config */
+    kubernetes_sd_config_list kubernetes_sd_configs; /* lib/kubernetes, role pod */
+    relabel_rules *relabel;                          /* relabel_configs, compiled by lib/relabel */
     scrape_profiling_config profiling_config;
     scrape_endpoint *endpoints; /* defaults first, then custom entries in document order */
     size_t n_endpoints;

@@ -183,24 +183,6 @@ static void test_relabel_configs_compiled(void **state) {
     scrape_configs_free(&c);
 }
 
-/* Kept for the Kubernetes provider (branch k8s), which decodes it; until then only its shape. */
-static void test_kubernetes_sd_configs_kept_raw(void **state) {
-    (void)state;
-    scrape_configs c;
-    strata_error err;
-    assert_int_equal(decode("scrape_configs:\n"
-                            "  - job_name: pods\n"
-                            "    kubernetes_sd_configs: [{role: pod}]\n",
-                            &c, &err),
-                     0);
-    const config_node *k8s = c.jobs[0].kubernetes_sd_configs.node;
-    assert_non_null(k8s);
-    assert_int_equal(config_node_size(k8s), 1);
-    assert_string_equal(config_node_scalar(config_node_get(config_node_at(k8s, 0), "role"), NULL),
-                        "pod");
-    scrape_configs_free(&c);
-}
-
 static void test_errors_name_file_and_line(void **state) {
     (void)state;
     expect_error("scrape_configs:\n"
@@ -458,7 +440,6 @@ int main(void) {
         cmocka_unit_test(test_profiling_config_merge),
         cmocka_unit_test(test_auth_and_tls),
         cmocka_unit_test(test_relabel_configs_compiled),
-        cmocka_unit_test(test_kubernetes_sd_configs_kept_raw),
         cmocka_unit_test(test_errors_name_file_and_line),
         cmocka_unit_test(test_file_sd_yaml_and_json),
         cmocka_unit_test(test_discovery_start_lists_static_and_files),

@@ -60,12 +60,27 @@ typedef struct file_provider {
     bool started;
 } file_provider;
 
+/* One kubernetes_sd_configs entry. Its sources ("pod/NS/NAME") are prefixed with
+ * "kubernetes/<i>/" so two entries watching the same pod stay two sources of the job. */
+typedef struct kubernetes_provider {
+    char prefix[48];
+    discovery_update_fn update;
+    void *ctx;
+    kubernetes_discovery *discovery;
+    uint64_t errors_logged; /* stats.errors already logged */
+} kubernetes_provider;
+
 struct scrape_discovery {
     pthread_mutex_t mu;
     pthread_cond_t cond;
     bool stopping;
     file_provider *files;
     size_t n_files;
+    const char *job_name;
+    kubernetes_provider *kubes;
+    size_t n_kubes;
+    pthread_t kube_monitor; /* logs the providers' errors (lib/kubernetes does not log) */
+    bool kube_monitor_started;
 };
 
 int scrape_file_sd_read(const char *path, target_group **groups, size_t *n_groups,
@@ -233,6 +248,92 @@ static void *file_provider_main(void *arg) {
     return NULL;
 }
 
+/* ---- kubernetes_sd ----------------------------------------------------------------------------
+ */
+
+static void kubernetes_update(void *ctx, const target_group *groups, size_t n) {
+    kubernetes_provider *kp = ctx;
+    /* Shallow copies with prefixed sources: labels and targets stay the provider's. */
+    target_group *renamed = calloc(n > 0 ? n : 1, sizeof *renamed);
+    char **sources = calloc(n > 0 ? n : 1, sizeof *sources);
+    size_t done = 0;
+    if (renamed != NULL && sources != NULL) {
+        for (; done < n; done++) {
+            size_t len = strlen(kp->prefix) + strlen(groups[done].source) + 1;
+            if ((sources[done] = malloc(len)) == NULL)
+                break;
+            snprintf(sources[done], len, "%s%s", kp->prefix, groups[done].source);
+            renamed[done] = groups[done];
+            renamed[done].source = sources[done];
+        }
+    }
+    if (renamed != NULL && sources != NULL && done == n)
+        kp->update(kp->ctx, renamed, n);
+    else
+        strata_log_error("scraper", "kubernetes_sd update lost: out of memory", "groups=%zu", n);
+    for (size_t i = 0; sources != NULL && i < done; i++)
+        free(sources[i]);
+    free(sources);
+    free(renamed);
+}
+
+static void log_kubernetes_errors(scrape_discovery *d) {
+    for (size_t i = 0; i < d->n_kubes; i++) {
+        kubernetes_provider *kp = &d->kubes[i];
+        kubernetes_discovery_stats st;
+        kubernetes_discovery_get_stats(kp->discovery, &st);
+        if (st.errors == kp->errors_logged)
+            continue;
+        char q[STRATA_ERROR_MESSAGE_MAX + 64];
+        strata_log_warn("scraper", "kubernetes_sd error", "job=%s config=%zu errors=%llu error=%s",
+                        d->job_name, i, (unsigned long long)st.errors,
+                        strata_log_quote(st.last_error, q, sizeof q));
+        kp->errors_logged = st.errors;
+    }
+}
+
+static void *kubernetes_monitor_main(void *arg) {
+    scrape_discovery *d = arg;
+    pthread_mutex_lock(&d->mu);
+    while (!d->stopping) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 5;
+        pthread_cond_timedwait(&d->cond, &d->mu, &deadline);
+        if (d->stopping)
+            break;
+        pthread_mutex_unlock(&d->mu);
+        log_kubernetes_errors(d);
+        pthread_mutex_lock(&d->mu);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+static int start_kubernetes(scrape_discovery *d, const scrape_job_config *job,
+                            discovery_update_fn update, void *ctx, strata_error *err) {
+    size_t n = job->kubernetes_sd_configs.count;
+    if (n == 0)
+        return 0;
+    if ((d->kubes = calloc(n, sizeof *d->kubes)) == NULL)
+        return strata_error_oom(err);
+    for (size_t i = 0; i < n; i++) {
+        kubernetes_provider *kp = &d->kubes[i];
+        snprintf(kp->prefix, sizeof kp->prefix, "kubernetes/%zu/", i);
+        kp->update = update;
+        kp->ctx = ctx;
+        kp->discovery = kubernetes_discovery_new(&job->kubernetes_sd_configs.items[i],
+                                                 kubernetes_update, kp, err);
+        if (kp->discovery == NULL)
+            return strata_error_wrap(err, "kubernetes_sd_configs[%zu]", i);
+        d->n_kubes++;
+    }
+    if (pthread_create(&d->kube_monitor, NULL, kubernetes_monitor_main, d) != 0)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "cannot start a thread");
+    d->kube_monitor_started = true;
+    return 0;
+}
+
 /* ---- start / stop -----------------------------------------------------------------------------
  */
 
@@ -269,11 +370,6 @@ scrape_discovery *scrape_discovery_start(const scrape_job_config *job, discovery
     pthread_cond_init(&d->cond, NULL);
     if (send_static(job, update, ctx, err) != 0)
         goto fail;
-    if (job->kubernetes_sd_configs.node != NULL)
-        strata_log_warn("scraper",
-                        "kubernetes_sd_configs is not supported by this build yet; it yields no "
-                        "targets",
-                        "job=%s", job->job_name);
     size_t n = job->file_sd_configs.count;
     if (n > 0 && (d->files = calloc(n, sizeof *d->files)) == NULL) {
         strata_error_oom(err);
@@ -295,6 +391,9 @@ scrape_discovery *scrape_discovery_start(const scrape_job_config *job, discovery
         }
         fp->started = true;
     }
+    d->job_name = job->job_name;
+    if (start_kubernetes(d, job, update, ctx, err) != 0)
+        goto fail;
     return d;
 fail:
     scrape_discovery_stop(d);
@@ -308,6 +407,11 @@ void scrape_discovery_stop(scrape_discovery *d) {
     d->stopping = true;
     pthread_cond_broadcast(&d->cond);
     pthread_mutex_unlock(&d->mu);
+    if (d->kube_monitor_started)
+        pthread_join(d->kube_monitor, NULL);
+    for (size_t i = 0; i < d->n_kubes; i++)
+        kubernetes_discovery_free(d->kubes[i].discovery);
+    free(d->kubes);
     for (size_t i = 0; i < d->n_files; i++) {
         file_provider *fp = &d->files[i];
         if (fp->started)

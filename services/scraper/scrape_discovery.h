@@ -11,12 +11,15 @@
  *                    size, inode) and every file is re-read every refresh_interval. A file that
  *                    fails to parse keeps its previous targets and is logged; a vanished file's
  *                    groups are sent empty (the source is gone).
- * A provider for another mechanism (kubernetes_sd_configs) is started here too; until the
- * Kubernetes provider lands, a job with kubernetes_sd_configs logs a warning and gets no targets
- * from it.
+ *   kubernetes_sd_configs  lib/kubernetes pod discovery (list and watch on its own threads);
+ *                    sources "kubernetes/<i>/pod/NAMESPACE/NAME" (i: the entry), targets with
+ *                    Prometheus's __meta_kubernetes_pod_* labels. Its errors (the API server
+ *                    unreachable, 401, a malformed event) are logged every 5 s when new; a config
+ *                    that cannot start (no cluster, unreadable kubeconfig) fails the start.
  *
- * The callback runs on the starting thread (static) or on the provider's own thread (files);
- * scrape_discovery_stop joins those threads, after which the callback is never called again.
+ * The callback runs on the starting thread (static) or on the providers' own threads (files,
+ * Kubernetes); scrape_discovery_stop joins those threads, after which the callback is never
+ * called again.
  */
 #ifndef STRATA_SCRAPE_DISCOVERY_H
 #define STRATA_SCRAPE_DISCOVERY_H
