@@ -1,7 +1,7 @@
 /*
  * scrape_config_test.c - scrape_configs decoding: Prometheus's defaults, Parca's pprof endpoints
- * merged with a job's own entries, strict errors with file and line, and file_sd files (YAML and
- * JSON) read into target groups.
+ * merged with a job's own entries, strict errors with file and line, file_sd files (YAML and
+ * JSON) read into target groups, and kubernetes_sd_configs against the fake API server.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "kubernetes/kubernetes_testserver.h"
 #include "scrape_config.h"
 #include "scrape_discovery.h"
 
@@ -433,6 +434,58 @@ static void test_file_sd_watches_files(void **state) {
     rmdir(dir);
 }
 
+/* kubernetes_sd_configs: decoded by lib/kubernetes with its errors at file:line; each entry is a
+ * provider whose sources carry the entry's index, so two entries watching one pod stay apart. */
+static void test_kubernetes_sd_configs(void **state) {
+    (void)state;
+    expect_error("scrape_configs:\n"
+                 "  - job_name: k\n"
+                 "    kubernetes_sd_configs:\n"
+                 "      - role: endpoints\n",
+                 "s.yaml:4:15: scrape_configs[0].kubernetes_sd_configs[0].role: role "
+                 "\"endpoints\" is not supported (only pod)");
+    expect_error("scrape_configs:\n"
+                 "  - job_name: k\n"
+                 "    kubernetes_sd_configs:\n"
+                 "      - {role: pod, namespace: [a]}\n",
+                 "s.yaml:4:21: scrape_configs[0].kubernetes_sd_configs[0]: unknown key "
+                 "\"namespace\"");
+
+    kubernetes_testserver server;
+    assert_int_equal(kubernetes_testserver_start(&server, 0, NULL), 0);
+    assert_int_equal(
+        kubernetes_testserver_post(
+            &server, "/apply",
+            "{\"metadata\":{\"name\":\"p\",\"namespace\":\"ns\"},\"spec\":{\"containers\":"
+            "[{\"name\":\"c\",\"ports\":[{\"containerPort\":6060}]}]},"
+            "\"status\":{\"podIP\":\"10.0.0.1\"}}"),
+        0);
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "scrape_configs:\n"
+             "  - job_name: k\n"
+             "    kubernetes_sd_configs:\n"
+             "      - {role: pod, api_server: '%s'}\n"
+             "      - {role: pod, api_server: '%s', namespaces: {names: [ns]}}\n",
+             server.url, server.url);
+    scrape_configs c;
+    strata_error err;
+    assert_int_equal(decode(yaml, &c, &err), 0);
+    assert_int_equal(c.jobs[0].kubernetes_sd_configs.count, 2);
+    assert_string_equal(c.jobs[0].kubernetes_sd_configs.items[1].namespaces.names.items[0], "ns");
+    watched w = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    scrape_discovery *d = scrape_discovery_start(&c.jobs[0], watch_update, &w, &err);
+    assert_non_null(d);
+    assert_true(wait_total(&w, 2));
+    scrape_discovery_stop(d);
+    assert_int_equal(w.n, 2);
+    bool first = strcmp(w.sources[0], "kubernetes/0/pod/ns/p") == 0;
+    assert_string_equal(w.sources[first ? 0 : 1], "kubernetes/0/pod/ns/p");
+    assert_string_equal(w.sources[first ? 1 : 0], "kubernetes/1/pod/ns/p");
+    scrape_configs_free(&c);
+    kubernetes_testserver_stop(&server);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
@@ -444,6 +497,7 @@ int main(void) {
         cmocka_unit_test(test_file_sd_yaml_and_json),
         cmocka_unit_test(test_discovery_start_lists_static_and_files),
         cmocka_unit_test(test_file_sd_watches_files),
+        cmocka_unit_test(test_kubernetes_sd_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
