@@ -2,7 +2,8 @@
  * query_bench.c - query engine throughput and latency, side by side with `go tool pprof -proto`.
  *
  *   query_bench [--hours H] [--processes N] [--pprof-minutes M] [--merge-runs R]
- *               [--range-runs R] [--block-minutes B] [--dir DIR] [--keep] [--seed S]
+ *               [--range-runs R] [--block-minutes B] [--dir DIR] [--keep] [--no-rollups]
+ *               [--seed S]
  *
  * Data (written once per DIR; reused when DIR is given again and its ".done" markers exist):
  *   - merge data, tenant "agent-<H>h-<N>p": agent-like CPU profiles from bench/agentgen (N
@@ -81,6 +82,7 @@ typedef struct bench_args {
     int block_minutes;
     const char *dir;
     bool keep;
+    bool no_rollups;
     uint64_t seed;
 } bench_args;
 
@@ -98,10 +100,15 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     a->block_minutes = 60;
     a->dir = NULL;
     a->keep = false;
+    a->no_rollups = false;
     a->seed = 42;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--keep") == 0) {
             a->keep = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--no-rollups") == 0) {
+            a->no_rollups = true;
             continue;
         }
         if (i + 1 >= argc)
@@ -721,7 +728,7 @@ int main(int argc, char **argv) {
     if (parse_args(argc, argv, &a) != 0) {
         fprintf(stderr, "usage: query_bench [--hours H] [--processes N] [--pprof-minutes M] "
                         "[--merge-runs R] [--range-runs R] [--block-minutes B] [--dir DIR] "
-                        "[--keep] [--seed S]\n");
+                        "[--keep] [--no-rollups] [--seed S]\n");
         return 2;
     }
     char tmpl[] = "/tmp/query_bench.XXXXXX";
@@ -752,6 +759,7 @@ int main(int argc, char **argv) {
         die("block_index", &err);
     query_engine_options eo;
     query_engine_options_default(&eo);
+    eo.use_rollups = !a.no_rollups;
     query_engine *e;
     if (query_engine_new(&eo, ix, &e, &err) != 0)
         die("query_engine", &err);
