@@ -1130,14 +1130,17 @@ static void test_rollup_build(void **state) {
     assert_int_equal(err.code, STRATA_INVALID_ARGUMENT); /* stack 4 out of range */
 }
 
-/* With BLOCK_FUZZ_SEED_DIR set, writes the fixture blocks there as the fuzzer's seed corpus. */
+/* With BLOCK_FUZZ_SEED_DIR set, writes the fixture blocks there as the fuzzer's seed corpus:
+ * fixture-N.strata without rollups (as blocks were before them), fixture-rollups-N.strata with. */
 static void write_seeds(const char *dir) {
     size_t page_sizes[] = {64 * 1024, 256};
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < 4; i++) {
         fixture fx;
-        write_fixture(&fx, page_sizes[i]);
+        bool rollups = i >= 2;
+        write_fixture_rollups(&fx, page_sizes[i % 2], rollups);
         char path[4096];
-        snprintf(path, sizeof path, "%s/fixture-%zu.strata", dir, page_sizes[i]);
+        snprintf(path, sizeof path, "%s/fixture-%s%zu.strata", dir, rollups ? "rollups-" : "",
+                 page_sizes[i % 2]);
         FILE *f = fopen(path, "wb");
         if (f != NULL) {
             fwrite(fx.data.data, 1, fx.data.len, f);
