@@ -56,6 +56,10 @@ static int dump_rollups(block_reader *r, size_t max, FILE *out, strata_error *er
         block_rollup_series info = {0};
         s.len = 0;
         rc = block_reader_series_rollup_info(r, i, &info, err);
+        if (rc == 0 && info.profile_count < BLOCK_ROLLUP_MIN_PROFILES) {
+            fprintf(out, "  series %u: %u profile, no rollup\n", i, info.profile_count);
+            continue;
+        }
         if (rc == 0)
             rc = block_reader_series_rollup(r, i, &s, err);
         uint64_t sum = 0;

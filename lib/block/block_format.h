@@ -56,6 +56,9 @@ typedef enum block_table_id {
     BLOCK_TABLE_MAX = 14,
 } block_table_id;
 
+/* Series with fewer profiles than this in a block have no rollup rows (docs 6.10). */
+#define BLOCK_ROLLUP_MIN_PROFILES 2
+
 /* Column encodings. All numeric encodings decode to 64-bit integers. */
 typedef enum block_encoding {
     BLOCK_ENC_UVARINT = 1, /* each value an unsigned LEB128 varint */

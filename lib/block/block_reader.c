@@ -1030,7 +1030,8 @@ static int load_rollups(block_reader *r, strata_error *err) {
         uint64_t profiles = cols[BLOCK_COL_ROLLUP_SERIES_PROFILE_COUNT][i];
         uint64_t first = cols[BLOCK_COL_ROLLUP_SERIES_FIRST_STACK][i];
         uint64_t count = cols[BLOCK_COL_ROLLUP_SERIES_STACK_COUNT][i];
-        if (profiles > UINT32_MAX || first > stack_rows || count > stack_rows - first)
+        if (profiles > UINT32_MAX || first > stack_rows || count > stack_rows - first ||
+            (profiles < BLOCK_ROLLUP_MIN_PROFILES && count != 0))
             rc = data_loss(err, BLOCK_TABLE_ROLLUP_SERIES, -1, 0,
                            "a series' rollup rows or profile count are out of range");
         else
@@ -1065,6 +1066,11 @@ int block_reader_series_rollup(block_reader *r, uint32_t series_id, block_sample
     block_rollup_series info = {0};
     if (block_reader_series_rollup_info(r, series_id, &info, err) != 0)
         return -1;
+    if (info.profile_count < BLOCK_ROLLUP_MIN_PROFILES)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "block: series %u has %u profiles, too few for a rollup; read its "
+                                "samples",
+                                series_id, info.profile_count);
     return read_stack_rows(r, BLOCK_TABLE_ROLLUP_STACKS, info.first_stack, info.stack_count, out,
                            err);
 }

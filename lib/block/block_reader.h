@@ -131,7 +131,8 @@ int block_reader_series_rollup_info(block_reader *r, uint32_t series_id, block_r
                                     strata_error *err);
 /* Appends a series' rollup rows to out: stack ids ascending, each value the sum over all the
  * series' profiles in the block of that stack's values, scaled as a merge scales them. Fetches
- * only the rollup_stacks pages holding the series' rows. */
+ * only the rollup_stacks pages holding the series' rows. FAILED_PRECONDITION for a series with
+ * fewer than BLOCK_ROLLUP_MIN_PROFILES profiles, which has no rollup (read its samples). */
 int block_reader_series_rollup(block_reader *r, uint32_t series_id, block_samples *out,
                                strata_error *err);
 

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/block_format.h"
+
 bool block_rollup_scale(const char *sample_type, const char *sample_unit) {
     return strcmp(sample_type, "samples") == 0 && strcmp(sample_unit, "count") == 0;
 }
@@ -97,12 +99,18 @@ int block_rollup_build(const block_rollup_profile *profiles, size_t n_profiles, 
             break;
         }
         size_t j = i;
-        for (; rc == 0 && j < n_profiles && profiles[j].series == s; j++)
-            rc = add_profile(&st, &profiles[j], n_stacks, s + 1, err);
+        while (j < n_profiles && profiles[j].series == s)
+            j++;
         series[s].profile_count = (uint32_t)(j - i);
+        series[s].first_stack = next_row;
+        if (j - i < BLOCK_ROLLUP_MIN_PROFILES) { /* its sample rows are as short: no rollup */
+            i = j;
+            continue;
+        }
+        for (; rc == 0 && i < j; i++)
+            rc = add_profile(&st, &profiles[i], n_stacks, s + 1, err);
         if (rc == 0)
             rc = emit_series(&st, row, ctx, &series[s], &next_row, err);
-        i = j;
     }
     /* Series without profiles keep stack_count 0; their first_stack points where rows would go. */
     uint64_t at = 0;

@@ -9,7 +9,10 @@
  * profile's samples (multiplied by the profile's period when the series' type is `samples:count`,
  * so CPU sums as nanoseconds; unscaled otherwise), summed in wrapping 64-bit arithmetic, so that
  * adding a series' rollup gives bit-for-bit what adding its sample rows gives. Stacks whose sum
- * is 0 are left out (they add nothing to a merge).
+ * is 0 are left out (they add nothing to a merge). A series with fewer than
+ * BLOCK_ROLLUP_MIN_PROFILES profiles gets no rollup rows: its sample rows are no longer than a
+ * rollup would be, and freshly ingested blocks (one profile per series, typically) would
+ * otherwise store every sample twice.
  *
  * block_rollup_build computes the rollups from a block's profiles in (series, time) order,
  * handing each rollup row to a callback (the writer encodes it straight into the rollup_stacks
@@ -44,7 +47,8 @@ typedef struct block_rollup_profile {
 
 /* One series' entry of the rollup_series table. */
 typedef struct block_rollup_series {
-    uint32_t profile_count; /* profiles of the series in the block */
+    uint32_t profile_count; /* profiles of the series in the block; the series has a rollup only
+                               when this is at least BLOCK_ROLLUP_MIN_PROFILES */
     uint64_t first_stack;   /* first row in rollup_stacks */
     uint32_t stack_count;   /* rows in rollup_stacks */
 } block_rollup_series;

@@ -896,8 +896,8 @@ static void test_dump(void **state) {
                           "      work\n      handler\n      main\n",
                           "#1 value 4096",
                           "rollups: 3 series",
-                          "series 1: 2 profiles, 3 stacks from row 1, total 18000",
-                          "rollup_stacks            6 rows"};
+                          "series 1: 2 profiles, 3 stacks from row 0, total 18000",
+                          "rollup_stacks            3 rows"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (strstr(text, want[i]) == NULL)
             fail_msg("dump lacks \"%s\":\n%s", want[i], text);
@@ -929,40 +929,30 @@ static void test_rollups_roundtrip(void **state) {
     strata_error err;
     assert_true(block_reader_has_rollups(r));
     assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_ROLLUP_SERIES), 3);
-    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_ROLLUP_STACKS), 1 + 3 + 2);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_ROLLUP_STACKS), 3);
     assert_int_equal(block_reader_table_bytes_fetched(r, BLOCK_TABLE_ROLLUP_STACKS), 0);
     block_rollup_series info;
-    const uint32_t want_profiles[] = {1, 2, 1}, want_stacks[] = {1, 3, 2};
-    uint64_t first = 0;
+    /* only series 1 has two profiles; one-profile series have no rollup rows */
+    const uint32_t want_profiles[] = {1, 2, 1}, want_stacks[] = {0, 3, 0}, want_first[] = {0, 0, 3};
     for (uint32_t i = 0; i < 3; i++) {
         assert_int_equal(block_reader_series_rollup_info(r, i, &info, &err), 0);
         assert_int_equal(info.profile_count, want_profiles[i]);
         assert_int_equal(info.stack_count, want_stacks[i]);
-        assert_int_equal(info.first_stack, first);
-        first += info.stack_count;
+        assert_int_equal(info.first_stack, want_first[i]);
     }
     assert_int_equal(block_reader_series_rollup_info(r, 3, &info, &err), -1);
     assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
 
-    /* memory{job=db}: not samples:count, so unscaled */
     block_samples s = {0};
-    assert_int_equal(block_reader_series_rollup(r, 0, &s, &err), 0);
-    assert_int_equal(s.len, 1);
-    assert_int_equal(value_of(r, &s, "malloc;alloc;main"), 4096);
+    assert_int_equal(block_reader_series_rollup(r, 0, &s, &err), -1);
+    assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
     /* cpu{pod=api-1}: two profiles of period 1000, samples:count, so values * period, summed */
-    s.len = 0;
     assert_int_equal(block_reader_series_rollup(r, 1, &s, &err), 0);
     assert_int_equal(s.len, 3);
     assert_true(s.stacks[0] < s.stacks[1] && s.stacks[1] < s.stacks[2]);
     assert_int_equal(value_of(r, &s, "work;handler;main"), (8 + 7) * 1000);
     assert_int_equal(value_of(r, &s, "handler;main"), 2 * 1000);
     assert_int_equal(value_of(r, &s, "gc;runtime"), 1 * 1000);
-    /* cpu{pod=api-2}: sample type 1 (values * 1000), period 1000 */
-    s.len = 0;
-    assert_int_equal(block_reader_series_rollup(r, 2, &s, &err), 0);
-    assert_int_equal(s.len, 2);
-    assert_int_equal(value_of(r, &s, "work;handler;main"), 8000 * 1000);
-    assert_int_equal(value_of(r, &s, "handler;main"), 2000 * 1000);
     assert_true(block_reader_table_bytes_fetched(r, BLOCK_TABLE_ROLLUP_STACKS) > 0);
     assert_int_equal(block_reader_table_bytes_fetched(r, BLOCK_TABLE_SAMPLES), 0);
     block_samples_free(&s);
@@ -1094,39 +1084,38 @@ static void test_rollup_build(void **state) {
     const int64_t v_a[] = {5, 7, INT64_MAX}, v_b[] = {-7, 2}, v_c[] = {9};
     block_rollup_profile in[] = {
         {0, 1, st_a, v_a, 3}, /* series 0: 1 -> 5, 3 -> 7 - 7 = 0 (dropped), 4 -> wraps */
-        {0, 1, st_b, v_b, 2},
-        {2, 10, st_c, v_c, 1}, /* series 1 has no profiles; series 2 scaled by 10 */
+        {0, 1, st_b, v_b, 2},  {1, 3, st_c, v_c, 1}, /* series 1: one profile, no rollup */
+        {3, 10, st_c, v_c, 1},                       /* series 2: none; series 3: 9 * 10 twice */
+        {3, 10, st_c, v_c, 1},
     };
     uint32_t stacks[8];
     int64_t values[8];
     block_samples rows = {stacks, values, 0, 8};
-    block_rollup_series series[3];
+    block_rollup_series series[4];
     strata_error err;
-    assert_int_equal(block_rollup_build(in, 3, 3, 5, collect_row, &rows, series, &err), 0);
+    assert_int_equal(block_rollup_build(in, 5, 4, 5, collect_row, &rows, series, &err), 0);
     assert_int_equal(rows.len, 3);
     assert_int_equal(rows.stacks[0], 1);
     assert_int_equal(rows.values[0], 5);
     assert_int_equal(rows.stacks[1], 4);
     assert_int_equal(rows.values[1], INT64_MIN + 1); /* INT64_MAX + 2, wrapped */
     assert_int_equal(rows.stacks[2], 2);
-    assert_int_equal(rows.values[2], 90);
-    assert_int_equal(series[0].profile_count, 2);
-    assert_int_equal(series[0].first_stack, 0);
-    assert_int_equal(series[0].stack_count, 2);
-    assert_int_equal(series[1].profile_count, 0);
-    assert_int_equal(series[1].stack_count, 0);
-    assert_int_equal(series[1].first_stack, 2);
-    assert_int_equal(series[2].profile_count, 1);
-    assert_int_equal(series[2].first_stack, 2);
-    assert_int_equal(series[2].stack_count, 1);
+    assert_int_equal(rows.values[2], 180);
+    const uint32_t want_profiles[] = {2, 1, 0, 2}, want_stacks[] = {2, 0, 0, 1};
+    const uint64_t want_first[] = {0, 2, 2, 2};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(series[i].profile_count, want_profiles[i]);
+        assert_int_equal(series[i].stack_count, want_stacks[i]);
+        assert_int_equal(series[i].first_stack, want_first[i]);
+    }
     assert_true(block_rollup_scale("samples", "count"));
     assert_false(block_rollup_scale("cpu", "nanoseconds"));
 
-    block_rollup_profile unsorted[] = {in[2], in[0]};
+    block_rollup_profile unsorted[] = {in[3], in[0]};
     rows.len = 0;
-    assert_int_equal(block_rollup_build(unsorted, 2, 3, 5, collect_row, &rows, series, &err), -1);
+    assert_int_equal(block_rollup_build(unsorted, 2, 4, 5, collect_row, &rows, series, &err), -1);
     assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
-    assert_int_equal(block_rollup_build(in, 3, 3, 4, collect_row, &rows, series, &err), -1);
+    assert_int_equal(block_rollup_build(in, 5, 4, 4, collect_row, &rows, series, &err), -1);
     assert_int_equal(err.code, STRATA_INVALID_ARGUMENT); /* stack 4 out of range */
 }
 

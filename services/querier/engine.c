@@ -891,14 +891,15 @@ static int aggregate_samples(block_reader *r, const merge_query *q, const block_
 }
 
 /* The profiles of one series (profiles[0..n), all of one series, in range) through the series'
- * rollup, when the block has one and they are all of the series' profiles in the block; *used
+ * rollup, when the block has one and they are all of the series' profiles in the block (a series
+ * with a single profile has no rollup: its rows are as short); *used
  * says whether it applied. The rollup's values are already scaled as aggregate_samples scales
  * them, so the sums are identical. Samples count the sample rows the profiles cover. */
 static int aggregate_rollup(block_reader *r, const merge_query *q, const block_profile *profiles,
                             size_t n, int64_t *per_stack, size_t n_stacks, merge_result *res,
                             bool *used, strata_error *err) {
     *used = false;
-    if (!q->use_rollups || !block_reader_has_rollups(r))
+    if (!q->use_rollups || n < BLOCK_ROLLUP_MIN_PROFILES || !block_reader_has_rollups(r))
         return 0;
     block_rollup_series info = {0};
     if (block_reader_series_rollup_info(r, profiles[0].series_id, &info, err) != 0)
