@@ -959,6 +959,12 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
         memset(node_of_stack, 0xff, n_stacks * sizeof *node_of_stack);
         node_of_stack[0] = CALLTREE_ROOT; /* the empty stack */
     }
+    /* Series the range covers go through their rollups; the profiles of the rest are scanned
+     * in batches, as many series per batch as fit. */
+    block_profile *scan = malloc((n + 1) * sizeof *scan);
+    size_t n_scan = 0;
+    if (rc == 0 && scan == NULL)
+        rc = strata_error_oom(err);
     for (size_t i = 0; rc == 0 && i < n;) {
         size_t end = i; /* profiles are ordered by series: [i, end) is one series */
         while (end < n && profiles[end].series_id == profiles[i].series_id)
@@ -966,16 +972,21 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
         bool used = false;
         rc = aggregate_rollup(r, q, profiles + i, end - i, per_stack, n_stacks, &p->result, &used,
                               err);
-        while (rc == 0 && !used && i < end) {
-            size_t j = i;
-            uint64_t batch = 0;
-            while (j < end && (j == i || batch + profiles[j].sample_count <= MERGE_BATCH_SAMPLES))
-                batch += profiles[j++].sample_count;
-            rc = aggregate_samples(r, q, profiles + i, j - i, per_stack, n_stacks, &p->result, err);
-            i = j;
+        if (rc == 0 && !used) {
+            memcpy(scan + n_scan, profiles + i, (end - i) * sizeof *scan);
+            n_scan += end - i;
         }
         i = end;
     }
+    for (size_t i = 0; rc == 0 && i < n_scan;) {
+        size_t j = i;
+        uint64_t batch = 0;
+        while (j < n_scan && (j == i || batch + scan[j].sample_count <= MERGE_BATCH_SAMPLES))
+            batch += scan[j++].sample_count;
+        rc = aggregate_samples(r, q, scan + i, j - i, per_stack, n_stacks, &p->result, err);
+        i = j;
+    }
+    free(scan);
     for (size_t s = 0; rc == 0 && s < n_stacks; s++) {
         if (per_stack[s] == 0)
             continue;
