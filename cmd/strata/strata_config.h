@@ -6,6 +6,9 @@
  *   bucket:    Thanos objstore config (type, config, prefix)
  *   ingester:  see services/ingester/ingester.h
  *   querier:   see services/querier/querier.h
+ *   scraper:   see services/scraper/scrape_config.h (the service: where to push, limits)
+ *   scrape_configs: Prometheus-style scrape jobs (services/scraper/scrape_config.h); decoded at
+ *              load time in every mode, so -check-config and SIGHUP reloads reject a bad job
  */
 #ifndef STRATA_CMD_CONFIG_H
 #define STRATA_CMD_CONFIG_H
@@ -16,6 +19,7 @@
 #include "config/config.h"
 #include "ingester.h"
 #include "querier.h"
+#include "scrape_config.h"
 
 typedef struct server_config {
     char *http_listen_address;
@@ -31,6 +35,9 @@ typedef struct strata_config {
     config_raw bucket;
     ingester_config ingester;
     querier_config querier;
+    scraper_config scraper;
+    config_raw scrape_configs_node;
+    scrape_configs scrape; /* decoded from scrape_configs_node */
 } strata_config;
 
 /* Loads and decodes path; on failure err says where and why. */
