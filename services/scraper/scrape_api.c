@@ -145,24 +145,6 @@ static void json_label_set(json_writer *w, const char *key, const label_set *ls)
     json_end_object(w);
 }
 
-static void json_rfc3339(json_writer *w, int64_t ns) {
-    time_t secs = (time_t)(ns / STRATA_NS_PER_SEC);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    char text[64];
-    snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-             (long long)(ns % STRATA_NS_PER_SEC));
-    json_string(w, text);
-}
-
-static void json_duration(json_writer *w, int64_t ns) {
-    char text[48];
-    snprintf(text, sizeof text, "%lld.%09llds", (long long)(ns / STRATA_NS_PER_SEC),
-             (long long)(ns % STRATA_NS_PER_SEC));
-    json_string(w, text);
-}
-
 static const char *health_name(scrape_health h) {
     switch (h) {
         case SCRAPE_HEALTH_GOOD:
@@ -182,9 +164,9 @@ static void json_target(json_writer *w, const scrape_target *t) {
     json_string(w, t->last_error);
     if (t->last_scrape_ns != 0) {
         json_key(w, "lastScrape");
-        json_rfc3339(w, t->last_scrape_ns);
+        json_timestamp_ns(w, t->last_scrape_ns);
         json_key(w, "lastScrapeDuration");
-        json_duration(w, t->last_duration_ns);
+        json_duration_ns(w, t->last_duration_ns);
     }
     json_key(w, "url");
     json_string(w, t->url);
