@@ -51,6 +51,10 @@ static const config_field top_fields[] = {
      .kind = CONFIG_STRUCT,
      .offset = offsetof(strata_config, querier),
      .fields = querier_config_fields},
+    {.key = "compactor",
+     .kind = CONFIG_STRUCT,
+     .offset = offsetof(strata_config, compactor),
+     .fields = compactor_config_fields},
     {.key = NULL},
 };
 

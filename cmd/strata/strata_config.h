@@ -6,6 +6,7 @@
  *   bucket:    Thanos objstore config (type, config, prefix)
  *   ingester:  see services/ingester/ingester.h
  *   querier:   see services/querier/querier.h
+ *   compactor: see services/compactor/compactor.h
  */
 #ifndef STRATA_CMD_CONFIG_H
 #define STRATA_CMD_CONFIG_H
@@ -14,6 +15,7 @@
 
 #include "common/error.h"
 #include "config/config.h"
+#include "compactor.h"
 #include "ingester.h"
 #include "querier.h"
 
@@ -31,6 +33,7 @@ typedef struct strata_config {
     config_raw bucket;
     ingester_config ingester;
     querier_config querier;
+    compactor_config compactor;
 } strata_config;
 
 /* Loads and decodes path; on failure err says where and why. */

@@ -14,7 +14,9 @@
 #include <time.h>
 
 #include "block/block_format.h"
+#include "block/bucket_index.h"
 #include "common/clock.h"
+#include "common/hash.h"
 #include "common/log.h"
 
 /* Deletion marks of known blocks are re-checked every this many syncs. */
@@ -30,6 +32,11 @@ struct block_index {
     size_t cap_blocks;
     uint64_t clock;
     uint64_t open_readers;
+    /* ULIDs named in compaction.sources or parents of an indexed block -> that block, so a query
+     * skips blocks whose data a compacted block already holds; rebuilt when a compacted block is
+     * added or removed. */
+    strata_u64_map covered;
+    bool covered_dirty;
     bool synced;
     bool stopping;
     bool started;
@@ -50,10 +57,15 @@ int block_index_new(const block_index_options *opts, bucket *store, block_index 
         return strata_error_oom(err);
     ix->opts = *opts;
     ix->store = store;
+    if (strata_u64_map_init(&ix->covered, 64) != 0) {
+        free(ix);
+        return strata_error_oom(err);
+    }
     pthread_condattr_t attr;
     if (pthread_condattr_init(&attr) != 0 ||
         pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
         pthread_mutex_init(&ix->mu, NULL) != 0 || pthread_cond_init(&ix->wake, &attr) != 0) {
+        strata_u64_map_free(&ix->covered);
         free(ix);
         return strata_error_set(err, STRATA_INTERNAL, "cannot initialise block index locks");
     }
@@ -142,6 +154,9 @@ static int load_block(block_index *ix, const char *tenant, const char *id, index
     char key[BUCKET_KEY_MAX];
     snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_META_FILE);
     strata_buffer json = STRATA_BUFFER_INIT;
+    pthread_mutex_lock(&ix->mu);
+    ix->stats.meta_reads++;
+    pthread_mutex_unlock(&ix->mu);
     if (bucket_get(ix->store, key, &json, err) != 0) {
         strata_buffer_free(&json);
         return err->code == STRATA_NOT_FOUND ? 0 : -1;
@@ -161,7 +176,13 @@ static int load_block(block_index *ix, const char *tenant, const char *id, index
         goto out;
     }
     if (block_meta_decode((const char *)json.data, json.len, &b->meta, err) != 0) {
-        strata_error_wrap(err, "%s", key);
+        /* A damaged meta.json must not stop discovery of every other block; the compactor marks
+         * such a block no-compact and operators see it in `strata bucket verify`. */
+        char quoted[600];
+        strata_log_debug("querier", "ignoring block with undecodable meta.json", "key=%s error=%s",
+                         key, strata_log_quote(err->message, quoted, sizeof quoted));
+        marked = true;
+        rc = 0;
         goto out;
     }
     if (has_deletion_mark(ix, tenant, id, &marked, err) != 0)
@@ -186,6 +207,53 @@ out:
     return rc;
 }
 
+/* A block that replaces others (a compactor's output). */
+static bool is_compacted(const indexed_block *b) {
+    return b->meta.n_parents > 0 || b->meta.n_sources > 1 ||
+           (b->meta.n_sources == 1 && ulid_compare(&b->meta.sources[0], &b->meta.id) != 0);
+}
+
+static uint64_t ulid_key(const ulid *id) {
+    uint64_t h = strata_hash_bytes(id->bytes, sizeof id->bytes, 0);
+    return h == 0 ? 1 : h;
+}
+
+static int rebuild_covered_locked(block_index *ix) {
+    strata_u64_map_clear(&ix->covered);
+    for (size_t i = 0; i < ix->n_blocks; i++) {
+        indexed_block *b = ix->blocks[i];
+        if (!is_compacted(b))
+            continue;
+        for (size_t k = 0; k < b->meta.n_sources + b->meta.n_parents; k++) {
+            const ulid *id = k < b->meta.n_sources ? &b->meta.sources[k]
+                                                   : &b->meta.parents[k - b->meta.n_sources].id;
+            if (ulid_compare(id, &b->meta.id) != 0 &&
+                strata_u64_map_upsert(&ix->covered, ulid_key(id), (uint64_t)(uintptr_t)b, NULL) ==
+                    NULL)
+                return -1;
+        }
+    }
+    ix->covered_dirty = false;
+    return 0;
+}
+
+/* True if another indexed block of the same tenant lists b in its sources or parents. */
+static bool is_covered_locked(block_index *ix, const indexed_block *b) {
+    const uint64_t *v = strata_u64_map_get(&ix->covered, ulid_key(&b->meta.id));
+    if (v == NULL)
+        return false;
+    const indexed_block *y = (const indexed_block *)(uintptr_t)*v;
+    if (y == b || strcmp(y->tenant, b->tenant) != 0)
+        return false;
+    for (size_t k = 0; k < y->meta.n_sources; k++)
+        if (ulid_compare(&y->meta.sources[k], &b->meta.id) == 0)
+            return true;
+    for (size_t k = 0; k < y->meta.n_parents; k++)
+        if (ulid_compare(&y->meta.parents[k].id, &b->meta.id) == 0)
+            return true;
+    return false;
+}
+
 static int add_entry_locked(block_index *ix, indexed_block *b, strata_error *err) {
     if (ix->n_blocks == ix->cap_blocks) {
         size_t cap = ix->cap_blocks ? ix->cap_blocks * 2 : 64;
@@ -197,6 +265,8 @@ static int add_entry_locked(block_index *ix, indexed_block *b, strata_error *err
     }
     b->refs = 1; /* the index's own reference */
     ix->blocks[ix->n_blocks++] = b;
+    if (is_compacted(b))
+        ix->covered_dirty = true;
     return 0;
 }
 
@@ -212,6 +282,8 @@ static void unref_locked(block_index *ix, indexed_block *b) {
 static void remove_entry_locked(block_index *ix, size_t i) {
     indexed_block *b = ix->blocks[i];
     ix->blocks[i] = ix->blocks[--ix->n_blocks];
+    if (is_compacted(b))
+        ix->covered_dirty = true;
     b->removed = true;
     unref_locked(ix, b);
 }
@@ -318,6 +390,83 @@ out:
     return rc;
 }
 
+/* An entry for a block known from bucket-index.json (no meta.json fetch); NULL when the meta
+ * lacks the data object's size, so the listing loads the block as usual. */
+static indexed_block *entry_from_meta(const char *tenant, const block_meta *meta) {
+    uint64_t size = 0;
+    for (size_t i = 0; i < meta->n_files; i++)
+        if (strcmp(meta->files[i].rel_path, BLOCK_DATA_FILE) == 0)
+            size = meta->files[i].size_bytes;
+    if (size == 0)
+        return NULL;
+    indexed_block *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return NULL;
+    block_meta_init(&b->meta);
+    pthread_mutex_init(&b->mu, NULL);
+    ulid_format(&meta->id, b->ulid_text);
+    b->data_size = size;
+    strata_error err;
+    if ((b->tenant = strdup(tenant)) == NULL || block_meta_copy(&b->meta, meta, &err) != 0) {
+        entry_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* Adds the unmarked blocks of tenant's bucket-index.json; a missing or bad index adds nothing. */
+static void load_tenant_index(block_index *ix, const char *tenant) {
+    char key[BUCKET_KEY_MAX];
+    snprintf(key, sizeof key, "%s/%s", tenant, BUCKET_INDEX_FILE);
+    strata_buffer json = STRATA_BUFFER_INIT;
+    strata_error err;
+    bucket_index bi;
+    bucket_index_init(&bi);
+    if (bucket_get(ix->store, key, &json, &err) != 0 ||
+        bucket_index_decode((const char *)json.data, json.len, &bi, &err) != 0) {
+        if (err.code != STRATA_NOT_FOUND) {
+            char quoted[600];
+            strata_log_warn("querier", "ignoring bucket index", "key=%s error=%s", key,
+                            strata_log_quote(err.message, quoted, sizeof quoted));
+        }
+        strata_buffer_free(&json);
+        return;
+    }
+    strata_buffer_free(&json);
+    size_t added = 0;
+    for (size_t i = 0; i < bi.n_blocks; i++) {
+        if (bucket_index_mark_time(&bi, &bi.blocks[i].id) >= 0)
+            continue;
+        indexed_block *b = entry_from_meta(tenant, &bi.blocks[i]);
+        if (b == NULL)
+            continue;
+        pthread_mutex_lock(&ix->mu);
+        if (find_locked(ix, tenant, b->ulid_text) == NULL && add_entry_locked(ix, b, &err) == 0) {
+            b = NULL;
+            added++;
+            ix->stats.from_bucket_index++;
+        }
+        pthread_mutex_unlock(&ix->mu);
+        if (b != NULL)
+            entry_free(b);
+    }
+    strata_log_info("querier", "loaded bucket index", "tenant=%s blocks=%zu updated_at=%lld",
+                    tenant, added, (long long)bi.updated_at);
+    bucket_index_free(&bi);
+}
+
+int block_index_load_bucket_indexes(block_index *ix, strata_error *err) {
+    name_list tenants = {0};
+    if (bucket_iterate(ix->store, "", false, collect_dirs, &tenants, err) != 0) {
+        name_list_free(&tenants);
+        return -1;
+    }
+    for (size_t i = 0; i < tenants.count; i++)
+        load_tenant_index(ix, tenants.items[i]);
+    name_list_free(&tenants);
+    return 0;
+}
+
 static void *sync_thread_main(void *arg) {
     block_index *ix = arg;
     pthread_mutex_lock(&ix->mu);
@@ -345,6 +494,11 @@ static void *sync_thread_main(void *arg) {
 
 int block_index_start(block_index *ix, strata_error *err) {
     strata_error sync_err;
+    if (block_index_load_bucket_indexes(ix, &sync_err) != 0) {
+        char quoted[600];
+        strata_log_warn("querier", "cannot read bucket indexes", "error=%s",
+                        strata_log_quote(sync_err.message, quoted, sizeof quoted));
+    }
     if (block_index_sync(ix, &sync_err) != 0) {
         char quoted[600];
         strata_log_warn("querier", "first bucket sync failed; retrying in the background",
@@ -368,6 +522,7 @@ void block_index_free(block_index *ix) {
     while (ix->n_blocks > 0)
         remove_entry_locked(ix, ix->n_blocks - 1);
     free(ix->blocks);
+    strata_u64_map_free(&ix->covered);
     pthread_mutex_destroy(&ix->mu);
     pthread_cond_destroy(&ix->wake);
     free(ix);
@@ -393,12 +548,18 @@ int block_index_acquire(block_index *ix, const char *tenant, int64_t start_ns, i
         pthread_mutex_unlock(&ix->mu);
         return strata_error_oom(err);
     }
+    if (ix->covered_dirty && rebuild_covered_locked(ix) != 0) {
+        pthread_mutex_unlock(&ix->mu);
+        free(list);
+        return strata_error_oom(err);
+    }
     size_t count = 0;
     for (size_t i = 0; i < ix->n_blocks; i++) {
         indexed_block *b = ix->blocks[i];
-        /* maxTime is exclusive; a block covers [minTime, maxTime). */
+        /* maxTime is exclusive; a block covers [minTime, maxTime). A block that a compacted block
+         * already holds is skipped, so no profile is counted twice. */
         if (strcmp(b->tenant, tenant) != 0 || b->meta.max_time_ms <= start_ms ||
-            b->meta.min_time_ms > end_ms)
+            b->meta.min_time_ms > end_ms || is_covered_locked(ix, b))
             continue;
         b->refs++;
         b->last_used = ++ix->clock;
@@ -482,6 +643,23 @@ int block_index_open_reader(block_index *ix, indexed_block *b, strata_error *err
     ix->open_readers++;
     pthread_mutex_unlock(&ix->mu);
     return 0;
+}
+
+bool block_index_forget_if_gone(block_index *ix, indexed_block *b) {
+    char key[BUCKET_KEY_MAX];
+    snprintf(key, sizeof key, "%s/%s/%s", b->tenant, b->ulid_text, BLOCK_META_FILE);
+    bool exists = true;
+    strata_error err;
+    if (bucket_exists(ix->store, key, &exists, &err) != 0 || exists)
+        return false;
+    pthread_mutex_lock(&ix->mu);
+    for (size_t i = 0; i < ix->n_blocks; i++)
+        if (ix->blocks[i] == b) {
+            remove_entry_locked(ix, i);
+            break;
+        }
+    pthread_mutex_unlock(&ix->mu);
+    return true;
 }
 
 int block_index_tenants(block_index *ix, char ***out, size_t *n, strata_error *err) {
