@@ -65,7 +65,8 @@ struct block_reader {
     block_reader_options options;
     r_table tables[BLOCK_TABLE_MAX + 1];
     uint64_t bytes_fetched;
-    size_t cache_used; /* decoded bytes of evictable pages */
+    size_t cache_used;  /* decoded bytes of evictable pages */
+    size_t pinned_used; /* decoded bytes of pages kept until close (series, symbols, strings) */
     strata_buffer io;
     strata_buffer raw;
     ZSTD_DCtx *dctx;
@@ -548,6 +549,8 @@ static int load_page(block_reader *r, int table, int scol, uint64_t g, const r_d
     t->decoded[cell] = d;
     if (t->evictable)
         r->cache_used += d->bytes;
+    else
+        r->pinned_used += d->bytes;
     *out = d;
     return 0;
 }
@@ -1221,6 +1224,14 @@ int block_reader_mapping(block_reader *r, uint32_t id, block_mapping *out, strat
 }
 
 /* ---- open / close ----------------------------------------------------------------------- */
+
+size_t block_reader_memory_bytes(const block_reader *r) {
+    size_t bytes = sizeof *r + r->cache_used + r->pinned_used + r->io.cap + r->raw.cap;
+    bytes += r->n_mappings * sizeof *r->mappings + r->n_functions * sizeof *r->functions;
+    bytes += r->n_locations * sizeof *r->locations + r->n_lines * sizeof *r->lines;
+    bytes += (r->n_stacks + 1) * 2 * sizeof(uint32_t);
+    return bytes;
+}
 
 uint64_t block_reader_bytes_fetched(const block_reader *r) {
     return r->bytes_fetched;

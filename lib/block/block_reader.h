@@ -69,6 +69,10 @@ int block_memory_fetch(void *ctx, uint64_t offset, uint64_t length, strata_buffe
 uint64_t block_reader_bytes_fetched(const block_reader *r);
 uint64_t block_reader_table_bytes_fetched(const block_reader *r, int table_id);
 
+/* Approximate bytes the reader holds: decoded pages (cached and pinned), decoded symbol tables
+ * and I/O buffers. */
+size_t block_reader_memory_bytes(const block_reader *r);
+
 /* Row counts from the footer. */
 uint64_t block_reader_row_count(const block_reader *r, int table_id);
 

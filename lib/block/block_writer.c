@@ -1077,6 +1077,113 @@ void block_writer_abort_profile(block_writer *w) {
     w->n_pairs = 0;
 }
 
+/* ---- id path ---------------------------------------------------------------------------- */
+
+int block_writer_intern_string(block_writer *w, const char *s, size_t len, uint32_t *id,
+                               strata_error *err) {
+    if (check_writable(w, err) != 0)
+        return -1;
+    return intern_string(w, s, len, id, err);
+}
+
+static int check_string_id(const block_writer *w, uint32_t id, const char *what,
+                           strata_error *err) {
+    if (id >= w->strings.count)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block writer: %s string id %u out of range (%zu strings)", what,
+                                id, w->strings.count);
+    return 0;
+}
+
+int block_writer_intern_mapping(block_writer *w, const block_writer_mapping *m, uint32_t *id,
+                                strata_error *err) {
+    if (check_writable(w, err) != 0 || check_string_id(w, m->file, "mapping file", err) != 0 ||
+        check_string_id(w, m->build_id, "mapping build id", err) != 0)
+        return -1;
+    w_mapping wm = {m->memory_start, m->memory_limit, m->file_offset,
+                    m->file,         m->build_id,     m->flags};
+    return intern_mapping(w, &wm, id, err);
+}
+
+int block_writer_intern_function(block_writer *w, uint32_t name, uint32_t system_name,
+                                 uint32_t file, int64_t start_line, uint32_t *id,
+                                 strata_error *err) {
+    if (check_writable(w, err) != 0 || check_string_id(w, name, "function name", err) != 0 ||
+        check_string_id(w, system_name, "function system name", err) != 0 ||
+        check_string_id(w, file, "function file", err) != 0)
+        return -1;
+    w_function f = {name, system_name, file, start_line};
+    return intern_function(w, &f, id, err);
+}
+
+int block_writer_intern_location(block_writer *w, uint64_t address, uint32_t mapping,
+                                 uint32_t flags, const block_writer_line *lines, uint32_t n_lines,
+                                 uint32_t *id, strata_error *err) {
+    if (check_writable(w, err) != 0)
+        return -1;
+    if (mapping > w->n_mappings)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block writer: location mapping %u out of range (%zu mappings)",
+                                mapping, w->n_mappings);
+    if (n_lines == 0 || lines == NULL)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block writer: a location needs at least one line");
+    ENSURE_OR_OOM(w->line_scratch, w->cap_line_scratch, n_lines);
+    for (uint32_t i = 0; i < n_lines; i++) {
+        if (lines[i].function >= w->n_functions)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "block writer: line function %u out of range (%zu functions)",
+                                    lines[i].function, w->n_functions);
+        w->line_scratch[i].function = lines[i].function;
+        w->line_scratch[i].line = lines[i].line;
+    }
+    location_item item;
+    memset(&item, 0, sizeof item);
+    item.loc.address = address;
+    item.loc.mapping = mapping;
+    item.loc.flags = flags;
+    item.loc.line_count = n_lines;
+    item.lines = w->line_scratch;
+    return intern_location(w, &item, id, err);
+}
+
+int block_writer_intern_stack(block_writer *w, uint32_t parent, uint32_t location, uint32_t *id,
+                              strata_error *err) {
+    if (check_writable(w, err) != 0)
+        return -1;
+    if (parent > w->n_stacks || location >= w->n_locations)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block writer: stack (parent %u, location %u) out of range (%zu "
+                                "stacks, %zu locations)",
+                                parent, location, w->n_stacks, w->n_locations);
+    return intern_stack(w, parent, location, id, err);
+}
+
+int block_writer_add_profile_stacks(block_writer *w, const label_set *labels,
+                                    const profile_type *type, int64_t time_ns, int64_t duration_ns,
+                                    int64_t period, const uint32_t *stacks, const int64_t *values,
+                                    size_t n, strata_error *err) {
+    for (size_t i = 0; i < n; i++) {
+        if (stacks[i] > w->n_stacks)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "block writer: sample stack %u out of range (%zu stacks)",
+                                    stacks[i], w->n_stacks);
+    }
+    ENSURE_OR_OOM(w->pairs, w->cap_pairs, n);
+    if (start_profile(w, labels, type, time_ns, duration_ns, period, err) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        w->pairs[i].stack = stacks[i];
+        w->pairs[i].value = values[i];
+    }
+    w->n_pairs = n;
+    if (commit_profile(w, err) != 0) {
+        block_writer_abort_profile(w);
+        return -1;
+    }
+    return 0;
+}
+
 size_t block_writer_profile_count(const block_writer *w) {
     return w->n_profiles;
 }

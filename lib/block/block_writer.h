@@ -86,6 +86,50 @@ int block_writer_end_profile(block_writer *w, strata_error *err);
 /* Drops the open profile, if any. */
 void block_writer_abort_profile(block_writer *w);
 
+/* Id path: for tools that copy already interned symbols from other blocks (the block merger,
+ * block_merge.h). The caller interns strings, then mappings and functions naming those strings,
+ * locations naming those, and stacks (parent first) naming those, always with the ids this writer
+ * returned; every table stays de-duplicated by content as on the other paths. Ids out of range are
+ * INVALID_ARGUMENT. */
+int block_writer_intern_string(block_writer *w, const char *s, size_t len, uint32_t *id,
+                               strata_error *err);
+
+typedef struct block_writer_mapping {
+    uint64_t memory_start;
+    uint64_t memory_limit;
+    uint64_t file_offset;
+    uint32_t file;     /* string id */
+    uint32_t build_id; /* string id */
+    uint32_t flags;    /* BLOCK_MAPPING_* */
+} block_writer_mapping;
+
+int block_writer_intern_mapping(block_writer *w, const block_writer_mapping *m, uint32_t *id,
+                                strata_error *err);
+/* name, system_name and file are string ids. */
+int block_writer_intern_function(block_writer *w, uint32_t name, uint32_t system_name,
+                                 uint32_t file, int64_t start_line, uint32_t *id,
+                                 strata_error *err);
+
+typedef struct block_writer_line {
+    uint32_t function; /* function id */
+    int64_t line;
+} block_writer_line;
+
+/* mapping is a mapping id + 1 (0 = none); lines innermost first, at least one; flags
+ * BLOCK_LOCATION_*. */
+int block_writer_intern_location(block_writer *w, uint64_t address, uint32_t mapping,
+                                 uint32_t flags, const block_writer_line *lines, uint32_t n_lines,
+                                 uint32_t *id, strata_error *err);
+/* The stack `location` below `parent` (a stack id; 0 = the root). Stack ids start at 1. */
+int block_writer_intern_stack(block_writer *w, uint32_t parent, uint32_t location, uint32_t *id,
+                              strata_error *err);
+/* Adds one profile whose samples are given as stack ids of this writer, in any order; as on the
+ * other paths, identical stacks are summed and zero values dropped. */
+int block_writer_add_profile_stacks(block_writer *w, const label_set *labels,
+                                    const profile_type *type, int64_t time_ns, int64_t duration_ns,
+                                    int64_t period, const uint32_t *stacks, const int64_t *values,
+                                    size_t n, strata_error *err);
+
 /* Profiles added so far (open profile excluded). */
 size_t block_writer_profile_count(const block_writer *w);
 /* Samples kept so far (after dropping zeros and summing duplicates). */

@@ -1,0 +1,945 @@
+/*
+ * block_merge_test.c - the block merger against a real FILESYSTEM bucket: a merged block must
+ * answer exactly as its sources together (profiles, per-series and per-stack totals with function
+ * names), minus identical profiles, which are counted; lineage in meta.json; corrupt, missing and
+ * too-big inputs fail with a clear error and leave nothing visible; and the querier's engine gives
+ * the same answers on the merged block as on the sources.
+ *
+ * Sources are written with the block writer exactly as the ingester does (data object, then
+ * meta.json). Answers are compared as "summaries": sorted `key=value` lines read back through
+ * block_reader, so a failure shows the differing line.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "block/block_format.h"
+#include "block/block_merge.h"
+#include "block/block_meta.h"
+#include "block/block_reader.h"
+#include "block/block_writer.h"
+#include "bucket/bucket.h"
+#include "calltree/calltree.h"
+#include "engine.h"
+
+#define SEC INT64_C(1000000000)
+#define BASE_NS (INT64_C(1764633600) * SEC) /* 2025-12-02T00:00:00Z */
+#define MAX_FRAMES 6
+#define MAX_SAMPLES 6
+#define TENANT "anonymous"
+
+static const char *const CPU = "process_cpu:samples:count:cpu:nanoseconds:delta";
+static const char *const MEM = "memory:inuse_space:bytes:space:bytes";
+
+typedef struct tsample {
+    const char *frames[MAX_FRAMES]; /* leaf first, NULL-terminated */
+    int64_t value;
+} tsample;
+
+typedef struct tprofile {
+    const char *type;
+    const char *labels;
+    int64_t time_ms;              /* after BASE_NS */
+    tsample samples[MAX_SAMPLES]; /* up to the first with value 0 */
+} tprofile;
+
+/* ---- bucket fixture ---------------------------------------------------------------------- */
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+typedef struct fixture {
+    char dir[64];
+    bucket *store;
+} fixture;
+
+static void fixture_open(fixture *fx) {
+    snprintf(fx->dir, sizeof fx->dir, "/tmp/strata-merge-test-XXXXXX");
+    assert_non_null(mkdtemp(fx->dir));
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(fx->dir, NULL, &fx->store, &err), 0);
+}
+
+static void fixture_close(fixture *fx) {
+    bucket_close(fx->store);
+    nftw(fx->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void block_key(const ulid *id, const char *file, char *key, size_t cap) {
+    char text[ULID_STRING_LEN + 1];
+    ulid_format(id, text);
+    snprintf(key, cap, "%s/%s/%s", TENANT, text, file);
+}
+
+/* Uploads a finished writer's block as the ingester does: data object first, meta.json last. */
+static void upload_writer(bucket *store, block_writer *w, ulid *id) {
+    strata_error err;
+    strata_buffer data = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
+    block_meta meta;
+    block_meta_init(&meta);
+    assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
+    assert_int_equal(block_meta_encode(&meta, &json, &err), 0);
+    char key[256];
+    block_key(&meta.id, BLOCK_DATA_FILE, key, sizeof key);
+    assert_int_equal(bucket_upload(store, key, data.data, data.len, &err), 0);
+    block_key(&meta.id, BLOCK_META_FILE, key, sizeof key);
+    assert_int_equal(bucket_upload(store, key, json.data, json.len, &err), 0);
+    *id = meta.id;
+    block_meta_free(&meta);
+    strata_buffer_free(&data);
+    strata_buffer_free(&json);
+    block_writer_free(w);
+}
+
+static void add_tprofile(block_writer *w, const tprofile *p) {
+    strata_error err;
+    label_set labels = LABEL_SET_INIT;
+    profile_type type;
+    assert_int_equal(label_set_from_text(p->labels, &labels, &err), 0);
+    assert_int_equal(profile_type_parse(p->type, strlen(p->type), &type, &err), 0);
+    assert_int_equal(block_writer_begin_profile(w, &labels, &type, BASE_NS + p->time_ms * 1000000,
+                                                10 * SEC, 10000000, &err),
+                     0);
+    for (size_t i = 0; i < MAX_SAMPLES && p->samples[i].value != 0; i++) {
+        block_frame frames[MAX_FRAMES];
+        size_t n = 0;
+        for (; n < MAX_FRAMES && p->samples[i].frames[n] != NULL; n++) {
+            memset(&frames[n], 0, sizeof frames[n]);
+            frames[n].function_name = p->samples[i].frames[n];
+            frames[n].file_name = "app.go";
+            frames[n].line = (int64_t)(10 + n);
+            frames[n].mapping_file = "/usr/bin/app";
+            frames[n].build_id = "b1d";
+            frames[n].address = 0x401000 + 16 * strlen(p->samples[i].frames[n]);
+        }
+        assert_int_equal(block_writer_add_sample(w, frames, n, p->samples[i].value, &err), 0);
+    }
+    assert_int_equal(block_writer_end_profile(w, &err), 0);
+    label_set_free(&labels);
+    profile_type_free(&type);
+}
+
+/* Writes a level-1 block of the given profiles (in the given order) and returns its ULID. */
+static ulid write_source(bucket *store, const tprofile *profiles, size_t n) {
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    for (size_t i = 0; i < n; i++)
+        add_tprofile(w, &profiles[i]);
+    ulid id;
+    upload_writer(store, w, &id);
+    return id;
+}
+
+/* ---- summaries --------------------------------------------------------------------------- */
+
+typedef struct entry {
+    char *key;
+    int64_t value;
+} entry;
+
+typedef struct summary {
+    entry *entries;
+    size_t n, cap;
+} summary;
+
+static void summary_add(summary *s, const char *key, int64_t value) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 64;
+        s->entries = realloc(s->entries, s->cap * sizeof *s->entries);
+        assert_non_null(s->entries);
+    }
+    s->entries[s->n].key = strdup(key);
+    assert_non_null(s->entries[s->n].key);
+    s->entries[s->n].value = value;
+    s->n++;
+}
+
+static int compare_entries(const void *a, const void *b) {
+    return strcmp(((const entry *)a)->key, ((const entry *)b)->key);
+}
+
+/* Sorts, sums equal keys and renders "key=value\n" lines. */
+static char *summary_render(summary *s) {
+    qsort(s->entries, s->n, sizeof *s->entries, compare_entries);
+    strata_buffer out = STRATA_BUFFER_INIT;
+    for (size_t i = 0; i < s->n;) {
+        int64_t sum = 0;
+        size_t j = i;
+        for (; j < s->n && strcmp(s->entries[j].key, s->entries[i].key) == 0; j++)
+            sum += s->entries[j].value;
+        assert_int_equal(strata_buffer_appendf(&out, "%s=%" PRId64 "\n", s->entries[i].key, sum),
+                         0);
+        i = j;
+    }
+    assert_int_equal(strata_buffer_append_byte(&out, 0), 0);
+    for (size_t i = 0; i < s->n; i++)
+        free(s->entries[i].key);
+    free(s->entries);
+    memset(s, 0, sizeof *s);
+    return (char *)out.data;
+}
+
+typedef struct fetch_ctx {
+    bucket *store;
+    char key[256];
+} fetch_ctx;
+
+static int fetch_range(void *ctx, uint64_t offset, uint64_t length, strata_buffer *out,
+                       strata_error *err) {
+    fetch_ctx *f = ctx;
+    strata_buffer_reset(out);
+    return bucket_get_range(f->store, f->key, offset, length, out, err);
+}
+
+static void stack_text(block_reader *r, uint32_t stack, strata_buffer *out) {
+    strata_error err;
+    uint32_t locations[64];
+    size_t depth;
+    assert_int_equal(block_reader_stack(r, stack, locations, 64, &depth, &err), 0);
+    assert_true(depth <= 64);
+    for (size_t i = depth; i-- > 0;) { /* root first */
+        block_location loc;
+        assert_int_equal(block_reader_location(r, locations[i], &loc, &err), 0);
+        for (uint32_t l = loc.n_lines; l-- > 0;) {
+            block_function fn;
+            assert_int_equal(block_reader_function(r, loc.lines[l].function_id, &fn, &err), 0);
+            assert_int_equal(strata_buffer_appendf(&out[0], "%s%s:%" PRId64,
+                                                   out->len > 0 ? ";" : "", fn.name,
+                                                   loc.lines[l].line),
+                             0);
+        }
+        if (loc.has_mapping) {
+            block_mapping m;
+            assert_int_equal(block_reader_mapping(r, loc.mapping_id, &m, &err), 0);
+            assert_int_equal(strata_buffer_appendf(out, "@%s", m.file), 0);
+        }
+    }
+}
+
+/* Adds one block's answers to s: per profile "P <series> t=<ms> d=<dur> p=<period>
+ * total=<total>" (value: count), per series "T <series>" (value: total) and per stack
+ * "S <series> <frames root first>" (value: sum). */
+static void summarize_block(bucket *store, const ulid *id, summary *s) {
+    strata_error err;
+    fetch_ctx f = {store, {0}};
+    block_key(id, BLOCK_DATA_FILE, f.key, sizeof f.key);
+    bucket_object_attributes attrs;
+    assert_int_equal(bucket_attributes(store, f.key, &attrs, &err), 0);
+    block_reader *r;
+    assert_int_equal(block_reader_open(fetch_range, &f, attrs.size, NULL, &r, &err), 0);
+    block_profile *profiles = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &profiles, &n, &err),
+                     0);
+    for (size_t i = 0; i < n; i++) {
+        const block_profile *p = &profiles[i];
+        strata_buffer series = STRATA_BUFFER_INIT, key = STRATA_BUFFER_INIT;
+        assert_int_equal(profile_type_format(block_reader_series_type(r, p->series_id), &series),
+                         0);
+        assert_int_equal(label_set_format(block_reader_series_labels(r, p->series_id), &series), 0);
+        assert_int_equal(strata_buffer_append_byte(&series, 0), 0);
+        const char *sname = (const char *)series.data;
+        assert_int_equal(strata_buffer_appendf(
+                             &key, "P %s t=%" PRId64 " d=%" PRId64 " p=%" PRId64 " total=%" PRId64,
+                             sname, (p->time_ns - BASE_NS) / 1000000, p->duration_ns, p->period,
+                             p->total),
+                         0);
+        assert_int_equal(strata_buffer_append_byte(&key, 0), 0);
+        summary_add(s, (const char *)key.data, 1);
+        strata_buffer_reset(&key);
+        assert_int_equal(strata_buffer_appendf(&key, "T %s", sname), 0);
+        assert_int_equal(strata_buffer_append_byte(&key, 0), 0);
+        summary_add(s, (const char *)key.data, p->total);
+        block_samples samples = {0};
+        assert_int_equal(block_reader_read_samples(r, p, 1, &samples, &err), 0);
+        assert_int_equal(samples.len, p->sample_count);
+        int64_t total = 0;
+        for (size_t j = 0; j < samples.len; j++) {
+            strata_buffer frames = STRATA_BUFFER_INIT;
+            stack_text(r, samples.stacks[j], &frames);
+            assert_int_equal(strata_buffer_append_byte(&frames, 0), 0);
+            strata_buffer_reset(&key);
+            assert_int_equal(
+                strata_buffer_appendf(&key, "S %s %s", sname, (const char *)frames.data), 0);
+            assert_int_equal(strata_buffer_append_byte(&key, 0), 0);
+            summary_add(s, (const char *)key.data, samples.values[j]);
+            total += samples.values[j];
+            strata_buffer_free(&frames);
+        }
+        assert_int_equal(total, p->total);
+        block_samples_free(&samples);
+        strata_buffer_free(&series);
+        strata_buffer_free(&key);
+    }
+    free(profiles);
+    block_reader_close(r);
+}
+
+static char *summarize(bucket *store, const ulid *ids, size_t n) {
+    summary s = {0};
+    for (size_t i = 0; i < n; i++)
+        summarize_block(store, &ids[i], &s);
+    return summary_render(&s);
+}
+
+/* The value of one line of a rendered summary, or -1 when absent. */
+static int64_t summary_value(const char *rendered, const char *key) {
+    size_t len = strlen(key);
+    for (const char *line = rendered; *line != '\0';) {
+        const char *end = strchr(line, '\n');
+        if (strncmp(line, key, len) == 0 && line[len] == '=')
+            return strtoll(line + len + 1, NULL, 10);
+        line = end + 1;
+    }
+    return -1;
+}
+
+static size_t count_lines(const char *rendered, const char *prefix) {
+    size_t n = 0;
+    for (const char *line = rendered; *line != '\0'; line = strchr(line, '\n') + 1)
+        n += strncmp(line, prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+static void read_meta(bucket *store, const ulid *id, block_meta *meta) {
+    strata_error err;
+    char key[256];
+    block_key(id, BLOCK_META_FILE, key, sizeof key);
+    strata_buffer json = STRATA_BUFFER_INIT;
+    assert_int_equal(bucket_get(store, key, &json, &err), 0);
+    block_meta_init(meta);
+    assert_int_equal(block_meta_decode((const char *)json.data, json.len, meta, &err), 0);
+    strata_buffer_free(&json);
+}
+
+typedef struct count_ctx {
+    size_t metas;
+    size_t objects;
+} count_ctx;
+
+static int count_key(const char *key, void *ctx, strata_error *err) {
+    (void)err;
+    count_ctx *c = ctx;
+    c->objects++;
+    size_t len = strlen(key), m = strlen(BLOCK_META_FILE);
+    c->metas += len >= m && strcmp(key + len - m, BLOCK_META_FILE) == 0;
+    return 0;
+}
+
+static count_ctx count_objects(bucket *store) {
+    count_ctx c = {0, 0};
+    strata_error err;
+    assert_int_equal(bucket_iterate(store, TENANT, true, count_key, &c, &err), 0);
+    return c;
+}
+
+/* ---- data -------------------------------------------------------------------------------- */
+
+/* Block A: two services, CPU and memory; B: the same series (and one new) at overlapping times,
+ * with symbols first used in a different order; C: later data of one series. */
+static const tprofile block_a[] = {
+    {CPU,
+     "{job=\"api\", pod=\"a-1\"}",
+     1000,
+     {{{"leaf", "work", "main", NULL}, 5}, {{"gc", "main", NULL}, 2}, {{"main", NULL}, 1}}},
+    {CPU, "{job=\"api\", pod=\"a-1\"}", 11000, {{{"leaf", "work", "main", NULL}, 7}}},
+    {CPU,
+     "{job=\"db\", pod=\"d-1\"}",
+     1000,
+     {{{"query", "serve", "main", NULL}, 11}, {{"fsync", "query", "serve", "main", NULL}, 3}}},
+    {MEM, "{job=\"api\", pod=\"a-1\"}", 1000, {{{"alloc", "work", "main", NULL}, 4096}}},
+};
+static const tprofile block_b[] = {
+    {CPU, "{job=\"db\", pod=\"d-1\"}", 6000, {{{"fsync", "query", "serve", "main", NULL}, 9}}},
+    {MEM,
+     "{job=\"api\", pod=\"a-1\"}",
+     6000,
+     {{{"alloc", "work", "main", NULL}, 1024}, {{"alloc", "gc", "main", NULL}, 512}}},
+    {CPU,
+     "{job=\"api\", pod=\"a-1\"}",
+     6000,
+     {{{"gc", "main", NULL}, 4}, {{"leaf", "work", "main", NULL}, 6}}},
+    {CPU, "{job=\"web\", pod=\"w-1\"}", 500, {{{"render", "handler", "main", NULL}, 8}}},
+};
+static const tprofile block_c[] = {
+    {CPU, "{job=\"api\", pod=\"a-1\"}", 21000, {{{"leaf", "work", "main", NULL}, 1}}},
+    {CPU, "{job=\"api\", pod=\"a-1\"}", 16000, {{{"other", "main", NULL}, 2}}},
+};
+
+#define API_CPU "process_cpu:samples:count:cpu:nanoseconds:delta{job=\"api\", pod=\"a-1\"}"
+
+static void merge_ok(bucket *store, const ulid *ids, size_t n, const block_merge_options *opts,
+                     block_merge_result *result) {
+    strata_error err;
+    strata_error_clear(&err);
+    int rc = block_merge(store, TENANT, ids, n, opts, result, &err);
+    if (rc != 0)
+        fail_msg("block_merge: %s: %s", strata_status_name(err.code), err.message);
+}
+
+/* ---- tests ------------------------------------------------------------------------------- */
+
+static void test_merged_block_answers_as_sources(void **state) {
+    (void)state;
+    fixture fx;
+    fixture_open(&fx);
+    ulid ids[3] = {write_source(fx.store, block_a, 4), write_source(fx.store, block_b, 4),
+                   write_source(fx.store, block_c, 2)};
+    char *before = summarize(fx.store, ids, 3);
+    block_merge_result result;
+    merge_ok(fx.store, ids, 3, NULL, &result);
+    char *after = summarize(fx.store, &result.id, 1);
+    assert_string_equal(after, before);
+
+    /* Concrete answers, so that a summary that lost data on both sides still fails. */
+    assert_int_equal(count_lines(after, "P "), 10);
+    assert_int_equal(summary_value(after, "T " API_CPU), 8 + 7 + 10 + 1 + 2);
+    assert_int_equal(summary_value(after, "S " API_CPU " main:12@/usr/bin/app;work:11@/usr/bin/"
+                                          "app;leaf:10@/usr/bin/app"),
+                     5 + 7 + 6 + 1);
+    assert_int_equal(summary_value(after, "P " API_CPU " t=6000 d=10000000000 p=10000000 total=10"),
+                     1);
+
+    assert_int_equal(result.stats.sources, 3);
+    assert_int_equal(result.stats.profiles_in, 10);
+    assert_int_equal(result.stats.profiles_out, 10);
+    assert_int_equal(result.stats.duplicates, 0);
+    assert_int_equal(result.stats.samples_in, result.stats.samples_out);
+    assert_int_equal(result.stats.samples_out, 15);
+    assert_int_equal(result.stats.series_in, 3 + 4 + 1);
+    assert_int_equal(result.stats.series_out, 4);
+    assert_true(result.stats.bytes_read > 0);
+    assert_true(result.stats.bytes_written > 0);
+    assert_true(result.stats.peak_memory_bytes > 0);
+
+    /* meta.json as uploaded: level, lineage, stats, time range. */
+    block_meta meta;
+    read_meta(fx.store, &result.id, &meta);
+    assert_int_equal(meta.compaction_level, 2);
+    assert_int_equal(meta.num_profiles, 10);
+    assert_int_equal(meta.num_samples, 15);
+    assert_int_equal(meta.num_series, 4);
+    assert_int_equal(meta.min_time_ms, BASE_NS / 1000000 + 500);
+    assert_int_equal(meta.max_time_ms, BASE_NS / 1000000 + 21000 + 1);
+    assert_int_equal(meta.n_sources, 3);
+    ulid sorted[3] = {ids[0], ids[1], ids[2]};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t j = i + 1; j < 3; j++)
+            if (ulid_compare(&sorted[j], &sorted[i]) < 0) {
+                ulid t = sorted[i];
+                sorted[i] = sorted[j];
+                sorted[j] = t;
+            }
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(ulid_compare(&meta.sources[i], &sorted[i]), 0);
+    }
+    assert_int_equal(meta.n_parents, 3);
+    assert_int_equal(ulid_compare(&meta.parents[1].id, &ids[1]), 0);
+    assert_int_equal(meta.parents[2].min_time_ms, BASE_NS / 1000000 + 16000);
+    assert_int_equal(meta.parents[2].max_time_ms, BASE_NS / 1000000 + 21001);
+    assert_int_equal(ulid_compare(&meta.id, &result.id), 0);
+    assert_string_equal(meta.tenant, TENANT);
+    block_meta_free(&meta);
+    assert_int_equal(count_objects(fx.store).metas, 4);
+
+    free(before);
+    free(after);
+    block_merge_result_free(&result);
+    fixture_close(&fx);
+}
+
+/* A retried write stores the same profile twice, here in two blocks (and once twice in one). */
+static void test_identical_profiles_deduplicated(void **state) {
+    (void)state;
+    fixture fx;
+    fixture_open(&fx);
+    const tprofile first[] = {
+        block_a[0],
+        block_a[2],
+    };
+    const tprofile retry[] = {
+        block_a[2], /* identical: dropped */
+        block_a[0], /* identical: dropped */
+        /* same series and time, different content: kept */
+        {CPU, "{job=\"api\", pod=\"a-1\"}", 1000, {{{"leaf", "work", "main", NULL}, 5}}},
+        /* same content, other time: kept */
+        {CPU,
+         "{job=\"db\", pod=\"d-1\"}",
+         2000,
+         {{{"query", "serve", "main", NULL}, 11}, {{"fsync", "query", "serve", "main", NULL}, 3}}},
+    };
+    ulid ids[2] = {write_source(fx.store, first, 2), write_source(fx.store, retry, 4)};
+    block_merge_result result;
+    merge_ok(fx.store, ids, 2, NULL, &result);
+    assert_int_equal(result.stats.profiles_in, 6);
+    assert_int_equal(result.stats.duplicates, 2);
+    assert_int_equal(result.stats.profiles_out, 4);
+    assert_int_equal(result.stats.samples_in, 3 + 2 + 2 + 3 + 1 + 2);
+    assert_int_equal(result.stats.samples_out, 3 + 2 + 1 + 2);
+
+    char *after = summarize(fx.store, &result.id, 1);
+    char *expected = summarize(fx.store, &ids[0], 1);
+    assert_int_equal(count_lines(after, "P "), 4);
+    /* The retried profile is present once, the variant with different content too. */
+    assert_int_equal(summary_value(after, "P " API_CPU " t=1000 d=10000000000 p=10000000 total=8"),
+                     1);
+    assert_int_equal(summary_value(after, "P " API_CPU " t=1000 d=10000000000 p=10000000 total=5"),
+                     1);
+    assert_int_equal(summary_value(after, "T " API_CPU), 8 + 5);
+    assert_int_equal(summary_value(expected, "T " API_CPU), 8);
+    assert_int_equal(summary_value(after, "T process_cpu:samples:count:cpu:nanoseconds:delta"
+                                          "{job=\"db\", pod=\"d-1\"}"),
+                     2 * 14);
+    free(after);
+    free(expected);
+
+    /* One block holding the same profile twice: a merge of that block alone drops the copy. */
+    const tprofile twice[] = {block_a[3], block_a[3]};
+    ulid single = write_source(fx.store, twice, 2);
+    block_merge_result one;
+    merge_ok(fx.store, &single, 1, NULL, &one);
+    assert_int_equal(one.stats.profiles_in, 2);
+    assert_int_equal(one.stats.duplicates, 1);
+    assert_int_equal(one.stats.profiles_out, 1);
+    block_merge_result_free(&one);
+    block_merge_result_free(&result);
+    fixture_close(&fx);
+}
+
+/* Merging merged blocks: level max + 1, sources the union of level-1 blocks, data preserved. */
+static void test_levels_and_lineage(void **state) {
+    (void)state;
+    fixture fx;
+    fixture_open(&fx);
+    ulid l1[3] = {write_source(fx.store, block_a, 4), write_source(fx.store, block_b, 4),
+                  write_source(fx.store, block_c, 2)};
+    char *before = summarize(fx.store, l1, 3);
+    block_merge_result ab, abc;
+    merge_ok(fx.store, l1, 2, NULL, &ab);
+    ulid second[2] = {l1[2], ab.id};
+    merge_ok(fx.store, second, 2, NULL, &abc);
+    char *after = summarize(fx.store, &abc.id, 1);
+    assert_string_equal(after, before);
+    assert_int_equal(abc.meta.compaction_level, 3);
+    assert_int_equal(abc.meta.n_sources, 3);
+    assert_int_equal(abc.meta.n_parents, 2);
+    assert_int_equal(ulid_compare(&abc.meta.parents[1].id, &ab.id), 0);
+
+    /* An explicit level wins. */
+    block_merge_options opts;
+    block_merge_options_default(&opts);
+    opts.compaction_level = 7;
+    block_merge_result seven;
+    merge_ok(fx.store, &abc.id, 1, &opts, &seven);
+    block_meta meta;
+    read_meta(fx.store, &seven.id, &meta);
+    assert_int_equal(meta.compaction_level, 7);
+    assert_int_equal(meta.n_sources, 3);
+    block_meta_free(&meta);
+    free(before);
+    free(after);
+    block_merge_result_free(&ab);
+    block_merge_result_free(&abc);
+    block_merge_result_free(&seven);
+    fixture_close(&fx);
+}
+
+/* Locations with inlined lines and several mappings survive translation exactly. */
+static void test_inline_frames_and_mappings(void **state) {
+    (void)state;
+    fixture fx;
+    fixture_open(&fx);
+    strata_error err;
+    ulid ids[2];
+    for (int b = 0; b < 2; b++) {
+        block_writer *w = block_writer_new(NULL, &err);
+        assert_non_null(w);
+        uint32_t s[8];
+        const char *texts[] = {"libc.so", "bid-libc", "app",  "bid-app",
+                               "inlined", "outer",    "main", "x.c"};
+        /* the second block interns strings in the opposite order */
+        for (int i = 0; i < 8; i++) {
+            int k = b == 0 ? i : 7 - i;
+            assert_int_equal(block_writer_intern_string(w, texts[k], strlen(texts[k]), &s[k], &err),
+                             0);
+        }
+        block_writer_mapping libc = {0x7f0000, 0x7f8000, 0x1000, s[0], s[1], 1};
+        block_writer_mapping app = {0x400000, 0x500000, 0, s[2], s[3], 3};
+        uint32_t m_libc, m_app, f_inl, f_out, f_main, loc_io, loc_main, st_main, st_leaf;
+        assert_int_equal(
+            block_writer_intern_mapping(w, b == 0 ? &libc : &app, b == 0 ? &m_libc : &m_app, &err),
+            0);
+        assert_int_equal(
+            block_writer_intern_mapping(w, b == 0 ? &app : &libc, b == 0 ? &m_app : &m_libc, &err),
+            0);
+        assert_int_equal(block_writer_intern_function(w, s[4], s[4], s[7], 3, &f_inl, &err), 0);
+        assert_int_equal(block_writer_intern_function(w, s[5], s[5], s[7], 9, &f_out, &err), 0);
+        assert_int_equal(block_writer_intern_function(w, s[6], s[6], s[7], 1, &f_main, &err), 0);
+        block_writer_line io[2] = {{f_inl, 4}, {f_out, 12}};
+        block_writer_line ml[1] = {{f_main, 2}};
+        assert_int_equal(
+            block_writer_intern_location(w, 0x7f1234, m_libc + 1, 0, io, 2, &loc_io, &err), 0);
+        assert_int_equal(
+            block_writer_intern_location(w, 0x401000, m_app + 1, 0, ml, 1, &loc_main, &err), 0);
+        assert_int_equal(block_writer_intern_stack(w, 0, loc_main, &st_main, &err), 0);
+        assert_int_equal(block_writer_intern_stack(w, st_main, loc_io, &st_leaf, &err), 0);
+        label_set labels = LABEL_SET_INIT;
+        profile_type type;
+        assert_int_equal(label_set_from_text("{job=\"c\"}", &labels, &err), 0);
+        assert_int_equal(profile_type_parse(CPU, strlen(CPU), &type, &err), 0);
+        uint32_t stacks[2] = {st_leaf, st_main};
+        int64_t values[2] = {b == 0 ? 3 : 30, 1};
+        assert_int_equal(block_writer_add_profile_stacks(w, &labels, &type, BASE_NS + b * SEC, SEC,
+                                                         1, stacks, values, 2, &err),
+                         0);
+        label_set_free(&labels);
+        profile_type_free(&type);
+        upload_writer(fx.store, w, &ids[b]);
+    }
+    char *before = summarize(fx.store, ids, 2);
+    block_merge_result result;
+    merge_ok(fx.store, ids, 2, NULL, &result);
+    char *after = summarize(fx.store, &result.id, 1);
+    assert_string_equal(after, before);
+    assert_int_equal(summary_value(after, "S process_cpu:samples:count:cpu:nanoseconds:delta"
+                                          "{job=\"c\"} main:2@app;outer:12;inlined:4@libc.so"),
+                     33);
+
+    /* The mapping's other fields are copied as well. */
+    fetch_ctx f = {fx.store, {0}};
+    block_key(&result.id, BLOCK_DATA_FILE, f.key, sizeof f.key);
+    bucket_object_attributes attrs;
+    assert_int_equal(bucket_attributes(fx.store, f.key, &attrs, &err), 0);
+    block_reader *r;
+    assert_int_equal(block_reader_open(fetch_range, &f, attrs.size, NULL, &r, &err), 0);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_MAPPINGS), 2);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_FUNCTIONS), 3);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_LOCATIONS), 2);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_STACKS), 2);
+    bool seen_libc = false;
+    for (uint32_t i = 0; i < 2; i++) {
+        block_mapping m;
+        assert_int_equal(block_reader_mapping(r, i, &m, &err), 0);
+        if (strcmp(m.file, "libc.so") == 0) {
+            seen_libc = true;
+            assert_int_equal(m.memory_start, 0x7f0000);
+            assert_int_equal(m.memory_limit, 0x7f8000);
+            assert_int_equal(m.file_offset, 0x1000);
+            assert_string_equal(m.build_id, "bid-libc");
+            assert_int_equal(m.flags, 1);
+        }
+    }
+    assert_true(seen_libc);
+    block_reader_close(r);
+    free(before);
+    free(after);
+    block_merge_result_free(&result);
+    fixture_close(&fx);
+}
+
+/* Flips one byte of a stored object. */
+static void corrupt_object(bucket *store, const char *key, size_t offset) {
+    strata_error err;
+    strata_buffer data = STRATA_BUFFER_INIT;
+    assert_int_equal(bucket_get(store, key, &data, &err), 0);
+    assert_true(offset < data.len);
+    data.data[offset] ^= 0x5a;
+    assert_int_equal(bucket_upload(store, key, data.data, data.len, &err), 0);
+    strata_buffer_free(&data);
+}
+
+static void expect_merge_failure(bucket *store, const ulid *ids, size_t n, const ulid *culprit,
+                                 strata_status code, const char *fragment) {
+    count_ctx before = count_objects(store);
+    strata_error err;
+    strata_error_clear(&err);
+    block_merge_result result;
+    assert_int_equal(block_merge(store, TENANT, ids, n, NULL, &result, &err), -1);
+    if (err.code != code)
+        fail_msg("want %s, got %s: %s", strata_status_name(code), strata_status_name(err.code),
+                 err.message);
+    if (culprit != NULL) {
+        char text[ULID_STRING_LEN + 1], name[64];
+        ulid_format(culprit, text);
+        snprintf(name, sizeof name, "block %s/%s: ", TENANT, text);
+        if (strncmp(err.message, name, strlen(name)) != 0)
+            fail_msg("message does not start with \"%s\": %s", name, err.message);
+    }
+    if (strstr(err.message, fragment) == NULL)
+        fail_msg("message lacks \"%s\": %s", fragment, err.message);
+    count_ctx after = count_objects(store);
+    assert_int_equal(after.metas, before.metas);
+    assert_int_equal(after.objects, before.objects);
+    block_merge_result_free(&result);
+}
+
+static void test_corrupt_or_missing_source(void **state) {
+    (void)state;
+    fixture fx;
+    fixture_open(&fx);
+    ulid ids[3] = {write_source(fx.store, block_a, 4), write_source(fx.store, block_b, 4),
+                   write_source(fx.store, block_c, 2)};
+    char key[256];
+
+    /* A damaged page (the first one after the header): DATA_LOSS naming the block and the table. */
+    block_key(&ids[1], BLOCK_DATA_FILE, key, sizeof key);
+    strata_buffer good = STRATA_BUFFER_INIT;
+    strata_error err;
+    assert_int_equal(bucket_get(fx.store, key, &good, &err), 0);
+    corrupt_object(fx.store, key, BLOCK_HEADER_SIZE + 2);
+    expect_merge_failure(fx.store, ids, 3, &ids[1], STRATA_DATA_LOSS, "checksum mismatch");
+
+    /* A truncated object (meta.json promises more bytes than there are). */
+    assert_int_equal(bucket_upload(fx.store, key, good.data, good.len / 2, &err), 0);
+    expect_merge_failure(fx.store, ids, 3, &ids[1], STRATA_DATA_LOSS, "");
+    assert_int_equal(bucket_upload(fx.store, key, good.data, good.len, &err), 0);
+    strata_buffer_free(&good);
+
+    /* An unparsable meta.json: INVALID_ARGUMENT naming the block and the file. */
+    block_key(&ids[2], BLOCK_META_FILE, key, sizeof key);
+    strata_buffer meta = STRATA_BUFFER_INIT;
+    assert_int_equal(bucket_get(fx.store, key, &meta, &err), 0);
+    assert_int_equal(bucket_upload(fx.store, key, "{\"ulid\":", 8, &err), 0);
+    expect_merge_failure(fx.store, ids, 3, &ids[2], STRATA_INVALID_ARGUMENT, "meta.json");
+
+    /* A missing block: NOT_FOUND naming it. */
+    assert_int_equal(bucket_delete(fx.store, key, &err), 0);
+    expect_merge_failure(fx.store, ids, 3, &ids[2], STRATA_NOT_FOUND, "");
+    assert_int_equal(bucket_upload(fx.store, key, meta.data, meta.len, &err), 0);
+    strata_buffer_free(&meta);
+
+    /* Bad arguments. */
+    ulid twice[2] = {ids[0], ids[0]};
+    expect_merge_failure(fx.store, twice, 2, NULL, STRATA_INVALID_ARGUMENT, "given twice");
+    expect_merge_failure(fx.store, ids, 0, NULL, STRATA_INVALID_ARGUMENT, "no source");
+
+    /* Repaired, the same merge succeeds. */
+    block_merge_result result;
+    merge_ok(fx.store, ids, 3, NULL, &result);
+    assert_int_equal(result.stats.profiles_out, 10);
+    block_merge_result_free(&result);
+    fixture_close(&fx);
+}
+
+/* A block of another tenant cannot be merged into this tenant's block. */
+static void test_other_tenant_rejected(void **state) {
+    (void)state;
+    fixture fx;
+    fixture_open(&fx);
+    strata_error err;
+    block_writer_options wo;
+    block_writer_options_default(&wo);
+    wo.tenant = "team-b";
+    block_writer *w = block_writer_new(&wo, &err);
+    assert_non_null(w);
+    add_tprofile(w, &block_a[0]);
+    ulid id; /* uploaded under "anonymous/" although its meta.json says team-b */
+    upload_writer(fx.store, w, &id);
+    expect_merge_failure(fx.store, &id, 1, &id, STRATA_INVALID_ARGUMENT, "team-b");
+    fixture_close(&fx);
+}
+
+typedef struct progress_log {
+    size_t calls;
+    uint64_t last_done, last_total;
+} progress_log;
+
+static void record_progress(void *ctx, const block_merge_stats *stats, uint64_t done,
+                            uint64_t total) {
+    progress_log *log = ctx;
+    assert_true(done <= total);
+    assert_true(stats->series_out == done);
+    log->calls++;
+    log->last_done = done;
+    log->last_total = total;
+}
+
+/* Past the memory limit: RESOURCE_EXHAUSTED with the figures, nothing written. Within it, the
+ * progress callback reports the series. */
+static void test_memory_limit_and_progress(void **state) {
+    (void)state;
+    fixture fx;
+    fixture_open(&fx);
+    ulid ids[2] = {write_source(fx.store, block_a, 4), write_source(fx.store, block_b, 4)};
+    block_merge_options opts;
+    block_merge_options_default(&opts);
+    opts.memory_limit = 200; /* below even the meta.json prediction */
+    count_ctx before = count_objects(fx.store);
+    block_merge_result result;
+    strata_error err;
+    assert_int_equal(block_merge(fx.store, TENANT, ids, 2, &opts, &result, &err), -1);
+    assert_int_equal(err.code, STRATA_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.message, "over the limit of 200 bytes"));
+    block_merge_result_free(&result);
+
+    opts.memory_limit = 64 * 1024; /* passes the prediction, not the writer's tables */
+    assert_int_equal(block_merge(fx.store, TENANT, ids, 2, &opts, &result, &err), -1);
+    assert_int_equal(err.code, STRATA_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.message, "exceeds the limit of 65536 bytes"));
+    assert_true(result.stats.peak_memory_bytes > 64 * 1024);
+    block_merge_result_free(&result);
+    count_ctx after = count_objects(fx.store);
+    assert_int_equal(after.objects, before.objects);
+
+    progress_log log = {0, 0, 0};
+    block_merge_options_default(&opts);
+    opts.progress = record_progress;
+    opts.progress_ctx = &log;
+    merge_ok(fx.store, ids, 2, &opts, &result);
+    assert_true(log.calls >= 1);
+    assert_int_equal(log.last_total, 4);
+    assert_int_equal(log.last_done, 4);
+    assert_true(result.stats.peak_memory_bytes > 64 * 1024);
+    assert_true(result.stats.peak_memory_bytes < opts.memory_limit);
+    block_merge_result_free(&result);
+    fixture_close(&fx);
+}
+
+/* ---- the querier on sources vs the merged block ------------------------------------------ */
+
+/* Renders a calltree as "frame;frame;...=total" lines (finalized tree, all nodes). */
+static void render_tree(const calltree *tree, uint32_t node, strata_buffer *path,
+                        strata_buffer *out) {
+    size_t at = path->len;
+    if (node != CALLTREE_ROOT) {
+        calltree_frame f = calltree_frame_get(tree, calltree_node_frame(tree, node));
+        assert_int_equal(strata_buffer_appendf(path, ";%s", f.name), 0);
+        assert_int_equal(strata_buffer_append(out, path->data, path->len), 0);
+        assert_int_equal(
+            strata_buffer_appendf(out, "=%" PRId64 "\n", calltree_node_get(tree, node).total), 0);
+    }
+    for (size_t i = 0; i < calltree_child_count(tree, node); i++)
+        render_tree(tree, calltree_child_at(tree, node, i), path, out);
+    path->len = at;
+}
+
+/* What the querier answers over every block of a bucket: a merged flame graph per selector and
+ * the metrics graph of every series. */
+static char *query_answers(bucket *store) {
+    strata_error err;
+    block_index_options io;
+    block_index_options_default(&io);
+    block_index *ix;
+    assert_int_equal(block_index_new(&io, store, &ix, &err), 0);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    query_engine_options eo;
+    query_engine_options_default(&eo);
+    eo.parallelism = 2;
+    query_engine *e;
+    assert_int_equal(query_engine_new(&eo, ix, &e, &err), 0);
+    strata_buffer out = STRATA_BUFFER_INIT;
+    const char *selectors[] = {"process_cpu:samples:count:cpu:nanoseconds:delta{}",
+                               "process_cpu:samples:count:cpu:nanoseconds:delta{job=\"api\"}",
+                               "memory:inuse_space:bytes:space:bytes{}"};
+    for (size_t i = 0; i < 3; i++) {
+        selector sel;
+        assert_int_equal(selector_parse(selectors[i], &sel, &err), 0);
+        calltree *tree;
+        assert_int_equal(calltree_create(&tree, 0, &err), 0);
+        merge_result mr;
+        memset(&mr, 0, sizeof mr);
+        if (query_merge(e, TENANT, &sel, BASE_NS, BASE_NS + 60 * SEC, tree, false, &mr, &err) != 0)
+            fail_msg("query_merge %s: %s", selectors[i], err.message);
+        assert_int_equal(calltree_finalize(tree, &err), 0);
+        assert_int_equal(strata_buffer_appendf(&out,
+                                               "merge %s profiles=%" PRIu64 " total=%" PRId64
+                                               " min=%" PRId64 " max=%" PRId64 "\n",
+                                               selectors[i], mr.profiles, mr.total,
+                                               mr.min_time_ns - BASE_NS, mr.max_time_ns - BASE_NS),
+                         0);
+        strata_buffer path = STRATA_BUFFER_INIT;
+        render_tree(tree, CALLTREE_ROOT, &path, &out);
+        strata_buffer_free(&path);
+        calltree_free(tree);
+
+        range_series *rs;
+        size_t n_rs;
+        assert_int_equal(query_range(e, TENANT, &sel, BASE_NS, BASE_NS + 60 * SEC, 5 * SEC, NULL, 0,
+                                     &rs, &n_rs, &err),
+                         0);
+        for (size_t s = 0; s < n_rs; s++) {
+            assert_int_equal(label_set_format(&rs[s].labels, &out), 0);
+            for (size_t p = 0; p < rs[s].n_points; p++)
+                assert_int_equal(strata_buffer_appendf(&out, " %" PRId64 ":%" PRId64 "/%d",
+                                                       rs[s].points[p].time_ns - BASE_NS,
+                                                       rs[s].points[p].value,
+                                                       (int)rs[s].points[p].count),
+                                 0);
+            assert_int_equal(strata_buffer_append_byte(&out, '\n'), 0);
+        }
+        query_range_free(rs, n_rs);
+        selector_free(&sel);
+    }
+    assert_int_equal(strata_buffer_append_byte(&out, 0), 0);
+    query_engine_free(e);
+    block_index_free(ix);
+    return (char *)out.data;
+}
+
+/* Copies one block (data object, then meta.json) into another bucket. */
+static void copy_block(bucket *from, bucket *to, const ulid *id) {
+    strata_error err;
+    const char *files[] = {BLOCK_DATA_FILE, BLOCK_META_FILE};
+    for (size_t i = 0; i < 2; i++) {
+        char key[256];
+        block_key(id, files[i], key, sizeof key);
+        strata_buffer data = STRATA_BUFFER_INIT;
+        assert_int_equal(bucket_get(from, key, &data, &err), 0);
+        assert_int_equal(bucket_upload(to, key, data.data, data.len, &err), 0);
+        strata_buffer_free(&data);
+    }
+}
+
+static void test_querier_answers_same_on_merged_block(void **state) {
+    (void)state;
+    fixture fx, merged;
+    fixture_open(&fx);
+    fixture_open(&merged);
+    ulid ids[3] = {write_source(fx.store, block_a, 4), write_source(fx.store, block_b, 4),
+                   write_source(fx.store, block_c, 2)};
+    char *before = query_answers(fx.store);
+    block_merge_result result;
+    merge_ok(fx.store, ids, 3, NULL, &result);
+    copy_block(fx.store, merged.store, &result.id);
+    char *after = query_answers(merged.store);
+    assert_string_equal(after, before);
+    /* samples:count values are scaled by the period (10 ms) in merges. */
+    assert_non_null(strstr(after,
+                           "merge process_cpu:samples:count:cpu:nanoseconds:delta{job=\"api\"}"
+                           " profiles=5 total=280000000 "));
+    assert_non_null(strstr(after, ";main;work;leaf=190000000\n"));
+    free(before);
+    free(after);
+    block_merge_result_free(&result);
+    fixture_close(&merged);
+    fixture_close(&fx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_merged_block_answers_as_sources),
+        cmocka_unit_test(test_identical_profiles_deduplicated),
+        cmocka_unit_test(test_levels_and_lineage),
+        cmocka_unit_test(test_inline_frames_and_mappings),
+        cmocka_unit_test(test_corrupt_or_missing_source),
+        cmocka_unit_test(test_other_tenant_rejected),
+        cmocka_unit_test(test_memory_limit_and_progress),
+        cmocka_unit_test(test_querier_answers_same_on_merged_block),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
