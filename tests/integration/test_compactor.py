@@ -18,6 +18,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -361,6 +362,36 @@ class CompactorTest(unittest.TestCase):
             self.assertEqual(status, 404)
         finally:
             s.close()
+
+    def test_check_config(self):
+        work = lib.make_workdir("compactor-check")
+        try:
+            def check(extra):
+                path = os.path.join(work, "c.yaml")
+                with open(path, "w") as f:
+                    f.write(f"""bucket:
+  type: FILESYSTEM
+  config:
+    directory: {work}/data
+compactor:
+{extra}""")
+                p = subprocess.run([lib.BINARY, "compactor", "-config", path, "-check-config"],
+                                   capture_output=True, text=True, timeout=30)
+                return p.returncode, p.stdout + p.stderr
+            rc, out = check("  block_ranges: [5m, 2h]\n  retention: 30d\n")
+            self.assertEqual(rc, 0, out)
+            self.assertIn("configuration is valid", out)
+            rc, out = check("  block_ranges: [5m, 7m]\n")
+            self.assertNotEqual(rc, 0)
+            self.assertIn("block_ranges[1]", out)
+            rc, out = check("  tenant_overrides:\n    - tenant: a\n")
+            self.assertNotEqual(rc, 0)
+            self.assertIn("retention", out)
+            rc, out = check("  delete_dely: 1h\n")
+            self.assertNotEqual(rc, 0)
+            self.assertIn("delete_dely", out)
+        finally:
+            lib.remove_workdir(work)
 
 
 if __name__ == "__main__":
