@@ -764,6 +764,16 @@ static block_entry *failed_source(tenant_state *t, const char *message, const ul
     return NULL;
 }
 
+/* Each source's page cache: the sources together get at most a quarter of the job's memory (an
+ * ingester's 5-minute window is 300 blocks), within [256 KiB, 4 MiB]: the merger reads each
+ * source's series in order, so a few pages per table are enough. */
+static size_t reader_cache_for(uint64_t memory, size_t n_sources) {
+    uint64_t share = memory / 4 / (n_sources ? n_sources : 1);
+    if (share < (256u << 10))
+        return 256u << 10;
+    return share > (4u << 20) ? 4u << 20 : (size_t)share;
+}
+
 /* Merges ids into one block at level, splitting on RESOURCE_EXHAUSTED. Returns false when the
  * window should not be planned again in this cycle. */
 static bool merge_sources(job_ctx *j, const ulid *ids, size_t n, int level, bool split) {
@@ -774,6 +784,7 @@ static bool merge_sources(job_ctx *j, const ulid *ids, size_t n, int level, bool
     block_merge_options_default(&opts);
     opts.compaction_level = level;
     opts.memory_limit = (size_t)c->config.max_job_memory;
+    opts.reader_cache_bytes = reader_cache_for(c->config.max_job_memory, n);
     opts.progress = on_progress;
     opts.progress_ctx = j;
     block_merge_result res;
