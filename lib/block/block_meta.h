@@ -93,6 +93,11 @@ int block_meta_set_sources(block_meta *meta, const ulid *sources, size_t n, stra
 int block_meta_set_parents(block_meta *meta, const block_meta_parent *parents, size_t n,
                            strata_error *err);
 
+/* details of the deletion marks the compactor writes on blocks a merged block replaces:
+ * "compacted into <ULID of the merged block>". Queriers use it to keep such a block until its
+ * replacement is visible. */
+#define BLOCK_DELETION_COMPACTED_INTO "compacted into "
+
 typedef struct block_deletion_mark {
     ulid id;
     int64_t deletion_time; /* unix seconds */

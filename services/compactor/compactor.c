@@ -592,7 +592,7 @@ static void reconcile_replaced(compactor *c, tenant_state *t) {
             if (x == NULL || x->deletion_mark || !x->has_meta)
                 continue;
             char details[128];
-            snprintf(details, sizeof details, "compacted into %s", y->text);
+            snprintf(details, sizeof details, BLOCK_DELETION_COMPACTED_INTO "%s", y->text);
             write_deletion_mark(c, t->name, x, "compacted", details);
         }
     }
@@ -723,7 +723,7 @@ static void commit_merge(job_ctx *j, const ulid *ids, size_t n, const block_merg
     if (c->listener != NULL)
         c->listener(c->listener_ctx, t->name, text);
     char details[128];
-    snprintf(details, sizeof details, "compacted into %s", text);
+    snprintf(details, sizeof details, BLOCK_DELETION_COMPACTED_INTO "%s", text);
     for (size_t i = 0; i < n; i++) {
         block_entry *src = find_entry(t->entries, t->n_entries, &ids[i]);
         if (src != NULL && !src->deletion_mark)

@@ -139,74 +139,6 @@ static indexed_block *find_locked(block_index *ix, const char *tenant, const cha
     return NULL;
 }
 
-static int has_deletion_mark(block_index *ix, const char *tenant, const char *id, bool *out,
-                             strata_error *err) {
-    char key[BUCKET_KEY_MAX];
-    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_DELETION_MARK_FILE);
-    return bucket_exists(ix->store, key, out, err);
-}
-
-/* Reads tenant/id's meta.json into a new entry; *out NULL if the block is not committed yet or is
- * marked for deletion. */
-static int load_block(block_index *ix, const char *tenant, const char *id, indexed_block **out,
-                      strata_error *err) {
-    *out = NULL;
-    char key[BUCKET_KEY_MAX];
-    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_META_FILE);
-    strata_buffer json = STRATA_BUFFER_INIT;
-    pthread_mutex_lock(&ix->mu);
-    ix->stats.meta_reads++;
-    pthread_mutex_unlock(&ix->mu);
-    if (bucket_get(ix->store, key, &json, err) != 0) {
-        strata_buffer_free(&json);
-        return err->code == STRATA_NOT_FOUND ? 0 : -1;
-    }
-    bool marked = false;
-    indexed_block *b = calloc(1, sizeof *b);
-    int rc = -1;
-    if (b == NULL) {
-        strata_error_oom(err);
-        goto out;
-    }
-    block_meta_init(&b->meta);
-    pthread_mutex_init(&b->mu, NULL);
-    snprintf(b->ulid_text, sizeof b->ulid_text, "%s", id);
-    if ((b->tenant = strdup(tenant)) == NULL) {
-        strata_error_oom(err);
-        goto out;
-    }
-    if (block_meta_decode((const char *)json.data, json.len, &b->meta, err) != 0) {
-        /* A damaged meta.json must not stop discovery of every other block; the compactor marks
-         * such a block no-compact and operators see it in `strata bucket verify`. */
-        char quoted[600];
-        strata_log_debug("querier", "ignoring block with undecodable meta.json", "key=%s error=%s",
-                         key, strata_log_quote(err->message, quoted, sizeof quoted));
-        marked = true;
-        rc = 0;
-        goto out;
-    }
-    if (has_deletion_mark(ix, tenant, id, &marked, err) != 0)
-        goto out;
-    for (size_t i = 0; i < b->meta.n_files; i++)
-        if (strcmp(b->meta.files[i].rel_path, BLOCK_DATA_FILE) == 0)
-            b->data_size = b->meta.files[i].size_bytes;
-    if (b->data_size == 0) {
-        bucket_object_attributes attrs;
-        snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_DATA_FILE);
-        if (bucket_attributes(ix->store, key, &attrs, err) != 0)
-            goto out;
-        b->data_size = attrs.size;
-    }
-    rc = 0;
-out:
-    strata_buffer_free(&json);
-    if (rc == 0 && !marked)
-        *out = b;
-    else if (b != NULL)
-        entry_free(b);
-    return rc;
-}
-
 /* A block that replaces others (a compactor's output). */
 static bool is_compacted(const indexed_block *b) {
     return b->meta.n_parents > 0 || b->meta.n_sources > 1 ||
@@ -254,6 +186,127 @@ static bool is_covered_locked(block_index *ix, const indexed_block *b) {
     return false;
 }
 
+/* Whether tenant/id has deletion-mark.json and, for a mark the compactor wrote on a block that a
+ * merged block replaces, that block's ULID (else replacement is ""). */
+static int read_deletion_mark(block_index *ix, const char *tenant, const char *id, bool *marked,
+                              char replacement[ULID_STRING_LEN + 1], strata_error *err) {
+    *marked = false;
+    replacement[0] = '\0';
+    char key[BUCKET_KEY_MAX];
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_DELETION_MARK_FILE);
+    strata_buffer json = STRATA_BUFFER_INIT;
+    if (bucket_get(ix->store, key, &json, err) != 0) {
+        strata_buffer_free(&json);
+        return err->code == STRATA_NOT_FOUND ? 0 : -1;
+    }
+    *marked = true;
+    block_deletion_mark mark;
+    strata_error ignored;
+    size_t prefix = strlen(BLOCK_DELETION_COMPACTED_INTO);
+    if (block_deletion_mark_decode((const char *)json.data, json.len, &mark, &ignored) == 0) {
+        const char *d = mark.details;
+        if (d != NULL && strncmp(d, BLOCK_DELETION_COMPACTED_INTO, prefix) == 0 &&
+            strlen(d + prefix) >= ULID_STRING_LEN) {
+            snprintf(replacement, ULID_STRING_LEN + 1, "%.*s", ULID_STRING_LEN, d + prefix);
+            if (!is_ulid(replacement))
+                replacement[0] = '\0';
+        }
+        block_deletion_mark_free(&mark);
+    }
+    strata_buffer_free(&json);
+    return 0;
+}
+
+/* Chains of replacements are at most this long (one per level). */
+#define MAX_REPLACEMENT_DEPTH 8
+
+static int announce_at(block_index *ix, const char *tenant, const char *id, int depth,
+                       strata_error *err);
+
+/* A block marked because a merged block replaces it stays in the index (hidden by the merged
+ * block as soon as that is indexed) until the replacement is visible: this loads the replacement
+ * now. Best effort: the next listing finds it anyway. */
+static void load_replacement(block_index *ix, const char *tenant, const char *replacement,
+                             int depth) {
+    strata_error ignored;
+    if (replacement[0] != '\0' && depth < MAX_REPLACEMENT_DEPTH)
+        announce_at(ix, tenant, replacement, depth + 1, &ignored);
+}
+
+/* Reads tenant/id's meta.json into a new entry; *out NULL if the block is not committed yet or is
+ * marked for deletion without a replacement. */
+static int load_block(block_index *ix, const char *tenant, const char *id, int depth,
+                      indexed_block **out, strata_error *err) {
+    *out = NULL;
+    char key[BUCKET_KEY_MAX];
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_META_FILE);
+    strata_buffer json = STRATA_BUFFER_INIT;
+    pthread_mutex_lock(&ix->mu);
+    ix->stats.meta_reads++;
+    pthread_mutex_unlock(&ix->mu);
+    if (bucket_get(ix->store, key, &json, err) != 0) {
+        strata_buffer_free(&json);
+        return err->code == STRATA_NOT_FOUND ? 0 : -1;
+    }
+    bool marked = false;
+    indexed_block *b = calloc(1, sizeof *b);
+    int rc = -1;
+    if (b == NULL) {
+        strata_error_oom(err);
+        goto out;
+    }
+    block_meta_init(&b->meta);
+    pthread_mutex_init(&b->mu, NULL);
+    snprintf(b->ulid_text, sizeof b->ulid_text, "%s", id);
+    if ((b->tenant = strdup(tenant)) == NULL) {
+        strata_error_oom(err);
+        goto out;
+    }
+    if (block_meta_decode((const char *)json.data, json.len, &b->meta, err) != 0) {
+        /* A damaged meta.json must not stop discovery of every other block; the compactor marks
+         * such a block no-compact and operators see it in `strata bucket verify`. */
+        char quoted[600];
+        strata_log_debug("querier", "ignoring block with undecodable meta.json", "key=%s error=%s",
+                         key, strata_log_quote(err->message, quoted, sizeof quoted));
+        marked = true;
+        rc = 0;
+        goto out;
+    }
+    char replacement[ULID_STRING_LEN + 1];
+    if (read_deletion_mark(ix, tenant, id, &marked, replacement, err) != 0)
+        goto out;
+    if (marked && replacement[0] != '\0') {
+        /* Kept only while no indexed block holds its data yet. */
+        load_replacement(ix, tenant, replacement, depth);
+        pthread_mutex_lock(&ix->mu);
+        if (ix->covered_dirty && rebuild_covered_locked(ix) != 0) {
+            pthread_mutex_unlock(&ix->mu);
+            strata_error_oom(err);
+            goto out;
+        }
+        marked = is_covered_locked(ix, b);
+        pthread_mutex_unlock(&ix->mu);
+    }
+    for (size_t i = 0; i < b->meta.n_files; i++)
+        if (strcmp(b->meta.files[i].rel_path, BLOCK_DATA_FILE) == 0)
+            b->data_size = b->meta.files[i].size_bytes;
+    if (b->data_size == 0) {
+        bucket_object_attributes attrs;
+        snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_DATA_FILE);
+        if (bucket_attributes(ix->store, key, &attrs, err) != 0)
+            goto out;
+        b->data_size = attrs.size;
+    }
+    rc = 0;
+out:
+    strata_buffer_free(&json);
+    if (rc == 0 && !marked)
+        *out = b;
+    else if (b != NULL)
+        entry_free(b);
+    return rc;
+}
+
 static int add_entry_locked(block_index *ix, indexed_block *b, strata_error *err) {
     if (ix->n_blocks == ix->cap_blocks) {
         size_t cap = ix->cap_blocks ? ix->cap_blocks * 2 : 64;
@@ -288,14 +341,15 @@ static void remove_entry_locked(block_index *ix, size_t i) {
     unref_locked(ix, b);
 }
 
-int block_index_announce(block_index *ix, const char *tenant, const char *id, strata_error *err) {
+static int announce_at(block_index *ix, const char *tenant, const char *id, int depth,
+                       strata_error *err) {
     pthread_mutex_lock(&ix->mu);
     bool known = find_locked(ix, tenant, id) != NULL;
     pthread_mutex_unlock(&ix->mu);
     if (known)
         return 0;
     indexed_block *b;
-    if (load_block(ix, tenant, id, &b, err) != 0)
+    if (load_block(ix, tenant, id, depth, &b, err) != 0)
         return -1;
     if (b == NULL)
         return 0;
@@ -309,6 +363,10 @@ int block_index_announce(block_index *ix, const char *tenant, const char *id, st
         entry_free(b);
     pthread_mutex_unlock(&ix->mu);
     return rc;
+}
+
+int block_index_announce(block_index *ix, const char *tenant, const char *id, strata_error *err) {
+    return announce_at(ix, tenant, id, 0, err);
 }
 
 /* Drops index entries of tenant that are not in ids (deleted from the bucket). */
@@ -327,7 +385,9 @@ static void drop_missing(block_index *ix, const char *tenant, const name_list *i
     pthread_mutex_unlock(&ix->mu);
 }
 
-/* Drops known blocks of tenant that have been marked for deletion. */
+/* Drops known blocks of tenant that have been marked for deletion: at once for retention marks,
+ * and for blocks a merged block replaces once that block is indexed (until then they still
+ * answer queries, so no data goes missing between a mark and the replacement's discovery). */
 static int drop_marked(block_index *ix, const char *tenant, const name_list *ids,
                        strata_error *err) {
     for (size_t j = 0; j < ids->count; j++) {
@@ -335,15 +395,25 @@ static int drop_marked(block_index *ix, const char *tenant, const name_list *ids
         bool known = find_locked(ix, tenant, ids->items[j]) != NULL;
         pthread_mutex_unlock(&ix->mu);
         bool marked = false;
-        if (!known || has_deletion_mark(ix, tenant, ids->items[j], &marked, err) != 0 || !marked)
+        char replacement[ULID_STRING_LEN + 1];
+        if (!known ||
+            read_deletion_mark(ix, tenant, ids->items[j], &marked, replacement, err) != 0 ||
+            !marked)
             continue;
+        load_replacement(ix, tenant, replacement, 0);
         pthread_mutex_lock(&ix->mu);
-        for (size_t i = 0; i < ix->n_blocks; i++)
-            if (strcmp(ix->blocks[i]->ulid_text, ids->items[j]) == 0 &&
-                strcmp(ix->blocks[i]->tenant, tenant) == 0) {
-                remove_entry_locked(ix, i);
+        if (ix->covered_dirty && rebuild_covered_locked(ix) != 0) {
+            pthread_mutex_unlock(&ix->mu);
+            return strata_error_oom(err);
+        }
+        for (size_t i = 0; i < ix->n_blocks; i++) {
+            indexed_block *b = ix->blocks[i];
+            if (strcmp(b->ulid_text, ids->items[j]) == 0 && strcmp(b->tenant, tenant) == 0) {
+                if (replacement[0] == '\0' || is_covered_locked(ix, b))
+                    remove_entry_locked(ix, i);
                 break;
             }
+        }
         pthread_mutex_unlock(&ix->mu);
     }
     return 0;

@@ -6,14 +6,19 @@
  * meta of every block it lists without a deletion mark, saving one meta.json fetch per block. A
  * sync thread then lists every tenant prefix each sync_interval and reads meta.json of blocks it
  * has not seen (a block without meta.json is still being written, or was abandoned, and is
- * ignored; so is one whose meta.json cannot be decoded); blocks that carry deletion-mark.json, or
- * whose meta.json is gone, are dropped from the index.
+ * ignored; so is one whose meta.json cannot be decoded); blocks whose meta.json is gone are
+ * dropped from the index, and marked blocks as described below (marks are re-read every tenth
+ * listing).
  *
  * Compacted blocks. A block listed in compaction.sources or compaction.parents of another indexed
  * block is skipped by queries at once (block_index_acquire), before its deletion mark is even
  * read: the compacted block holds all its data, and counting both would double it. A block is
- * marked only after the block replacing it is committed, and deleted delete_delay later, so a
- * querier always has the replacement by the time the source goes. block_index_announce adds a block
+ * marked only after the block replacing it is committed, and deleted delete_delay later. A mark
+ * whose details name the replacement ("compacted into <ULID>") makes the index load that block
+ * and keeps the marked one until the replacement is indexed, so no data goes missing even when a
+ * listing missed the replacement; other marks (retention) drop the block at once. A block whose
+ * data vanishes under a query anyway is forgotten and the query runs again
+ * (block_index_forget_if_gone). block_index_announce adds a block
  * at once when a writer in the same process (or an announcement from another process) says it
  * exists, so fresh data is queryable within about a second without waiting for the next listing.
  *
