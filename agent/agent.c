@@ -20,7 +20,7 @@
 #include "leaf.h"
 #include "metrics/metrics.h"
 #include "profile_build.h"
-#include "pusher.h"
+#include "push/push.h"
 #include "sampler.h"
 #include "symcache.h"
 
@@ -34,7 +34,10 @@ typedef struct agent_metrics {
     metrics_counter *user_misses;
     metrics_counter *push_errors;
     metrics_counter *pushes;
-    metrics_counter *push_dropped;
+    metrics_counter *push_dropped[PUSH_DROP_REASONS];
+    metrics_counter *address_errors[PUSH_MAX_ADDRESSES];
+    metrics_counter *address_pushes[PUSH_MAX_ADDRESSES];
+    metrics_gauge *queue_requests;
     metrics_gauge *queue_bytes;
     metrics_gauge *processes;
     metrics_gauge *symcache_bytes;
@@ -46,7 +49,8 @@ typedef struct agent {
     agent_ksyms ksyms;
     agent_symcache *symcache;
     agent_aggregator agg;
-    agent_pusher *pusher;
+    pusher *pusher;
+    char *remote_stores; /* -remote-store, split in place at commas */
     agent_sampler *sampler;
     http_server *http;
     metrics_registry *registry;
@@ -84,6 +88,55 @@ static int register_misses(agent *a, strata_error *err) {
     return 0;
 }
 
+static int register_push_drops(agent *a, strata_error *err) {
+    static const char *const names[] = {"reason"};
+    metrics_counter_vec *v = metrics_counter_vec_new(
+        a->registry,
+        &(metrics_opts){.name = "strata_agent_push_dropped_total",
+                        .help = "WriteRaw requests given up, by reason (queue_full, too_large, "
+                                "rejected).",
+                        .label_names = names,
+                        .n_labels = 1},
+        err);
+    if (v == NULL)
+        return -1;
+    for (int r = 0; r < PUSH_DROP_REASONS; r++)
+        a->m.push_dropped[r] = metrics_counter_vec_with(
+            v, (const char *const[]){push_drop_reason_name((push_drop_reason)r)});
+    return 0;
+}
+
+/* Per ingester address: acknowledged requests and failed attempts. */
+static int register_push_addresses(agent *a, strata_error *err) {
+    static const char *const names[] = {"address"};
+    metrics_counter_vec *errors = metrics_counter_vec_new(
+        a->registry,
+        &(metrics_opts){.name = "strata_agent_push_address_errors_total",
+                        .help = "Failed WriteRaw attempts, by ingester address.",
+                        .label_names = names,
+                        .n_labels = 1},
+        err);
+    if (errors == NULL)
+        return -1;
+    metrics_counter_vec *pushes = metrics_counter_vec_new(
+        a->registry,
+        &(metrics_opts){.name = "strata_agent_push_address_requests_total",
+                        .help = "Acknowledged WriteRaw requests, by ingester address.",
+                        .label_names = names,
+                        .n_labels = 1},
+        err);
+    if (pushes == NULL)
+        return -1;
+    push_stats ps;
+    push_stats_get(a->pusher, &ps);
+    for (size_t i = 0; i < ps.n_addresses; i++) {
+        const char *const value[] = {ps.addresses[i].address};
+        a->m.address_errors[i] = metrics_counter_vec_with(errors, value);
+        a->m.address_pushes[i] = metrics_counter_vec_with(pushes, value);
+    }
+    return 0;
+}
+
 static int register_metrics(agent *a, strata_error *err) {
     agent_metrics *m = &a->m;
     if ((m->samples = counter(a, "strata_agent_samples_total", "Samples aggregated.", err)) ==
@@ -94,16 +147,17 @@ static int register_metrics(agent *a, strata_error *err) {
                                   err)) == NULL ||
         (m->pushes = counter(a, "strata_agent_pushes_total", "Acknowledged WriteRaw requests.",
                              err)) == NULL ||
-        (m->push_dropped = counter(a, "strata_agent_push_dropped_total",
-                                   "WriteRaw requests given up (queue full or rejected).", err)) ==
-            NULL ||
         (m->queue_bytes = gauge(a, "strata_agent_push_queue_bytes",
                                 "Encoded requests waiting to be pushed.", err)) == NULL ||
+        (m->queue_requests = gauge(a, "strata_agent_push_queue_requests",
+                                   "Requests waiting to be pushed (in flight included).", err)) ==
+            NULL ||
         (m->processes = gauge(a, "strata_agent_processes", "Processes tracked.", err)) == NULL ||
         (m->symcache_bytes = gauge(a, "strata_agent_symbol_cache_bytes",
                                    "Memory held by cached symbol tables.", err)) == NULL)
         return -1;
-    if (register_misses(a, err) != 0)
+    if (register_misses(a, err) != 0 || register_push_drops(a, err) != 0 ||
+        register_push_addresses(a, err) != 0)
         return -1;
     return metrics_register_process_metrics(a->registry, err);
 }
@@ -114,11 +168,17 @@ static void collect(void *ctx) {
     struct agent_counters c;
     if (a->sampler != NULL && agent_sampler_counters(a->sampler, &c, NULL) == 0)
         metrics_counter_set(a->m.dropped, (int64_t)c.ring_full);
-    agent_pusher_stats ps;
-    agent_pusher_stats_get(a->pusher, &ps);
+    push_stats ps;
+    push_stats_get(a->pusher, &ps);
     metrics_counter_set(a->m.push_errors, (int64_t)ps.errors);
     metrics_counter_set(a->m.pushes, (int64_t)ps.requests);
-    metrics_counter_set(a->m.push_dropped, (int64_t)ps.dropped_requests);
+    for (int r = 0; r < PUSH_DROP_REASONS; r++)
+        metrics_counter_set(a->m.push_dropped[r], (int64_t)ps.dropped[r]);
+    for (size_t i = 0; i < ps.n_addresses; i++) {
+        metrics_counter_set(a->m.address_errors[i], (int64_t)ps.addresses[i].errors);
+        metrics_counter_set(a->m.address_pushes[i], (int64_t)ps.addresses[i].requests);
+    }
+    metrics_gauge_set(a->m.queue_requests, (int64_t)ps.queue_requests);
     metrics_gauge_set(a->m.queue_bytes, (int64_t)ps.queue_bytes);
 }
 
@@ -166,7 +226,7 @@ static void label_process(agent *a, agent_process *p) {
 }
 
 typedef struct window_out {
-    agent_series *series;
+    push_series *series;
     strata_buffer *pprofs;
     size_t n;
 } window_out;
@@ -180,7 +240,7 @@ static int build_one(agent *a, agent_process *p, const agent_profile_context *pc
         return -1;
     metrics_counter_add(a->m.kernel_misses, (int64_t)st.kernel_misses);
     metrics_counter_add(a->m.user_misses, (int64_t)st.user_misses);
-    w->series[w->n] = (agent_series){&p->labels, buf};
+    w->series[w->n] = (push_series){&p->labels, buf->data, buf->len};
     w->n++;
     return 0;
 }
@@ -214,8 +274,8 @@ static void window_out_free(window_out *w) {
 }
 
 static void log_push_errors(agent *a) {
-    agent_pusher_stats ps;
-    agent_pusher_stats_get(a->pusher, &ps);
+    push_stats ps;
+    push_stats_get(a->pusher, &ps);
     if (ps.last_error[0] != '\0' && strcmp(ps.last_error, a->last_push_error) != 0) {
         char q[600];
         strata_log_warn(COMPONENT, "push failed", "errors=%llu err=%s",
@@ -231,7 +291,7 @@ static void finish_window(agent *a) {
     strata_error err;
     strata_error_clear(&err);
     if (build_window(a, now_wall, now_mono, &w, &err) != 0 ||
-        (w.n > 0 && agent_pusher_enqueue(a->pusher, w.series, w.n, &err) != 0)) {
+        (w.n > 0 && push_enqueue(a->pusher, w.series, w.n, &err) != 0)) {
         char q[600];
         strata_log_error(COMPONENT, "window lost", "err=%s",
                          strata_log_quote(err.message, q, sizeof q));
@@ -293,6 +353,27 @@ static bool fix_leaf(void *ctx, const agent_proc *proc, const struct agent_sampl
     return agent_leaf_fixup(a->symcache, proc, s, u, n, cap);
 }
 
+/* -remote-store takes one address or several, comma-separated; requests are balanced over them. */
+static int start_pusher(agent *a, strata_error *err) {
+    const char *addresses[PUSH_MAX_ADDRESSES];
+    size_t n = 0;
+    if ((a->remote_stores = strdup(a->o.remote_store)) == NULL)
+        return strata_error_oom(err);
+    for (char *save = NULL, *t = strtok_r(a->remote_stores, ",", &save); t != NULL;
+         t = strtok_r(NULL, ",", &save)) {
+        if (n == PUSH_MAX_ADDRESSES)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "-remote-store takes at most %d addresses", PUSH_MAX_ADDRESSES);
+        addresses[n++] = t;
+    }
+    push_options po = {.addresses = addresses,
+                       .n_addresses = n,
+                       .tenant = a->o.tenant,
+                       .max_queue_bytes = a->o.max_queue_bytes};
+    a->pusher = pusher_new(&po, err);
+    return a->pusher != NULL ? 0 : -1;
+}
+
 static int set_up(agent *a, strata_error *err) {
     if (agent_sampler_check_requirements(err) != 0)
         return -1;
@@ -303,11 +384,7 @@ static int set_up(agent *a, strata_error *err) {
         return -1;
     a->agg.fixup = fix_leaf;
     a->agg.fixup_ctx = a;
-    agent_pusher_options po = {.address = a->o.remote_store,
-                               .tenant = a->o.tenant,
-                               .max_queue_bytes = a->o.max_queue_bytes};
-    a->pusher = agent_pusher_new(&po, err);
-    if (a->pusher == NULL)
+    if (start_pusher(a, err) != 0)
         return -1;
     a->registry = metrics_default_registry();
     if (a->registry == NULL)
@@ -330,7 +407,8 @@ static void tear_down(agent *a) {
         metrics_registry_remove_collector(a->registry, collect, a);
     agent_sampler_close(a->sampler);
     a->sampler = NULL;
-    agent_pusher_free(a->pusher);
+    pusher_free(a->pusher);
+    free(a->remote_stores);
     agent_aggregator_free(&a->agg);
     agent_symcache_free(a->symcache);
     agent_ksyms_free(&a->ksyms);
@@ -377,14 +455,17 @@ static void log_stopped(agent *a) {
     struct agent_counters c;
     memset(&c, 0, sizeof c);
     (void)agent_sampler_counters(a->sampler, &c, NULL);
-    agent_pusher_stats ps;
-    agent_pusher_stats_get(a->pusher, &ps);
+    push_stats ps;
+    push_stats_get(a->pusher, &ps);
+    uint64_t dropped = 0;
+    for (int r = 0; r < PUSH_DROP_REASONS; r++)
+        dropped += ps.dropped[r];
     strata_log_info(COMPONENT, "agent stopped",
                     "samples=%llu ring_full=%llu self=%llu pushes=%llu push_errors=%llu "
                     "dropped=%llu cpu_ms=%.1f",
                     (unsigned long long)c.samples, (unsigned long long)c.ring_full,
                     (unsigned long long)c.skipped_self, (unsigned long long)ps.requests,
-                    (unsigned long long)ps.errors, (unsigned long long)ps.dropped_requests,
+                    (unsigned long long)ps.errors, (unsigned long long)dropped,
                     (double)strata_process_cpu_ns() / 1e6);
 }
 
@@ -403,7 +484,7 @@ int agent_run(const agent_options *options, volatile sig_atomic_t *stop, strata_
     a->window_start_mono = strata_monotonic_ns();
     log_started(a, strata_process_cpu_ns());
     run_loop(a, stop);
-    if (agent_pusher_flush(a->pusher, strata_monotonic_ns() + FLUSH_TIMEOUT_NS) != 0)
+    if (push_flush(a->pusher, strata_monotonic_ns() + FLUSH_TIMEOUT_NS) != 0)
         strata_log_warn(COMPONENT, "exiting with unpushed profiles", "%s", "");
     log_push_errors(a);
     log_stopped(a);

@@ -18,9 +18,11 @@
  * Metrics (Prometheus, on the HTTP address): strata_agent_samples_total,
  * strata_agent_samples_dropped_total (ring buffer full), strata_agent_symbolization_misses_total
  * {space="kernel|user"}, strata_agent_push_errors_total, strata_agent_pushes_total,
- * strata_agent_push_dropped_total, strata_agent_push_queue_bytes, strata_agent_processes,
- * strata_agent_symbol_cache_bytes, plus process_cpu_seconds_total and
- * process_resident_memory_bytes for the agent's own CPU and memory.
+ * strata_agent_push_dropped_total{reason},
+ * strata_agent_push_address_requests_total{address},
+ * strata_agent_push_address_errors_total{address}, strata_agent_push_queue_requests,
+ * strata_agent_push_queue_bytes, strata_agent_processes, strata_agent_symbol_cache_bytes, plus
+ * process_cpu_seconds_total and process_resident_memory_bytes for the agent's own CPU and memory.
  */
 #ifndef STRATA_AGENT_AGENT_H
 #define STRATA_AGENT_AGENT_H
@@ -33,7 +35,7 @@
 #include "proclabels.h"
 
 typedef struct agent_options {
-    const char *remote_store;  /* ingester host:port; required */
+    const char *remote_store;  /* ingester host:port[,host:port...]; required */
     const char *tenant;        /* NULL = none (the ingester's default tenant) */
     const char *node;          /* NULL = hostname */
     unsigned frequency_hz;     /* 0 = 19 */

@@ -15,6 +15,7 @@
 #include "agent.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "relabel/relabel.h"
 
 #define DEFAULT_HTTP_ADDRESS ":7072"
 
@@ -58,7 +59,10 @@ static void usage(FILE *out) {
             "pushes one pprof per process per window through WriteRaw. Needs root (CAP_BPF and\n"
             "CAP_PERFMON) and kernel BTF.\n"
             "\n"
-            "  -remote-store HOST:PORT     ingester to push to (required)\n"
+            "  -remote-store HOST:PORT     ingester to push to (required); several, comma-\n"
+            "                              separated, are balanced with failover\n"
+            "  -relabel-config FILE        YAML with relabel_configs: (Prometheus relabeling of\n"
+            "                              __meta_process_* labels; drop/keep select processes)\n"
             "  -node NAME                  node label (default: hostname)\n"
             "  -tenant T                   tenant (x-scope-orgid)\n"
             "  -sampling-frequency HZ      samples per second per CPU (default 19)\n"
@@ -71,6 +75,24 @@ static void usage(FILE *out) {
             "  -log-level LEVEL            debug, info, warn or error\n");
 }
 
+int agent_relabel_with_rules(void *rules, label_set *labels, bool *drop, strata_error *err) {
+    bool keep = true;
+    if (relabel_apply(rules, labels, &keep, err) != 0)
+        return -1;
+    *drop = !keep;
+    return 0;
+}
+
+static int load_relabel_config(agent_options *o, const char *path, strata_error *err) {
+    relabel_rules *rules = NULL;
+    if (relabel_rules_load_file(path, &rules, err) != 0)
+        return -1;
+    relabel_rules_free(o->relabel_ctx); /* the flag given twice: the last one wins */
+    o->relabel = agent_relabel_with_rules;
+    o->relabel_ctx = rules;
+    return 0;
+}
+
 static int set_flag(agent_options *o, const char *name, const char *value, strata_error *err) {
     int64_t hz;
     if (strcmp(name, "remote-store") == 0)
@@ -81,6 +103,8 @@ static int set_flag(agent_options *o, const char *name, const char *value, strat
         o->tenant = value;
     else if (strcmp(name, "http-address") == 0)
         o->http_address = value[0] != '\0' ? value : NULL;
+    else if (strcmp(name, "relabel-config") == 0)
+        return load_relabel_config(o, value, err);
     else if (strcmp(name, "debug-dir") == 0)
         o->debug_dir = value;
     else if (strcmp(name, "window") == 0)
@@ -92,7 +116,7 @@ static int set_flag(agent_options *o, const char *name, const char *value, strat
     else if (strcmp(name, "symbol-cache-bytes") == 0)
         return parse_size(value, &o->symbol_cache_bytes, err);
     else if (strcmp(name, "sampling-frequency") == 0) {
-        size_t v;
+        size_t v = 0;
         if (parse_size(value, &v, err) != 0 || v == 0 || v > 1000)
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "-sampling-frequency wants 1..1000, got \"%s\"", value);
@@ -156,19 +180,20 @@ int agent_cli_main(int argc, char **argv) {
     bool help = false;
     strata_error err;
     strata_error_clear(&err);
+    int rc = 0;
     if (parse_args(argc, argv, &o, &help, &err) != 0) {
         fprintf(stderr, "strata agent: %s\n\n", err.message);
         usage(stderr);
-        return 2;
-    }
-    if (help) {
+        rc = 2;
+    } else if (help) {
         usage(stdout);
-        return 0;
+    } else {
+        install_signals();
+        if (agent_run(&o, &stop_requested, &err) != 0) {
+            fprintf(stderr, "strata agent: %s: %s\n", strata_status_name(err.code), err.message);
+            rc = 1;
+        }
     }
-    install_signals();
-    if (agent_run(&o, &stop_requested, &err) != 0) {
-        fprintf(stderr, "strata agent: %s: %s\n", strata_status_name(err.code), err.message);
-        return 1;
-    }
-    return 0;
+    relabel_rules_free(o.relabel_ctx);
+    return rc;
 }

@@ -25,7 +25,8 @@
 #include "procinfo.h"
 #include "proclabels.h"
 #include "profile_build.h"
-#include "pusher.h"
+#include "push/push.h"
+#include "relabel/relabel.h"
 #include "sampler.h"
 #include "symcache.h"
 
@@ -458,46 +459,100 @@ static void test_write_raw_and_bounded_queue(void **state) {
     label_set ls = LABEL_SET_INIT;
     assert_int_equal(label_set_set(&ls, "__name__", "strata_agent", NULL), 0);
     assert_int_equal(label_set_set(&ls, "pid", "1", NULL), 0);
-    strata_buffer pprof = STRATA_BUFFER_INIT;
     uint8_t blob[4000];
     memset(blob, 0xab, sizeof blob);
-    assert_int_equal(strata_buffer_append(&pprof, blob, sizeof blob), 0);
-    agent_series series = {&ls, &pprof};
+    push_series series = {&ls, blob, sizeof blob};
     strata_buffer req = STRATA_BUFFER_INIT;
-    assert_int_equal(agent_write_raw_encode(&series, 1, &req, NULL), 0);
+    assert_int_equal(push_write_raw_encode(&series, 1, &req, NULL), 0);
     assert_true(req.len > sizeof blob);
     assert_non_null(memmem(req.data, req.len, "strata_agent", 12));
 
     /* Nobody listens on port 1: requests stay queued, and the queue never passes its bound. */
-    agent_pusher_options o = {.address = "127.0.0.1:1",
-                              .max_queue_bytes = 3 * req.len,
-                              .timeout_ns = 200 * STRATA_NS_PER_MS,
-                              .min_backoff_ns = 50 * STRATA_NS_PER_MS,
-                              .max_backoff_ns = 100 * STRATA_NS_PER_MS};
-    agent_pusher *p = agent_pusher_new(&o, NULL);
+    const char *addresses[] = {"127.0.0.1:1"};
+    push_options o = {.addresses = addresses,
+                      .n_addresses = 1,
+                      .max_queue_bytes = 3 * req.len,
+                      .timeout_ns = 200 * STRATA_NS_PER_MS,
+                      .min_backoff_ns = 50 * STRATA_NS_PER_MS,
+                      .max_backoff_ns = 100 * STRATA_NS_PER_MS};
+    pusher *p = pusher_new(&o, NULL);
     assert_non_null(p);
     for (int i = 0; i < 10; i++)
-        assert_int_equal(agent_pusher_enqueue(p, &series, 1, NULL), 0);
-    agent_pusher_stats st;
-    agent_pusher_stats_get(p, &st);
+        assert_int_equal(push_enqueue(p, &series, 1, NULL), 0);
+    push_stats st;
+    push_stats_get(p, &st);
     assert_true(st.queue_bytes <= 3 * req.len);
-    assert_true(st.dropped_requests >= 7);
-    assert_int_equal(agent_pusher_flush(p, strata_monotonic_ns() + 300 * STRATA_NS_PER_MS), -1);
+    assert_int_equal(st.dropped[PUSH_DROP_QUEUE_FULL], 7);
+    assert_int_equal(push_flush(p, strata_monotonic_ns() + 300 * STRATA_NS_PER_MS), -1);
     /* Wait (slowly under valgrind) for a failed attempt to be recorded. */
     int64_t deadline = strata_monotonic_ns() + 20 * STRATA_NS_PER_SEC;
     do {
         usleep(20000);
-        agent_pusher_stats_get(p, &st);
+        push_stats_get(p, &st);
     } while (st.errors == 0 && strata_monotonic_ns() < deadline);
     assert_true(st.errors >= 1);
     assert_int_equal(st.requests, 0);
     /* Refused, or (slow under valgrind) past the 200 ms deadline: both are retried. */
     assert_true(strstr(st.last_error, "UNAVAILABLE") != NULL ||
                 strstr(st.last_error, "DEADLINE_EXCEEDED") != NULL);
-    agent_pusher_free(p);
+    pusher_free(p);
     strata_buffer_free(&req);
-    strata_buffer_free(&pprof);
     label_set_free(&ls);
+}
+
+/* -relabel-config: lib/relabel rules through the agent's hook drop processes and add labels. */
+static void test_relabel_config(void **state) {
+    (void)state;
+    char path[] = "/tmp/agent_relabel_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *yaml =
+        "relabel_configs:\n"
+        "- {action: drop, source_labels: [__meta_process_executable_name], regex: \"sshd|cron\"}\n"
+        "- source_labels: [__meta_process_executable_name, __meta_system_node]\n"
+        "  regex: \"(.*);node-(.*)\"\n"
+        "  target_label: service\n"
+        "  replacement: \"${1}@$2\"\n"
+        "- {action: labeldrop, regex: executable}\n";
+    assert_int_equal(write(fd, yaml, strlen(yaml)), (ssize_t)strlen(yaml));
+    close(fd);
+    relabel_rules *rules = NULL;
+    strata_error err;
+    if (relabel_rules_load_file(path, &rules, &err) != 0)
+        fail_msg("%s", err.message);
+    agent_proc p;
+    memset(&p, 0, sizeof p);
+    p.pid = 42;
+    strcpy(p.comm, "server");
+    p.executable = "/usr/bin/server";
+    p.cgroup = "/";
+    agent_label_options o = {"node-1", agent_relabel_with_rules, rules};
+    label_set ls;
+    bool drop = true;
+    assert_int_equal(agent_process_labels(&p, 42, "x", &o, &ls, &drop, &err), 0);
+    assert_false(drop);
+    strata_buffer text = STRATA_BUFFER_INIT;
+    assert_int_equal(label_set_format(&ls, &text), 0);
+    assert_int_equal(strata_buffer_append_byte(&text, 0), 0);
+    assert_string_equal((char *)text.data, "{__name__=\"strata_agent\", comm=\"server\", "
+                                           "node=\"node-1\", pid=\"42\", service=\"server@1\"}");
+    strata_buffer_free(&text);
+    label_set_free(&ls);
+
+    p.executable = "/usr/sbin/sshd";
+    assert_int_equal(agent_process_labels(&p, 42, "x", &o, &ls, &drop, &err), 0);
+    assert_true(drop);
+    label_set_free(&ls);
+    relabel_rules_free(rules);
+
+    /* A bad file is a flag error: exit code 2 before anything starts. */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("relabel_configs:\n- {action: hashmod, target_label: s}\n", f);
+    fclose(f);
+    char *argv[] = {"agent", "-remote-store", "127.0.0.1:1", "-relabel-config", path, NULL};
+    assert_int_equal(agent_cli_main(5, argv), 2);
+    unlink(path);
 }
 
 int main(void) {
@@ -512,6 +567,7 @@ int main(void) {
         cmocka_unit_test(test_frame_limit_is_counted),
         cmocka_unit_test(test_labels),
         cmocka_unit_test(test_write_raw_and_bounded_queue),
+        cmocka_unit_test(test_relabel_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

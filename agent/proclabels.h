@@ -9,8 +9,8 @@
  *      plus the default target labels node, pid, comm, executable and (when non-empty)
  *      container_id.
  *   2. Relabeling: an agent_relabel_fn (NULL = none) rewrites that set, or drops the process.
- *      The scraper's relabel module (Prometheus relabel_configs: replace, keep, drop, labelmap,
- *      labeldrop, labelkeep, hashmod) plugs in here; until it exists the agent runs without.
+ *      lib/relabel (Prometheus relabel_configs, `strata agent -relabel-config FILE`) plugs in
+ *      here through agent_relabel_with_rules (agent_cli.h).
  *      Kubernetes discovery, when added, contributes __meta_kubernetes_* labels at step 1.
  *   3. Finalisation: every label starting with "__" is removed, then __name__ is set to the
  *      profile name ("strata_agent"), and the set is sorted and validated.

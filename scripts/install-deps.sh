@@ -20,6 +20,8 @@ TEST_PACKAGES=(
   golang-go golang-github-google-pprof-dev
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-yaml
   curl procps iproute2 clang-format binutils util-linux
+  # Helm chart test (tests/helm): a renderer on text/template + sprig, and yamllint
+  golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev golang-gopkg-yaml.v3-dev yamllint
   chromium
   # storage tests: a throwaway Ceph cluster with radosgw (S3) and Azurite from npm (AZURE)
   ceph-mon ceph-osd ceph-common radosgw  # Azurite comes from npm, which ships with nodejs here

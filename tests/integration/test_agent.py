@@ -286,6 +286,54 @@ class AgentSampleCountTest(unittest.TestCase):
             lib.remove_workdir(work)
 
 
+@unittest.skipUnless(can_run_bpf(), "needs root, /sys/kernel/btf/vmlinux and the agent binary")
+class AgentRelabelTest(unittest.TestCase):
+    """-relabel-config keeps only the test programs (a keep rule on __meta_process_executable),
+    drops one of them, and adds a label; two -remote-store sinks share the pushes."""
+
+    def test_relabel_and_two_ingesters(self):
+        work = lib.make_workdir("agent-relabel")
+        try:
+            keep, dropped = os.path.join(work, "cchain"), os.path.join(work, "cdrop")
+            tl.build_c(os.path.join(SRC, "cchain.c"), keep)
+            shutil.copy(keep, dropped)
+            config = os.path.join(work, "relabel.yaml")
+            with open(config, "w") as f:
+                f.write("relabel_configs:\n"
+                        f"- {{action: keep, source_labels: [__meta_process_executable], "
+                        f"regex: '{work}/.*'}}\n"
+                        "- {action: drop, source_labels: [__meta_process_executable_name], "
+                        "regex: cdrop}\n"
+                        "- {source_labels: [__meta_process_executable_name, node], "
+                        "separator: \"@\", target_label: program}\n")
+            servers, sinks, ports = zip(*(tl.start_sink() for _ in range(2)))
+            agent = Agent(work, f"{ports[0]},127.0.0.1:{ports[1]}", "-window", "1s",
+                          "-relabel-config", config)
+            procs = [subprocess.Popen([path, "3"], stdout=subprocess.DEVNULL)
+                     for path in (keep, dropped)]
+            for p in procs:
+                p.wait(timeout=60)
+            time.sleep(1.5)
+            metrics = agent.metrics()
+            self.assertEqual(agent.stop(), 0, agent.logs())
+            for server in servers:
+                server.stop(0)
+            series = [s for sink in sinks for s in sink.series()]
+            self.assertTrue(series)
+            for labels, _ in series:
+                self.assertEqual(labels["executable"], keep)
+                self.assertEqual(labels["program"], "cchain@test-node")
+            # Windows alternate between the two ingesters.
+            self.assertTrue(all(sink.requests for sink in sinks),
+                            [len(sink.requests) for sink in sinks])
+            self.assertRegex(metrics, r'(?m)^strata_agent_push_dropped_total{reason="queue_full"} 0$')
+            for port in ports:
+                self.assertRegex(metrics, r'(?m)^strata_agent_push_address_requests_total'
+                                 rf'{{address="127.0.0.1:{port}"}} \d+$')
+        finally:
+            lib.remove_workdir(work)
+
+
 class AgentPrivilegeTest(unittest.TestCase):
     @unittest.skipUnless(os.geteuid() == 0 and shutil.which("setpriv") and
                          os.path.exists(tl.AGENT_BINARY), "needs root to drop privileges")
@@ -306,6 +354,10 @@ class AgentPrivilegeTest(unittest.TestCase):
         r = subprocess.run([tl.AGENT_BINARY, "-node", "x"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)
         self.assertIn("-remote-store is required", r.stderr)
+        r = subprocess.run([tl.AGENT_BINARY, "-remote-store", "127.0.0.1:1", "-relabel-config",
+                            "/nonexistent/relabel.yaml"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("/nonexistent/relabel.yaml", r.stderr)
 
 
 if __name__ == "__main__":

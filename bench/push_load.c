@@ -1,0 +1,110 @@
+/*
+ * push_load.c - a WriteRaw load generator for multi-process benchmarks (bench/cluster_bench.py).
+ *
+ * It builds agent-like requests before the clock starts (bench/agentgen: one request per 10 s
+ * window holding --processes processes' gzipped CPU profiles, as one node's agent sends them),
+ * then --threads threads send them round-robin over the --address list for --seconds, each
+ * call waiting for its acknowledgement (the ingester acknowledges once the block holding the write
+ * is durable in the bucket). The load generator does little work per request (the bytes are
+ * ready), so the figures are the ingesters'.
+ *
+ *   build/bench/push_load --address HOST:PORT [--address ...] [--seconds N] [--threads N]
+ *                         [--windows N] [--processes N]
+ *
+ * Prints one line of key=value pairs: requests, profiles, samples acknowledged, errors, seconds.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "requests.h"
+#include "rpc/rpc.h"
+
+#define MAX_ADDRESSES 16
+#define MAX_THREADS 64
+#define WRITE_RAW "/parca.profilestore.v1alpha1.ProfileStoreService/WriteRaw"
+
+typedef struct load {
+    rpc_channel *channels[MAX_ADDRESSES];
+    size_t n_channels;
+    request_set set;
+    uint64_t samples_per_request;
+    int64_t deadline_ns;
+    atomic_uint_fast64_t next;
+    atomic_uint_fast64_t requests, errors;
+} load;
+
+static void *sender(void *arg) {
+    load *l = arg;
+    strata_buffer response = STRATA_BUFFER_INIT;
+    while (strata_monotonic_ns() < l->deadline_ns) {
+        uint64_t i = atomic_fetch_add(&l->next, 1);
+        const strata_buffer *req = &l->set.requests[i % l->set.n];
+        strata_error err;
+        if (rpc_call_unary(l->channels[i % l->n_channels], WRITE_RAW, req->data, req->len, NULL, 0,
+                           30 * STRATA_NS_PER_SEC, &response, &err) != 0) {
+            atomic_fetch_add(&l->errors, 1);
+            continue;
+        }
+        atomic_fetch_add(&l->requests, 1);
+    }
+    strata_buffer_free(&response);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    load l;
+    memset(&l, 0, sizeof l);
+    const char *addresses[MAX_ADDRESSES];
+    size_t n_addresses = 0, windows = 30, processes = 10, threads = 4;
+    double seconds = 20;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--address") == 0 && n_addresses < MAX_ADDRESSES)
+            addresses[n_addresses++] = argv[i + 1];
+        else if (strcmp(argv[i], "--seconds") == 0)
+            seconds = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--threads") == 0)
+            threads = (size_t)atol(argv[i + 1]);
+        else if (strcmp(argv[i], "--windows") == 0)
+            windows = (size_t)atol(argv[i + 1]);
+        else if (strcmp(argv[i], "--processes") == 0)
+            processes = (size_t)atol(argv[i + 1]);
+        else {
+            fprintf(stderr, "push_load: unknown argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (n_addresses == 0 || threads == 0 || threads > MAX_THREADS || windows == 0) {
+        fprintf(stderr, "usage: push_load --address HOST:PORT [--address ...] [--seconds N] "
+                        "[--threads 1-64] [--windows N] [--processes N]\n");
+        return 2;
+    }
+    build_agent_requests(windows, processes, &l.set);
+    l.samples_per_request = l.set.samples / l.set.n;
+    strata_error err;
+    for (size_t i = 0; i < n_addresses; i++)
+        if ((l.channels[l.n_channels++] = rpc_channel_new(addresses[i], NULL, &err)) == NULL)
+            die("channel", &err);
+    pthread_t tids[MAX_THREADS];
+    int64_t start = strata_monotonic_ns();
+    l.deadline_ns = start + (int64_t)(seconds * 1e9);
+    for (size_t t = 0; t < threads; t++)
+        if (pthread_create(&tids[t], NULL, sender, &l) != 0)
+            die("pthread_create", NULL);
+    for (size_t t = 0; t < threads; t++)
+        pthread_join(tids[t], NULL);
+    double wall = (double)(strata_monotonic_ns() - start) / 1e9;
+    uint64_t requests = atomic_load(&l.requests);
+    printf("requests=%" PRIu64 " profiles=%" PRIu64 " samples=%" PRIu64 " errors=%" PRIu64
+           " seconds=%.2f\n",
+           requests, requests * processes, requests * l.samples_per_request,
+           (uint64_t)atomic_load(&l.errors), wall);
+    for (size_t i = 0; i < l.n_channels; i++)
+        rpc_channel_free(l.channels[i]);
+    free_set(&l.set);
+    return 0;
+}

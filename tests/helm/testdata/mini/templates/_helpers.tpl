@@ -1,0 +1,3 @@
+{{- define "mini.name" -}}
+{{ .Chart.Name }}-{{ .Release.Name }}
+{{- end }}
