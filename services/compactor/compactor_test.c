@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "compactor.h"
+#include "engine.h"
 
 #define MIN_MS INT64_C(60000)
 #define HOUR_MS (60 * MIN_MS)
@@ -614,6 +615,52 @@ static void test_querier_keeps_replaced_block_until_replacement_is_visible(void 
     block_index_free(ix);
 }
 
+/* A querier that never saw the merged block loses its sources under a query (deleted after the
+ * delay while it could not list): the query notices, lists again and answers from the merged
+ * block, exactly as before. */
+static void test_query_retries_when_a_block_vanishes(void **state) {
+    fixture *fx = *state;
+    ulid src[2];
+    src[0] = write_block(fx, TENANT, "v", fx->base_ms, 2, 3);
+    src[1] = write_block(fx, TENANT, "v", fx->base_ms + 1000, 2, 5);
+    block_index_options opts;
+    block_index_options_default(&opts);
+    block_index *ix;
+    strata_error err;
+    assert_int_equal(block_index_new(&opts, fx->store, &ix, &err), 0);
+    sync_n(ix, 1);
+    query_engine_options eo;
+    query_engine_options_default(&eo);
+    eo.parallelism = 1;
+    query_engine *e;
+    assert_int_equal(query_engine_new(&eo, ix, &e, &err), 0);
+    selector sel;
+    assert_int_equal(selector_parse(CPU "{job=\"v\"}", &sel, &err), 0);
+
+    block_merge_result res;
+    assert_int_equal(block_merge(fx->store, TENANT, src, 2, NULL, &res, &err), 0);
+    block_merge_result_free(&res);
+    for (int i = 0; i < 2; i++) {
+        char text[ULID_STRING_LEN + 1], key[256];
+        ulid_format(&src[i], text);
+        snprintf(key, sizeof key, "%s/%s/%s", TENANT, text, BLOCK_META_FILE);
+        assert_int_equal(bucket_delete(fx->store, key, &err), 0);
+        snprintf(key, sizeof key, "%s/%s/%s", TENANT, text, BLOCK_DATA_FILE);
+        assert_int_equal(bucket_delete(fx->store, key, &err), 0);
+    }
+    calltree *tree;
+    assert_int_equal(calltree_create(&tree, 16, &err), 0);
+    merge_result mr;
+    if (query_merge(e, TENANT, &sel, INT64_MIN / 2, INT64_MAX / 2, tree, false, &mr, &err) != 0)
+        fail_msg("query_merge: %s", err.message);
+    assert_int_equal(mr.profiles, 4);
+    assert_int_equal(mr.total, (2 * 3 + 2 * 5) * 10000000); /* samples:count x period */
+    calltree_free(tree);
+    selector_free(&sel);
+    query_engine_free(e);
+    block_index_free(ix);
+}
+
 static void test_config_validation(void **state) {
     fixture *fx = *state;
     compactor *c;
@@ -647,6 +694,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_levels_climb_and_duplicates_collapse, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_querier_keeps_replaced_block_until_replacement_is_visible, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_query_retries_when_a_block_vanishes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_validation, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -729,6 +729,14 @@ bool block_index_forget_if_gone(block_index *ix, indexed_block *b) {
             break;
         }
     pthread_mutex_unlock(&ix->mu);
+    /* The block that replaced it may be newer than the last listing: list the tenant now, so the
+     * query's next attempt sees it. A failure here only leaves that to the sync thread. */
+    if (sync_tenant(ix, b->tenant, false, &err) != 0) {
+        char quoted[600];
+        strata_log_warn("querier", "tenant listing after a vanished block failed",
+                        "tenant=%s error=%s", b->tenant,
+                        strata_log_quote(err.message, quoted, sizeof quoted));
+    }
     return true;
 }
 

@@ -95,8 +95,10 @@ void block_index_release_all(block_index *ix, indexed_block **blocks, size_t n);
 /* Opens the block's reader if needed; the caller holds b->mu. */
 int block_index_open_reader(block_index *ix, indexed_block *b, strata_error *err);
 
-/* After a read of b failed with NOT_FOUND: true (and b leaves the index) when its meta.json is
- * gone, i.e. the block was deleted while a query used it; false for any other damage. */
+/* After a read of b failed with NOT_FOUND: true when its meta.json is gone, i.e. the block was
+ * deleted while a query used it; b then leaves the index and the tenant is listed again at once
+ * (so the block that replaced it is indexed before the query retries). False for other damage.
+ * b stays valid (the caller holds a reference). */
 bool block_index_forget_if_gone(block_index *ix, indexed_block *b);
 
 /* Tenants with at least one block, sorted; *out and each string malloc'd. */
