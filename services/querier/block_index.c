@@ -37,6 +37,13 @@ struct block_index {
      * added or removed. */
     strata_u64_map covered;
     bool covered_dirty;
+    /* Blocks left for good: marked for deletion and either replaced by an indexed block or expired.
+     * Keys "tenant/ULID" -> hash map to position + 1; listings skip them (no meta.json or mark
+     * fetch per listing while they wait delete_delay for deletion). Pruned when they are no longer
+     * listed. */
+    char **retired;
+    size_t n_retired, cap_retired;
+    strata_u64_map retired_map;
     bool synced;
     bool stopping;
     bool started;
@@ -61,11 +68,17 @@ int block_index_new(const block_index_options *opts, bucket *store, block_index 
         free(ix);
         return strata_error_oom(err);
     }
+    if (strata_u64_map_init(&ix->retired_map, 64) != 0) {
+        strata_u64_map_free(&ix->covered);
+        free(ix);
+        return strata_error_oom(err);
+    }
     pthread_condattr_t attr;
     if (pthread_condattr_init(&attr) != 0 ||
         pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
         pthread_mutex_init(&ix->mu, NULL) != 0 || pthread_cond_init(&ix->wake, &attr) != 0) {
         strata_u64_map_free(&ix->covered);
+        strata_u64_map_free(&ix->retired_map);
         free(ix);
         return strata_error_set(err, STRATA_INTERNAL, "cannot initialise block index locks");
     }
@@ -186,6 +199,78 @@ static bool is_covered_locked(block_index *ix, const indexed_block *b) {
     return false;
 }
 
+/* ---- retired blocks ------------------------------------------------------------------------ */
+
+static uint64_t retired_hash(const char *tenant, const char *id) {
+    uint64_t h = strata_hash_combine(strata_hash_bytes(tenant, strlen(tenant), 0),
+                                     strata_hash_bytes(id, strlen(id), 1));
+    return h == 0 ? 1 : h;
+}
+
+static bool retired_has_locked(const block_index *ix, const char *tenant, const char *id) {
+    const uint64_t *pos = strata_u64_map_get(&ix->retired_map, retired_hash(tenant, id));
+    if (pos == NULL)
+        return false;
+    const char *key = ix->retired[*pos - 1];
+    size_t tl = strlen(tenant);
+    return strncmp(key, tenant, tl) == 0 && key[tl] == '/' && strcmp(key + tl + 1, id) == 0;
+}
+
+/* Best effort: a block not recorded is only loaded (and skipped) again. */
+static void retire_locked(block_index *ix, const char *tenant, const char *id) {
+    if (retired_has_locked(ix, tenant, id))
+        return;
+    if (ix->n_retired == ix->cap_retired) {
+        size_t cap = ix->cap_retired ? ix->cap_retired * 2 : 64;
+        char **grown = realloc(ix->retired, cap * sizeof *grown);
+        if (grown == NULL)
+            return;
+        ix->retired = grown;
+        ix->cap_retired = cap;
+    }
+    size_t len = strlen(tenant) + strlen(id) + 2;
+    char *key = malloc(len);
+    if (key == NULL)
+        return;
+    snprintf(key, len, "%s/%s", tenant, id);
+    bool inserted = false;
+    uint64_t *pos = strata_u64_map_upsert(&ix->retired_map, retired_hash(tenant, id),
+                                          ix->n_retired + 1, &inserted);
+    if (pos == NULL || !inserted) { /* out of memory, or a hash collision: not retired */
+        free(key);
+        return;
+    }
+    ix->retired[ix->n_retired++] = key;
+}
+
+/* Forgets retired blocks of tenant that are no longer listed (deleted). */
+static void prune_retired_locked(block_index *ix, const char *tenant, const name_list *ids) {
+    size_t tl = strlen(tenant), kept = 0;
+    for (size_t i = 0; i < ix->n_retired; i++) {
+        char *key = ix->retired[i];
+        bool listed = true;
+        if (strncmp(key, tenant, tl) == 0 && key[tl] == '/') {
+            listed = false;
+            for (size_t j = 0; j < ids->count && !listed; j++)
+                listed = strcmp(ids->items[j], key + tl + 1) == 0;
+        }
+        if (listed)
+            ix->retired[kept++] = key;
+        else
+            free(key);
+    }
+    if (kept == ix->n_retired)
+        return;
+    ix->n_retired = kept;
+    strata_u64_map_clear(&ix->retired_map);
+    for (size_t i = 0; i < ix->n_retired; i++) {
+        const char *slash = strrchr(ix->retired[i], '/');
+        char t[BUCKET_KEY_MAX];
+        snprintf(t, sizeof t, "%.*s", (int)(slash - ix->retired[i]), ix->retired[i]);
+        strata_u64_map_upsert(&ix->retired_map, retired_hash(t, slash + 1), i + 1, NULL);
+    }
+}
+
 /* Whether tenant/id has deletion-mark.json and, for a mark the compactor wrote on a block that a
  * merged block replaces, that block's ULID (else replacement is ""). */
 static int read_deletion_mark(block_index *ix, const char *tenant, const char *id, bool *marked,
@@ -248,7 +333,7 @@ static int load_block(block_index *ix, const char *tenant, const char *id, int d
         strata_buffer_free(&json);
         return err->code == STRATA_NOT_FOUND ? 0 : -1;
     }
-    bool marked = false;
+    bool marked = false, retire = false;
     indexed_block *b = calloc(1, sizeof *b);
     int rc = -1;
     if (b == NULL) {
@@ -275,6 +360,7 @@ static int load_block(block_index *ix, const char *tenant, const char *id, int d
     char replacement[ULID_STRING_LEN + 1];
     if (read_deletion_mark(ix, tenant, id, &marked, replacement, err) != 0)
         goto out;
+    retire = marked;
     if (marked && replacement[0] != '\0') {
         /* Kept only while no indexed block holds its data yet. */
         load_replacement(ix, tenant, replacement, depth);
@@ -300,6 +386,11 @@ static int load_block(block_index *ix, const char *tenant, const char *id, int d
     rc = 0;
 out:
     strata_buffer_free(&json);
+    if (rc == 0 && marked && retire) {
+        pthread_mutex_lock(&ix->mu);
+        retire_locked(ix, tenant, id);
+        pthread_mutex_unlock(&ix->mu);
+    }
     if (rc == 0 && !marked)
         *out = b;
     else if (b != NULL)
@@ -344,7 +435,7 @@ static void remove_entry_locked(block_index *ix, size_t i) {
 static int announce_at(block_index *ix, const char *tenant, const char *id, int depth,
                        strata_error *err) {
     pthread_mutex_lock(&ix->mu);
-    bool known = find_locked(ix, tenant, id) != NULL;
+    bool known = find_locked(ix, tenant, id) != NULL || retired_has_locked(ix, tenant, id);
     pthread_mutex_unlock(&ix->mu);
     if (known)
         return 0;
@@ -382,6 +473,7 @@ static void drop_missing(block_index *ix, const char *tenant, const name_list *i
         else
             i++;
     }
+    prune_retired_locked(ix, tenant, ids);
     pthread_mutex_unlock(&ix->mu);
 }
 
@@ -409,8 +501,10 @@ static int drop_marked(block_index *ix, const char *tenant, const name_list *ids
         for (size_t i = 0; i < ix->n_blocks; i++) {
             indexed_block *b = ix->blocks[i];
             if (strcmp(b->ulid_text, ids->items[j]) == 0 && strcmp(b->tenant, tenant) == 0) {
-                if (replacement[0] == '\0' || is_covered_locked(ix, b))
+                if (replacement[0] == '\0' || is_covered_locked(ix, b)) {
+                    retire_locked(ix, tenant, ids->items[j]);
                     remove_entry_locked(ix, i);
+                }
                 break;
             }
         }
@@ -593,6 +687,10 @@ void block_index_free(block_index *ix) {
         remove_entry_locked(ix, ix->n_blocks - 1);
     free(ix->blocks);
     strata_u64_map_free(&ix->covered);
+    for (size_t i = 0; i < ix->n_retired; i++)
+        free(ix->retired[i]);
+    free(ix->retired);
+    strata_u64_map_free(&ix->retired_map);
     pthread_mutex_destroy(&ix->mu);
     pthread_cond_destroy(&ix->wake);
     free(ix);
