@@ -16,7 +16,9 @@
  * marked only after the block replacing it is committed, and deleted delete_delay later. A mark
  * whose details name the replacement ("compacted into <ULID>") makes the index load that block
  * and keeps the marked one until the replacement is indexed, so no data goes missing even when a
- * listing missed the replacement; other marks (retention) drop the block at once. A block whose
+ * listing missed the replacement; other marks (retention) drop the block at once. Dropped marked
+ * blocks are remembered, so later listings do not fetch them again while they await deletion. A
+ * block whose
  * data vanishes under a query anyway is forgotten and the query runs again
  * (block_index_forget_if_gone). block_index_announce adds a block
  * at once when a writer in the same process (or an announcement from another process) says it
