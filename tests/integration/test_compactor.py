@@ -294,9 +294,11 @@ class CompactorTest(unittest.TestCase):
             reader = Reader(s.base, quick_total(s.base))
             reader.start()
             kills = 0
-            for _ in range(4):
+            # Early kills land in merges and marks; later ones (marks by then older than the 2 s
+            # delete_delay) also in deletions.
+            for k in range(5):
                 s.start_compactor(wait_ready=False)
-                time.sleep(rng.uniform(0.0, 0.4))
+                time.sleep(rng.uniform(0.0, 0.4) if k < 3 else rng.uniform(0.5, 2.5))
                 s.kill_compactor()
                 kills += 1
                 if s.settled():
@@ -311,19 +313,21 @@ class CompactorTest(unittest.TestCase):
             blocks = s.live_blocks()
             self.assertEqual(len(blocks), 1, blocks)
             self.assertEqual(metric(s.c_base, "strata_compactor_halted"), 0)
-            merges = marks = 0
+            merges = marks = deletions = 0
             for run in range(1, s.compactor_runs + 1):
                 with open(os.path.join(s.work, f"compactor-{run}.log")) as f:
                     text = f.read()
                 merges += text.count('msg="merged"')
                 marks += text.count('msg="marked for deletion"')
+                deletions += text.count('msg="deleted block"')
             unfinished = len(bucket_blocks(s.data)) - len(blocks)
             # 11 level-2 blocks and one level-3 were needed; a committed merge is never redone (a
             # kill between a merge's meta.json and its log line can hide one from this count).
             self.assertLessEqual(merges, 12, f"seed {seed}: merges redone")
             self.assertGreaterEqual(merges, 10)
             print(f"seed {seed}: {kills} kills, {reads} consistent reads, {merges} merges, "
-                  f"{marks} marks, {unfinished} merges killed before meta.json", file=sys.stderr)
+                  f"{marks} marks, {deletions} deletions logged before the end, "
+                  f"{unfinished} merges killed before meta.json", file=sys.stderr)
         finally:
             s.close()
 
