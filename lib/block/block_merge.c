@@ -39,6 +39,7 @@ typedef struct merge_source {
     size_t n_functions;
     uint32_t *mapping_map;
     size_t n_mappings;
+    bool whole_stacks; /* translate whole stacks (see translate_stack) */
 } merge_source;
 
 /* One series of one source, in the global series order. */
@@ -202,6 +203,7 @@ static int open_source(merge_state *m, merge_source *s, strata_error *err) {
                   err) != 0)
         return -1;
     m->stats->series_in += block_reader_series_count(r);
+    s->whole_stacks = s->n_stacks > block_reader_row_count(r, BLOCK_TABLE_SAMPLES);
     return 0;
 }
 
@@ -343,13 +345,46 @@ static int translate_location(merge_state *m, merge_source *s, uint32_t id, uint
     return 0;
 }
 
-/* Translates a source stack by walking up to the nearest translated ancestor (or the root), then
- * interning the untranslated frames root first. */
+/* Translates a whole source stack at once: its frames' locations, then one lookup in the writer's
+ * whole-stack cache (frames are interned only when the stack is new to the output). */
+static int translate_stack_path(merge_state *m, merge_source *s, uint32_t id, uint32_t *out,
+                                strata_error *err) {
+    size_t n = 0;
+    for (uint32_t at = id; at != 0;) {
+        uint32_t parent, location;
+        if (block_reader_stack_node(s->reader, at, &parent, &location, err) != 0)
+            return source_error(s, err);
+        if (parent >= at)
+            return strata_error_set(err, STRATA_DATA_LOSS,
+                                    "block %s: stack %u has parent %u (not an earlier stack)",
+                                    s->name, at, parent);
+        if (grow((void **)&m->chain, &m->cap_chain, n + 1, sizeof *m->chain, err) != 0 ||
+            translate_location(m, s, location, &m->chain[n], err) != 0)
+            return -1;
+        n++;
+        at = parent;
+    }
+    if (block_writer_intern_stack_path(m->writer, m->chain, n, out, err) != 0)
+        return -1;
+    s->stack_map[id] = *out;
+    return 0;
+}
+
+/* Translates a source stack. Blocks with more stack nodes than samples (small blocks: every sample
+ * brings its own deep suffix) translate whole stacks through the writer's stack cache, so stacks
+ * that many sources share cost one lookup each; larger blocks translate node by node, walking up
+ * only to the nearest translated ancestor, so each node costs one lookup in all. */
 static int translate_stack(merge_state *m, merge_source *s, uint32_t id, uint32_t *out,
                            strata_error *err) {
     if (id > s->n_stacks)
         return strata_error_set(err, STRATA_DATA_LOSS, "block %s: stack id %u out of range",
                                 s->name, id);
+    if (id == 0 || s->stack_map[id] != 0) {
+        *out = id == 0 ? 0 : s->stack_map[id];
+        return 0;
+    }
+    if (s->whole_stacks)
+        return translate_stack_path(m, s, id, out, err);
     size_t n = 0;
     uint32_t at = id;
     while (at != 0 && s->stack_map[at] == 0) {

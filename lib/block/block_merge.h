@@ -20,19 +20,22 @@
  *      timestamp (duplicates dropped), and added to the block writer.
  *
  * Symbols are re-interned lazily: a source's stack is translated the first time a sample uses it,
- * by translating its parent first (stack ids are parent pointers), then its location, the
- * location's functions and mapping, and their strings. Per source, translation tables map source
- * ids to output ids (4 bytes per source row), so each distinct source symbol is interned once.
- * Symbols no kept sample uses are not copied.
+ * with its locations, their functions and mappings, and their strings. Per source, translation
+ * tables map source ids to output ids (4 bytes per source row), so each distinct source symbol is
+ * interned once. Small sources (more stack nodes than samples, as 1 s blocks of deep stacks are)
+ * translate whole stacks through the writer's whole-stack cache; larger ones node by node, parent
+ * first, stopping at the nearest translated ancestor. Symbols no kept sample uses are not copied.
  *
  * Memory. The merger holds one output series' profile list, one timestamp run's samples, the
  * translation tables and each source reader's bounded page cache. The block writer (block_writer.h)
- * keeps the output block's tables in memory until it encodes them, about 12 bytes per output
- * sample plus its symbols, and then the encoded object: that is the bulk of a merge's memory. The
- * merger estimates all of it after every series and fails with RESOURCE_EXHAUSTED, naming the
- * estimate and the limit, as soon as the estimate passes options.memory_limit (and before reading
- * anything when the sources' meta.json stats alone predict more): the compactor then splits the
- * job into smaller ones instead of being killed for memory.
+ * keeps the output block's tables in memory until it encodes them (12 bytes per output sample plus
+ * the stack tree and its indexes, 40-80 bytes per stack node; on agent-like data 70-200 bytes per
+ * sample in all, see bench/README.md), and then the encoded object: that is the bulk of a merge's
+ * memory. The merger estimates all of it after every series and fails with RESOURCE_EXHAUSTED,
+ * naming the estimate and the limit, as soon as the estimate passes options.memory_limit, and
+ * before reading any data when the sources' meta.json stats alone (12 bytes per sample, a lower
+ * bound) predict more: the compactor then splits the job into smaller ones instead of being
+ * killed for memory.
  *
  * Output. The data object is uploaded first, meta.json last (the commit rule of
  * docs/block-format.md), under <tenant>/<new ULID>/. meta.json records compaction.level (the

@@ -424,7 +424,14 @@ static void test_merged_block_answers_as_sources(void **state) {
     assert_int_equal(result.stats.series_in, 3 + 4 + 1);
     assert_int_equal(result.stats.series_out, 4);
     assert_true(result.stats.bytes_read > 0);
-    assert_true(result.stats.bytes_written > 0);
+    char mkey[256], dkey[256];
+    block_key(&result.id, BLOCK_META_FILE, mkey, sizeof mkey);
+    block_key(&result.id, BLOCK_DATA_FILE, dkey, sizeof dkey);
+    bucket_object_attributes ma, da;
+    strata_error err;
+    assert_int_equal(bucket_attributes(fx.store, mkey, &ma, &err), 0);
+    assert_int_equal(bucket_attributes(fx.store, dkey, &da, &err), 0);
+    assert_int_equal(result.stats.bytes_written, ma.size + da.size);
     assert_true(result.stats.peak_memory_bytes > 0);
 
     /* meta.json as uploaded: level, lineage, stats, time range. */

@@ -595,6 +595,8 @@ static void drop_pages(block_reader *r, int table) {
         r_decoded *d = t->decoded[i];
         if (d == NULL)
             continue;
+        if (!t->evictable)
+            r->pinned_used -= d->bytes;
         free(d->values);
         free(d->offsets);
         free(d->text);

@@ -598,6 +598,78 @@ static void test_writer_errors(void **state) {
     label_set_free(&l);
 }
 
+/* The id path (block merger) checks every id against what the writer holds, and a rejected call
+ * leaves the writer usable. */
+static void test_writer_id_path_errors(void **state) {
+    (void)state;
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    uint32_t name, fn, loc, stack, leaf;
+    assert_int_equal(block_writer_intern_string(w, "main", 4, &name, &err), 0);
+    assert_int_equal(block_writer_intern_function(w, name, name, 99, 0, &fn, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "function file string id 99"));
+    assert_int_equal(block_writer_intern_function(w, name, name, 0, 7, &fn, &err), 0);
+    block_writer_line bad = {fn + 1, 3}, good = {fn, 3};
+    assert_int_equal(block_writer_intern_location(w, 0x10, 0, 0, &bad, 1, &loc, &err), -1);
+    assert_non_null(strstr(err.message, "line function 1 out of range"));
+    assert_int_equal(block_writer_intern_location(w, 0x10, 1, 0, &good, 1, &loc, &err), -1);
+    assert_non_null(strstr(err.message, "mapping 1 out of range"));
+    assert_int_equal(block_writer_intern_location(w, 0x10, 0, 0, &good, 0, &loc, &err), -1);
+    assert_int_equal(block_writer_intern_location(w, 0x10, 0, 0, &good, 1, &loc, &err), 0);
+    assert_int_equal(block_writer_intern_stack(w, 0, loc + 1, &stack, &err), -1);
+    assert_int_equal(block_writer_intern_stack(w, 5, loc, &stack, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(block_writer_intern_stack(w, 0, loc, &stack, &err), 0);
+    assert_int_equal(stack, 1);
+    uint32_t path[2] = {loc, loc};
+    assert_int_equal(block_writer_intern_stack_path(w, path, 2, &leaf, &err), 0);
+    assert_int_equal(leaf, 2);
+    path[0] = loc + 7;
+    assert_int_equal(block_writer_intern_stack_path(w, path, 2, &leaf, &err), -1);
+    profile_type cpu = cpu_type();
+    label_set l;
+    labels2(&l, "job", "x", NULL, NULL);
+    uint32_t stacks[2] = {2, 3};
+    int64_t values[2] = {5, 6};
+    assert_int_equal(
+        block_writer_add_profile_stacks(w, &l, &cpu, SEC, SEC, 1, stacks, values, 2, &err), -1);
+    assert_non_null(strstr(err.message, "sample stack 3 out of range"));
+    assert_int_equal(block_writer_profile_count(w), 0);
+    /* still usable: the same stack twice is summed, as on the other paths */
+    stacks[1] = 2;
+    assert_int_equal(
+        block_writer_add_profile_stacks(w, &l, &cpu, SEC, SEC, 1, stacks, values, 2, &err), 0);
+    assert_int_equal(block_writer_profile_count(w), 1);
+    assert_int_equal(block_writer_sample_count(w), 1);
+    strata_buffer data = STRATA_BUFFER_INIT;
+    block_meta meta;
+    assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
+    block_memory_source src = {data.data, data.len};
+    block_reader *r;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, data.len, NULL, &r, &err), 0);
+    block_profile *profiles = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &profiles, &n, &err),
+                     0);
+    assert_int_equal(n, 1);
+    assert_int_equal(profiles[0].total, 11);
+    char names[256];
+    block_samples samples = {0};
+    assert_int_equal(block_reader_read_samples(r, profiles, 1, &samples, &err), 0);
+    assert_int_equal(samples.len, 1);
+    stack_names(r, samples.stacks[0], names, sizeof names);
+    assert_string_equal(names, "main;main");
+    block_samples_free(&samples);
+    free(profiles);
+    block_reader_close(r);
+    block_meta_free(&meta);
+    strata_buffer_free(&data);
+    block_writer_free(w);
+    label_set_free(&l);
+}
+
 /* ---- corruption -------------------------------------------------------------------------- */
 
 static int open_bytes(const uint8_t *data, size_t len, block_reader **r, strata_error *err) {
@@ -912,6 +984,7 @@ int main(void) {
         cmocka_unit_test(test_range_query_reads_no_sample_pages),
         cmocka_unit_test(test_symbolized_path),
         cmocka_unit_test(test_writer_errors),
+        cmocka_unit_test(test_writer_id_path_errors),
         cmocka_unit_test(test_corrupt_pages),
         cmocka_unit_test(test_truncated_and_bad_trailer),
         cmocka_unit_test(test_meta_json_roundtrip),

@@ -1159,6 +1159,23 @@ int block_writer_intern_stack(block_writer *w, uint32_t parent, uint32_t locatio
     return intern_stack(w, parent, location, id, err);
 }
 
+int block_writer_intern_stack_path(block_writer *w, const uint32_t *locations, size_t n,
+                                   uint32_t *id, strata_error *err) {
+    if (check_writable(w, err) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (locations[i] >= w->n_locations)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "block writer: stack location %u out of range (%zu locations)",
+                                    locations[i], w->n_locations);
+    }
+    if (n == 0) {
+        *id = 0;
+        return 0;
+    }
+    return intern_stack_cached(w, locations, n, id, err);
+}
+
 int block_writer_add_profile_stacks(block_writer *w, const label_set *labels,
                                     const profile_type *type, int64_t time_ns, int64_t duration_ns,
                                     int64_t period, const uint32_t *stacks, const int64_t *values,

@@ -21,8 +21,10 @@
  * (block_format.h, docs/block-format.md). meta is filled for meta.json; the caller uploads the
  * data object first and meta.json last.
  *
- * Two ways in: block_writer_add_profile takes a decoded pprof (the ingester); the begin / add
- * sample / end calls take already symbolized frames (the agent, the compactor re-writing blocks).
+ * Three ways in: block_writer_add_profile takes a decoded pprof (the ingester); the begin / add
+ * sample / end calls take already symbolized frames (the agent); the id path (intern string,
+ * mapping, function, location, stack, then add_profile_stacks) copies symbols that another block
+ * already interned, without going back to frames (the block merger, block_merge.h).
  *
  * A writer is single-threaded. After an error in an add call the writer stays usable: the profile
  * is not added (symbols it introduced may remain, harmlessly).
@@ -123,6 +125,11 @@ int block_writer_intern_location(block_writer *w, uint64_t address, uint32_t map
 /* The stack `location` below `parent` (a stack id; 0 = the root). Stack ids start at 1. */
 int block_writer_intern_stack(block_writer *w, uint32_t parent, uint32_t location, uint32_t *id,
                               strata_error *err);
+/* The stack of the given location ids (leaf first; n 0 is the empty stack), interned frame by
+ * frame like the other paths, through the writer's whole-stack cache: a stack seen before costs
+ * one lookup, not one per frame. */
+int block_writer_intern_stack_path(block_writer *w, const uint32_t *locations, size_t n,
+                                   uint32_t *id, strata_error *err);
 /* Adds one profile whose samples are given as stack ids of this writer, in any order; as on the
  * other paths, identical stacks are summed and zero values dropped. */
 int block_writer_add_profile_stacks(block_writer *w, const label_set *labels,
