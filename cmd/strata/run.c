@@ -3,7 +3,10 @@
  * server (/metrics, /ready) and the gRPC server, run the requested services on them until SIGINT
  * or SIGTERM, then shut down in the order that keeps every acknowledged write durable: stop
  * accepting gRPC calls and let those in flight finish (the ingester's flush thread acknowledges
- * them), then stop the services, then the HTTP server.
+ * them), then stop the services, then the HTTP server. The scraper stops first (its last scrapes
+ * are flushed to the ingesters, which may be this process). SIGHUP reloads the config file and
+ * hands its scrape_configs to the scraper; a file that does not load is logged with its file and
+ * line, counted, and the running config stays.
  */
 #include <errno.h>
 #include <signal.h>
@@ -19,8 +22,9 @@
 #include "compactor.h"
 #include "http/http.h"
 #include "ingester.h"
-#include "querier.h"
 #include "metrics/metrics.h"
+#include "querier.h"
+#include "scraper.h"
 #include "rpc/rpc.h"
 #include "strata_config.h"
 
@@ -39,6 +43,9 @@ typedef struct runtime {
     ingester *ing;
     querier *qr;
     compactor *cmp;
+    scraper *scr;
+    metrics_counter_vec *reloads; /* strata_config_reloads_total{result} */
+    metrics_gauge *reload_ok;
     announce_publisher *publisher;   /* ingester: committed blocks, for other processes */
     announce_subscriber *subscriber; /* querier: blocks announced by ingesters */
     metrics_counter_vec *bucket_ops;
@@ -49,10 +56,13 @@ typedef struct runtime {
 } runtime;
 
 static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t reload_requested;
 
 static void on_signal(int sig) {
-    (void)sig;
-    stop_requested = 1;
+    if (sig == SIGHUP)
+        reload_requested = 1;
+    else
+        stop_requested = 1;
 }
 
 static int parse_run_args(int argc, char **argv, run_args *a, strata_error *err) {
@@ -140,6 +150,22 @@ static int register_announce_metrics(runtime *rt, strata_error *err) {
     return metrics_registry_add_collector(rt->registry, collect_announce_stats, rt, err);
 }
 
+static int register_reload_metrics(runtime *rt, strata_error *err) {
+    static const char *const result_label[] = {"result"};
+    metrics_opts o = {.name = "strata_config_reloads_total",
+                      .help = "Config reloads on SIGHUP, by result (success, failure).",
+                      .label_names = result_label,
+                      .n_labels = 1};
+    if ((rt->reloads = metrics_counter_vec_new(rt->registry, &o, err)) == NULL)
+        return -1;
+    o = (metrics_opts){.name = "strata_config_last_reload_successful",
+                       .help = "1 when the last reload (or the start) loaded the config."};
+    if ((rt->reload_ok = metrics_gauge_new(rt->registry, &o, err)) == NULL)
+        return -1;
+    metrics_gauge_set(rt->reload_ok, 1);
+    return 0;
+}
+
 static int register_bucket_metrics(runtime *rt, strata_error *err) {
     static const char *const op_label[] = {"operation"};
     metrics_opts o = {.name = "strata_bucket_operations_total",
@@ -209,7 +235,8 @@ static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
         return -1;
     if ((rt->registry = metrics_registry_new(err)) == NULL ||
         metrics_register_process_metrics(rt->registry, err) != 0 ||
-        register_bucket_metrics(rt, err) != 0 || register_announce_metrics(rt, err) != 0)
+        register_bucket_metrics(rt, err) != 0 || register_announce_metrics(rt, err) != 0 ||
+        register_reload_metrics(rt, err) != 0)
         return -1;
     bool all = strcmp(rt->mode, "all") == 0;
     if ((all || strcmp(rt->mode, "ingester") == 0) &&
@@ -225,6 +252,38 @@ static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
         ingester_set_block_listener(rt->ing, announce_block, rt);
     if (rt->cmp != NULL)
         compactor_set_block_listener(rt->cmp, announce_compacted_block, rt);
+    if (strcmp(rt->mode, "scraper") == 0 && rt->config.scraper.ingester_addresses.count == 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "%s: scraper.ingester_addresses: strata scraper needs at least one "
+                                "ingester to push to",
+                                a->config_path);
+    return 0;
+}
+
+/* The scraper (strata all, strata scraper): it pushes to scraper.ingester_addresses, or in
+ * strata all to this process's own gRPC port. */
+static int runtime_new_scraper(runtime *rt, strata_error *err) {
+    bool all = strcmp(rt->mode, "all") == 0;
+    if (!all && strcmp(rt->mode, "scraper") != 0)
+        return 0;
+    /* This process's gRPC address as a client reaches it: the listen host unless it is a
+     * wildcard, with the bound port (the config may say 0). */
+    const char *listen = rt->config.server.grpc_listen_address;
+    const char *colon = strrchr(listen, ':');
+    size_t host_len = colon != NULL ? (size_t)(colon - listen) : 0;
+    bool wildcard = host_len == 0 || strncmp(listen, "0.0.0.0", host_len) == 0 ||
+                    strncmp(listen, "[::]", host_len) == 0;
+    char self[300];
+    snprintf(self, sizeof self, "%.*s:%d", wildcard ? 9 : (int)host_len,
+             wildcard ? "127.0.0.1" : listen, rpc_server_port(rt->grpc));
+    scraper_options o = {.config = &rt->config.scraper,
+                         .default_ingester = all ? self : NULL,
+                         .registry = rt->registry};
+    if ((rt->scr = scraper_new(&o, err)) == NULL ||
+        scraper_apply(rt->scr, &rt->config.scrape, err) != 0 ||
+        scraper_register_grpc(rt->scr, rt->grpc, err) != 0 ||
+        scraper_register_http(rt->scr, rt->http, err) != 0)
+        return -1;
     return 0;
 }
 
@@ -237,7 +296,7 @@ static int runtime_start(runtime *rt, strata_error *err) {
         return -1;
     rpc_server_options ropts = {.listen_address = rt->config.server.grpc_listen_address,
                                 .threads = (int)rt->config.server.grpc_threads};
-    bool grpc = rt->ing != NULL || rt->qr != NULL;
+    bool grpc = strcmp(rt->mode, "compactor") != 0; /* the compactor alone serves no gRPC */
     if ((grpc && (rt->grpc = rpc_server_new(&ropts, err)) == NULL) ||
         start_announcements(rt, err) != 0)
         return -1;
@@ -249,6 +308,8 @@ static int runtime_start(runtime *rt, strata_error *err) {
         (querier_register_grpc(rt->qr, rt->grpc, err) != 0 ||
          querier_register_http(rt->qr, rt->http, err) != 0 || querier_start(rt->qr, err) != 0))
         return -1;
+    if (runtime_new_scraper(rt, err) != 0)
+        return -1;
     const char *ui = rt->config.server.ui_directory;
     if (rt->qr != NULL && ui != NULL && ui[0] != '\0' &&
         http_server_serve_static(rt->http, "/", ui, err) != 0)
@@ -257,6 +318,8 @@ static int runtime_start(runtime *rt, strata_error *err) {
         http_server_start(rt->http, err) != 0)
         return -1;
     if (rt->cmp != NULL && compactor_start(rt->cmp, err) != 0)
+        return -1;
+    if (rt->scr != NULL && scraper_start(rt->scr, err) != 0)
         return -1;
     strata_log_info("strata", "started", "mode=%s http=%s grpc=%s grpc_port=%d http_port=%u",
                     rt->mode, rt->config.server.http_listen_address,
@@ -267,6 +330,7 @@ static int runtime_start(runtime *rt, strata_error *err) {
 }
 
 static void runtime_shutdown(runtime *rt) {
+    scraper_stop(rt->scr); /* its last pushes may go to this process's ingester */
     if (rt->grpc != NULL)
         rpc_server_shutdown(rt->grpc, rt->config.server.shutdown_grace_ns);
     rt->grpc = NULL;
@@ -277,6 +341,7 @@ static void runtime_shutdown(runtime *rt) {
     if (rt->http != NULL)
         http_server_stop(rt->http); /* no /metrics scrape reads the announcers after this */
     http_server_free(rt->http);
+    scraper_free(rt->scr);
     announce_subscriber_free(rt->subscriber); /* before the querier it calls into */
     rt->subscriber = NULL;
     ingester_free(rt->ing);
@@ -292,16 +357,49 @@ static void runtime_shutdown(runtime *rt) {
     strata_config_free(&rt->config);
 }
 
-static void wait_for_signal(void) {
+/* SIGHUP: reload the file; only scrape_configs take effect without a restart. */
+static void reload_config(runtime *rt, const char *path) {
+    strata_config fresh;
+    strata_error err;
+    const char *result = "success";
+    if (strata_config_load(path, &fresh, &err) != 0) {
+        char quoted[600];
+        strata_log_error("strata", "config reload rejected, keeping the running config",
+                         "file=%s error=%s", path,
+                         strata_log_quote(err.message, quoted, sizeof quoted));
+        result = "failure";
+    } else {
+        size_t jobs = fresh.scrape.n_jobs;
+        if (rt->scr != NULL && scraper_apply(rt->scr, &fresh.scrape, &err) != 0) {
+            char quoted[600];
+            strata_log_error("strata", "scrape configs not applied", "file=%s error=%s", path,
+                             strata_log_quote(err.message, quoted, sizeof quoted));
+            result = "failure";
+        } else {
+            strata_log_info("strata", "config reloaded", "file=%s scrape_jobs=%zu", path, jobs);
+        }
+        strata_config_free(&fresh);
+    }
+    metrics_counter_inc(metrics_counter_vec_with(rt->reloads, &result));
+    metrics_gauge_set(rt->reload_ok, strcmp(result, "success") == 0);
+}
+
+static void wait_for_signal(runtime *rt, const char *config_path) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    while (!stop_requested)
+    while (!stop_requested) {
+        if (reload_requested) {
+            reload_requested = 0;
+            reload_config(rt, config_path);
+        }
         usleep(100 * 1000);
+    }
 }
 
 int cli_run_services(const char *mode, int argc, char **argv) {
@@ -325,7 +423,7 @@ int cli_run_services(const char *mode, int argc, char **argv) {
     }
     if (runtime_start(&rt, &err) != 0)
         goto out;
-    wait_for_signal();
+    wait_for_signal(&rt, a.config_path);
     strata_log_info("strata", "shutting down", "mode=%s", mode);
     rc = 0;
 out:

@@ -55,6 +55,13 @@ static const config_field top_fields[] = {
      .kind = CONFIG_STRUCT,
      .offset = offsetof(strata_config, compactor),
      .fields = compactor_config_fields},
+    {.key = "scraper",
+     .kind = CONFIG_STRUCT,
+     .offset = offsetof(strata_config, scraper),
+     .fields = scraper_config_fields},
+    {.key = "scrape_configs",
+     .kind = CONFIG_RAW,
+     .offset = offsetof(strata_config, scrape_configs_node)},
     {.key = NULL},
 };
 
@@ -64,10 +71,15 @@ int strata_config_load(const char *path, strata_config *out, strata_error *err) 
     if (config_load_file(path, &doc, err) != 0)
         return -1;
     int rc = config_decode(config_document_root(doc), top_fields, out, err);
+    if (rc == 0)
+        rc = scrape_configs_decode(out->scrape_configs_node.node, &out->scrape, err);
     config_document_free(doc); /* the bucket's raw node keeps its own reference */
+    if (rc != 0)
+        strata_config_free(out);
     return rc;
 }
 
 void strata_config_free(strata_config *config) {
+    scrape_configs_free(&config->scrape);
     config_free(top_fields, config);
 }

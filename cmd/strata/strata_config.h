@@ -7,6 +7,9 @@
  *   ingester:  see services/ingester/ingester.h
  *   querier:   see services/querier/querier.h
  *   compactor: see services/compactor/compactor.h
+ *   scraper:   see services/scraper/scrape_config.h (the service: where to push, limits)
+ *   scrape_configs: Prometheus-style scrape jobs (services/scraper/scrape_config.h); decoded at
+ *              load time in every mode, so -check-config and SIGHUP reloads reject a bad job
  */
 #ifndef STRATA_CMD_CONFIG_H
 #define STRATA_CMD_CONFIG_H
@@ -18,6 +21,7 @@
 #include "compactor.h"
 #include "ingester.h"
 #include "querier.h"
+#include "scrape_config.h"
 
 typedef struct server_config {
     char *http_listen_address;
@@ -34,6 +38,9 @@ typedef struct strata_config {
     ingester_config ingester;
     querier_config querier;
     compactor_config compactor;
+    scraper_config scraper;
+    config_raw scrape_configs_node;
+    scrape_configs scrape; /* decoded from scrape_configs_node */
 } strata_config;
 
 /* Loads and decodes path; on failure err says where and why. */

@@ -33,9 +33,47 @@ static void dump_meta(const block_meta *m, FILE *out) {
 
 static void dump_tables(const block_reader *r, FILE *out) {
     fprintf(out, "tables:\n");
-    for (int id = 1; id <= BLOCK_TABLE_MAX; id++)
-        fprintf(out, "  %-15s %10" PRIu64 " rows\n", block_table_name(id),
-                block_reader_row_count(r, id));
+    for (int id = 1; id <= BLOCK_TABLE_MAX; id++) {
+        if (id > BLOCK_TABLE_REQUIRED_MAX && !block_reader_has_rollups(r))
+            fprintf(out, "  %-15s     absent (optional)\n", block_table_name(id));
+        else
+            fprintf(out, "  %-15s %10" PRIu64 " rows\n", block_table_name(id),
+                    block_reader_row_count(r, id));
+    }
+}
+
+/* Per series: profiles covered, rollup rows and their sum (the series' merged total). */
+static int dump_rollups(block_reader *r, size_t max, FILE *out, strata_error *err) {
+    if (!block_reader_has_rollups(r)) {
+        fprintf(out, "rollups: none (a block written before rollup tables)\n");
+        return 0;
+    }
+    size_t n = block_reader_series_count(r);
+    fprintf(out, "rollups: %zu series\n", n);
+    block_samples s = {0};
+    int rc = 0;
+    for (uint32_t i = 0; rc == 0 && i < n && i < max; i++) {
+        block_rollup_series info = {0};
+        s.len = 0;
+        rc = block_reader_series_rollup_info(r, i, &info, err);
+        if (rc == 0 && info.profile_count < BLOCK_ROLLUP_MIN_PROFILES) {
+            fprintf(out, "  series %u: %u profile, no rollup\n", i, info.profile_count);
+            continue;
+        }
+        if (rc == 0)
+            rc = block_reader_series_rollup(r, i, &s, err);
+        uint64_t sum = 0;
+        for (size_t k = 0; rc == 0 && k < s.len; k++)
+            sum += (uint64_t)s.values[k];
+        if (rc == 0)
+            fprintf(out,
+                    "  series %u: %u profiles, %u stacks from row %" PRIu64 ", total %" PRId64 "\n",
+                    i, info.profile_count, info.stack_count, info.first_stack, (int64_t)sum);
+    }
+    if (rc == 0 && n > max)
+        fprintf(out, "  ... %zu more\n", n - max);
+    block_samples_free(&s);
+    return rc;
 }
 
 static int dump_series(const block_reader *r, FILE *out, strata_error *err) {
@@ -197,6 +235,9 @@ int block_dump(block_reader *r, const block_meta *meta, FILE *out,
     int rc = block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &profiles, &n, err);
     if (rc == 0) {
         dump_profiles(profiles, n, o.max_profiles, out);
+        rc = dump_rollups(r, o.max_profiles, out, err);
+    }
+    if (rc == 0) {
         if (o.top_stacks > 0)
             rc = dump_top_stacks(r, profiles, n, &o, out, err);
     }

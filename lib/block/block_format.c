@@ -35,6 +35,9 @@ static const block_column_schema profiles_cols[] = {
     {"series", D, MM}, {"time_ns", D, MM},     {"duration_ns", S, 0}, {"period", S, 0},
     {"total", S, 0},   {"first_sample", D, 0}, {"sample_count", U, 0}};
 static const block_column_schema samples_cols[] = {{"stack", D, 0}, {"value", S, 0}};
+static const block_column_schema rollup_series_cols[] = {
+    {"profile_count", U, 0}, {"first_stack", D, 0}, {"stack_count", U, 0}};
+static const block_column_schema rollup_stacks_cols[] = {{"stack", D, 0}, {"value", S, 0}};
 
 #define TABLE(name, cols)                                                                          \
     { name, (int)(sizeof cols / sizeof cols[0]), cols }
@@ -52,6 +55,8 @@ static const block_table_schema tables[BLOCK_TABLE_MAX + 1] = {
     [BLOCK_TABLE_POSTING_SERIES] = TABLE("posting_series", posting_series_cols),
     [BLOCK_TABLE_PROFILES] = TABLE("profiles", profiles_cols),
     [BLOCK_TABLE_SAMPLES] = TABLE("samples", samples_cols),
+    [BLOCK_TABLE_ROLLUP_SERIES] = TABLE("rollup_series", rollup_series_cols),
+    [BLOCK_TABLE_ROLLUP_STACKS] = TABLE("rollup_stacks", rollup_stacks_cols),
 };
 
 const block_table_schema *block_table_schema_get(int table_id) {

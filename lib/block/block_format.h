@@ -48,8 +48,16 @@ typedef enum block_table_id {
     BLOCK_TABLE_POSTING_SERIES = 10,
     BLOCK_TABLE_PROFILES = 11,
     BLOCK_TABLE_SAMPLES = 12,
-    BLOCK_TABLE_MAX = 12,
+    /* Optional (docs/block-format.md 6.10): per-series stack rollups. A block has both or neither;
+     * blocks written before them lack both, and readers that do not know them skip them. */
+    BLOCK_TABLE_ROLLUP_SERIES = 13,
+    BLOCK_TABLE_ROLLUP_STACKS = 14,
+    BLOCK_TABLE_REQUIRED_MAX = 12, /* tables 1..12 must be present */
+    BLOCK_TABLE_MAX = 14,
 } block_table_id;
+
+/* Series with fewer profiles than this in a block have no rollup rows (docs 6.10). */
+#define BLOCK_ROLLUP_MIN_PROFILES 2
 
 /* Column encodings. All numeric encodings decode to 64-bit integers. */
 typedef enum block_encoding {
@@ -140,6 +148,17 @@ enum {
     BLOCK_COL_PROFILES_COUNT
 };
 enum { BLOCK_COL_SAMPLES_STACK = 0, BLOCK_COL_SAMPLES_VALUE, BLOCK_COL_SAMPLES_COUNT };
+enum {
+    BLOCK_COL_ROLLUP_SERIES_PROFILE_COUNT = 0,
+    BLOCK_COL_ROLLUP_SERIES_FIRST_STACK,
+    BLOCK_COL_ROLLUP_SERIES_STACK_COUNT,
+    BLOCK_COL_ROLLUP_SERIES_COUNT
+};
+enum {
+    BLOCK_COL_ROLLUP_STACKS_STACK = 0,
+    BLOCK_COL_ROLLUP_STACKS_VALUE,
+    BLOCK_COL_ROLLUP_STACKS_COUNT
+};
 
 /* The v1 schema: each table's name and its columns (name, encoding the writer uses, flags). A
  * reader accepts any numeric encoding for a numeric column, but BYTES only where the schema says

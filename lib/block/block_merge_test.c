@@ -394,6 +394,22 @@ static void merge_ok(bucket *store, const ulid *ids, size_t n, const block_merge
 
 /* ---- tests ------------------------------------------------------------------------------- */
 
+/* The merged block carries rollups (block_writer_finish writes them): one rollup_series row per
+ * series, and rows for the series with two or more profiles. */
+static void expect_rollups(bucket *store, const ulid *id, size_t n_series) {
+    strata_error err;
+    fetch_ctx f = {store, {0}};
+    block_key(id, BLOCK_DATA_FILE, f.key, sizeof f.key);
+    bucket_object_attributes attrs;
+    assert_int_equal(bucket_attributes(store, f.key, &attrs, &err), 0);
+    block_reader *r;
+    assert_int_equal(block_reader_open(fetch_range, &f, attrs.size, NULL, &r, &err), 0);
+    assert_true(block_reader_has_rollups(r));
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_ROLLUP_SERIES), n_series);
+    assert_true(block_reader_row_count(r, BLOCK_TABLE_ROLLUP_STACKS) > 0);
+    block_reader_close(r);
+}
+
 static void test_merged_block_answers_as_sources(void **state) {
     (void)state;
     fixture fx;
@@ -409,6 +425,7 @@ static void test_merged_block_answers_as_sources(void **state) {
     /* Concrete answers, so that a summary that lost data on both sides still fails. */
     assert_int_equal(count_lines(after, "P "), 10);
     assert_int_equal(summary_value(after, "T " API_CPU), 8 + 7 + 10 + 1 + 2);
+    expect_rollups(fx.store, &result.id, 4);
     assert_int_equal(summary_value(after, "S " API_CPU " main:12@/usr/bin/app;work:11@/usr/bin/"
                                           "app;leaf:10@/usr/bin/app"),
                      5 + 7 + 6 + 1);

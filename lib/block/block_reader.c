@@ -77,6 +77,7 @@ struct block_reader {
     size_t n_postings;
     uint32_t *posting_series;
     size_t n_posting_series;
+    block_rollup_series *rollups; /* per series; NULL until first use */
 
     bool symbols_loaded;
     block_mapping *mappings;
@@ -383,13 +384,18 @@ static int parse_footer(block_reader *r, const uint8_t *p, size_t len, strata_er
     }
     if (c.p != c.end)
         return footer_error(err, "trailing bytes after the last table", 0);
-    for (int id = 1; id <= BLOCK_TABLE_MAX; id++) {
+    for (int id = 1; id <= BLOCK_TABLE_REQUIRED_MAX; id++) {
         if (!r->tables[id].present)
             return strata_error_set(err, STRATA_DATA_LOSS, "block: footer lacks table %s",
                                     block_table_name(id));
     }
+    if (r->tables[BLOCK_TABLE_ROLLUP_SERIES].present !=
+        r->tables[BLOCK_TABLE_ROLLUP_STACKS].present)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: footer has only one of the two rollup tables");
     r->tables[BLOCK_TABLE_PROFILES].evictable = true;
     r->tables[BLOCK_TABLE_SAMPLES].evictable = true;
+    r->tables[BLOCK_TABLE_ROLLUP_STACKS].evictable = true;
     return 0;
 }
 
@@ -948,17 +954,17 @@ static int samples_reserve(block_samples *s, size_t extra, strata_error *err) {
     return 0;
 }
 
-/* Copies rows [from, from + count) of one samples page into out. */
-static int copy_sample_rows(block_reader *r, uint64_t g, uint64_t from, uint64_t count,
-                            block_samples *out, strata_error *err) {
+/* Copies rows [from, from + count) of page g of a (stack, value) table - samples or
+ * rollup_stacks, whose columns 0 and 1 are the stack id and the value - into out. */
+static int copy_stack_rows(block_reader *r, int table, uint64_t g, uint64_t from, uint64_t count,
+                           block_samples *out, strata_error *err) {
     const r_decoded *stacks, *values;
-    if (load_page(r, BLOCK_TABLE_SAMPLES, BLOCK_COL_SAMPLES_STACK, g, &stacks, err) != 0 ||
-        load_page(r, BLOCK_TABLE_SAMPLES, BLOCK_COL_SAMPLES_VALUE, g, &values, err) != 0)
+    if (load_page(r, table, BLOCK_COL_SAMPLES_STACK, g, &stacks, err) != 0 ||
+        load_page(r, table, BLOCK_COL_SAMPLES_VALUE, g, &values, err) != 0)
         return -1;
     if (stacks->max_value > r->tables[BLOCK_TABLE_STACKS].rows)
-        return data_loss(err, BLOCK_TABLE_SAMPLES, BLOCK_COL_SAMPLES_STACK, g,
-                         "stack id out of range");
-    uint64_t base = from - r->tables[BLOCK_TABLE_SAMPLES].groups[g].first_row;
+        return data_loss(err, table, BLOCK_COL_SAMPLES_STACK, g, "stack id out of range");
+    uint64_t base = from - r->tables[table].groups[g].first_row;
     for (uint64_t i = 0; i < count; i++) {
         out->stacks[out->len + i] = (uint32_t)stacks->values[base + i];
         out->values[out->len + i] = as_signed(values->values[base + i]);
@@ -967,27 +973,33 @@ static int copy_sample_rows(block_reader *r, uint64_t g, uint64_t from, uint64_t
     return 0;
 }
 
-static int read_profile_samples(block_reader *r, const block_profile *p, block_samples *out,
-                                strata_error *err) {
-    const r_table *t = &r->tables[BLOCK_TABLE_SAMPLES];
-    if (p->first_sample > t->rows || p->sample_count > t->rows - p->first_sample)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                "block: profile's samples %llu+%u are outside the samples table",
-                                (unsigned long long)p->first_sample, p->sample_count);
-    if (samples_reserve(out, p->sample_count, err) != 0)
+/* Appends rows [first, first + count) of a (stack, value) table to out, page by page. */
+static int read_stack_rows(block_reader *r, int table, uint64_t first, uint64_t count,
+                           block_samples *out, strata_error *err) {
+    const r_table *t = &r->tables[table];
+    if (first > t->rows || count > t->rows - first)
+        return strata_error_set(
+            err, STRATA_INVALID_ARGUMENT, "block: rows %llu+%llu are outside the %s table",
+            (unsigned long long)first, (unsigned long long)count, block_table_name(table));
+    if (samples_reserve(out, (size_t)count, err) != 0)
         return -1;
-    uint64_t row = p->first_sample, left = p->sample_count;
+    uint64_t row = first, left = count;
     while (left > 0) {
         maybe_evict(r);
         uint64_t g = group_of(t, row);
         uint64_t in_page = t->groups[g].first_row + t->groups[g].rows - row;
         uint64_t take = left < in_page ? left : in_page;
-        if (copy_sample_rows(r, g, row, take, out, err) != 0)
+        if (copy_stack_rows(r, table, g, row, take, out, err) != 0)
             return -1;
         row += take;
         left -= take;
     }
     return 0;
+}
+
+static int read_profile_samples(block_reader *r, const block_profile *p, block_samples *out,
+                                strata_error *err) {
+    return read_stack_rows(r, BLOCK_TABLE_SAMPLES, p->first_sample, p->sample_count, out, err);
 }
 
 int block_reader_read_samples(block_reader *r, const block_profile *profiles, size_t n,
@@ -997,6 +1009,75 @@ int block_reader_read_samples(block_reader *r, const block_profile *profiles, si
             return -1;
     }
     return 0;
+}
+
+/* ---- rollups ---------------------------------------------------------------------------- */
+
+bool block_reader_has_rollups(const block_reader *r) {
+    return r->tables[BLOCK_TABLE_ROLLUP_SERIES].present;
+}
+
+/* Reads the whole rollup_series table (a few bytes per series) and checks every entry. */
+static int load_rollups(block_reader *r, strata_error *err) {
+    const r_table *t = &r->tables[BLOCK_TABLE_ROLLUP_SERIES];
+    uint64_t stack_rows = r->tables[BLOCK_TABLE_ROLLUP_STACKS].rows;
+    if (t->rows != r->n_series)
+        return data_loss(err, BLOCK_TABLE_ROLLUP_SERIES, -1, 0,
+                         "row count differs from the series table's");
+    uint64_t *cols[BLOCK_COL_ROLLUP_SERIES_COUNT] = {0};
+    int rc = 0;
+    for (int c = 0; c < BLOCK_COL_ROLLUP_SERIES_COUNT && rc == 0; c++)
+        rc = read_column(r, BLOCK_TABLE_ROLLUP_SERIES, c, &cols[c], err);
+    block_rollup_series *rollups = NULL;
+    if (rc == 0 && (rollups = malloc((r->n_series + 1) * sizeof *rollups)) == NULL)
+        rc = strata_error_oom(err);
+    for (size_t i = 0; rc == 0 && i < r->n_series; i++) {
+        uint64_t profiles = cols[BLOCK_COL_ROLLUP_SERIES_PROFILE_COUNT][i];
+        uint64_t first = cols[BLOCK_COL_ROLLUP_SERIES_FIRST_STACK][i];
+        uint64_t count = cols[BLOCK_COL_ROLLUP_SERIES_STACK_COUNT][i];
+        if (profiles > UINT32_MAX || first > stack_rows || count > stack_rows - first ||
+            (profiles < BLOCK_ROLLUP_MIN_PROFILES && count != 0))
+            rc = data_loss(err, BLOCK_TABLE_ROLLUP_SERIES, -1, 0,
+                           "a series' rollup rows or profile count are out of range");
+        else
+            rollups[i] = (block_rollup_series){(uint32_t)profiles, first, (uint32_t)count};
+    }
+    free_columns(cols, BLOCK_COL_ROLLUP_SERIES_COUNT);
+    drop_pages(r, BLOCK_TABLE_ROLLUP_SERIES);
+    if (rc != 0) {
+        free(rollups);
+        return -1;
+    }
+    r->rollups = rollups;
+    return 0;
+}
+
+int block_reader_series_rollup_info(block_reader *r, uint32_t series_id, block_rollup_series *out,
+                                    strata_error *err) {
+    if (!block_reader_has_rollups(r))
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "block: this block has no rollup tables");
+    if (series_id >= r->n_series)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "block: series %u out of range",
+                                series_id);
+    if (r->rollups == NULL && load_rollups(r, err) != 0)
+        return -1;
+    *out = r->rollups[series_id];
+    return 0;
+}
+
+int block_reader_series_rollup(block_reader *r, uint32_t series_id, block_samples *out,
+                               strata_error *err) {
+    block_rollup_series info = {0};
+    if (block_reader_series_rollup_info(r, series_id, &info, err) != 0)
+        return -1;
+    if (info.profile_count < BLOCK_ROLLUP_MIN_PROFILES)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "block: series %u has %u profiles, too few for a rollup; read its "
+                                "samples",
+                                series_id, info.profile_count);
+    return read_stack_rows(r, BLOCK_TABLE_ROLLUP_STACKS, info.first_stack, info.stack_count, out,
+                           err);
 }
 
 /* ---- symbols ---------------------------------------------------------------------------- */
@@ -1291,6 +1372,7 @@ void block_reader_close(block_reader *r) {
     free(r->series);
     free(r->postings);
     free(r->posting_series);
+    free(r->rollups);
     free_symbols(r);
     free(r);
 }

@@ -12,6 +12,8 @@
  * size, exact value count) before use:
  *   - profiles pages are skipped using their series and time min/max from the footer;
  *   - samples pages are read only for the profiles asked for;
+ *   - rollup pages (optional tables: per series, the block's summed samples per stack) only for
+ *     the series asked for;
  *   - symbol tables (mappings, functions, locations, lines, stacks) are decoded completely on first
  *     use, strings page by page.
  * Decoded profile and sample pages live in a cache bounded by cache_bytes (evicted wholesale when
@@ -32,6 +34,7 @@
 #include <stdint.h>
 
 #include "block/block_format.h"
+#include "block/block_rollup.h"
 #include "common/buffer.h"
 #include "common/error.h"
 #include "labels/labels.h"
@@ -119,6 +122,23 @@ void block_samples_free(block_samples *s);
 /* Appends the samples of n profiles (in the given order) to out. */
 int block_reader_read_samples(block_reader *r, const block_profile *profiles, size_t n,
                               block_samples *out, strata_error *err);
+
+/* ---- rollups (optional: block_rollup.h, docs/block-format.md section 6.10) ---- */
+
+/* True when the block has the rollup tables; blocks written before them have none. */
+bool block_reader_has_rollups(const block_reader *r);
+/* A series' rollup entry: how many profiles of the series the block holds (a query whose range
+ * returns that many of them covers all of them) and where its rollup rows lie. The small
+ * rollup_series table is read and checked on first use. FAILED_PRECONDITION for a block without
+ * rollups, INVALID_ARGUMENT for a series id out of range. */
+int block_reader_series_rollup_info(block_reader *r, uint32_t series_id, block_rollup_series *out,
+                                    strata_error *err);
+/* Appends a series' rollup rows to out: stack ids ascending, each value the sum over all the
+ * series' profiles in the block of that stack's values, scaled as a merge scales them. Fetches
+ * only the rollup_stacks pages holding the series' rows. FAILED_PRECONDITION for a series with
+ * fewer than BLOCK_ROLLUP_MIN_PROFILES profiles, which has no rollup (read its samples). */
+int block_reader_series_rollup(block_reader *r, uint32_t series_id, block_samples *out,
+                               strata_error *err);
 
 /* ---- symbols ---- */
 

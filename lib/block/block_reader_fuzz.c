@@ -1,6 +1,7 @@
 /*
  * block_reader_fuzz.c - libFuzzer target: opens arbitrary bytes as a block and, when that
- * succeeds, walks every series, profile, sample, stack, location, function and mapping. Any crash,
+ * succeeds, walks every series, profile, sample, rollup row, stack, location, function and
+ * mapping. Any crash,
  * leak, sanitizer report or hang is a bug; errors are expected.
  */
 #include <stddef.h>
@@ -63,6 +64,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         block_samples_free(&samples);
     }
     free(p);
+    block_samples rollup = {0};
+    for (uint32_t s = 0; block_reader_has_rollups(r) && s < block_reader_series_count(r); s++) {
+        rollup.len = 0;
+        if (block_reader_series_rollup(r, s, &rollup, &err) != 0)
+            break;
+        for (size_t k = 0; k < rollup.len; k++)
+            walk_stack(r, rollup.stacks[k]);
+    }
+    block_samples_free(&rollup);
     block_reader_close(r);
     return 0;
 }

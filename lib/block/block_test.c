@@ -155,10 +155,11 @@ typedef struct fixture {
 } fixture;
 
 /* Series after sorting: 0 memory{job=db}, 1 cpu{job=api,pod=api-1}, 2 cpu{job=api,pod=api-2}. */
-static void write_fixture(fixture *fx, size_t page_size) {
+static void write_fixture_rollups(fixture *fx, size_t page_size, bool rollups) {
     block_writer_options opt;
     block_writer_options_default(&opt);
     opt.page_size = page_size;
+    opt.write_rollups = rollups;
     opt.tenant = "team-a";
     strata_error err;
     block_writer *w = block_writer_new(&opt, &err);
@@ -192,6 +193,10 @@ static void write_fixture(fixture *fx, size_t page_size) {
     label_set_free(&db);
     fx->src.data = fx->data.data;
     fx->src.len = fx->data.len;
+}
+
+static void write_fixture(fixture *fx, size_t page_size) {
+    write_fixture_rollups(fx, page_size, true);
 }
 
 static void fixture_free(fixture *fx) {
@@ -696,22 +701,39 @@ static void test_corrupt_pages(void **state) {
     assert_non_null(strstr(err.message, "table strings, column value, page 0"));
     assert_non_null(strstr(err.message, "checksum"));
 
-    /* last page before the footer: samples.value; open succeeds, reading samples fails */
+    /* last page before the footer: rollup_series.stack_count; open succeeds, reading a rollup
+     * fails */
     memcpy(copy, fx.data.data, len);
     uint64_t footer_len = strata_load_u64le(copy + len - BLOCK_TRAILER_SIZE);
     size_t footer_start = len - BLOCK_TRAILER_SIZE - (size_t)footer_len;
     copy[footer_start - 1] ^= 0x01;
     assert_int_equal(open_bytes(copy, len, &r, &err), 0);
+    block_samples s = {0};
+    assert_int_equal(block_reader_series_rollup(r, 1, &s, &err), -1);
+    assert_int_equal(err.code, STRATA_DATA_LOSS);
+    assert_non_null(strstr(err.message, "table rollup_series, column stack_count, page 0"));
+    block_reader_close(r);
+
+    /* without rollups the last page is samples.value; reading samples fails */
+    fixture plain;
+    write_fixture_rollups(&plain, 64 * 1024, false);
+    uint8_t *plain_copy = malloc(plain.data.len);
+    size_t plain_len = plain.data.len;
+    memcpy(plain_copy, plain.data.data, plain_len);
+    uint64_t plain_footer = strata_load_u64le(plain_copy + plain_len - BLOCK_TRAILER_SIZE);
+    plain_copy[plain_len - BLOCK_TRAILER_SIZE - (size_t)plain_footer - 1] ^= 0x01;
+    assert_int_equal(open_bytes(plain_copy, plain_len, &r, &err), 0);
     block_profile *p = NULL;
     size_t n = 0;
     assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &n, &err), 0);
-    block_samples s = {0};
     assert_int_equal(block_reader_read_samples(r, p, n, &s, &err), -1);
     assert_int_equal(err.code, STRATA_DATA_LOSS);
     assert_non_null(strstr(err.message, "table samples, column value, page 0"));
     block_samples_free(&s);
     free(p);
     block_reader_close(r);
+    free(plain_copy);
+    fixture_free(&plain);
 
     /* footer byte: checksum */
     memcpy(copy, fx.data.data, len);
@@ -944,7 +966,10 @@ static void test_dump(void **state) {
                           "top stacks for process_cpu:samples:count:cpu:nanoseconds:delta",
                           "#1 value 8015",
                           "      work\n      handler\n      main\n",
-                          "#1 value 4096"};
+                          "#1 value 4096",
+                          "rollups: 3 series",
+                          "series 1: 2 profiles, 3 stacks from row 0, total 18000",
+                          "rollup_stacks            3 rows"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (strstr(text, want[i]) == NULL)
             fail_msg("dump lacks \"%s\":\n%s", want[i], text);
@@ -954,14 +979,229 @@ static void test_dump(void **state) {
     fixture_free(&fx);
 }
 
-/* With BLOCK_FUZZ_SEED_DIR set, writes the fixture blocks there as the fuzzer's seed corpus. */
+/* ---- rollups ----------------------------------------------------------------------------- */
+
+/* name -> value of a (stack, value) list, via the stack's "leaf;...;root" names. */
+static int64_t value_of(block_reader *r, const block_samples *s, const char *want) {
+    char names[256];
+    for (size_t i = 0; i < s->len; i++) {
+        stack_names(r, s->stacks[i], names, sizeof names);
+        if (strcmp(names, want) == 0)
+            return s->values[i];
+    }
+    fail_msg("no stack %s", want);
+    return 0;
+}
+
+static void test_rollups_roundtrip(void **state) {
+    (void)state;
+    fixture fx;
+    write_fixture(&fx, 64 * 1024);
+    block_reader *r = open_fixture(&fx);
+    strata_error err;
+    assert_true(block_reader_has_rollups(r));
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_ROLLUP_SERIES), 3);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_ROLLUP_STACKS), 3);
+    assert_int_equal(block_reader_table_bytes_fetched(r, BLOCK_TABLE_ROLLUP_STACKS), 0);
+    block_rollup_series info;
+    /* only series 1 has two profiles; one-profile series have no rollup rows */
+    const uint32_t want_profiles[] = {1, 2, 1}, want_stacks[] = {0, 3, 0}, want_first[] = {0, 0, 3};
+    for (uint32_t i = 0; i < 3; i++) {
+        assert_int_equal(block_reader_series_rollup_info(r, i, &info, &err), 0);
+        assert_int_equal(info.profile_count, want_profiles[i]);
+        assert_int_equal(info.stack_count, want_stacks[i]);
+        assert_int_equal(info.first_stack, want_first[i]);
+    }
+    assert_int_equal(block_reader_series_rollup_info(r, 3, &info, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+
+    block_samples s = {0};
+    assert_int_equal(block_reader_series_rollup(r, 0, &s, &err), -1);
+    assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
+    /* cpu{pod=api-1}: two profiles of period 1000, samples:count, so values * period, summed */
+    assert_int_equal(block_reader_series_rollup(r, 1, &s, &err), 0);
+    assert_int_equal(s.len, 3);
+    assert_true(s.stacks[0] < s.stacks[1] && s.stacks[1] < s.stacks[2]);
+    assert_int_equal(value_of(r, &s, "work;handler;main"), (8 + 7) * 1000);
+    assert_int_equal(value_of(r, &s, "handler;main"), 2 * 1000);
+    assert_int_equal(value_of(r, &s, "gc;runtime"), 1 * 1000);
+    assert_true(block_reader_table_bytes_fetched(r, BLOCK_TABLE_ROLLUP_STACKS) > 0);
+    assert_int_equal(block_reader_table_bytes_fetched(r, BLOCK_TABLE_SAMPLES), 0);
+    block_samples_free(&s);
+    block_reader_close(r);
+    fixture_free(&fx);
+}
+
+/* A block written without rollups (as before they existed) reads as before and says so. */
+static void test_block_without_rollups(void **state) {
+    (void)state;
+    block_writer_options opt;
+    block_writer_options_default(&opt);
+    opt.write_rollups = false;
+    strata_error err;
+    block_writer *w = block_writer_new(&opt, &err);
+    pprof_profile pa;
+    build_pprof(&pa, profile_a, 4, 0);
+    profile_type cpu = cpu_type();
+    label_set l;
+    labels2(&l, "job", "a", NULL, NULL);
+    assert_int_equal(block_writer_add_profile(w, &l, &cpu, 5 * SEC, SEC, 3, &pa, 0, &err), 0);
+    strata_buffer data = STRATA_BUFFER_INIT;
+    block_meta meta;
+    assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
+    block_writer_free(w);
+    block_memory_source src = {data.data, data.len};
+    block_reader *r;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, data.len, NULL, &r, &err), 0);
+    assert_false(block_reader_has_rollups(r));
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_ROLLUP_STACKS), 0);
+    block_rollup_series info;
+    assert_int_equal(block_reader_series_rollup_info(r, 0, &info, &err), -1);
+    assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
+    block_samples s = {0};
+    assert_int_equal(block_reader_series_rollup(r, 0, &s, &err), -1);
+    block_profile *p = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(block_reader_read_samples(r, p, n, &s, &err), 0);
+    assert_int_equal(value_of(r, &s, "work;handler;main"), 8);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    assert_int_equal(block_dump(r, NULL, out, NULL, &err), 0);
+    fclose(out);
+    assert_non_null(strstr(text, "rollups: none"));
+    assert_non_null(strstr(text, "rollup_stacks       absent (optional)"));
+    free(text);
+    block_samples_free(&s);
+    free(p);
+    block_reader_close(r);
+    strata_buffer_free(&data);
+    block_meta_free(&meta);
+    pprof_profile_free(&pa);
+    label_set_free(&l);
+}
+
+/* Reading one series' rollup fetches only the pages holding its rows. */
+static void test_rollup_reads_only_its_pages(void **state) {
+    (void)state;
+    block_writer_options opt;
+    block_writer_options_default(&opt);
+    opt.page_size = 256;
+    strata_error err;
+    block_writer *w = block_writer_new(&opt, &err);
+    profile_type cpu = cpu_type();
+    char name[32], fn[32];
+    for (int series = 0; series < 40; series++) {
+        label_set l;
+        snprintf(name, sizeof name, "p%02d", series);
+        labels2(&l, "pod", name, NULL, NULL);
+        for (int t = 0; t < 3; t++) {
+            assert_int_equal(
+                block_writer_begin_profile(w, &l, &cpu, (series * 10 + t) * SEC, SEC, 2, &err), 0);
+            for (int k = 0; k < 30; k++) {
+                snprintf(fn, sizeof fn, "f%d_%d", series, k);
+                block_frame frames[2] = {{fn, NULL, NULL, 0, 0, NULL, NULL, 0},
+                                         {"main", NULL, NULL, 0, 0, NULL, NULL, 0}};
+                assert_int_equal(block_writer_add_sample(w, frames, 2, k + t, &err), 0);
+            }
+            assert_int_equal(block_writer_end_profile(w, &err), 0);
+        }
+        label_set_free(&l);
+    }
+    strata_buffer data = STRATA_BUFFER_INIT;
+    block_meta meta;
+    assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
+    block_writer_free(w);
+    block_memory_source src = {data.data, data.len};
+    block_reader *r;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, data.len, NULL, &r, &err), 0);
+    /* stack f_k;main of series 7: k+0 + k+1 + k+2 over three profiles, times the period 2; k = 0
+     * sums to 3 * 2 */
+    block_samples s = {0};
+    assert_int_equal(block_reader_series_rollup(r, 7, &s, &err), 0);
+    assert_int_equal(s.len, 30);
+    assert_int_equal(value_of(r, &s, "f7_0;main"), 6);
+    assert_int_equal(value_of(r, &s, "f7_29;main"), (29 * 3 + 3) * 2);
+    uint64_t one = block_reader_table_bytes_fetched(r, BLOCK_TABLE_ROLLUP_STACKS);
+    assert_true(one > 0);
+    for (uint32_t i = 0; i < 40; i++) {
+        s.len = 0;
+        assert_int_equal(block_reader_series_rollup(r, i, &s, &err), 0);
+        assert_int_equal(s.len, 30);
+    }
+    uint64_t all = block_reader_table_bytes_fetched(r, BLOCK_TABLE_ROLLUP_STACKS);
+    assert_true(one * 4 < all);
+    assert_int_equal(block_reader_table_bytes_fetched(r, BLOCK_TABLE_SAMPLES), 0);
+    block_samples_free(&s);
+    block_reader_close(r);
+    strata_buffer_free(&data);
+    block_meta_free(&meta);
+}
+
+static int collect_row(void *ctx, uint32_t stack, int64_t value, strata_error *err) {
+    block_samples *s = ctx;
+    (void)err;
+    assert_true(s->len < s->cap);
+    s->stacks[s->len] = stack;
+    s->values[s->len++] = value;
+    return 0;
+}
+
+/* The builder: scaling, summing across profiles, dropping zero sums, wrapping like the merge. */
+static void test_rollup_build(void **state) {
+    (void)state;
+    const uint32_t st_a[] = {1, 3, 4}, st_b[] = {3, 4}, st_c[] = {2};
+    const int64_t v_a[] = {5, 7, INT64_MAX}, v_b[] = {-7, 2}, v_c[] = {9};
+    block_rollup_profile in[] = {
+        {0, 1, st_a, v_a, 3}, /* series 0: 1 -> 5, 3 -> 7 - 7 = 0 (dropped), 4 -> wraps */
+        {0, 1, st_b, v_b, 2},  {1, 3, st_c, v_c, 1}, /* series 1: one profile, no rollup */
+        {3, 10, st_c, v_c, 1},                       /* series 2: none; series 3: 9 * 10 twice */
+        {3, 10, st_c, v_c, 1},
+    };
+    uint32_t stacks[8];
+    int64_t values[8];
+    block_samples rows = {stacks, values, 0, 8};
+    block_rollup_series series[4];
+    strata_error err;
+    assert_int_equal(block_rollup_build(in, 5, 4, 5, collect_row, &rows, series, &err), 0);
+    assert_int_equal(rows.len, 3);
+    assert_int_equal(rows.stacks[0], 1);
+    assert_int_equal(rows.values[0], 5);
+    assert_int_equal(rows.stacks[1], 4);
+    assert_int_equal(rows.values[1], INT64_MIN + 1); /* INT64_MAX + 2, wrapped */
+    assert_int_equal(rows.stacks[2], 2);
+    assert_int_equal(rows.values[2], 180);
+    const uint32_t want_profiles[] = {2, 1, 0, 2}, want_stacks[] = {2, 0, 0, 1};
+    const uint64_t want_first[] = {0, 2, 2, 2};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(series[i].profile_count, want_profiles[i]);
+        assert_int_equal(series[i].stack_count, want_stacks[i]);
+        assert_int_equal(series[i].first_stack, want_first[i]);
+    }
+    assert_true(block_rollup_scale("samples", "count"));
+    assert_false(block_rollup_scale("cpu", "nanoseconds"));
+
+    block_rollup_profile unsorted[] = {in[3], in[0]};
+    rows.len = 0;
+    assert_int_equal(block_rollup_build(unsorted, 2, 4, 5, collect_row, &rows, series, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(block_rollup_build(in, 5, 4, 4, collect_row, &rows, series, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT); /* stack 4 out of range */
+}
+
+/* With BLOCK_FUZZ_SEED_DIR set, writes the fixture blocks there as the fuzzer's seed corpus:
+ * fixture-N.strata without rollups (as blocks were before them), fixture-rollups-N.strata with. */
 static void write_seeds(const char *dir) {
     size_t page_sizes[] = {64 * 1024, 256};
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < 4; i++) {
         fixture fx;
-        write_fixture(&fx, page_sizes[i]);
+        bool rollups = i >= 2;
+        write_fixture_rollups(&fx, page_sizes[i % 2], rollups);
         char path[4096];
-        snprintf(path, sizeof path, "%s/fixture-%zu.strata", dir, page_sizes[i]);
+        snprintf(path, sizeof path, "%s/fixture-%s%zu.strata", dir, rollups ? "rollups-" : "",
+                 page_sizes[i % 2]);
         FILE *f = fopen(path, "wb");
         if (f != NULL) {
             fwrite(fx.data.data, 1, fx.data.len, f);
@@ -991,6 +1231,10 @@ int main(void) {
         cmocka_unit_test(test_marks),
         cmocka_unit_test(test_ulid),
         cmocka_unit_test(test_dump),
+        cmocka_unit_test(test_rollups_roundtrip),
+        cmocka_unit_test(test_block_without_rollups),
+        cmocka_unit_test(test_rollup_reads_only_its_pages),
+        cmocka_unit_test(test_rollup_build),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <zstd.h>
 
 #include "block/block_format.h"
+#include "block/block_rollup.h"
 #include "common/clock.h"
 #include "common/hash.h"
 
@@ -540,6 +541,7 @@ void block_writer_options_default(block_writer_options *options) {
     options->zstd_level = 3;
     options->tenant = "anonymous";
     options->compaction_level = 1;
+    options->write_rollups = true;
 }
 
 block_writer *block_writer_new(const block_writer_options *options, strata_error *err) {
@@ -1696,6 +1698,59 @@ static int write_profile_tables(encoder *e, const block_order *o) {
     return enc_end_table(e);
 }
 
+/* The optional rollup tables (block_rollup.h): rollup_stacks streamed from the builder, then
+ * rollup_series, one row per series. */
+static int put_rollup_row(void *ctx, uint32_t stack, int64_t value, strata_error *err) {
+    encoder *e = ctx;
+    (void)err; /* encoder allocation failures are reported by enc_end_table */
+    enc_put(e, BLOCK_COL_ROLLUP_STACKS_STACK, stack);
+    enc_put(e, BLOCK_COL_ROLLUP_STACKS_VALUE, (uint64_t)value);
+    enc_end_row(e);
+    return 0;
+}
+
+static void rollup_inputs(const block_writer *w, const block_order *o, block_rollup_profile *in) {
+    for (size_t i = 0; i < w->n_profiles; i++) {
+        const w_profile *p = &w->profiles[o->profile_order[i]];
+        const w_series *s = &w->series[p->series];
+        bool scale =
+            block_rollup_scale(w->strings.strings[s->type[1]], w->strings.strings[s->type[2]]);
+        in[i] = (block_rollup_profile){o->series_new[p->series], scale ? p->period : 1,
+                                       w->sample_stacks + p->first_sample,
+                                       w->sample_values + p->first_sample, p->sample_count};
+    }
+}
+
+static int write_rollup_tables(encoder *e, const block_order *o) {
+    block_writer *w = e->w;
+    if (!w->options.write_rollups)
+        return 0;
+    block_rollup_profile *in = malloc((w->n_profiles + 1) * sizeof *in);
+    block_rollup_series *series = malloc((o->n_series + 1) * sizeof *series);
+    int rc = (in != NULL && series != NULL) ? 0 : strata_error_oom(e->err);
+    if (rc == 0) {
+        rollup_inputs(w, o, in);
+        enc_begin_table(e, BLOCK_TABLE_ROLLUP_STACKS);
+        rc = block_rollup_build(in, w->n_profiles, o->n_series, w->n_stacks + 1, put_rollup_row, e,
+                                series, e->err);
+        if (rc == 0)
+            rc = enc_end_table(e);
+    }
+    if (rc == 0) {
+        enc_begin_table(e, BLOCK_TABLE_ROLLUP_SERIES);
+        for (size_t i = 0; i < o->n_series; i++) {
+            enc_put(e, BLOCK_COL_ROLLUP_SERIES_PROFILE_COUNT, series[i].profile_count);
+            enc_put(e, BLOCK_COL_ROLLUP_SERIES_FIRST_STACK, series[i].first_stack);
+            enc_put(e, BLOCK_COL_ROLLUP_SERIES_STACK_COUNT, series[i].stack_count);
+            enc_end_row(e);
+        }
+        rc = enc_end_table(e);
+    }
+    free(in);
+    free(series);
+    return rc;
+}
+
 static int write_footer(encoder *e) {
     strata_buffer footer = STRATA_BUFFER_INIT;
     int rc = strata_buffer_append_uvarint(&footer, e->n_tables);
@@ -1736,7 +1791,7 @@ static int encode_block(block_writer *w, const block_order *o, strata_buffer *da
                strata_buffer_append_u32le(data, 0) != 0) {
         strata_error_oom(err);
     } else if (write_symbol_tables(&e, o) == 0 && write_series_tables(&e, o) == 0 &&
-               write_profile_tables(&e, o) == 0) {
+               write_profile_tables(&e, o) == 0 && write_rollup_tables(&e, o) == 0) {
         rc = write_footer(&e);
     }
     encoder_free(&e);

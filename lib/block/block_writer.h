@@ -18,8 +18,9 @@
  * At finish, series are ordered by (profile type, labels), profiles by (series, time), label and
  * type strings get the lowest string ids (so reading series never touches symbol string pages),
  * and every table is written as zstd-compressed column pages with a footer index
- * (block_format.h, docs/block-format.md). meta is filled for meta.json; the caller uploads the
- * data object first and meta.json last.
+ * (block_format.h, docs/block-format.md), followed by the per-series stack rollups
+ * (block_rollup.h) that let merges over whole blocks skip the samples. meta is filled for
+ * meta.json; the caller uploads the data object first and meta.json last.
  *
  * Three ways in: block_writer_add_profile takes a decoded pprof (the ingester); the begin / add
  * sample / end calls take already symbolized frames (the agent); the id path (intern string,
@@ -32,6 +33,7 @@
 #ifndef STRATA_BLOCK_WRITER_H
 #define STRATA_BLOCK_WRITER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +48,8 @@ typedef struct block_writer_options {
     int zstd_level;       /* default 3 */
     const char *tenant;   /* recorded in meta; default "anonymous" */
     int compaction_level; /* recorded in meta; default 1 (a freshly ingested block) */
+    bool write_rollups;   /* the optional per-series rollup tables (block_rollup.h); default
+                             true; false writes a block as writers before them did */
 } block_writer_options;
 
 /* Fills options with the defaults. */

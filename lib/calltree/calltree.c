@@ -166,20 +166,23 @@ int calltree_child(calltree *t, uint32_t parent, uint32_t frame, uint32_t *node,
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "call tree: node %u or frame %u out of range", parent, frame);
     uint64_t key = ((uint64_t)parent << 32 | frame) + 1;
-    uint64_t *v = strata_u64_map_get(&t->child_map, key);
-    if (v != NULL) {
+    /* One probe whether the child exists or not (merges create millions of nodes): room for a
+     * new node is made first, so an inserted key always gets its node. */
+    if (t->n_nodes >= MAX_IDS)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "call tree: too many nodes");
+    if (t->n_nodes == t->nodes_cap && grow_nodes(t) != 0)
+        return strata_error_oom(err);
+    bool inserted;
+    uint64_t *v = strata_u64_map_upsert(&t->child_map, key, t->n_nodes, &inserted);
+    if (v == NULL)
+        return strata_error_oom(err);
+    if (!inserted) {
         *node = (uint32_t)*v;
         return 0;
     }
-    if (t->n_nodes >= MAX_IDS)
-        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "call tree: too many nodes");
     uint32_t id;
-    if (new_node(t, parent, frame, &id) != 0)
+    if (new_node(t, parent, frame, &id) != 0) /* cannot fail: capacity was made above */
         return strata_error_oom(err);
-    if (strata_u64_map_upsert(&t->child_map, key, id, NULL) == NULL) {
-        t->n_nodes--;
-        return strata_error_oom(err);
-    }
     *node = id;
     return 0;
 }

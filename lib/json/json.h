@@ -95,6 +95,11 @@ void json_uint(json_writer *w, uint64_t v);
 void json_double(json_writer *w, double v);
 void json_bool(json_writer *w, bool v);
 void json_null(json_writer *w);
+/* Protobuf JSON (protojson) forms of google.protobuf.Timestamp and Duration, as Parca's HTTP
+ * gateway writes them: "2026-12-02T15:04:05.123456789Z" (UTC, nanoseconds since the epoch) and
+ * "1.500000000s" (negative durations keep the sign on the seconds: "-1.500000000s"). */
+void json_timestamp_ns(json_writer *w, int64_t unix_ns);
+void json_duration_ns(json_writer *w, int64_t ns);
 /* Appends pre-encoded JSON as one value (trusted input). */
 void json_raw(json_writer *w, const char *json, size_t len);
 /* 0 if everything was written and nesting is balanced, else -1. */

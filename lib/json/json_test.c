@@ -456,6 +456,27 @@ static void test_writer_sticky_failures(void **state) {
     free(s);
 }
 
+/* protojson Timestamp and Duration, as the Targets and Agents JSON answers carry them. */
+static void test_writer_timestamps_and_durations(void **state) {
+    (void)state;
+    strata_buffer b = STRATA_BUFFER_INIT;
+    json_writer w;
+    json_writer_init(&w, &b);
+    json_begin_array(&w);
+    json_timestamp_ns(&w, INT64_C(1764687845123456789));
+    json_timestamp_ns(&w, -1); /* one ns before the epoch */
+    json_duration_ns(&w, INT64_C(1500000000));
+    json_duration_ns(&w, 7);
+    json_duration_ns(&w, INT64_C(-1500000000));
+    json_end_array(&w);
+    assert_int_equal(json_writer_finish(&w), 0);
+    assert_int_equal(strata_buffer_append(&b, "", 1), 0);
+    assert_string_equal((const char *)b.data,
+                        "[\"2025-12-02T15:04:05.123456789Z\",\"1969-12-31T23:59:59.999999999Z\","
+                        "\"1.500000000s\",\"0.000000007s\",\"-1.500000000s\"]");
+    strata_buffer_free(&b);
+}
+
 static void test_round_trips(void **state) {
     (void)state;
     assert_round_trip(" { \"a\" : [ 1 , -2 , 3.5 , 1e2 , true , null ] , \"b\" : { } } ",
@@ -471,13 +492,20 @@ static void test_round_trips(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_meta_json), cmocka_unit_test(test_scalars_at_top_level),
-        cmocka_unit_test(test_every_escape),    cmocka_unit_test(test_surrogate_pairs),
-        cmocka_unit_test(test_invalid_utf8),    cmocka_unit_test(test_depth_limit),
-        cmocka_unit_test(test_big_integers),    cmocka_unit_test(test_duplicate_keys),
-        cmocka_unit_test(test_syntax_errors),   cmocka_unit_test(test_writer_document),
-        cmocka_unit_test(test_writer_escaping), cmocka_unit_test(test_writer_sticky_failures),
+        cmocka_unit_test(test_parse_meta_json),
+        cmocka_unit_test(test_scalars_at_top_level),
+        cmocka_unit_test(test_every_escape),
+        cmocka_unit_test(test_surrogate_pairs),
+        cmocka_unit_test(test_invalid_utf8),
+        cmocka_unit_test(test_depth_limit),
+        cmocka_unit_test(test_big_integers),
+        cmocka_unit_test(test_duplicate_keys),
+        cmocka_unit_test(test_syntax_errors),
+        cmocka_unit_test(test_writer_document),
+        cmocka_unit_test(test_writer_escaping),
+        cmocka_unit_test(test_writer_sticky_failures),
         cmocka_unit_test(test_round_trips),
+        cmocka_unit_test(test_writer_timestamps_and_durations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void json_writer_init(json_writer *w, strata_buffer *out) {
     memset(w, 0, sizeof *w);
@@ -226,4 +227,30 @@ void json_raw(json_writer *w, const char *json, size_t len) {
 
 int json_writer_finish(json_writer *w) {
     return w->failed || w->depth != 0 || w->after_key ? -1 : 0;
+}
+
+void json_timestamp_ns(json_writer *w, int64_t unix_ns) {
+    int64_t secs = unix_ns / 1000000000, nanos = unix_ns % 1000000000;
+    if (nanos < 0) { /* floor division: the fraction of a pre-1970 instant counts forward */
+        secs--;
+        nanos += 1000000000;
+    }
+    time_t t = (time_t)secs;
+    struct tm tm;
+    if (gmtime_r(&t, &tm) == NULL) {
+        json_null(w);
+        return;
+    }
+    char text[80];
+    snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%09" PRId64 "Z", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, nanos);
+    json_string(w, text);
+}
+
+void json_duration_ns(json_writer *w, int64_t ns) {
+    char text[48];
+    uint64_t magnitude = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
+    snprintf(text, sizeof text, "%s%" PRIu64 ".%09" PRIu64 "s", ns < 0 ? "-" : "",
+             magnitude / 1000000000u, magnitude % 1000000000u);
+    json_string(w, text);
 }

@@ -175,15 +175,6 @@ int agent_registry_encode_response(agent_registry *r, int64_t now_ns, strata_buf
     return rc;
 }
 
-static void format_rfc3339(int64_t ns, char *out, size_t len) {
-    time_t secs = (time_t)(ns / STRATA_NS_PER_SEC);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    snprintf(out, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-             (int)(ns % STRATA_NS_PER_SEC / STRATA_NS_PER_MS));
-}
-
 int agent_registry_encode_json(agent_registry *r, int64_t now_ns, strata_buffer *out,
                                strata_error *err) {
     json_writer w;
@@ -196,15 +187,13 @@ int agent_registry_encode_json(agent_registry *r, int64_t now_ns, strata_buffer 
     json_begin_array(&w);
     for (size_t i = 0; i < r->count; i++) {
         const agent_entry *e = &r->entries[i];
-        char when[80];
-        format_rfc3339(e->last_push_ns, when, sizeof when);
         json_begin_object(&w);
         json_key(&w, "id");
         json_string(&w, e->id);
         json_key(&w, "last_push");
-        json_string(&w, when);
+        json_timestamp_ns(&w, e->last_push_ns);
         json_key(&w, "last_push_duration");
-        json_double(&w, (double)e->last_push_duration_ns / 1e9);
+        json_duration_ns(&w, e->last_push_duration_ns);
         json_key(&w, "last_error");
         json_string(&w, e->last_error);
         json_end_object(&w);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "block/block_rollup.h"
 #include "common/clock.h"
 #include "common/hash.h"
 
@@ -25,6 +26,7 @@ void query_engine_options_default(query_engine_options *opts) {
     opts->max_query_bytes = (uint64_t)1 << 30;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     opts->parallelism = cpus > 0 ? (int)cpus : 2;
+    opts->use_rollups = true;
 }
 
 int query_engine_new(const query_engine_options *opts, block_index *index, query_engine **out,
@@ -721,6 +723,7 @@ typedef struct merge_query {
     bool base;
     bool samples_count;
     uint64_t max_bytes;
+    bool use_rollups; /* add a fully covered series' rollup instead of its sample rows */
 } merge_query;
 
 typedef struct merge_partial {
@@ -863,29 +866,64 @@ static int stack_node(block_reader *r, calltree *tree, frame_memo *m, uint32_t *
     return 0;
 }
 
+/* Adds (stack, value) rows to per_stack (indexed by stack id) in wrapping arithmetic, the
+ * values multiplied by mult: the same sums whether rows come from samples or rollups. */
+static int add_rows(const block_samples *s, size_t from, size_t n, int64_t mult, int64_t *per_stack,
+                    size_t n_stacks, strata_error *err) {
+    uint64_t *sums = (uint64_t *)per_stack;
+    for (size_t i = from; i < from + n && i < s->len; i++) {
+        uint32_t stack = s->stacks[i];
+        if (stack >= n_stacks)
+            return strata_error_set(err, STRATA_DATA_LOSS, "stack id %u out of range", stack);
+        sums[stack] += (uint64_t)s->values[i] * (uint64_t)mult;
+    }
+    return 0;
+}
+
 /* Sums the samples of profiles into per_stack (indexed by stack id). */
 static int aggregate_samples(block_reader *r, const merge_query *q, const block_profile *profiles,
                              size_t n, int64_t *per_stack, size_t n_stacks, merge_result *res,
                              strata_error *err) {
     block_samples s = {0};
-    if (block_reader_read_samples(r, profiles, n, &s, err) != 0) {
-        block_samples_free(&s);
-        return -1;
-    }
+    int rc = block_reader_read_samples(r, profiles, n, &s, err);
     size_t at = 0;
-    for (size_t p = 0; p < n; p++) {
+    for (size_t p = 0; rc == 0 && p < n; p++) {
         int64_t mult = q->samples_count ? profiles[p].period : 1;
-        for (uint32_t i = 0; i < profiles[p].sample_count && at < s.len; i++, at++) {
-            uint32_t stack = s.stacks[at];
-            if (stack >= n_stacks) {
-                block_samples_free(&s);
-                return strata_error_set(err, STRATA_DATA_LOSS, "stack id %u out of range", stack);
-            }
-            per_stack[stack] += s.values[at] * mult;
-        }
+        rc = add_rows(&s, at, profiles[p].sample_count, mult, per_stack, n_stacks, err);
+        at += profiles[p].sample_count;
     }
-    res->samples += s.len;
+    if (rc == 0)
+        res->samples += s.len;
     block_samples_free(&s);
+    return rc;
+}
+
+/* The profiles of one series (profiles[0..n), all of one series, in range) through the series'
+ * rollup, when the block has one and they are all of the series' profiles in the block (a series
+ * with a single profile has no rollup: its rows are as short); *used
+ * says whether it applied. The rollup's values are already scaled as aggregate_samples scales
+ * them, so the sums are identical. Samples count the sample rows the profiles cover. */
+static int aggregate_rollup(block_reader *r, const merge_query *q, const block_profile *profiles,
+                            size_t n, int64_t *per_stack, size_t n_stacks, merge_result *res,
+                            bool *used, strata_error *err) {
+    *used = false;
+    if (!q->use_rollups || n < BLOCK_ROLLUP_MIN_PROFILES || !block_reader_has_rollups(r))
+        return 0;
+    block_rollup_series info = {0};
+    if (block_reader_series_rollup_info(r, profiles[0].series_id, &info, err) != 0)
+        return -1;
+    if (info.profile_count != n)
+        return 0; /* the range cuts through the series: scan its rows */
+    block_samples s = {0};
+    int rc = block_reader_series_rollup(r, profiles[0].series_id, &s, err);
+    if (rc == 0)
+        rc = add_rows(&s, 0, s.len, 1, per_stack, n_stacks, err);
+    block_samples_free(&s);
+    if (rc != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        res->samples += profiles[i].sample_count;
+    *used = true;
     return 0;
 }
 
@@ -929,14 +967,34 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
         memset(node_of_stack, 0xff, n_stacks * sizeof *node_of_stack);
         node_of_stack[0] = CALLTREE_ROOT; /* the empty stack */
     }
+    /* Series the range covers go through their rollups; the profiles of the rest are scanned
+     * in batches, as many series per batch as fit. */
+    block_profile *scan = malloc((n + 1) * sizeof *scan);
+    size_t n_scan = 0;
+    if (rc == 0 && scan == NULL)
+        rc = strata_error_oom(err);
     for (size_t i = 0; rc == 0 && i < n;) {
+        size_t end = i; /* profiles are ordered by series: [i, end) is one series */
+        while (end < n && profiles[end].series_id == profiles[i].series_id)
+            end++;
+        bool used = false;
+        rc = aggregate_rollup(r, q, profiles + i, end - i, per_stack, n_stacks, &p->result, &used,
+                              err);
+        if (rc == 0 && !used) {
+            memcpy(scan + n_scan, profiles + i, (end - i) * sizeof *scan);
+            n_scan += end - i;
+        }
+        i = end;
+    }
+    for (size_t i = 0; rc == 0 && i < n_scan;) {
         size_t j = i;
         uint64_t batch = 0;
-        while (j < n && (j == i || batch + profiles[j].sample_count <= MERGE_BATCH_SAMPLES))
-            batch += profiles[j++].sample_count;
-        rc = aggregate_samples(r, q, profiles + i, j - i, per_stack, n_stacks, &p->result, err);
+        while (j < n_scan && (j == i || batch + scan[j].sample_count <= MERGE_BATCH_SAMPLES))
+            batch += scan[j++].sample_count;
+        rc = aggregate_samples(r, q, scan + i, j - i, per_stack, n_stacks, &p->result, err);
         i = j;
     }
+    free(scan);
     for (size_t s = 0; rc == 0 && s < n_stacks; s++) {
         if (per_stack[s] == 0)
             continue;
@@ -1079,8 +1137,9 @@ static int check_merge_selector(const selector *sel, strata_error *err) {
     return 0;
 }
 
+/* The same rule the block writer's rollups are scaled by. */
 static bool is_samples_count(const profile_type *t) {
-    return strcmp(t->sample_type, "samples") == 0 && strcmp(t->sample_unit, "count") == 0;
+    return block_rollup_scale(t->sample_type, t->sample_unit);
 }
 
 int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
@@ -1090,8 +1149,13 @@ int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_
         return -1;
     if (end_ns < start_ns)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "end is before start");
-    merge_query q = {
-        sel, start_ns, end_ns, base, is_samples_count(&sel->profile_type), e->opts.max_query_bytes};
+    merge_query q = {sel,
+                     start_ns,
+                     end_ns,
+                     base,
+                     is_samples_count(&sel->profile_type),
+                     e->opts.max_query_bytes,
+                     e->opts.use_rollups};
     return run_merge(e, tenant, &q, tree, result, err);
 }
 
@@ -1105,6 +1169,7 @@ int query_single(query_engine *e, const char *tenant, const selector *sel, int64
                      ms * STRATA_NS_PER_MS + STRATA_NS_PER_MS - 1,
                      base,
                      is_samples_count(&sel->profile_type),
-                     e->opts.max_query_bytes};
+                     e->opts.max_query_bytes,
+                     false /* one profile per series: rows are as cheap as a rollup */};
     return run_merge(e, tenant, &q, tree, result, err);
 }

@@ -7,7 +7,11 @@
  *   - metadata (profile types, label names and values) reads only series tables;
  *   - query_range reads only the profiles table (series, time, duration, period, total);
  *   - merge and single read the samples of the selected profiles, aggregate them per stack, and
- *     translate each distinct stack (not each sample) into the merged calltree.
+ *     translate each distinct stack (not each sample) into the merged calltree. A merge whose
+ *     range holds every profile a block has of a series reads that series' rollup instead (one
+ *     row per distinct stack, pre-summed and pre-scaled by the writer: block_rollup.h), so long
+ *     ranges over compacted blocks skip the sample scan; series cut by the range's edges, single
+ *     profiles and blocks without rollups use the sample rows. Both give identical sums.
  * Values of `samples/count` profiles are multiplied by their period in ranges and merges, so CPU
  * shows as nanoseconds, as Parca does.
  *
@@ -32,6 +36,8 @@ typedef struct query_engine query_engine;
 typedef struct query_engine_options {
     uint64_t max_query_bytes; /* default 1 GiB */
     int parallelism;          /* default: online CPUs */
+    bool use_rollups; /* default true; false makes merges scan sample rows even where a block's
+                         rollup covers a series (tests compare the two paths) */
 } query_engine_options;
 
 void query_engine_options_default(query_engine_options *opts);
@@ -79,7 +85,7 @@ void query_range_free(range_series *series, size_t n);
 
 typedef struct merge_result {
     uint64_t profiles; /* profiles merged */
-    uint64_t samples;  /* samples read */
+    uint64_t samples;  /* sample rows covered (read, or summarised by a rollup) */
     int64_t total;     /* sum of values added */
     int64_t min_time_ns;
     int64_t max_time_ns;

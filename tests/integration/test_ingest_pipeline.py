@@ -138,7 +138,9 @@ ingester:
         node_a = [a for a in listed if a["id"].startswith("node-a ")]
         self.assertEqual(len(node_a), 1)
         self.assertEqual(node_a[0]["last_error"], "")
-        self.assertRegex(node_a[0]["last_push"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+        self.assertRegex(node_a[0]["last_push"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z$")
+        # protojson Duration: seconds with nine decimals and an "s", as the UI and Parca read it.
+        self.assertRegex(node_a[0]["last_push_duration"], r"^\d+\.\d{9}s$")
 
     def test_bad_profiles_fail_alone(self):
         good = write_request([({"__name__": "process_cpu", "job": "concurrent"}, [self.cpu])])

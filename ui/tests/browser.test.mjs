@@ -292,9 +292,36 @@ describe('compare view', () => {
 });
 
 describe('targets page', () => {
+  it('shows the real scraper\'s healthy and unhealthy targets', async () => {
+    await open(page, '?view=targets');
+    const job = page.locator('.job[data-job="ui-scrape"]');
+    await job.waitFor();
+    // The page refreshes every 10 s; the scraper needs a second for its first scrapes.
+    const settled = async () => (await job.locator('tr[data-health="up"]').count()) === 1 &&
+      (await job.locator('tr[data-health="down"]').count()) === 1;
+    const end = Date.now() + 30000;
+    while (!(await settled()) && Date.now() < end) {
+      await page.click('[data-role="refresh"]');
+      await page.waitForTimeout(500);
+    }
+    const up = job.locator('tr[data-health="up"]');
+    const down = job.locator('tr[data-health="down"]');
+    assert.equal(await up.count(), 1);
+    assert.equal(await down.count(), 1);
+    assert.equal(await up.getAttribute('data-url'), `${env.target}/debug/pprof/goroutine`);
+    assert.match(await up.innerText(), /Up[\s\S]*__name__="scraped"[\s\S]*job="ui-scrape"[\s\S]*s ago[\s\S]*none/);
+    assert.equal(await down.getAttribute('data-url'), `http://${env.deadTarget}/debug/pprof/goroutine`);
+    assert.match(await down.innerText(), /Down[\s\S]*Failed to connect to 127\.0\.0\.1/);
+    assert.match(await job.locator('h3').innerText(), /ui-scrape \(1\/2 up\)/);
+    await shot(page, 'targets-scraper');
+  });
+
   it('says so when the server has no targets API', async () => {
+    await page.route('**/api/v1/targets', (route) => route.fulfill({ status: 404, contentType: 'application/json',
+      body: JSON.stringify({ code: 'NOT_FOUND', message: 'not found' }) }));
     await open(page, '?view=targets');
     await page.waitForSelector('[data-role="targets"] .empty-state[data-state="unavailable"]');
+    await page.unroute('**/api/v1/targets');
   });
 
   it('shows a healthy and an unhealthy target and the agents', async () => {

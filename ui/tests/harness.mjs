@@ -78,9 +78,12 @@ export class Env {
     this.spawn('gotarget', go, ['-listen', '127.0.0.1:0', '-port-file', portFile]);
     await waitFor(() => existsSync(portFile), 'gotarget to listen');
     this.target = `http://${readFileSync(portFile, 'utf8').trim()}`;
-    // Strata.
+    // Strata. Its scraper pulls goroutine profiles (as their own type, `scraped`, so the pushed
+    // profiles the other tests count are untouched) from the Go target, which is healthy, and from
+    // a port nobody listens on, which is not.
     this.httpPort = await freePort();
     this.grpcPort = await freePort();
+    this.deadTarget = `127.0.0.1:${await freePort()}`;
     const cfg = join(this.work, 'strata.yaml');
     writeFileSync(cfg, `server:
   http_listen_address: 127.0.0.1:${this.httpPort}
@@ -93,6 +96,19 @@ bucket:
     directory: ${join(this.work, 'data')}
 ingester:
   flush_interval: 1s
+scrape_configs:
+  - job_name: ui-scrape
+    scrape_interval: 1s
+    static_configs:
+      - targets: ['${this.target.replace('http://', '')}', '${this.deadTarget}']
+    profiling_config:
+      pprof_config:
+        memory: {enabled: false}
+        block: {enabled: false}
+        goroutine: {enabled: false}
+        mutex: {enabled: false}
+        process_cpu: {enabled: false}
+        scraped: {path: /debug/pprof/goroutine}
 `);
     this.spawn('strata', this.binary, ['all', '-config', cfg]);
     this.base = `http://127.0.0.1:${this.httpPort}/`;

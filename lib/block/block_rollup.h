@@ -1,0 +1,67 @@
+/*
+ * block_rollup.h - per-series stack rollups, the optional rollup tables of a block
+ * (docs/block-format.md, section 6.10).
+ *
+ * Design. A merge over a long range reads every (profile, stack) sample row of every selected
+ * series, although for a block the range covers completely the answer per series is always the
+ * same: the sum, over the series' profiles, of each stack's value. The writer therefore stores
+ * that sum once per (series, stack), already scaled exactly as the querier's merge scales a
+ * profile's samples (multiplied by the profile's period when the series' type is `samples:count`,
+ * so CPU sums as nanoseconds; unscaled otherwise), summed in wrapping 64-bit arithmetic, so that
+ * adding a series' rollup gives bit-for-bit what adding its sample rows gives. Stacks whose sum
+ * is 0 are left out (they add nothing to a merge). A series with fewer than
+ * BLOCK_ROLLUP_MIN_PROFILES profiles gets no rollup rows: its sample rows are no longer than a
+ * rollup would be, and freshly ingested blocks (one profile per series, typically) would
+ * otherwise store every sample twice.
+ *
+ * block_rollup_build computes the rollups from a block's profiles in (series, time) order,
+ * handing each rollup row to a callback (the writer encodes it straight into the rollup_stacks
+ * table, so no second copy of the rows is held) and filling one entry per series. It needs one
+ * accumulator and one stamp per stack id (12 bytes each), plus the distinct stacks of one series.
+ *
+ * block_rollup_scale tells whether a profile type's values are multiplied by the period; the
+ * querier's merge uses the same rule, so the two cannot drift apart.
+ */
+#ifndef STRATA_BLOCK_ROLLUP_H
+#define STRATA_BLOCK_ROLLUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+/* True when a merge multiplies a profile's values by its period: sample type "samples", unit
+ * "count" (Parca shows such CPU profiles as nanoseconds). */
+bool block_rollup_scale(const char *sample_type, const char *sample_unit);
+
+/* One profile, as the rollup builder sees it: its series (ids ascending across the input), the
+ * multiplier of its values (its period, or 1) and its sample rows. */
+typedef struct block_rollup_profile {
+    uint32_t series;
+    int64_t multiplier;
+    const uint32_t *stacks; /* stack ids, each < n_stacks */
+    const int64_t *values;
+    uint32_t n_samples;
+} block_rollup_profile;
+
+/* One series' entry of the rollup_series table. */
+typedef struct block_rollup_series {
+    uint32_t profile_count; /* profiles of the series in the block; the series has a rollup only
+                               when this is at least BLOCK_ROLLUP_MIN_PROFILES */
+    uint64_t first_stack;   /* first row in rollup_stacks */
+    uint32_t stack_count;   /* rows in rollup_stacks */
+} block_rollup_series;
+
+/* Receives the rollup rows in table order: series ascending, stacks ascending within a series.
+ * Returns 0, or -1 with err set to stop the build. */
+typedef int (*block_rollup_row_fn)(void *ctx, uint32_t stack, int64_t value, strata_error *err);
+
+/* Builds the rollups of n_profiles profiles sorted by series, for series ids 0..n_series-1 and
+ * stack ids 0..n_stacks-1, calling row for every rollup row and filling series[0..n_series).
+ * INVALID_ARGUMENT if the profiles are not sorted by series or an id is out of range. */
+int block_rollup_build(const block_rollup_profile *profiles, size_t n_profiles, size_t n_series,
+                       size_t n_stacks, block_rollup_row_fn row, void *ctx,
+                       block_rollup_series *series, strata_error *err);
+
+#endif

@@ -1,0 +1,397 @@
+/*
+ * engine_test.c - merges through block rollups against the same merges over sample rows.
+ *
+ * Three blocks in a FILESYSTEM bucket, a minute each, of three CPU series (samples:count, so
+ * values are scaled by each profile's period, which varies) and one memory series (unscaled); the
+ * third block is written without rollups, as older blocks are. Every query runs on two engines,
+ * one using rollups and one made to scan sample rows, each over its own block index, and the
+ * answers must agree on every merge_result field and every node of the tree; totals are also
+ * checked against sums kept while writing. Which path a block took is read from its reader's
+ * byte counters: a block whose series the range covers completely reads rollup pages and no
+ * sample page; a block the range cuts reads samples.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "block/block_format.h"
+#include "block/block_writer.h"
+#include "block/ulid.h"
+#include "block_index.h"
+#include "bucket/bucket.h"
+#include "calltree/calltree.h"
+#include "common/clock.h"
+#include "engine.h"
+
+#define TENANT "t1"
+#define SEC STRATA_NS_PER_SEC
+#define T0 (INT64_C(1700000000) * SEC)
+#define N_PODS 3
+#define N_BLOCKS 3
+#define PROFILES_PER_BLOCK 6 /* one every 10 s per series */
+
+static const char *const pod_names[N_PODS] = {"p0", "p1", "p2"};
+static const char *const fn_names[] = {"main", "serve", "parse", "encode", "gc",   "alloc",
+                                       "read", "write", "hash",  "sort",   "lock", "poll"};
+
+typedef struct test_data {
+    char dir[64];
+    bucket *store;
+    /* expected merge totals, kept while writing */
+    int64_t cpu_total;                 /* every CPU profile, scaled by period */
+    int64_t cpu_pod_total[N_PODS];     /* per pod */
+    int64_t cpu_block_total[N_BLOCKS]; /* per block */
+    int64_t mem_total;
+} test_data;
+
+static test_data data;
+
+static uint64_t lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005u + 1442695040888963407u;
+    return *s >> 33;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* One profile of random stacks from a small function pool, so stacks repeat across profiles and
+ * series. Returns the sum of its values. */
+static int64_t add_profile(block_writer *w, const label_set *labels, const profile_type *type,
+                           int64_t time_ns, int64_t period, uint64_t *seed) {
+    strata_error err;
+    assert_int_equal(block_writer_begin_profile(w, labels, type, time_ns, 10 * SEC, period, &err),
+                     0);
+    int64_t sum = 0;
+    for (int i = 0; i < 40; i++) {
+        block_frame frames[6];
+        size_t depth = 1 + lcg(seed) % 5;
+        for (size_t f = 0; f < depth; f++) {
+            const char *name = fn_names[lcg(seed) % (sizeof fn_names / sizeof fn_names[0])];
+            frames[f] = (block_frame){name, name, "x.c", 1, 1, "/bin/app", "b1", 0x1000 + f};
+        }
+        frames[depth] = (block_frame){"main", "main", "x.c", 1, 1, "/bin/app", "b1", 0x10};
+        int64_t value = (int64_t)(lcg(seed) % 100) + 1;
+        assert_int_equal(block_writer_add_sample(w, frames, depth + 1, value, &err), 0);
+        sum += value;
+    }
+    assert_int_equal(block_writer_end_profile(w, &err), 0);
+    return sum;
+}
+
+static void upload_block(block_writer *w) {
+    strata_buffer bytes = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
+    block_meta meta;
+    strata_error err;
+    assert_int_equal(block_writer_finish(w, &bytes, &meta, &err), 0);
+    assert_int_equal(block_meta_encode(&meta, &json, &err), 0);
+    char id[ULID_STRING_LEN + 1], key[256];
+    ulid_format(&meta.id, id);
+    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_DATA_FILE);
+    assert_int_equal(bucket_upload(data.store, key, bytes.data, bytes.len, &err), 0);
+    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_META_FILE);
+    assert_int_equal(bucket_upload(data.store, key, json.data, json.len, &err), 0);
+    strata_buffer_free(&bytes);
+    strata_buffer_free(&json);
+    block_meta_free(&meta);
+}
+
+static profile_type cpu_type(void) {
+    return (profile_type){"process_cpu", "samples", "count", "cpu", "nanoseconds", true};
+}
+
+static profile_type mem_type(void) {
+    return (profile_type){"memory", "alloc_space", "bytes", "space", "bytes", false};
+}
+
+/* Block b covers [T0 + 60 b s, T0 + 60 (b + 1) s); the last one has no rollups. */
+static void write_block(int b, uint64_t *seed) {
+    block_writer_options o;
+    block_writer_options_default(&o);
+    o.tenant = TENANT;
+    o.page_size = 1024; /* several pages per table */
+    o.write_rollups = b != N_BLOCKS - 1;
+    strata_error err;
+    block_writer *w = block_writer_new(&o, &err);
+    assert_non_null(w);
+    profile_type cpu = cpu_type(), mem = mem_type();
+    for (int t = 0; t < PROFILES_PER_BLOCK; t++) {
+        int64_t time_ns = T0 + (60 * b + 10 * t) * SEC;
+        for (int p = 0; p < N_PODS; p++) {
+            label_set l = LABEL_SET_INIT;
+            assert_int_equal(label_set_add(&l, "pod", 3, pod_names[p], 2, &err), 0);
+            int64_t period = 1000 + 7 * ((t + p) % 3); /* varies per profile */
+            int64_t v = add_profile(w, &l, &cpu, time_ns, period, seed) * period;
+            data.cpu_total += v;
+            data.cpu_pod_total[p] += v;
+            data.cpu_block_total[b] += v;
+            if (p == 0)
+                data.mem_total += add_profile(w, &l, &mem, time_ns, 512, seed);
+            label_set_free(&l);
+        }
+    }
+    upload_block(w);
+    block_writer_free(w);
+}
+
+static int setup(void **state) {
+    (void)state;
+    memset(&data, 0, sizeof data);
+    snprintf(data.dir, sizeof data.dir, "/tmp/strata-engine-test-XXXXXX");
+    assert_non_null(mkdtemp(data.dir));
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(data.dir, NULL, &data.store, &err), 0);
+    uint64_t seed = 42;
+    for (int b = 0; b < N_BLOCKS; b++)
+        write_block(b, &seed);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    bucket_close(data.store);
+    nftw(data.dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return 0;
+}
+
+/* An engine over its own index, so reader byte counters show what its queries read. */
+typedef struct engine_fixture {
+    block_index *index;
+    query_engine *engine;
+} engine_fixture;
+
+static void engine_open(engine_fixture *f, bool use_rollups) {
+    strata_error err;
+    block_index_options io;
+    block_index_options_default(&io);
+    assert_int_equal(block_index_new(&io, data.store, &f->index, &err), 0);
+    assert_int_equal(block_index_sync(f->index, &err), 0);
+    query_engine_options eo;
+    query_engine_options_default(&eo);
+    eo.parallelism = 2;
+    eo.use_rollups = use_rollups;
+    assert_int_equal(query_engine_new(&eo, f->index, &f->engine, &err), 0);
+}
+
+static void engine_close(engine_fixture *f) {
+    query_engine_free(f->engine);
+    block_index_free(f->index);
+}
+
+/* ---- comparing trees ---------------------------------------------------------------------- */
+
+typedef struct node_lines {
+    char **lines;
+    size_t n, cap;
+} node_lines;
+
+/* One line per node: "root-first;path self total self_base total_base". */
+static void collect_nodes(const calltree *tree, uint32_t node, const char *path, node_lines *out) {
+    calltree_node_values v = calltree_node_get(tree, node);
+    char line[4096];
+    snprintf(line, sizeof line, "%s %lld %lld %lld %lld", path, (long long)v.self,
+             (long long)v.total, (long long)v.self_base, (long long)v.total_base);
+    if (out->n == out->cap) {
+        out->cap = out->cap ? out->cap * 2 : 256;
+        out->lines = realloc(out->lines, out->cap * sizeof *out->lines);
+        assert_non_null(out->lines);
+    }
+    out->lines[out->n++] = strdup(line);
+    for (size_t i = 0; i < calltree_child_count(tree, node); i++) {
+        uint32_t child = calltree_child_at(tree, node, i);
+        calltree_frame f = calltree_frame_get(tree, calltree_node_frame(tree, child));
+        char child_path[2048];
+        snprintf(child_path, sizeof child_path, "%s;%s@%s", path, f.name, f.mapping_file);
+        collect_nodes(tree, child, child_path, out);
+    }
+}
+
+static int compare_lines(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void expect_same_trees(const calltree *a, const calltree *b) {
+    node_lines la = {0}, lb = {0};
+    collect_nodes(a, CALLTREE_ROOT, "", &la);
+    collect_nodes(b, CALLTREE_ROOT, "", &lb);
+    assert_int_equal(la.n, lb.n);
+    assert_int_equal(calltree_node_count(a), calltree_node_count(b));
+    qsort(la.lines, la.n, sizeof *la.lines, compare_lines);
+    qsort(lb.lines, lb.n, sizeof *lb.lines, compare_lines);
+    for (size_t i = 0; i < la.n; i++) {
+        if (strcmp(la.lines[i], lb.lines[i]) != 0)
+            fail_msg("node differs:\n  rollups: %s\n  rows:    %s", la.lines[i], lb.lines[i]);
+        free(la.lines[i]);
+        free(lb.lines[i]);
+    }
+    free(la.lines);
+    free(lb.lines);
+}
+
+typedef struct merge_case {
+    const char *selector;
+    int64_t start_ns, end_ns;
+    bool single; /* query_single at start_ns */
+    bool base;
+} merge_case;
+
+static void run_case(query_engine *e, const merge_case *c, calltree **tree, merge_result *res) {
+    strata_error err;
+    selector sel;
+    assert_int_equal(selector_parse(c->selector, &sel, &err), 0);
+    assert_int_equal(calltree_create(tree, 0, &err), 0);
+    int rc = c->single
+                 ? query_single(e, TENANT, &sel, c->start_ns, *tree, c->base, res, &err)
+                 : query_merge(e, TENANT, &sel, c->start_ns, c->end_ns, *tree, c->base, res, &err);
+    if (rc != 0)
+        fail_msg("%s: %s", c->selector, err.message);
+    assert_int_equal(calltree_finalize(*tree, &err), 0);
+    selector_free(&sel);
+}
+
+/* Runs c on both engines, checks they agree exactly, and returns the rollup side's root total. */
+static int64_t expect_same_merge(engine_fixture *rollups, engine_fixture *rows,
+                                 const merge_case *c) {
+    calltree *ta, *tb;
+    merge_result ra, rb;
+    run_case(rollups->engine, c, &ta, &ra);
+    run_case(rows->engine, c, &tb, &rb);
+    assert_int_equal(ra.profiles, rb.profiles);
+    assert_int_equal(ra.samples, rb.samples);
+    assert_int_equal(ra.total, rb.total);
+    assert_int_equal(ra.min_time_ns, rb.min_time_ns);
+    assert_int_equal(ra.max_time_ns, rb.max_time_ns);
+    assert_int_equal(ra.period, rb.period);
+    assert_int_equal(ra.duration_ns, rb.duration_ns);
+    expect_same_trees(ta, tb);
+    calltree_node_values root = calltree_node_get(ta, CALLTREE_ROOT);
+    int64_t total = c->base ? root.total_base : root.total;
+    assert_int_equal(total, ra.total);
+    calltree_free(ta);
+    calltree_free(tb);
+    return total;
+}
+
+/* Bytes of samples and rollup pages each block's reader has fetched, in block time order. */
+static void block_bytes(engine_fixture *f, uint64_t samples[N_BLOCKS], uint64_t rollup[N_BLOCKS]) {
+    strata_error err;
+    indexed_block **blocks;
+    size_t n;
+    assert_int_equal(block_index_acquire(f->index, TENANT, INT64_MIN, INT64_MAX, &blocks, &n, &err),
+                     0);
+    assert_int_equal(n, N_BLOCKS);
+    for (size_t i = 0; i < n; i++) {
+        int b = (int)((blocks[i]->meta.min_time_ms * STRATA_NS_PER_MS - T0) / (60 * SEC));
+        assert_true(b >= 0 && b < N_BLOCKS);
+        samples[b] = rollup[b] = 0;
+        pthread_mutex_lock(&blocks[i]->mu);
+        if (blocks[i]->reader != NULL) {
+            samples[b] = block_reader_table_bytes_fetched(blocks[i]->reader, BLOCK_TABLE_SAMPLES);
+            rollup[b] =
+                block_reader_table_bytes_fetched(blocks[i]->reader, BLOCK_TABLE_ROLLUP_STACKS);
+        }
+        pthread_mutex_unlock(&blocks[i]->mu);
+    }
+    block_index_release_all(f->index, blocks, n);
+}
+
+#define CPU "process_cpu:samples:count:cpu:nanoseconds:delta"
+#define MEM "memory:alloc_space:bytes:space:bytes"
+#define END (T0 + 60 * N_BLOCKS * SEC)
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+/* A merge over everything: rollups for the two blocks that have them, rows for the third. */
+static void test_full_range_uses_rollups(void **state) {
+    (void)state;
+    engine_fixture a, b;
+    engine_open(&a, true);
+    engine_open(&b, false);
+    merge_case c = {CPU, T0, END, false, false};
+    assert_int_equal(expect_same_merge(&a, &b, &c), data.cpu_total);
+    uint64_t samples[N_BLOCKS], rollup[N_BLOCKS];
+    block_bytes(&a, samples, rollup);
+    assert_int_equal(samples[0], 0);
+    assert_int_equal(samples[1], 0);
+    assert_true(rollup[0] > 0 && rollup[1] > 0);
+    assert_true(samples[2] > 0); /* no rollups in that block */
+    assert_int_equal(rollup[2], 0);
+    block_bytes(&b, samples, rollup);
+    for (int i = 0; i < N_BLOCKS; i++) {
+        assert_true(samples[i] > 0);
+        assert_int_equal(rollup[i], 0);
+    }
+    engine_close(&a);
+    engine_close(&b);
+}
+
+/* A range starting inside block 0 cuts its series: rows there, the rollup in block 1. */
+static void test_range_cutting_a_block_scans_rows(void **state) {
+    (void)state;
+    engine_fixture a, b;
+    engine_open(&a, true);
+    engine_open(&b, false);
+    merge_case c = {CPU, T0 + 25 * SEC, T0 + 119 * SEC, false, false};
+    int64_t total = expect_same_merge(&a, &b, &c);
+    assert_true(total < data.cpu_block_total[0] + data.cpu_block_total[1]);
+    assert_true(total > data.cpu_block_total[1]);
+    uint64_t samples[N_BLOCKS], rollup[N_BLOCKS];
+    block_bytes(&a, samples, rollup);
+    assert_true(samples[0] > 0);
+    assert_int_equal(rollup[0], 0);
+    assert_int_equal(samples[1], 0);
+    assert_true(rollup[1] > 0);
+    /* the range's end cuts block 1 (its last profiles are at 110 s; 119 s includes them, 105 s
+     * does not) */
+    merge_case cut_end = {CPU, T0, T0 + 105 * SEC, false, false};
+    total = expect_same_merge(&a, &b, &cut_end);
+    assert_true(total > data.cpu_block_total[0]);
+    assert_true(total < data.cpu_block_total[0] + data.cpu_block_total[1]);
+    /* exactly block 0's profiles: its rollups alone */
+    merge_case block0 = {CPU, T0, T0 + 50 * SEC, false, false};
+    assert_int_equal(expect_same_merge(&a, &b, &block0), data.cpu_block_total[0]);
+    engine_close(&a);
+    engine_close(&b);
+}
+
+/* Selectors, another (unscaled) type, single mode and the diff base side agree too. */
+static void test_other_merges_agree(void **state) {
+    (void)state;
+    engine_fixture a, b;
+    engine_open(&a, true);
+    engine_open(&b, false);
+    merge_case pod = {CPU "{pod=\"p1\"}", T0, END, false, false};
+    assert_int_equal(expect_same_merge(&a, &b, &pod), data.cpu_pod_total[1]);
+    merge_case not_pod = {CPU "{pod!=\"p1\"}", T0 + 5 * SEC, END, false, false};
+    int64_t rest = expect_same_merge(&a, &b, &not_pod);
+    assert_true(rest > 0 && rest < data.cpu_pod_total[0] + data.cpu_pod_total[2]);
+    merge_case mem = {MEM, T0, END, false, false};
+    assert_int_equal(expect_same_merge(&a, &b, &mem), data.mem_total);
+    merge_case single = {CPU "{pod=\"p2\"}", T0 + 70 * SEC, 0, true, false};
+    int64_t one = expect_same_merge(&a, &b, &single);
+    assert_true(one > 0 && one < data.cpu_pod_total[2]);
+    merge_case base = {CPU, T0, END, false, true};
+    assert_int_equal(expect_same_merge(&a, &b, &base), data.cpu_total);
+    engine_close(&a);
+    engine_close(&b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_full_range_uses_rollups),
+        cmocka_unit_test(test_range_cutting_a_block_scans_rows),
+        cmocka_unit_test(test_other_merges_agree),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
