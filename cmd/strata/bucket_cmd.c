@@ -125,11 +125,18 @@ static int list_blocks(bucket *b, const char *tenant, name_list *out, strata_err
             continue; /* an object at the top level is not a tenant */
         size_t before = out->count;
         rc = bucket_iterate(b, tenants.names[i], false, collect, out, err);
+        /* Keep directories only: objects beside the blocks (bucket-index.json) are not blocks. */
+        size_t kept = before;
         for (size_t j = before; j < out->count; j++) {
             size_t len = strlen(out->names[j]);
-            if (len > 0 && out->names[j][len - 1] == '/')
+            if (len > 0 && out->names[j][len - 1] == '/') {
                 out->names[j][len - 1] = '\0';
+                out->names[kept++] = out->names[j];
+            } else {
+                free(out->names[j]);
+            }
         }
+        out->count = kept;
     }
     name_list_free(&tenants);
     return rc;

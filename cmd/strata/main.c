@@ -2,7 +2,7 @@
  * main.c - the one Strata binary: any service, all of them in one process, and the client tools.
  *
  *   strata all -config FILE          every service in one process (UI on :7070)
- *   strata ingester -config FILE     one service (ingester, querier, scraper)
+ *   strata ingester -config FILE     one service (ingester, querier, scraper, compactor)
  *   strata push FILE... [flags]      push pprof files through WriteRaw
  *   strata block dump PATH           print a block's meta, series, profiles and top stacks
  *   strata version
@@ -36,6 +36,8 @@ static void usage(FILE *out) {
             "  querier -config FILE [-check-config]   run the querier (QueryService, JSON API)\n"
             "  scraper -config FILE [-check-config]   run the scraper (scrape_configs, Targets);\n"
             "                                          SIGHUP reloads scrape_configs\n"
+            "  compactor -config FILE [-check-config] run the compactor (merge levels, retention,\n"
+            "                                          deletion of marked blocks)\n"
 #ifdef STRATA_WITH_AGENT
             "  agent -remote-store HOST:PORT [...]    profile every process on this node with\n"
             "                                          eBPF and push (root; see docs/agent.md)\n"
@@ -61,7 +63,7 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "all") == 0 || strcmp(cmd, "ingester") == 0 || strcmp(cmd, "querier") == 0 ||
-        strcmp(cmd, "scraper") == 0)
+        strcmp(cmd, "scraper") == 0 || strcmp(cmd, "compactor") == 0)
         return cli_run_services(cmd, argc - 2, argv + 2);
 #ifdef STRATA_WITH_AGENT
     if (strcmp(cmd, "agent") == 0)

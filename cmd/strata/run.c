@@ -19,6 +19,7 @@
 #include "bucket/bucket.h"
 #include "cli.h"
 #include "common/log.h"
+#include "compactor.h"
 #include "http/http.h"
 #include "ingester.h"
 #include "metrics/metrics.h"
@@ -41,6 +42,7 @@ typedef struct runtime {
     rpc_server *grpc;
     ingester *ing;
     querier *qr;
+    compactor *cmp;
     scraper *scr;
     metrics_counter_vec *reloads; /* strata_config_reloads_total{result} */
     metrics_gauge *reload_ok;
@@ -84,6 +86,10 @@ static bool ready_check(void *ctx, char *reason, size_t reason_size) {
     runtime *rt = ctx;
     const char *why = NULL;
     if (rt->ing != NULL && !ingester_ready(rt->ing, &why)) {
+        snprintf(reason, reason_size, "%s", why);
+        return false;
+    }
+    if (rt->cmp != NULL && !compactor_ready(rt->cmp, &why)) {
         snprintf(reason, reason_size, "%s", why);
         return false;
     }
@@ -189,6 +195,14 @@ static void announce_block(void *ctx, const char *tenant, const char *block_id) 
     }
 }
 
+/* The compactor's merged blocks reach the querier in this process at once; queriers in other
+ * processes find them with their next listing (sync_interval), which hides the sources. */
+static void announce_compacted_block(void *ctx, const char *tenant, const char *block_id) {
+    runtime *rt = ctx;
+    if (rt->qr != NULL)
+        querier_announce_block(rt->qr, tenant, block_id);
+}
+
 static void on_announced_block(void *ctx, const char *tenant, const char *block_id) {
     querier_announce_block(ctx, tenant, block_id);
 }
@@ -231,8 +245,13 @@ static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
     if ((all || strcmp(rt->mode, "querier") == 0) &&
         querier_new(&rt->config.querier, rt->store, rt->registry, &rt->qr, err) != 0)
         return -1;
+    if (((all && rt->config.compactor.enabled) || strcmp(rt->mode, "compactor") == 0) &&
+        compactor_new(&rt->config.compactor, rt->store, rt->registry, &rt->cmp, err) != 0)
+        return -1;
     if (rt->ing != NULL)
         ingester_set_block_listener(rt->ing, announce_block, rt);
+    if (rt->cmp != NULL)
+        compactor_set_block_listener(rt->cmp, announce_compacted_block, rt);
     if (strcmp(rt->mode, "scraper") == 0 && rt->config.scraper.ingester_addresses.count == 0)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "%s: scraper.ingester_addresses: strata scraper needs at least one "
@@ -277,7 +296,9 @@ static int runtime_start(runtime *rt, strata_error *err) {
         return -1;
     rpc_server_options ropts = {.listen_address = rt->config.server.grpc_listen_address,
                                 .threads = (int)rt->config.server.grpc_threads};
-    if ((rt->grpc = rpc_server_new(&ropts, err)) == NULL || start_announcements(rt, err) != 0)
+    bool grpc = strcmp(rt->mode, "compactor") != 0; /* the compactor alone serves no gRPC */
+    if ((grpc && (rt->grpc = rpc_server_new(&ropts, err)) == NULL) ||
+        start_announcements(rt, err) != 0)
         return -1;
     if (rt->ing != NULL &&
         (ingester_register(rt->ing, rt->grpc, err) != 0 ||
@@ -293,13 +314,17 @@ static int runtime_start(runtime *rt, strata_error *err) {
     if (rt->qr != NULL && ui != NULL && ui[0] != '\0' &&
         http_server_serve_static(rt->http, "/", ui, err) != 0)
         return strata_error_wrap(err, "server.ui_directory");
-    if (rpc_server_start(rt->grpc, err) != 0 || http_server_start(rt->http, err) != 0)
+    if ((rt->grpc != NULL && rpc_server_start(rt->grpc, err) != 0) ||
+        http_server_start(rt->http, err) != 0)
+        return -1;
+    if (rt->cmp != NULL && compactor_start(rt->cmp, err) != 0)
         return -1;
     if (rt->scr != NULL && scraper_start(rt->scr, err) != 0)
         return -1;
     strata_log_info("strata", "started", "mode=%s http=%s grpc=%s grpc_port=%d http_port=%u",
                     rt->mode, rt->config.server.http_listen_address,
-                    rt->config.server.grpc_listen_address, rpc_server_port(rt->grpc),
+                    rt->grpc != NULL ? rt->config.server.grpc_listen_address : "off",
+                    rt->grpc != NULL ? rpc_server_port(rt->grpc) : 0,
                     (unsigned)http_server_port(rt->http));
     return 0;
 }
@@ -311,6 +336,8 @@ static void runtime_shutdown(runtime *rt) {
     rt->grpc = NULL;
     if (rt->ing != NULL)
         ingester_stop(rt->ing);
+    if (rt->cmp != NULL)
+        compactor_stop(rt->cmp); /* waits for the merge in progress */
     if (rt->http != NULL)
         http_server_stop(rt->http); /* no /metrics scrape reads the announcers after this */
     http_server_free(rt->http);
@@ -319,6 +346,7 @@ static void runtime_shutdown(runtime *rt) {
     rt->subscriber = NULL;
     ingester_free(rt->ing);
     announce_publisher_free(rt->publisher);
+    compactor_free(rt->cmp); /* before the querier it announces to */
     querier_free(rt->qr);
     if (rt->registry != NULL) {
         metrics_registry_remove_collector(rt->registry, collect_bucket_stats, rt);

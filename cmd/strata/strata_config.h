@@ -6,6 +6,7 @@
  *   bucket:    Thanos objstore config (type, config, prefix)
  *   ingester:  see services/ingester/ingester.h
  *   querier:   see services/querier/querier.h
+ *   compactor: see services/compactor/compactor.h
  *   scraper:   see services/scraper/scrape_config.h (the service: where to push, limits)
  *   scrape_configs: Prometheus-style scrape jobs (services/scraper/scrape_config.h); decoded at
  *              load time in every mode, so -check-config and SIGHUP reloads reject a bad job
@@ -17,6 +18,7 @@
 
 #include "common/error.h"
 #include "config/config.h"
+#include "compactor.h"
 #include "ingester.h"
 #include "querier.h"
 #include "scrape_config.h"
@@ -35,6 +37,7 @@ typedef struct strata_config {
     config_raw bucket;
     ingester_config ingester;
     querier_config querier;
+    compactor_config compactor;
     scraper_config scraper;
     config_raw scrape_configs_node;
     scrape_configs scrape; /* decoded from scrape_configs_node */

@@ -442,6 +442,14 @@ int block_meta_decode(const char *json, size_t len, block_meta *meta, strata_err
     return rc;
 }
 
+int block_meta_decode_value(const json_value *value, block_meta *meta, strata_error *err) {
+    block_meta_init(meta);
+    int rc = decode_meta_root(value, meta, err);
+    if (rc != 0)
+        block_meta_free(meta);
+    return rc;
+}
+
 /* ---- mark files ------------------------------------------------------------------------- */
 
 int block_deletion_mark_encode(const block_deletion_mark *mark, strata_buffer *out,

@@ -84,10 +84,19 @@ int block_meta_encode(const block_meta *meta, strata_buffer *out, strata_error *
 /* Parses meta.json into a zeroed *meta. */
 int block_meta_decode(const char *json, size_t len, block_meta *meta, strata_error *err);
 
+/* Decodes a meta.json object already parsed (e.g. one element of bucket-index.json). */
+struct json_value;
+int block_meta_decode_value(const struct json_value *value, block_meta *meta, strata_error *err);
+
 /* Setters that copy: the compactor fills sources and parents of merged blocks. */
 int block_meta_set_sources(block_meta *meta, const ulid *sources, size_t n, strata_error *err);
 int block_meta_set_parents(block_meta *meta, const block_meta_parent *parents, size_t n,
                            strata_error *err);
+
+/* details of the deletion marks the compactor writes on blocks a merged block replaces:
+ * "compacted into <ULID of the merged block>". Queriers use it to keep such a block until its
+ * replacement is visible. */
+#define BLOCK_DELETION_COMPACTED_INTO "compacted into "
 
 typedef struct block_deletion_mark {
     ulid id;

@@ -14,7 +14,9 @@
 #include <time.h>
 
 #include "block/block_format.h"
+#include "block/bucket_index.h"
 #include "common/clock.h"
+#include "common/hash.h"
 #include "common/log.h"
 
 /* Deletion marks of known blocks are re-checked every this many syncs. */
@@ -30,6 +32,18 @@ struct block_index {
     size_t cap_blocks;
     uint64_t clock;
     uint64_t open_readers;
+    /* ULIDs named in compaction.sources or parents of an indexed block -> that block, so a query
+     * skips blocks whose data a compacted block already holds; rebuilt when a compacted block is
+     * added or removed. */
+    strata_u64_map covered;
+    bool covered_dirty;
+    /* Blocks left for good: marked for deletion and either replaced by an indexed block or expired.
+     * Keys "tenant/ULID" -> hash map to position + 1; listings skip them (no meta.json or mark
+     * fetch per listing while they wait delete_delay for deletion). Pruned when they are no longer
+     * listed. */
+    char **retired;
+    size_t n_retired, cap_retired;
+    strata_u64_map retired_map;
     bool synced;
     bool stopping;
     bool started;
@@ -50,10 +64,21 @@ int block_index_new(const block_index_options *opts, bucket *store, block_index 
         return strata_error_oom(err);
     ix->opts = *opts;
     ix->store = store;
+    if (strata_u64_map_init(&ix->covered, 64) != 0) {
+        free(ix);
+        return strata_error_oom(err);
+    }
+    if (strata_u64_map_init(&ix->retired_map, 64) != 0) {
+        strata_u64_map_free(&ix->covered);
+        free(ix);
+        return strata_error_oom(err);
+    }
     pthread_condattr_t attr;
     if (pthread_condattr_init(&attr) != 0 ||
         pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
         pthread_mutex_init(&ix->mu, NULL) != 0 || pthread_cond_init(&ix->wake, &attr) != 0) {
+        strata_u64_map_free(&ix->covered);
+        strata_u64_map_free(&ix->retired_map);
         free(ix);
         return strata_error_set(err, STRATA_INTERNAL, "cannot initialise block index locks");
     }
@@ -127,26 +152,188 @@ static indexed_block *find_locked(block_index *ix, const char *tenant, const cha
     return NULL;
 }
 
-static int has_deletion_mark(block_index *ix, const char *tenant, const char *id, bool *out,
-                             strata_error *err) {
-    char key[BUCKET_KEY_MAX];
-    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_DELETION_MARK_FILE);
-    return bucket_exists(ix->store, key, out, err);
+/* A block that replaces others (a compactor's output). */
+static bool is_compacted(const indexed_block *b) {
+    return b->meta.n_parents > 0 || b->meta.n_sources > 1 ||
+           (b->meta.n_sources == 1 && ulid_compare(&b->meta.sources[0], &b->meta.id) != 0);
 }
 
-/* Reads tenant/id's meta.json into a new entry; *out NULL if the block is not committed yet or is
- * marked for deletion. */
-static int load_block(block_index *ix, const char *tenant, const char *id, indexed_block **out,
-                      strata_error *err) {
-    *out = NULL;
+static uint64_t ulid_key(const ulid *id) {
+    uint64_t h = strata_hash_bytes(id->bytes, sizeof id->bytes, 0);
+    return h == 0 ? 1 : h;
+}
+
+static int rebuild_covered_locked(block_index *ix) {
+    strata_u64_map_clear(&ix->covered);
+    for (size_t i = 0; i < ix->n_blocks; i++) {
+        indexed_block *b = ix->blocks[i];
+        if (!is_compacted(b))
+            continue;
+        for (size_t k = 0; k < b->meta.n_sources + b->meta.n_parents; k++) {
+            const ulid *id = k < b->meta.n_sources ? &b->meta.sources[k]
+                                                   : &b->meta.parents[k - b->meta.n_sources].id;
+            if (ulid_compare(id, &b->meta.id) != 0 &&
+                strata_u64_map_upsert(&ix->covered, ulid_key(id), (uint64_t)(uintptr_t)b, NULL) ==
+                    NULL)
+                return -1;
+        }
+    }
+    ix->covered_dirty = false;
+    return 0;
+}
+
+/* True if another indexed block of the same tenant lists b in its sources or parents. */
+static bool is_covered_locked(block_index *ix, const indexed_block *b) {
+    const uint64_t *v = strata_u64_map_get(&ix->covered, ulid_key(&b->meta.id));
+    if (v == NULL)
+        return false;
+    const indexed_block *y = (const indexed_block *)(uintptr_t)*v;
+    if (y == b || strcmp(y->tenant, b->tenant) != 0)
+        return false;
+    for (size_t k = 0; k < y->meta.n_sources; k++)
+        if (ulid_compare(&y->meta.sources[k], &b->meta.id) == 0)
+            return true;
+    for (size_t k = 0; k < y->meta.n_parents; k++)
+        if (ulid_compare(&y->meta.parents[k].id, &b->meta.id) == 0)
+            return true;
+    return false;
+}
+
+/* ---- retired blocks ------------------------------------------------------------------------ */
+
+static uint64_t retired_hash(const char *tenant, const char *id) {
+    uint64_t h = strata_hash_combine(strata_hash_bytes(tenant, strlen(tenant), 0),
+                                     strata_hash_bytes(id, strlen(id), 1));
+    return h == 0 ? 1 : h;
+}
+
+static bool retired_has_locked(const block_index *ix, const char *tenant, const char *id) {
+    const uint64_t *pos = strata_u64_map_get(&ix->retired_map, retired_hash(tenant, id));
+    if (pos == NULL)
+        return false;
+    const char *key = ix->retired[*pos - 1];
+    size_t tl = strlen(tenant);
+    return strncmp(key, tenant, tl) == 0 && key[tl] == '/' && strcmp(key + tl + 1, id) == 0;
+}
+
+/* Best effort: a block not recorded is only loaded (and skipped) again. */
+static void retire_locked(block_index *ix, const char *tenant, const char *id) {
+    if (retired_has_locked(ix, tenant, id))
+        return;
+    if (ix->n_retired == ix->cap_retired) {
+        size_t cap = ix->cap_retired ? ix->cap_retired * 2 : 64;
+        char **grown = realloc(ix->retired, cap * sizeof *grown);
+        if (grown == NULL)
+            return;
+        ix->retired = grown;
+        ix->cap_retired = cap;
+    }
+    size_t len = strlen(tenant) + strlen(id) + 2;
+    char *key = malloc(len);
+    if (key == NULL)
+        return;
+    snprintf(key, len, "%s/%s", tenant, id);
+    bool inserted = false;
+    uint64_t *pos = strata_u64_map_upsert(&ix->retired_map, retired_hash(tenant, id),
+                                          ix->n_retired + 1, &inserted);
+    if (pos == NULL || !inserted) { /* out of memory, or a hash collision: not retired */
+        free(key);
+        return;
+    }
+    ix->retired[ix->n_retired++] = key;
+}
+
+/* Forgets retired blocks of tenant that are no longer listed (deleted). */
+static void prune_retired_locked(block_index *ix, const char *tenant, const name_list *ids) {
+    size_t tl = strlen(tenant), kept = 0;
+    for (size_t i = 0; i < ix->n_retired; i++) {
+        char *key = ix->retired[i];
+        bool listed = true;
+        if (strncmp(key, tenant, tl) == 0 && key[tl] == '/') {
+            listed = false;
+            for (size_t j = 0; j < ids->count && !listed; j++)
+                listed = strcmp(ids->items[j], key + tl + 1) == 0;
+        }
+        if (listed)
+            ix->retired[kept++] = key;
+        else
+            free(key);
+    }
+    if (kept == ix->n_retired)
+        return;
+    ix->n_retired = kept;
+    strata_u64_map_clear(&ix->retired_map);
+    for (size_t i = 0; i < ix->n_retired; i++) {
+        const char *slash = strrchr(ix->retired[i], '/');
+        char t[BUCKET_KEY_MAX];
+        snprintf(t, sizeof t, "%.*s", (int)(slash - ix->retired[i]), ix->retired[i]);
+        strata_u64_map_upsert(&ix->retired_map, retired_hash(t, slash + 1), i + 1, NULL);
+    }
+}
+
+/* Whether tenant/id has deletion-mark.json and, for a mark the compactor wrote on a block that a
+ * merged block replaces, that block's ULID (else replacement is ""). */
+static int read_deletion_mark(block_index *ix, const char *tenant, const char *id, bool *marked,
+                              char replacement[ULID_STRING_LEN + 1], strata_error *err) {
+    *marked = false;
+    replacement[0] = '\0';
     char key[BUCKET_KEY_MAX];
-    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_META_FILE);
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_DELETION_MARK_FILE);
     strata_buffer json = STRATA_BUFFER_INIT;
     if (bucket_get(ix->store, key, &json, err) != 0) {
         strata_buffer_free(&json);
         return err->code == STRATA_NOT_FOUND ? 0 : -1;
     }
-    bool marked = false;
+    *marked = true;
+    block_deletion_mark mark;
+    strata_error ignored;
+    size_t prefix = strlen(BLOCK_DELETION_COMPACTED_INTO);
+    if (block_deletion_mark_decode((const char *)json.data, json.len, &mark, &ignored) == 0) {
+        const char *d = mark.details;
+        if (d != NULL && strncmp(d, BLOCK_DELETION_COMPACTED_INTO, prefix) == 0 &&
+            strlen(d + prefix) >= ULID_STRING_LEN) {
+            snprintf(replacement, ULID_STRING_LEN + 1, "%.*s", ULID_STRING_LEN, d + prefix);
+            if (!is_ulid(replacement))
+                replacement[0] = '\0';
+        }
+        block_deletion_mark_free(&mark);
+    }
+    strata_buffer_free(&json);
+    return 0;
+}
+
+/* Chains of replacements are at most this long (one per level). */
+#define MAX_REPLACEMENT_DEPTH 8
+
+static int announce_at(block_index *ix, const char *tenant, const char *id, int depth,
+                       strata_error *err);
+
+/* A block marked because a merged block replaces it stays in the index (hidden by the merged
+ * block as soon as that is indexed) until the replacement is visible: this loads the replacement
+ * now. Best effort: the next listing finds it anyway. */
+static void load_replacement(block_index *ix, const char *tenant, const char *replacement,
+                             int depth) {
+    strata_error ignored;
+    if (replacement[0] != '\0' && depth < MAX_REPLACEMENT_DEPTH)
+        announce_at(ix, tenant, replacement, depth + 1, &ignored);
+}
+
+/* Reads tenant/id's meta.json into a new entry; *out NULL if the block is not committed yet or is
+ * marked for deletion without a replacement. */
+static int load_block(block_index *ix, const char *tenant, const char *id, int depth,
+                      indexed_block **out, strata_error *err) {
+    *out = NULL;
+    char key[BUCKET_KEY_MAX];
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_META_FILE);
+    strata_buffer json = STRATA_BUFFER_INIT;
+    pthread_mutex_lock(&ix->mu);
+    ix->stats.meta_reads++;
+    pthread_mutex_unlock(&ix->mu);
+    if (bucket_get(ix->store, key, &json, err) != 0) {
+        strata_buffer_free(&json);
+        return err->code == STRATA_NOT_FOUND ? 0 : -1;
+    }
+    bool marked = false, retire = false;
     indexed_block *b = calloc(1, sizeof *b);
     int rc = -1;
     if (b == NULL) {
@@ -161,11 +348,31 @@ static int load_block(block_index *ix, const char *tenant, const char *id, index
         goto out;
     }
     if (block_meta_decode((const char *)json.data, json.len, &b->meta, err) != 0) {
-        strata_error_wrap(err, "%s", key);
+        /* A damaged meta.json must not stop discovery of every other block; the compactor marks
+         * such a block no-compact and operators see it in `strata bucket verify`. */
+        char quoted[600];
+        strata_log_debug("querier", "ignoring block with undecodable meta.json", "key=%s error=%s",
+                         key, strata_log_quote(err->message, quoted, sizeof quoted));
+        marked = true;
+        rc = 0;
         goto out;
     }
-    if (has_deletion_mark(ix, tenant, id, &marked, err) != 0)
+    char replacement[ULID_STRING_LEN + 1];
+    if (read_deletion_mark(ix, tenant, id, &marked, replacement, err) != 0)
         goto out;
+    retire = marked;
+    if (marked && replacement[0] != '\0') {
+        /* Kept only while no indexed block holds its data yet. */
+        load_replacement(ix, tenant, replacement, depth);
+        pthread_mutex_lock(&ix->mu);
+        if (ix->covered_dirty && rebuild_covered_locked(ix) != 0) {
+            pthread_mutex_unlock(&ix->mu);
+            strata_error_oom(err);
+            goto out;
+        }
+        marked = is_covered_locked(ix, b);
+        pthread_mutex_unlock(&ix->mu);
+    }
     for (size_t i = 0; i < b->meta.n_files; i++)
         if (strcmp(b->meta.files[i].rel_path, BLOCK_DATA_FILE) == 0)
             b->data_size = b->meta.files[i].size_bytes;
@@ -179,6 +386,11 @@ static int load_block(block_index *ix, const char *tenant, const char *id, index
     rc = 0;
 out:
     strata_buffer_free(&json);
+    if (rc == 0 && marked && retire) {
+        pthread_mutex_lock(&ix->mu);
+        retire_locked(ix, tenant, id);
+        pthread_mutex_unlock(&ix->mu);
+    }
     if (rc == 0 && !marked)
         *out = b;
     else if (b != NULL)
@@ -197,6 +409,8 @@ static int add_entry_locked(block_index *ix, indexed_block *b, strata_error *err
     }
     b->refs = 1; /* the index's own reference */
     ix->blocks[ix->n_blocks++] = b;
+    if (is_compacted(b))
+        ix->covered_dirty = true;
     return 0;
 }
 
@@ -212,18 +426,21 @@ static void unref_locked(block_index *ix, indexed_block *b) {
 static void remove_entry_locked(block_index *ix, size_t i) {
     indexed_block *b = ix->blocks[i];
     ix->blocks[i] = ix->blocks[--ix->n_blocks];
+    if (is_compacted(b))
+        ix->covered_dirty = true;
     b->removed = true;
     unref_locked(ix, b);
 }
 
-int block_index_announce(block_index *ix, const char *tenant, const char *id, strata_error *err) {
+static int announce_at(block_index *ix, const char *tenant, const char *id, int depth,
+                       strata_error *err) {
     pthread_mutex_lock(&ix->mu);
-    bool known = find_locked(ix, tenant, id) != NULL;
+    bool known = find_locked(ix, tenant, id) != NULL || retired_has_locked(ix, tenant, id);
     pthread_mutex_unlock(&ix->mu);
     if (known)
         return 0;
     indexed_block *b;
-    if (load_block(ix, tenant, id, &b, err) != 0)
+    if (load_block(ix, tenant, id, depth, &b, err) != 0)
         return -1;
     if (b == NULL)
         return 0;
@@ -239,6 +456,10 @@ int block_index_announce(block_index *ix, const char *tenant, const char *id, st
     return rc;
 }
 
+int block_index_announce(block_index *ix, const char *tenant, const char *id, strata_error *err) {
+    return announce_at(ix, tenant, id, 0, err);
+}
+
 /* Drops index entries of tenant that are not in ids (deleted from the bucket). */
 static void drop_missing(block_index *ix, const char *tenant, const name_list *ids) {
     pthread_mutex_lock(&ix->mu);
@@ -252,10 +473,13 @@ static void drop_missing(block_index *ix, const char *tenant, const name_list *i
         else
             i++;
     }
+    prune_retired_locked(ix, tenant, ids);
     pthread_mutex_unlock(&ix->mu);
 }
 
-/* Drops known blocks of tenant that have been marked for deletion. */
+/* Drops known blocks of tenant that have been marked for deletion: at once for retention marks,
+ * and for blocks a merged block replaces once that block is indexed (until then they still
+ * answer queries, so no data goes missing between a mark and the replacement's discovery). */
 static int drop_marked(block_index *ix, const char *tenant, const name_list *ids,
                        strata_error *err) {
     for (size_t j = 0; j < ids->count; j++) {
@@ -263,15 +487,27 @@ static int drop_marked(block_index *ix, const char *tenant, const name_list *ids
         bool known = find_locked(ix, tenant, ids->items[j]) != NULL;
         pthread_mutex_unlock(&ix->mu);
         bool marked = false;
-        if (!known || has_deletion_mark(ix, tenant, ids->items[j], &marked, err) != 0 || !marked)
+        char replacement[ULID_STRING_LEN + 1];
+        if (!known ||
+            read_deletion_mark(ix, tenant, ids->items[j], &marked, replacement, err) != 0 ||
+            !marked)
             continue;
+        load_replacement(ix, tenant, replacement, 0);
         pthread_mutex_lock(&ix->mu);
-        for (size_t i = 0; i < ix->n_blocks; i++)
-            if (strcmp(ix->blocks[i]->ulid_text, ids->items[j]) == 0 &&
-                strcmp(ix->blocks[i]->tenant, tenant) == 0) {
-                remove_entry_locked(ix, i);
+        if (ix->covered_dirty && rebuild_covered_locked(ix) != 0) {
+            pthread_mutex_unlock(&ix->mu);
+            return strata_error_oom(err);
+        }
+        for (size_t i = 0; i < ix->n_blocks; i++) {
+            indexed_block *b = ix->blocks[i];
+            if (strcmp(b->ulid_text, ids->items[j]) == 0 && strcmp(b->tenant, tenant) == 0) {
+                if (replacement[0] == '\0' || is_covered_locked(ix, b)) {
+                    retire_locked(ix, tenant, ids->items[j]);
+                    remove_entry_locked(ix, i);
+                }
                 break;
             }
+        }
         pthread_mutex_unlock(&ix->mu);
     }
     return 0;
@@ -318,6 +554,83 @@ out:
     return rc;
 }
 
+/* An entry for a block known from bucket-index.json (no meta.json fetch); NULL when the meta
+ * lacks the data object's size, so the listing loads the block as usual. */
+static indexed_block *entry_from_meta(const char *tenant, const block_meta *meta) {
+    uint64_t size = 0;
+    for (size_t i = 0; i < meta->n_files; i++)
+        if (strcmp(meta->files[i].rel_path, BLOCK_DATA_FILE) == 0)
+            size = meta->files[i].size_bytes;
+    if (size == 0)
+        return NULL;
+    indexed_block *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return NULL;
+    block_meta_init(&b->meta);
+    pthread_mutex_init(&b->mu, NULL);
+    ulid_format(&meta->id, b->ulid_text);
+    b->data_size = size;
+    strata_error err;
+    if ((b->tenant = strdup(tenant)) == NULL || block_meta_copy(&b->meta, meta, &err) != 0) {
+        entry_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* Adds the unmarked blocks of tenant's bucket-index.json; a missing or bad index adds nothing. */
+static void load_tenant_index(block_index *ix, const char *tenant) {
+    char key[BUCKET_KEY_MAX];
+    snprintf(key, sizeof key, "%s/%s", tenant, BUCKET_INDEX_FILE);
+    strata_buffer json = STRATA_BUFFER_INIT;
+    strata_error err;
+    bucket_index bi;
+    bucket_index_init(&bi);
+    if (bucket_get(ix->store, key, &json, &err) != 0 ||
+        bucket_index_decode((const char *)json.data, json.len, &bi, &err) != 0) {
+        if (err.code != STRATA_NOT_FOUND) {
+            char quoted[600];
+            strata_log_warn("querier", "ignoring bucket index", "key=%s error=%s", key,
+                            strata_log_quote(err.message, quoted, sizeof quoted));
+        }
+        strata_buffer_free(&json);
+        return;
+    }
+    strata_buffer_free(&json);
+    size_t added = 0;
+    for (size_t i = 0; i < bi.n_blocks; i++) {
+        if (bucket_index_mark_time(&bi, &bi.blocks[i].id) >= 0)
+            continue;
+        indexed_block *b = entry_from_meta(tenant, &bi.blocks[i]);
+        if (b == NULL)
+            continue;
+        pthread_mutex_lock(&ix->mu);
+        if (find_locked(ix, tenant, b->ulid_text) == NULL && add_entry_locked(ix, b, &err) == 0) {
+            b = NULL;
+            added++;
+            ix->stats.from_bucket_index++;
+        }
+        pthread_mutex_unlock(&ix->mu);
+        if (b != NULL)
+            entry_free(b);
+    }
+    strata_log_info("querier", "loaded bucket index", "tenant=%s blocks=%zu updated_at=%lld",
+                    tenant, added, (long long)bi.updated_at);
+    bucket_index_free(&bi);
+}
+
+int block_index_load_bucket_indexes(block_index *ix, strata_error *err) {
+    name_list tenants = {0};
+    if (bucket_iterate(ix->store, "", false, collect_dirs, &tenants, err) != 0) {
+        name_list_free(&tenants);
+        return -1;
+    }
+    for (size_t i = 0; i < tenants.count; i++)
+        load_tenant_index(ix, tenants.items[i]);
+    name_list_free(&tenants);
+    return 0;
+}
+
 static void *sync_thread_main(void *arg) {
     block_index *ix = arg;
     pthread_mutex_lock(&ix->mu);
@@ -345,6 +658,11 @@ static void *sync_thread_main(void *arg) {
 
 int block_index_start(block_index *ix, strata_error *err) {
     strata_error sync_err;
+    if (block_index_load_bucket_indexes(ix, &sync_err) != 0) {
+        char quoted[600];
+        strata_log_warn("querier", "cannot read bucket indexes", "error=%s",
+                        strata_log_quote(sync_err.message, quoted, sizeof quoted));
+    }
     if (block_index_sync(ix, &sync_err) != 0) {
         char quoted[600];
         strata_log_warn("querier", "first bucket sync failed; retrying in the background",
@@ -368,6 +686,11 @@ void block_index_free(block_index *ix) {
     while (ix->n_blocks > 0)
         remove_entry_locked(ix, ix->n_blocks - 1);
     free(ix->blocks);
+    strata_u64_map_free(&ix->covered);
+    for (size_t i = 0; i < ix->n_retired; i++)
+        free(ix->retired[i]);
+    free(ix->retired);
+    strata_u64_map_free(&ix->retired_map);
     pthread_mutex_destroy(&ix->mu);
     pthread_cond_destroy(&ix->wake);
     free(ix);
@@ -393,12 +716,18 @@ int block_index_acquire(block_index *ix, const char *tenant, int64_t start_ns, i
         pthread_mutex_unlock(&ix->mu);
         return strata_error_oom(err);
     }
+    if (ix->covered_dirty && rebuild_covered_locked(ix) != 0) {
+        pthread_mutex_unlock(&ix->mu);
+        free(list);
+        return strata_error_oom(err);
+    }
     size_t count = 0;
     for (size_t i = 0; i < ix->n_blocks; i++) {
         indexed_block *b = ix->blocks[i];
-        /* maxTime is exclusive; a block covers [minTime, maxTime). */
+        /* maxTime is exclusive; a block covers [minTime, maxTime). A block that a compacted block
+         * already holds is skipped, so no profile is counted twice. */
         if (strcmp(b->tenant, tenant) != 0 || b->meta.max_time_ms <= start_ms ||
-            b->meta.min_time_ms > end_ms)
+            b->meta.min_time_ms > end_ms || is_covered_locked(ix, b))
             continue;
         b->refs++;
         b->last_used = ++ix->clock;
@@ -482,6 +811,31 @@ int block_index_open_reader(block_index *ix, indexed_block *b, strata_error *err
     ix->open_readers++;
     pthread_mutex_unlock(&ix->mu);
     return 0;
+}
+
+bool block_index_forget_if_gone(block_index *ix, indexed_block *b) {
+    char key[BUCKET_KEY_MAX];
+    snprintf(key, sizeof key, "%s/%s/%s", b->tenant, b->ulid_text, BLOCK_META_FILE);
+    bool exists = true;
+    strata_error err;
+    if (bucket_exists(ix->store, key, &exists, &err) != 0 || exists)
+        return false;
+    pthread_mutex_lock(&ix->mu);
+    for (size_t i = 0; i < ix->n_blocks; i++)
+        if (ix->blocks[i] == b) {
+            remove_entry_locked(ix, i);
+            break;
+        }
+    pthread_mutex_unlock(&ix->mu);
+    /* The block that replaced it may be newer than the last listing: list the tenant now, so the
+     * query's next attempt sees it. A failure here only leaves that to the sync thread. */
+    if (sync_tenant(ix, b->tenant, false, &err) != 0) {
+        char quoted[600];
+        strata_log_warn("querier", "tenant listing after a vanished block failed",
+                        "tenant=%s error=%s", b->tenant,
+                        strata_log_quote(err.message, quoted, sizeof quoted));
+    }
+    return true;
 }
 
 int block_index_tenants(block_index *ix, char ***out, size_t *n, strata_error *err) {

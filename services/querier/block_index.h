@@ -2,12 +2,27 @@
  * block_index.h - the querier's view of the bucket: which blocks exist per tenant, their
  * meta.json, and open readers for them.
  *
- * Discovery. A sync thread lists every tenant prefix each sync_interval and reads meta.json of
- * blocks it has not seen (a block without meta.json is still being written, or was abandoned, and
- * is ignored); blocks that carry deletion-mark.json, or whose meta.json is gone, are dropped from
- * the index. block_index_announce adds a block at once when a writer in the same process (or an
- * announcement from another process) says it exists, so fresh data is queryable within about a
- * second without waiting for the next listing.
+ * Discovery. At start, each tenant's bucket-index.json (written by the compactor) supplies the
+ * meta of every block it lists without a deletion mark, saving one meta.json fetch per block. A
+ * sync thread then lists every tenant prefix each sync_interval and reads meta.json of blocks it
+ * has not seen (a block without meta.json is still being written, or was abandoned, and is
+ * ignored; so is one whose meta.json cannot be decoded); blocks whose meta.json is gone are
+ * dropped from the index, and marked blocks as described below (marks are re-read every tenth
+ * listing).
+ *
+ * Compacted blocks. A block listed in compaction.sources or compaction.parents of another indexed
+ * block is skipped by queries at once (block_index_acquire), before its deletion mark is even
+ * read: the compacted block holds all its data, and counting both would double it. A block is
+ * marked only after the block replacing it is committed, and deleted delete_delay later. A mark
+ * whose details name the replacement ("compacted into <ULID>") makes the index load that block
+ * and keeps the marked one until the replacement is indexed, so no data goes missing even when a
+ * listing missed the replacement; other marks (retention) drop the block at once. Dropped marked
+ * blocks are remembered, so later listings do not fetch them again while they await deletion. A
+ * block whose
+ * data vanishes under a query anyway is forgotten and the query runs again
+ * (block_index_forget_if_gone). block_index_announce adds a block
+ * at once when a writer in the same process (or an announcement from another process) says it
+ * exists, so fresh data is queryable within about a second without waiting for the next listing.
  *
  * Readers. A block's reader is opened on first use (footer, page index and series tables, fetched
  * by byte ranges from the bucket) and kept in a bounded LRU; a reader is not thread-safe, so each
@@ -56,6 +71,8 @@ typedef struct block_index_stats {
     uint64_t sync_failures;
     uint64_t blocks;
     uint64_t readers_open;
+    uint64_t meta_reads;        /* meta.json fetches */
+    uint64_t from_bucket_index; /* blocks added from bucket-index.json */
 } block_index_stats;
 
 int block_index_new(const block_index_options *opts, bucket *store, block_index **out,
@@ -63,6 +80,9 @@ int block_index_new(const block_index_options *opts, bucket *store, block_index 
 /* Runs one synchronous sync, then starts the sync thread. */
 int block_index_start(block_index *ix, strata_error *err);
 void block_index_free(block_index *ix);
+/* Adds the blocks of every tenant's bucket-index.json (block_index_start does this before its
+ * first sync). Fails only when the tenants cannot be listed. */
+int block_index_load_bucket_indexes(block_index *ix, strata_error *err);
 /* Lists the bucket once now (also what the sync thread does). */
 int block_index_sync(block_index *ix, strata_error *err);
 /* Adds tenant/ulid if its meta.json is readable. */
@@ -76,6 +96,12 @@ void block_index_release_all(block_index *ix, indexed_block **blocks, size_t n);
 
 /* Opens the block's reader if needed; the caller holds b->mu. */
 int block_index_open_reader(block_index *ix, indexed_block *b, strata_error *err);
+
+/* After a read of b failed with NOT_FOUND: true when its meta.json is gone, i.e. the block was
+ * deleted while a query used it; b then leaves the index and the tenant is listed again at once
+ * (so the block that replaced it is indexed before the query retries). False for other damage.
+ * b stays valid (the caller holds a reference). */
+bool block_index_forget_if_gone(block_index *ix, indexed_block *b);
 
 /* Tenants with at least one block, sorted; *out and each string malloc'd. */
 int block_index_tenants(block_index *ix, char ***out, size_t *n, strata_error *err);

@@ -82,6 +82,12 @@ static void *driver_worker(void *arg) {
         if (rc == 0)
             rc = d->fn(b, b->reader, d->partials[w->worker], &err);
         pthread_mutex_unlock(&b->mu);
+        if (rc != 0 && err.code == STRATA_NOT_FOUND && block_index_forget_if_gone(d->index, b)) {
+            /* Deleted after the compactor replaced it (or retention expired it): the query runs
+             * again on the index's new view, which has the replacement instead. */
+            strata_error_set(&err, STRATA_ABORTED, "block %s/%s vanished during the query",
+                             b->tenant, b->ulid_text);
+        }
         if (rc != 0) {
             pthread_mutex_lock(&d->err_mu);
             if (!atomic_load(&d->failed))
@@ -307,9 +313,10 @@ static int block_labels(indexed_block *b, block_reader *r, void *partial, strata
     return 0;
 }
 
-int query_labels(query_engine *e, const char *tenant, const char *name, const selector *sels,
-                 size_t n_sels, const profile_type *type, int64_t start_ns, int64_t end_ns,
-                 char ***out, size_t *n, strata_error *err) {
+static int query_labels_attempt(query_engine *e, const char *tenant, const char *name,
+                                const selector *sels, size_t n_sels, const profile_type *type,
+                                int64_t start_ns, int64_t end_ns, char ***out, size_t *n,
+                                strata_error *err) {
     *out = NULL;
     *n = 0;
     indexed_block **blocks;
@@ -636,9 +643,10 @@ static int series_from_group(const range_query *q, range_group *g, range_series 
     return 0;
 }
 
-int query_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
-                int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
-                range_series **out, size_t *n, strata_error *err) {
+static int query_range_attempt(query_engine *e, const char *tenant, const selector *sel,
+                               int64_t start_ns, int64_t end_ns, int64_t step_ns,
+                               const char *const *sum_by, size_t n_sum_by, range_series **out,
+                               size_t *n, strata_error *err) {
     *out = NULL;
     *n = 0;
     if (!sel->has_profile_type)
@@ -1042,8 +1050,8 @@ static void merge_results_add(merge_result *dst, const merge_result *src) {
     dst->duration_ns += src->duration_ns;
 }
 
-static int run_merge(query_engine *e, const char *tenant, const merge_query *q, calltree *tree,
-                     merge_result *result, strata_error *err) {
+static int run_merge_attempt(query_engine *e, const char *tenant, const merge_query *q,
+                             calltree *tree, merge_result *result, strata_error *err) {
     memset(result, 0, sizeof *result);
     indexed_block **blocks;
     size_t n_blocks;
@@ -1053,31 +1061,71 @@ static int run_merge(query_engine *e, const char *tenant, const merge_query *q, 
     merge_partial *parts = calloc(workers, sizeof *parts);
     void **ptrs = calloc(workers, sizeof *ptrs);
     int rc = (parts && ptrs) ? 0 : strata_error_oom(err);
-    /* One worker builds straight into the caller's tree; several build partial trees that are
-     * merged afterwards (each worker owns its tree, so no locking while merging blocks). */
-    bool direct = workers == 1;
+    /* Each worker builds a partial tree (no locking while merging blocks), merged into the
+     * caller's tree only when every block succeeded, so an attempt that fails because a block
+     * vanished leaves the caller's tree untouched for the retry. */
     for (size_t w = 0; rc == 0 && w < workers; w++) {
         parts[w].q = q;
         ptrs[w] = &parts[w];
-        if (direct)
-            parts[w].tree = tree;
-        else
-            rc = calltree_create(&parts[w].tree, 1024, err);
+        rc = calltree_create(&parts[w].tree, 1024, err);
     }
     if (rc == 0)
         rc = for_each_block(e, blocks, n_blocks, block_merge, ptrs, workers, err);
     block_index_release_all(e->index, blocks, n_blocks);
     for (size_t w = 0; rc == 0 && w < workers; w++) {
-        if (!direct)
-            rc = calltree_merge(tree, parts[w].tree, err);
+        rc = calltree_merge(tree, parts[w].tree, err);
         merge_results_add(result, &parts[w].result);
     }
-    for (size_t w = 0; !direct && parts != NULL && w < workers; w++)
+    for (size_t w = 0; parts != NULL && w < workers; w++)
         calltree_free(parts[w].tree);
     free(parts);
     free(ptrs);
     if (rc == 0 && result->profiles == 0)
         return strata_error_set(err, STRATA_NOT_FOUND, "no profiles match the query in that range");
+    return rc;
+}
+
+/* ---- retries over a changed view ------------------------------------------------------------ */
+
+/* A query whose block was deleted under it (STRATA_ABORTED from the driver) runs again: the index
+ * has dropped the block and shows its replacement. Deletion waits delete_delay after the
+ * replacement appears, so more than a retry or two means something else is wrong. */
+#define QUERY_ATTEMPTS 3
+
+int query_labels(query_engine *e, const char *tenant, const char *name, const selector *sels,
+                 size_t n_sels, const profile_type *type, int64_t start_ns, int64_t end_ns,
+                 char ***out, size_t *n, strata_error *err) {
+    int rc = -1;
+    for (int attempt = 0; attempt < QUERY_ATTEMPTS; attempt++) {
+        rc = query_labels_attempt(e, tenant, name, sels, n_sels, type, start_ns, end_ns, out, n,
+                                  err);
+        if (rc == 0 || err->code != STRATA_ABORTED)
+            break;
+    }
+    return rc;
+}
+
+int query_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
+                int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
+                range_series **out, size_t *n, strata_error *err) {
+    int rc = -1;
+    for (int attempt = 0; attempt < QUERY_ATTEMPTS; attempt++) {
+        rc = query_range_attempt(e, tenant, sel, start_ns, end_ns, step_ns, sum_by, n_sum_by, out,
+                                 n, err);
+        if (rc == 0 || err->code != STRATA_ABORTED)
+            break;
+    }
+    return rc;
+}
+
+static int run_merge(query_engine *e, const char *tenant, const merge_query *q, calltree *tree,
+                     merge_result *result, strata_error *err) {
+    int rc = -1;
+    for (int attempt = 0; attempt < QUERY_ATTEMPTS; attempt++) {
+        rc = run_merge_attempt(e, tenant, q, tree, result, err);
+        if (rc == 0 || err->code != STRATA_ABORTED)
+            break;
+    }
     return rc;
 }
 

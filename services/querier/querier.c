@@ -68,6 +68,15 @@ static int create_metrics(querier *q, strata_error *err) {
                        .help = "Bucket listings done to discover blocks."};
     if ((q->syncs = metrics_counter_new(q->registry, &o, err)) == NULL)
         return -1;
+    o = (metrics_opts){.name = "strata_querier_meta_reads_total",
+                       .help = "meta.json files fetched to discover blocks."};
+    if ((q->meta_reads = metrics_counter_new(q->registry, &o, err)) == NULL)
+        return -1;
+    o = (metrics_opts){.name = "strata_querier_blocks_from_bucket_index_total",
+                       .help =
+                           "Blocks learnt from bucket-index.json at start (no meta.json read)."};
+    if ((q->from_bucket_index = metrics_counter_new(q->registry, &o, err)) == NULL)
+        return -1;
     o = (metrics_opts){.name = "strata_querier_bucket_sync_failures_total",
                        .help = "Bucket listings that failed."};
     return (q->sync_failures = metrics_counter_new(q->registry, &o, err)) == NULL ? -1 : 0;
@@ -81,6 +90,8 @@ static void collect_index_stats(void *ctx) {
     metrics_gauge_set(q->open_gauge, (int64_t)s.readers_open);
     metrics_counter_set(q->syncs, (int64_t)s.syncs);
     metrics_counter_set(q->sync_failures, (int64_t)s.sync_failures);
+    metrics_counter_set(q->meta_reads, (int64_t)s.meta_reads);
+    metrics_counter_set(q->from_bucket_index, (int64_t)s.from_bucket_index);
 }
 
 int querier_new(const querier_config *config, bucket *store, metrics_registry *registry,

@@ -20,6 +20,8 @@ struct querier {
     metrics_gauge *blocks_gauge;
     metrics_gauge *open_gauge;
     metrics_counter *syncs;
+    metrics_counter *meta_reads;
+    metrics_counter *from_bucket_index;
     metrics_counter *sync_failures;
 };
 
