@@ -157,6 +157,19 @@ static void test_ksyms(void **state) {
     assert_null(agent_ksyms_lookup(&k, 0x1000));
     assert_null(agent_ksyms_lookup(&k, 0xffffffffc8000000)); /* far past the last symbol */
     agent_ksyms_free(&k);
+    /* Function padding: "__pfx_NAME" folds into NAME, which starts at its padding. */
+    static const char padded[] = "ffffffff81000000 T _stext\n"
+                                 "ffffffff810000f0 t __pfx_helper_one\n"
+                                 "ffffffff81000100 t helper_one\n"
+                                 "ffffffff810001f0 T __pfx_other\n"
+                                 "ffffffff81000200 T do_syscall_64\n";
+    assert_int_equal(agent_ksyms_parse(padded, strlen(padded), &k, NULL), 0);
+    assert_int_equal(k.count, 3);
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffff810000e0), "_stext");
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffff810000f4), "helper_one");
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffff810001f4), "helper_one");
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffff81000204), "do_syscall_64");
+    agent_ksyms_free(&k);
     agent_ksyms empty;
     assert_int_equal(agent_ksyms_parse("", 0, &empty, NULL), 0);
     assert_null(agent_ksyms_lookup(&empty, 0xffffffff81000000));
