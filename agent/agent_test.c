@@ -193,6 +193,10 @@ static void test_elf_symbolizes_self_with_aslr(void **state) {
     assert_true(agent_elf_offset_to_vaddr(&e, addr - m->start + m->offset, &vaddr));
     assert_string_equal(agent_elf_lookup(&e, vaddr, &start), "agent_test_known_function");
     assert_int_equal(vaddr - start, 2);
+    /* The table is sorted in place, one symbol per address. */
+    assert_true(e.n_symbols > 100);
+    for (size_t i = 1; i < e.n_symbols; i++)
+        assert_true(e.symbols[i - 1].addr < e.symbols[i].addr);
     char id[AGENT_BUILD_ID_HEX_MAX + 1];
     assert_int_equal(agent_elf_read_build_id("/proc/self/exe", id, NULL), 0);
     assert_string_equal(id, e.build_id);

@@ -184,7 +184,7 @@ static int builder_add(sym_builder *b, uint64_t addr, uint64_t size, const char 
         return 0;
     agent_elf_symbol *s = &e->symbols[e->n_symbols++];
     s->addr = addr;
-    s->size = size;
+    s->size = size <= UINT32_MAX ? (uint32_t)size : 0;
     s->name = (uint32_t)e->names_len;
     memcpy(e->names + e->names_len, name, name_len);
     e->names[e->names_len + name_len] = '\0';
@@ -240,17 +240,42 @@ static int add_gopclntab(const elf_file *f, sym_builder *b) {
     return b->e->n_symbols > before ? 1 : 0;
 }
 
-static int cmp_symbol(const void *a, const void *b) {
-    const agent_elf_symbol *x = a, *y = b;
+/* Address order; at one address the sized symbol first (it is the one kept). */
+static bool symbol_before(const agent_elf_symbol *x, const agent_elf_symbol *y) {
     if (x->addr != y->addr)
-        return x->addr < y->addr ? -1 : 1;
-    return x->size > y->size ? -1 : x->size < y->size; /* sized symbols first */
+        return x->addr < y->addr;
+    return x->size > y->size;
+}
+
+static void sift_down(agent_elf_symbol *s, size_t root, size_t n) {
+    for (size_t child; (child = 2 * root + 1) < n; root = child) {
+        if (child + 1 < n && symbol_before(&s[child], &s[child + 1]))
+            child++;
+        if (!symbol_before(&s[root], &s[child]))
+            return;
+        agent_elf_symbol t = s[root];
+        s[root] = s[child];
+        s[child] = t;
+    }
+}
+
+/* Heapsort, in place: glibc's qsort is a merge sort with a temporary copy of the whole array,
+ * which for a large library would raise the agent's peak memory by the table's size again. */
+static void sort_symbols(agent_elf_symbol *s, size_t n) {
+    for (size_t i = n / 2; i-- > 0;)
+        sift_down(s, i, n);
+    for (size_t end = n; end-- > 1;) {
+        agent_elf_symbol t = s[0];
+        s[0] = s[end];
+        s[end] = t;
+        sift_down(s, 0, end);
+    }
 }
 
 static void sort_and_dedup(agent_elf *e) {
     if (e->n_symbols == 0)
         return;
-    qsort(e->symbols, e->n_symbols, sizeof *e->symbols, cmp_symbol);
+    sort_symbols(e->symbols, e->n_symbols);
     size_t out = 1;
     for (size_t i = 1; i < e->n_symbols; i++)
         if (e->symbols[i].addr != e->symbols[out - 1].addr)
