@@ -195,8 +195,27 @@ static void test_elf_symbolizes_self_with_aslr(void **state) {
     assert_int_equal(vaddr - start, 2);
     /* The table is sorted in place, one symbol per address. */
     assert_true(e.n_symbols > 100);
-    for (size_t i = 1; i < e.n_symbols; i++)
+    size_t names_len = strlen(e.names + e.symbols[0].name) + 1;
+    for (size_t i = 1; i < e.n_symbols; i++) {
         assert_true(e.symbols[i - 1].addr < e.symbols[i].addr);
+        names_len += strlen(e.names + e.symbols[i].name) + 1;
+    }
+    assert_int_equal(e.names_len, names_len); /* no name of a dropped alias is kept */
+    agent_elf_free(&e);
+
+    /* libc's .dynsym has aliases (getpid and __getpid at one address): one name is kept. */
+    uint64_t libc_addr = (uint64_t)(uintptr_t)&getpid;
+    const agent_mapping *lm = agent_proc_find_mapping(&p, libc_addr);
+    assert_non_null(lm);
+    assert_int_equal(agent_elf_load(lm->path, NULL, &e, NULL), 0);
+    names_len = 0;
+    for (size_t i = 0; i < e.n_symbols; i++)
+        names_len += strlen(e.names + e.symbols[i].name) + 1;
+    assert_int_equal(e.names_len, names_len);
+    assert_true(agent_elf_offset_to_vaddr(&e, libc_addr - lm->start + lm->offset, &vaddr));
+    assert_non_null(strstr(agent_elf_lookup(&e, vaddr, &start), "getpid"));
+    agent_elf_free(&e);
+    assert_int_equal(agent_elf_load("/proc/self/exe", NULL, &e, NULL), 0);
     char id[AGENT_BUILD_ID_HEX_MAX + 1];
     assert_int_equal(agent_elf_read_build_id("/proc/self/exe", id, NULL), 0);
     assert_string_equal(id, e.build_id);

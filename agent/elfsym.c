@@ -256,18 +256,24 @@ static int add_gopclntab(const elf_file *f, sym_builder *b) {
     return b->e->n_symbols > before ? 1 : 0;
 }
 
+typedef bool (*symbol_order)(const agent_elf_symbol *x, const agent_elf_symbol *y);
+
 /* Address order; at one address the sized symbol first (it is the one kept). */
-static bool symbol_before(const agent_elf_symbol *x, const agent_elf_symbol *y) {
+static bool address_before(const agent_elf_symbol *x, const agent_elf_symbol *y) {
     if (x->addr != y->addr)
         return x->addr < y->addr;
     return x->size > y->size;
 }
 
-static void sift_down(agent_elf_symbol *s, size_t root, size_t n) {
+static bool name_before(const agent_elf_symbol *x, const agent_elf_symbol *y) {
+    return x->name < y->name;
+}
+
+static void sift_down(agent_elf_symbol *s, size_t root, size_t n, symbol_order before) {
     for (size_t child; (child = 2 * root + 1) < n; root = child) {
-        if (child + 1 < n && symbol_before(&s[child], &s[child + 1]))
+        if (child + 1 < n && before(&s[child], &s[child + 1]))
             child++;
-        if (!symbol_before(&s[root], &s[child]))
+        if (!before(&s[root], &s[child]))
             return;
         agent_elf_symbol t = s[root];
         s[root] = s[child];
@@ -277,26 +283,46 @@ static void sift_down(agent_elf_symbol *s, size_t root, size_t n) {
 
 /* Heapsort, in place: glibc's qsort is a merge sort with a temporary copy of the whole array,
  * which for a large library would raise the agent's peak memory by the table's size again. */
-static void sort_symbols(agent_elf_symbol *s, size_t n) {
+static void sort_symbols(agent_elf_symbol *s, size_t n, symbol_order before) {
     for (size_t i = n / 2; i-- > 0;)
-        sift_down(s, i, n);
+        sift_down(s, i, n, before);
     for (size_t end = n; end-- > 1;) {
         agent_elf_symbol t = s[0];
         s[0] = s[end];
         s[end] = t;
-        sift_down(s, 0, end);
+        sift_down(s, 0, end, before);
     }
+}
+
+/* Dedup leaves the names of the aliases it dropped in the arena: half of a C++ binary's names
+ * (constructors and destructors have two or three symbols at one address). The kept names move
+ * down in arena order, in place, so no second arena is needed. */
+static void compact_names(agent_elf *e) {
+    sort_symbols(e->symbols, e->n_symbols, name_before);
+    size_t len = 0;
+    for (size_t i = 0; i < e->n_symbols; i++) {
+        agent_elf_symbol *s = &e->symbols[i];
+        size_t n = strlen(e->names + s->name) + 1;
+        memmove(e->names + len, e->names + s->name, n);
+        s->name = (uint32_t)len;
+        len += n;
+    }
+    e->names_len = len;
+    sort_symbols(e->symbols, e->n_symbols, address_before);
 }
 
 static void sort_and_dedup(agent_elf *e) {
     if (e->n_symbols == 0)
         return;
-    sort_symbols(e->symbols, e->n_symbols);
+    sort_symbols(e->symbols, e->n_symbols, address_before);
     size_t out = 1;
     for (size_t i = 1; i < e->n_symbols; i++)
         if (e->symbols[i].addr != e->symbols[out - 1].addr)
             e->symbols[out++] = e->symbols[i];
+    bool dropped = out < e->n_symbols;
     e->n_symbols = out;
+    if (dropped)
+        compact_names(e);
 }
 
 /* --- debug files ---------------------------------------------------------------------------- */
