@@ -256,49 +256,83 @@ static int add_gopclntab(const elf_file *f, sym_builder *b) {
     return b->e->n_symbols > before ? 1 : 0;
 }
 
-typedef bool (*symbol_order)(const agent_elf_symbol *x, const agent_elf_symbol *y);
-
 /* Address order; at one address the sized symbol first (it is the one kept). */
-static bool address_before(const agent_elf_symbol *x, const agent_elf_symbol *y) {
-    if (x->addr != y->addr)
-        return x->addr < y->addr;
-    return x->size > y->size;
-}
+#define ADDRESS_BEFORE(x, y) ((x).addr != (y).addr ? (x).addr < (y).addr : (x).size > (y).size)
+#define NAME_BEFORE(x, y) ((x).name < (y).name)
 
-static bool name_before(const agent_elf_symbol *x, const agent_elf_symbol *y) {
-    return x->name < y->name;
-}
+/* In-place sorts of the symbol table (glibc's qsort is a merge sort with a temporary copy of the
+ * whole array, which for a large library would raise the peak by the table's size again):
+ * quicksort on the middle element, insertion sort for short runs, heapsort past a depth bound so
+ * the worst case stays O(n log n). A macro gives each order its own inlined comparison: the sort
+ * is most of the CPU a new binary costs. */
+#define SWAP_SYMBOLS(s, i, j)                                                                      \
+    do {                                                                                           \
+        agent_elf_symbol t_ = (s)[i];                                                              \
+        (s)[i] = (s)[j];                                                                           \
+        (s)[j] = t_;                                                                               \
+    } while (0)
 
-static void sift_down(agent_elf_symbol *s, size_t root, size_t n, symbol_order before) {
-    for (size_t child; (child = 2 * root + 1) < n; root = child) {
-        if (child + 1 < n && before(&s[child], &s[child + 1]))
-            child++;
-        if (!before(&s[root], &s[child]))
-            return;
-        agent_elf_symbol t = s[root];
-        s[root] = s[child];
-        s[child] = t;
+#define DEFINE_SYMBOL_SORT(NAME, BEFORE)                                                           \
+    static void NAME##_sift(agent_elf_symbol *s, size_t root, size_t n) {                          \
+        for (size_t child; (child = 2 * root + 1) < n; root = child) {                             \
+            if (child + 1 < n && BEFORE(s[child], s[child + 1]))                                   \
+                child++;                                                                           \
+            if (!BEFORE(s[root], s[child]))                                                        \
+                return;                                                                            \
+            SWAP_SYMBOLS(s, root, child);                                                          \
+        }                                                                                          \
+    }                                                                                              \
+    static void NAME##_heapsort(agent_elf_symbol *s, size_t n) {                                   \
+        for (size_t i = n / 2; i-- > 0;)                                                           \
+            NAME##_sift(s, i, n);                                                                  \
+        for (size_t end = n; end-- > 1;) {                                                         \
+            SWAP_SYMBOLS(s, 0, end);                                                               \
+            NAME##_sift(s, 0, end);                                                                \
+        }                                                                                          \
+    }                                                                                              \
+    static void NAME(agent_elf_symbol *s, size_t n, unsigned depth) {                              \
+        while (n > 16) {                                                                           \
+            if (depth-- == 0) {                                                                    \
+                NAME##_heapsort(s, n);                                                             \
+                return;                                                                            \
+            }                                                                                      \
+            agent_elf_symbol pivot = s[n / 2];                                                     \
+            size_t i = 0, j = n - 1;                                                               \
+            for (;;) {                                                                             \
+                while (BEFORE(s[i], pivot))                                                        \
+                    i++;                                                                           \
+                while (BEFORE(pivot, s[j]))                                                        \
+                    j--;                                                                           \
+                if (i >= j)                                                                        \
+                    break;                                                                         \
+                SWAP_SYMBOLS(s, i, j);                                                             \
+                i++;                                                                               \
+                j--;                                                                               \
+            }                                                                                      \
+            NAME(s, j + 1, depth); /* [0, j] then (j, n) */                                        \
+            s += j + 1;                                                                            \
+            n -= j + 1;                                                                            \
+        }                                                                                          \
+        for (size_t i = 1; i < n; i++)                                                             \
+            for (size_t k = i; k > 0 && BEFORE(s[k], s[k - 1]); k--)                               \
+                SWAP_SYMBOLS(s, k, k - 1);                                                         \
     }
-}
 
-/* Heapsort, in place: glibc's qsort is a merge sort with a temporary copy of the whole array,
- * which for a large library would raise the agent's peak memory by the table's size again. */
-static void sort_symbols(agent_elf_symbol *s, size_t n, symbol_order before) {
-    for (size_t i = n / 2; i-- > 0;)
-        sift_down(s, i, n, before);
-    for (size_t end = n; end-- > 1;) {
-        agent_elf_symbol t = s[0];
-        s[0] = s[end];
-        s[end] = t;
-        sift_down(s, 0, end, before);
-    }
+DEFINE_SYMBOL_SORT(sort_by_address, ADDRESS_BEFORE)
+DEFINE_SYMBOL_SORT(sort_by_name, NAME_BEFORE)
+
+static unsigned depth_bound(size_t n) {
+    unsigned d = 0;
+    while (n >>= 1)
+        d++;
+    return 2 * d + 2;
 }
 
 /* Dedup leaves the names of the aliases it dropped in the arena: half of a C++ binary's names
  * (constructors and destructors have two or three symbols at one address). The kept names move
  * down in arena order, in place, so no second arena is needed. */
 static void compact_names(agent_elf *e) {
-    sort_symbols(e->symbols, e->n_symbols, name_before);
+    sort_by_name(e->symbols, e->n_symbols, depth_bound(e->n_symbols));
     size_t len = 0;
     for (size_t i = 0; i < e->n_symbols; i++) {
         agent_elf_symbol *s = &e->symbols[i];
@@ -308,13 +342,13 @@ static void compact_names(agent_elf *e) {
         len += n;
     }
     e->names_len = len;
-    sort_symbols(e->symbols, e->n_symbols, address_before);
+    sort_by_address(e->symbols, e->n_symbols, depth_bound(e->n_symbols));
 }
 
 static void sort_and_dedup(agent_elf *e) {
     if (e->n_symbols == 0)
         return;
-    sort_symbols(e->symbols, e->n_symbols, address_before);
+    sort_by_address(e->symbols, e->n_symbols, depth_bound(e->n_symbols));
     size_t out = 1;
     for (size_t i = 1; i < e->n_symbols; i++)
         if (e->symbols[i].addr != e->symbols[out - 1].addr)
