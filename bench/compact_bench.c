@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "agentgen.h"
+#include "level1_blocks.h"
 #include "block/block_format.h"
 #include "block/block_merge.h"
 #include "block/block_meta.h"
@@ -86,72 +87,11 @@ static int parse_args(int argc, char **argv, bench_args *a) {
 
 /* ---- phase 1: level-1 blocks -------------------------------------------------------------- */
 
-static void upload_block(bucket *store, block_writer *w, strata_error *err) {
-    strata_buffer data = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
-    block_meta meta;
-    if (block_writer_finish(w, &data, &meta, err) != 0 || block_meta_encode(&meta, &json, err) != 0)
-        die("finish", err);
-    char id[ULID_STRING_LEN + 1], key[256];
-    ulid_format(&meta.id, id);
-    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_DATA_FILE);
-    if (bucket_upload(store, key, data.data, data.len, err) != 0)
-        die("upload", err);
-    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_META_FILE);
-    if (bucket_upload(store, key, json.data, json.len, err) != 0)
-        die("upload", err);
-    strata_buffer_free(&data);
-    strata_buffer_free(&json);
-    block_meta_free(&meta);
-}
-
 static void write_level1(const bench_args *a, bucket *store) {
-    strata_error err;
-    agentgen_options go;
-    agentgen_options_default(&go);
-    go.n_processes = a->processes;
-    go.seed = a->seed;
-    agentgen *g = agentgen_new(&go, &err);
-    if (g == NULL)
-        die("agentgen", &err);
-    label_set *labels = calloc(a->processes, sizeof *labels);
-    if (labels == NULL)
-        die("calloc", NULL);
-    for (size_t i = 0; i < a->processes; i++) {
-        if (agentgen_labels(g, i, &labels[i], &err) != 0)
-            die("labels", &err);
-    }
-    profile_type type = agentgen_profile_type();
     uint64_t windows = (uint64_t)(a->minutes * 6.0 + 0.5);
     int64_t base_ns = strata_now_ns() - (int64_t)windows * 10 * STRATA_NS_PER_SEC;
     base_ns -= base_ns % (60 * STRATA_NS_PER_SEC);
-    block_writer_options wo;
-    block_writer_options_default(&wo);
-    wo.tenant = TENANT;
-    for (uint64_t w = 0; w < windows; w++) {
-        for (size_t sub = 0; sub < 10; sub++) {
-            block_writer *bw = block_writer_new(&wo, &err);
-            if (bw == NULL)
-                die("writer", &err);
-            int64_t time_ns = base_ns + (int64_t)(w * 10 + sub) * STRATA_NS_PER_SEC;
-            for (size_t i = sub; i < a->processes; i += 10) {
-                pprof_profile p;
-                memset(&p, 0, sizeof p);
-                if (agentgen_profile(g, i, w, &p, &err) != 0)
-                    die("generate", &err);
-                if (block_writer_add_profile(bw, &labels[i], &type, time_ns + (int64_t)i * 1000,
-                                             10 * STRATA_NS_PER_SEC, p.period, &p, 0, &err) != 0)
-                    die("add_profile", &err);
-                pprof_profile_free(&p);
-            }
-            if (block_writer_profile_count(bw) > 0)
-                upload_block(store, bw, &err);
-            block_writer_free(bw);
-        }
-    }
-    for (size_t i = 0; i < a->processes; i++)
-        label_set_free(&labels[i]);
-    free(labels);
-    agentgen_free(g);
+    write_level1_blocks(store, TENANT, a->processes, a->seed, a->minutes, base_ns);
 }
 
 /* ---- listing blocks ----------------------------------------------------------------------- */

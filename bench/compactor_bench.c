@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "agentgen.h"
+#include "level1_blocks.h"
 #include "block/block_format.h"
 #include "block/block_meta.h"
 #include "block/block_writer.h"
@@ -72,67 +73,6 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             return -1;
     }
     return a->minutes > 0 && a->processes > 0 ? 0 : -1;
-}
-
-static void upload_block(bucket *store, block_writer *w, strata_error *err) {
-    strata_buffer data = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
-    block_meta meta;
-    if (block_writer_finish(w, &data, &meta, err) != 0 || block_meta_encode(&meta, &json, err) != 0)
-        die("finish", err);
-    char id[ULID_STRING_LEN + 1], key[256];
-    ulid_format(&meta.id, id);
-    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_DATA_FILE);
-    if (bucket_upload(store, key, data.data, data.len, err) != 0)
-        die("upload", err);
-    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_META_FILE);
-    if (bucket_upload(store, key, json.data, json.len, err) != 0)
-        die("upload", err);
-    block_meta_free(&meta);
-    strata_buffer_free(&data);
-    strata_buffer_free(&json);
-}
-
-/* The child: M minutes of level-1 blocks, one per second. */
-static void write_level1(const bench_args *a, bucket *store, int64_t base_s) {
-    strata_error err;
-    agentgen_options go;
-    agentgen_options_default(&go);
-    go.n_processes = a->processes;
-    go.seed = a->seed;
-    agentgen *g = agentgen_new(&go, &err);
-    if (g == NULL)
-        die("agentgen", &err);
-    label_set *labels = calloc(a->processes, sizeof *labels);
-    for (size_t i = 0; labels != NULL && i < a->processes; i++)
-        if (agentgen_labels(g, i, &labels[i], &err) != 0)
-            die("labels", &err);
-    profile_type type = agentgen_profile_type();
-    block_writer_options wo;
-    block_writer_options_default(&wo);
-    wo.tenant = TENANT;
-    for (uint64_t w = 0; w < (uint64_t)a->minutes * 6; w++)
-        for (size_t sub = 0; sub < 10; sub++) {
-            block_writer *bw = block_writer_new(&wo, &err);
-            if (bw == NULL)
-                die("writer", &err);
-            for (size_t i = sub; i < a->processes; i += 10) {
-                pprof_profile p;
-                if (agentgen_profile(g, i, w, &p, &err) != 0)
-                    die("generate", &err);
-                int64_t t = (base_s + (int64_t)(w * 10 + sub)) * STRATA_NS_PER_SEC;
-                if (block_writer_add_profile(bw, &labels[i], &type, t, 10 * STRATA_NS_PER_SEC,
-                                             p.period, &p, 0, &err) != 0)
-                    die("add_profile", &err);
-                pprof_profile_free(&p);
-            }
-            if (block_writer_profile_count(bw) > 0)
-                upload_block(store, bw, &err);
-            block_writer_free(bw);
-        }
-    for (size_t i = 0; labels != NULL && i < a->processes; i++)
-        label_set_free(&labels[i]);
-    free(labels);
-    agentgen_free(g);
 }
 
 typedef struct level_totals {
@@ -192,7 +132,8 @@ int main(int argc, char **argv) {
     int64_t gen0 = strata_monotonic_ns();
     pid_t child = fork();
     if (child == 0) {
-        write_level1(&a, store, base_s);
+        write_level1_blocks(store, TENANT, a.processes, a.seed, a.minutes,
+                            base_s * STRATA_NS_PER_SEC);
         _exit(0);
     }
     int status;

@@ -86,7 +86,7 @@ static void bench_relabel(long iterations) {
     int64_t cpu0 = strata_process_cpu_ns();
     for (long i = 0; i < iterations; i++) {
         label_set set;
-        bool keep;
+        bool keep = false;
         if (label_set_copy(&set, &base[i % 100], &err) != 0 ||
             relabel_apply(rules, &set, &keep, &err) != 0)
             die("relabel", &err);

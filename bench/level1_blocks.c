@@ -1,0 +1,91 @@
+/*
+ * level1_blocks.c - see level1_blocks.h.
+ */
+#include "level1_blocks.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agentgen.h"
+#include "block/block_format.h"
+#include "block/block_writer.h"
+#include "common/clock.h"
+
+static _Noreturn void fail(const char *what, const strata_error *err) {
+    fprintf(stderr, "level-1 blocks: %s: %s\n", what, err != NULL ? err->message : "failed");
+    exit(1);
+}
+
+static void upload_block(bucket *store, const char *tenant, block_writer *w) {
+    strata_error err;
+    strata_buffer data = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
+    block_meta meta;
+    if (block_writer_finish(w, &data, &meta, &err) != 0 ||
+        block_meta_encode(&meta, &json, &err) != 0)
+        fail("finish", &err);
+    char id[ULID_STRING_LEN + 1], key[256];
+    ulid_format(&meta.id, id);
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_DATA_FILE);
+    if (bucket_upload(store, key, data.data, data.len, &err) != 0)
+        fail("upload", &err);
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_META_FILE);
+    if (bucket_upload(store, key, json.data, json.len, &err) != 0)
+        fail("upload", &err);
+    strata_buffer_free(&data);
+    strata_buffer_free(&json);
+    block_meta_free(&meta);
+}
+
+/* One second of data: the processes sub, sub + 10, ... of window w. */
+static void write_second(bucket *store, const char *tenant, agentgen *g, const label_set *labels,
+                         size_t processes, uint64_t w, size_t sub, int64_t time_ns) {
+    strata_error err;
+    block_writer_options wo;
+    block_writer_options_default(&wo);
+    wo.tenant = tenant;
+    block_writer *bw = block_writer_new(&wo, &err);
+    if (bw == NULL)
+        fail("writer", &err);
+    profile_type type = agentgen_profile_type();
+    for (size_t i = sub; i < processes; i += 10) {
+        pprof_profile p;
+        memset(&p, 0, sizeof p);
+        if (agentgen_profile(g, i, w, &p, &err) != 0)
+            fail("generate", &err);
+        if (block_writer_add_profile(bw, &labels[i], &type, time_ns + (int64_t)i * 1000,
+                                     10 * STRATA_NS_PER_SEC, p.period, &p, 0, &err) != 0)
+            fail("add_profile", &err);
+        pprof_profile_free(&p);
+    }
+    if (block_writer_profile_count(bw) > 0)
+        upload_block(store, tenant, bw);
+    block_writer_free(bw);
+}
+
+void write_level1_blocks(bucket *store, const char *tenant, size_t processes, uint64_t seed,
+                         double minutes, int64_t base_ns) {
+    strata_error err;
+    agentgen_options go;
+    agentgen_options_default(&go);
+    go.n_processes = processes;
+    go.seed = seed;
+    agentgen *g = agentgen_new(&go, &err);
+    if (g == NULL)
+        fail("agentgen", &err);
+    label_set *labels = calloc(processes, sizeof *labels);
+    if (labels == NULL)
+        fail("calloc", NULL);
+    for (size_t i = 0; i < processes; i++)
+        if (agentgen_labels(g, i, &labels[i], &err) != 0)
+            fail("labels", &err);
+    uint64_t windows = (uint64_t)(minutes * 6.0 + 0.5);
+    for (uint64_t w = 0; w < windows; w++)
+        for (size_t sub = 0; sub < 10; sub++)
+            write_second(store, tenant, g, labels, processes, w, sub,
+                         base_ns + (int64_t)(w * 10 + sub) * STRATA_NS_PER_SEC);
+    for (size_t i = 0; i < processes; i++)
+        label_set_free(&labels[i]);
+    free(labels);
+    agentgen_free(g);
+}
