@@ -306,6 +306,9 @@ static void finish_window(agent *a) {
     agent_symcache_stats cs;
     agent_symcache_stats_get(a->symcache, &cs);
     metrics_gauge_set(a->m.symcache_bytes, (int64_t)cs.bytes);
+    strata_log_debug(COMPONENT, "symbol cache", "entries=%zu bytes=%zu loads=%llu evictions=%llu",
+                     cs.entries, cs.bytes, (unsigned long long)cs.loads,
+                     (unsigned long long)cs.evictions);
     metrics_gauge_set(a->m.processes, (int64_t)a->agg.n_procs);
     log_push_errors(a);
     (void)malloc_trim(0); /* give the window's temporary memory back to the kernel */

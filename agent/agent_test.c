@@ -157,6 +157,19 @@ static void test_ksyms(void **state) {
     assert_null(agent_ksyms_lookup(&k, 0x1000));
     assert_null(agent_ksyms_lookup(&k, 0xffffffffc8000000)); /* far past the last symbol */
     agent_ksyms_free(&k);
+    /* Function padding: "__pfx_NAME" folds into NAME, which starts at its padding. */
+    static const char padded[] = "ffffffff81000000 T _stext\n"
+                                 "ffffffff810000f0 t __pfx_helper_one\n"
+                                 "ffffffff81000100 t helper_one\n"
+                                 "ffffffff810001f0 T __pfx_other\n"
+                                 "ffffffff81000200 T do_syscall_64\n";
+    assert_int_equal(agent_ksyms_parse(padded, strlen(padded), &k, NULL), 0);
+    assert_int_equal(k.count, 3);
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffff810000e0), "_stext");
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffff810000f4), "helper_one");
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffff810001f4), "helper_one");
+    assert_string_equal(agent_ksyms_lookup(&k, 0xffffffff81000204), "do_syscall_64");
+    agent_ksyms_free(&k);
     agent_ksyms empty;
     assert_int_equal(agent_ksyms_parse("", 0, &empty, NULL), 0);
     assert_null(agent_ksyms_lookup(&empty, 0xffffffff81000000));
@@ -180,6 +193,29 @@ static void test_elf_symbolizes_self_with_aslr(void **state) {
     assert_true(agent_elf_offset_to_vaddr(&e, addr - m->start + m->offset, &vaddr));
     assert_string_equal(agent_elf_lookup(&e, vaddr, &start), "agent_test_known_function");
     assert_int_equal(vaddr - start, 2);
+    /* The table is sorted in place, one symbol per address. */
+    assert_true(e.n_symbols > 100);
+    size_t names_len = strlen(e.names + e.symbols[0].name) + 1;
+    for (size_t i = 1; i < e.n_symbols; i++) {
+        assert_true(e.symbols[i - 1].addr < e.symbols[i].addr);
+        names_len += strlen(e.names + e.symbols[i].name) + 1;
+    }
+    assert_int_equal(e.names_len, names_len); /* no name of a dropped alias is kept */
+    agent_elf_free(&e);
+
+    /* libc's .dynsym has aliases (getpid and __getpid at one address): one name is kept. */
+    uint64_t libc_addr = (uint64_t)(uintptr_t)&getpid;
+    const agent_mapping *lm = agent_proc_find_mapping(&p, libc_addr);
+    assert_non_null(lm);
+    assert_int_equal(agent_elf_load(lm->path, NULL, &e, NULL), 0);
+    names_len = 0;
+    for (size_t i = 0; i < e.n_symbols; i++)
+        names_len += strlen(e.names + e.symbols[i].name) + 1;
+    assert_int_equal(e.names_len, names_len);
+    assert_true(agent_elf_offset_to_vaddr(&e, libc_addr - lm->start + lm->offset, &vaddr));
+    assert_non_null(strstr(agent_elf_lookup(&e, vaddr, &start), "getpid"));
+    agent_elf_free(&e);
+    assert_int_equal(agent_elf_load("/proc/self/exe", NULL, &e, NULL), 0);
     char id[AGENT_BUILD_ID_HEX_MAX + 1];
     assert_int_equal(agent_elf_read_build_id("/proc/self/exe", id, NULL), 0);
     assert_string_equal(id, e.build_id);

@@ -11,11 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "gopclntab.h"
 
 #define MAX_SYMBOLS 5000000u
+#define RELEASE_EVERY_SYMBOLS 4096
 
 /* An open ELF file. */
 typedef struct elf_file {
@@ -184,12 +186,24 @@ static int builder_add(sym_builder *b, uint64_t addr, uint64_t size, const char 
         return 0;
     agent_elf_symbol *s = &e->symbols[e->n_symbols++];
     s->addr = addr;
-    s->size = size;
+    s->size = size <= UINT32_MAX ? (uint32_t)size : 0;
     s->name = (uint32_t)e->names_len;
     memcpy(e->names + e->names_len, name, name_len);
     e->names[e->names_len + name_len] = '\0';
     e->names_len += name_len + 1;
     return 0;
+}
+
+/* The file is mapped read-only (ELF_C_READ_MMAP), so its pages can leave the resident set at any
+ * time and fault back in from the page cache. A large C++ binary's .symtab and .strtab are 10 MB
+ * (node's): dropping the pages every few thousand symbols keeps them from adding to the peak on
+ * top of the table being built. */
+static void release_file_pages(const elf_file *f) {
+    size_t size = 0;
+    char *raw = elf_rawfile(f->elf, &size);
+    long page = sysconf(_SC_PAGESIZE);
+    if (raw != NULL && page > 0 && (uintptr_t)raw % (uintptr_t)page == 0 && size > 0)
+        (void)madvise(raw, size, MADV_DONTNEED);
 }
 
 static int add_symbol_table(const elf_file *f, Elf_Scn *scn, const GElf_Shdr *shdr,
@@ -199,6 +213,8 @@ static int add_symbol_table(const elf_file *f, Elf_Scn *scn, const GElf_Shdr *sh
         return 0;
     size_t n = shdr->sh_size / shdr->sh_entsize;
     for (size_t i = 0; i < n; i++) {
+        if (i % RELEASE_EVERY_SYMBOLS == RELEASE_EVERY_SYMBOLS - 1)
+            release_file_pages(f);
         GElf_Sym sym;
         if (gelf_getsym(data, (int)i, &sym) == NULL)
             continue;
@@ -240,22 +256,107 @@ static int add_gopclntab(const elf_file *f, sym_builder *b) {
     return b->e->n_symbols > before ? 1 : 0;
 }
 
-static int cmp_symbol(const void *a, const void *b) {
-    const agent_elf_symbol *x = a, *y = b;
-    if (x->addr != y->addr)
-        return x->addr < y->addr ? -1 : 1;
-    return x->size > y->size ? -1 : x->size < y->size; /* sized symbols first */
+/* Address order; at one address the sized symbol first (it is the one kept). */
+#define ADDRESS_BEFORE(x, y) ((x).addr != (y).addr ? (x).addr < (y).addr : (x).size > (y).size)
+#define NAME_BEFORE(x, y) ((x).name < (y).name)
+
+/* In-place sorts of the symbol table (glibc's qsort is a merge sort with a temporary copy of the
+ * whole array, which for a large library would raise the peak by the table's size again):
+ * quicksort on the middle element, insertion sort for short runs, heapsort past a depth bound so
+ * the worst case stays O(n log n). A macro gives each order its own inlined comparison: the sort
+ * is most of the CPU a new binary costs. */
+#define SWAP_SYMBOLS(s, i, j)                                                                      \
+    do {                                                                                           \
+        agent_elf_symbol t_ = (s)[i];                                                              \
+        (s)[i] = (s)[j];                                                                           \
+        (s)[j] = t_;                                                                               \
+    } while (0)
+
+#define DEFINE_SYMBOL_SORT(NAME, BEFORE)                                                           \
+    static void NAME##_sift(agent_elf_symbol *s, size_t root, size_t n) {                          \
+        for (size_t child; (child = 2 * root + 1) < n; root = child) {                             \
+            if (child + 1 < n && BEFORE(s[child], s[child + 1]))                                   \
+                child++;                                                                           \
+            if (!BEFORE(s[root], s[child]))                                                        \
+                return;                                                                            \
+            SWAP_SYMBOLS(s, root, child);                                                          \
+        }                                                                                          \
+    }                                                                                              \
+    static void NAME##_heapsort(agent_elf_symbol *s, size_t n) {                                   \
+        for (size_t i = n / 2; i-- > 0;)                                                           \
+            NAME##_sift(s, i, n);                                                                  \
+        for (size_t end = n; end-- > 1;) {                                                         \
+            SWAP_SYMBOLS(s, 0, end);                                                               \
+            NAME##_sift(s, 0, end);                                                                \
+        }                                                                                          \
+    }                                                                                              \
+    static void NAME(agent_elf_symbol *s, size_t n, unsigned depth) {                              \
+        while (n > 16) {                                                                           \
+            if (depth-- == 0) {                                                                    \
+                NAME##_heapsort(s, n);                                                             \
+                return;                                                                            \
+            }                                                                                      \
+            agent_elf_symbol pivot = s[n / 2];                                                     \
+            size_t i = 0, j = n - 1;                                                               \
+            for (;;) {                                                                             \
+                while (BEFORE(s[i], pivot))                                                        \
+                    i++;                                                                           \
+                while (BEFORE(pivot, s[j]))                                                        \
+                    j--;                                                                           \
+                if (i >= j)                                                                        \
+                    break;                                                                         \
+                SWAP_SYMBOLS(s, i, j);                                                             \
+                i++;                                                                               \
+                j--;                                                                               \
+            }                                                                                      \
+            NAME(s, j + 1, depth); /* [0, j] then (j, n) */                                        \
+            s += j + 1;                                                                            \
+            n -= j + 1;                                                                            \
+        }                                                                                          \
+        for (size_t i = 1; i < n; i++)                                                             \
+            for (size_t k = i; k > 0 && BEFORE(s[k], s[k - 1]); k--)                               \
+                SWAP_SYMBOLS(s, k, k - 1);                                                         \
+    }
+
+DEFINE_SYMBOL_SORT(sort_by_address, ADDRESS_BEFORE)
+DEFINE_SYMBOL_SORT(sort_by_name, NAME_BEFORE)
+
+static unsigned depth_bound(size_t n) {
+    unsigned d = 0;
+    while (n >>= 1)
+        d++;
+    return 2 * d + 2;
+}
+
+/* Dedup leaves the names of the aliases it dropped in the arena: half of a C++ binary's names
+ * (constructors and destructors have two or three symbols at one address). The kept names move
+ * down in arena order, in place, so no second arena is needed. */
+static void compact_names(agent_elf *e) {
+    sort_by_name(e->symbols, e->n_symbols, depth_bound(e->n_symbols));
+    size_t len = 0;
+    for (size_t i = 0; i < e->n_symbols; i++) {
+        agent_elf_symbol *s = &e->symbols[i];
+        size_t n = strlen(e->names + s->name) + 1;
+        memmove(e->names + len, e->names + s->name, n);
+        s->name = (uint32_t)len;
+        len += n;
+    }
+    e->names_len = len;
+    sort_by_address(e->symbols, e->n_symbols, depth_bound(e->n_symbols));
 }
 
 static void sort_and_dedup(agent_elf *e) {
     if (e->n_symbols == 0)
         return;
-    qsort(e->symbols, e->n_symbols, sizeof *e->symbols, cmp_symbol);
+    sort_by_address(e->symbols, e->n_symbols, depth_bound(e->n_symbols));
     size_t out = 1;
     for (size_t i = 1; i < e->n_symbols; i++)
         if (e->symbols[i].addr != e->symbols[out - 1].addr)
             e->symbols[out++] = e->symbols[i];
+    bool dropped = out < e->n_symbols;
     e->n_symbols = out;
+    if (dropped)
+        compact_names(e);
 }
 
 /* --- debug files ---------------------------------------------------------------------------- */

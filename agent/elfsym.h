@@ -53,9 +53,10 @@ typedef struct agent_elf_segment {
     uint64_t filesz;
 } agent_elf_segment;
 
+/* 16 bytes: a large C++ library has a few hundred thousand of these. */
 typedef struct agent_elf_symbol {
     uint64_t addr;
-    uint64_t size; /* 0 if unknown: the symbol then extends to the next one */
+    uint32_t size; /* 0 if unknown: the symbol then extends to the next one (4 GB and up too) */
     uint32_t name; /* offset into names */
 } agent_elf_symbol;
 

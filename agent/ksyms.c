@@ -11,6 +11,7 @@
 
 /* A symbol further than this above the last one is not attributed to it. */
 #define MAX_LAST_SYMBOL_SPAN (1u << 20)
+#define KALLSYMS_BUFFER_BYTES (64 * 1024)
 
 static int add_name(agent_ksyms *k, const char *name, size_t len, uint32_t *off,
                     strata_error *err) {
@@ -70,6 +71,40 @@ static bool parse_line(const char *line, size_t len, uint64_t *addr, const char 
     return *name_len > 0 && *addr != 0;
 }
 
+/* Kernels built with function padding (6.2+, x86) list a "__pfx_NAME" symbol for the 16 bytes
+ * of padding before each function: half the text symbols. The padding belongs to the function
+ * (call-depth thunks run there), so a "__pfx_NAME" directly followed by NAME is not stored: NAME
+ * starts at the padding instead, which halves the table. */
+#define PFX "__pfx_"
+#define PFX_LEN (sizeof PFX - 1)
+
+typedef struct ksyms_builder {
+    agent_ksyms *k;
+    size_t cap;
+    uint64_t pfx_addr; /* a pending "__pfx_NAME" (0 = none) */
+    char pfx_name[128];
+} ksyms_builder;
+
+static int builder_add_line(ksyms_builder *b, const char *line, size_t len, strata_error *err) {
+    uint64_t addr;
+    const char *name;
+    size_t name_len;
+    if (!parse_line(line, len, &addr, &name, &name_len))
+        return 0;
+    if (name_len > PFX_LEN && name_len - PFX_LEN < sizeof b->pfx_name &&
+        memcmp(name, PFX, PFX_LEN) == 0) {
+        b->pfx_addr = addr;
+        memcpy(b->pfx_name, name + PFX_LEN, name_len - PFX_LEN);
+        b->pfx_name[name_len - PFX_LEN] = '\0';
+        return 0;
+    }
+    if (b->pfx_addr != 0 && b->pfx_addr < addr && strlen(b->pfx_name) == name_len &&
+        memcmp(b->pfx_name, name, name_len) == 0)
+        addr = b->pfx_addr;
+    b->pfx_addr = 0;
+    return add_sym(b->k, &b->cap, addr, name, name_len, err);
+}
+
 static int cmp_ksym(const void *a, const void *b) {
     const agent_ksym *x = a, *y = b;
     return x->addr < y->addr ? -1 : x->addr > y->addr;
@@ -77,16 +112,12 @@ static int cmp_ksym(const void *a, const void *b) {
 
 int agent_ksyms_parse(const char *text, size_t len, agent_ksyms *out, strata_error *err) {
     memset(out, 0, sizeof *out);
-    size_t cap = 0;
+    ksyms_builder b = {.k = out};
     const char *p = text, *end = text + len;
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t line_len = (size_t)((nl != NULL ? nl : end) - p);
-        uint64_t addr;
-        const char *name;
-        size_t name_len;
-        if (parse_line(p, line_len, &addr, &name, &name_len) &&
-            add_sym(out, &cap, addr, name, name_len, err) != 0) {
+        if (builder_add_line(&b, p, line_len, err) != 0) {
             agent_ksyms_free(out);
             return -1;
         }
@@ -111,23 +142,23 @@ static void shrink(agent_ksyms *k) {
         k->syms = syms;
 }
 
-/* Streams the file line by line: kallsyms is about 5 MB, which need not be resident at once. */
+/* Streams the file line by line: kallsyms is about 13 MB, which need not be resident at once.
+ * procfs reports 1 KB blocks, so stdio's default buffer would cost 13,000 read calls. */
 int agent_ksyms_load(const char *path, agent_ksyms *out, strata_error *err) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "re");
     if (f == NULL)
         return strata_error_set(err, STRATA_FAILED_PRECONDITION, "%s: %s", path, strerror(errno));
-    size_t cap = 0;
+    char *buffer = malloc(KALLSYMS_BUFFER_BYTES);
+    if (buffer != NULL)
+        (void)setvbuf(f, buffer, _IOFBF, KALLSYMS_BUFFER_BYTES);
+    ksyms_builder b = {.k = out};
     char line[512];
     int rc = 0;
-    while (rc == 0 && fgets(line, sizeof line, f) != NULL) {
-        uint64_t addr;
-        const char *name;
-        size_t name_len;
-        if (parse_line(line, strlen(line), &addr, &name, &name_len))
-            rc = add_sym(out, &cap, addr, name, name_len, err);
-    }
+    while (rc == 0 && fgets(line, sizeof line, f) != NULL)
+        rc = builder_add_line(&b, line, strlen(line), err);
     fclose(f);
+    free(buffer);
     if (rc != 0) {
         agent_ksyms_free(out);
         return -1;

@@ -3,10 +3,11 @@
  *
  * Design. Kernel frames are always symbolized in the agent: the kernel's layout (KASLR, modules,
  * BPF JIT images) is known only on the node. The table keeps text symbols only (types t, T, w, W),
- * sorted by address, with their names in one arena: about 4 MB for the 120,000 text symbols of a
- * distribution kernel. A lookup is a binary search for the last symbol at or below the address.
- * When kptr_restrict hides addresses (every address reads 0) the table is empty and kernel frames
- * keep their raw addresses.
+ * sorted by address, with their names in one arena. Kernels with function padding (6.2+) list a
+ * "__pfx_NAME" before every function; those are folded into NAME, which then starts at its
+ * padding: 64,000 symbols and 2.3 MB for a distribution kernel instead of 122,000 and 5 MB. A
+ * lookup is a binary search for the last symbol at or below the address. When kptr_restrict hides
+ * addresses (every address reads 0) the table is empty and kernel frames keep their raw addresses.
  *
  * The table is loaded once at start-up; agent_ksyms_lookup misses for addresses past the last
  * symbol, and the agent reloads the table (at most once a minute) when misses show that modules

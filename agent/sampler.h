@@ -10,10 +10,11 @@
  * that finds it full is counted per CPU (agent_sampler_counters), not lost silently.
  *
  * Requirements are checked before anything is loaded, so the agent can say exactly what is
- * missing: kernel BTF (/sys/kernel/btf/vmlinux, for CO-RE), the capabilities to load BPF and open
- * system-wide perf events (CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN), and a working software
- * CPU-clock event. CPUs that are offline (ENODEV) are skipped; hot-plugged CPUs are not picked up
- * until restart.
+ * missing: kernel BTF (/sys/kernel/btf/vmlinux, which the verifier needs for the BTF task helpers;
+ * the program has no CO-RE relocation, so libbpf itself never loads it), the capabilities to load
+ * BPF and open system-wide perf events (CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN), and a working
+ * software CPU-clock event. CPUs that are offline (ENODEV) are skipped; hot-plugged CPUs are not
+ * picked up until restart.
  *
  * Perf events and BPF links are file descriptors: if the agent dies, the kernel tears everything
  * down by itself.
