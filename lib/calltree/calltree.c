@@ -233,6 +233,12 @@ static int merge_frames(calltree *dst, const calltree *src, uint32_t *map, strat
     return 0;
 }
 
+void calltree_swap(calltree *a, calltree *b) {
+    calltree tmp = *a;
+    *a = *b;
+    *b = tmp;
+}
+
 int calltree_merge(calltree *dst, const calltree *src, strata_error *err) {
     if (dst == src)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,

@@ -113,6 +113,10 @@ bool calltree_is_diff(const calltree *tree);
 /* Adds every node of src (both sides) into dst, interning src's frames into dst. dst must not be
  * src. dst is left un-finalized. */
 int calltree_merge(calltree *dst, const calltree *src, strata_error *err);
+/* Exchanges the contents of two trees without copying (each keeps its address): a tree built on
+ * the side replaces an empty one in place, where a merge would copy every node. Neither may be
+ * finalized. */
+void calltree_swap(calltree *a, calltree *b);
 
 /* Computes cumulative totals and sorted child lists. */
 int calltree_finalize(calltree *tree, strata_error *err);

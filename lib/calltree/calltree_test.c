@@ -546,6 +546,31 @@ static char *all_reports(calltree *t) {
     return s;
 }
 
+/* A swapped tree reports exactly what the tree it was built as reported; the other is empty. */
+static void test_swap(void **state) {
+    (void)state;
+    calltree *built, *empty, *reference;
+    assert_int_equal(calltree_create(&built, 0, NULL), 0);
+    assert_int_equal(calltree_create(&empty, 0, NULL), 0);
+    assert_int_equal(calltree_create(&reference, 0, NULL), 0);
+    add_stacks(built, STACKS_B, 4, false);
+    add_stacks(reference, STACKS_B, 4, false);
+    calltree_swap(empty, built);
+    assert_int_equal(calltree_node_count(built), 1);
+    assert_int_equal(calltree_frame_count(built), 0);
+    add_stacks(empty, STACKS_B, 1, false); /* still usable after the swap */
+    add_stacks(reference, STACKS_B, 1, false);
+    assert_int_equal(calltree_finalize(empty, NULL), 0);
+    assert_int_equal(calltree_finalize(reference, NULL), 0);
+    char *a = all_reports(reference), *b = all_reports(empty);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    calltree_free(built);
+    calltree_free(empty);
+    calltree_free(reference);
+}
+
 static void test_merge(void **state) {
     (void)state;
     calltree *whole;
@@ -614,6 +639,7 @@ int main(void) {
         cmocka_unit_test(test_diff_relative),
         cmocka_unit_test(test_scaling_rounding),
         cmocka_unit_test(test_merge),
+        cmocka_unit_test(test_swap),
         cmocka_unit_test(test_empty_tree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

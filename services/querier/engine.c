@@ -1073,7 +1073,13 @@ static int run_merge_attempt(query_engine *e, const char *tenant, const merge_qu
         rc = for_each_block(e, blocks, n_blocks, block_merge, ptrs, workers, err);
     block_index_release_all(e->index, blocks, n_blocks);
     for (size_t w = 0; rc == 0 && w < workers; w++) {
-        rc = calltree_merge(tree, parts[w].tree, err);
+        /* An empty caller's tree (not a diff's second side) takes the first partial as it is:
+         * merging would copy every node of what is usually the biggest tree of the query. */
+        if (w == 0 && calltree_node_count(tree) == 1 && calltree_frame_count(tree) == 0 &&
+            !calltree_is_diff(tree))
+            calltree_swap(tree, parts[w].tree);
+        else
+            rc = calltree_merge(tree, parts[w].tree, err);
         merge_results_add(result, &parts[w].result);
     }
     for (size_t w = 0; parts != NULL && w < workers; w++)
