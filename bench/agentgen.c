@@ -1,5 +1,10 @@
 /*
  * agentgen.c - see agentgen.h.
+ *
+ * A profile is built in two steps: draw the window's stack ranks (Zipf, through a guide table over
+ * the CDF so a draw costs a couple of probes instead of a 15-step binary search; the ranks are the
+ * same), then turn each drawn rank into frames (make_stack) and the frames into pprof functions,
+ * locations and mappings through the model calls of agentgen.h, de-duplicated per profile.
  */
 #include "agentgen.h"
 
@@ -11,8 +16,9 @@
 #include "common/hash.h"
 
 #define FANOUT 6
-#define MAX_STACK 96
-#define KERNEL_BINARY_KEY 0xffffu
+#define MAX_STACK AGENTGEN_MAX_STACK
+#define KERNEL_BINARY_KEY AGENTGEN_KERNEL
+#define GUIDE_BITS 16 /* the Zipf guide table has 2^16 + 1 entries */
 
 typedef struct ag_binary {
     char *comm;
@@ -28,9 +34,12 @@ typedef struct ag_binary {
 struct agentgen {
     agentgen_options o;
     ag_binary *binaries;
-    double *zipf_cdf; /* stacks_per_process entries */
+    double *zipf_cdf;     /* stacks_per_process entries */
+    uint32_t *zipf_guide; /* bucket j of u: the smallest rank with cdf >= j / 2^GUIDE_BITS */
     /* per-profile scratch */
-    strata_u64_map draws;      /* rank + 1 -> count */
+    strata_u64_map draws;     /* rank + 1 -> count */
+    agentgen_draw *draw_list; /* the draws in the map's slot order: the samples' order */
+    size_t n_draws;
     strata_u64_map string_ids; /* pointer -> index + 1 */
     strata_u64_map function_ids;
     strata_u64_map location_ids;
@@ -175,6 +184,36 @@ static int init_binary(agentgen *g, size_t b, strata_error *err) {
     return 0;
 }
 
+/* The smallest rank with cdf >= u, or the last rank if none (cdf's last entry may round below 1),
+ * searched in [lo, hi]. */
+static size_t zipf_search(const double *cdf, size_t lo, size_t hi, double u) {
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cdf[mid] < u)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void init_zipf(agentgen *g) {
+    size_t n = g->o.stacks_per_process;
+    double sum = 0;
+    for (size_t k = 0; k < n; k++)
+        sum += 1.0 / pow((double)(k + 1), g->o.zipf_exponent);
+    double acc = 0;
+    for (size_t k = 0; k < n; k++) {
+        acc += 1.0 / pow((double)(k + 1), g->o.zipf_exponent) / sum;
+        g->zipf_cdf[k] = acc;
+    }
+    /* Guide entry j bounds every u in [j / 2^B, (j + 1) / 2^B): its rank lies in
+     * [guide[j], guide[j + 1]], so a search there finds what a search over all ranks finds. */
+    for (size_t j = 0; j <= (size_t)1 << GUIDE_BITS; j++)
+        g->zipf_guide[j] = (uint32_t)zipf_search(g->zipf_cdf, j == 0 ? 0 : g->zipf_guide[j - 1],
+                                                 n - 1, ldexp((double)j, -GUIDE_BITS));
+}
+
 agentgen *agentgen_new(const agentgen_options *options, strata_error *err) {
     agentgen *g = calloc(1, sizeof *g);
     if (g == NULL) {
@@ -186,26 +225,23 @@ agentgen *agentgen_new(const agentgen_options *options, strata_error *err) {
         g->o = *options;
     if (g->o.n_binaries == 0 || g->o.functions_per_binary < 16 || g->o.min_depth < 2 ||
         g->o.max_depth < g->o.min_depth || g->o.max_depth > MAX_STACK - 10 ||
-        g->o.samples_per_profile > g->o.stacks_per_process / 2) {
+        g->o.samples_per_profile > g->o.stacks_per_process / 2 ||
+        g->o.stacks_per_process > UINT32_MAX) {
         strata_error_set(err, STRATA_INVALID_ARGUMENT, "agentgen: inconsistent options");
         free(g);
         return NULL;
     }
     g->binaries = calloc(g->o.n_binaries, sizeof *g->binaries);
     g->zipf_cdf = malloc(g->o.stacks_per_process * sizeof *g->zipf_cdf);
-    if (g->binaries == NULL || g->zipf_cdf == NULL) {
+    g->zipf_guide = malloc((((size_t)1 << GUIDE_BITS) + 1) * sizeof *g->zipf_guide);
+    g->draw_list = malloc((g->o.samples_per_profile + 1) * sizeof *g->draw_list);
+    if (g->binaries == NULL || g->zipf_cdf == NULL || g->zipf_guide == NULL ||
+        g->draw_list == NULL) {
         agentgen_free(g);
         strata_error_oom(err);
         return NULL;
     }
-    double sum = 0;
-    for (size_t k = 0; k < g->o.stacks_per_process; k++)
-        sum += 1.0 / pow((double)(k + 1), g->o.zipf_exponent);
-    double acc = 0;
-    for (size_t k = 0; k < g->o.stacks_per_process; k++) {
-        acc += 1.0 / pow((double)(k + 1), g->o.zipf_exponent) / sum;
-        g->zipf_cdf[k] = acc;
-    }
+    init_zipf(g);
     for (size_t b = 0; b < g->o.n_binaries; b++) {
         if (init_binary(g, b, err) != 0) {
             agentgen_free(g);
@@ -233,6 +269,8 @@ void agentgen_free(agentgen *g) {
     }
     free(g->binaries);
     free(g->zipf_cdf);
+    free(g->zipf_guide);
+    free(g->draw_list);
     strata_u64_map_free(&g->draws);
     strata_u64_map_free(&g->string_ids);
     strata_u64_map_free(&g->function_ids);
@@ -268,11 +306,7 @@ int agentgen_labels(const agentgen *g, size_t process, label_set *out, strata_er
 
 /* ---- one profile ------------------------------------------------------------------------- */
 
-typedef struct frame {
-    uint32_t binary; /* KERNEL_BINARY_KEY for kernel frames */
-    uint32_t function;
-    uint64_t address;
-} frame;
+typedef agentgen_frame frame;
 
 /* The user-space part of stack `rank` of a binary, root first; returns its length. Stacks form a
  * tree as real ones do: stack k > 0 continues a prefix (50-95%) of stack (k - 1) / 4, then walks
@@ -321,17 +355,14 @@ static size_t make_stack(const agentgen *g, size_t b, uint64_t rank, frame *out)
     return n;
 }
 
+size_t agentgen_stack(const agentgen *g, size_t binary, uint64_t rank, agentgen_frame *out) {
+    return make_stack(g, binary, rank, out);
+}
+
 static uint64_t zipf_draw(const agentgen *g, uint64_t h) {
     double u = (double)(h >> 11) / 9007199254740992.0;
-    size_t lo = 0, hi = g->o.stacks_per_process - 1;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (g->zipf_cdf[mid] < u)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    size_t j = (size_t)(h >> (64 - GUIDE_BITS)); /* floor(u * 2^GUIDE_BITS), exactly */
+    return zipf_search(g->zipf_cdf, g->zipf_guide[j], g->zipf_guide[j + 1], u);
 }
 
 /* Growable pprof arrays while building. */
@@ -354,7 +385,11 @@ static int grow(void **ptr, size_t *cap, size_t need, size_t elem) {
     return 0;
 }
 
+/* The pprof string index of s, keyed by pointer (the generator's strings are unique); "" is
+ * always index 0. */
 static int64_t string_index(agentgen *g, builder *bl, const char *s) {
+    if (s[0] == '\0' && bl->p->n_strings > 0)
+        return 0;
     bool inserted;
     uint64_t *v = strata_u64_map_upsert(&g->string_ids, (uint64_t)(uintptr_t)s, 0, &inserted);
     if (v == NULL)
@@ -372,9 +407,44 @@ static int64_t string_index(agentgen *g, builder *bl, const char *s) {
     return (int64_t)*v;
 }
 
-static const char *function_name(const agentgen *g, const frame *f) {
-    return f->binary == KERNEL_BINARY_KEY ? kernel_names[f->function]
-                                          : g->binaries[f->binary].names[f->function];
+void agentgen_frame_function(const agentgen *g, const agentgen_frame *f, agentgen_function *out) {
+    bool kernel = f->binary == KERNEL_BINARY_KEY;
+    out->name = kernel ? kernel_names[f->function] : g->binaries[f->binary].names[f->function];
+    out->file = kernel ? "" : g->binaries[f->binary].files[f->function];
+    out->start_line = 10 + f->function % 500;
+}
+
+int64_t agentgen_frame_line(const agentgen_frame *f) {
+    return (int64_t)(20 + (f->address & 0xff));
+}
+
+void agentgen_mapping_of(const agentgen *g, uint32_t binary, agentgen_mapping *out) {
+    memset(out, 0, sizeof *out);
+    out->has_functions = true;
+    if (binary == KERNEL_BINARY_KEY) {
+        out->memory_start = 0xffffffff81000000ull;
+        out->memory_limit = 0xffffffff83000000ull;
+        out->file = "[kernel.kallsyms]";
+        out->build_id = "";
+        return;
+    }
+    const ag_binary *bin = &g->binaries[binary];
+    out->memory_start = bin->base;
+    out->memory_limit = bin->base + (1u << 27);
+    out->file = bin->path;
+    out->build_id = bin->build_id;
+}
+
+const agentgen_options *agentgen_get_options(const agentgen *g) {
+    return &g->o;
+}
+
+size_t agentgen_binary(const agentgen *g, size_t process) {
+    return process % g->o.n_binaries;
+}
+
+int64_t agentgen_period(const agentgen *g) {
+    return g->o.period_ns;
 }
 
 static int function_id(agentgen *g, builder *bl, const frame *f, uint64_t *id) {
@@ -389,17 +459,17 @@ static int function_id(agentgen *g, builder *bl, const frame *f, uint64_t *id) {
         if (grow(&arr, &bl->cap_functions, p->n_functions + 1, sizeof *p->functions) != 0)
             return -1;
         p->functions = arr;
-        const char *file =
-            f->binary == KERNEL_BINARY_KEY ? "" : g->binaries[f->binary].files[f->function];
-        int64_t name = string_index(g, bl, function_name(g, f));
-        int64_t file_ix = string_index(g, bl, file);
+        agentgen_function info;
+        agentgen_frame_function(g, f, &info);
+        int64_t name = string_index(g, bl, info.name);
+        int64_t file_ix = string_index(g, bl, info.file);
         if (name < 0 || file_ix < 0)
             return -1;
         pprof_function *fn = &p->functions[p->n_functions];
         fn->id = p->n_functions + 1;
         fn->name = fn->system_name = name;
         fn->filename = file_ix;
-        fn->start_line = 10 + f->function % 500;
+        fn->start_line = info.start_line;
         *v = fn->id;
         p->n_functions++;
     }
@@ -434,7 +504,7 @@ static int location_id(agentgen *g, builder *bl, const frame *f, uint64_t *id) {
         loc->line_offset = (uint32_t)p->n_lines;
         loc->line_count = 1;
         p->lines[p->n_lines].function_id = fid;
-        p->lines[p->n_lines].line = (int64_t)(20 + (f->address & 0xff));
+        p->lines[p->n_lines].line = agentgen_frame_line(f);
         p->lines[p->n_lines].column = 0;
         p->n_lines++;
         *v = loc->id;
@@ -444,28 +514,37 @@ static int location_id(agentgen *g, builder *bl, const frame *f, uint64_t *id) {
     return 0;
 }
 
-static int add_mappings(agentgen *g, builder *bl, const ag_binary *bin) {
+/* pprof mapping `id` from the model's mapping of `binary`. */
+static int add_mapping(agentgen *g, builder *bl, uint32_t binary, uint64_t id) {
+    agentgen_mapping m;
+    agentgen_mapping_of(g, binary, &m);
+    int64_t file = string_index(g, bl, m.file), build_id = string_index(g, bl, m.build_id);
+    if (file < 0 || build_id < 0)
+        return -1;
+    bl->p->mappings[id - 1] = (pprof_mapping){.id = id,
+                                              .memory_start = m.memory_start,
+                                              .memory_limit = m.memory_limit,
+                                              .file_offset = m.file_offset,
+                                              .filename = file,
+                                              .build_id = build_id,
+                                              .has_functions = m.has_functions,
+                                              .has_filenames = m.has_filenames,
+                                              .has_line_numbers = m.has_line_numbers,
+                                              .has_inline_frames = m.has_inline_frames};
+    return 0;
+}
+
+/* Mapping 1: the process's binary; mapping 2: the kernel. */
+static int add_mappings(agentgen *g, builder *bl, size_t binary) {
     pprof_profile *p = bl->p;
     p->mappings = calloc(2, sizeof *p->mappings);
     if (p->mappings == NULL)
         return -1;
     p->n_mappings = 2;
-    int64_t path = string_index(g, bl, bin->path), bid = string_index(g, bl, bin->build_id);
-    int64_t kpath = string_index(g, bl, "[kernel.kallsyms]");
-    if (path < 0 || bid < 0 || kpath < 0)
-        return -1;
-    p->mappings[0] = (pprof_mapping){.id = 1,
-                                     .memory_start = bin->base,
-                                     .memory_limit = bin->base + (1u << 27),
-                                     .filename = path,
-                                     .build_id = bid,
-                                     .has_functions = true};
-    p->mappings[1] = (pprof_mapping){.id = 2,
-                                     .memory_start = 0xffffffff81000000ull,
-                                     .memory_limit = 0xffffffff83000000ull,
-                                     .filename = kpath,
-                                     .has_functions = true};
-    return 0;
+    return add_mapping(g, bl, (uint32_t)binary, 1) != 0 ||
+                   add_mapping(g, bl, KERNEL_BINARY_KEY, 2) != 0
+               ? -1
+               : 0;
 }
 
 static int add_sample(agentgen *g, builder *bl, size_t b, uint64_t rank, int64_t count) {
@@ -493,8 +572,11 @@ static int add_sample(agentgen *g, builder *bl, size_t b, uint64_t rank, int64_t
     return 0;
 }
 
+/* Draws ranks until samples_per_profile distinct ones (or a bound on draws) and lists them with
+ * their counts in the map's slot order. */
 static int draw_ranks(agentgen *g, size_t process, uint64_t window) {
     strata_u64_map_clear(&g->draws);
+    g->n_draws = 0;
     uint64_t h = mix(g->o.seed, 0xd4a3 + process, window);
     size_t limit = 200 * g->o.samples_per_profile;
     for (size_t i = 0; g->draws.count < g->o.samples_per_profile && i < limit; i++) {
@@ -504,12 +586,26 @@ static int draw_ranks(agentgen *g, size_t process, uint64_t window) {
             return -1;
         (*v)++;
     }
+    for (size_t i = 0; i <= g->draws.mask && g->draws.keys != NULL; i++) {
+        if (g->draws.keys[i] != 0)
+            g->draw_list[g->n_draws++] =
+                (agentgen_draw){g->draws.keys[i] - 1, (int64_t)g->draws.values[i]};
+    }
+    return 0;
+}
+
+int agentgen_draws(agentgen *g, size_t process, uint64_t window, const agentgen_draw **draws,
+                   size_t *n, strata_error *err) {
+    if (draw_ranks(g, process, window) != 0)
+        return strata_error_oom(err);
+    *draws = g->draw_list;
+    *n = g->n_draws;
     return 0;
 }
 
 static int build_profile(agentgen *g, size_t process, uint64_t window, builder *bl) {
     pprof_profile *p = bl->p;
-    size_t b = process % g->o.n_binaries;
+    size_t b = agentgen_binary(g, process);
     if (draw_ranks(g, process, window) != 0)
         return -1;
     strata_u64_map_clear(&g->string_ids);
@@ -519,8 +615,8 @@ static int build_profile(agentgen *g, size_t process, uint64_t window, builder *
     if (string_index(g, bl, "") != 0)
         return -1;
     p->sample_types = calloc(2, sizeof *p->sample_types);
-    p->samples = calloc(g->draws.count + 1, sizeof *p->samples);
-    p->sample_values = calloc(2 * g->draws.count + 1, sizeof *p->sample_values);
+    p->samples = calloc(g->n_draws + 1, sizeof *p->samples);
+    p->sample_values = calloc(2 * g->n_draws + 1, sizeof *p->sample_values);
     if (p->sample_types == NULL || p->samples == NULL || p->sample_values == NULL)
         return -1;
     p->n_sample_types = 2;
@@ -531,11 +627,10 @@ static int build_profile(agentgen *g, size_t process, uint64_t window, builder *
     p->period_type = p->sample_types[1];
     p->period = g->o.period_ns;
     p->duration_nanos = 10 * INT64_C(1000000000);
-    if (add_mappings(g, bl, &g->binaries[b]) != 0)
+    if (add_mappings(g, bl, b) != 0)
         return -1;
-    for (size_t i = 0; i <= g->draws.mask; i++) {
-        if (g->draws.keys[i] != 0 &&
-            add_sample(g, bl, b, g->draws.keys[i] - 1, (int64_t)g->draws.values[i]) != 0)
+    for (size_t i = 0; i < g->n_draws; i++) {
+        if (add_sample(g, bl, b, g->draw_list[i].rank, g->draw_list[i].count) != 0)
             return -1;
     }
     return 0;
