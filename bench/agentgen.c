@@ -223,8 +223,11 @@ agentgen *agentgen_new(const agentgen_options *options, strata_error *err) {
     agentgen_options_default(&g->o);
     if (options != NULL)
         g->o = *options;
-    if (g->o.n_binaries == 0 || g->o.functions_per_binary < 16 || g->o.min_depth < 2 ||
-        g->o.max_depth < g->o.min_depth || g->o.max_depth > MAX_STACK - 10 ||
+    /* Bounds that keep a frame's address unique (agentgen.h): a binary's functions stay in its
+     * 256 MiB slot, and binary ids below AGENTGEN_KERNEL. */
+    if (g->o.n_binaries == 0 || g->o.n_binaries >= AGENTGEN_KERNEL ||
+        g->o.functions_per_binary < 16 || g->o.functions_per_binary > ((size_t)1 << 19) ||
+        g->o.min_depth < 2 || g->o.max_depth < g->o.min_depth || g->o.max_depth > MAX_STACK - 10 ||
         g->o.samples_per_profile > g->o.stacks_per_process / 2 ||
         g->o.stacks_per_process > UINT32_MAX) {
         strata_error_set(err, STRATA_INVALID_ARGUMENT, "agentgen: inconsistent options");
@@ -477,8 +480,9 @@ static int function_id(agentgen *g, builder *bl, const frame *f, uint64_t *id) {
     return 0;
 }
 
+/* Locations are keyed by address, which identifies a frame (agentgen.h). */
 static int location_id(agentgen *g, builder *bl, const frame *f, uint64_t *id) {
-    uint64_t key = strata_hash_combine(((uint64_t)f->binary << 32 | f->function), f->address) | 1;
+    uint64_t key = f->address;
     bool inserted;
     uint64_t *v = strata_u64_map_upsert(&g->location_ids, key, 0, &inserted);
     if (v == NULL)

@@ -33,10 +33,10 @@
 typedef struct agentgen_options {
     uint64_t seed;
     size_t n_processes;          /* default 100 */
-    size_t n_binaries;           /* distinct executables; default 10 */
+    size_t n_binaries;           /* distinct executables; default 10, below AGENTGEN_KERNEL */
     size_t samples_per_profile;  /* distinct stacks per pprof; default 2000 */
     size_t stacks_per_process;   /* stack population ranked by Zipf; default 20000 */
-    size_t functions_per_binary; /* default 3000 */
+    size_t functions_per_binary; /* default 3000, at most 2^19 */
     size_t min_depth, max_depth; /* default 10, 60 */
     double zipf_exponent;        /* default 1.0 */
     int64_t period_ns;           /* sampling period; default 1e9/19 */
@@ -66,7 +66,9 @@ int agentgen_profile(agentgen *g, size_t process, uint64_t window, pprof_profile
 #define AGENTGEN_MAX_STACK 96   /* frames a stack can have (max_depth is at most 86) */
 #define AGENTGEN_KERNEL 0xffffu /* the "binary" of kernel frames and of the kernel mapping */
 
-/* One frame: a function of a binary (or of the kernel) at an address. */
+/* One frame: a function of a binary (or of the kernel) at an address. The address identifies the
+ * frame: frames with the same address have the same binary and function (each binary's functions
+ * lie in their own 256-byte slots of the binary's mapping, kernel functions above them all). */
 typedef struct agentgen_frame {
     uint32_t binary; /* AGENTGEN_KERNEL for kernel frames */
     uint32_t function;

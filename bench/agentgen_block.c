@@ -29,7 +29,7 @@ struct agentgen_writer {
     uint32_t *stack_ids;         /* binary * n_ranks + rank -> stack id (ids start at 1: no + 1) */
     uint32_t *mapping_ids;       /* binary -> mapping id + 1; the last entry is the kernel's */
     strata_u64_map function_ids; /* ((binary << 32) | function) + 1 -> function id + 1 */
-    strata_u64_map location_ids; /* location key -> location id + 1 */
+    strata_u64_map location_ids; /* address -> location id + 1 */
     /* per profile scratch */
     uint32_t *stacks;
     int64_t *values;
@@ -137,11 +137,11 @@ static int function_id(agentgen_writer *aw, const agentgen_frame *f, uint32_t *i
                : 0;
 }
 
-/* The block location id of a frame, interned on first use. The key is the pprof path's location
- * key (agentgen.c), so both paths tell locations apart alike. */
+/* The block location id of a frame, interned on first use; keyed by address, which identifies a
+ * frame (agentgen.h). */
 static int location_id(agentgen_writer *aw, const agentgen_frame *f, uint32_t *id,
                        strata_error *err) {
-    uint64_t key = strata_hash_combine(((uint64_t)f->binary << 32 | f->function), f->address) | 1;
+    uint64_t key = f->address;
     const uint64_t *v = strata_u64_map_get(&aw->location_ids, key);
     if (v != NULL) {
         *id = (uint32_t)(*v - 1);
