@@ -3,7 +3,7 @@
  *
  *   query_bench [--hours H] [--processes N] [--pprof-minutes M] [--merge-runs R]
  *               [--range-runs R] [--block-minutes B] [--dir DIR] [--keep] [--no-rollups]
- *               [--seed S]
+ *               [--seed S] [--parallelism P]
  *
  * Data (written once per DIR; reused when DIR is given again and its ".done" markers exist):
  *   - merge data, tenant "agent-<H>h-<N>p": agent-like CPU profiles from bench/agentgen (N
@@ -24,7 +24,8 @@
  * child reports its own peak RSS and CPU.
  *
  * Measured (CPU = whole-process CPU time, all threads, so rates are "per core"; wall is reported
- * too, the machine being shared):
+ * too, the machine being shared; --parallelism sets the engine's worker threads, by default one
+ * per online CPU, each taking whole blocks):
  *   1. merge: query_merge of the agent profile type over the whole range with an empty selector
  *      into a calltree, then calltree_finalize; R runs (the first opens the block readers).
  *      Samples are block rows read (one per distinct stack per profile, as pprof's samples).
@@ -91,6 +92,7 @@ typedef struct bench_args {
     bool keep;
     bool no_rollups;
     uint64_t seed;
+    int parallelism; /* the engine's worker threads; 0: its default (online CPUs) */
 } bench_args;
 
 static void die(const char *what, const strata_error *err) {
@@ -109,6 +111,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     a->keep = false;
     a->no_rollups = false;
     a->seed = 42;
+    a->parallelism = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--keep") == 0) {
             a->keep = true;
@@ -137,11 +140,13 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             a->dir = v;
         else if (strcmp(argv[i - 1], "--seed") == 0)
             a->seed = (uint64_t)atoll(v);
+        else if (strcmp(argv[i - 1], "--parallelism") == 0)
+            a->parallelism = atoi(v);
         else
             return -1;
     }
     return a->hours > 0 && a->processes > 0 && a->merge_runs > 0 && a->range_runs > 0 &&
-                   a->block_minutes > 0 && a->pprof_minutes >= 0
+                   a->block_minutes > 0 && a->pprof_minutes >= 0 && a->parallelism >= 0
                ? 0
                : -1;
 }
@@ -680,7 +685,7 @@ int main(int argc, char **argv) {
     if (parse_args(argc, argv, &a) != 0) {
         fprintf(stderr, "usage: query_bench [--hours H] [--processes N] [--pprof-minutes M] "
                         "[--merge-runs R] [--range-runs R] [--block-minutes B] [--dir DIR] "
-                        "[--keep] [--no-rollups] [--seed S]\n");
+                        "[--keep] [--no-rollups] [--seed S] [--parallelism P]\n");
         return 2;
     }
     char tmpl[] = "/tmp/query_bench.XXXXXX";
@@ -712,9 +717,13 @@ int main(int argc, char **argv) {
     query_engine_options eo;
     query_engine_options_default(&eo);
     eo.use_rollups = !a.no_rollups;
+    if (a.parallelism > 0)
+        eo.parallelism = a.parallelism;
     query_engine *e;
     if (query_engine_new(&eo, ix, &e, &err) != 0)
         die("query_engine", &err);
+    printf("query engine:         %d worker threads (blocks are spread over them)\n",
+           eo.parallelism);
 
     profile_type type = agentgen_profile_type();
     strata_buffer type_text = STRATA_BUFFER_INIT;
