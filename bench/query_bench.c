@@ -524,6 +524,31 @@ static timed bench_scan(block_index *ix, const char *tenant, int64_t start, int6
     return (timed){(double)(c1 - c0) / 1e9, (double)(w1 - w0) / 1e9};
 }
 
+/* What the tenant's open block readers hold (block_reader_memory_bytes: decoded symbol tables,
+ * cached pages, buffers): readers stay open between queries, so this part of the RSS grows with
+ * the blocks a query has touched. */
+static void print_reader_memory(block_index *ix, const char *tenant, int64_t start, int64_t end) {
+    strata_error err;
+    indexed_block **blocks;
+    size_t n_blocks, open = 0;
+    if (block_index_acquire(ix, tenant, start, end, &blocks, &n_blocks, &err) != 0)
+        die("acquire", &err);
+    size_t bytes = 0, most = 0;
+    for (size_t b = 0; b < n_blocks; b++) {
+        pthread_mutex_lock(&blocks[b]->mu);
+        if (blocks[b]->reader != NULL) {
+            size_t m = block_reader_memory_bytes(blocks[b]->reader);
+            bytes += m;
+            most = m > most ? m : most;
+            open++;
+        }
+        pthread_mutex_unlock(&blocks[b]->mu);
+    }
+    block_index_release_all(ix, blocks, n_blocks);
+    printf("  open block readers:  %zu of %zu blocks, holding %.0f MiB (largest %.0f MiB)\n", open,
+           n_blocks, (double)bytes / 1048576.0, (double)most / 1048576.0);
+}
+
 static int compare_double(const void *x, const void *y) {
     double a = *(const double *)x, b = *(const double *)y;
     return a < b ? -1 : a > b;
@@ -757,6 +782,7 @@ int main(int argc, char **argv) {
                m.merge.cpu_s, 100 * m.merge.cpu_s / m_cpu, m.finalize.cpu_s,
                100 * m.finalize.cpu_s / m_cpu, scanned, scan.cpu_s,
                (double)scanned / scan.cpu_s / 1e6);
+    print_reader_memory(ix, tenant, start, end);
 
     /* 2. selective merge */
     agentgen_options go;
