@@ -1193,6 +1193,70 @@ static void test_rollup_build(void **state) {
 
 /* With BLOCK_FUZZ_SEED_DIR set, writes the fixture blocks there as the fuzzer's seed corpus:
  * fixture-N.strata without rollups (as blocks were before them), fixture-rollups-N.strata with. */
+/* A pprof with thousands of samples in scrambled order (the writer radix-sorts them): the block
+ * holds one sample per distinct stack, in ascending stack order, each with the sum of its
+ * values. */
+static void test_many_samples_sorted_and_summed(void **state) {
+    (void)state;
+    enum { DISTINCT = 3000, DUPLICATES = 100 };
+    static char names[MAX_NAMES][8];
+    for (int i = 0; i < MAX_NAMES; i++)
+        snprintf(names[i], sizeof names[i], "f%02d", i);
+    tsample *samples = calloc(DISTINCT + DUPLICATES, sizeof *samples);
+    assert_non_null(samples);
+    int64_t want_total = 0;
+    for (size_t k = 0; k < DISTINCT + DUPLICATES; k++) {
+        size_t i = k < DISTINCT ? (k * 1237) % DISTINCT : (k - DISTINCT) * 29; /* scrambled */
+        samples[k].frames[0] = names[i % 32];
+        samples[k].frames[1] = names[(i / 32) % 32];
+        samples[k].frames[2] = names[i / 1024];
+        samples[k].value = (int64_t)i + 1;
+        want_total += samples[k].value;
+    }
+    pprof_profile pp;
+    build_pprof(&pp, samples, DISTINCT + DUPLICATES, 0);
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    profile_type cpu = cpu_type();
+    assert_int_equal(block_writer_add_profile(w, NULL, &cpu, SEC, SEC, 1, &pp, 0, &err), 0);
+    fixture fx;
+    strata_buffer_init(&fx.data);
+    assert_int_equal(block_writer_finish(w, &fx.data, &fx.meta, &err), 0);
+    block_writer_free(w);
+    fx.src.data = fx.data.data;
+    fx.src.len = fx.data.len;
+    block_reader *r = open_fixture(&fx);
+    block_profile *p = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(p[0].sample_count, DISTINCT);
+    assert_int_equal(p[0].total, want_total);
+    block_samples smp = {0};
+    assert_int_equal(block_reader_read_samples(r, p, 1, &smp, &err), 0);
+    assert_int_equal(smp.len, DISTINCT);
+    for (size_t k = 0; k < smp.len; k++) {
+        if (k > 0)
+            assert_true(smp.stacks[k - 1] < smp.stacks[k]);
+        char text[64];
+        stack_names(r, smp.stacks[k], text, sizeof text);
+        unsigned a, b, c;
+        assert_int_equal(sscanf(text, "f%u;f%u;f%u", &a, &b, &c), 3);
+        size_t i = a + 32 * b + 1024 * c;
+        int64_t want = (int64_t)i + 1;
+        if (i % 29 == 0 && i / 29 < DUPLICATES)
+            want *= 2; /* the duplicates repeat stacks 0, 29, 58, ... */
+        assert_int_equal(smp.values[k], want);
+    }
+    block_samples_free(&smp);
+    free(p);
+    block_reader_close(r);
+    fixture_free(&fx);
+    pprof_profile_free(&pp);
+    free(samples);
+}
+
 /* ---- detach ------------------------------------------------------------------------------ */
 
 static int compare_cstr_ptrs(const void *a, const void *b) {
@@ -1435,6 +1499,7 @@ int main(void) {
         cmocka_unit_test(test_rollup_reads_only_its_pages),
         cmocka_unit_test(test_rollup_build),
         cmocka_unit_test(test_detach_keeps_dictionary),
+        cmocka_unit_test(test_many_samples_sorted_and_summed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,6 +96,9 @@ static int ensure_writer(tenant_batch *tb, strata_error *err) {
     block_writer_options wopts;
     block_writer_options_default(&wopts);
     wopts.tenant = tb->tenant;
+    /* Fresh blocks live until the compactor merges them (at the default level 3): zstd level 1
+     * costs 8% less ingest CPU for 3% larger blocks. */
+    wopts.zstd_level = 1;
     tb->writer = block_writer_new(&wopts, err);
     tb->retained_bytes = 0;
     return tb->writer != NULL ? 0 : -1;
