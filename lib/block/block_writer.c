@@ -150,6 +150,9 @@ struct block_writer {
     size_t n_pairs, cap_pairs, cap_pairs_tmp;
     uint32_t *pprof_mapping_ids, *pprof_function_ids, *pprof_location_ids, *pprof_string_ids;
     size_t cap_pprof_mappings, cap_pprof_functions, cap_pprof_locations, cap_pprof_strings;
+    /* when the pprof's location ids are small: pprof location id -> block location id + 1 */
+    uint32_t *block_location_by_id;
+    size_t cap_block_location_by_id, n_block_location_by_id;
     /* per pprof location while translating: its fingerprint */
     uint64_t *location_keys;
     uint32_t *location_checks;
@@ -667,6 +670,7 @@ void block_writer_free(block_writer *w) {
     free(w->pprof_function_ids);
     free(w->pprof_location_ids);
     free(w->pprof_string_ids);
+    free(w->block_location_by_id);
     free(w->location_keys);
     free(w->location_checks);
     free(w->line_scratch);
@@ -804,6 +808,7 @@ static int commit_profile(block_writer *w, strata_error *err) {
 /* ---- pprof path ------------------------------------------------------------------------- */
 
 static int translate_mappings(block_writer *w, const pprof_profile *p, strata_error *err) {
+    w->n_block_location_by_id = 0; /* rebuilt once the locations are translated */
     ENSURE_OR_OOM(w->pprof_string_ids, w->cap_pprof_strings, p->n_strings + 1);
     memset(w->pprof_string_ids, 0xff, (p->n_strings + 1) * sizeof *w->pprof_string_ids);
     ENSURE_OR_OOM(w->pprof_mapping_ids, w->cap_pprof_mappings, p->n_mappings + 1);
@@ -908,6 +913,22 @@ static uint64_t symbols_fingerprint(const pprof_profile *p) {
     return h;
 }
 
+/* With small pprof location ids (the usual 1..n), a sample's frames translate with one load per
+ * frame: id -> block location id, instead of id -> pprof index -> block id. */
+static int map_location_ids(block_writer *w, const pprof_profile *p, strata_error *err) {
+    const pprof_id_index *ix = &p->location_index;
+    w->n_block_location_by_id = 0;
+    if (ix->dense == NULL)
+        return 0;
+    ENSURE_OR_OOM(w->block_location_by_id, w->cap_block_location_by_id, ix->dense_len + 1);
+    for (size_t id = 0; id < ix->dense_len; id++) {
+        uint32_t index = ix->dense[id];
+        w->block_location_by_id[id] = index == 0 ? 0 : w->pprof_location_ids[index - 1] + 1;
+    }
+    w->n_block_location_by_id = ix->dense_len;
+    return 0;
+}
+
 /* Two passes: fingerprint every location and prefetch its slot, then look them up, so the
  * lookups (mostly hits: an agent's pushes repeat their locations) overlap their cache misses. */
 static int translate_locations(block_writer *w, const pprof_profile *p, strata_error *err) {
@@ -931,7 +952,7 @@ static int translate_locations(block_writer *w, const pprof_profile *p, strata_e
                 0)
             return -1;
     }
-    return 0;
+    return map_location_ids(w, p, err);
 }
 
 /* Interns a stack given as block location ids, leaf first, through the parent-pointer tree. The
@@ -1033,7 +1054,15 @@ static int pprof_sample_frames(block_writer *w, const pprof_profile *p, size_t i
     ENSURE_OR_OOM(w->profile_frames, w->cap_profile_frames, at + s->location_count + 1);
     const uint64_t *ids = &p->sample_location_ids[s->location_offset];
     uint32_t *frames = &w->profile_frames[at];
-    for (uint32_t j = 0; j < s->location_count; j++) {
+    const uint32_t *by_id = w->block_location_by_id;
+    size_t n_by_id = w->n_block_location_by_id;
+    uint32_t j = 0;
+    for (; n_by_id > 0 && j < s->location_count; j++) {
+        if (ids[j] >= n_by_id || by_id[ids[j]] == 0)
+            break; /* undefined: reported below */
+        frames[j] = by_id[ids[j]] - 1;
+    }
+    for (; j < s->location_count; j++) {
         const pprof_location *l = pprof_find_location(p, ids[j]);
         if (l == NULL)
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
@@ -1434,6 +1463,7 @@ size_t block_writer_memory_bytes(const block_writer *w) {
               w->cap_pprof_strings + w->cap_location_checks) *
              4;
     bytes += w->cap_location_keys * sizeof *w->location_keys;
+    bytes += w->cap_block_location_by_id * sizeof *w->block_location_by_id;
     bytes += w->cap_line_scratch * sizeof *w->line_scratch + w->cap_label_scratch * 4;
     return bytes;
 }

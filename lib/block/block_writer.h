@@ -5,12 +5,16 @@
  * block_writer_finish, so adding a profile is a handful of hash lookups per distinct symbol and one
  * per stack frame, with no allocation per sample:
  *
- *   - strings: one interned dictionary (common/hash.h) for every name in the block;
- *   - mappings, functions, locations: de-duplicated by content across all profiles. A pprof's
- *     own ids are translated once per profile through small per-profile caches (pprof index ->
- *     block id), so a sample's frames cost an array lookup each;
+ *   - strings: one interned dictionary (common/hash.h) for every name in the block; a pprof's
+ *     strings are interned once each per pprof;
+ *   - mappings by content; functions and locations by a 96-bit content fingerprint
+ *     (common/hash.h), so a lookup reads one table slot and never the record (a false match needs
+ *     a 2^-96 collision). A pprof's own ids are translated once per profile through small
+ *     per-profile caches (pprof id -> block id), so a sample's frames cost an array lookup each,
+ *     and every sample type of a pprof reuses one translation (block_writer_add_profile_types);
  *   - stacks: a parent-pointer tree, (parent stack, location) -> stack id, so a whole stack is one
- *     integer (id 0 is the empty stack);
+ *     integer (id 0 is the empty stack); a whole-stack cache (96-bit fingerprint of the location
+ *     ids -> stack id) finds a stack seen before with one lookup, prefetched a pprof at a time;
  *   - series: (profile type, labels) -> series id;
  *   - samples: (stack id, value) pairs per profile, sorted by stack id, with identical stacks
  *     summed and zero values dropped; the profile's total is their sum.
