@@ -1193,6 +1193,269 @@ static void test_rollup_build(void **state) {
 
 /* With BLOCK_FUZZ_SEED_DIR set, writes the fixture blocks there as the fuzzer's seed corpus:
  * fixture-N.strata without rollups (as blocks were before them), fixture-rollups-N.strata with. */
+/* A pprof with thousands of samples in scrambled order (the writer radix-sorts them): the block
+ * holds one sample per distinct stack, in ascending stack order, each with the sum of its
+ * values. */
+static void test_many_samples_sorted_and_summed(void **state) {
+    (void)state;
+    enum { DISTINCT = 3000, DUPLICATES = 100 };
+    static char names[MAX_NAMES][8];
+    for (int i = 0; i < MAX_NAMES; i++)
+        snprintf(names[i], sizeof names[i], "f%02d", i);
+    tsample *samples = calloc(DISTINCT + DUPLICATES, sizeof *samples);
+    assert_non_null(samples);
+    int64_t want_total = 0;
+    for (size_t k = 0; k < DISTINCT + DUPLICATES; k++) {
+        size_t i = k < DISTINCT ? (k * 1237) % DISTINCT : (k - DISTINCT) * 29; /* scrambled */
+        samples[k].frames[0] = names[i % 32];
+        samples[k].frames[1] = names[(i / 32) % 32];
+        samples[k].frames[2] = names[i / 1024];
+        samples[k].value = (int64_t)i + 1;
+        want_total += samples[k].value;
+    }
+    pprof_profile pp;
+    build_pprof(&pp, samples, DISTINCT + DUPLICATES, 0);
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    profile_type cpu = cpu_type();
+    assert_int_equal(block_writer_add_profile(w, NULL, &cpu, SEC, SEC, 1, &pp, 0, &err), 0);
+    fixture fx;
+    strata_buffer_init(&fx.data);
+    assert_int_equal(block_writer_finish(w, &fx.data, &fx.meta, &err), 0);
+    block_writer_free(w);
+    fx.src.data = fx.data.data;
+    fx.src.len = fx.data.len;
+    block_reader *r = open_fixture(&fx);
+    block_profile *p = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(p[0].sample_count, DISTINCT);
+    assert_int_equal(p[0].total, want_total);
+    block_samples smp = {0};
+    assert_int_equal(block_reader_read_samples(r, p, 1, &smp, &err), 0);
+    assert_int_equal(smp.len, DISTINCT);
+    for (size_t k = 0; k < smp.len; k++) {
+        if (k > 0)
+            assert_true(smp.stacks[k - 1] < smp.stacks[k]);
+        char text[64];
+        stack_names(r, smp.stacks[k], text, sizeof text);
+        unsigned a, b, c;
+        assert_int_equal(sscanf(text, "f%u;f%u;f%u", &a, &b, &c), 3);
+        size_t i = a + 32 * b + 1024 * c;
+        int64_t want = (int64_t)i + 1;
+        if (i % 29 == 0 && i / 29 < DUPLICATES)
+            want *= 2; /* the duplicates repeat stacks 0, 29, 58, ... */
+        assert_int_equal(smp.values[k], want);
+    }
+    block_samples_free(&smp);
+    free(p);
+    block_reader_close(r);
+    fixture_free(&fx);
+    pprof_profile_free(&pp);
+    free(samples);
+}
+
+/* ---- detach ------------------------------------------------------------------------------ */
+
+static int compare_cstr_ptrs(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* One line per sample: its profile, then every frame (function, system name, file, lines,
+ * mapping, address). Sorted, so blocks whose ids differ but whose content agrees render alike. */
+static char *block_text(const strata_buffer *data) {
+    block_memory_source src = {data->data, data->len};
+    block_reader *r = NULL;
+    strata_error err;
+    if (block_reader_open(block_memory_fetch, &src, src.len, NULL, &r, &err) != 0)
+        fail_msg("open failed: %s", err.message);
+    block_profile *p = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &n, &err), 0);
+    block_samples smp = {0};
+    assert_int_equal(block_reader_read_samples(r, p, n, &smp, &err), 0);
+    char **lines = calloc(smp.len + 1, sizeof *lines);
+    assert_non_null(lines);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const profile_type *t = block_reader_series_type(r, p[i].series_id);
+        const label_set *ls = block_reader_series_labels(r, p[i].series_id);
+        for (uint32_t j = 0; j < p[i].sample_count; j++, k++) {
+            strata_buffer b = STRATA_BUFFER_INIT;
+            char head[512];
+            snprintf(head, sizeof head,
+                     "%s:%s %zu labels %s=%s t=%lld d=%lld p=%lld T=%lld v=%lld |", t->name,
+                     t->sample_type, ls->count, ls->count ? ls->labels[0].name : "",
+                     ls->count ? ls->labels[ls->count - 1].value : "", (long long)p[i].time_ns,
+                     (long long)p[i].duration_ns, (long long)p[i].period, (long long)p[i].total,
+                     (long long)smp.values[k]);
+            assert_int_equal(strata_buffer_append(&b, head, strlen(head)), 0);
+            uint32_t locs[64];
+            size_t depth;
+            assert_int_equal(block_reader_stack(r, smp.stacks[k], locs, 64, &depth, &err), 0);
+            for (size_t d = 0; d < depth; d++) {
+                block_location loc;
+                block_mapping m = {0};
+                assert_int_equal(block_reader_location(r, locs[d], &loc, &err), 0);
+                if (loc.has_mapping)
+                    assert_int_equal(block_reader_mapping(r, loc.mapping_id, &m, &err), 0);
+                char frame[512];
+                snprintf(frame, sizeof frame, " @%llx %s/%s/%llx", (unsigned long long)loc.address,
+                         m.file ? m.file : "-", m.build_id ? m.build_id : "-",
+                         (unsigned long long)m.memory_start);
+                assert_int_equal(strata_buffer_append(&b, frame, strlen(frame)), 0);
+                for (uint32_t l = 0; l < loc.n_lines; l++) {
+                    block_function f;
+                    assert_int_equal(block_reader_function(r, loc.lines[l].function_id, &f, &err),
+                                     0);
+                    snprintf(frame, sizeof frame, " %s/%s/%s:%lld:%lld", f.name, f.system_name,
+                             f.file, (long long)f.start_line, (long long)loc.lines[l].line);
+                    assert_int_equal(strata_buffer_append(&b, frame, strlen(frame)), 0);
+                }
+            }
+            assert_int_equal(strata_buffer_append(&b, "", 1), 0);
+            lines[k] = (char *)b.data;
+        }
+    }
+    qsort(lines, k, sizeof *lines, compare_cstr_ptrs);
+    strata_buffer out = STRATA_BUFFER_INIT;
+    for (size_t i = 0; i < k; i++) {
+        assert_int_equal(strata_buffer_append(&out, lines[i], strlen(lines[i])), 0);
+        assert_int_equal(strata_buffer_append(&out, "\n", 1), 0);
+        free(lines[i]);
+    }
+    assert_int_equal(strata_buffer_append(&out, "", 1), 0);
+    free(lines);
+    free(p);
+    block_samples_free(&smp);
+    block_reader_close(r);
+    return (char *)out.data;
+}
+
+static uint64_t table_rows(const strata_buffer *data, int table) {
+    block_memory_source src = {data->data, data->len};
+    block_reader *r = NULL;
+    strata_error err;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, src.len, NULL, &r, &err), 0);
+    uint64_t n = block_reader_row_count(r, table);
+    block_reader_close(r);
+    return n;
+}
+
+typedef struct detach_round {
+    const tsample *samples;
+    size_t n;
+    uint64_t id_offset;
+    const char *pod;
+    int64_t time_s;
+    size_t type_index;
+} detach_round;
+
+static void add_round(block_writer *w, const detach_round *rounds, size_t n) {
+    strata_error err;
+    profile_type cpu = cpu_type();
+    for (size_t i = 0; i < n; i++) {
+        pprof_profile pp;
+        build_pprof(&pp, rounds[i].samples, rounds[i].n, rounds[i].id_offset);
+        label_set ls;
+        labels2(&ls, "pod", rounds[i].pod, "job", "api");
+        assert_int_equal(block_writer_add_profile(w, &ls, &cpu, rounds[i].time_s * SEC, 10 * SEC,
+                                                  1000, &pp, rounds[i].type_index, &err),
+                         0);
+        pprof_profile_free(&pp);
+        label_set_free(&ls);
+    }
+}
+
+static void finish_to(block_writer *w, strata_buffer *data) {
+    block_meta meta;
+    strata_error err;
+    strata_buffer_init(data);
+    if (block_writer_finish(w, data, &meta, &err) != 0)
+        fail_msg("finish: %s", err.message);
+    block_meta_free(&meta);
+}
+
+/* A long-lived writer cuts blocks with detach: each block reads exactly as a fresh writer's block
+ * of the same profiles, holds no symbol, stack or series of the other blocks, and the dictionary
+ * carries over (the second block's repeated symbols are not added again). */
+static void test_detach_keeps_dictionary(void **state) {
+    (void)state;
+    static const tsample extra[] = {{{"flush", "storage", "main", NULL}, 6}};
+    const detach_round first[] = {{profile_a, 4, 0, "api-1", 1000, 0},
+                                  {profile_b, 2, 100, "api-2", 1001, 1}};
+    const detach_round second[] = {{profile_b, 2, 300, "api-2", 1010, 0},
+                                   {extra, 1, 50, "api-3", 1011, 0}};
+    const detach_round third[] = {{profile_c, 1, 7, "api-1", 1020, 0}};
+    const detach_round *rounds[] = {first, second, third};
+    const size_t counts[] = {2, 2, 1};
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    block_writer *d = NULL;
+    assert_int_equal(block_writer_detach(w, &d, &err), -1); /* nothing to detach */
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_null(d);
+    for (size_t r = 0; r < 3; r++) {
+        add_round(w, rounds[r], counts[r]);
+        size_t before = block_writer_memory_bytes(w);
+        assert_int_equal(block_writer_detach(w, &d, &err), 0);
+        assert_non_null(d);
+        assert_int_equal(block_writer_profile_count(w), 0);
+        assert_int_equal(block_writer_sample_count(w), 0);
+        assert_int_equal(block_writer_profile_count(d), counts[r]);
+        assert_true(block_writer_memory_bytes(w) <= before);
+        /* a detached block only finishes */
+        profile_type cpu = cpu_type();
+        assert_int_equal(block_writer_begin_profile(d, NULL, &cpu, 0, 0, 1, &err), -1);
+        assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
+        block_writer *again = NULL;
+        assert_int_equal(block_writer_detach(d, &again, &err), -1);
+        assert_null(again);
+        strata_buffer detached, fresh;
+        finish_to(d, &detached);
+        block_writer_free(d);
+        block_writer *f = block_writer_new(NULL, &err);
+        assert_non_null(f);
+        add_round(f, rounds[r], counts[r]);
+        finish_to(f, &fresh);
+        block_writer_free(f);
+        char *a = block_text(&detached), *b = block_text(&fresh);
+        assert_string_equal(a, b);
+        assert_true(strlen(a) > 50);
+        free(a);
+        free(b);
+        assert_int_equal(table_rows(&detached, BLOCK_TABLE_STACKS),
+                         table_rows(&fresh, BLOCK_TABLE_STACKS));
+        assert_int_equal(table_rows(&detached, BLOCK_TABLE_SERIES),
+                         table_rows(&fresh, BLOCK_TABLE_SERIES));
+        int tables[] = {BLOCK_TABLE_STRINGS, BLOCK_TABLE_MAPPINGS, BLOCK_TABLE_FUNCTIONS,
+                        BLOCK_TABLE_LOCATIONS, BLOCK_TABLE_LINES};
+        for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
+            assert_true(table_rows(&detached, tables[t]) <= table_rows(&fresh, tables[t]));
+        strata_buffer_free(&detached);
+        strata_buffer_free(&fresh);
+    }
+    /* the third block names only profile_c's functions, although w holds every round's */
+    add_round(w, third, 1);
+    assert_int_equal(block_writer_detach(w, &d, &err), 0);
+    strata_buffer data;
+    finish_to(d, &data);
+    block_writer_free(d);
+    assert_int_equal(table_rows(&data, BLOCK_TABLE_FUNCTIONS), 3);
+    assert_int_equal(table_rows(&data, BLOCK_TABLE_STACKS), 3);
+    strata_buffer_free(&data);
+    /* a finished writer does not detach */
+    add_round(w, first, 1);
+    finish_to(w, &data);
+    strata_buffer_free(&data);
+    assert_int_equal(block_writer_detach(w, &d, &err), -1);
+    assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
+    block_writer_free(w);
+}
+
 static void write_seeds(const char *dir) {
     size_t page_sizes[] = {64 * 1024, 256};
     for (size_t i = 0; i < 4; i++) {
@@ -1235,6 +1498,8 @@ int main(void) {
         cmocka_unit_test(test_block_without_rollups),
         cmocka_unit_test(test_rollup_reads_only_its_pages),
         cmocka_unit_test(test_rollup_build),
+        cmocka_unit_test(test_detach_keeps_dictionary),
+        cmocka_unit_test(test_many_samples_sorted_and_summed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -79,19 +79,23 @@ typedef struct slot_map {
     size_t mask;
 } slot_map;
 
-struct stack_cache_entry {
-    uint64_t check; /* second 64 bits of the fingerprint */
-    uint32_t stack;
-};
-
 /* A pprof sample whose stack missed the whole-stack cache, interned after the profile's other
  * samples in root-first order so consecutive stacks share their interned prefix. */
 typedef struct stack_miss {
-    uint64_t key, check; /* whole-stack fingerprint */
-    size_t frames;       /* offset into profile_frames, leaf first */
-    size_t pair;         /* index into pairs */
-    uint32_t n_frames;
+    size_t sample; /* index into sample_scratch */
 } stack_miss;
+
+/* Per pprof sample while adding a pprof: its whole-stack fingerprint, its frames (block location
+ * ids, leaf first, in profile_frames) and the stack it resolves to. */
+typedef struct sample_scratch {
+    uint64_t key;   /* fingerprint, first 64 bits (non-zero) */
+    uint32_t check; /* fingerprint, 32 more bits */
+    uint32_t stack; /* SAMPLE_SKIPPED when every value column is zero */
+    size_t frames;  /* offset into profile_frames */
+    uint32_t n_frames;
+} sample_scratch;
+
+#define SAMPLE_SKIPPED UINT32_MAX
 
 struct block_writer {
     block_writer_options options;
@@ -115,16 +119,17 @@ struct block_writer {
     /* the last stack interned through the tree, root first, and its node at each depth */
     uint32_t *chain_locations, *chain_nodes;
     size_t chain_len, cap_chain_locations, cap_chain_nodes;
-    /* whole-stack cache: 128-bit fingerprint of a location sequence -> stack id */
-    slot_map stack_cache; /* first 64 bits -> index into stack_cache_entries */
-    struct stack_cache_entry *stack_cache_entries;
-    size_t n_stack_cache, cap_stack_cache;
+    /* whole-stack cache: 96-bit fingerprint of a location sequence -> stack id, as
+     * key = first 64 bits, value = (next 32 bits << 32) | stack id, so a probe is one slot */
+    slot_map stack_cache;
     uint32_t *frame_scratch;
     size_t cap_frame_scratch;
-    /* per pprof profile: every sample's block location ids, and the samples that missed the cache
-     */
+    /* per pprof profile: every sample's block location ids and fingerprint, and the samples that
+     * missed the cache */
     uint32_t *profile_frames;
     size_t cap_profile_frames;
+    sample_scratch *samples_scratch;
+    size_t cap_samples_scratch;
     stack_miss *misses;
     size_t n_misses, cap_misses;
 
@@ -141,10 +146,17 @@ struct block_writer {
     size_t n_samples, cap_sample_stacks, cap_sample_values;
 
     /* per-profile scratch, reused */
-    w_pair *pairs;
-    size_t n_pairs, cap_pairs;
-    uint32_t *pprof_mapping_ids, *pprof_function_ids, *pprof_location_ids;
-    size_t cap_pprof_mappings, cap_pprof_functions, cap_pprof_locations;
+    w_pair *pairs, *pairs_tmp;
+    size_t n_pairs, cap_pairs, cap_pairs_tmp;
+    uint32_t *pprof_mapping_ids, *pprof_function_ids, *pprof_location_ids, *pprof_string_ids;
+    size_t cap_pprof_mappings, cap_pprof_functions, cap_pprof_locations, cap_pprof_strings;
+    /* when the pprof's location ids are small: pprof location id -> block location id + 1 */
+    uint32_t *block_location_by_id;
+    size_t cap_block_location_by_id, n_block_location_by_id;
+    /* per pprof location while translating: its fingerprint */
+    uint64_t *location_keys;
+    uint32_t *location_checks;
+    size_t cap_location_keys, cap_location_checks;
     w_line *line_scratch;
     size_t cap_line_scratch;
     /* The pprof whose symbols pprof_*_ids translate: the ingester adds each pprof once per sample
@@ -158,6 +170,7 @@ struct block_writer {
     bool open;
     w_profile current;
     bool finished;
+    bool detached; /* made by block_writer_detach: it only finishes */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -199,10 +212,20 @@ static int intern_cstr(block_writer *w, const char *s, uint32_t *id, strata_erro
     return intern_string(w, s, s == NULL ? 0 : strlen(s), id, err);
 }
 
+/* Interns pprof string `index` once per translated pprof: pprof_string_ids remembers it (a pprof
+ * names most strings many times: a function's name is often its system name, files repeat). */
 static int intern_pprof_string(block_writer *w, const pprof_profile *p, int64_t index, uint32_t *id,
                                strata_error *err) {
+    if (index >= 0 && (size_t)index < p->n_strings && w->pprof_string_ids[index] != UINT32_MAX) {
+        *id = w->pprof_string_ids[index];
+        return 0;
+    }
     pprof_string s = pprof_string_at(p, index);
-    return intern_string(w, s.ptr, s.len, id, err);
+    if (intern_string(w, s.ptr, s.len, id, err) != 0)
+        return -1;
+    if (index >= 0 && (size_t)index < p->n_strings)
+        w->pprof_string_ids[index] = *id;
+    return 0;
 }
 
 static int slot_map_grow(slot_map *m) {
@@ -278,6 +301,48 @@ static uint64_t *dedup_slot(slot_map *m, uint64_t h, dedup_equal_fn equal, const
     }
 }
 
+/* Fingerprint-keyed tables (functions, locations): the key is a 64-bit fingerprint and the value
+ * (check << 32) | id, so finding a record costs one slot and never reads the record itself. Two
+ * fingerprints sharing 64 bits but not the check chain to a re-hashed key. */
+static bool fingerprint_find(const slot_map *m, uint64_t key, uint32_t check, uint32_t *id) {
+    if (m->slots == NULL)
+        return false;
+    for (;;) {
+        size_t i = strata_hash_u64(key) & m->mask;
+        while (m->slots[i].key != key) {
+            if (m->slots[i].key == 0)
+                return false;
+            i = (i + 1) & m->mask;
+        }
+        if ((uint32_t)(m->slots[i].value >> 32) == check) {
+            *id = (uint32_t)m->slots[i].value;
+            return true;
+        }
+        key = strata_hash_u64(key) | 1;
+    }
+}
+
+/* Finds the record with fingerprint (key, check), or claims the fresh slot to store it under
+ * (*found false; the caller sets the value to (check << 32) | id). NULL when out of memory. */
+static map_slot *fingerprint_slot(slot_map *m, uint64_t key, uint32_t check, bool *found) {
+    for (;;) {
+        bool inserted;
+        map_slot *slot = slot_map_claim(m, key, &inserted);
+        if (slot == NULL)
+            return NULL;
+        if (inserted || (uint32_t)(slot->value >> 32) == check) {
+            *found = !inserted;
+            return slot;
+        }
+        key = strata_hash_u64(key) | 1;
+    }
+}
+
+static inline void prefetch_slot(const slot_map *m, uint64_t key) {
+    if (m->slots != NULL)
+        __builtin_prefetch(&m->slots[strata_hash_u64(key) & m->mask]);
+}
+
 /* ---- symbols ---------------------------------------------------------------------------- */
 
 static bool mapping_equal(const block_writer *w, uint64_t id, const void *item) {
@@ -306,28 +371,29 @@ static int intern_mapping(block_writer *w, const w_mapping *m, uint32_t *id, str
     return 0;
 }
 
-static bool function_equal(const block_writer *w, uint64_t id, const void *item) {
-    const w_function *a = item;
-    if (id >= w->n_functions)
-        return false;
-    const w_function *b = &w->functions[id];
-    return a->name == b->name && a->system_name == b->system_name && a->file == b->file &&
-           a->start_line == b->start_line;
+static void function_fingerprint(const w_function *f, uint64_t *key, uint32_t *check) {
+    strata_fingerprint fp;
+    strata_fingerprint_init(&fp, 3);
+    strata_fingerprint_add(&fp, (uint64_t)f->name << 32 | f->system_name);
+    strata_fingerprint_add(&fp, f->file);
+    strata_fingerprint_add(&fp, (uint64_t)f->start_line);
+    strata_fingerprint_finish(&fp, key, check);
 }
 
 static int intern_function(block_writer *w, const w_function *f, uint32_t *id, strata_error *err) {
     ENSURE_OR_OOM(w->functions, w->cap_functions, w->n_functions + 1);
-    uint64_t h = strata_hash_combine((uint64_t)f->name << 32 | f->system_name,
-                                     (uint64_t)f->file << 32 ^ (uint64_t)f->start_line);
+    uint64_t key;
+    uint32_t check;
+    function_fingerprint(f, &key, &check);
     bool found;
-    uint64_t *slot = dedup_slot(&w->function_index, h, function_equal, w, f, &found);
+    map_slot *slot = fingerprint_slot(&w->function_index, key, check, &found);
     if (slot == NULL)
         return strata_error_oom(err);
     if (!found) {
-        *slot = w->n_functions;
+        slot->value = (uint64_t)check << 32 | w->n_functions;
         w->functions[w->n_functions++] = *f;
     }
-    *id = (uint32_t)*slot;
+    *id = (uint32_t)slot->value;
     return 0;
 }
 
@@ -336,48 +402,49 @@ typedef struct location_item {
     const w_line *lines;
 } location_item;
 
-static bool location_equal(const block_writer *w, uint64_t id, const void *item) {
-    const location_item *a = item;
-    if (id >= w->n_locations)
-        return false;
-    const w_location *b = &w->locations[id];
-    if (a->loc.address != b->address || a->loc.mapping != b->mapping ||
-        a->loc.line_count != b->line_count || a->loc.flags != b->flags)
-        return false;
-    for (uint32_t i = 0; i < b->line_count; i++) {
-        const w_line *x = &a->lines[i], *y = &w->lines[b->first_line + i];
-        if (x->function != y->function || x->line != y->line)
-            return false;
+static void location_fingerprint(const location_item *item, uint64_t *key, uint32_t *check) {
+    strata_fingerprint fp;
+    strata_fingerprint_init(&fp, 3 + 2 * (uint64_t)item->loc.line_count);
+    strata_fingerprint_add(&fp, item->loc.address);
+    strata_fingerprint_add(&fp, (uint64_t)item->loc.mapping << 32 | item->loc.flags);
+    strata_fingerprint_add(&fp, item->loc.line_count);
+    for (uint32_t i = 0; i < item->loc.line_count; i++) {
+        strata_fingerprint_add(&fp, item->lines[i].function);
+        strata_fingerprint_add(&fp, (uint64_t)item->lines[i].line);
     }
-    return true;
+    strata_fingerprint_finish(&fp, key, check);
 }
 
-static int intern_location(block_writer *w, const location_item *item, uint32_t *id,
-                           strata_error *err) {
+/* Interns a location whose fingerprint is (key, check). */
+static int intern_location_fingerprinted(block_writer *w, const location_item *item, uint64_t key,
+                                         uint32_t check, uint32_t *id, strata_error *err) {
     if (w->n_locations >= UINT32_MAX - 2 || w->n_lines + item->loc.line_count >= UINT32_MAX)
         return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
                                 "block writer: too many locations for one block");
     ENSURE_OR_OOM(w->locations, w->cap_locations, w->n_locations + 1);
     ENSURE_OR_OOM(w->lines, w->cap_lines, w->n_lines + item->loc.line_count);
-    uint64_t h =
-        strata_hash_combine(item->loc.address, (uint64_t)item->loc.mapping << 32 | item->loc.flags);
-    for (uint32_t i = 0; i < item->loc.line_count; i++)
-        h = strata_hash_combine(h, (uint64_t)item->lines[i].function << 32 ^
-                                       (uint64_t)item->lines[i].line);
     bool found;
-    uint64_t *slot = dedup_slot(&w->location_index, h, location_equal, w, item, &found);
+    map_slot *slot = fingerprint_slot(&w->location_index, key, check, &found);
     if (slot == NULL)
         return strata_error_oom(err);
     if (!found) {
-        *slot = w->n_locations;
+        slot->value = (uint64_t)check << 32 | w->n_locations;
         w_location loc = item->loc;
         loc.first_line = (uint32_t)w->n_lines;
         memcpy(&w->lines[w->n_lines], item->lines, loc.line_count * sizeof *item->lines);
         w->n_lines += loc.line_count;
         w->locations[w->n_locations++] = loc;
     }
-    *id = (uint32_t)*slot;
+    *id = (uint32_t)slot->value;
     return 0;
+}
+
+static int intern_location(block_writer *w, const location_item *item, uint32_t *id,
+                           strata_error *err) {
+    uint64_t key;
+    uint32_t check;
+    location_fingerprint(item, &key, &check);
+    return intern_location_fingerprinted(w, item, key, check, id, err);
 }
 
 /* Stack ids are rows + 1; (parent, location) is an exact 64-bit key, so no equality check. */
@@ -589,7 +656,7 @@ void block_writer_free(block_writer *w) {
     free(w->profile_frames);
     free(w->misses);
     free(w->stack_cache.slots);
-    free(w->stack_cache_entries);
+    free(w->samples_scratch);
     free(w->frame_scratch);
     free(w->series);
     free(w->series_index.slots);
@@ -598,9 +665,14 @@ void block_writer_free(block_writer *w) {
     free(w->sample_stacks);
     free(w->sample_values);
     free(w->pairs);
+    free(w->pairs_tmp);
     free(w->pprof_mapping_ids);
     free(w->pprof_function_ids);
     free(w->pprof_location_ids);
+    free(w->pprof_string_ids);
+    free(w->block_location_by_id);
+    free(w->location_keys);
+    free(w->location_checks);
     free(w->line_scratch);
     free(w->label_scratch);
     free(w);
@@ -609,6 +681,9 @@ void block_writer_free(block_writer *w) {
 static int check_writable(const block_writer *w, strata_error *err) {
     if (w->finished)
         return strata_error_set(err, STRATA_FAILED_PRECONDITION, "block writer: already finished");
+    if (w->detached)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "block writer: a detached block can only be finished");
     return 0;
 }
 
@@ -646,10 +721,52 @@ static int compare_pairs(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+#define RADIX_BITS 11
+#define RADIX_BUCKETS (1u << RADIX_BITS)
+
+/* Sorts the open profile's pairs by stack: a least-significant-digit radix sort (11-bit digits,
+ * skipping digits every stack shares) for the thousands of pairs a pprof brings, qsort for few. */
+static int sort_pairs(block_writer *w, strata_error *err) {
+    size_t n = w->n_pairs;
+    if (n < 256) {
+        qsort(w->pairs, n, sizeof *w->pairs, compare_pairs);
+        return 0;
+    }
+    ENSURE_OR_OOM(w->pairs_tmp, w->cap_pairs_tmp, n);
+    uint32_t all_or = 0, all_and = UINT32_MAX;
+    for (size_t i = 0; i < n; i++) {
+        all_or |= w->pairs[i].stack;
+        all_and &= w->pairs[i].stack;
+    }
+    w_pair *from = w->pairs, *to = w->pairs_tmp;
+    for (unsigned shift = 0; shift < 32; shift += RADIX_BITS) {
+        if ((((all_or ^ all_and) >> shift) & (RADIX_BUCKETS - 1)) == 0)
+            continue; /* every stack has the same digit here */
+        size_t count[RADIX_BUCKETS] = {0};
+        for (size_t i = 0; i < n; i++)
+            count[(from[i].stack >> shift) & (RADIX_BUCKETS - 1)]++;
+        size_t at = 0;
+        for (size_t d = 0; d < RADIX_BUCKETS; d++) {
+            size_t c = count[d];
+            count[d] = at;
+            at += c;
+        }
+        for (size_t i = 0; i < n; i++)
+            to[count[(from[i].stack >> shift) & (RADIX_BUCKETS - 1)]++] = from[i];
+        w_pair *t = from;
+        from = to;
+        to = t;
+    }
+    if (from != w->pairs)
+        memcpy(w->pairs, from, n * sizeof *w->pairs);
+    return 0;
+}
+
 /* Sorts the open profile's pairs by stack, sums duplicates, drops zeros, appends the samples and
  * the profile. */
 static int commit_profile(block_writer *w, strata_error *err) {
-    qsort(w->pairs, w->n_pairs, sizeof *w->pairs, compare_pairs);
+    if (sort_pairs(w, err) != 0)
+        return -1;
     size_t kept = 0;
     int64_t total = 0;
     for (size_t i = 0; i < w->n_pairs;) {
@@ -691,6 +808,9 @@ static int commit_profile(block_writer *w, strata_error *err) {
 /* ---- pprof path ------------------------------------------------------------------------- */
 
 static int translate_mappings(block_writer *w, const pprof_profile *p, strata_error *err) {
+    w->n_block_location_by_id = 0; /* rebuilt once the locations are translated */
+    ENSURE_OR_OOM(w->pprof_string_ids, w->cap_pprof_strings, p->n_strings + 1);
+    memset(w->pprof_string_ids, 0xff, (p->n_strings + 1) * sizeof *w->pprof_string_ids);
     ENSURE_OR_OOM(w->pprof_mapping_ids, w->cap_pprof_mappings, p->n_mappings + 1);
     for (size_t i = 0; i < p->n_mappings; i++) {
         const pprof_mapping *pm = &p->mappings[i];
@@ -723,20 +843,21 @@ static int translate_functions(block_writer *w, const pprof_profile *p, strata_e
     return 0;
 }
 
-static int translate_location(block_writer *w, const pprof_profile *p, size_t i,
-                              strata_error *err) {
+/* The block location pprof location i names (its mapping and functions already translated),
+ * with its lines in w->line_scratch. */
+static int pprof_location_item(block_writer *w, const pprof_profile *p, size_t i,
+                               location_item *item, strata_error *err) {
     const pprof_location *pl = &p->locations[i];
-    location_item item;
-    memset(&item, 0, sizeof item);
-    item.loc.address = pl->address;
-    item.loc.flags = pl->is_folded ? BLOCK_LOCATION_IS_FOLDED : 0;
+    memset(item, 0, sizeof *item);
+    item->loc.address = pl->address;
+    item->loc.flags = pl->is_folded ? BLOCK_LOCATION_IS_FOLDED : 0;
     if (pl->mapping_id != 0) {
         const pprof_mapping *m = pprof_find_mapping(p, pl->mapping_id);
         if (m == NULL)
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "pprof location %llu: mapping %llu is not defined",
                                     (unsigned long long)pl->id, (unsigned long long)pl->mapping_id);
-        item.loc.mapping = w->pprof_mapping_ids[m - p->mappings];
+        item->loc.mapping = w->pprof_mapping_ids[m - p->mappings];
     }
     if (pl->line_offset > p->n_lines || pl->line_count > p->n_lines - pl->line_offset)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
@@ -753,9 +874,9 @@ static int translate_location(block_writer *w, const pprof_profile *p, size_t i,
         w->line_scratch[j].function = w->pprof_function_ids[f - p->functions];
         w->line_scratch[j].line = line->line;
     }
-    item.loc.line_count = pl->line_count;
-    item.lines = w->line_scratch;
-    return intern_location(w, &item, &w->pprof_location_ids[i], err);
+    item->loc.line_count = pl->line_count;
+    item->lines = w->line_scratch;
+    return 0;
 }
 
 /* A fingerprint of everything translate_* read from p: arrays, counts, fields and string bytes. */
@@ -792,13 +913,46 @@ static uint64_t symbols_fingerprint(const pprof_profile *p) {
     return h;
 }
 
+/* With small pprof location ids (the usual 1..n), a sample's frames translate with one load per
+ * frame: id -> block location id, instead of id -> pprof index -> block id. */
+static int map_location_ids(block_writer *w, const pprof_profile *p, strata_error *err) {
+    const pprof_id_index *ix = &p->location_index;
+    w->n_block_location_by_id = 0;
+    if (ix->dense == NULL)
+        return 0;
+    ENSURE_OR_OOM(w->block_location_by_id, w->cap_block_location_by_id, ix->dense_len + 1);
+    for (size_t id = 0; id < ix->dense_len; id++) {
+        uint32_t index = ix->dense[id];
+        w->block_location_by_id[id] = index == 0 ? 0 : w->pprof_location_ids[index - 1] + 1;
+    }
+    w->n_block_location_by_id = ix->dense_len;
+    return 0;
+}
+
+/* Two passes: fingerprint every location and prefetch its slot, then look them up, so the
+ * lookups (mostly hits: an agent's pushes repeat their locations) overlap their cache misses. */
 static int translate_locations(block_writer *w, const pprof_profile *p, strata_error *err) {
     ENSURE_OR_OOM(w->pprof_location_ids, w->cap_pprof_locations, p->n_locations + 1);
+    ENSURE_OR_OOM(w->location_keys, w->cap_location_keys, p->n_locations + 1);
+    ENSURE_OR_OOM(w->location_checks, w->cap_location_checks, p->n_locations + 1);
+    location_item item;
     for (size_t i = 0; i < p->n_locations; i++) {
-        if (translate_location(w, p, i, err) != 0)
+        if (pprof_location_item(w, p, i, &item, err) != 0)
+            return -1;
+        location_fingerprint(&item, &w->location_keys[i], &w->location_checks[i]);
+        prefetch_slot(&w->location_index, w->location_keys[i]);
+    }
+    for (size_t i = 0; i < p->n_locations; i++) {
+        uint64_t key = w->location_keys[i];
+        uint32_t check = w->location_checks[i];
+        if (fingerprint_find(&w->location_index, key, check, &w->pprof_location_ids[i]))
+            continue;
+        if (pprof_location_item(w, p, i, &item, err) != 0 ||
+            intern_location_fingerprinted(w, &item, key, check, &w->pprof_location_ids[i], err) !=
+                0)
             return -1;
     }
-    return 0;
+    return map_location_ids(w, p, err);
 }
 
 /* Interns a stack given as block location ids, leaf first, through the parent-pointer tree. The
@@ -825,19 +979,24 @@ static int intern_stack_chain(block_writer *w, const uint32_t *locations, size_t
     return 0;
 }
 
-/* The whole-stack cache: a stack (block location ids, leaf first) is found by its 128-bit
- * fingerprint. Samples repeat the same stacks profile after profile, so most stacks cost two hashes
- * and one lookup instead of one lookup per frame. A false match needs a 128-bit collision
- * (probability ~n^2 / 2^129). */
-static void stack_fingerprint(const uint32_t *locations, size_t n, uint64_t *key, uint64_t *check) {
-    size_t bytes = n * sizeof *locations;
-    *key = strata_hash_bytes(locations, bytes, 0x5eed) | 1;
-    *check = strata_hash_bytes(locations, bytes, 0xc0ffee);
+/* The whole-stack cache: a stack (block location ids, leaf first) is found by a 96-bit
+ * fingerprint. Samples repeat the same stacks profile after profile, so most stacks cost one
+ * fingerprint and one lookup instead of one lookup per frame. A false match needs a 96-bit
+ * collision (probability ~n^2 / 2^97). */
+static void stack_fingerprint(const uint32_t *locations, size_t n, uint64_t *key, uint32_t *check) {
+    uint64_t a, b;
+    strata_hash_bytes_pair(locations, n * sizeof *locations, 0x5eed, 0xc0ffee, &a, &b);
+    *key = a | 1;
+    *check = (uint32_t)(b >> 32);
 }
 
 enum { STACK_CACHE_MISS, STACK_CACHE_HIT, STACK_CACHE_COLLISION };
 
-static int stack_cache_find(const block_writer *w, uint64_t key, uint64_t check, uint32_t *stack) {
+static inline const map_slot *stack_cache_slot(const block_writer *w, uint64_t key) {
+    return &w->stack_cache.slots[strata_hash_u64(key) & w->stack_cache.mask];
+}
+
+static int stack_cache_find(const block_writer *w, uint64_t key, uint32_t check, uint32_t *stack) {
     const slot_map *m = &w->stack_cache;
     if (m->slots == NULL)
         return STACK_CACHE_MISS;
@@ -847,33 +1006,29 @@ static int stack_cache_find(const block_writer *w, uint64_t key, uint64_t check,
             return STACK_CACHE_MISS;
         i = (i + 1) & m->mask;
     }
-    const struct stack_cache_entry *e = &w->stack_cache_entries[m->slots[i].value];
-    if (e->check != check)
+    uint64_t value = m->slots[i].value;
+    if ((uint32_t)(value >> 32) != check)
         return STACK_CACHE_COLLISION; /* 64-bit collision: this stack is not cached */
-    *stack = e->stack;
+    *stack = (uint32_t)value;
     return STACK_CACHE_HIT;
 }
 
-static int stack_cache_add(block_writer *w, uint64_t key, uint64_t check, uint32_t stack,
+static int stack_cache_add(block_writer *w, uint64_t key, uint32_t check, uint32_t stack,
                            strata_error *err) {
-    ENSURE_OR_OOM(w->stack_cache_entries, w->cap_stack_cache, w->n_stack_cache + 1);
     bool inserted;
     map_slot *slot = slot_map_claim(&w->stack_cache, key, &inserted);
     if (slot == NULL)
         return strata_error_oom(err);
-    if (!inserted)
-        return 0; /* already cached (or a 64-bit collision, left uncached) */
-    slot->value = w->n_stack_cache;
-    w->stack_cache_entries[w->n_stack_cache].check = check;
-    w->stack_cache_entries[w->n_stack_cache].stack = stack;
-    w->n_stack_cache++;
+    if (inserted) /* else already cached (or a 64-bit collision, left uncached) */
+        slot->value = (uint64_t)check << 32 | stack;
     return 0;
 }
 
 /* Finds a whole stack in the cache, or interns it and remembers it. */
 static int intern_stack_cached(block_writer *w, const uint32_t *locations, size_t n,
                                uint32_t *stack, strata_error *err) {
-    uint64_t key, check;
+    uint64_t key;
+    uint32_t check;
     stack_fingerprint(locations, n, &key, &check);
     switch (stack_cache_find(w, key, check, stack)) {
         case STACK_CACHE_HIT:
@@ -899,7 +1054,15 @@ static int pprof_sample_frames(block_writer *w, const pprof_profile *p, size_t i
     ENSURE_OR_OOM(w->profile_frames, w->cap_profile_frames, at + s->location_count + 1);
     const uint64_t *ids = &p->sample_location_ids[s->location_offset];
     uint32_t *frames = &w->profile_frames[at];
-    for (uint32_t j = 0; j < s->location_count; j++) {
+    const uint32_t *by_id = w->block_location_by_id;
+    size_t n_by_id = w->n_block_location_by_id;
+    uint32_t j = 0;
+    for (; n_by_id > 0 && j < s->location_count; j++) {
+        if (ids[j] >= n_by_id || by_id[ids[j]] == 0)
+            break; /* undefined: reported below */
+        frames[j] = by_id[ids[j]] - 1;
+    }
+    for (; j < s->location_count; j++) {
         const pprof_location *l = pprof_find_location(p, ids[j]);
         if (l == NULL)
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
@@ -913,7 +1076,8 @@ static int pprof_sample_frames(block_writer *w, const pprof_profile *p, size_t i
 /* Root-first lexicographic order of the missed stacks, so that consecutive ones share prefixes. */
 static int compare_misses(const void *a, const void *b, void *ctx) {
     const block_writer *w = ctx;
-    const stack_miss *x = a, *y = b;
+    const sample_scratch *x = &w->samples_scratch[((const stack_miss *)a)->sample];
+    const sample_scratch *y = &w->samples_scratch[((const stack_miss *)b)->sample];
     const uint32_t *fx = w->profile_frames + x->frames, *fy = w->profile_frames + y->frames;
     size_t nx = x->n_frames, ny = y->n_frames, n = nx < ny ? nx : ny;
     for (size_t i = 0; i < n; i++) {
@@ -924,87 +1088,150 @@ static int compare_misses(const void *a, const void *b, void *ctx) {
     return nx < ny ? -1 : nx > ny;
 }
 
-/* Interns the stacks that missed the cache, in root-first order, and fills in their pairs. */
+/* Interns the stacks that missed the cache, in root-first order, and remembers them. */
 static int intern_missed_stacks(block_writer *w, strata_error *err) {
     if (w->n_misses > 1)
         qsort_r(w->misses, w->n_misses, sizeof *w->misses, compare_misses, w);
     for (size_t m = 0; m < w->n_misses; m++) {
-        const stack_miss *miss = &w->misses[m];
-        uint32_t stack;
-        if (intern_stack_chain(w, w->profile_frames + miss->frames, miss->n_frames, &stack, err) !=
+        sample_scratch *sc = &w->samples_scratch[w->misses[m].sample];
+        if (intern_stack_chain(w, w->profile_frames + sc->frames, sc->n_frames, &sc->stack, err) !=
                 0 ||
-            stack_cache_add(w, miss->key, miss->check, stack, err) != 0)
+            stack_cache_add(w, sc->key, sc->check, sc->stack, err) != 0)
             return -1;
-        w->pairs[miss->pair].stack = stack;
     }
     return 0;
 }
 
-static int add_pprof_samples(block_writer *w, const pprof_profile *p, size_t type_index,
-                             strata_error *err) {
-    size_t n_values = p->n_samples * p->n_sample_types;
-    size_t used = 0; /* profile_frames taken by missed stacks */
-    w->n_misses = 0;
+/* Pass 1 over a pprof's samples: translates the frames of every sample with a non-zero value in
+ * one of the value columns, fingerprints them and prefetches their cache slots, so that pass 2's
+ * lookups do not wait on memory one after the other. */
+static int fingerprint_pprof_samples(block_writer *w, const pprof_profile *p, const size_t *columns,
+                                     size_t n_columns, strata_error *err) {
+    size_t n_values = p->n_samples * p->n_sample_types, used = 0;
+    ENSURE_OR_OOM(w->samples_scratch, w->cap_samples_scratch, p->n_samples + 1);
     for (size_t i = 0; i < p->n_samples; i++) {
-        size_t at = (size_t)p->samples[i].value_offset + type_index;
-        if (at >= n_values)
-            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                    "pprof sample %zu: value out of range", i);
-        int64_t value = p->sample_values[at];
-        if (value == 0)
+        sample_scratch *sc = &w->samples_scratch[i];
+        bool any = false;
+        for (size_t c = 0; c < n_columns; c++) {
+            size_t at = (size_t)p->samples[i].value_offset + columns[c];
+            if (at >= n_values)
+                return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                        "pprof sample %zu: value out of range", i);
+            any |= p->sample_values[at] != 0;
+        }
+        sc->stack = SAMPLE_SKIPPED;
+        if (!any)
             continue;
         if (pprof_sample_frames(w, p, i, used, err) != 0)
             return -1;
-        const uint32_t *frames = &w->profile_frames[used];
-        size_t n = p->samples[i].location_count;
-        uint64_t key, check;
-        stack_fingerprint(frames, n, &key, &check);
-        uint32_t stack = 0;
-        int found = stack_cache_find(w, key, check, &stack);
-        if (found == STACK_CACHE_COLLISION && intern_stack_chain(w, frames, n, &stack, err) != 0)
+        sc->frames = used;
+        sc->n_frames = p->samples[i].location_count;
+        used += sc->n_frames;
+        stack_fingerprint(w->profile_frames + sc->frames, sc->n_frames, &sc->key, &sc->check);
+        sc->stack = 0;
+        if (w->stack_cache.slots != NULL)
+            __builtin_prefetch(stack_cache_slot(w, sc->key));
+    }
+    return 0;
+}
+
+/* Resolves the stack of every sample fingerprint_pprof_samples kept: cached stacks in pass 2,
+ * the others interned together afterwards. */
+static int resolve_pprof_stacks(block_writer *w, const pprof_profile *p, const size_t *columns,
+                                size_t n_columns, strata_error *err) {
+    if (fingerprint_pprof_samples(w, p, columns, n_columns, err) != 0)
+        return -1;
+    w->n_misses = 0;
+    for (size_t i = 0; i < p->n_samples; i++) {
+        sample_scratch *sc = &w->samples_scratch[i];
+        if (sc->stack == SAMPLE_SKIPPED)
+            continue;
+        int found = stack_cache_find(w, sc->key, sc->check, &sc->stack);
+        if (found == STACK_CACHE_COLLISION &&
+            intern_stack_chain(w, w->profile_frames + sc->frames, sc->n_frames, &sc->stack, err) !=
+                0)
             return -1;
         if (found == STACK_CACHE_MISS) {
             ENSURE_OR_OOM(w->misses, w->cap_misses, w->n_misses + 1);
-            stack_miss *miss = &w->misses[w->n_misses++];
-            miss->key = key;
-            miss->check = check;
-            miss->frames = used;
-            miss->n_frames = (uint32_t)n;
-            miss->pair = w->n_pairs;
-            used += n;
+            w->misses[w->n_misses++].sample = i;
         }
-        if (push_pair(w, stack, value, err) != 0)
-            return -1;
     }
     return intern_missed_stacks(w, err);
+}
+
+/* Adds value column `column` of a pprof whose stacks resolve_pprof_stacks resolved, as one
+ * profile. */
+static int add_pprof_column(block_writer *w, const label_set *labels, const profile_type *type,
+                            int64_t time_ns, int64_t duration_ns, int64_t period,
+                            const pprof_profile *p, size_t column, strata_error *err) {
+    if (start_profile(w, labels, type, time_ns, duration_ns, period, err) != 0)
+        return -1;
+    for (size_t i = 0; i < p->n_samples; i++) {
+        uint32_t stack = w->samples_scratch[i].stack;
+        int64_t value = p->sample_values[(size_t)p->samples[i].value_offset + column];
+        if (stack != SAMPLE_SKIPPED && value != 0 && push_pair(w, stack, value, err) != 0) {
+            block_writer_abort_profile(w);
+            return -1;
+        }
+    }
+    if (commit_profile(w, err) != 0) {
+        block_writer_abort_profile(w);
+        return -1;
+    }
+    return 0;
+}
+
+/* Translates p's symbols, unless the same profile with the same symbol content was translated
+ * last (reuse), then resolves the stacks of the given columns and adds one profile per column. */
+static int add_pprof(block_writer *w, const label_set *labels, const profile_type *types,
+                     const size_t *columns, size_t n, int64_t time_ns, int64_t duration_ns,
+                     int64_t period, const pprof_profile *p, bool reuse, strata_error *err) {
+    if (check_writable(w, err) != 0)
+        return -1;
+    if (w->open)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "block writer: a profile is already open; end it first");
+    for (size_t c = 0; c < n; c++) {
+        if (p == NULL || columns[c] >= p->n_sample_types)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "block writer: sample type index %zu out of range (profile "
+                                    "has %zu sample types)",
+                                    columns[c], p == NULL ? (size_t)0 : p->n_sample_types);
+    }
+    uint64_t fingerprint = reuse ? symbols_fingerprint(p) : 0;
+    if (!reuse || w->translated != p || w->translated_fingerprint != fingerprint) {
+        w->translated = NULL;
+        if (translate_mappings(w, p, err) != 0 || translate_functions(w, p, err) != 0 ||
+            translate_locations(w, p, err) != 0)
+            return -1;
+        if (reuse) {
+            w->translated = p;
+            w->translated_fingerprint = fingerprint;
+        }
+    }
+    if (resolve_pprof_stacks(w, p, columns, n, err) != 0)
+        return -1;
+    for (size_t c = 0; c < n; c++) {
+        if (add_pprof_column(w, labels, &types[c], time_ns, duration_ns, period, p, columns[c],
+                             err) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 int block_writer_add_profile(block_writer *w, const label_set *labels, const profile_type *type,
                              int64_t time_ns, int64_t duration_ns, int64_t period,
                              const pprof_profile *p, size_t sample_type_index, strata_error *err) {
-    if (p == NULL || sample_type_index >= p->n_sample_types)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                "block writer: sample type index %zu out of range (profile has "
-                                "%zu sample types)",
-                                sample_type_index, p == NULL ? (size_t)0 : p->n_sample_types);
-    if (start_profile(w, labels, type, time_ns, duration_ns, period, err) != 0)
-        return -1;
-    uint64_t fingerprint = symbols_fingerprint(p);
-    if (w->translated != p || w->translated_fingerprint != fingerprint) {
-        w->translated = NULL;
-        if (translate_mappings(w, p, err) != 0 || translate_functions(w, p, err) != 0 ||
-            translate_locations(w, p, err) != 0) {
-            block_writer_abort_profile(w);
-            return -1;
-        }
-        w->translated = p;
-        w->translated_fingerprint = fingerprint;
-    }
-    if (add_pprof_samples(w, p, sample_type_index, err) != 0 || commit_profile(w, err) != 0) {
-        block_writer_abort_profile(w);
-        return -1;
-    }
-    return 0;
+    return add_pprof(w, labels, type, &sample_type_index, 1, time_ns, duration_ns, period, p, true,
+                     err);
+}
+
+int block_writer_add_profile_types(block_writer *w, const label_set *labels,
+                                   const profile_type *types, const size_t *sample_type_indexes,
+                                   size_t n, int64_t time_ns, int64_t duration_ns, int64_t period,
+                                   const pprof_profile *p, strata_error *err) {
+    return add_pprof(w, labels, types, sample_type_indexes, n, time_ns, duration_ns, period, p,
+                     false, err);
 }
 
 /* ---- symbolized path -------------------------------------------------------------------- */
@@ -1224,17 +1451,276 @@ size_t block_writer_memory_bytes(const block_writer *w) {
         bytes += (w->stack_index.mask + 1) * sizeof *w->stack_index.slots;
     bytes += (w->cap_chain_locations + w->cap_chain_nodes) * 4;
     bytes += w->cap_profile_frames * 4 + w->cap_misses * sizeof *w->misses;
-    bytes += w->cap_stack_cache * sizeof *w->stack_cache_entries + slot_map_bytes(&w->stack_cache);
+    bytes += w->cap_samples_scratch * sizeof *w->samples_scratch + slot_map_bytes(&w->stack_cache);
     bytes += w->cap_frame_scratch * sizeof *w->frame_scratch;
     bytes += w->cap_series * sizeof *w->series + slot_map_bytes(&w->series_index);
     bytes += w->cap_label_words * sizeof *w->label_words;
     bytes += w->cap_profiles * sizeof *w->profiles;
     bytes += w->cap_sample_stacks * sizeof *w->sample_stacks;
     bytes += w->cap_sample_values * sizeof *w->sample_values;
-    bytes += w->cap_pairs * sizeof *w->pairs;
-    bytes += (w->cap_pprof_mappings + w->cap_pprof_functions + w->cap_pprof_locations) * 4;
+    bytes += (w->cap_pairs + w->cap_pairs_tmp) * sizeof *w->pairs;
+    bytes += (w->cap_pprof_mappings + w->cap_pprof_functions + w->cap_pprof_locations +
+              w->cap_pprof_strings + w->cap_location_checks) *
+             4;
+    bytes += w->cap_location_keys * sizeof *w->location_keys;
+    bytes += w->cap_block_location_by_id * sizeof *w->block_location_by_id;
     bytes += w->cap_line_scratch * sizeof *w->line_scratch + w->cap_label_scratch * 4;
     return bytes;
+}
+
+/* ---- detaching a block ------------------------------------------------------------------ */
+
+#define DETACH_UNUSED UINT32_MAX
+
+/* Old id -> new id for every table a detached block copies; DETACH_UNUSED where unused. Stack
+ * entries are indexed by stack row and hold the new stack id (row + 1). */
+typedef struct detach_maps {
+    uint32_t *stacks, *locations, *functions, *mappings, *strings, *series;
+} detach_maps;
+
+static void detach_maps_free(detach_maps *m) {
+    free(m->stacks);
+    free(m->locations);
+    free(m->functions);
+    free(m->mappings);
+    free(m->strings);
+    free(m->series);
+}
+
+static uint32_t *unused_map(size_t n) {
+    uint32_t *map = malloc((n + 1) * sizeof *map);
+    if (map != NULL)
+        memset(map, 0xff, (n + 1) * sizeof *map);
+    return map;
+}
+
+static int detach_maps_init(const block_writer *w, detach_maps *m, strata_error *err) {
+    memset(m, 0, sizeof *m);
+    m->stacks = unused_map(w->n_stacks);
+    m->locations = unused_map(w->n_locations);
+    m->functions = unused_map(w->n_functions);
+    m->mappings = unused_map(w->n_mappings);
+    m->strings = unused_map(w->strings.count);
+    m->series = unused_map(w->n_series);
+    if (m->stacks == NULL || m->locations == NULL || m->functions == NULL || m->mappings == NULL ||
+        m->strings == NULL || m->series == NULL) {
+        detach_maps_free(m);
+        return strata_error_oom(err);
+    }
+    return 0;
+}
+
+/* Marks (with 0) every stack the block's samples use, with all its ancestors, then numbers the
+ * marked ones in row order (a parent is always interned before its children, so the order keeps
+ * parents first) and marks their locations. */
+static uint32_t detach_number_stacks(const block_writer *w, detach_maps *m) {
+    for (size_t i = 0; i < w->n_samples; i++) {
+        uint32_t s = w->sample_stacks[i];
+        while (s != 0 && m->stacks[s - 1] == DETACH_UNUSED) {
+            m->stacks[s - 1] = 0;
+            s = w->stacks[s - 1].parent;
+        }
+    }
+    uint32_t n = 0;
+    for (size_t i = 0; i < w->n_stacks; i++) {
+        if (m->stacks[i] == DETACH_UNUSED)
+            continue;
+        m->stacks[i] = ++n;
+        m->locations[w->stacks[i].location] = 0;
+    }
+    return n;
+}
+
+/* Numbers the marked locations and marks their mappings and functions, then numbers those and
+ * marks their strings. */
+static void detach_number_symbols(const block_writer *w, detach_maps *m, uint32_t counts[3]) {
+    uint32_t n = 0;
+    for (size_t i = 0; i < w->n_locations; i++) {
+        if (m->locations[i] == DETACH_UNUSED)
+            continue;
+        const w_location *l = &w->locations[i];
+        m->locations[i] = n++;
+        if (l->mapping != 0)
+            m->mappings[l->mapping - 1] = 0;
+        for (uint32_t j = 0; j < l->line_count; j++)
+            m->functions[w->lines[l->first_line + j].function] = 0;
+    }
+    counts[0] = n;
+    n = 0;
+    for (size_t i = 0; i < w->n_functions; i++) {
+        if (m->functions[i] == DETACH_UNUSED)
+            continue;
+        m->functions[i] = n++;
+        m->strings[w->functions[i].name] = 0;
+        m->strings[w->functions[i].system_name] = 0;
+        m->strings[w->functions[i].file] = 0;
+    }
+    counts[1] = n;
+    n = 0;
+    for (size_t i = 0; i < w->n_mappings; i++) {
+        if (m->mappings[i] == DETACH_UNUSED)
+            continue;
+        m->mappings[i] = n++;
+        m->strings[w->mappings[i].file] = 0;
+        m->strings[w->mappings[i].build_id] = 0;
+    }
+    counts[2] = n;
+}
+
+/* Marks the series that have profiles in this block and their strings, numbers both. */
+static void detach_number_series(const block_writer *w, detach_maps *m) {
+    uint32_t n = 0;
+    for (size_t i = 0; i < w->n_series; i++) {
+        const w_series *s = &w->series[i];
+        if (s->n_profiles == 0)
+            continue;
+        m->series[i] = n++;
+        for (int t = 0; t < 5; t++)
+            m->strings[s->type[t]] = 0;
+        for (uint32_t j = 0; j < 2 * s->label_count; j++)
+            m->strings[w->label_words[s->first_label + j]] = 0;
+    }
+    m->strings[0] = 0; /* "" is always string 0 */
+    n = 0;
+    for (size_t i = 0; i < w->strings.count; i++)
+        if (m->strings[i] != DETACH_UNUSED)
+            m->strings[i] = n++;
+}
+
+/* Copies the marked strings, mappings, functions, locations with their lines, and stacks into d,
+ * renumbered. */
+static int detach_copy_symbols(const block_writer *w, const detach_maps *m, block_writer *d,
+                               const uint32_t counts[3], uint32_t n_stacks, strata_error *err) {
+    for (size_t i = 1; i < w->strings.count; i++) {
+        uint32_t id;
+        if (m->strings[i] == DETACH_UNUSED)
+            continue;
+        if (strata_intern_add(&d->strings, w->strings.strings[i], w->strings.lengths[i], &id) != 0)
+            return strata_error_oom(err);
+        if (id != m->strings[i])
+            return strata_error_set(err, STRATA_INTERNAL,
+                                    "block writer: string %zu renumbered "
+                                    "%u, expected %u",
+                                    i, id, m->strings[i]);
+    }
+    ENSURE_OR_OOM(d->mappings, d->cap_mappings, counts[2]);
+    ENSURE_OR_OOM(d->functions, d->cap_functions, counts[1]);
+    ENSURE_OR_OOM(d->locations, d->cap_locations, counts[0]);
+    ENSURE_OR_OOM(d->stacks, d->cap_stacks, n_stacks);
+    for (size_t i = 0; i < w->n_mappings; i++) {
+        if (m->mappings[i] == DETACH_UNUSED)
+            continue;
+        w_mapping x = w->mappings[i];
+        x.file = m->strings[x.file];
+        x.build_id = m->strings[x.build_id];
+        d->mappings[d->n_mappings++] = x;
+    }
+    for (size_t i = 0; i < w->n_functions; i++) {
+        if (m->functions[i] == DETACH_UNUSED)
+            continue;
+        w_function f = w->functions[i];
+        f.name = m->strings[f.name];
+        f.system_name = m->strings[f.system_name];
+        f.file = m->strings[f.file];
+        d->functions[d->n_functions++] = f;
+    }
+    for (size_t i = 0; i < w->n_locations; i++) {
+        if (m->locations[i] == DETACH_UNUSED)
+            continue;
+        w_location l = w->locations[i];
+        ENSURE_OR_OOM(d->lines, d->cap_lines, d->n_lines + l.line_count);
+        for (uint32_t j = 0; j < l.line_count; j++) {
+            w_line line = w->lines[l.first_line + j];
+            line.function = m->functions[line.function];
+            d->lines[d->n_lines + j] = line;
+        }
+        l.first_line = (uint32_t)d->n_lines;
+        d->n_lines += l.line_count;
+        if (l.mapping != 0)
+            l.mapping = m->mappings[l.mapping - 1] + 1;
+        d->locations[d->n_locations++] = l;
+    }
+    for (size_t i = 0; i < w->n_stacks; i++) {
+        if (m->stacks[i] == DETACH_UNUSED)
+            continue;
+        w_stack s = w->stacks[i];
+        s.parent = s.parent == 0 ? 0 : m->stacks[s.parent - 1];
+        s.location = m->locations[s.location];
+        d->stacks[d->n_stacks++] = s;
+    }
+    return 0;
+}
+
+/* Copies the block's series, profiles and samples into d, renumbered. */
+static int detach_copy_profiles(const block_writer *w, const detach_maps *m, block_writer *d,
+                                strata_error *err) {
+    for (size_t i = 0; i < w->n_series; i++) {
+        if (m->series[i] == DETACH_UNUSED)
+            continue;
+        const w_series *s = &w->series[i];
+        ENSURE_OR_OOM(d->series, d->cap_series, d->n_series + 1);
+        ENSURE_OR_OOM(d->label_words, d->cap_label_words, d->n_label_words + 2 * s->label_count);
+        w_series x = *s;
+        for (int t = 0; t < 5; t++)
+            x.type[t] = m->strings[s->type[t]];
+        x.first_label = (uint32_t)d->n_label_words;
+        for (uint32_t j = 0; j < 2 * s->label_count; j++)
+            d->label_words[d->n_label_words++] = m->strings[w->label_words[s->first_label + j]];
+        d->series[d->n_series++] = x;
+    }
+    ENSURE_OR_OOM(d->profiles, d->cap_profiles, w->n_profiles);
+    ENSURE_OR_OOM(d->sample_stacks, d->cap_sample_stacks, w->n_samples);
+    ENSURE_OR_OOM(d->sample_values, d->cap_sample_values, w->n_samples);
+    for (size_t i = 0; i < w->n_profiles; i++) {
+        d->profiles[i] = w->profiles[i];
+        d->profiles[i].series = m->series[w->profiles[i].series];
+    }
+    d->n_profiles = w->n_profiles;
+    for (size_t i = 0; i < w->n_samples; i++) {
+        uint32_t s = w->sample_stacks[i];
+        d->sample_stacks[i] = s == 0 ? 0 : m->stacks[s - 1];
+    }
+    memcpy(d->sample_values, w->sample_values, w->n_samples * sizeof *w->sample_values);
+    d->n_samples = w->n_samples;
+    return 0;
+}
+
+int block_writer_detach(block_writer *w, block_writer **block, strata_error *err) {
+    *block = NULL;
+    if (check_writable(w, err) != 0)
+        return -1;
+    if (w->open)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "block writer: a profile is still open; end it before detaching");
+    if (w->n_profiles == 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block writer: no profiles were added; nothing to detach");
+    detach_maps m;
+    if (detach_maps_init(w, &m, err) != 0)
+        return -1;
+    block_writer *d = block_writer_new(&w->options, err);
+    int rc = -1;
+    if (d != NULL) {
+        uint32_t counts[3];
+        uint32_t n_stacks = detach_number_stacks(w, &m);
+        detach_number_symbols(w, &m, counts);
+        detach_number_series(w, &m);
+        rc = detach_copy_symbols(w, &m, d, counts, n_stacks, err);
+        if (rc == 0)
+            rc = detach_copy_profiles(w, &m, d, err);
+    }
+    detach_maps_free(&m);
+    if (rc != 0) {
+        block_writer_free(d);
+        return -1;
+    }
+    d->detached = true;
+    w->n_profiles = 0;
+    w->n_samples = 0;
+    for (size_t i = 0; i < w->n_series; i++)
+        w->series[i].n_profiles = 0;
+    *block = d;
+    return 0;
 }
 
 /* ---- encoding (finish) ------------------------------------------------------------------ */
@@ -1906,8 +2392,8 @@ static int fill_meta(const block_writer *w, const block_order *o, uint64_t objec
 }
 
 int block_writer_finish(block_writer *w, strata_buffer *data, block_meta *meta, strata_error *err) {
-    if (check_writable(w, err) != 0)
-        return -1;
+    if (w->finished)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION, "block writer: already finished");
     if (w->open)
         return strata_error_set(err, STRATA_FAILED_PRECONDITION,
                                 "block writer: a profile is still open; end it before finishing");

@@ -5,12 +5,16 @@
  * block_writer_finish, so adding a profile is a handful of hash lookups per distinct symbol and one
  * per stack frame, with no allocation per sample:
  *
- *   - strings: one interned dictionary (common/hash.h) for every name in the block;
- *   - mappings, functions, locations: de-duplicated by content across all profiles. A pprof's
- *     own ids are translated once per profile through small per-profile caches (pprof index ->
- *     block id), so a sample's frames cost an array lookup each;
+ *   - strings: one interned dictionary (common/hash.h) for every name in the block; a pprof's
+ *     strings are interned once each per pprof;
+ *   - mappings by content; functions and locations by a 96-bit content fingerprint
+ *     (common/hash.h), so a lookup reads one table slot and never the record (a false match needs
+ *     a 2^-96 collision). A pprof's own ids are translated once per profile through small
+ *     per-profile caches (pprof id -> block id), so a sample's frames cost an array lookup each,
+ *     and every sample type of a pprof reuses one translation (block_writer_add_profile_types);
  *   - stacks: a parent-pointer tree, (parent stack, location) -> stack id, so a whole stack is one
- *     integer (id 0 is the empty stack);
+ *     integer (id 0 is the empty stack); a whole-stack cache (96-bit fingerprint of the location
+ *     ids -> stack id) finds a stack seen before with one lookup, prefetched a pprof at a time;
  *   - series: (profile type, labels) -> series id;
  *   - samples: (stack id, value) pairs per profile, sorted by stack id, with identical stacks
  *     summed and zero values dropped; the profile's total is their sum.
@@ -26,6 +30,10 @@
  * sample / end calls take already symbolized frames (the agent); the id path (intern string,
  * mapping, function, location, stack, then add_profile_stacks) copies symbols that another block
  * already interned, without going back to frames (the block merger, block_merge.h).
+ *
+ * A long-lived writer can cut a block at a time with block_writer_detach and keep its dictionaries
+ * for the next one (the ingester does, once per flush: an agent's profiles repeat most of their
+ * symbols and stacks from one push to the next).
  *
  * A writer is single-threaded. After an error in an add call the writer stays usable: the profile
  * is not added (symbols it introduced may remain, harmlessly).
@@ -68,6 +76,16 @@ void block_writer_free(block_writer *w);
 int block_writer_add_profile(block_writer *w, const label_set *labels, const profile_type *type,
                              int64_t time_ns, int64_t duration_ns, int64_t period,
                              const pprof_profile *p, size_t sample_type_index, strata_error *err);
+
+/* Adds n profiles from one pprof at once, one per value column sample_type_indexes[i], for the
+ * series (types[i], labels): the same as n block_writer_add_profile calls, but the pprof's
+ * symbols are translated and its stacks resolved once for all of them (the ingester adds every
+ * sample type of a pushed pprof this way). On an error, the profiles of the columns before the
+ * failing one stay added. */
+int block_writer_add_profile_types(block_writer *w, const label_set *labels,
+                                   const profile_type *types, const size_t *sample_type_indexes,
+                                   size_t n, int64_t time_ns, int64_t duration_ns, int64_t period,
+                                   const pprof_profile *p, strata_error *err);
 
 /* One symbolized frame. NULL strings mean "". */
 typedef struct block_frame {
@@ -147,6 +165,18 @@ size_t block_writer_profile_count(const block_writer *w);
 uint64_t block_writer_sample_count(const block_writer *w);
 /* Bytes of memory the writer holds, for cutting blocks at a size limit. */
 size_t block_writer_memory_bytes(const block_writer *w);
+
+/* Moves the profiles added so far into a new writer, *block, that holds exactly the strings,
+ * symbols, stacks and series they use (renumbered, in the same relative order), and leaves w with
+ * no profiles but with its whole dictionary of strings, symbols, stacks and series, so that the
+ * next block's profiles find the symbols and stacks they repeat with one lookup each instead of
+ * interning them again. *block can only be finished (block_writer_finish) and freed; it encodes
+ * the same block that finishing w would have, minus entries no profile of it uses. Costs one pass
+ * over the block's samples and the dictionary's arrays. The dictionary grows with everything ever
+ * added: the caller bounds it with block_writer_memory_bytes, freeing w and starting afresh when
+ * it is too large. FAILED_PRECONDITION if a profile is open or w was finished or is itself
+ * detached; INVALID_ARGUMENT if w has no profiles. */
+int block_writer_detach(block_writer *w, block_writer **block, strata_error *err);
 
 /* Encodes the block: appends the data object to *data and fills *meta (a new ULID, times, stats,
  * compaction level, sources = [ulid], files, profile types and label names; free it with

@@ -82,6 +82,15 @@ static void test_hash_is_stable(void **state) {
     assert_true(strata_hash_bytes("hello world, strata", 19, 0) == h2);
     assert_true(strata_hash_bytes("hello world, strata", 19, 1) != h2);
     assert_true(strata_hash_bytes("abc", 3, 0) != strata_hash_bytes("abd", 3, 0));
+    /* the pair is the two single hashes, at every length around the 8-byte steps */
+    const char *text = "a fingerprint of twenty-three bytes and more";
+    for (size_t len = 0; len <= strlen(text); len++) {
+        uint64_t a, b;
+        strata_hash_bytes_pair(text, len, 7, 1234567, &a, &b);
+        assert_true(a == strata_hash_bytes(text, len, 7));
+        assert_true(b == strata_hash_bytes(text, len, 1234567));
+        assert_true(a != b);
+    }
 }
 
 static void test_u64_map(void **state) {

@@ -18,8 +18,7 @@ uint64_t strata_hash_bytes(const void *data, size_t len, uint64_t seed) {
     const uint8_t *p = data;
     uint64_t h = seed ^ (len * 0x9e3779b97f4a7c15ULL);
     while (len >= 8) {
-        h = (h ^ strata_hash_u64(load_u64(p))) * 0x100000001b3ULL;
-        h ^= h >> 29;
+        h = strata_hash_step(h, strata_hash_u64(load_u64(p)));
         p += 8;
         len -= 8;
     }
@@ -28,6 +27,26 @@ uint64_t strata_hash_bytes(const void *data, size_t len, uint64_t seed) {
         tail |= (uint64_t)p[i] << (8 * i);
     h ^= strata_hash_u64(tail + len);
     return strata_hash_u64(h);
+}
+
+void strata_hash_bytes_pair(const void *data, size_t len, uint64_t seed_a, uint64_t seed_b,
+                            uint64_t *a, uint64_t *b) {
+    const uint8_t *p = data;
+    uint64_t ha = seed_a ^ (len * 0x9e3779b97f4a7c15ULL);
+    uint64_t hb = seed_b ^ (len * 0x9e3779b97f4a7c15ULL);
+    while (len >= 8) {
+        uint64_t m = strata_hash_u64(load_u64(p));
+        ha = strata_hash_step(ha, m);
+        hb = strata_hash_step(hb, m);
+        p += 8;
+        len -= 8;
+    }
+    uint64_t tail = 0;
+    for (size_t i = 0; i < len; i++)
+        tail |= (uint64_t)p[i] << (8 * i);
+    uint64_t m = strata_hash_u64(tail + len);
+    *a = strata_hash_u64(ha ^ m);
+    *b = strata_hash_u64(hb ^ m);
 }
 
 static size_t capacity_for(size_t expected) {

@@ -21,6 +21,10 @@
 #include <stdint.h>
 
 uint64_t strata_hash_bytes(const void *data, size_t len, uint64_t seed);
+/* strata_hash_bytes under two seeds in one pass (*a for seed_a, *b for seed_b): the two chains
+ * run side by side, so a 128-bit fingerprint costs little more than one hash. */
+void strata_hash_bytes_pair(const void *data, size_t len, uint64_t seed_a, uint64_t seed_b,
+                            uint64_t *a, uint64_t *b);
 
 static inline uint64_t strata_hash_u64(uint64_t x) {
     x ^= x >> 33;
@@ -33,6 +37,38 @@ static inline uint64_t strata_hash_u64(uint64_t x) {
 
 static inline uint64_t strata_hash_combine(uint64_t a, uint64_t b) {
     return strata_hash_u64(a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2)));
+}
+
+/* One step of strata_hash_bytes' chain: folds the mixed 8-byte word m into h. */
+static inline uint64_t strata_hash_step(uint64_t h, uint64_t m) {
+    h = (h ^ m) * 0x100000001b3ULL;
+    return h ^ (h >> 29);
+}
+
+/* An incremental fingerprint of a sequence of 64-bit words, for de-duplicating records by
+ * content without comparing them: two independent chains (as strata_hash_bytes_pair) give a
+ * 64-bit key and 32 more bits of check, so two different records share both with probability
+ * 2^-96. */
+typedef struct strata_fingerprint {
+    uint64_t a, b;
+} strata_fingerprint;
+
+static inline void strata_fingerprint_init(strata_fingerprint *f, uint64_t n_words) {
+    f->a = 0x5eed ^ (n_words * 0x9e3779b97f4a7c15ULL);
+    f->b = 0xc0ffee ^ (n_words * 0x9e3779b97f4a7c15ULL);
+}
+
+static inline void strata_fingerprint_add(strata_fingerprint *f, uint64_t word) {
+    uint64_t m = strata_hash_u64(word);
+    f->a = strata_hash_step(f->a, m);
+    f->b = strata_hash_step(f->b, m);
+}
+
+/* key is never 0 (an empty slot in open-addressing tables). */
+static inline void strata_fingerprint_finish(const strata_fingerprint *f, uint64_t *key,
+                                             uint32_t *check) {
+    *key = strata_hash_u64(f->a) | 1;
+    *check = (uint32_t)(strata_hash_u64(f->b) >> 32);
 }
 
 typedef struct strata_u64_map {

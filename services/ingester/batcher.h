@@ -3,13 +3,16 @@
  * and only then acknowledges the requests it holds.
  *
  * Design. Request threads call batcher_submit with a fully validated request: under one mutex its
- * profiles are added to the tenant's open block writer and its acknowledgement callback is queued
- * with that writer. The flush thread wakes every flush_interval (or at once when a writer grows
- * past max_block_bytes), swaps every open writer for a fresh one, and then, outside the mutex:
- * finishes each block, uploads the data object, uploads meta.json last (the commit point), and
- * calls every queued callback: with success once meta.json is stored, or with UNAVAILABLE after
- * upload_attempts failed tries. So an acknowledged profile is always durable in the bucket, and a
- * failed one is reported so the client can retry. Submitting keeps working while a flush uploads.
+ * profiles are added to the tenant's long-lived block writer and its acknowledgement callback is
+ * queued with it. The flush thread wakes every flush_interval (or at once when a writer's block
+ * grows past max_block_bytes) and, under the mutex, cuts each tenant's block off its writer
+ * (block_writer_detach: the writer keeps its dictionary of symbols and stacks, which agents'
+ * next pushes mostly repeat, until it outgrows max_symbol_bytes or the tenant goes idle). Then,
+ * outside the mutex: it finishes each block, uploads the data object, uploads meta.json last (the
+ * commit point), and calls every queued callback: with success once meta.json is stored, or with
+ * UNAVAILABLE after upload_attempts failed tries. So an acknowledged profile is always durable in
+ * the bucket, and a failed one is reported so the client can retry. Submitting keeps working
+ * while a flush uploads.
  *
  * A block's data and meta are uploaded under <tenant>/<ULID>/; a failed upload may leave a data
  * object without meta.json, which readers ignore and the compactor cleans up after a delay.
@@ -36,6 +39,8 @@ typedef void (*batcher_block_fn)(void *ctx, const char *tenant, const char *ulid
 typedef struct batcher_options {
     int64_t flush_interval_ns; /* default 1 s */
     uint64_t max_block_bytes;  /* writer memory that triggers an early flush; default 256 MiB */
+    uint64_t max_symbol_bytes; /* a tenant's symbol and stack dictionary kept across flushes is
+                                  dropped once this large; default 256 MiB */
     int upload_attempts;       /* tries per object before giving up; default 5 */
     int64_t upload_backoff_ns; /* first retry delay, doubled each try; default 100 ms */
     batcher_block_fn on_block; /* optional */
@@ -53,6 +58,8 @@ typedef struct batcher_stats {
     atomic_uint_fast64_t flush_duration_ns; /* sum over flushes */
     atomic_uint_fast64_t flushes;
     atomic_uint_fast64_t last_flush_duration_ns;
+    atomic_uint_fast64_t cut_duration_ns; /* sum over flushes: cutting blocks under the lock */
+    atomic_uint_fast64_t symbol_resets;   /* dictionaries dropped at max_symbol_bytes */
 } batcher_stats;
 
 void batcher_options_default(batcher_options *opts);

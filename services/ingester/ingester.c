@@ -23,6 +23,10 @@ const config_field ingester_config_fields[] = {
      .kind = CONFIG_BYTES,
      .offset = offsetof(ingester_config, max_block_bytes),
      .default_text = "256MiB"},
+    {.key = "max_symbol_bytes",
+     .kind = CONFIG_BYTES,
+     .offset = offsetof(ingester_config, max_symbol_bytes),
+     .default_text = "256MiB"},
     {.key = "upload_attempts",
      .kind = CONFIG_INT64,
      .offset = offsetof(ingester_config, upload_attempts),
@@ -79,6 +83,12 @@ static const stat_metric stat_metrics[] = {
      offsetof(batcher_stats, flushes), false},
     {"strata_ingester_flush_duration_seconds_total", "Time spent writing blocks.",
      offsetof(batcher_stats, flush_duration_ns), true},
+    {"strata_ingester_cut_duration_seconds_total",
+     "Time spent cutting blocks off the tenants' writers (writes wait meanwhile).",
+     offsetof(batcher_stats, cut_duration_ns), true},
+    {"strata_ingester_symbol_resets_total",
+     "Symbol and stack dictionaries dropped for reaching max_symbol_bytes.",
+     offsetof(batcher_stats, symbol_resets), false},
 };
 
 #define N_STAT_METRICS (sizeof stat_metrics / sizeof stat_metrics[0])
@@ -334,6 +344,7 @@ int ingester_new(const ingester_config *config, bucket *store, metrics_registry 
     batcher_options_default(bopts);
     bopts->flush_interval_ns = config->flush_interval_ns;
     bopts->max_block_bytes = config->max_block_bytes;
+    bopts->max_symbol_bytes = config->max_symbol_bytes;
     bopts->upload_attempts = (int)config->upload_attempts;
     if (agent_registry_new(&ing->agents, err) != 0 || create_metrics(ing, err) != 0) {
         ingester_free(ing);

@@ -30,6 +30,7 @@
 typedef struct ingester_config {
     int64_t flush_interval_ns;
     uint64_t max_block_bytes;
+    uint64_t max_symbol_bytes;
     int64_t upload_attempts;
     uint64_t max_series_per_request;
     uint64_t max_labels_per_series;

@@ -17,6 +17,8 @@
 
 #include "agents.h"
 #include "batcher.h"
+#include "block/block_format.h"
+#include "block/block_reader.h"
 #include "bucket/bucket.h"
 #include "common/clock.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
@@ -26,9 +28,10 @@
 /* ---- building requests ------------------------------------------------------------------- */
 
 /* A two-sample-type CPU-like pprof: samples/count and cpu/nanoseconds, stacks main->work->leaf. */
-static void build_pprof(strata_buffer *out, int64_t duration_ns, bool gzip, int64_t zero_sample) {
-    static const char *strings[] = {"",     "samples", "count", "cpu",   "nanoseconds",
-                                    "main", "work",    "leaf",  "app.go"};
+static void build_pprof_leaf(strata_buffer *out, int64_t duration_ns, bool gzip,
+                             int64_t zero_sample, const char *leaf) {
+    const char *strings[] = {"",     "samples", "count", "cpu",   "nanoseconds",
+                             "main", "work",    leaf,    "app.go"};
     pprof_profile p;
     memset(&p, 0, sizeof p);
     pprof_string strs[9];
@@ -66,6 +69,10 @@ static void build_pprof(strata_buffer *out, int64_t duration_ns, bool gzip, int6
     p.period = 10000000;
     strata_error err;
     assert_int_equal(pprof_encode(&p, gzip, out, &err), 0);
+}
+
+static void build_pprof(strata_buffer *out, int64_t duration_ns, bool gzip, int64_t zero_sample) {
+    build_pprof_leaf(out, duration_ns, gzip, zero_sample, "leaf");
 }
 
 typedef struct test_series {
@@ -421,6 +428,132 @@ static void test_batcher_reports_failed_upload(void **state) {
     free(dir);
 }
 
+typedef struct block_list {
+    char keys[8][256];
+    size_t n;
+} block_list;
+
+static int collect_data_key(const char *key, void *ctx, strata_error *err) {
+    (void)err;
+    block_list *l = ctx;
+    size_t len = strlen(key), suffix = strlen(BLOCK_DATA_FILE);
+    if (len >= suffix && strcmp(key + len - suffix, BLOCK_DATA_FILE) == 0 && l->n < 8)
+        snprintf(l->keys[l->n++], sizeof l->keys[0], "%s", key);
+    return 0;
+}
+
+static int compare_keys(const void *a, const void *b) {
+    return strcmp(a, b);
+}
+
+/* "fn,fn,..;total" of one block: its function table in order, and the sum of its profiles. */
+static void block_summary(bucket *store, const char *key, char *out, size_t cap) {
+    strata_buffer data = STRATA_BUFFER_INIT;
+    strata_error err;
+    assert_int_equal(bucket_get(store, key, &data, &err), 0);
+    block_memory_source src = {data.data, data.len};
+    block_reader *r;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, src.len, NULL, &r, &err), 0);
+    out[0] = '\0';
+    uint64_t n = block_reader_row_count(r, BLOCK_TABLE_FUNCTIONS);
+    for (uint32_t i = 0; i < n; i++) {
+        block_function f;
+        assert_int_equal(block_reader_function(r, i, &f, &err), 0);
+        strncat(out, f.name, cap - strlen(out) - 1);
+        strncat(out, ",", cap - strlen(out) - 1);
+    }
+    block_profile *p = NULL;
+    size_t np = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &np, &err), 0);
+    int64_t total = 0;
+    for (size_t i = 0; i < np; i++)
+        total += p[i].total;
+    char tail[64];
+    snprintf(tail, sizeof tail, ";%zu profiles;%lld", np, (long long)total);
+    strncat(out, tail, cap - strlen(out) - 1);
+    free(p);
+    block_reader_close(r);
+    strata_buffer_free(&data);
+}
+
+static void wait_for_acks(ack_probe *probe, int want) {
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&probe->mu);
+        int acks = probe->acks;
+        pthread_mutex_unlock(&probe->mu);
+        if (acks >= want)
+            return;
+        usleep(10 * 1000);
+    }
+    fail_msg("waited 5 s for %d acknowledgements", want);
+}
+
+/* One tenant's writer lives across flushes and keeps its dictionary, yet each block holds only
+ * the functions its own profiles use; with a tiny max_symbol_bytes the dictionary is dropped at
+ * every cut, with the same blocks. */
+static void run_blocks_across_flushes(uint64_t max_symbol_bytes, uint64_t want_resets) {
+    char *dir = make_temp_dir();
+    bucket *store;
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
+    batcher_options opts;
+    batcher_options_default(&opts);
+    opts.flush_interval_ns = 20 * STRATA_NS_PER_MS;
+    opts.max_symbol_bytes = max_symbol_bytes;
+    batcher *b;
+    assert_int_equal(batcher_new(&opts, store, &b, &err), 0);
+    assert_int_equal(batcher_start(b, &err), 0);
+    ack_probe probe = {.store = store, .tenant = "team-a"};
+    pthread_mutex_init(&probe.mu, NULL);
+    const char *leaves[] = {"leaf", "other", "leaf"};
+    for (int i = 0; i < 3; i++) {
+        strata_buffer raw = STRATA_BUFFER_INIT;
+        build_pprof_leaf(&raw, 10 * STRATA_NS_PER_SEC, true, 0, leaves[i]);
+        const char *labels[] = {"__name__", "process_cpu", "job", "api", NULL};
+        test_series ts = {labels, &raw, 1};
+        ingest_request req;
+        ingest_reject_reason reason;
+        assert_int_equal(parse(&ts, 1, &req, &reason, &err), 0);
+        assert_int_equal(batcher_submit(b, "team-a", &req, probe_ack, &probe, &err), 0);
+        ingest_request_free(&req);
+        strata_buffer_free(&raw);
+        wait_for_acks(&probe, i + 1); /* so each request has a block of its own */
+        usleep(2 * 1000);
+    }
+    assert_int_equal(probe.failures, 0);
+    batcher_stop(b);
+    const batcher_stats *st = batcher_get_stats(b);
+    assert_int_equal(atomic_load(&st->blocks_written), 3);
+    assert_int_equal(atomic_load(&st->symbol_resets), want_resets);
+    block_list blocks = {0};
+    assert_int_equal(bucket_iterate(store, "team-a", true, collect_data_key, &blocks, &err), 0);
+    assert_int_equal(blocks.n, 3);
+    qsort(blocks.keys, blocks.n, sizeof blocks.keys[0], compare_keys); /* ULIDs sort by time */
+    const char *want[] = {
+        "main,work,leaf,;2 profiles;50000005",
+        "main,work,other,;2 profiles;50000005",
+        "main,work,leaf,;2 profiles;50000005",
+    };
+    for (size_t i = 0; i < 3; i++) {
+        char got[512];
+        block_summary(store, blocks.keys[i], got, sizeof got);
+        assert_string_equal(got, want[i]);
+    }
+    batcher_free(b);
+    bucket_close(store);
+    pthread_mutex_destroy(&probe.mu);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+}
+
+static void test_batcher_keeps_dictionary_across_flushes(void **state) {
+    (void)state;
+    run_blocks_across_flushes(256u << 20, 0);
+    run_blocks_across_flushes(1, 3);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_expands_sample_types),
@@ -431,6 +564,7 @@ int main(void) {
         cmocka_unit_test(test_agents_registry),
         cmocka_unit_test(test_batcher_acknowledges_after_durable),
         cmocka_unit_test(test_batcher_reports_failed_upload),
+        cmocka_unit_test(test_batcher_keeps_dictionary_across_flushes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
