@@ -103,6 +103,7 @@ static void on_ack(void *ctx, const strata_error *err) {
 typedef struct run_result {
     double cpu_s, wall_s;
     uint64_t blocks, bytes;
+    uint64_t flushes, cut_ns, symbol_resets;
 } run_result;
 
 static void run(const request_set *set, const char *dir, int64_t flush_ns, run_result *res) {
@@ -138,6 +139,9 @@ static void run(const request_set *set, const char *dir, int64_t flush_ns, run_r
     const batcher_stats *st = batcher_get_stats(b);
     res->blocks = atomic_load(&st->blocks_written);
     res->bytes = atomic_load(&st->bytes_written);
+    res->flushes = atomic_load(&st->flushes);
+    res->cut_ns = atomic_load(&st->cut_duration_ns);
+    res->symbol_resets = atomic_load(&st->symbol_resets);
     if (atomic_load(&acks) != set->n)
         die("not every request was acknowledged", NULL);
     batcher_free(b);
@@ -151,6 +155,10 @@ static void report(const char *name, const request_set *set, const run_result *r
            name, set->samples, (double)set->samples / r->cpu_s / 1e6, r->cpu_s, r->wall_s,
            (double)r->bytes / (double)set->samples, r->blocks,
            (double)set->pprof_bytes / (double)set->samples);
+    printf("%-22s cutting blocks off the writers (writes wait): %.1f ms per flush over %" PRIu64
+           " flushes; symbol dictionary resets: %" PRIu64 "\n",
+           "", r->flushes ? (double)r->cut_ns / 1e6 / (double)r->flushes : 0.0, r->flushes,
+           r->symbol_resets);
 }
 
 int main(int argc, char **argv) {

@@ -1511,15 +1511,22 @@ static int detach_maps_init(const block_writer *w, detach_maps *m, strata_error 
 }
 
 /* Marks (with 0) every stack the block's samples use, with all its ancestors, then numbers the
- * marked ones in row order (a parent is always interned before its children, so the order keeps
- * parents first) and marks their locations. */
+ * marked ones in row order and marks their locations. A parent is always interned before its
+ * children, so one sweep from the highest id down marks every ancestor (sequential reads of the
+ * dictionary instead of a walk to the root per sample), and row order keeps parents first. */
 static uint32_t detach_number_stacks(const block_writer *w, detach_maps *m) {
+    size_t top = 0;
     for (size_t i = 0; i < w->n_samples; i++) {
         uint32_t s = w->sample_stacks[i];
-        while (s != 0 && m->stacks[s - 1] == DETACH_UNUSED) {
+        if (s != 0) {
             m->stacks[s - 1] = 0;
-            s = w->stacks[s - 1].parent;
+            top = s > top ? s : top;
         }
+    }
+    for (size_t i = top; i-- > 0;) {
+        uint32_t parent = w->stacks[i].parent;
+        if (m->stacks[i] == 0 && parent != 0)
+            m->stacks[parent - 1] = 0;
     }
     uint32_t n = 0;
     for (size_t i = 0; i < w->n_stacks; i++) {
