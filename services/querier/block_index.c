@@ -32,6 +32,7 @@ struct block_index {
     size_t cap_blocks;
     uint64_t clock;
     uint64_t open_readers;
+    uint64_t open_reader_bytes; /* sum of reader_bytes over entries with a reader */
     /* ULIDs named in compaction.sources or parents of an indexed block -> that block, so a query
      * skips blocks whose data a compacted block already holds; rebuilt when a compacted block is
      * added or removed. */
@@ -54,6 +55,7 @@ struct block_index {
 void block_index_options_default(block_index_options *opts) {
     opts->sync_interval_ns = STRATA_NS_PER_SEC;
     opts->max_open_readers = 128;
+    opts->max_open_reader_bytes = (uint64_t)1 << 30;
     opts->reader_cache_bytes = 16u << 20;
 }
 
@@ -417,8 +419,10 @@ static int add_entry_locked(block_index *ix, indexed_block *b, strata_error *err
 static void unref_locked(block_index *ix, indexed_block *b) {
     if (--b->refs > 0)
         return;
-    if (b->reader != NULL)
+    if (b->reader != NULL) {
         ix->open_readers--;
+        ix->open_reader_bytes -= b->reader_bytes;
+    }
     entry_free(b);
 }
 
@@ -696,6 +700,91 @@ void block_index_free(block_index *ix) {
     free(ix);
 }
 
+/* ---- the reader cache ------------------------------------------------------------------- */
+
+typedef enum eviction_reason {
+    EVICT_NONE,
+    EVICT_FOR_COUNT,
+    EVICT_FOR_BYTES,
+} eviction_reason;
+
+/* Sets b's accounted bytes to what its reader holds now. The caller holds ix->mu and b->mu (or
+ * otherwise knows no query is using the reader). */
+static void account_reader_locked(block_index *ix, indexed_block *b) {
+    size_t bytes = b->reader != NULL ? block_reader_memory_bytes(b->reader) : 0;
+    ix->open_reader_bytes = ix->open_reader_bytes - b->reader_bytes + bytes;
+    b->reader_bytes = bytes;
+}
+
+/* Closes b's reader; the caller holds ix->mu and b->mu. */
+static void close_reader_locked(block_index *ix, indexed_block *b) {
+    block_reader_close(b->reader);
+    b->reader = NULL;
+    free(b->fetch_ctx);
+    b->fetch_ctx = NULL;
+    ix->open_readers--;
+    ix->open_reader_bytes -= b->reader_bytes;
+    b->reader_bytes = 0;
+}
+
+/* Which bound the open readers exceed; opening: one more reader is about to open, so the count
+ * bound needs room for it. */
+static eviction_reason over_bound_locked(const block_index *ix, bool opening) {
+    if (ix->opts.max_open_readers > 0 &&
+        ix->open_readers + (opening ? 1 : 0) > ix->opts.max_open_readers)
+        return EVICT_FOR_COUNT;
+    if (ix->opts.max_open_reader_bytes > 0 &&
+        ix->open_reader_bytes > ix->opts.max_open_reader_bytes)
+        return EVICT_FOR_BYTES;
+    return EVICT_NONE;
+}
+
+/* The least recently acquired entry with a reader that no query holds, among those acquired at
+ * or after min_last_used; NULL if there is none. */
+static indexed_block *idle_lru_locked(block_index *ix, uint64_t min_last_used) {
+    indexed_block *victim = NULL;
+    for (size_t i = 0; i < ix->n_blocks; i++) {
+        indexed_block *b = ix->blocks[i];
+        if (b->refs > 1 || b->reader == NULL || b->last_used < min_last_used)
+            continue;
+        if (victim == NULL || b->last_used < victim->last_used)
+            victim = b;
+    }
+    return victim;
+}
+
+/* Closes least recently used idle readers while the cache exceeds a bound (see over_bound_locked)
+ * and idle readers remain; called with ix->mu held. Only entries with the index's reference alone
+ * are closed, so no query loses a reader it holds; one whose mutex is busy anyway is skipped. */
+static void evict_readers_locked(block_index *ix, bool opening) {
+    uint64_t min_last_used = 0;
+    eviction_reason reason;
+    while ((reason = over_bound_locked(ix, opening)) != EVICT_NONE) {
+        indexed_block *victim = idle_lru_locked(ix, min_last_used);
+        if (victim == NULL)
+            return;
+        if (pthread_mutex_trylock(&victim->mu) != 0) {
+            min_last_used = victim->last_used + 1;
+            continue;
+        }
+        close_reader_locked(ix, victim);
+        pthread_mutex_unlock(&victim->mu);
+        if (reason == EVICT_FOR_COUNT)
+            ix->stats.reader_evictions_count++;
+        else
+            ix->stats.reader_evictions_bytes++;
+    }
+}
+
+/* Accounts b's reader as a query gives b back, unless another query is using it (that one
+ * accounts it when it gives b back). Called with ix->mu held. */
+static void account_released_locked(block_index *ix, indexed_block *b) {
+    if (pthread_mutex_trylock(&b->mu) != 0)
+        return;
+    account_reader_locked(ix, b);
+    pthread_mutex_unlock(&b->mu);
+}
+
 /* ---- queries ------------------------------------------------------------------------------ */
 
 static int compare_blocks_by_time(const void *a, const void *b) {
@@ -742,8 +831,11 @@ int block_index_acquire(block_index *ix, const char *tenant, int64_t start_ns, i
 
 void block_index_release_all(block_index *ix, indexed_block **blocks, size_t n) {
     pthread_mutex_lock(&ix->mu);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        account_released_locked(ix, blocks[i]);
         unref_locked(ix, blocks[i]);
+    }
+    evict_readers_locked(ix, false);
     pthread_mutex_unlock(&ix->mu);
     free(blocks);
 }
@@ -765,33 +857,11 @@ static int fetch_from_bucket(void *ctx, uint64_t offset, uint64_t length, strata
     return 0;
 }
 
-/* Closes the least recently used idle reader when too many are open; called with ix->mu held. */
-static void evict_reader_locked(block_index *ix) {
-    if (ix->open_readers < ix->opts.max_open_readers)
-        return;
-    indexed_block *victim = NULL;
-    for (size_t i = 0; i < ix->n_blocks; i++) {
-        indexed_block *b = ix->blocks[i];
-        if (b->reader == NULL || b->refs > 1)
-            continue;
-        if (victim == NULL || b->last_used < victim->last_used)
-            victim = b;
-    }
-    if (victim == NULL || pthread_mutex_trylock(&victim->mu) != 0)
-        return;
-    block_reader_close(victim->reader);
-    victim->reader = NULL;
-    free(victim->fetch_ctx);
-    victim->fetch_ctx = NULL;
-    ix->open_readers--;
-    pthread_mutex_unlock(&victim->mu);
-}
-
 int block_index_open_reader(block_index *ix, indexed_block *b, strata_error *err) {
     if (b->reader != NULL)
         return 0;
     pthread_mutex_lock(&ix->mu);
-    evict_reader_locked(ix);
+    evict_readers_locked(ix, true);
     pthread_mutex_unlock(&ix->mu);
     /* The reader keeps the ctx pointer for lazy fetches, so it must live with the entry. */
     block_fetch_ctx *ctx = malloc(sizeof *ctx);
@@ -809,8 +879,19 @@ int block_index_open_reader(block_index *ix, indexed_block *b, strata_error *err
     b->fetch_ctx = ctx;
     pthread_mutex_lock(&ix->mu);
     ix->open_readers++;
+    account_reader_locked(ix, b);
+    evict_readers_locked(ix, false);
     pthread_mutex_unlock(&ix->mu);
     return 0;
+}
+
+void block_index_reader_used(block_index *ix, indexed_block *b) {
+    if (b->reader == NULL)
+        return;
+    pthread_mutex_lock(&ix->mu);
+    account_reader_locked(ix, b);
+    evict_readers_locked(ix, false);
+    pthread_mutex_unlock(&ix->mu);
 }
 
 bool block_index_forget_if_gone(block_index *ix, indexed_block *b) {
@@ -867,6 +948,7 @@ void block_index_get_stats(block_index *ix, block_index_stats *out) {
     *out = ix->stats;
     out->blocks = ix->n_blocks;
     out->readers_open = ix->open_readers;
+    out->reader_bytes = ix->open_reader_bytes;
     pthread_mutex_unlock(&ix->mu);
 }
 

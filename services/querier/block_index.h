@@ -25,10 +25,20 @@
  * exists, so fresh data is queryable within about a second without waiting for the next listing.
  *
  * Readers. A block's reader is opened on first use (footer, page index and series tables, fetched
- * by byte ranges from the bucket) and kept in a bounded LRU; a reader is not thread-safe, so each
- * block entry has a mutex that a query holds while it uses the reader. Entries are reference
- * counted: a query keeps using a block that a sync removed meanwhile, and the entry is freed
- * after the last release.
+ * by byte ranges from the bucket) and kept open after the query, in a cache; a reader is not
+ * thread-safe, so each block entry has a mutex that a query holds while it uses the reader.
+ * Entries are reference counted: a query keeps using a block that a sync removed meanwhile, and
+ * the entry is freed after the last release.
+ *
+ * The reader cache. An open reader grows as queries decode more of its block: symbol tables
+ * (tens of MiB for a compacted hourly block), decoded pages (up to reader_cache_bytes each) and
+ * buffers. The cache is bounded by count (max_open_readers) and by bytes (max_open_reader_bytes,
+ * the sum of block_reader_memory_bytes over open readers). A reader's bytes are accounted when it
+ * opens, after each use (block_index_reader_used, called with the block's mutex held) and when a
+ * query releases the block; whenever a bound is exceeded the least recently acquired readers that
+ * no query holds (only the index's own reference left) are closed, and reopen on their next use.
+ * A reader a query holds is never closed under it, so readers in use can take the cache past its
+ * bounds until their queries release them.
  */
 #ifndef STRATA_QUERIER_BLOCK_INDEX_H
 #define STRATA_QUERIER_BLOCK_INDEX_H
@@ -45,9 +55,10 @@
 typedef struct block_index block_index;
 
 typedef struct block_index_options {
-    int64_t sync_interval_ns;  /* default 1 s */
-    size_t max_open_readers;   /* default 128 */
-    size_t reader_cache_bytes; /* per reader page cache; default 16 MiB */
+    int64_t sync_interval_ns;       /* default 1 s */
+    size_t max_open_readers;        /* 0: no count bound; default 128 */
+    uint64_t max_open_reader_bytes; /* all open readers together; 0: no byte bound; default 1 GiB */
+    size_t reader_cache_bytes;      /* per reader page cache; default 16 MiB */
 } block_index_options;
 
 void block_index_options_default(block_index_options *opts);
@@ -60,10 +71,11 @@ typedef struct indexed_block {
     pthread_mutex_t mu;
     block_reader *reader; /* NULL until opened; guarded by mu */
     uint64_t data_size;
-    void *fetch_ctx;    /* owned; the reader's fetch callback context */
-    int refs;           /* guarded by the index lock */
-    uint64_t last_used; /* LRU clock; guarded by the index lock */
-    bool removed;       /* no longer in the index; freed at the last release */
+    void *fetch_ctx;     /* owned; the reader's fetch callback context */
+    int refs;            /* guarded by the index lock */
+    uint64_t last_used;  /* LRU clock; guarded by the index lock */
+    size_t reader_bytes; /* what the reader held when last accounted; guarded by the index lock */
+    bool removed;        /* no longer in the index; freed at the last release */
 } indexed_block;
 
 typedef struct block_index_stats {
@@ -71,8 +83,11 @@ typedef struct block_index_stats {
     uint64_t sync_failures;
     uint64_t blocks;
     uint64_t readers_open;
-    uint64_t meta_reads;        /* meta.json fetches */
-    uint64_t from_bucket_index; /* blocks added from bucket-index.json */
+    uint64_t reader_bytes;           /* held by open readers, as last accounted */
+    uint64_t reader_evictions_count; /* readers closed for max_open_readers */
+    uint64_t reader_evictions_bytes; /* readers closed for max_open_reader_bytes */
+    uint64_t meta_reads;             /* meta.json fetches */
+    uint64_t from_bucket_index;      /* blocks added from bucket-index.json */
 } block_index_stats;
 
 int block_index_new(const block_index_options *opts, bucket *store, block_index **out,
@@ -89,13 +104,19 @@ int block_index_sync(block_index *ix, strata_error *err);
 int block_index_announce(block_index *ix, const char *tenant, const char *ulid, strata_error *err);
 
 /* The blocks of tenant overlapping [start_ns, end_ns], each with a reference the caller must give
- * back with block_index_release_all. *out is malloc'd. */
+ * back with block_index_release_all (which accounts their readers and evicts idle readers while
+ * the cache is over a bound). A held reference keeps the block's reader open. *out is malloc'd. */
 int block_index_acquire(block_index *ix, const char *tenant, int64_t start_ns, int64_t end_ns,
                         indexed_block ***out, size_t *n, strata_error *err);
 void block_index_release_all(block_index *ix, indexed_block **blocks, size_t n);
 
-/* Opens the block's reader if needed; the caller holds b->mu. */
+/* Opens the block's reader if needed, first closing idle readers while the cache is at a bound;
+ * the caller holds b->mu. */
 int block_index_open_reader(block_index *ix, indexed_block *b, strata_error *err);
+/* Accounts what b's reader holds after a use (decoding grows it) and closes idle readers while the
+ * cache is over its byte bound; the caller holds b->mu. Callers that skip it are accounted when
+ * they release the block. */
+void block_index_reader_used(block_index *ix, indexed_block *b);
 
 /* After a read of b failed with NOT_FOUND: true when its meta.json is gone, i.e. the block was
  * deleted while a query used it; b then leaves the index and the tenant is listed again at once

@@ -81,6 +81,7 @@ static void *driver_worker(void *arg) {
         int rc = block_index_open_reader(d->index, b, &err);
         if (rc == 0)
             rc = d->fn(b, b->reader, d->partials[w->worker], &err);
+        block_index_reader_used(d->index, b); /* decoding grew it */
         pthread_mutex_unlock(&b->mu);
         if (rc != 0 && err.code == STRATA_NOT_FOUND && block_index_forget_if_gone(d->index, b)) {
             /* Deleted after the compactor replaced it (or retention expired it): the query runs

@@ -39,8 +39,38 @@ const config_field querier_config_fields[] = {
      .kind = CONFIG_UINT64,
      .offset = offsetof(querier_config, max_open_blocks),
      .default_text = "128"},
+    {.key = "max_open_block_bytes",
+     .kind = CONFIG_BYTES,
+     .offset = offsetof(querier_config, max_open_block_bytes),
+     .default_text = "1GiB"},
     {.key = NULL},
 };
+
+/* The reader cache's bytes and its evictions by the bound that caused them (both label values
+ * created at once, so each series exists from the first scrape). */
+static int create_reader_cache_metrics(querier *q, strata_error *err) {
+    metrics_opts o = {.name = "strata_querier_open_block_bytes",
+                      .help = "Bytes held by open block readers (decoded symbol tables, pages, "
+                              "buffers), as accounted after each use; bounded by "
+                              "querier.max_open_block_bytes while no query holds them."};
+    if ((q->open_bytes_gauge = metrics_gauge_new(q->registry, &o, err)) == NULL)
+        return -1;
+    static const char *const reason_label[] = {"reason"};
+    o = (metrics_opts){.name = "strata_querier_block_reader_evictions_total",
+                       .help = "Cached block readers closed, by the bound exceeded "
+                               "(count: max_open_blocks, bytes: max_open_block_bytes).",
+                       .label_names = reason_label,
+                       .n_labels = 1};
+    metrics_counter_vec *evictions = metrics_counter_vec_new(q->registry, &o, err);
+    if (evictions == NULL)
+        return -1;
+    static const char *const count_reason[] = {"count"}, *const bytes_reason[] = {"bytes"};
+    q->evictions_for_count = metrics_counter_vec_with(evictions, count_reason);
+    q->evictions_for_bytes = metrics_counter_vec_with(evictions, bytes_reason);
+    if (q->evictions_for_count == NULL || q->evictions_for_bytes == NULL)
+        return strata_error_oom(err);
+    return 0;
+}
 
 static int create_metrics(querier *q, strata_error *err) {
     static const char *const labels[] = {"operation", "code"};
@@ -61,8 +91,10 @@ static int create_metrics(querier *q, strata_error *err) {
     if ((q->blocks_gauge = metrics_gauge_new(q->registry, &o, err)) == NULL)
         return -1;
     o = (metrics_opts){.name = "strata_querier_open_blocks",
-                       .help = "Blocks with an open reader (footer and series cached)."};
+                       .help = "Blocks with an open (cached) reader."};
     if ((q->open_gauge = metrics_gauge_new(q->registry, &o, err)) == NULL)
+        return -1;
+    if (create_reader_cache_metrics(q, err) != 0)
         return -1;
     o = (metrics_opts){.name = "strata_querier_bucket_syncs_total",
                        .help = "Bucket listings done to discover blocks."};
@@ -88,6 +120,9 @@ static void collect_index_stats(void *ctx) {
     block_index_get_stats(q->index, &s);
     metrics_gauge_set(q->blocks_gauge, (int64_t)s.blocks);
     metrics_gauge_set(q->open_gauge, (int64_t)s.readers_open);
+    metrics_gauge_set(q->open_bytes_gauge, (int64_t)s.reader_bytes);
+    metrics_counter_set(q->evictions_for_count, (int64_t)s.reader_evictions_count);
+    metrics_counter_set(q->evictions_for_bytes, (int64_t)s.reader_evictions_bytes);
     metrics_counter_set(q->syncs, (int64_t)s.syncs);
     metrics_counter_set(q->sync_failures, (int64_t)s.sync_failures);
     metrics_counter_set(q->meta_reads, (int64_t)s.meta_reads);
@@ -107,6 +142,7 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
         config->sync_interval_ns > 0 ? config->sync_interval_ns : iopts.sync_interval_ns;
     if (config->max_open_blocks > 0)
         iopts.max_open_readers = config->max_open_blocks;
+    iopts.max_open_reader_bytes = config->max_open_block_bytes;
     query_engine_options eopts;
     query_engine_options_default(&eopts);
     eopts.max_query_bytes = config->max_query_bytes;

@@ -32,6 +32,7 @@ typedef struct querier_config {
     int64_t parallelism;
     int64_t query_threads;
     uint64_t max_open_blocks;
+    uint64_t max_open_block_bytes;         /* 0: cached readers bounded by count only */
     config_string_list announce_addresses; /* nng URLs of ingesters' block announcements */
 } querier_config;
 

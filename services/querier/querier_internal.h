@@ -19,6 +19,9 @@ struct querier {
     metrics_histogram_vec *durations;
     metrics_gauge *blocks_gauge;
     metrics_gauge *open_gauge;
+    metrics_gauge *open_bytes_gauge;
+    metrics_counter *evictions_for_count;
+    metrics_counter *evictions_for_bytes;
     metrics_counter *syncs;
     metrics_counter *meta_reads;
     metrics_counter *from_bucket_index;
