@@ -528,6 +528,27 @@ class HelmChartTest(unittest.TestCase):
         self.assertTrue(unchecked <= {"compactor", "scraper"}, unchecked)
         self.assertGreaterEqual(checked, 2 * len(SCENARIOS))
 
+    def test_querier_memory_limit_covers_its_bounds(self):
+        """The default querier's memory limit holds query_threads merges of max_query_bytes each
+        plus the cached block readers, which the chart bounds by bytes (max_open_block_bytes):
+        bounded by count alone, 128 compacted hourly blocks' readers take 5-6 GiB by themselves."""
+        units = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "Ki": 1 << 10,
+                 "Mi": 1 << 20, "Gi": 1 << 30}
+
+        def size(text):
+            m = re.fullmatch(r"(\d+)([A-Za-z]*)", str(text))
+            self.assertIsNotNone(m, text)
+            self.assertIn(m.group(2), units, text)
+            return int(m.group(1)) * units[m.group(2)]
+        r = self.renders["default"]
+        querier = r.configs["querier.yaml"]["querier"]
+        self.assertIn("max_open_block_bytes", querier)
+        limit = size(r.component_workload("querier")["spec"]["template"]["spec"]["containers"][0]
+                     ["resources"]["limits"]["memory"])
+        queries = querier.get("query_threads", 4) * size(querier.get("max_query_bytes", "1GiB"))
+        self.assertGreater(size(querier["max_open_block_bytes"]), 0)
+        self.assertLessEqual(queries + size(querier["max_open_block_bytes"]), limit)
+
     def test_check_config_rejects_a_bad_chart_value(self):
         """The check above can fail: a misspelt ingester key in values reaches the config file and
         the binary rejects it with the file, line and key."""

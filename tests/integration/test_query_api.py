@@ -7,6 +7,7 @@ through the JSON API, compared exactly with an independent model of Parca's sema
 import gzip
 import json
 import os
+import re
 import sys
 import unittest
 
@@ -395,6 +396,23 @@ querier:
         r = self.query(merge_req(MEM_SPACE + '{pod="api-1"}', T0, END))
         self.assertEqual(r.total, 5096 + 6144 + 6048)
         self.assertEqual(r.flamegraph.unit, "bytes")
+
+    def test_reader_cache_metrics(self):
+        """After a merge the querier's /metrics shows what its cached block readers hold, and the
+        evictions by bound (none here: the defaults hold this dataset's few blocks)."""
+        self.query(merge_req(CPU_SAMPLES, T0, END))
+        status, _, body = qc.http(self.base, "/metrics")
+        self.assertEqual(status, 200)
+        text = body.decode()
+
+        def value(series):
+            m = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
+            self.assertIsNotNone(m, f"{series} missing from /metrics")
+            return float(m.group(1))
+        self.assertGreater(value("strata_querier_open_blocks"), 0)
+        self.assertGreater(value("strata_querier_open_block_bytes"), 0)
+        self.assertEqual(value('strata_querier_block_reader_evictions_total{reason="count"}'), 0)
+        self.assertEqual(value('strata_querier_block_reader_evictions_total{reason="bytes"}'), 0)
 
     def test_merge_trimming(self):
         # 1 %: children of main with cumulative <= 1.52 samples go (app.tiny); 10 %: <= 15.2 samples
