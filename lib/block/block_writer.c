@@ -108,6 +108,9 @@ struct block_writer {
     w_function *functions;
     size_t n_functions, cap_functions;
     slot_map function_index;
+    /* a pprof function's content (its strings' bytes and start line) -> function id, so a
+     * function seen before costs no string interning */
+    slot_map function_content_index;
     w_location *locations;
     size_t n_locations, cap_locations;
     slot_map location_index;
@@ -153,6 +156,13 @@ struct block_writer {
     /* when the pprof's location ids are small: pprof location id -> block location id + 1 */
     uint32_t *block_location_by_id;
     size_t cap_block_location_by_id, n_block_location_by_id;
+    /* per pprof string: a 128-bit hash of its bytes, computed on first use (0 = not yet) */
+    uint64_t *pprof_string_hashes;
+    size_t cap_pprof_string_hashes;
+    /* per pprof function while translating: its content fingerprint */
+    uint64_t *function_keys;
+    uint32_t *function_checks;
+    size_t cap_function_keys, cap_function_checks;
     /* per pprof location while translating: its fingerprint */
     uint64_t *location_keys;
     uint32_t *location_checks;
@@ -646,6 +656,10 @@ void block_writer_free(block_writer *w) {
     free(w->mapping_index.slots);
     free(w->functions);
     free(w->function_index.slots);
+    free(w->function_content_index.slots);
+    free(w->pprof_string_hashes);
+    free(w->function_keys);
+    free(w->function_checks);
     free(w->locations);
     free(w->location_index.slots);
     free(w->lines);
@@ -829,15 +843,71 @@ static int translate_mappings(block_writer *w, const pprof_profile *p, strata_er
     return 0;
 }
 
+/* The 128-bit hash of pprof string `index`, memoized for the pprof being translated. */
+static const uint64_t *pprof_string_hash(block_writer *w, const pprof_profile *p, int64_t index) {
+    static const uint64_t none[2] = {1, 1};
+    if (index < 0 || (size_t)index >= p->n_strings)
+        return none; /* invalid: the full path reports it */
+    uint64_t *h = &w->pprof_string_hashes[2 * (size_t)index];
+    if (h[0] == 0) {
+        strata_hash_bytes_pair(p->strings[index].ptr, p->strings[index].len, 0x57a7, 0x5eed5, &h[0],
+                               &h[1]);
+        h[0] |= 1;
+    }
+    return h;
+}
+
+static void pprof_function_fingerprint(block_writer *w, const pprof_profile *p,
+                                       const pprof_function *pf, uint64_t *key, uint32_t *check) {
+    const int64_t strings[3] = {pf->name, pf->system_name, pf->filename};
+    strata_fingerprint fp;
+    strata_fingerprint_init(&fp, 7);
+    for (int i = 0; i < 3; i++) {
+        const uint64_t *h = pprof_string_hash(w, p, strings[i]);
+        strata_fingerprint_add(&fp, h[0]);
+        strata_fingerprint_add(&fp, h[1]);
+    }
+    strata_fingerprint_add(&fp, (uint64_t)pf->start_line);
+    strata_fingerprint_finish(&fp, key, check);
+}
+
+/* Interns pprof function i through its strings, and remembers it by content. */
+static int intern_pprof_function(block_writer *w, const pprof_profile *p, size_t i, uint64_t key,
+                                 uint32_t check, strata_error *err) {
+    const pprof_function *pf = &p->functions[i];
+    w_function f = {0, 0, 0, pf->start_line};
+    if (intern_pprof_string(w, p, pf->name, &f.name, err) != 0 ||
+        intern_pprof_string(w, p, pf->system_name, &f.system_name, err) != 0 ||
+        intern_pprof_string(w, p, pf->filename, &f.file, err) != 0 ||
+        intern_function(w, &f, &w->pprof_function_ids[i], err) != 0)
+        return -1;
+    bool found;
+    map_slot *slot = fingerprint_slot(&w->function_content_index, key, check, &found);
+    if (slot == NULL)
+        return strata_error_oom(err);
+    if (!found)
+        slot->value = (uint64_t)check << 32 | w->pprof_function_ids[i];
+    return 0;
+}
+
+/* Two passes, as for locations: fingerprint every function by content (its strings' bytes) and
+ * prefetch its slot, then look them up; only functions never seen intern their strings. */
 static int translate_functions(block_writer *w, const pprof_profile *p, strata_error *err) {
     ENSURE_OR_OOM(w->pprof_function_ids, w->cap_pprof_functions, p->n_functions + 1);
+    ENSURE_OR_OOM(w->function_keys, w->cap_function_keys, p->n_functions + 1);
+    ENSURE_OR_OOM(w->function_checks, w->cap_function_checks, p->n_functions + 1);
+    ENSURE_OR_OOM(w->pprof_string_hashes, w->cap_pprof_string_hashes, 2 * p->n_strings + 2);
+    memset(w->pprof_string_hashes, 0, (2 * p->n_strings + 2) * sizeof *w->pprof_string_hashes);
     for (size_t i = 0; i < p->n_functions; i++) {
-        const pprof_function *pf = &p->functions[i];
-        w_function f = {0, 0, 0, pf->start_line};
-        if (intern_pprof_string(w, p, pf->name, &f.name, err) != 0 ||
-            intern_pprof_string(w, p, pf->system_name, &f.system_name, err) != 0 ||
-            intern_pprof_string(w, p, pf->filename, &f.file, err) != 0 ||
-            intern_function(w, &f, &w->pprof_function_ids[i], err) != 0)
+        pprof_function_fingerprint(w, p, &p->functions[i], &w->function_keys[i],
+                                   &w->function_checks[i]);
+        prefetch_slot(&w->function_content_index, w->function_keys[i]);
+    }
+    for (size_t i = 0; i < p->n_functions; i++) {
+        uint64_t key = w->function_keys[i];
+        uint32_t check = w->function_checks[i];
+        if (!fingerprint_find(&w->function_content_index, key, check, &w->pprof_function_ids[i]) &&
+            intern_pprof_function(w, p, i, key, check, err) != 0)
             return -1;
     }
     return 0;
@@ -1444,6 +1514,8 @@ size_t block_writer_memory_bytes(const block_writer *w) {
                    (s->slot_mask + 1) * (4 + 8);
     bytes += w->cap_mappings * sizeof *w->mappings + slot_map_bytes(&w->mapping_index);
     bytes += w->cap_functions * sizeof *w->functions + slot_map_bytes(&w->function_index);
+    bytes += slot_map_bytes(&w->function_content_index);
+    bytes += (w->cap_pprof_string_hashes + w->cap_function_keys) * 8 + w->cap_function_checks * 4;
     bytes += w->cap_locations * sizeof *w->locations + slot_map_bytes(&w->location_index);
     bytes += w->cap_lines * sizeof *w->lines;
     bytes += w->cap_stacks * sizeof *w->stacks;
