@@ -441,7 +441,8 @@ static int intern_location_fingerprinted(block_writer *w, const location_item *i
         slot->value = (uint64_t)check << 32 | w->n_locations;
         w_location loc = item->loc;
         loc.first_line = (uint32_t)w->n_lines;
-        memcpy(&w->lines[w->n_lines], item->lines, loc.line_count * sizeof *item->lines);
+        if (loc.line_count > 0)
+            memcpy(&w->lines[w->n_lines], item->lines, loc.line_count * sizeof *item->lines);
         w->n_lines += loc.line_count;
         w->locations[w->n_locations++] = loc;
     }
@@ -602,8 +603,9 @@ static int intern_series(block_writer *w, const label_set *labels, const profile
         s->first_label = (uint32_t)w->n_label_words;
         s->label_count = item.label_count;
         s->n_profiles = 0;
-        memcpy(&w->label_words[w->n_label_words], item.labels,
-               2 * (size_t)item.label_count * sizeof *item.labels);
+        if (item.label_count > 0)
+            memcpy(&w->label_words[w->n_label_words], item.labels,
+                   2 * (size_t)item.label_count * sizeof *item.labels);
         w->n_label_words += 2 * item.label_count;
         *slot = w->n_series++;
     }
@@ -1759,7 +1761,8 @@ static int detach_copy_profiles(const block_writer *w, const detach_maps *m, blo
         uint32_t s = w->sample_stacks[i];
         d->sample_stacks[i] = s == 0 ? 0 : m->stacks[s - 1];
     }
-    memcpy(d->sample_values, w->sample_values, w->n_samples * sizeof *w->sample_values);
+    if (w->n_samples > 0)
+        memcpy(d->sample_values, w->sample_values, w->n_samples * sizeof *w->sample_values);
     d->n_samples = w->n_samples;
     return 0;
 }
