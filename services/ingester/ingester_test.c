@@ -328,6 +328,25 @@ static char *make_temp_dir(void) {
     return strdup(dir);
 }
 
+static void remove_temp_dir(char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+}
+
+static void wait_for_acks(ack_probe *probe, int want) {
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&probe->mu);
+        int acks = probe->acks;
+        pthread_mutex_unlock(&probe->mu);
+        if (acks >= want)
+            return;
+        usleep(10 * 1000);
+    }
+    fail_msg("waited 5 s for %d acknowledgements", want);
+}
+
 static void parse_one(ingest_request *req) {
     strata_buffer raw = STRATA_BUFFER_INIT;
     build_pprof(&raw, 10 * STRATA_NS_PER_SEC, true, 0);
@@ -358,14 +377,7 @@ static void test_batcher_acknowledges_after_durable(void **state) {
     for (int i = 0; i < 3; i++)
         assert_int_equal(batcher_submit(b, "team-a", &req, probe_ack, &probe, &err), 0);
     ingest_request_free(&req);
-    for (int i = 0; i < 200; i++) {
-        pthread_mutex_lock(&probe.mu);
-        int acks = probe.acks;
-        pthread_mutex_unlock(&probe.mu);
-        if (acks == 3)
-            break;
-        usleep(10 * 1000);
-    }
+    wait_for_acks(&probe, 3);
     assert_int_equal(probe.acks, 3);
     assert_int_equal(probe.failures, 0);
     assert_true(probe.meta_files_at_ack >= 1); /* durable before acknowledged */
@@ -375,10 +387,7 @@ static void test_batcher_acknowledges_after_durable(void **state) {
     batcher_free(b);
     bucket_close(store);
     pthread_mutex_destroy(&probe.mu);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
-    free(dir);
+    remove_temp_dir(dir);
 }
 
 static void test_batcher_reports_failed_upload(void **state) {
@@ -422,10 +431,7 @@ static void test_batcher_reports_failed_upload(void **state) {
     batcher_free(b);
     bucket_close(store);
     pthread_mutex_destroy(&probe.mu);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
-    free(dir);
+    remove_temp_dir(dir);
 }
 
 typedef struct block_list {
@@ -474,18 +480,6 @@ static void block_summary(bucket *store, const char *key, char *out, size_t cap)
     free(p);
     block_reader_close(r);
     strata_buffer_free(&data);
-}
-
-static void wait_for_acks(ack_probe *probe, int want) {
-    for (int i = 0; i < 500; i++) {
-        pthread_mutex_lock(&probe->mu);
-        int acks = probe->acks;
-        pthread_mutex_unlock(&probe->mu);
-        if (acks >= want)
-            return;
-        usleep(10 * 1000);
-    }
-    fail_msg("waited 5 s for %d acknowledgements", want);
 }
 
 /* One tenant's writer lives across flushes and keeps its dictionary, yet each block holds only
@@ -542,10 +536,7 @@ static void run_blocks_across_flushes(uint64_t max_symbol_bytes, uint64_t want_r
     batcher_free(b);
     bucket_close(store);
     pthread_mutex_destroy(&probe.mu);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
-    free(dir);
+    remove_temp_dir(dir);
 }
 
 static void test_batcher_keeps_dictionary_across_flushes(void **state) {
