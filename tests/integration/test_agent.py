@@ -130,7 +130,7 @@ class AgentTest(unittest.TestCase):
         # The first push fails (UNAVAILABLE): the agent must retry it.
         cls.server, cls.sink, port = tl.start_sink(fail_first=1)
         cls.agent = Agent(cls.work, port, "-tenant", "team-a", "-debug-dir", cls.debug_dir)
-        procs = {name: subprocess.Popen([path, "1.5"], stdout=subprocess.DEVNULL)
+        procs = {name: subprocess.Popen([path, "2"], stdout=subprocess.DEVNULL)
                  for name, path in cls.bin.items()}
         cls.pids = {name: p.pid for name, p in procs.items()}
         for p in procs.values():
@@ -154,13 +154,24 @@ class AgentTest(unittest.TestCase):
         return [s for _, p in self.series_of(name) for s in tl.stacks(p)]
 
     def assert_chain(self, name, chain, min_fraction=0.9):
+        """Of the samples that landed in the hot leaf chain[0], at least min_fraction carry the
+        whole chain, consecutively. Samples elsewhere (the dynamic loader at start, exit, the
+        clock_gettime calls between spins, a Go runtime thread) are a fixed few per process and
+        are not what is checked: on a loaded machine a 1.5 s load gets only ~25 samples, and those
+        few made a plain fraction of all samples flaky. They must stay a minority, though, so a
+        leaf that fails to symbolize cannot hide."""
         stacks = self.stacks_of(name)
         total = sum(c for c, _, _ in stacks)
-        good = sum(c for c, names, _ in stacks if tl.contains_in_order(names, chain))
-        self.assertGreater(total, 15, name)
-        self.assertGreaterEqual(good / total, min_fraction,
-                                f"{name}: {good}/{total} samples with {chain}; top: "
-                                f"{sorted(stacks, key=lambda s: -s[0])[:3]}")
+        in_leaf = [s for s in stacks if chain[0] in s[1]]
+        leaf = sum(c for c, _, _ in in_leaf)
+        good = sum(c for c, names, _ in in_leaf if tl.contains_in_order(names, chain))
+        bad = [s for s in stacks if not tl.contains_in_order(s[1], chain)]
+        detail = f"top stacks without the chain: {sorted(bad, key=lambda s: -s[0])[:3]}"
+        self.assertGreater(leaf, 15, f"{name}: {leaf}/{total} samples in {chain[0]}; {detail}")
+        self.assertGreaterEqual(leaf / total, 0.6,
+                                f"{name}: {leaf}/{total} samples in {chain[0]}; {detail}")
+        self.assertGreaterEqual(good / leaf, min_fraction,
+                                f"{name}: {good}/{leaf} samples in {chain[0]} with {chain}; {detail}")
 
     def test_agent_exits_cleanly_and_retries_pushes(self):
         self.assertEqual(self.agent_rc, 0, self.agent.logs())
