@@ -3,6 +3,9 @@ Strata's C code) that keeps every request the agent pushes, decodes the pprofs, 
 into (labels, stacks) records a test can assert on.
 """
 import concurrent.futures
+# Imported here, not lazily by concurrent.futures.__getattr__ inside a test: a lazy import while
+# other threads (fault proxies, grpc) import can hit a CPython 3.11 import-lock KeyError.
+import concurrent.futures.thread  # noqa: F401
 import os
 import subprocess
 import sys

@@ -17,6 +17,9 @@ S3 and AZURE parts run when STRATA_S3_ENDPOINT / STRATA_AZURE_ENDPOINT are set (
 servers with tests/servers/*.sh); without them they are skipped with a message.
 """
 import concurrent.futures
+# Imported here, not lazily by concurrent.futures.__getattr__ inside a test: a lazy import while
+# other threads (fault proxies, grpc) import can hit a CPython 3.11 import-lock KeyError.
+import concurrent.futures.thread  # noqa: F401
 import json
 import os
 import re

@@ -5,6 +5,9 @@ in a filesystem bucket, then read back from the blocks with `strata block dump -
 exactly with what Python's own protobuf parsing of the same pprof files says.
 """
 import concurrent.futures
+# Imported here, not lazily by concurrent.futures.__getattr__ inside a test: a lazy import while
+# other threads (fault proxies, grpc) import can hit a CPython 3.11 import-lock KeyError.
+import concurrent.futures.thread  # noqa: F401
 import glob
 import json
 import os
