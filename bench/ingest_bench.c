@@ -5,8 +5,10 @@
  * scrapers send them) go through the ingester's real path: protobuf unpack, gunzip, pprof decode
  * and validation, expansion per sample type, the batcher adding profiles to per-tenant block
  * writers, and the flush thread finishing each block and writing data + meta.json to a FILESYSTEM
- * bucket (fsync'd) before acknowledging. The figure is samples per CPU-second of the whole process
- * (all threads), so it is "per core" whatever the thread count. Requests are built before the
+ * bucket (fsync'd) before acknowledging. The figure is pprof samples per CPU-second of the whole
+ * process (all threads), so it is "per core" whatever the thread count; a pprof sample is one
+ * stack with its values (DESIGN.md's unit), and the rows stored for it (one per sample type) are
+ * reported beside it. Requests are built before the
  * clock starts.
  *
  * Two datasets: agent-like CPU profiles from bench/agentgen (100 processes, 2,000 stacks per 10 s
@@ -61,7 +63,7 @@ static void build_go_requests(const char *source_dir, size_t copies, request_set
     pprof_profile prof;
     if (pprof_decode(raw.data, raw.len, NULL, &prof, &err) != 0)
         die("decode go profile", &err);
-    uint64_t per = count_samples(&prof);
+    uint64_t per = count_samples(&prof), per_pprof = count_pprof_samples(&prof);
     pprof_profile_free(&prof);
     set->requests = calloc(copies, sizeof *set->requests);
     if (set->requests == NULL)
@@ -75,6 +77,7 @@ static void build_go_requests(const char *source_dir, size_t copies, request_set
         encode_request(&labels, "process_cpu", &raw, 1, &set->requests[i]);
         label_set_free(&labels);
         set->samples += per;
+        set->pprof_samples += per_pprof;
         set->pprof_bytes += raw.len;
     }
     set->n = copies;
@@ -148,13 +151,20 @@ static void run(const request_set *set, const char *dir, int64_t flush_ns, run_r
     bucket_close(store);
 }
 
+/* Rates are per pprof sample (DESIGN.md's unit: a stack with its values, as an agent's profile
+ * of 2,000 samples holds 2,000) and, in brackets, per stored sample (one per sample type: the
+ * ingester stores one profile per sample type, so a 2-type pprof sample becomes 2 rows). */
 static void report(const char *name, const request_set *set, const run_result *r) {
-    printf("%-22s %9" PRIu64 " samples  %7.2f M samples/s per core (cpu %.2fs, wall %.2fs)  "
-           "%6.2f bytes/sample in level-1 blocks (%" PRIu64
-           " blocks)  pprof.gz %.2f bytes/sample\n",
-           name, set->samples, (double)set->samples / r->cpu_s / 1e6, r->cpu_s, r->wall_s,
-           (double)r->bytes / (double)set->samples, r->blocks,
-           (double)set->pprof_bytes / (double)set->samples);
+    double pprof_samples = (double)set->pprof_samples, stored = (double)set->samples;
+    printf("%-22s %9" PRIu64 " pprof samples (%" PRIu64
+           " stored)  %5.2f M pprof samples/s per core "
+           "(%.2f M stored/s; cpu %.2fs, wall %.2fs)\n",
+           name, set->pprof_samples, set->samples, pprof_samples / r->cpu_s / 1e6,
+           stored / r->cpu_s / 1e6, r->cpu_s, r->wall_s);
+    printf("%-22s level-1 blocks: %" PRIu64 " blocks, %.2f bytes per pprof sample (%.2f per stored "
+           "sample); pprof.gz %.2f bytes per pprof sample\n",
+           "", r->blocks, (double)r->bytes / pprof_samples, (double)r->bytes / stored,
+           (double)set->pprof_bytes / pprof_samples);
     printf("%-22s cutting blocks off the writers (writes wait): %.1f ms per flush over %" PRIu64
            " flushes; symbol dictionary resets: %" PRIu64 "\n",
            "", r->flushes ? (double)r->cut_ns / 1e6 / (double)r->flushes : 0.0, r->flushes,

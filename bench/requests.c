@@ -4,6 +4,7 @@
 #include "requests.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,17 @@ uint64_t count_samples(const pprof_profile *p) {
     return n;
 }
 
+uint64_t count_pprof_samples(const pprof_profile *p) {
+    uint64_t n = 0;
+    for (size_t s = 0; s < p->n_samples; s++) {
+        bool any = false;
+        for (size_t t = 0; t < p->n_sample_types; t++)
+            any |= pprof_sample_value(p, s, t) != 0;
+        n += any;
+    }
+    return n;
+}
+
 /* One request per 10 s window holding every process's profile, as a node's agents would send. */
 void build_agent_requests(size_t windows, size_t processes, request_set *set) {
     strata_error err;
@@ -107,6 +119,7 @@ void build_agent_requests(size_t windows, size_t processes, request_set *set) {
             if (agentgen_profile(g, p, w, &prof, &err) != 0)
                 die("profile", &err);
             set->samples += count_samples(&prof);
+            set->pprof_samples += count_pprof_samples(&prof);
             strata_buffer_reset(&pprofs[p]);
             if (pprof_encode(&prof, true, &pprofs[p], &err) != 0)
                 die("encode", &err);

@@ -17,8 +17,9 @@
 typedef struct request_set {
     strata_buffer *requests;
     size_t n;
-    uint64_t samples;     /* non-zero samples over all requests */
-    uint64_t pprof_bytes; /* gzipped pprof payload bytes */
+    uint64_t samples;       /* stored samples: non-zero (sample, sample type) values */
+    uint64_t pprof_samples; /* pprof samples (stacks) with a non-zero value: DESIGN.md's unit */
+    uint64_t pprof_bytes;   /* gzipped pprof payload bytes */
 } request_set;
 
 /* Prints "PROGRAM: what: message" and exits 1 (benchmarks stop at the first failure). */
@@ -27,8 +28,12 @@ _Noreturn void die(const char *what, const strata_error *err);
 /* Serializes one WriteRawRequest with one series per (labels, pprof) under profile name `name`. */
 void encode_request(label_set *labels, const char *name, strata_buffer *pprofs, size_t n,
                     strata_buffer *out);
-/* Samples with a non-zero value, counted per sample type. */
+/* Samples with a non-zero value, counted per sample type (what the ingester stores: one profile
+ * per sample type). */
 uint64_t count_samples(const pprof_profile *p);
+/* pprof samples with a non-zero value in some sample type (DESIGN.md's "samples": an agent's
+ * 2,000-sample profile holds 2,000 of them, whatever its number of sample types). */
+uint64_t count_pprof_samples(const pprof_profile *p);
 /* One request per 10 s window holding every process's agent-like profile (bench/agentgen). */
 void build_agent_requests(size_t windows, size_t processes, request_set *set);
 void free_set(request_set *set);
