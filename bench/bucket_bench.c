@@ -254,7 +254,7 @@ static void bench_ingest(bucket *store, const char *tenant, size_t windows, size
            "every %lld ms ==\n",
            windows, processes, (long long)window_ms, (long long)flush_ms);
     printf("  %" PRIu64 " agent profiles (%" PRIu64 " stored, one per sample type), %" PRIu64
-           " samples in %.1f s wall -> %" PRIu64 " blocks, %.2f MiB (%.1f KiB per block)\n",
+           " stored samples in %.1f s wall -> %" PRIu64 " blocks, %.2f MiB (%.1f KiB per block)\n",
            profiles, stored, set.samples, wall, blocks, (double)bytes / 1048576.0,
            blocks ? (double)bytes / 1024.0 / (double)blocks : 0.0);
     print_delta("total operations", &a, &z, 0, NULL);

@@ -5,7 +5,8 @@
 For each ingester count it starts that many `strata ingester` processes on one bucket (a
 FILESYSTEM directory, or S3 when STRATA_S3_* are set as tests/servers/radosgw.sh sets them), runs
 build/bench/push_load against all of them for --seconds, and reports:
-  * acknowledged samples per second (wall) and per ingester CPU-second (utime+stime of the
+  * acknowledged pprof samples (stacks: DESIGN.md's unit; each is stored once per sample type)
+    per second (wall) and per ingester CPU-second (utime+stime of the
     ingester processes from /proc, so "per core" whatever the thread count);
   * bucket requests per 1,000 profiles, from the ingesters' strata_bucket_operations_total.
 Every figure comes from real processes talking gRPC; nothing is simulated.

@@ -11,7 +11,8 @@
  *   build/bench/push_load --address HOST:PORT [--address ...] [--seconds N] [--threads N]
  *                         [--windows N] [--processes N]
  *
- * Prints one line of key=value pairs: requests, profiles, samples acknowledged, errors, seconds.
+ * Prints one line of key=value pairs: requests, profiles, samples acknowledged (pprof samples,
+ * DESIGN.md's unit; stored_samples counts one per sample type), errors, seconds.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -32,7 +33,8 @@ typedef struct load {
     rpc_channel *channels[MAX_ADDRESSES];
     size_t n_channels;
     request_set set;
-    uint64_t samples_per_request;
+    uint64_t samples_per_request;        /* pprof samples */
+    uint64_t stored_samples_per_request; /* one per sample type */
     int64_t deadline_ns;
     atomic_uint_fast64_t next;
     atomic_uint_fast64_t requests, errors;
@@ -84,7 +86,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     build_agent_requests(windows, processes, &l.set);
-    l.samples_per_request = l.set.samples / l.set.n;
+    l.samples_per_request = l.set.pprof_samples / l.set.n;
+    l.stored_samples_per_request = l.set.samples / l.set.n;
     strata_error err;
     for (size_t i = 0; i < n_addresses; i++)
         if ((l.channels[l.n_channels++] = rpc_channel_new(addresses[i], NULL, &err)) == NULL)
@@ -99,10 +102,10 @@ int main(int argc, char **argv) {
         pthread_join(tids[t], NULL);
     double wall = (double)(strata_monotonic_ns() - start) / 1e9;
     uint64_t requests = atomic_load(&l.requests);
-    printf("requests=%" PRIu64 " profiles=%" PRIu64 " samples=%" PRIu64 " errors=%" PRIu64
-           " seconds=%.2f\n",
+    printf("requests=%" PRIu64 " profiles=%" PRIu64 " samples=%" PRIu64 " stored_samples=%" PRIu64
+           " errors=%" PRIu64 " seconds=%.2f\n",
            requests, requests * processes, requests * l.samples_per_request,
-           (uint64_t)atomic_load(&l.errors), wall);
+           requests * l.stored_samples_per_request, (uint64_t)atomic_load(&l.errors), wall);
     for (size_t i = 0; i < l.n_channels; i++)
         rpc_channel_free(l.channels[i]);
     free_set(&l.set);
