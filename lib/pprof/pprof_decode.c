@@ -631,13 +631,87 @@ static int append_location_line(decoder *d, reader *r, uint32_t wire, size_t ind
     return 0;
 }
 
-static int decode_location(decoder *d, reader *r) {
+/* Reads one varint in [q, end); NULL when truncated or overlong. */
+static inline const uint8_t *read_varint_at(const uint8_t *q, const uint8_t *end, uint64_t *v) {
+    reader t = {q, end, q};
+    return read_varint(&t, v) ? t.p : NULL;
+}
+
+/* Reads the fields of one Line payload [q, end) into *line in the common shape: varint fields
+ * function_id, line, column only. False on anything else. */
+static inline bool decode_line_fast(const uint8_t *q, const uint8_t *end, pprof_line *line) {
+    memset(line, 0, sizeof *line);
+    while (q < end) {
+        uint8_t key = *q++;
+        uint64_t v;
+        if ((q = read_varint_at(q, end, &v)) == NULL)
+            return false;
+        switch (key) {
+            case 1 << 3 | WIRE_VARINT:
+                line->function_id = v;
+                break;
+            case 2 << 3 | WIRE_VARINT:
+                line->line = varint_to_int64(v);
+                break;
+            case 3 << 3 | WIRE_VARINT:
+                line->column = varint_to_int64(v);
+                break;
+            default:
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Locations are most of a profile's symbol bytes (an agent's 2,000-sample profile holds ~7,000),
+ * and nearly all have one shape: varint fields id, mapping_id, address and is_folded, and lines of
+ * varints under 128 bytes each. This reads that shape straight through, without the general
+ * path's per-field calls and error paths. Anything else (another field or wire type, a long or
+ * truncated line, no memory for a line) returns false before p->n_lines moves, and the location is
+ * decoded the general way, which reports what is wrong. */
+static bool decode_location_fast(decoder *d, const reader *r, pprof_location *loc) {
     pprof_profile *p = d->p;
-    if (check_offset_fits(d, p->n_lines, "lines") != 0)
-        return -1;
-    pprof_location loc;
-    memset(&loc, 0, sizeof loc);
-    loc.line_offset = (uint32_t)p->n_lines;
+    const uint8_t *q = r->p, *end = r->end;
+    size_t n_lines = p->n_lines;
+    while (q < end) {
+        uint8_t key = *q++;
+        uint64_t v;
+        if (key == (4 << 3 | WIRE_LEN)) {
+            if (q >= end || q[0] >= 0x80 || q[0] >= end - q || reserve_lines(d, n_lines + 1) != 0)
+                return false;
+            const uint8_t *line_end = q + 1 + q[0];
+            if (!decode_line_fast(q + 1, line_end, &p->lines[n_lines]))
+                return false;
+            n_lines++;
+            q = line_end;
+            continue;
+        }
+        if ((q = read_varint_at(q, end, &v)) == NULL)
+            return false;
+        switch (key) {
+            case 1 << 3 | WIRE_VARINT:
+                loc->id = v;
+                break;
+            case 2 << 3 | WIRE_VARINT:
+                loc->mapping_id = v;
+                break;
+            case 3 << 3 | WIRE_VARINT:
+                loc->address = v;
+                break;
+            case 5 << 3 | WIRE_VARINT:
+                loc->is_folded = v != 0;
+                break;
+            default:
+                return false;
+        }
+    }
+    p->n_lines = n_lines;
+    return true;
+}
+
+/* The general path: any field order, unknown fields skipped, errors reported. */
+static int decode_location_general(decoder *d, reader *r, pprof_location *loc) {
+    pprof_profile *p = d->p;
     while (r->p < r->end) {
         uint32_t field = 0, wire = 0;
         if (read_tag(r, &field, &wire, d->err) != 0)
@@ -645,24 +719,40 @@ static int decode_location(decoder *d, reader *r) {
         int rc;
         switch (field) {
             case 1:
-                rc = read_varint_field(r, wire, "id", &loc.id, d->err);
+                rc = read_varint_field(r, wire, "id", &loc->id, d->err);
                 break;
             case 2:
-                rc = read_varint_field(r, wire, "mapping_id", &loc.mapping_id, d->err);
+                rc = read_varint_field(r, wire, "mapping_id", &loc->mapping_id, d->err);
                 break;
             case 3:
-                rc = read_varint_field(r, wire, "address", &loc.address, d->err);
+                rc = read_varint_field(r, wire, "address", &loc->address, d->err);
                 break;
             case 4:
-                rc = append_location_line(d, r, wire, p->n_lines - loc.line_offset);
+                rc = append_location_line(d, r, wire, p->n_lines - loc->line_offset);
                 break;
             case 5:
-                rc = read_bool_field(r, wire, "is_folded", &loc.is_folded, d->err);
+                rc = read_bool_field(r, wire, "is_folded", &loc->is_folded, d->err);
                 break;
             default:
                 rc = skip_field(r, wire, d->err);
         }
         if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int decode_location(decoder *d, reader *r) {
+    pprof_profile *p = d->p;
+    if (check_offset_fits(d, p->n_lines, "lines") != 0)
+        return -1;
+    pprof_location loc;
+    memset(&loc, 0, sizeof loc);
+    loc.line_offset = (uint32_t)p->n_lines;
+    if (!decode_location_fast(d, r, &loc)) {
+        memset(&loc, 0, sizeof loc);
+        loc.line_offset = (uint32_t)p->n_lines;
+        if (decode_location_general(d, r, &loc) != 0)
             return -1;
     }
     loc.line_count = (uint32_t)(p->n_lines - loc.line_offset);

@@ -465,6 +465,82 @@ static void test_decode_skips_unknown_fields(void **state) {
     strata_buffer_free(&b);
 }
 
+/* One Line: function 1, the given line and column; `padding` bytes of an unknown field make the
+ * payload longer. */
+static void pb_line(strata_buffer *loc, int64_t line, int64_t column, size_t padding) {
+    strata_buffer l = STRATA_BUFFER_INIT;
+    pb_varint(&l, 1, 1);
+    pb_varint(&l, 2, (uint64_t)line);
+    pb_varint(&l, 3, (uint64_t)column);
+    if (padding > 0) {
+        char pad[256];
+        assert_true(padding <= sizeof pad);
+        memset(pad, 'x', padding);
+        pb_bytes(&l, 15, pad, padding);
+    }
+    pb_message(loc, 4, &l);
+    strata_buffer_free(&l);
+}
+
+/* Locations are read by a fast path for their common shape and by the general path otherwise
+ * (pprof_decode.c). Both must give the same location: inlined lines with negative numbers and
+ * columns, is_folded, fields out of order, and variants that leave the fast path (a line of 128+
+ * bytes, an unknown field, a packed-looking address) part way through. */
+static void test_decode_location_shapes(void **state) {
+    (void)state;
+    for (int variant = 0; variant < 4; variant++) {
+        strata_buffer b = STRATA_BUFFER_INIT, m = STRATA_BUFFER_INIT;
+        pb_string(&b, 6, "");
+        pb_string(&b, 6, "f");
+        pb_varint(&m, 1, 1);
+        pb_varint(&m, 2, 1);
+        pb_message(&b, 5, &m);
+        for (uint64_t id = 1; id <= 3; id++) {
+            if (variant == 1)
+                pb_varint(&m, 3, 0xffffffffffULL * id); /* address first */
+            pb_varint(&m, 1, id);
+            pb_line(&m, -7, 3, 0);
+            if (variant == 2 && id == 2)
+                pb_unknown_fields(&m);
+            pb_line(&m, 1 << 20, 0, variant == 3 && id == 3 ? 140 : 0);
+            pb_line(&m, 42, -1, 0);
+            pb_varint(&m, 5, 1);
+            if (variant != 1)
+                pb_varint(&m, 3, 0xffffffffffULL * id);
+            pb_message(&b, 4, &m);
+        }
+        pprof_profile p;
+        decode_ok(&b, NULL, &p);
+        assert_int_equal(p.n_locations, 3);
+        assert_int_equal(p.n_lines, 9);
+        for (size_t i = 0; i < 3; i++) {
+            const pprof_location *l = &p.locations[i];
+            assert_int_equal(l->id, i + 1);
+            assert_int_equal(l->mapping_id, 0);
+            assert_int_equal(l->address, 0xffffffffffULL * (i + 1));
+            assert_true(l->is_folded);
+            assert_int_equal(l->line_offset, 3 * i);
+            assert_int_equal(l->line_count, 3);
+            const int64_t lines[3] = {-7, 1 << 20, 42}, columns[3] = {3, 0, -1};
+            for (size_t j = 0; j < 3; j++) {
+                assert_int_equal(p.lines[l->line_offset + j].function_id, 1);
+                assert_int_equal(p.lines[l->line_offset + j].line, lines[j]);
+                assert_int_equal(p.lines[l->line_offset + j].column, columns[j]);
+            }
+        }
+        pprof_profile_free(&p);
+        strata_buffer_free(&m);
+        strata_buffer_free(&b);
+    }
+    /* Errors come from the general path, named as before. */
+    static const uint8_t address_as_bytes[] = {0x22, 0x04, 0x08, 0x01, 0x1a, 0x00};
+    assert_decode_fails(address_as_bytes, sizeof address_as_bytes, NULL, STRATA_INVALID_ARGUMENT,
+                        "location 0: malformed protobuf: field address has wire type length");
+    static const uint8_t truncated_line[] = {0x22, 0x04, 0x08, 0x01, 0x22, 0x05};
+    assert_decode_fails(truncated_line, sizeof truncated_line, NULL, STRATA_INVALID_ARGUMENT,
+                        "length runs past the end of the message");
+}
+
 static void test_decode_gzip_and_plain_agree(void **state) {
     (void)state;
     strata_buffer plain = STRATA_BUFFER_INIT, gz = STRATA_BUFFER_INIT;
@@ -1228,6 +1304,7 @@ int main(void) {
         cmocka_unit_test(test_decode_order_last_wins_and_merge),
         cmocka_unit_test(test_decode_negative_and_large_varints),
         cmocka_unit_test(test_decode_long_packed_runs),
+        cmocka_unit_test(test_decode_location_shapes),
         cmocka_unit_test(test_validate_dense_and_gapped_location_ids),
         cmocka_unit_test(test_decode_rejects_malformed_wire_data),
         cmocka_unit_test(test_decode_rejects_every_truncation),
