@@ -928,15 +928,21 @@ static int aggregate_rollup(block_reader *r, const merge_query *q, const block_p
     return 0;
 }
 
+/* The result's period is the earliest profile's (the smallest at a tie), so it does not depend on
+ * the order in which workers happened to merge blocks. */
+static bool earlier_period(int64_t time_ns, int64_t period, const merge_result *res) {
+    return time_ns < res->min_time_ns || (time_ns == res->min_time_ns && period < res->period);
+}
+
 static void note_profiles(merge_result *res, const block_profile *profiles, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const block_profile *p = &profiles[i];
+        if (res->profiles == 0 || earlier_period(p->time_ns, p->period, res))
+            res->period = p->period;
         if (res->profiles == 0 || p->time_ns < res->min_time_ns)
             res->min_time_ns = p->time_ns;
         if (res->profiles == 0 || p->time_ns > res->max_time_ns)
             res->max_time_ns = p->time_ns;
-        if (res->period == 0)
-            res->period = p->period;
         res->duration_ns += p->duration_ns;
         res->profiles++;
     }
@@ -1039,12 +1045,12 @@ out:
 static void merge_results_add(merge_result *dst, const merge_result *src) {
     if (src->profiles == 0)
         return;
+    if (dst->profiles == 0 || earlier_period(src->min_time_ns, src->period, dst))
+        dst->period = src->period;
     if (dst->profiles == 0 || src->min_time_ns < dst->min_time_ns)
         dst->min_time_ns = src->min_time_ns;
     if (dst->profiles == 0 || src->max_time_ns > dst->max_time_ns)
         dst->max_time_ns = src->max_time_ns;
-    if (dst->period == 0)
-        dst->period = src->period;
     dst->profiles += src->profiles;
     dst->samples += src->samples;
     dst->total += src->total;

@@ -89,7 +89,7 @@ typedef struct merge_result {
     int64_t total;     /* sum of values added */
     int64_t min_time_ns;
     int64_t max_time_ns;
-    int64_t period;      /* of the first profile */
+    int64_t period;      /* of the earliest profile (the smallest at a tie) */
     int64_t duration_ns; /* sum of profile durations */
 } merge_result;
 
