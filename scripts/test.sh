@@ -4,6 +4,7 @@
 #
 #   scripts/test.sh              everything
 #   STRATA_SKIP_ASAN=1 ...       skip the sanitizer build (faster local runs)
+#   STRATA_SKIP_VALGRIND=1 ...   skip valgrind over the unit tests
 #   STRATA_SKIP_FUZZ=1 ...       skip the fuzzers
 #   STRATA_FUZZ_SECONDS=N        seconds per fuzz target (default 20)
 set -euo pipefail
@@ -25,6 +26,11 @@ cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-ci -j "$jobs"
 echo "== tests (release build)"
 (cd build-ci && ctest --output-on-failure -j "$jobs")
+
+if [ -z "${STRATA_SKIP_VALGRIND:-}" ]; then
+  echo "== valgrind (every C unit test of the release build)"
+  scripts/valgrind-unit.py build-ci -j "$jobs"
+fi
 
 # The sanitizer pass runs every test but the browser tests (JavaScript), the agent's eBPF
 # end-to-end test, whose sampling-rate assertions do not hold at ASan's slowdown (its unit tests
