@@ -198,8 +198,10 @@ int main(int argc, char **argv) {
     request_set agent = {0}, go = {0};
     if (run_agent)
         build_agent_requests(windows, processes, &agent);
+    /* The Go profile is small (3 pprof samples per request): ten requests per agent profile keep
+     * its timed run long enough (~0.5 s) to mean something. */
     if (run_go)
-        build_go_requests(src, windows * processes, &go);
+        build_go_requests(src, 10 * windows * processes, &go);
     run_result ra, rg;
     char sub[4200];
     if (run_agent) {
