@@ -191,10 +191,14 @@ static const char *health_of(scraper *s, const char *job) {
     return health;
 }
 
+/* Only "hang" tests the timeout (300 ms); the others have 1 s, so a loaded machine (CI) does not
+ * turn their errors, or the good target's success, into timeouts (a 300 ms timeout once hid big's
+ * size-limit error in CI). */
 static const char health_config[] =
     "scrape_configs:\n"
     "  - job_name: good\n"
-    "    scrape_interval: 300ms\n"
+    "    scrape_interval: 1s\n"
+    "    scrape_timeout: 1s\n"
     "    static_configs: [{targets: ['127.0.0.1:%u'], labels: {env: prod}}]\n"
     "    profiling_config:\n"
     "      path_prefix: /good\n"
@@ -204,12 +208,14 @@ static const char health_config[] =
     "        mutex: {enabled: false}\n"
     "        process_cpu: {enabled: false}\n"
     "  - job_name: bad500\n"
-    "    scrape_interval: 300ms\n"
+    "    scrape_interval: 1s\n"
+    "    scrape_timeout: 1s\n"
     "    static_configs: [{targets: ['127.0.0.1:%u']}]\n"
     "    profiling_config: {path_prefix: /bad500, pprof_config: {block: {enabled: false},\n"
     "      goroutine: {enabled: false}, mutex: {enabled: false}, process_cpu: {enabled: false}}}\n"
     "  - job_name: garbage\n"
-    "    scrape_interval: 300ms\n"
+    "    scrape_interval: 1s\n"
+    "    scrape_timeout: 1s\n"
     "    static_configs: [{targets: ['127.0.0.1:%u']}]\n"
     "    profiling_config: {path_prefix: /garbage, pprof_config: {block: {enabled: false},\n"
     "      goroutine: {enabled: false}, mutex: {enabled: false}, process_cpu: {enabled: false}}}\n"
@@ -219,7 +225,8 @@ static const char health_config[] =
     "    profiling_config: {path_prefix: /hang, pprof_config: {block: {enabled: false},\n"
     "      goroutine: {enabled: false}, mutex: {enabled: false}, process_cpu: {enabled: false}}}\n"
     "  - job_name: big\n"
-    "    scrape_interval: 300ms\n"
+    "    scrape_interval: 1s\n"
+    "    scrape_timeout: 1s\n"
     "    body_size_limit: 1KiB\n"
     "    static_configs: [{targets: ['127.0.0.1:%u']}]\n"
     "    profiling_config: {path_prefix: /big, pprof_config: {block: {enabled: false},\n"
