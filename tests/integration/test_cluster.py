@@ -22,6 +22,7 @@ What it proves, in order:
 Every load profile carries a unique `seq` label, so "queryable" is checked profile by profile.
 """
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -318,11 +319,17 @@ scrape_configs:
         return labels, table, rng
 
     def scraped(self, querier, since_ns):
-        """instance -> set of scraper labels of the scraped profiles newer than since_ns."""
-        body = qc.http_json(querier.http, "/api/v1/query_range",
-                            {"query": f'{SCRAPED_TYPE}{{job="go"}}', "start": qc.ms(since_ns),
-                             "end": qc.ms(time.time_ns() + 10**9), "step": "1s",
-                             "sum_by": ["instance", "scraper"]})
+        """instance -> set of scraper labels of the scraped profiles newer than since_ns (empty
+        while none are visible yet: the querier answers NOT_FOUND)."""
+        params = {"query": f'{SCRAPED_TYPE}{{job="go"}}', "start": qc.ms(since_ns),
+                  "end": qc.ms(time.time_ns() + 10**9), "step": "1s",
+                  "sum_by": ["instance", "scraper"]}
+        status, _, raw = qc.http(querier.http, "/api/v1/query_range", params,
+                                 accept="application/json")
+        if status == 404 and b"NOT_FOUND" in raw:
+            return {}
+        self.assertEqual(status, 200, f"query_range {params}: HTTP {status}: {raw[:500]!r}")
+        body = json.loads(raw)
         out = {}
         for series in body["series"]:
             if series["samples"]:
@@ -378,6 +385,11 @@ scrape_configs:
         time.sleep(2)  # profiles scraped just before the kill may still be in flight
         killed = time.time_ns()
         time.sleep(5)
+        # On a loaded machine scrape, flush and the querier's sync can take longer than those 5 s:
+        # wait until the live scraper's targets show profiles since the kill, so the window
+        # checked below holds real scrapes.
+        lib.wait_for(lambda: set(self.shards[0]) <= set(self.scraped(q, killed)), timeout=60,
+                     what="the live scraper's targets after the kill")
         after = self.scraped(q, killed)
         for instance in self.shards[1]:
             self.assertNotIn(instance, after, "a dead scraper's target was scraped by the other")
