@@ -484,8 +484,8 @@ static void pb_line(strata_buffer *loc, int64_t line, int64_t column, size_t pad
 
 /* Locations are read by a fast path for their common shape and by the general path otherwise
  * (pprof_decode.c). Both must give the same location: inlined lines with negative numbers and
- * columns, is_folded, fields out of order, and variants that leave the fast path (a line of 128+
- * bytes, an unknown field, a packed-looking address) part way through. */
+ * columns, is_folded, fields out of order (address first), and variants that leave the fast path
+ * part way through (unknown fields mid-location, a line of 128+ bytes). */
 static void test_decode_location_shapes(void **state) {
     (void)state;
     for (int variant = 0; variant < 4; variant++) {

@@ -244,6 +244,7 @@ typedef struct merge_case {
     int64_t start_ns, end_ns;
     bool single; /* query_single at start_ns */
     bool base;
+    int64_t want_period; /* the result's period (the earliest profile's), when non-zero */
 } merge_case;
 
 static void run_case(query_engine *e, const merge_case *c, calltree **tree, merge_result *res) {
@@ -273,6 +274,8 @@ static int64_t expect_same_merge(engine_fixture *rollups, engine_fixture *rows,
     assert_int_equal(ra.min_time_ns, rb.min_time_ns);
     assert_int_equal(ra.max_time_ns, rb.max_time_ns);
     assert_int_equal(ra.period, rb.period);
+    if (c->want_period != 0)
+        assert_int_equal(ra.period, c->want_period);
     assert_int_equal(ra.duration_ns, rb.duration_ns);
     expect_same_trees(ta, tb);
     calltree_node_values root = calltree_node_get(ta, CALLTREE_ROOT);
@@ -318,7 +321,7 @@ static void test_full_range_uses_rollups(void **state) {
     engine_fixture a, b;
     engine_open(&a, true);
     engine_open(&b, false);
-    merge_case c = {CPU, T0, END, false, false};
+    merge_case c = {CPU, T0, END, false, false, 1000};
     assert_int_equal(expect_same_merge(&a, &b, &c), data.cpu_total);
     uint64_t samples[N_BLOCKS], rollup[N_BLOCKS];
     block_bytes(&a, samples, rollup);
@@ -342,7 +345,7 @@ static void test_range_cutting_a_block_scans_rows(void **state) {
     engine_fixture a, b;
     engine_open(&a, true);
     engine_open(&b, false);
-    merge_case c = {CPU, T0 + 25 * SEC, T0 + 119 * SEC, false, false};
+    merge_case c = {CPU, T0 + 25 * SEC, T0 + 119 * SEC, false, false, 0};
     int64_t total = expect_same_merge(&a, &b, &c);
     assert_true(total < data.cpu_block_total[0] + data.cpu_block_total[1]);
     assert_true(total > data.cpu_block_total[1]);
@@ -354,12 +357,12 @@ static void test_range_cutting_a_block_scans_rows(void **state) {
     assert_true(rollup[1] > 0);
     /* the range's end cuts block 1 (its last profiles are at 110 s; 119 s includes them, 105 s
      * does not) */
-    merge_case cut_end = {CPU, T0, T0 + 105 * SEC, false, false};
+    merge_case cut_end = {CPU, T0, T0 + 105 * SEC, false, false, 0};
     total = expect_same_merge(&a, &b, &cut_end);
     assert_true(total > data.cpu_block_total[0]);
     assert_true(total < data.cpu_block_total[0] + data.cpu_block_total[1]);
     /* exactly block 0's profiles: its rollups alone */
-    merge_case block0 = {CPU, T0, T0 + 50 * SEC, false, false};
+    merge_case block0 = {CPU, T0, T0 + 50 * SEC, false, false, 0};
     assert_int_equal(expect_same_merge(&a, &b, &block0), data.cpu_block_total[0]);
     engine_close(&a);
     engine_close(&b);
@@ -371,17 +374,19 @@ static void test_other_merges_agree(void **state) {
     engine_fixture a, b;
     engine_open(&a, true);
     engine_open(&b, false);
-    merge_case pod = {CPU "{pod=\"p1\"}", T0, END, false, false};
+    /* Periods vary per profile (1000 + 7 ((t + pod) % 3)): p1's earliest has 1007; from 5 s, the
+     * earliest profiles (10 s) are p0's with 1007 and p2's with 1000, and the smaller wins. */
+    merge_case pod = {CPU "{pod=\"p1\"}", T0, END, false, false, 1007};
     assert_int_equal(expect_same_merge(&a, &b, &pod), data.cpu_pod_total[1]);
-    merge_case not_pod = {CPU "{pod!=\"p1\"}", T0 + 5 * SEC, END, false, false};
+    merge_case not_pod = {CPU "{pod!=\"p1\"}", T0 + 5 * SEC, END, false, false, 1000};
     int64_t rest = expect_same_merge(&a, &b, &not_pod);
     assert_true(rest > 0 && rest < data.cpu_pod_total[0] + data.cpu_pod_total[2]);
-    merge_case mem = {MEM, T0, END, false, false};
+    merge_case mem = {MEM, T0, END, false, false, 512};
     assert_int_equal(expect_same_merge(&a, &b, &mem), data.mem_total);
-    merge_case single = {CPU "{pod=\"p2\"}", T0 + 70 * SEC, 0, true, false};
+    merge_case single = {CPU "{pod=\"p2\"}", T0 + 70 * SEC, 0, true, false, 1000};
     int64_t one = expect_same_merge(&a, &b, &single);
     assert_true(one > 0 && one < data.cpu_pod_total[2]);
-    merge_case base = {CPU, T0, END, false, true};
+    merge_case base = {CPU, T0, END, false, true, 1000};
     assert_int_equal(expect_same_merge(&a, &b, &base), data.cpu_total);
     engine_close(&a);
     engine_close(&b);
