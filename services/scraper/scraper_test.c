@@ -27,6 +27,8 @@
 typedef struct fixture {
     http_server *http;
     uint16_t port;
+    http_server *hang_http; /* its own server: see setup */
+    uint16_t hang_port;
     strata_buffer heap; /* lib/pprof/testdata/go_heap.pb.gz */
     metrics_registry *registry;
     pthread_mutex_t mu;
@@ -106,12 +108,22 @@ static int setup(void **state) {
                      0);
     assert_int_equal(http_server_start(fx.http, &err), 0);
     fx.port = http_server_port(fx.http);
+    /* libmicrohttpd's thread pool serves many connections per thread, so a handler that sleeps
+     * stalls the connections that share its thread. The hang target sleeps 1.5 s every 300 ms;
+     * on the shared server it delayed big's answer past its 1 s timeout (seen in CI). */
+    fx.hang_http = http_server_new(&o, &err);
+    assert_non_null(fx.hang_http);
+    assert_int_equal(
+        http_server_route(fx.hang_http, NULL, "/", HTTP_MATCH_PREFIX, serve, NULL, &err), 0);
+    assert_int_equal(http_server_start(fx.hang_http, &err), 0);
+    fx.hang_port = http_server_port(fx.hang_http);
     return 0;
 }
 
 static int teardown(void **state) {
     (void)state;
     http_server_free(fx.http);
+    http_server_free(fx.hang_http);
     metrics_registry_free(fx.registry);
     strata_buffer_free(&fx.heap);
     strata_buffer_free(&fx.last_pprof);
@@ -121,7 +133,8 @@ static int teardown(void **state) {
 
 static scrape_configs decode_configs(const char *yaml_fmt) {
     char yaml[4096];
-    snprintf(yaml, sizeof yaml, yaml_fmt, fx.port, fx.port, fx.port, fx.port, fx.port);
+    /* The fourth target is the hang job's; configs with fewer targets ignore the rest. */
+    snprintf(yaml, sizeof yaml, yaml_fmt, fx.port, fx.port, fx.port, fx.hang_port, fx.port);
     config_document *doc = NULL;
     strata_error err;
     if (config_load_string("t.yaml", yaml, strlen(yaml), &doc, &err) != 0)
