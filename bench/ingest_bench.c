@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -108,6 +109,73 @@ typedef struct run_result {
     uint64_t blocks, bytes;
     uint64_t flushes, cut_ns, symbol_resets;
 } run_result;
+
+/* --- where the time goes: the request path's first stages alone ------------------------------ */
+
+typedef enum stage { STAGE_INFLATE, STAGE_DECODE, STAGE_PARSE } stage;
+
+/* Runs the first stages of ingest over every request on this thread (nothing else runs then) and
+ * returns the CPU seconds:
+ * STAGE_INFLATE unpacks the WriteRaw protobuf and inflates each pprof (libdeflate, as the
+ * ingester does); STAGE_DECODE also decodes and validates each pprof (pprof_decode, which
+ * inflates itself); STAGE_PARSE is the ingester's whole request parse (labels, decode,
+ * validation, one profile per sample type) that precedes the block writers. */
+static double run_stage(const request_set *set, stage which) {
+    strata_error err;
+    strata_buffer inflated = STRATA_BUFFER_INIT;
+    ingest_limits limits;
+    ingest_limits_default(&limits);
+    int64_t cpu0 = strata_process_cpu_ns();
+    for (size_t i = 0; i < set->n; i++) {
+        const strata_buffer *r = &set->requests[i];
+        if (which == STAGE_PARSE) {
+            ingest_request req;
+            ingest_reject_reason reason;
+            if (ingest_request_parse(r->data, r->len, &limits, 0, &req, &reason, &err) != 0)
+                die("parse", &err);
+            ingest_request_free(&req);
+            continue;
+        }
+        Parca__Profilestore__V1alpha1__WriteRawRequest *msg =
+            parca__profilestore__v1alpha1__write_raw_request__unpack(NULL, r->len, r->data);
+        if (msg == NULL)
+            die("unpack", NULL);
+        for (size_t s = 0; s < msg->n_series; s++)
+            for (size_t k = 0; k < msg->series[s]->n_samples; k++) {
+                const ProtobufCBinaryData *raw = &msg->series[s]->samples[k]->raw_profile;
+                if (which == STAGE_INFLATE) {
+                    strata_buffer_reset(&inflated);
+                    if (pprof_gunzip(raw->data, raw->len, SIZE_MAX, &inflated, &err) != 0)
+                        die("inflate", &err);
+                    continue;
+                }
+                pprof_profile prof;
+                if (pprof_decode(raw->data, raw->len, NULL, &prof, &err) != 0)
+                    die("decode", &err);
+                pprof_profile_free(&prof);
+            }
+        parca__profilestore__v1alpha1__write_raw_request__free_unpacked(msg, NULL);
+    }
+    double cpu_s = (double)(strata_process_cpu_ns() - cpu0) / 1e9;
+    strata_buffer_free(&inflated);
+    return cpu_s;
+}
+
+/* Prints each stage's cost per pprof sample and the rate it alone would allow: the ceiling that
+ * no work after it can raise. */
+static void report_stages(const request_set *set, const run_result *whole) {
+    static const char *const names[] = {"unpack + inflate", "+ pprof decode, validation",
+                                        "+ labels, one profile per type"};
+    double n = (double)set->pprof_samples;
+    printf("%-22s where the time goes, per pprof sample (one thread, each stage alone):\n", "");
+    for (stage st = STAGE_INFLATE; st <= STAGE_PARSE; st++) {
+        double cpu_s = run_stage(set, st);
+        printf("%-22s   %-32s %6.3f us  (alone: %5.2f M pprof samples/s)\n", "", names[st],
+               cpu_s / n * 1e6, n / cpu_s / 1e6);
+    }
+    printf("%-22s   %-32s %6.3f us  (all threads' CPU)\n", "", "whole ingest to durable block",
+           whole->cpu_s / n * 1e6);
+}
 
 static void run(const request_set *set, const char *dir, int64_t flush_ns, run_result *res) {
     strata_error err;
@@ -214,10 +282,14 @@ int main(int argc, char **argv) {
     }
     printf("ingest, request to durable block (FILESYSTEM bucket at %s, flush every %lld ms)\n", dir,
            (long long)flush_ms);
-    if (run_agent)
+    if (run_agent) {
         report("agent-like CPU", &agent, &ra);
-    if (run_go)
+        report_stages(&agent, &ra);
+    }
+    if (run_go) {
         report("real Go CPU profile", &go, &rg);
+        report_stages(&go, &rg);
+    }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("peak RSS %.0f MiB (requests for both datasets held in memory)\n",
