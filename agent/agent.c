@@ -194,7 +194,7 @@ static bool ready(void *ctx, char *reason, size_t reason_size) {
 static int start_http(agent *a, strata_error *err) {
     if (a->o.http_address == NULL)
         return 0;
-    http_server_options ho = {.bind = a->o.http_address, .threads = 1, .metrics = a->registry};
+    http_server_options ho = {.bind = a->o.http_address, .metrics = a->registry};
     a->http = http_server_new(&ho, err);
     if (a->http == NULL || http_server_add_metrics(a->http, a->registry, err) != 0 ||
         http_server_add_ready(a->http, ready, a, err) != 0 || http_server_start(a->http, err) != 0)

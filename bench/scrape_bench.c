@@ -69,7 +69,7 @@ static void run_fleet(int fd, const char *source_dir) {
     if (read_file(path, &fl.heap) != 0)
         _exit(1);
     strata_error err;
-    http_server_options ho = {.bind = "0.0.0.0:0", .threads = 8, .max_connections = 4096};
+    http_server_options ho = {.bind = "0.0.0.0:0", .max_connections = 4096};
     http_server *http = http_server_new(&ho, &err);
     if (http == NULL ||
         http_server_route(http, "GET", "/", HTTP_MATCH_PREFIX, serve_profile, &fl, &err) != 0 ||

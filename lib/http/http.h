@@ -2,14 +2,17 @@
  * http.h - the HTTP server every Strata service embeds (UI, JSON API, /metrics, /ready), built on
  * GNU libmicrohttpd.
  *
- * Threading. The server runs libmicrohttpd with MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL
- * and a pool of `threads` workers (MHD_OPTION_THREAD_POOL_SIZE). Each worker has its own epoll
- * set, accepts from the shared listening socket and runs the handlers of its connections. We chose
- * this over thread-per-connection because the thread count stays fixed however many clients
- * connect (keep-alive UI tabs, Prometheus, curl loops), and over one polling thread because
- * handlers do real work (rendering a query, reading a file) that must not stall every other
- * connection. The cost: a handler blocks only its own worker's connections, so slow handlers (long
- * queries) need a pool sized for them.
+ * Threading. The server runs libmicrohttpd with a thread per connection
+ * (MHD_USE_THREAD_PER_CONNECTION, one polling thread accepting): a connection's requests, which
+ * HTTP/1.1 serves one after another anyway, run their handlers on its own thread, so a handler that
+ * takes seconds (a query over a day of blocks) delays nothing but its own connection. An earlier
+ * version ran a fixed pool of workers, each serving many connections from its own epoll set; a
+ * slow handler there stalled every connection its worker held, and when the pool was busy with
+ * queries, /ready went unanswered and Kubernetes' probes failed. The cost of a thread per
+ * connection is a thread (and its stack, mostly untouched) per open connection, bounded by
+ * max_connections; idle keep-alive connections are closed after connection_timeout_s. Handlers that
+ * must be bounded in number (query merges) take their own limits (the querier shares its
+ * query_threads slots between HTTP and gRPC).
  *
  * Requests. Routes are registered before http_server_start() and are immutable afterwards, so
  * lookups take no lock. A route is (method or NULL for any, path, exact or prefix match); a GET
@@ -49,8 +52,8 @@
  * registry given in the options. handler is the route's path pattern ("unmatched" for 404s), and
  * code the status class ("2xx"), which keeps the number of series bounded.
  *
- * Thread safety: handlers run concurrently on the worker threads. Server functions are called by
- * the owner; http_server_stop() may be called from any thread other than a worker.
+ * Thread safety: handlers run concurrently on the connections' threads. Server functions are
+ * called by the owner; http_server_stop() may be called from any thread other than a handler's.
  */
 #ifndef STRATA_HTTP_H
 #define STRATA_HTTP_H
@@ -63,7 +66,6 @@
 #include "common/error.h"
 #include "metrics/metrics.h"
 
-#define HTTP_DEFAULT_THREADS 4
 #define HTTP_DEFAULT_MAX_BODY_BYTES ((size_t)64 << 20)
 #define HTTP_DEFAULT_CONNECTION_TIMEOUT_S 60
 #define HTTP_DEFAULT_DRAIN_TIMEOUT_MS 10000
@@ -76,7 +78,6 @@ typedef struct http_response http_response;
 typedef struct http_server_options {
     const char *bind;              /* "host:port", "[::1]:port", ":port"; port 0 = pick a free one.
                                       NULL = "127.0.0.1:0" */
-    unsigned threads;              /* worker threads; 0 = HTTP_DEFAULT_THREADS */
     size_t max_body_bytes;         /* 0 = HTTP_DEFAULT_MAX_BODY_BYTES */
     unsigned connection_timeout_s; /* idle connections are closed after this; 0 = default */
     unsigned drain_timeout_ms;     /* how long stop waits for requests in flight; 0 = default */
@@ -89,7 +90,7 @@ typedef enum http_match {
     HTTP_MATCH_PREFIX = 1, /* path starts with the pattern; patterns should end with '/' */
 } http_match;
 
-/* Handles one request. Runs on a worker thread; must fill resp and return. */
+/* Handles one request. Runs on its connection's thread; must fill resp and return. */
 typedef void (*http_handler)(void *ctx, const http_request *req, http_response *resp);
 
 /* Readiness: returns true when ready; otherwise writes a one-line reason into reason. */
@@ -115,7 +116,7 @@ int http_server_add_ready(http_server *s, http_ready_fn fn, void *ctx, strata_er
 int http_server_serve_static(http_server *s, const char *prefix, const char *root_dir,
                              strata_error *err);
 
-/* Starts the worker threads. */
+/* Starts accepting connections (the polling thread; a thread per connection from then on). */
 int http_server_start(http_server *s, strata_error *err);
 /* Graceful stop; see the top comment. Idempotent; a no-op if never started. */
 void http_server_stop(http_server *s);

@@ -108,8 +108,6 @@ static int open_listener(http_server *s, const char *bind, strata_error *err) {
 static void apply_defaults(http_server_options *o) {
     if (o->bind == NULL)
         o->bind = "127.0.0.1:0";
-    if (o->threads == 0)
-        o->threads = HTTP_DEFAULT_THREADS;
     if (o->max_body_bytes == 0)
         o->max_body_bytes = HTTP_DEFAULT_MAX_BODY_BYTES;
     if (o->connection_timeout_s == 0)
@@ -499,12 +497,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 int http_server_start(http_server *s, strata_error *err) {
     if (s == NULL || s->state != HTTP_SERVER_NEW)
         return strata_error_set(err, STRATA_FAILED_PRECONDITION, "server already started");
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC;
+    /* A thread per connection (see http.h); poll, not select, so descriptors above 1024 work. */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ITC;
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET,
-                                 s->listen_fd, MHD_OPTION_THREAD_POOL_SIZE, s->opts.threads,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, s->opts.connection_timeout_s,
-                                 MHD_OPTION_CONNECTION_LIMIT, s->opts.max_connections,
-                                 MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+                                 s->listen_fd, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 s->opts.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                                 s->opts.max_connections, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     if (s->daemon == NULL)
         return strata_error_set(err, STRATA_INTERNAL, "cannot start the HTTP server on port %u",

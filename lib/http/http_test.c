@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "http/http.h"
 
 /* --- client ---------------------------------------------------------------------------------- */
@@ -193,11 +194,11 @@ static void sleep_ms(long ms) {
     nanosleep(&ts, NULL);
 }
 
-/* Holds its worker until the test sets slow_release (at most 20 s). */
+/* Holds its thread until the test sets slow_release (at most 20 s); counts its starts. */
 static void handle_slow(void *ctx, const http_request *req, http_response *resp) {
     (void)ctx;
     (void)req;
-    atomic_store(&slow_started, 1);
+    atomic_fetch_add(&slow_started, 1);
     for (int i = 0; i < 20000 && !atomic_load(&slow_release); i++)
         sleep_ms(1);
     strata_buffer_append_str(http_response_body(resp), "slow done");
@@ -297,7 +298,7 @@ static int setup(void **state) {
     strata_error err;
     fx->metrics = metrics_registry_new(&err);
     make_static_tree(fx);
-    http_server_options o = {.bind = "127.0.0.1:0", .threads = 4, .metrics = fx->metrics};
+    http_server_options o = {.bind = "127.0.0.1:0", .metrics = fx->metrics};
     fx->server = http_server_new(&o, &err);
     if (fx->server == NULL)
         return -1;
@@ -393,8 +394,8 @@ static void test_body_over_limit(void **state) {
     (void)state;
     strata_error err;
     metrics_registry *reg = metrics_registry_new(&err);
-    http_server *s = http_server_new(
-        &(http_server_options){.max_body_bytes = 1 << 20, .threads = 1, .metrics = reg}, &err);
+    http_server *s =
+        http_server_new(&(http_server_options){.max_body_bytes = 1 << 20, .metrics = reg}, &err);
     assert_non_null(s);
     assert_int_equal(
         http_server_route(s, "POST", "/upload", HTTP_MATCH_EXACT, handle_upload, NULL, &err), 0);
@@ -650,6 +651,59 @@ static void *slow_client(void *p) {
     return NULL;
 }
 
+/* Handlers that block (long queries) delay nothing but their own connections: with more of them
+ * blocked than the fixed pool of 4 workers this server once had, each still starts, and /ready and
+ * another route answer at once on new connections and on a keep-alive connection opened before. */
+static void test_blocked_handlers_stall_nothing_else(void **state) {
+    fixture *fx = *state;
+    enum { BLOCKED = 6 };
+    atomic_store(&slow_started, 0);
+    atomic_store(&slow_release, 0);
+    atomic_store(&is_ready, true);
+    CURL *keep = curl_easy_init();
+    assert_non_null(keep);
+    char url[160];
+    snprintf(url, sizeof url, "%s/ready", fx->base);
+    reply r = perform(keep, url, NULL);
+    assert_int_equal(r.status, 200);
+    reply_free(&r);
+
+    pthread_t clients[BLOCKED];
+    slow_arg args[BLOCKED];
+    for (int i = 0; i < BLOCKED; i++) {
+        snprintf(args[i].url, sizeof args[i].url, "%s/slow", fx->base);
+        assert_int_equal(pthread_create(&clients[i], NULL, slow_client, &args[i]), 0);
+    }
+    int64_t deadline = strata_monotonic_ns() + 10 * STRATA_NS_PER_SEC;
+    while (atomic_load(&slow_started) < BLOCKED && strata_monotonic_ns() < deadline)
+        sleep_ms(5);
+    assert_int_equal(atomic_load(&slow_started), BLOCKED);
+
+    int64_t t0 = strata_monotonic_ns();
+    r = get(fx, "/ready", NULL);
+    assert_int_equal(r.status, 200);
+    reply_free(&r);
+    r = get(fx, "/any/x", NULL);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(body_of(&r), "GET rest=x");
+    reply_free(&r);
+    r = perform(keep, url, NULL);
+    assert_int_equal(r.status, 200);
+    reply_free(&r);
+    /* the handlers are still blocked: the answers did not wait for them */
+    assert_int_equal(atomic_load(&slow_release), 0);
+    assert_true(strata_monotonic_ns() - t0 < 5 * STRATA_NS_PER_SEC);
+    curl_easy_cleanup(keep);
+
+    atomic_store(&slow_release, 1);
+    for (int i = 0; i < BLOCKED; i++) {
+        pthread_join(clients[i], NULL);
+        assert_int_equal(args[i].r.status, 200);
+        assert_string_equal(body_of(&args[i].r), "slow done");
+        reply_free(&args[i].r);
+    }
+}
+
 static atomic_int stop_returned;
 
 static void *stopper(void *p) {
@@ -686,8 +740,8 @@ static void test_stop_with_request_in_flight(void **state) {
     assert_int_equal(pthread_create(&client, NULL, slow_client, &a), 0);
     while (!atomic_load(&slow_started))
         sleep_ms(1);
-    /* a keep-alive connection opened before the stop; the worker running the slow handler is
-     * busy, so another worker accepts it */
+    /* a keep-alive connection opened before the stop, served on its own thread while the slow
+     * handler runs */
     CURL *keep = curl_easy_init();
     assert_non_null(keep);
     reply r = perform(keep, fast, NULL);
@@ -775,6 +829,7 @@ int main(void) {
         cmocka_unit_test(test_ready),
         cmocka_unit_test(test_metrics_endpoint),
         cmocka_unit_test(test_parallel_requests),
+        cmocka_unit_test(test_blocked_handlers_stall_nothing_else),
         cmocka_unit_test(test_stop_with_request_in_flight),
         cmocka_unit_test(test_bind_and_route_errors),
     };
