@@ -298,8 +298,10 @@ static void write_range_json(json_writer *w, const range_series *series, size_t 
     json_end_object(w);
 }
 
-static void http_query_range(void *ctx, const http_request *req, http_response *resp) {
-    querier *q = ctx;
+/* diff is unused: the signature is answer_fn's (below). */
+static void answer_query_range(querier *q, const http_request *req, http_response *resp,
+                               bool diff) {
+    (void)diff;
     int64_t start = strata_monotonic_ns(), now = strata_now_ns();
     strata_error err;
     strata_error_clear(&err);
@@ -509,12 +511,45 @@ static void answer_tree(querier *q, const http_request *req, http_response *resp
         querier_observe(q, op, STRATA_OK, start);
 }
 
+/* ---- running merges on the query threads ------------------------------------------------- */
+
+/* Merges run on the querier's query threads, as gRPC queries do, so query_threads bounds them
+ * (and their memory) across both APIs; this connection's thread waits. A full queue answers 429
+ * at once. */
+typedef void (*answer_fn)(querier *q, const http_request *req, http_response *resp, bool diff);
+
+typedef struct pooled_answer {
+    answer_fn answer;
+    querier *q;
+    const http_request *req;
+    http_response *resp;
+    bool diff;
+} pooled_answer;
+
+static void run_pooled_answer(void *arg) {
+    pooled_answer *a = arg;
+    a->answer(a->q, a->req, a->resp, a->diff);
+}
+
+static void answer_on_query_threads(querier *q, const http_request *req, http_response *resp,
+                                    const char *op, answer_fn answer, bool diff) {
+    pooled_answer a = {answer, q, req, resp, diff};
+    int64_t start = strata_monotonic_ns();
+    strata_error err;
+    if (query_pool_run(q->pool, run_pooled_answer, &a, &err) != 0)
+        send_error(q, resp, req, op, start, &err);
+}
+
+static void http_query_range(void *ctx, const http_request *req, http_response *resp) {
+    answer_on_query_threads(ctx, req, resp, "query_range", answer_query_range, false);
+}
+
 static void http_query(void *ctx, const http_request *req, http_response *resp) {
-    answer_tree(ctx, req, resp, false);
+    answer_on_query_threads(ctx, req, resp, "query", answer_tree, false);
 }
 
 static void http_diff(void *ctx, const http_request *req, http_response *resp) {
-    answer_tree(ctx, req, resp, true);
+    answer_on_query_threads(ctx, req, resp, "diff", answer_tree, true);
 }
 
 int querier_register_http(querier *q, http_server *server, strata_error *err) {

@@ -84,6 +84,39 @@ int query_pool_submit(query_pool *p, query_task_fn fn, void *arg, strata_error *
     return rc;
 }
 
+typedef struct waited_task {
+    query_task_fn fn;
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t done_cond;
+    bool done;
+} waited_task;
+
+static void run_waited(void *arg) {
+    waited_task *w = arg;
+    w->fn(w->arg);
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_signal(&w->done_cond);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int query_pool_run(query_pool *p, query_task_fn fn, void *arg, strata_error *err) {
+    waited_task w = {.fn = fn, .arg = arg};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.done_cond, NULL);
+    int rc = query_pool_submit(p, run_waited, &w, err);
+    if (rc == 0) {
+        pthread_mutex_lock(&w.mu);
+        while (!w.done)
+            pthread_cond_wait(&w.done_cond, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+    }
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.done_cond);
+    return rc;
+}
+
 void query_pool_free(query_pool *p) {
     if (p == NULL)
         return;
