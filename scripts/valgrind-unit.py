@@ -4,7 +4,8 @@
 The tests come from ctest (label "unit", `ctest --show-only=json-v1`), each with its own working
 directory and environment; Python-driven tests are skipped (they exercise other processes, which
 the sanitizer build covers). A test fails on any memcheck error or on a definite or indirect leak
-(valgrind's exit code 99), or on its own failure; the end of its log is printed.
+(valgrind's exit code 99), or on its own failure; its log is printed without the "possibly
+lost" records. scripts/valgrind.supp suppresses what is not ours, each entry saying why.
 
     scripts/valgrind-unit.py BUILD_DIR [-j N]
 """
@@ -12,12 +13,15 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 
+SUPPRESSIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "valgrind.supp")
 VALGRIND = ["valgrind", "-q", "--error-exitcode=99", "--leak-check=full",
-            "--errors-for-leak-kinds=definite,indirect", "--track-fds=no"]
+            "--errors-for-leak-kinds=definite,indirect", "--track-fds=no",
+            f"--suppressions={SUPPRESSIONS}"]
 
 
 def unit_tests(build):
@@ -47,6 +51,25 @@ def run(test):
     return name, rc, time.monotonic() - start, log
 
 
+def print_errors(log, limit=300):
+    """Prints the output without the "possibly lost" records (valgrind -q prints them, but they
+    are not errors here, and they fill reports where threads were alive at exit), so the records
+    that failed the test and the test's own output show."""
+    kept, record = [], []
+    for line in log.splitlines() + ["==0== "]:
+        if not line.startswith("=="):
+            kept.append(line)  # the test's own output
+            continue
+        record.append(line)
+        if re.fullmatch(r"==\d+== ?", line):
+            if not any("possibly lost in loss record" in r for r in record):
+                kept.extend(record)
+            record = []
+    print("\n".join(kept[:limit]))
+    if len(kept) > limit:
+        print(f"... ({len(kept) - limit} more lines)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
@@ -63,7 +86,7 @@ def main():
             print(f"valgrind {name:24s} {status} ({seconds:.0f} s)", flush=True)
             if rc != 0:
                 failed.append(name)
-                print("\n".join(log.splitlines()[-60:]))
+                print_errors(log)
     print(f"valgrind: {len(tests) - len(failed)}/{len(tests)} unit tests clean")
     return 1 if failed else 0
 
