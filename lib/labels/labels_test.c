@@ -383,6 +383,34 @@ static void test_matcher_init_errors(void **state) {
     assert_non_null(strstr(err.message, "repeats a repetition"));
     assert_int_equal(label_matcher_init(&m, "j", LABEL_MATCH_REGEX, "a{2}{3}", &err), -1);
     assert_non_null(strstr(err.message, "repeats a repetition"));
+    /* several alternatives that can match nothing, repeated ahead of a loop: regcomp's time grows
+     * as their count to the power of the copies (the first one is what selector_fuzz found) */
+    static const char *const too_ambiguous[] = {
+        "(\xff\xff||||||||||||||||||||||||||||||||||||||||\xff\xffV\xff\x7f\xfa|b){23,}[pha:]]",
+        "(a?|b?|c?){12,}",
+        "(x|||y)+(x|||y)+(x|||y)+(x|||y)+(x|||y)+(x|||y)+(x|||y)+(x|||y)+",
+        "(a?|b?)(a?|b?)(a?|b?)(a?|b?)(a?|b?)(a?|b?)(a?|b?)(a?|b?)(a?|b?)(a?|b?)(a?|b?)(a?|b?)(a?|b?"
+        ")*",
+        "((a{0,2}|b*|c?){4}){4}",
+    };
+    for (size_t i = 0; i < sizeof too_ambiguous / sizeof too_ambiguous[0]; i++) {
+        if (label_matcher_init(&m, "j", LABEL_MATCH_REGEX, too_ambiguous[i], &err) != -1)
+            fail_msg("accepted %s", too_ambiguous[i]);
+        assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+        assert_non_null(strstr(err.message, "can match nothing"));
+    }
+    /* one empty alternative, or a few repeats, stay cheap and are accepted */
+    static const char *const fine[] = {"(a||b){23,}", "(a?|b?){8}", "(api|web)?-[0-9]+",
+                                       "(a?|b?|c?){6,}", "(|x)(|y)(|z)*"};
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        if (label_matcher_init(&m, "j", LABEL_MATCH_REGEX, fine[i], &err) != 0)
+            fail_msg("refused %s: %s", fine[i], err.message);
+        label_matcher_free(&m);
+    }
+    assert_int_equal(label_matcher_init(&m, "j", LABEL_MATCH_REGEX, "(a?|b?){8}", &err), 0);
+    assert_true(label_matcher_matches(&m, "abba"));
+    assert_false(label_matcher_matches(&m, "abc"));
+    label_matcher_free(&m);
     assert_int_equal(label_matcher_init(&m, "j", LABEL_MATCH_REGEX, "(a+)*x{1,1000}", &err), 0);
     assert_true(label_matcher_matches(&m, "aaax"));
     label_matcher_free(&m);

@@ -199,11 +199,12 @@ static size_t skip_bracket(const char *re, size_t len, size_t i) {
     return i < len ? i + 1 : len;
 }
 
+/* a * b, saturating at 2^40, far above every limit it is compared with. */
 static uint64_t saturating_mul(uint64_t a, uint64_t b) {
-    uint64_t limit = REGEX_MAX_EXPANDED + 1;
+    const uint64_t cap = UINT64_C(1) << 40;
     if (a == 0 || b == 0)
         return 0;
-    return a > limit / b ? limit : (a * b > limit ? limit : a * b);
+    return a > cap / b ? cap : (a * b > cap ? cap : a * b);
 }
 
 /* Parses an interval `{m}`, `{m,}`, `{,n}` or `{m,n}` at re[i] == '{'. Returns the index past it
@@ -248,13 +249,67 @@ static int regex_stacked_repetition(const char *re, strata_error *err) {
                             labels_quote_for_message(re, quoted, sizeof quoted));
 }
 
+/* glibc's regcomp computes epsilon closures by walking every path of empty moves, and a group with
+ * several alternatives that can match nothing ((a?|b?|c?), (x|||y)) multiplies those paths by their
+ * number each time it is repeated ahead of a loop: (a?|b?|c?){12,} takes 3 s to compile and
+ * (a?|...|j?){8,} minutes (found by selector_fuzz). So the precheck also tracks that product,
+ * counting every such group (and every copy a repetition makes), and caps it; it overestimates
+ * (groups in a plain sequence cost nothing without a loop behind them), which only refuses
+ * patterns no label matcher needs. */
+#define REGEX_MAX_AMBIGUITY 4096
+
+static uint64_t saturating_pow(uint64_t base, uint64_t exp) {
+    uint64_t r = 1;
+    while (exp-- > 0 && r <= REGEX_MAX_AMBIGUITY)
+        r = saturating_mul(r, base);
+    return r;
+}
+
+/* The state of one open group (depth 0 is the whole pattern). */
+typedef struct regex_group {
+    uint64_t size;          /* expanded size so far */
+    uint64_t ambiguity;     /* product of the empty-path counts of what it holds */
+    uint32_t nullable_alts; /* finished alternatives that can match nothing */
+    bool alt_nullable;      /* the current alternative can match nothing so far */
+} regex_group;
+
+/* The atom a repetition would apply to. */
+typedef struct regex_atom {
+    uint64_t size, ambiguity;
+    bool pending;  /* not yet folded into its alternative's nullability */
+    bool nullable; /* it can match nothing (after its quantifier, if any) */
+} regex_atom;
+
+static void regex_commit_atom(regex_group *g, regex_atom *a) {
+    if (a->pending && !a->nullable)
+        g->alt_nullable = false;
+    a->pending = false;
+}
+
+static void regex_end_alternative(regex_group *g) {
+    if (g->alt_nullable)
+        g->nullable_alts++;
+    g->alt_nullable = true;
+}
+
+static int regex_too_ambiguous(const char *re, strata_error *err) {
+    char quoted[160];
+    return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                            "regular expression %s repeats groups with several alternatives "
+                            "that can match nothing (as in \"(a?|b?){12,}\") too often to compile "
+                            "quickly (limit %d); make the alternatives non-empty",
+                            labels_quote_for_message(re, quoted, sizeof quoted),
+                            REGEX_MAX_AMBIGUITY);
+}
+
 /* Rejects back-references, stacked repetitions, groups nested too deeply and patterns that expand
- * too far. */
+ * too far or would make regcomp walk too many empty paths. */
 static int regex_precheck(const char *re, size_t len, strata_error *err) {
     char quoted[160];
-    uint64_t size[REGEX_MAX_GROUP_DEPTH + 1] = {0};
-    uint64_t last = 0; /* expanded size of the previous atom, which a repetition applies to */
+    regex_group group[REGEX_MAX_GROUP_DEPTH + 1];
+    regex_atom last = {0};
     size_t depth = 0;
+    group[0] = (regex_group){.ambiguity = 1, .alt_nullable = true};
     bool after_quantifier = false;
     for (size_t i = 0; i < len;) {
         char c = re[i];
@@ -264,6 +319,9 @@ static int regex_precheck(const char *re, size_t len, strata_error *err) {
         if (quantifier && after_quantifier)
             return regex_stacked_repetition(re, err);
         after_quantifier = quantifier;
+        regex_group *g = &group[depth];
+        if (!quantifier)
+            regex_commit_atom(g, &last);
         if (c == '\\' && i + 1 < len && re[i + 1] >= '1' && re[i + 1] <= '9') {
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "regular expression %s uses a back-reference (\\%c), which "
@@ -275,34 +333,57 @@ static int regex_precheck(const char *re, size_t len, strata_error *err) {
                                         "regular expression %s nests groups deeper than %d",
                                         labels_quote_for_message(re, quoted, sizeof quoted),
                                         REGEX_MAX_GROUP_DEPTH);
-            size[++depth] = 0;
-            last = 0;
+            group[++depth] = (regex_group){.ambiguity = 1, .alt_nullable = true};
+            last = (regex_atom){0};
             i++;
             continue;
         } else if (c == ')' && depth > 0) {
-            last = size[depth] > 0 ? size[depth] : 1;
-            size[--depth] += last;
+            regex_end_alternative(g);
+            uint64_t ambiguity = g->ambiguity;
+            if (g->nullable_alts >= 2)
+                ambiguity = saturating_mul(ambiguity, g->nullable_alts);
+            last = (regex_atom){.size = g->size > 0 ? g->size : 1,
+                                .ambiguity = ambiguity,
+                                .pending = true,
+                                .nullable = g->nullable_alts > 0};
+            g = &group[--depth];
+            g->size += last.size;
+            g->ambiguity = saturating_mul(g->ambiguity, ambiguity);
             i++;
         } else if (c == '{' && (next = parse_interval(re, len, i, &count)) != i) {
-            size[depth] += saturating_mul(last, count > 0 ? count - 1 : 0);
-            last = saturating_mul(last, count);
+            g->size += saturating_mul(last.size, count > 0 ? count - 1 : 0);
+            g->ambiguity = saturating_mul(
+                g->ambiguity, saturating_pow(last.ambiguity, count > 0 ? count - 1 : 0));
+            last.size = saturating_mul(last.size, count);
+            last.ambiguity = saturating_pow(last.ambiguity, count);
+            if (re[i + 1] == '0' || re[i + 1] == ',')
+                last.nullable = true; /* {0,n}, {,n}: may repeat zero times */
             i = next;
         } else if (c == '+') { /* glibc expands x+ to xx*, so stacked "+" double the size */
-            size[depth] += last;
-            last = saturating_mul(last, 2);
+            g->size += last.size;
+            g->ambiguity = saturating_mul(g->ambiguity, last.ambiguity);
+            last.size = saturating_mul(last.size, 2);
+            last.ambiguity = saturating_mul(last.ambiguity, last.ambiguity);
             i++;
-        } else if (c == '|' || c == '^' || c == '$' || c == '*' || c == '?') {
-            if (c == '|' || c == '^' || c == '$')
-                last = 0;
+        } else if (c == '*' || c == '?') {
+            last.nullable = true;
+            i++;
+            continue;
+        } else if (c == '|' || c == '^' || c == '$') {
+            if (c == '|')
+                regex_end_alternative(g);
+            last = (regex_atom){0};
             i++;
             continue;
         } else {
             i = c == '[' ? skip_bracket(re, len, i) : i + (c == '\\' && i + 1 < len ? 2 : 1);
-            last = 1;
-            size[depth] += 1;
+            last = (regex_atom){.size = 1, .ambiguity = 1, .pending = true, .nullable = false};
+            g->size += 1;
         }
-        if (size[depth] > REGEX_MAX_EXPANDED)
+        if (g->size > REGEX_MAX_EXPANDED)
             return regex_too_large(re, err);
+        if (g->ambiguity > REGEX_MAX_AMBIGUITY)
+            return regex_too_ambiguous(re, err);
     }
     return 0;
 }
