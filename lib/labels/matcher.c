@@ -273,7 +273,8 @@ typedef struct regex_group {
     bool alt_nullable;      /* the current alternative can match nothing so far */
 } regex_group;
 
-/* The atom a repetition would apply to. */
+/* The atom a repetition would apply to (after "(", "|" or the start: none, size 0, ambiguity 1, so
+ * a stray repetition there changes nothing). */
 typedef struct regex_atom {
     uint64_t size, ambiguity;
     bool pending;  /* not yet folded into its alternative's nullability */
@@ -307,7 +308,7 @@ static int regex_too_ambiguous(const char *re, strata_error *err) {
 static int regex_precheck(const char *re, size_t len, strata_error *err) {
     char quoted[160];
     regex_group group[REGEX_MAX_GROUP_DEPTH + 1];
-    regex_atom last = {0};
+    regex_atom last = {.ambiguity = 1}; /* ambiguity is a product: never 0 */
     size_t depth = 0;
     group[0] = (regex_group){.ambiguity = 1, .alt_nullable = true};
     bool after_quantifier = false;
@@ -334,7 +335,7 @@ static int regex_precheck(const char *re, size_t len, strata_error *err) {
                                         labels_quote_for_message(re, quoted, sizeof quoted),
                                         REGEX_MAX_GROUP_DEPTH);
             group[++depth] = (regex_group){.ambiguity = 1, .alt_nullable = true};
-            last = (regex_atom){0};
+            last = (regex_atom){.ambiguity = 1};
             i++;
             continue;
         } else if (c == ')' && depth > 0) {
@@ -372,7 +373,7 @@ static int regex_precheck(const char *re, size_t len, strata_error *err) {
         } else if (c == '|' || c == '^' || c == '$') {
             if (c == '|')
                 regex_end_alternative(g);
-            last = (regex_atom){0};
+            last = (regex_atom){.ambiguity = 1};
             i++;
             continue;
         } else {

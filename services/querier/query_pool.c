@@ -103,8 +103,12 @@ static void run_waited(void *arg) {
 
 int query_pool_run(query_pool *p, query_task_fn fn, void *arg, strata_error *err) {
     waited_task w = {.fn = fn, .arg = arg};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.done_cond, NULL);
+    if (pthread_mutex_init(&w.mu, NULL) != 0)
+        return strata_error_oom(err);
+    if (pthread_cond_init(&w.done_cond, NULL) != 0) {
+        pthread_mutex_destroy(&w.mu);
+        return strata_error_oom(err);
+    }
     int rc = query_pool_submit(p, run_waited, &w, err);
     if (rc == 0) {
         pthread_mutex_lock(&w.mu);
