@@ -577,7 +577,7 @@ static void bench_range(query_engine *e, const selector *sel, const char *const 
         size_t n;
         int64_t c0 = strata_process_cpu_ns(), w0 = strata_monotonic_ns();
         if (query_range(e, RANGE_TENANT, sel, start, end, 60 * STRATA_NS_PER_SEC, sum_by, n_sum_by,
-                        &series, &n, &err) != 0)
+                        &series, &n, NULL, &err) != 0)
             die("query_range", &err);
         int64_t c1 = strata_process_cpu_ns(), w1 = strata_monotonic_ns();
         if (i == 0) {

@@ -9,6 +9,7 @@
 #include "calltree/calltree_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,10 +48,10 @@ static int grow_frames(calltree *t) {
     uint32_t *str = realloc(t->frame_str, cap * FRAME_NSTR * sizeof *str);
     if (str != NULL)
         t->frame_str = str;
-    int64_t *line = realloc(t->frame_start_line, cap * sizeof *line);
-    if (line != NULL)
-        t->frame_start_line = line;
-    if (str == NULL || line == NULL)
+    calltree_frame_extra *extra = realloc(t->frame_extra, cap * sizeof *extra);
+    if (extra != NULL)
+        t->frame_extra = extra;
+    if (str == NULL || extra == NULL)
         return -1;
     t->frames_cap = cap;
     return 0;
@@ -76,7 +77,10 @@ int calltree_create(calltree **out, size_t expected_nodes, strata_error *err) {
         return strata_error_oom(err);
     size_t expected = expected_nodes ? expected_nodes : DEFAULT_NODES;
     uint32_t root;
-    if (strata_intern_init(&t->strings) != 0 || strata_u64_map_init(&t->child_map, expected) != 0 ||
+    t->group_by = CALLTREE_GROUP_EXACT;
+    if (strata_intern_init(&t->strings) != 0 ||
+        strata_intern_add(&t->strings, "", 0, &t->empty_sid) != 0 ||
+        strata_u64_map_init(&t->child_map, expected) != 0 ||
         strata_u64_map_init(&t->frame_map, 256) != 0 ||
         new_node(t, CALLTREE_NONE, CALLTREE_NONE, &root) != 0) {
         calltree_free(t);
@@ -92,8 +96,9 @@ static void free_finalized(calltree *t) {
     free(t->child_offset);
     free(t->children);
     free(t->frame_rank);
+    free(t->frame_label);
     t->total = t->total_base = NULL;
-    t->child_offset = t->children = t->frame_rank = NULL;
+    t->child_offset = t->children = t->frame_rank = t->frame_label = NULL;
     t->finalized = false;
 }
 
@@ -104,7 +109,7 @@ void calltree_free(calltree *t) {
     strata_u64_map_free(&t->frame_map);
     strata_u64_map_free(&t->child_map);
     free(t->frame_str);
-    free(t->frame_start_line);
+    free(t->frame_extra);
     free(t->parent);
     free(t->frame);
     free(t->self);
@@ -119,29 +124,113 @@ static int intern_str(calltree *t, calltree_str s, uint32_t *id) {
     return strata_intern_add(&t->strings, s.ptr, s.len, id);
 }
 
-/* Finds the frame with string ids sid[], inserting it (with start_line) if absent. Room for a new
- * frame is made first, so a failed insert never leaves the map pointing past the frame arrays. */
-static int find_or_add_frame(calltree *t, const uint32_t sid[FRAME_NSTR], int64_t start_line,
-                             uint32_t *frame, strata_error *err) {
+int calltree_set_group_by(calltree *t, unsigned mask, strata_error *err) {
+    if (t->n_frames > 0)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "call tree: group-by is set before the first frame");
+    if (mask == 0 || (mask & ~(unsigned)CALLTREE_GROUP_EXACT) != 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "call tree: bad group-by mask %#x",
+                                mask);
+    t->group_by = mask;
+    return 0;
+}
+
+unsigned calltree_group_by(const calltree *t) {
+    return t->group_by;
+}
+
+/* A frame's identity under the tree's group-by: the chosen fields, every other one zero. Built
+ * with memset so padding compares and hashes equal. */
+typedef struct frame_key {
+    uint32_t sid[FRAME_NSTR];
+    uint32_t flags; /* inlined | folded << 1 | lineless << 2 | mapping_flags << 3 */
+    uint64_t address;
+    int64_t line;
+    int64_t start_line;
+    uint64_t memory_start;
+    uint64_t memory_limit;
+    uint64_t file_offset;
+} frame_key;
+
+static void make_key(unsigned group_by, const uint32_t sid[FRAME_NSTR],
+                     const calltree_frame_extra *x, frame_key *k) {
+    memset(k, 0, sizeof *k);
+    if (group_by & CALLTREE_GROUP_LOCATION) { /* the exact location: everything */
+        memcpy(k->sid, sid, sizeof k->sid);
+        k->flags = (uint32_t)x->loc.inlined | (uint32_t)x->loc.folded << 1 |
+                   (uint32_t)x->loc.lineless << 2 | x->loc.mapping_flags << 3;
+        k->address = x->loc.address;
+        k->line = x->loc.line;
+        k->start_line = x->start_line;
+        k->memory_start = x->loc.memory_start;
+        k->memory_limit = x->loc.memory_limit;
+        k->file_offset = x->loc.file_offset;
+        return;
+    }
+    if (group_by & CALLTREE_GROUP_FUNCTION_NAME)
+        k->sid[FRAME_NAME] = sid[FRAME_NAME];
+    if (group_by & CALLTREE_GROUP_FILE_NAME)
+        k->sid[FRAME_FILENAME] = sid[FRAME_FILENAME];
+    if (group_by & CALLTREE_GROUP_MAPPING_FILE)
+        k->sid[FRAME_MAPPING_FILE] = sid[FRAME_MAPPING_FILE];
+}
+
+/* Keeps what every occurrence of a frame agrees on: a field outside the identity that differs
+ * between occurrences is blanked, so the result does not depend on the order of merging. */
+static void reconcile_frame(calltree *t, uint32_t f, const uint32_t sid[FRAME_NSTR],
+                            const calltree_frame_extra *x) {
+    uint32_t *stored = &t->frame_str[(size_t)f * FRAME_NSTR];
+    for (int i = 0; i < FRAME_NSTR; i++)
+        if (stored[i] != sid[i])
+            stored[i] = t->empty_sid;
+    calltree_frame_extra *y = &t->frame_extra[f];
+    if (y->start_line != x->start_line)
+        y->start_line = 0;
+    if (y->loc.address != x->loc.address)
+        y->loc.address = 0;
+    if (y->loc.line != x->loc.line)
+        y->loc.line = 0;
+    y->loc.inlined = y->loc.inlined && x->loc.inlined;
+    y->loc.folded = y->loc.folded && x->loc.folded;
+    y->loc.lineless = y->loc.lineless && x->loc.lineless;
+    if (y->loc.memory_start != x->loc.memory_start || y->loc.memory_limit != x->loc.memory_limit ||
+        y->loc.file_offset != x->loc.file_offset) {
+        y->loc.memory_start = y->loc.memory_limit = y->loc.file_offset = 0;
+    }
+    y->loc.mapping_flags &= x->loc.mapping_flags;
+}
+
+/* Finds the frame with these fields under the tree's group-by, inserting it if absent. Room for a
+ * new frame is made first, so a failed insert never leaves the map pointing past the frame
+ * arrays. */
+static int find_or_add_frame(calltree *t, const uint32_t sid[FRAME_NSTR],
+                             const calltree_frame_extra *x, uint32_t *frame, strata_error *err) {
     if (t->n_frames >= MAX_IDS)
         return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "call tree: too many frames");
     if (t->n_frames == t->frames_cap && grow_frames(t) != 0)
         return strata_error_oom(err);
+    frame_key key;
+    make_key(t->group_by, sid, x, &key);
     for (uint64_t seed = 0;; seed++) {
-        uint64_t key = strata_hash_bytes(sid, FRAME_NSTR * sizeof sid[0], seed);
-        key = key ? key : 1;
+        uint64_t h = strata_hash_bytes(&key, sizeof key, seed);
+        h = h ? h : 1;
         bool inserted;
-        uint64_t *slot = strata_u64_map_upsert(&t->frame_map, key, t->n_frames, &inserted);
+        uint64_t *slot = strata_u64_map_upsert(&t->frame_map, h, t->n_frames, &inserted);
         if (slot == NULL)
             return strata_error_oom(err);
         if (!inserted) {
-            if (memcmp(&t->frame_str[*slot * FRAME_NSTR], sid, FRAME_NSTR * sizeof sid[0]) != 0)
+            frame_key other;
+            make_key(t->group_by, &t->frame_str[*slot * FRAME_NSTR], &t->frame_extra[*slot],
+                     &other);
+            if (memcmp(&other, &key, sizeof key) != 0)
                 continue; /* a 64-bit collision: try the next seed */
             *frame = (uint32_t)*slot;
+            if (t->group_by != CALLTREE_GROUP_EXACT)
+                reconcile_frame(t, *frame, sid, x);
             return 0;
         }
         memcpy(&t->frame_str[t->n_frames * FRAME_NSTR], sid, FRAME_NSTR * sizeof sid[0]);
-        t->frame_start_line[t->n_frames] = start_line;
+        t->frame_extra[t->n_frames] = *x;
         *frame = (uint32_t)t->n_frames++;
         t->finalized = false;
         return 0;
@@ -157,7 +246,8 @@ int calltree_intern_frame(calltree *t, const calltree_frame_desc *d, uint32_t *f
         intern_str(t, d->mapping_file, &sid[FRAME_MAPPING_FILE]) != 0 ||
         intern_str(t, d->build_id, &sid[FRAME_BUILD_ID]) != 0)
         return strata_error_oom(err);
-    return find_or_add_frame(t, sid, d->start_line, frame, err);
+    calltree_frame_extra x = {d->start_line, d->loc};
+    return find_or_add_frame(t, sid, &x, frame, err);
 }
 
 int calltree_child(calltree *t, uint32_t parent, uint32_t frame, uint32_t *node,
@@ -224,9 +314,13 @@ bool calltree_is_diff(const calltree *t) {
 static int merge_frames(calltree *dst, const calltree *src, uint32_t *map, strata_error *err) {
     for (size_t f = 0; f < src->n_frames; f++) {
         calltree_frame fr = calltree_frame_get(src, (uint32_t)f);
-        calltree_frame_desc d = {calltree_cstr(fr.name),     calltree_cstr(fr.system_name),
-                                 calltree_cstr(fr.filename), calltree_cstr(fr.mapping_file),
-                                 calltree_cstr(fr.build_id), fr.start_line};
+        calltree_frame_desc d = {calltree_cstr(fr.name),
+                                 calltree_cstr(fr.system_name),
+                                 calltree_cstr(fr.filename),
+                                 calltree_cstr(fr.mapping_file),
+                                 calltree_cstr(fr.build_id),
+                                 fr.start_line,
+                                 fr.loc};
         if (calltree_intern_frame(dst, &d, &map[f], err) != 0)
             return -1;
     }
@@ -273,6 +367,8 @@ out:
 
 typedef struct frame_sort_entry {
     const char *s[FRAME_NSTR];
+    uint64_t address;
+    int64_t line;
     uint32_t id;
 } frame_sort_entry;
 
@@ -283,6 +379,10 @@ static int compare_frames(const void *a, const void *b) {
         if (c != 0)
             return c;
     }
+    if (x->address != y->address)
+        return x->address < y->address ? -1 : 1;
+    if (x->line != y->line)
+        return x->line < y->line ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
 }
 
@@ -297,6 +397,8 @@ static int rank_frames(calltree *t) {
     for (size_t f = 0; f < t->n_frames; f++) {
         for (int i = 0; i < FRAME_NSTR; i++)
             e[f].s[i] = calltree_frame_string(t, (uint32_t)f, i);
+        e[f].address = t->frame_extra[f].loc.address;
+        e[f].line = t->frame_extra[f].loc.line;
         e[f].id = (uint32_t)f;
     }
     qsort(e, t->n_frames, sizeof *e, compare_frames);
@@ -357,12 +459,48 @@ static void compute_totals(calltree *t) {
     }
 }
 
+/* The display name of frame f (see calltree_frame_label). */
+static int label_frame(calltree *t, uint32_t f, uint32_t *sid) {
+    const calltree_frame_location *loc = &t->frame_extra[f].loc;
+    const char *base = calltree_frame_string(t, f, FRAME_NAME);
+    char hex[24];
+    snprintf(hex, sizeof hex, "0x%llx", (unsigned long long)loc->address);
+    if (base[0] == '\0')
+        base = calltree_frame_string(t, f, FRAME_FILENAME);
+    if (base[0] == '\0')
+        base = calltree_frame_string(t, f, FRAME_MAPPING_FILE);
+    if (base[0] == '\0')
+        base = loc->address != 0 ? hex : "unknown";
+    bool with_address =
+        (t->group_by & CALLTREE_GROUP_LOCATION) && loc->address != 0 && strcmp(base, hex) != 0;
+    if (!with_address)
+        return strata_intern_add(&t->strings, base, strlen(base), sid);
+    size_t len = strlen(base) + 1 + strlen(hex);
+    char *text = malloc(len + 1);
+    if (text == NULL)
+        return -1;
+    snprintf(text, len + 1, "%s %s", base, hex);
+    int rc = strata_intern_add(&t->strings, text, len, sid);
+    free(text);
+    return rc;
+}
+
+static int label_frames(calltree *t) {
+    t->frame_label = malloc((t->n_frames ? t->n_frames : 1) * sizeof *t->frame_label);
+    if (t->frame_label == NULL)
+        return -1;
+    for (size_t f = 0; f < t->n_frames; f++)
+        if (label_frame(t, (uint32_t)f, &t->frame_label[f]) != 0)
+            return -1;
+    return 0;
+}
+
 int calltree_finalize(calltree *t, strata_error *err) {
     free_finalized(t);
     t->total = malloc(t->n_nodes * sizeof *t->total);
     t->total_base = malloc(t->n_nodes * sizeof *t->total_base);
     if (t->total == NULL || t->total_base == NULL || rank_frames(t) != 0 ||
-        build_children(t) != 0) {
+        build_children(t) != 0 || label_frames(t) != 0) {
         free_finalized(t);
         return strata_error_oom(err);
     }
@@ -456,8 +594,16 @@ calltree_node_values calltree_node_get(const calltree *t, uint32_t node) {
     return v;
 }
 
+const char *calltree_frame_label(const calltree *t, uint32_t f) {
+    if (f >= t->n_frames || !t->finalized)
+        return "";
+    return calltree_string(t, t->frame_label[f]);
+}
+
 calltree_frame calltree_frame_get(const calltree *t, uint32_t f) {
-    calltree_frame fr = {"", "", "", "", "", 0};
+    calltree_frame fr;
+    memset(&fr, 0, sizeof fr);
+    fr.name = fr.system_name = fr.filename = fr.mapping_file = fr.build_id = "";
     if (f >= t->n_frames)
         return fr;
     fr.name = calltree_frame_string(t, f, FRAME_NAME);
@@ -465,7 +611,8 @@ calltree_frame calltree_frame_get(const calltree *t, uint32_t f) {
     fr.filename = calltree_frame_string(t, f, FRAME_FILENAME);
     fr.mapping_file = calltree_frame_string(t, f, FRAME_MAPPING_FILE);
     fr.build_id = calltree_frame_string(t, f, FRAME_BUILD_ID);
-    fr.start_line = t->frame_start_line[f];
+    fr.start_line = t->frame_extra[f].start_line;
+    fr.loc = t->frame_extra[f].loc;
     return fr;
 }
 
@@ -479,6 +626,60 @@ uint32_t calltree_child_at(const calltree *t, uint32_t node, size_t i) {
     if (i >= calltree_child_count(t, node))
         return CALLTREE_NONE;
     return t->children[t->child_offset[node] + i];
+}
+
+/* ---- group-by ---- */
+
+static const struct {
+    const char *name;
+    unsigned mask;
+} group_by_fields[] = {
+    {"function_name", CALLTREE_GROUP_FUNCTION_NAME},
+    {"function_file_name", CALLTREE_GROUP_FILE_NAME},
+    {"location_address", CALLTREE_GROUP_LOCATION},
+    {"mapping_file", CALLTREE_GROUP_MAPPING_FILE},
+};
+
+static int group_by_field(const char *name, size_t len, unsigned *mask, strata_error *err) {
+    for (size_t i = 0; i < sizeof group_by_fields / sizeof group_by_fields[0]; i++) {
+        if (strlen(group_by_fields[i].name) == len &&
+            memcmp(group_by_fields[i].name, name, len) == 0) {
+            *mask |= group_by_fields[i].mask;
+            return 0;
+        }
+    }
+    if ((len == 6 && memcmp(name, "labels", 6) == 0) ||
+        (len > 7 && memcmp(name, "labels.", 7) == 0))
+        return strata_error_set(err, STRATA_UNIMPLEMENTED,
+                                "group_by %.*s: pprof sample labels are not stored yet", (int)len,
+                                name);
+    return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                            "group_by: unknown field \"%.*s\" (want function_name, "
+                            "function_file_name, location_address or mapping_file)",
+                            (int)(len > 64 ? 64 : len), name);
+}
+
+int calltree_group_by_parse(const char *const *fields, size_t n, unsigned *mask,
+                            strata_error *err) {
+    unsigned m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (group_by_field(fields[i], strlen(fields[i]), &m, err) != 0)
+            return -1;
+    *mask = m != 0 ? m : CALLTREE_GROUP_DEFAULT;
+    return 0;
+}
+
+int calltree_group_by_parse_list(const char *list, unsigned *mask, strata_error *err) {
+    unsigned m = 0;
+    for (const char *p = list; p != NULL && *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (len > 0 && group_by_field(p, len, &m, err) != 0)
+            return -1;
+        p = end != NULL ? end + 1 : p + len;
+    }
+    *mask = m != 0 ? m : CALLTREE_GROUP_DEFAULT;
+    return 0;
 }
 
 int calltree_validate_options(const calltree_report_options *opts, strata_error *err) {

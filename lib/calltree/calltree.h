@@ -3,10 +3,18 @@
  * from it (Parca QueryResponse: flame graph, top, pprof; JSON: Pyroscope flamebearer and a table).
  *
  * Design.
- * - Frames are function-level. A frame's identity is the tuple (function name, system name, file
- *   name, mapping file, build id); the start line of the first occurrence is kept. Strings are
- *   copied once into the tree's strata_intern arena, so callers may pass views into block pages
- *   that are released afterwards. Frame ids are dense, 0..n-1, in first-seen order.
+ * - A frame is one line of one location: function (name, system name, file, start line), the
+ *   call site's line, the location's address and mapping (file, build id, range, offset, flags),
+ *   and whether it is inlined into its caller (the next frame towards the root, same location).
+ *   Which of those fields make a frame's identity is the tree's group-by (Parca's `group_by`),
+ *   set before the first frame: CALLTREE_GROUP_FUNCTION_NAME (the query default, as Parca) merges
+ *   every frame of one function name, whatever binary or build it came from, so two versions of a
+ *   program line up by function; CALLTREE_GROUP_EXACT (the library default) keeps every location
+ *   apart, which the PPROF report needs. A field outside the identity keeps the value all merged
+ *   occurrences agree on, and is blanked (""/0) where they disagree, so the result does not depend
+ *   on the order blocks were merged in. Strings are copied once into the tree's strata_intern
+ *   arena, so callers may pass views into block pages that are released afterwards. Frame ids are
+ *   dense, 0..n-1, in first-seen order.
  * - Nodes form a prefix tree of frames. Node 0 is the root (no frame). calltree_child() finds or
  *   creates the child of (parent, frame) through one strata_u64_map keyed by the exact pair, so a
  *   node costs a few array slots and no malloc of its own. Nodes are kept in creation order, which
@@ -14,7 +22,8 @@
  * - Each node carries two self values: `self` for the profile (side B, the one shown) and
  *   `self_base` for the diff base (side A). A merge or single query only uses `self`.
  * - calltree_finalize() computes cumulative totals for both sides and child lists sorted by frame
- *   (name, then system name, file, mapping file, build id), so every report is deterministic. It
+ *   (name, then system name, file, mapping file, build id, address, line), so every report is
+ *   deterministic. It
  *   may be called again after more adds, merges or scaling; reports require a finalized tree and
  *   fail with FAILED_PRECONDITION otherwise.
  *
@@ -26,7 +35,7 @@
  * cumulative * threshold / 100 is dropped with its subtree and its cumulative added to `trimmed`
  * (threshold 0 keeps everything). Trimming weighs nodes by B's cumulative in the Parca reports; the
  * flamebearer weighs a diff tree by B + A (so nodes present only in A stay visible), a plain tree
- * by B. max_nodes (flamebearer only, 0 = unlimited) then keeps at most max_nodes nodes besides the
+ * by B. max_nodes (0 = unlimited) then keeps at most max_nodes nodes besides the
  * root: nodes whose weight is not above the (max_nodes+1)-th largest weight are dropped.
  *
  * Not thread-safe: one tree per thread; partial trees are combined with calltree_merge().
@@ -60,6 +69,25 @@ typedef struct calltree_str {
 /* Builds a view of a NUL-terminated string (NULL gives ""). */
 calltree_str calltree_cstr(const char *s);
 
+/* The location side of a frame: where the code is. All zero for a frame without an address. */
+typedef struct calltree_frame_location {
+    uint64_t address;
+    int64_t line;  /* the call site's line (0 when unknown) */
+    bool inlined;  /* inlined into the next frame towards the root (same location) */
+    bool folded;   /* pprof Location.is_folded */
+    bool lineless; /* a location without lines: the frame's name is its address ("0x401234"), and
+                      the PPROF report gives the location no Line */
+    uint64_t memory_start; /* the mapping's range, offset and flags (pprof Mapping) */
+    uint64_t memory_limit;
+    uint64_t file_offset;
+    uint32_t mapping_flags; /* CALLTREE_MAPPING_HAS_* */
+} calltree_frame_location;
+
+#define CALLTREE_MAPPING_HAS_FUNCTIONS 1u
+#define CALLTREE_MAPPING_HAS_FILENAMES 2u
+#define CALLTREE_MAPPING_HAS_LINE_NUMBERS 4u
+#define CALLTREE_MAPPING_HAS_INLINE_FRAMES 8u
+
 /* What the querier knows about one frame. */
 typedef struct calltree_frame_desc {
     calltree_str name;
@@ -68,6 +96,7 @@ typedef struct calltree_frame_desc {
     calltree_str mapping_file;
     calltree_str build_id;
     int64_t start_line;
+    calltree_frame_location loc;
 } calltree_frame_desc;
 
 /* A frame as stored: NUL-terminated strings owned by the tree. */
@@ -78,7 +107,29 @@ typedef struct calltree_frame {
     const char *mapping_file;
     const char *build_id;
     int64_t start_line;
+    calltree_frame_location loc;
 } calltree_frame;
+
+/* Group-by fields (Parca's GroupBy.fields). A frame's identity is the union of the chosen fields.
+ */
+/* "function_name": the function's name. */
+#define CALLTREE_GROUP_FUNCTION_NAME 1u
+/* "function_file_name": the function's source file. */
+#define CALLTREE_GROUP_FILE_NAME 2u
+/* "location_address": the exact location (address, mapping, lines, inlining). */
+#define CALLTREE_GROUP_LOCATION 4u
+/* "mapping_file": the binary. */
+#define CALLTREE_GROUP_MAPPING_FILE 8u
+/* Every field: nothing that differs is merged. */
+#define CALLTREE_GROUP_EXACT 15u
+#define CALLTREE_GROUP_DEFAULT CALLTREE_GROUP_FUNCTION_NAME
+
+/* Parses Parca's group_by field names (fields[0..n)) into a mask; n == 0 gives the default
+ * (function_name). `labels` and `labels.<name>` (pprof sample labels) are UNIMPLEMENTED: sample
+ * labels are not stored yet. Unknown names are INVALID_ARGUMENT naming the field. */
+int calltree_group_by_parse(const char *const *fields, size_t n, unsigned *mask, strata_error *err);
+/* Parses a comma-separated list ("function_name,mapping_file"); NULL or "" gives the default. */
+int calltree_group_by_parse_list(const char *list, unsigned *mask, strata_error *err);
 
 /* One node's values, valid after calltree_finalize() (self values are valid at any time). */
 typedef struct calltree_node_values {
@@ -88,9 +139,13 @@ typedef struct calltree_node_values {
     int64_t total_base; /* A cumulative */
 } calltree_node_values;
 
-/* Lifecycle. expected_nodes sizes the tables (0 for a default); they grow as needed. */
+/* Lifecycle. expected_nodes sizes the tables (0 for a default); they grow as needed. A new tree
+ * groups by CALLTREE_GROUP_EXACT. */
 int calltree_create(calltree **out, size_t expected_nodes, strata_error *err);
 void calltree_free(calltree *tree);
+/* Sets the group-by mask (CALLTREE_GROUP_*, non-zero); FAILED_PRECONDITION once frames exist. */
+int calltree_set_group_by(calltree *tree, unsigned mask, strata_error *err);
+unsigned calltree_group_by(const calltree *tree);
 
 /* Interns a frame (copying its strings) and returns its id in *frame. */
 int calltree_intern_frame(calltree *tree, const calltree_frame_desc *desc, uint32_t *frame,
@@ -110,8 +165,8 @@ void calltree_add_base(calltree *tree, uint32_t node, int64_t value);
 void calltree_set_diff(calltree *tree, bool diff);
 bool calltree_is_diff(const calltree *tree);
 
-/* Adds every node of src (both sides) into dst, interning src's frames into dst. dst must not be
- * src. dst is left un-finalized. */
+/* Adds every node of src (both sides) into dst, interning src's frames into dst (with dst's
+ * group-by). dst must not be src. dst is left un-finalized. */
 int calltree_merge(calltree *dst, const calltree *src, strata_error *err);
 /* Exchanges the contents of two trees without copying (each keeps its address): a tree built on
  * the side replaces an empty one in place, where a merge would copy every node. Neither may be
@@ -143,6 +198,9 @@ uint32_t calltree_node_parent(const calltree *tree, uint32_t node);
 calltree_node_values calltree_node_get(const calltree *tree, uint32_t node);
 /* The stored frame; strings valid while the tree lives. */
 calltree_frame calltree_frame_get(const calltree *tree, uint32_t frame);
+/* The frame's display name after finalize (flame graph names): the function name, else the file,
+ * the binary or the address; " 0x<address>" is appended when grouping by location. */
+const char *calltree_frame_label(const calltree *tree, uint32_t frame);
 /* After finalize: number of children and the i-th child in sorted order. */
 size_t calltree_child_count(const calltree *tree, uint32_t node);
 uint32_t calltree_child_at(const calltree *tree, uint32_t node, size_t i);
@@ -160,7 +218,7 @@ typedef struct calltree_pprof_meta {
 
 typedef struct calltree_report_options {
     double node_trim_threshold; /* percent, 0 = no trimming; negative or NaN is INVALID_ARGUMENT */
-    size_t max_nodes;           /* flamebearer only; 0 = unlimited */
+    size_t max_nodes; /* flame graph nodes (both forms), TOP entries, table rows; 0 = unlimited */
     const char *unit; /* Flamegraph.unit, Top.unit, flamebearer metadata.units; NULL = "" */
     const char *name; /* flamebearer metadata.name; NULL = "" */
     int64_t total;    /* QueryResponse.total: total before filtering */
@@ -179,8 +237,9 @@ typedef struct calltree_report_options {
  * id,
  *   - location_index (1-based into `locations`, Parca's table convention) and line_index 0.
  * Tables: string_table ("" first, then strings in first-use order, depth-first), one Location per
- * emitted frame (address 0, one Line {line = start_line, function_index 1-based}, mapping_index
- * 1-based or 0 for none), one Function per frame, one Mapping per distinct (file, build id). Ids
+ * emitted frame (the frame's address, one Line {line (the call site's, else start_line),
+ * function_index 1-based}, mapping_index 1-based or 0 for none), one Function per frame, one
+ * Mapping per distinct (file, build id). Ids
  * are left empty. unit from opts; height = the deepest emitted node's depth (root 0, so a stack of
  * n frames gives n); total = untrimmed_total = root cumulative; trimmed = sum of trimmed
  * cumulatives.
@@ -190,12 +249,16 @@ typedef struct calltree_report_options {
  * (a frame counts once per stack, even when recursive), diff = cumulative B - cumulative A (same
  * once-per-stack rule; 0 for a plain tree); meta.function and meta.mapping filled as above. Sorted
  * by flat desc, then cumulative desc, then frame (name, system name, file, mapping, build id).
- * reported = total = entry count. No trimming.
+ * At most max_nodes entries (the first in that order): reported = entries sent, total = entries
+ * there are.
  *
- * REPORT_TYPE_PPROF: `pprof` = gzipped pprof: sample type and period from opts.pprof, one Function
- * and one Location (ids 1..n, line = start_line) per frame used, one Mapping per distinct (file,
- * build id), one sample per node with non-zero self whose locations are the node's path leaf first
- * and whose value is self (B's value for a diff tree). No trimming.
+ * REPORT_TYPE_PPROF: `pprof` = gzipped pprof, faithful to what was stored when the tree groups by
+ * CALLTREE_GROUP_EXACT: sample type and period from opts.pprof; one Function per distinct (name,
+ * system name, file, start line); one Location per distinct location, made of a run of frames
+ * joined by `inlined` (innermost first, one Line each with the call site's line), with the
+ * frames' address and mapping; one Mapping per distinct (file, build id, range, offset, flags);
+ * one sample per node with non-zero self whose locations are the node's path leaf first and whose
+ * value is self (B's value for a diff tree). No trimming. Ids are dense from 1.
  *
  * Other report types: UNIMPLEMENTED with a message naming the type.
  */
@@ -211,7 +274,8 @@ int calltree_encode_query_response(const calltree *tree,
  *    "metadata":{"format":"single"|"double","units":unit,"name":name},
  *    "leftTicks":A,"rightTicks":B,   (diff only)
  *    "trimmed":T}
- * names[0] is "total" (the root); other entries are distinct frame names in first-use order.
+ * names[0] is "total" (the root); other entries are distinct frame labels (calltree_frame_label)
+ * in first-use order.
  * levels[d] holds the nodes of depth d left to right (level 0 is the root alone). Single format,
  * 4 ints per node: [x delta, total, self, name index], where x delta is the node's x minus the end
  * (x + total) of the previous node in the same level (the first node of a level: its x). A node's
@@ -226,10 +290,13 @@ int calltree_write_flamebearer_json(const calltree *tree, const calltree_report_
                                     json_writer *w, strata_error *err);
 
 /*
- * Writes one JSON object to w: {"unit":u,"total":root cumulative,"rows":[row...]}, one row per
- * frame as in REPORT_TYPE_TOP, sorted the same way:
- *   {"name","system_name","filename","mapping_file","flat","cumulative"} and, for a diff tree,
- *   "flat_diff" (flat B - flat A) and "cumulative_diff" (cumulative B - cumulative A).
+ * Writes one JSON object to w: {"unit":u,"total":root cumulative,"rows_total":n,"rows":[row...]},
+ * one row per frame as in REPORT_TYPE_TOP, sorted the same way, at most max_nodes of them:
+ *   {"name","system_name","filename","mapping_file","label" (the flame graph's name),
+ *    "address" ("0x..." hex) and "line" when grouping by location, "flat","cumulative"} and, for
+ *   a diff tree, "flat_base" and "cumulative_base" (side A), "flat_diff" (flat B - flat A) and
+ *   "cumulative_diff" (cumulative B - cumulative A). A frame with cumulative_base 0 is new in B,
+ *   one with cumulative 0 was removed.
  */
 int calltree_write_table_json(const calltree *tree, const calltree_report_options *opts,
                               json_writer *w, strata_error *err);

@@ -22,14 +22,23 @@ enum {
     FRAME_NSTR
 };
 
+/* A frame's fields besides its strings. */
+typedef struct calltree_frame_extra {
+    int64_t start_line;
+    calltree_frame_location loc;
+} calltree_frame_extra;
+
 struct calltree {
     strata_intern strings;
+    unsigned group_by;  /* CALLTREE_GROUP_*: which fields make a frame's identity */
+    uint32_t empty_sid; /* the string id of "" */
 
     uint32_t *frame_str; /* FRAME_NSTR string ids per frame */
-    int64_t *frame_start_line;
+    calltree_frame_extra *frame_extra;
+    uint32_t *frame_label; /* string id of the display name; valid when finalized */
     size_t n_frames;
     size_t frames_cap;
-    strata_u64_map frame_map; /* hash of the string ids (re-seeded on collision) -> frame id */
+    strata_u64_map frame_map; /* hash of the identity fields (re-seeded on collision) -> frame id */
 
     uint32_t *parent;
     uint32_t *frame;
@@ -59,6 +68,14 @@ static inline const char *calltree_frame_string(const calltree *t, uint32_t fram
 
 static inline uint32_t calltree_frame_sid(const calltree *t, uint32_t frame, int which) {
     return t->frame_str[(size_t)frame * FRAME_NSTR + (size_t)which];
+}
+
+static inline const calltree_frame_location *calltree_frame_loc(const calltree *t, uint32_t frame) {
+    return &t->frame_extra[frame].loc;
+}
+
+static inline int64_t calltree_frame_start_line(const calltree *t, uint32_t frame) {
+    return t->frame_extra[frame].start_line;
 }
 
 /* FAILED_PRECONDITION unless finalized. */

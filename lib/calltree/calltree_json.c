@@ -9,6 +9,7 @@
  */
 #include "calltree/calltree_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,7 +107,7 @@ static int assign_names(flamebearer *fb) {
         return -1;
     fb->n_names = 1;
     for (size_t e = 1; e < fb->sel.n_order; e++) {
-        uint32_t sid = calltree_frame_sid(t, t->frame[fb->sel.order[e]], FRAME_NAME);
+        uint32_t sid = t->frame_label[t->frame[fb->sel.order[e]]];
         if (fb->name_index[sid] == 0) {
             fb->name_index[sid] = (uint32_t)fb->n_names;
             fb->names[fb->n_names++] = sid;
@@ -137,7 +138,7 @@ static int flamebearer_build(flamebearer *fb, const calltree_report_options *opt
 static uint32_t node_name_index(const flamebearer *fb, uint32_t v) {
     if (v == CALLTREE_ROOT)
         return 0;
-    return fb->name_index[calltree_frame_sid(fb->t, fb->t->frame[v], FRAME_NAME)];
+    return fb->name_index[fb->t->frame_label[fb->t->frame[v]]];
 }
 
 static void write_level(const flamebearer *fb, json_writer *w, uint32_t d, int64_t *max_self) {
@@ -234,11 +235,26 @@ static void write_row(const calltree *t, const calltree_frame_stats *r, json_wri
     json_string(w, calltree_frame_string(t, r->frame, FRAME_FILENAME));
     json_key(w, "mapping_file");
     json_string(w, calltree_frame_string(t, r->frame, FRAME_MAPPING_FILE));
+    json_key(w, "label");
+    json_string(w, calltree_string(t, t->frame_label[r->frame]));
+    if (t->group_by & CALLTREE_GROUP_LOCATION) {
+        const calltree_frame_location *loc = calltree_frame_loc(t, r->frame);
+        char hex[24];
+        snprintf(hex, sizeof hex, "0x%llx", (unsigned long long)loc->address);
+        json_key(w, "address");
+        json_string(w, hex);
+        json_key(w, "line");
+        json_int(w, loc->line);
+    }
     json_key(w, "flat");
     json_int(w, r->flat);
     json_key(w, "cumulative");
     json_int(w, r->cumulative);
     if (t->diff) {
+        json_key(w, "flat_base");
+        json_int(w, r->flat_base);
+        json_key(w, "cumulative_base");
+        json_int(w, r->cumulative_base);
         json_key(w, "flat_diff");
         json_int(w, r->flat - r->flat_base);
         json_key(w, "cumulative_diff");
@@ -258,9 +274,12 @@ int calltree_write_table_json(const calltree *t, const calltree_report_options *
     json_string(w, opts->unit != NULL ? opts->unit : "");
     json_key(w, "total");
     json_int(w, t->total[CALLTREE_ROOT]);
+    json_key(w, "rows_total");
+    json_uint(w, n);
+    size_t shown = opts->max_nodes > 0 && n > opts->max_nodes ? opts->max_nodes : n;
     json_key(w, "rows");
     json_begin_array(w);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < shown; i++)
         write_row(t, &rows[i], w);
     json_end_array(w);
     json_end_object(w);

@@ -148,7 +148,7 @@ static void fill_function(symbol_tables *s, const calltree *t, uint32_t f, PbFun
     fn->name = mutable_str(calltree_frame_string(t, f, FRAME_NAME));
     fn->system_name = mutable_str(calltree_frame_string(t, f, FRAME_SYSTEM_NAME));
     fn->filename = mutable_str(calltree_frame_string(t, f, FRAME_FILENAME));
-    fn->start_line = t->frame_start_line[f];
+    fn->start_line = calltree_frame_start_line(t, f);
     if (s != NULL) {
         fn->name_string_index = string_index(s, t, calltree_frame_sid(t, f, FRAME_NAME));
         fn->system_name_string_index =
@@ -170,11 +170,13 @@ static int frame_symbols(symbol_tables *s, const calltree *t, uint32_t f, uint32
         return -1;
     PbLine *line = &s->lines[k];
     parca__metastore__v1alpha1__line__init(line);
-    line->line = t->frame_start_line[f];
+    const calltree_frame_location *fl = calltree_frame_loc(t, f);
+    line->line = fl->line != 0 ? fl->line : calltree_frame_start_line(t, f);
     line->function_index = (uint32_t)(k + 1);
     s->line_ptrs[k] = line;
     PbLocation *loc = &s->locations[k];
     parca__metastore__v1alpha1__location__init(loc);
+    loc->address = fl->address;
     loc->n_lines = 1;
     loc->lines = &s->line_ptrs[k];
     loc->mapping_index = mi;
@@ -261,7 +263,7 @@ static int fill_flame_nodes(const calltree *t, const calltree_selection *sel, fl
 static int encode_flamegraph(const calltree *t, const calltree_report_options *opts,
                              QueryResponse *resp, strata_buffer *out, strata_error *err) {
     calltree_selection sel;
-    if (calltree_select(t, t->total, opts->node_trim_threshold, 0, &sel, err) != 0)
+    if (calltree_select(t, t->total, opts->node_trim_threshold, opts->max_nodes, &sel, err) != 0)
         return -1;
     symbol_tables s;
     flame_build b = {malloc(sel.n_order * sizeof *b.nodes), malloc(sel.n_order * sizeof *b.metas),
@@ -330,6 +332,9 @@ static int encode_top(const calltree *t, const calltree_report_options *opts, Qu
     size_t n;
     if (calltree_frame_stats_compute(t, &rows, &n, err) != 0)
         return -1;
+    size_t all = n;
+    if (opts->max_nodes > 0 && n > opts->max_nodes)
+        n = opts->max_nodes; /* the largest flat values: rows are sorted */
     size_t cap = n ? n : 1;
     TopNode *nodes = malloc(cap * sizeof *nodes);
     TopNode **ptrs = malloc(cap * sizeof *ptrs);
@@ -348,7 +353,8 @@ static int encode_top(const calltree *t, const calltree_report_options *opts, Qu
     Top top = PARCA__QUERY__V1ALPHA1__TOP__INIT;
     top.list = ptrs;
     top.n_list = n;
-    top.reported = top.total = n > INT32_MAX ? INT32_MAX : (int32_t)n;
+    top.reported = n > INT32_MAX ? INT32_MAX : (int32_t)n;
+    top.total = all > INT32_MAX ? INT32_MAX : (int32_t)all;
     top.unit = mutable_str(opts->unit != NULL ? opts->unit : "");
     resp->report_case = PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_TOP;
     resp->top = &top;
@@ -363,15 +369,99 @@ out:
     return rc;
 }
 
-/* ---- pprof ---- */
+/* ---- pprof ----
+ *
+ * A faithful export: a node's frame is one line of a location, and a run of frames joined by
+ * `inlined` (leaf first) is one Location. Functions, Mappings and Locations are de-duplicated
+ * through small content-keyed tables (dedup_table), so a profile exported from an exact tree has
+ * the locations, lines, addresses and mappings it was stored with. Each node remembers the
+ * location that starts at it and the node above that location, so every sample's location list
+ * is a walk of memoized hops. */
+
+/* Content-addressed ids: hash -> 1-based id, confirmed against the stored key bytes; a genuine
+ * 64-bit collision re-hashes with the next seed (as the tree's frame map does). */
+typedef struct dedup_table {
+    strata_u64_map map;
+    strata_buffer keys; /* concatenated key bytes */
+    size_t *key_offset; /* per id (0-based): offset into keys; entry n = end */
+    size_t n, cap;
+} dedup_table;
+
+static void dedup_free(dedup_table *d) {
+    strata_u64_map_free(&d->map);
+    strata_buffer_free(&d->keys);
+    free(d->key_offset);
+}
+
+static int dedup_init(dedup_table *d) {
+    memset(d, 0, sizeof *d);
+    d->cap = 64;
+    d->key_offset = malloc((d->cap + 1) * sizeof *d->key_offset);
+    if (d->key_offset == NULL || strata_u64_map_init(&d->map, 64) != 0)
+        return -1;
+    d->key_offset[0] = 0;
+    return 0;
+}
+
+/* The 1-based id of key, adding it when new (*added then true). */
+static int dedup_find(dedup_table *d, const void *key, size_t len, uint64_t *id, bool *added) {
+    *added = false;
+    for (uint64_t seed = 0;; seed++) {
+        uint64_t h = strata_hash_bytes(key, len, seed);
+        h = h ? h : 1;
+        bool inserted;
+        uint64_t *slot = strata_u64_map_upsert(&d->map, h, d->n + 1, &inserted);
+        if (slot == NULL)
+            return -1;
+        if (!inserted) {
+            size_t at = d->key_offset[*slot - 1], n = d->key_offset[*slot] - at;
+            if (n != len || memcmp(d->keys.data + at, key, len) != 0)
+                continue;
+            *id = *slot;
+            return 0;
+        }
+        if (d->n == d->cap) {
+            size_t cap = d->cap * 2;
+            size_t *grown = realloc(d->key_offset, (cap + 1) * sizeof *grown);
+            if (grown == NULL)
+                return -1;
+            d->key_offset = grown;
+            d->cap = cap;
+        }
+        if (strata_buffer_append(&d->keys, key, len) != 0)
+            return -1;
+        d->n++;
+        d->key_offset[d->n] = d->keys.len;
+        *id = d->n;
+        *added = true;
+        return 0;
+    }
+}
+
+/* Growable arrays of the profile's tables. */
+#define PPROF_GROW(arr, n, cap)                                                                    \
+    ((n) < (cap) ? 0 : pprof_grow((void **)&(arr), &(cap), sizeof *(arr)))
+
+static int pprof_grow(void **arr, size_t *cap, size_t elem) {
+    size_t n = *cap ? *cap * 2 : 64;
+    void *grown = realloc(*arr, n * elem);
+    if (grown == NULL)
+        return -1;
+    *arr = grown;
+    *cap = n;
+    return 0;
+}
 
 typedef struct pprof_build {
     pprof_profile p;
-    uint32_t *str_index; /* tree string id -> pprof string index; 0 = unassigned (or "") */
-    uint32_t *frame_id;  /* frame -> pprof function / location id; 0 = unused */
-    bool *used;          /* node lies on the path of a sample */
-    uint32_t *depth;     /* node depth */
-    strata_u64_map mapping_ids;
+    size_t cap_mappings, cap_locations, cap_lines, cap_functions, cap_strings;
+    uint32_t *str_index;   /* tree string id -> pprof string index; 0 = unassigned (or "") */
+    uint64_t *loc_of_node; /* node -> id of the location starting at it; 0 = not yet */
+    uint32_t *after_node;  /* node -> the node above that location */
+    uint32_t *depth;       /* node -> number of locations from it to the root */
+    dedup_table functions, mappings, locations;
+    uint64_t *scratch; /* a location's key under construction */
+    size_t cap_scratch;
 } pprof_build;
 
 static void pprof_build_free(pprof_build *b) {
@@ -385,112 +475,197 @@ static void pprof_build_free(pprof_build *b) {
     free(b->p.functions);
     free(b->p.strings);
     free(b->str_index);
-    free(b->frame_id);
-    free(b->used);
+    free(b->loc_of_node);
+    free(b->after_node);
     free(b->depth);
-    strata_u64_map_free(&b->mapping_ids);
+    free(b->scratch);
+    dedup_free(&b->functions);
+    dedup_free(&b->mappings);
+    dedup_free(&b->locations);
 }
 
-static int64_t pprof_add_string(pprof_build *b, const char *s, size_t len) {
+static int pprof_add_string(pprof_build *b, const char *s, size_t len, int64_t *index) {
+    *index = 0;
     if (len == 0)
         return 0;
+    if (PPROF_GROW(b->p.strings, b->p.n_strings, b->cap_strings) != 0)
+        return -1;
     pprof_string *e = &b->p.strings[b->p.n_strings];
     e->ptr = s;
     e->len = (uint32_t)len;
-    return (int64_t)b->p.n_strings++;
-}
-
-static int64_t pprof_tree_string(pprof_build *b, const calltree *t, uint32_t sid) {
-    if (b->str_index[sid] == 0 && str_len(t, sid) != 0)
-        b->str_index[sid] = (uint32_t)pprof_add_string(b, calltree_string(t, sid), str_len(t, sid));
-    return b->str_index[sid];
-}
-
-static int64_t pprof_cstring(pprof_build *b, const char *s) {
-    return s != NULL ? pprof_add_string(b, s, strlen(s)) : 0;
-}
-
-/* Marks nodes on sample paths, counts samples and location ids. */
-static void pprof_mark_used(const calltree *t, pprof_build *b, size_t *n_samples, size_t *n_ids) {
-    *n_samples = *n_ids = 0;
-    b->depth[CALLTREE_ROOT] = 0;
-    for (size_t i = 1; i < t->n_nodes; i++)
-        b->depth[i] = b->depth[t->parent[i]] + 1;
-    for (size_t i = 0; i < t->n_nodes; i++) {
-        if (t->self[i] == 0)
-            continue;
-        (*n_samples)++;
-        *n_ids += b->depth[i];
-        for (uint32_t v = (uint32_t)i; v != CALLTREE_ROOT && !b->used[v]; v = t->parent[v])
-            b->used[v] = true;
-    }
-}
-
-static int pprof_alloc(const calltree *t, pprof_build *b, size_t n_samples, size_t n_ids) {
-    size_t nf = t->n_frames ? t->n_frames : 1;
-    b->p.sample_types = malloc(sizeof *b->p.sample_types);
-    b->p.samples = malloc((n_samples ? n_samples : 1) * sizeof *b->p.samples);
-    b->p.sample_location_ids = malloc((n_ids ? n_ids : 1) * sizeof *b->p.sample_location_ids);
-    b->p.sample_values = malloc((n_samples ? n_samples : 1) * sizeof *b->p.sample_values);
-    b->p.mappings = malloc(nf * sizeof *b->p.mappings);
-    b->p.locations = malloc(nf * sizeof *b->p.locations);
-    b->p.lines = malloc(nf * sizeof *b->p.lines);
-    b->p.functions = malloc(nf * sizeof *b->p.functions);
-    b->p.strings = malloc((5 + FRAME_NSTR * nf) * sizeof *b->p.strings);
-    return b->p.sample_types && b->p.samples && b->p.sample_location_ids && b->p.sample_values &&
-                   b->p.mappings && b->p.locations && b->p.lines && b->p.functions && b->p.strings
-               ? 0
-               : -1;
-}
-
-static int pprof_mapping_id(const calltree *t, pprof_build *b, uint32_t f, uint64_t *id) {
-    uint32_t file = calltree_frame_sid(t, f, FRAME_MAPPING_FILE),
-             build = calltree_frame_sid(t, f, FRAME_BUILD_ID);
-    *id = 0;
-    if (str_len(t, file) == 0 && str_len(t, build) == 0)
-        return 0;
-    bool inserted;
-    uint64_t *slot = strata_u64_map_upsert(&b->mapping_ids, ((uint64_t)file << 32 | build) + 1,
-                                           b->p.n_mappings + 1, &inserted);
-    if (slot == NULL)
-        return -1;
-    if (inserted) {
-        pprof_mapping *m = &b->p.mappings[b->p.n_mappings++];
-        memset(m, 0, sizeof *m);
-        m->id = *slot;
-        m->filename = pprof_tree_string(b, t, file);
-        m->build_id = pprof_tree_string(b, t, build);
-        m->has_functions = true;
-    }
-    *id = *slot;
+    *index = (int64_t)b->p.n_strings++;
     return 0;
 }
 
-/* One function and one location per frame on a sample path, in node order. */
-static int pprof_add_frames(const calltree *t, pprof_build *b) {
-    for (size_t i = 1; i < t->n_nodes; i++) {
-        uint32_t f = t->frame[i];
-        if (!b->used[i] || b->frame_id[f] != 0)
-            continue;
-        uint64_t id = b->p.n_functions + 1;
-        pprof_function *fn = &b->p.functions[b->p.n_functions++];
-        fn->id = id;
-        fn->name = pprof_tree_string(b, t, calltree_frame_sid(t, f, FRAME_NAME));
-        fn->system_name = pprof_tree_string(b, t, calltree_frame_sid(t, f, FRAME_SYSTEM_NAME));
-        fn->filename = pprof_tree_string(b, t, calltree_frame_sid(t, f, FRAME_FILENAME));
-        fn->start_line = t->frame_start_line[f];
-        pprof_location *loc = &b->p.locations[b->p.n_locations++];
-        memset(loc, 0, sizeof *loc);
-        loc->id = id;
-        if (pprof_mapping_id(t, b, f, &loc->mapping_id) != 0)
+static int pprof_tree_string(pprof_build *b, const calltree *t, uint32_t sid, int64_t *index) {
+    if (b->str_index[sid] == 0 && str_len(t, sid) != 0) {
+        int64_t i;
+        if (pprof_add_string(b, calltree_string(t, sid), str_len(t, sid), &i) != 0)
             return -1;
-        loc->line_offset = (uint32_t)b->p.n_lines;
-        loc->line_count = 1;
+        b->str_index[sid] = (uint32_t)i;
+    }
+    *index = b->str_index[sid];
+    return 0;
+}
+
+static int pprof_cstring(pprof_build *b, const char *s, int64_t *index) {
+    return pprof_add_string(b, s != NULL ? s : "", s != NULL ? strlen(s) : 0, index);
+}
+
+/* The pprof Function id of frame f: one per distinct (name, system name, file, start line). */
+static int pprof_function_id(const calltree *t, pprof_build *b, uint32_t f, uint64_t *id) {
+    struct {
+        uint32_t name, system_name, filename, pad;
+        int64_t start_line;
+    } key = {calltree_frame_sid(t, f, FRAME_NAME), calltree_frame_sid(t, f, FRAME_SYSTEM_NAME),
+             calltree_frame_sid(t, f, FRAME_FILENAME), 0, calltree_frame_start_line(t, f)};
+    bool added;
+    if (dedup_find(&b->functions, &key, sizeof key, id, &added) != 0)
+        return -1;
+    if (!added)
+        return 0;
+    if (PPROF_GROW(b->p.functions, b->p.n_functions, b->cap_functions) != 0)
+        return -1;
+    pprof_function *fn = &b->p.functions[b->p.n_functions++];
+    memset(fn, 0, sizeof *fn);
+    fn->id = *id;
+    fn->start_line = key.start_line;
+    return pprof_tree_string(b, t, key.name, &fn->name) != 0 ||
+                   pprof_tree_string(b, t, key.system_name, &fn->system_name) != 0 ||
+                   pprof_tree_string(b, t, key.filename, &fn->filename) != 0
+               ? -1
+               : 0;
+}
+
+/* The pprof Mapping id of frame f (0: none): one per distinct file, build id, range and flags. */
+static int pprof_mapping_id(const calltree *t, pprof_build *b, uint32_t f, uint64_t *id) {
+    const calltree_frame_location *fl = calltree_frame_loc(t, f);
+    struct {
+        uint32_t file, build_id, flags, pad;
+        uint64_t start, limit, offset;
+    } key = {calltree_frame_sid(t, f, FRAME_MAPPING_FILE),
+             calltree_frame_sid(t, f, FRAME_BUILD_ID),
+             fl->mapping_flags,
+             0,
+             fl->memory_start,
+             fl->memory_limit,
+             fl->file_offset};
+    *id = 0;
+    if (str_len(t, key.file) == 0 && str_len(t, key.build_id) == 0 && key.start == 0 &&
+        key.limit == 0)
+        return 0;
+    bool added;
+    if (dedup_find(&b->mappings, &key, sizeof key, id, &added) != 0)
+        return -1;
+    if (!added)
+        return 0;
+    if (PPROF_GROW(b->p.mappings, b->p.n_mappings, b->cap_mappings) != 0)
+        return -1;
+    pprof_mapping *m = &b->p.mappings[b->p.n_mappings++];
+    memset(m, 0, sizeof *m);
+    m->id = *id;
+    m->memory_start = key.start;
+    m->memory_limit = key.limit;
+    m->file_offset = key.offset;
+    m->has_functions = (key.flags & CALLTREE_MAPPING_HAS_FUNCTIONS) != 0;
+    m->has_filenames = (key.flags & CALLTREE_MAPPING_HAS_FILENAMES) != 0;
+    m->has_line_numbers = (key.flags & CALLTREE_MAPPING_HAS_LINE_NUMBERS) != 0;
+    m->has_inline_frames = (key.flags & CALLTREE_MAPPING_HAS_INLINE_FRAMES) != 0;
+    return pprof_tree_string(b, t, key.file, &m->filename) != 0 ||
+                   pprof_tree_string(b, t, key.build_id, &m->build_id) != 0
+               ? -1
+               : 0;
+}
+
+static int scratch_push(pprof_build *b, size_t *n, uint64_t v) {
+    if (PPROF_GROW(b->scratch, *n, b->cap_scratch) != 0)
+        return -1;
+    b->scratch[(*n)++] = v;
+    return 0;
+}
+
+/* The location that starts at node v: v and the frames it is inlined into. Its key is (mapping,
+ * address, folded, then function id and line per frame); a new one is appended to the profile. */
+static int pprof_location_at(const calltree *t, pprof_build *b, uint32_t v) {
+    uint32_t f = t->frame[v];
+    const calltree_frame_location *fl = calltree_frame_loc(t, f);
+    uint64_t mapping;
+    if (pprof_mapping_id(t, b, f, &mapping) != 0)
+        return -1;
+    size_t n = 0;
+    if (scratch_push(b, &n, mapping) != 0 || scratch_push(b, &n, fl->address) != 0 ||
+        scratch_push(b, &n, fl->folded) != 0)
+        return -1;
+    uint32_t u = v;
+    for (;;) { /* the location's lines, innermost first */
+        uint32_t uf = t->frame[u];
+        const calltree_frame_location *ul = calltree_frame_loc(t, uf);
+        if (!ul->lineless) {
+            uint64_t fn;
+            int64_t line = ul->line != 0 ? ul->line : calltree_frame_start_line(t, uf);
+            if (pprof_function_id(t, b, uf, &fn) != 0 || scratch_push(b, &n, fn) != 0 ||
+                scratch_push(b, &n, (uint64_t)line) != 0)
+                return -1;
+        }
+        uint32_t up = t->parent[u];
+        if (!ul->inlined || up == CALLTREE_ROOT)
+            break;
+        u = up;
+    }
+    b->after_node[v] = t->parent[u];
+    bool added;
+    uint64_t id;
+    if (dedup_find(&b->locations, b->scratch, n * sizeof *b->scratch, &id, &added) != 0)
+        return -1;
+    b->loc_of_node[v] = id;
+    if (!added)
+        return 0;
+    if (PPROF_GROW(b->p.locations, b->p.n_locations, b->cap_locations) != 0)
+        return -1;
+    pprof_location *loc = &b->p.locations[b->p.n_locations++];
+    memset(loc, 0, sizeof *loc);
+    loc->id = id;
+    loc->mapping_id = mapping;
+    loc->address = fl->address;
+    loc->is_folded = fl->folded;
+    loc->line_offset = (uint32_t)b->p.n_lines;
+    for (size_t i = 3; i + 1 < n; i += 2) {
+        if (PPROF_GROW(b->p.lines, b->p.n_lines, b->cap_lines) != 0)
+            return -1;
         pprof_line *line = &b->p.lines[b->p.n_lines++];
-        line->function_id = id;
-        line->line = t->frame_start_line[f];
+        line->function_id = b->scratch[i];
+        line->line = (int64_t)b->scratch[i + 1];
         line->column = 0;
-        b->frame_id[f] = (uint32_t)id;
+    }
+    loc->line_count = (uint32_t)(b->p.n_lines - loc->line_offset);
+    return 0;
+}
+
+/* The locations of every sample's path (B's), and each location start's depth in locations. A
+ * node inside an inlined run is not a start for the samples that pass through it, so locations
+ * are found by walking from each sample's leaf, memoized per start node. Node ids put ancestors
+ * first, so depths are one forward pass. */
+static int pprof_add_locations(const calltree *t, pprof_build *b, size_t *n_samples,
+                               size_t *n_ids) {
+    *n_samples = *n_ids = 0;
+    b->after_node[CALLTREE_ROOT] = CALLTREE_ROOT;
+    for (size_t i = 1; i < t->n_nodes; i++) {
+        if (t->self[i] == 0)
+            continue;
+        for (uint32_t v = (uint32_t)i; v != CALLTREE_ROOT && b->loc_of_node[v] == 0;
+             v = b->after_node[v])
+            if (pprof_location_at(t, b, v) != 0)
+                return -1;
+    }
+    b->depth[CALLTREE_ROOT] = 0;
+    for (size_t v = 1; v < t->n_nodes; v++)
+        if (b->loc_of_node[v] != 0)
+            b->depth[v] = b->depth[b->after_node[v]] + 1;
+    for (size_t v = 0; v < t->n_nodes; v++) {
+        if (t->self[v] == 0)
+            continue;
+        (*n_samples)++;
+        *n_ids += v == CALLTREE_ROOT ? 0 : b->depth[v];
     }
     return 0;
 }
@@ -505,42 +680,54 @@ static void pprof_add_samples(const calltree *t, pprof_build *b) {
         s->location_offset = (uint32_t)ids;
         s->location_count = b->depth[i];
         s->value_offset = (uint32_t)b->p.n_samples;
-        for (uint32_t v = (uint32_t)i; v != CALLTREE_ROOT; v = t->parent[v])
-            b->p.sample_location_ids[ids++] = b->frame_id[t->frame[v]];
+        for (uint32_t v = (uint32_t)i; v != CALLTREE_ROOT; v = b->after_node[v])
+            b->p.sample_location_ids[ids++] = b->loc_of_node[v];
         b->p.sample_values[b->p.n_samples++] = t->self[i];
     }
     b->p.n_sample_location_ids = ids;
 }
 
-static void pprof_fill_meta(pprof_build *b, const calltree_pprof_meta *m) {
+static int pprof_fill_meta(pprof_build *b, const calltree_pprof_meta *m) {
     b->p.n_sample_types = 1;
-    b->p.sample_types[0].type = pprof_cstring(b, m->sample_type);
-    b->p.sample_types[0].unit = pprof_cstring(b, m->sample_unit);
-    b->p.period_type.type = pprof_cstring(b, m->period_type);
-    b->p.period_type.unit = pprof_cstring(b, m->period_unit);
     b->p.period = m->period;
     b->p.time_nanos = m->time_nanos;
     b->p.duration_nanos = m->duration_nanos;
+    return pprof_cstring(b, m->sample_type, &b->p.sample_types[0].type) != 0 ||
+                   pprof_cstring(b, m->sample_unit, &b->p.sample_types[0].unit) != 0 ||
+                   pprof_cstring(b, m->period_type, &b->p.period_type.type) != 0 ||
+                   pprof_cstring(b, m->period_unit, &b->p.period_type.unit) != 0
+               ? -1
+               : 0;
 }
 
 static int build_pprof(const calltree *t, const calltree_report_options *opts, pprof_build *b) {
     memset(b, 0, sizeof *b);
-    b->str_index = calloc(t->strings.count ? t->strings.count : 1, sizeof *b->str_index);
-    b->frame_id = calloc(t->n_frames ? t->n_frames : 1, sizeof *b->frame_id);
-    b->used = calloc(t->n_nodes, sizeof *b->used);
-    b->depth = malloc(t->n_nodes * sizeof *b->depth);
-    if (b->str_index == NULL || b->frame_id == NULL || b->used == NULL || b->depth == NULL ||
-        strata_u64_map_init(&b->mapping_ids, 64) != 0)
+    if (dedup_init(&b->functions) != 0 || dedup_init(&b->mappings) != 0 ||
+        dedup_init(&b->locations) != 0)
         return -1;
-    size_t n_samples, n_ids;
-    pprof_mark_used(t, b, &n_samples, &n_ids);
-    if (n_ids > UINT32_MAX || n_samples > UINT32_MAX || pprof_alloc(t, b, n_samples, n_ids) != 0)
+    b->str_index = calloc(t->strings.count ? t->strings.count : 1, sizeof *b->str_index);
+    b->loc_of_node = calloc(t->n_nodes, sizeof *b->loc_of_node);
+    b->after_node = malloc(t->n_nodes * sizeof *b->after_node);
+    b->depth = malloc(t->n_nodes * sizeof *b->depth);
+    b->p.sample_types = malloc(sizeof *b->p.sample_types);
+    if (b->str_index == NULL || b->loc_of_node == NULL || b->after_node == NULL ||
+        b->depth == NULL || b->p.sample_types == NULL)
+        return -1;
+    if (PPROF_GROW(b->p.strings, b->p.n_strings, b->cap_strings) != 0)
         return -1;
     b->p.strings[0].ptr = ""; /* pprof's string_table[0] is always "" */
     b->p.strings[0].len = 0;
     b->p.n_strings = 1;
-    pprof_fill_meta(b, &opts->pprof);
-    if (pprof_add_frames(t, b) != 0)
+    if (pprof_fill_meta(b, &opts->pprof) != 0)
+        return -1;
+    size_t n_samples, n_ids;
+    if (pprof_add_locations(t, b, &n_samples, &n_ids) != 0 || n_ids > UINT32_MAX ||
+        n_samples > UINT32_MAX)
+        return -1;
+    b->p.samples = malloc((n_samples ? n_samples : 1) * sizeof *b->p.samples);
+    b->p.sample_location_ids = malloc((n_ids ? n_ids : 1) * sizeof *b->p.sample_location_ids);
+    b->p.sample_values = malloc((n_samples ? n_samples : 1) * sizeof *b->p.sample_values);
+    if (b->p.samples == NULL || b->p.sample_location_ids == NULL || b->p.sample_values == NULL)
         return -1;
     pprof_add_samples(t, b);
     return 0;

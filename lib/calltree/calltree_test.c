@@ -39,7 +39,8 @@ static uint32_t frame_for(calltree *t, const char *name, size_t len) {
                              calltree_cstr(file),
                              calltree_cstr(libc ? "/lib/libc.so" : "/bin/app"),
                              calltree_cstr(libc ? "c0ffee" : "app1"),
-                             (int64_t)len * 10};
+                             (int64_t)len * 10,
+                             {0}};
     uint32_t f;
     assert_int_equal(calltree_intern_frame(t, &d, &f, NULL), 0);
     return f;
@@ -70,6 +71,7 @@ static void add_stacks(calltree *t, const stack_spec *s, size_t n, bool base) {
 static calltree *tree_b(void) {
     calltree *t;
     assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    assert_int_equal(calltree_set_group_by(t, CALLTREE_GROUP_DEFAULT, NULL), 0);
     add_stacks(t, STACKS_B, 4, false);
     assert_int_equal(calltree_finalize(t, NULL), 0);
     return t;
@@ -78,6 +80,7 @@ static calltree *tree_b(void) {
 static calltree *tree_diff(bool absolute) {
     calltree *t;
     assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    assert_int_equal(calltree_set_group_by(t, CALLTREE_GROUP_DEFAULT, NULL), 0);
     add_stacks(t, STACKS_B, 4, false);
     add_stacks(t, STACKS_A, 3, true);
     assert_int_equal(calltree_finalize(t, NULL), 0);
@@ -147,26 +150,41 @@ static void test_frame_identity(void **state) {
     (void)state;
     calltree *t;
     assert_int_equal(calltree_create(&t, 0, NULL), 0);
-    calltree_frame_desc d = {calltree_cstr("f"),      calltree_cstr(""), calltree_cstr("f.c"),
-                             calltree_cstr("/bin/x"), calltree_cstr(""), 7};
+    assert_int_equal(calltree_group_by(t), CALLTREE_GROUP_EXACT);
+    calltree_frame_desc d = {calltree_cstr("f"),
+                             calltree_cstr(""),
+                             calltree_cstr("f.c"),
+                             calltree_cstr("/bin/x"),
+                             calltree_cstr(""),
+                             7,
+                             {0}};
     uint32_t f1, f2, f3;
     assert_int_equal(calltree_intern_frame(t, &d, &f1, NULL), 0);
-    d.start_line = 99; /* not part of the identity */
     assert_int_equal(calltree_intern_frame(t, &d, &f2, NULL), 0);
     assert_int_equal(f1, f2);
-    assert_int_equal(calltree_frame_get(t, f1).start_line, 7);
+    d.start_line = 99; /* exact: every field is part of the identity */
+    assert_int_equal(calltree_intern_frame(t, &d, &f2, NULL), 0);
+    assert_int_not_equal(f1, f2);
+    d.start_line = 7;
+    d.loc.address = 0x401000;
+    assert_int_equal(calltree_intern_frame(t, &d, &f2, NULL), 0);
+    assert_int_not_equal(f1, f2);
+    d.loc.address = 0;
     d.mapping_file = calltree_cstr("/bin/y");
     assert_int_equal(calltree_intern_frame(t, &d, &f3, NULL), 0);
     assert_int_not_equal(f1, f3);
     /* Views need not be NUL-terminated. */
-    calltree_frame_desc v = {{"fxyz", 1}, {NULL, 0}, {"f.cpp", 3}, {"/bin/x", 6}, {NULL, 0}, 0};
+    calltree_frame_desc v = {{"fxyz", 1}, {NULL, 0}, {"f.cpp", 3}, {"/bin/x", 6},
+                             {NULL, 0},   7,         {0}};
     assert_int_equal(calltree_intern_frame(t, &v, &f3, NULL), 0);
     assert_int_equal(f3, f1);
+    strata_error err;
+    assert_int_equal(calltree_set_group_by(t, CALLTREE_GROUP_FUNCTION_NAME, &err), -1);
+    assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
     uint32_t a, b;
     assert_int_equal(calltree_child(t, CALLTREE_ROOT, f1, &a, NULL), 0);
     assert_int_equal(calltree_child(t, CALLTREE_ROOT, f1, &b, NULL), 0);
     assert_int_equal(a, b);
-    strata_error err;
     assert_int_equal(calltree_child(t, 57, f1, &b, &err), -1);
     assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
     assert_int_equal(calltree_child(t, CALLTREE_ROOT, 1000, &b, &err), -1);
@@ -314,24 +332,24 @@ static void test_table_json(void **state) {
     (void)state;
     calltree *t = tree_b();
     char *json = json_of(t, false, 0, 0);
-    assert_string_equal(json, "{\"unit\":\"count\",\"total\":11,\"rows\":["
+    assert_string_equal(json, "{\"unit\":\"count\",\"total\":11,\"rows_total\":6,\"rows\":["
                               "{\"name\":\"d\",\"system_name\":\"\",\"filename\":\"d.go\","
-                              "\"mapping_file\":\"/lib/libc.so\",\"flat\":5,"
+                              "\"mapping_file\":\"/lib/libc.so\",\"label\":\"d\",\"flat\":5,"
                               "\"cumulative\":5},"
                               "{\"name\":\"b\",\"system_name\":\"\",\"filename\":\"b.go\","
-                              "\"mapping_file\":\"/bin/app\",\"flat\":3,"
+                              "\"mapping_file\":\"/bin/app\",\"label\":\"b\",\"flat\":3,"
                               "\"cumulative\":3},"
                               "{\"name\":\"c\",\"system_name\":\"\",\"filename\":\"c.go\","
-                              "\"mapping_file\":\"/bin/app\",\"flat\":2,"
+                              "\"mapping_file\":\"/bin/app\",\"label\":\"c\",\"flat\":2,"
                               "\"cumulative\":2},"
                               "{\"name\":\"r\",\"system_name\":\"\",\"filename\":\"r.go\","
-                              "\"mapping_file\":\"/bin/app\",\"flat\":1,"
+                              "\"mapping_file\":\"/bin/app\",\"label\":\"r\",\"flat\":1,"
                               "\"cumulative\":1},"
                               "{\"name\":\"main\",\"system_name\":\"\",\"filename\":\"main.go\","
-                              "\"mapping_file\":\"/bin/app\",\"flat\":0,"
+                              "\"mapping_file\":\"/bin/app\",\"label\":\"main\",\"flat\":0,"
                               "\"cumulative\":11},"
                               "{\"name\":\"a\",\"system_name\":\"\",\"filename\":\"a.go\","
-                              "\"mapping_file\":\"/bin/app\",\"flat\":0,"
+                              "\"mapping_file\":\"/bin/app\",\"label\":\"a\",\"flat\":0,"
                               "\"cumulative\":5}]}");
     free(json);
     calltree_free(t);
@@ -469,11 +487,13 @@ static void test_diff_absolute(void **state) {
     char *json = json_of(t, false, 0, 0);
     assert_non_null(
         strstr(json, "{\"name\":\"d\",\"system_name\":\"\",\"filename\":\"d.go\",\"mapping_file\":"
-                     "\"/lib/libc.so\",\"flat\":5,\"cumulative\":5,\"flat_diff\":-9,"
+                     "\"/lib/libc.so\",\"label\":\"d\",\"flat\":5,\"cumulative\":5,"
+                     "\"flat_base\":14,\"cumulative_base\":14,\"flat_diff\":-9,"
                      "\"cumulative_diff\":-9}"));
-    assert_non_null(strstr(
-        json, "\"name\":\"e\",\"system_name\":\"\",\"filename\":\"e.go\",\"mapping_file\":"
-              "\"/bin/app\",\"flat\":0,\"cumulative\":0,\"flat_diff\":-4,\"cumulative_diff\":-4}"));
+    assert_non_null(
+        strstr(json, "\"name\":\"e\",\"system_name\":\"\",\"filename\":\"e.go\",\"mapping_file\":"
+                     "\"/bin/app\",\"label\":\"e\",\"flat\":0,\"cumulative\":0,\"flat_base\":4,"
+                     "\"cumulative_base\":4,\"flat_diff\":-4,\"cumulative_diff\":-4}"));
     free(json);
     calltree_free(t);
 }
@@ -624,6 +644,216 @@ static void test_empty_tree(void **state) {
     calltree_free(t);
 }
 
+/* ---- group-by ---- */
+
+static uint32_t build_frame(calltree *t, const char *name, const char *mapping, const char *build,
+                            uint64_t address, int64_t start_line) {
+    calltree_frame_desc d = {calltree_cstr(name),
+                             calltree_cstr(""),
+                             calltree_cstr("dep.go"),
+                             calltree_cstr(mapping),
+                             calltree_cstr(build),
+                             start_line,
+                             {0}};
+    d.loc.address = address;
+    d.loc.line = start_line + 3;
+    uint32_t f;
+    assert_int_equal(calltree_intern_frame(t, &d, &f, NULL), 0);
+    return f;
+}
+
+/* Two builds of one program: main -> dep.Fib in each, at other addresses in other binaries. */
+static calltree *two_builds(unsigned group_by) {
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    assert_int_equal(calltree_set_group_by(t, group_by, NULL), 0);
+    uint32_t node;
+    uint32_t v1[] = {build_frame(t, "main.main", "/v1/app", "b1", 0x401000, 10),
+                     build_frame(t, "dep.Fib", "/v1/app", "b1", 0x402000, 20)};
+    assert_int_equal(calltree_insert_stack(t, v1, 2, &node, NULL), 0);
+    calltree_add_base(t, node, 30);
+    uint32_t v2[] = {build_frame(t, "main.main", "/v2/app", "b2", 0x501000, 10),
+                     build_frame(t, "dep.Fib", "/v2/app", "b2", 0x502000, 21)};
+    assert_int_equal(calltree_insert_stack(t, v2, 2, &node, NULL), 0);
+    calltree_add(t, node, 10);
+    assert_int_equal(calltree_finalize(t, NULL), 0);
+    return t;
+}
+
+static void test_group_by_function_name(void **state) {
+    (void)state;
+    calltree *t = two_builds(CALLTREE_GROUP_FUNCTION_NAME);
+    assert_int_equal(calltree_frame_count(t), 2);
+    assert_int_equal(calltree_node_count(t), 3); /* root, main.main, dep.Fib: one per function */
+    uint32_t main = calltree_child_at(t, CALLTREE_ROOT, 0);
+    uint32_t fib = calltree_child_at(t, main, 0);
+    calltree_frame f = calltree_frame_get(t, calltree_node_frame(t, fib));
+    assert_string_equal(f.name, "dep.Fib");
+    assert_string_equal(f.filename, "dep.go"); /* agreed by both builds: kept */
+    assert_string_equal(f.mapping_file, "");   /* differs: blanked, whichever came first */
+    assert_string_equal(f.build_id, "");
+    assert_int_equal(f.start_line, 0);
+    assert_int_equal(f.loc.address, 0);
+    assert_string_equal(calltree_frame_label(t, calltree_node_frame(t, fib)), "dep.Fib");
+    calltree_node_values v = calltree_node_get(t, fib);
+    assert_int_equal(v.total, 10);
+    assert_int_equal(v.total_base, 30);
+    calltree_free(t);
+
+    t = two_builds(CALLTREE_GROUP_FUNCTION_NAME | CALLTREE_GROUP_MAPPING_FILE);
+    assert_int_equal(calltree_frame_count(t), 4);
+    assert_int_equal(calltree_child_count(t, CALLTREE_ROOT), 2);
+    f = calltree_frame_get(t, calltree_node_frame(t, calltree_child_at(t, CALLTREE_ROOT, 0)));
+    assert_string_equal(f.mapping_file, "/v1/app");
+    assert_string_equal(f.build_id, "b1"); /* one binary per frame: its build id agrees */
+    calltree_free(t);
+
+    t = two_builds(CALLTREE_GROUP_LOCATION);
+    assert_int_equal(calltree_frame_count(t), 4);
+    assert_string_equal(calltree_frame_label(t, calltree_node_frame(t, 2)), "dep.Fib 0x402000");
+    calltree_free(t);
+}
+
+static void test_group_by_merge_order(void **state) {
+    (void)state;
+    /* Merging partial trees in either order gives the same frames (blanking is symmetric). */
+    calltree *a = two_builds(CALLTREE_GROUP_FUNCTION_NAME);
+    calltree *x, *y;
+    assert_int_equal(calltree_create(&x, 0, NULL), 0);
+    assert_int_equal(calltree_create(&y, 0, NULL), 0);
+    assert_int_equal(calltree_set_group_by(x, CALLTREE_GROUP_FUNCTION_NAME, NULL), 0);
+    assert_int_equal(calltree_set_group_by(y, CALLTREE_GROUP_FUNCTION_NAME, NULL), 0);
+    calltree *v1 = two_builds(CALLTREE_GROUP_LOCATION);
+    assert_int_equal(calltree_merge(x, v1, NULL), 0);
+    assert_int_equal(calltree_merge(y, v1, NULL), 0);
+    assert_int_equal(calltree_finalize(x, NULL), 0);
+    assert_int_equal(calltree_frame_count(x), 2);
+    calltree_frame f = calltree_frame_get(x, 1);
+    assert_string_equal(f.name, "dep.Fib");
+    assert_string_equal(f.mapping_file, "");
+    calltree_free(a);
+    calltree_free(x);
+    calltree_free(y);
+    calltree_free(v1);
+}
+
+static void test_group_by_parse(void **state) {
+    (void)state;
+    unsigned m;
+    strata_error err;
+    assert_int_equal(calltree_group_by_parse(NULL, 0, &m, &err), 0);
+    assert_int_equal(m, CALLTREE_GROUP_FUNCTION_NAME);
+    const char *both[] = {"function_name", "mapping_file"};
+    assert_int_equal(calltree_group_by_parse(both, 2, &m, &err), 0);
+    assert_int_equal(m, CALLTREE_GROUP_FUNCTION_NAME | CALLTREE_GROUP_MAPPING_FILE);
+    assert_int_equal(calltree_group_by_parse_list("location_address,function_file_name", &m, &err),
+                     0);
+    assert_int_equal(m, CALLTREE_GROUP_LOCATION | CALLTREE_GROUP_FILE_NAME);
+    assert_int_equal(calltree_group_by_parse_list("", &m, &err), 0);
+    assert_int_equal(m, CALLTREE_GROUP_DEFAULT);
+    assert_int_equal(calltree_group_by_parse_list("function_name,bogus", &m, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "bogus"));
+    const char *labels[] = {"labels.endpoint"};
+    assert_int_equal(calltree_group_by_parse(labels, 1, &m, &err), -1);
+    assert_int_equal(err.code, STRATA_UNIMPLEMENTED);
+}
+
+/* An exact tree exports the locations it was built from: addresses, call-site lines, inlined
+ * frames as one location with two lines, a location without lines, mapping ranges. */
+static void test_pprof_faithful(void **state) {
+    (void)state;
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    calltree_frame_desc d = {calltree_cstr("main"),
+                             calltree_cstr("main"),
+                             calltree_cstr("main.c"),
+                             calltree_cstr("/bin/app"),
+                             calltree_cstr("abc"),
+                             5,
+                             {0}};
+    d.loc = (calltree_frame_location){.address = 0x1010,
+                                      .line = 12,
+                                      .memory_start = 0x1000,
+                                      .memory_limit = 0x9000,
+                                      .file_offset = 0x100,
+                                      .mapping_flags = CALLTREE_MAPPING_HAS_FUNCTIONS |
+                                                       CALLTREE_MAPPING_HAS_LINE_NUMBERS};
+    uint32_t f_main, f_outer, f_inner, f_raw;
+    assert_int_equal(calltree_intern_frame(t, &d, &f_main, NULL), 0);
+    /* One location at 0x1020 with two lines: inner() inlined into outer(). */
+    d.name = d.system_name = calltree_cstr("outer");
+    d.start_line = 20;
+    d.loc.address = 0x1020;
+    d.loc.line = 25;
+    assert_int_equal(calltree_intern_frame(t, &d, &f_outer, NULL), 0);
+    d.name = d.system_name = calltree_cstr("inner");
+    d.start_line = 30;
+    d.loc.line = 33;
+    d.loc.inlined = true;
+    assert_int_equal(calltree_intern_frame(t, &d, &f_inner, NULL), 0);
+    /* An unsymbolized location. */
+    calltree_frame_desc raw = {calltree_cstr("0x7000"),
+                               calltree_cstr(""),
+                               calltree_cstr(""),
+                               calltree_cstr("[vdso]"),
+                               calltree_cstr(""),
+                               0,
+                               {0}};
+    raw.loc.address = 0x7000;
+    raw.loc.lineless = true;
+    assert_int_equal(calltree_intern_frame(t, &raw, &f_raw, NULL), 0);
+    uint32_t s1[] = {f_main, f_outer, f_inner}, s2[] = {f_main, f_outer, f_inner, f_raw}, node;
+    assert_int_equal(calltree_insert_stack(t, s1, 3, &node, NULL), 0);
+    calltree_add(t, node, 7);
+    assert_int_equal(calltree_insert_stack(t, s2, 4, &node, NULL), 0);
+    calltree_add(t, node, 2);
+    assert_int_equal(calltree_finalize(t, NULL), 0);
+    QueryResponse *r = encode(t, REPORT(PPROF), 0);
+    pprof_profile p;
+    strata_error err;
+    if (pprof_decode(r->pprof.data, r->pprof.len, NULL, &p, &err) != 0)
+        fail_msg("%s", err.message);
+    assert_int_equal(p.n_locations, 3); /* main, outer+inner, the raw address */
+    assert_int_equal(p.n_functions, 3);
+    assert_int_equal(p.n_mappings, 2);
+    assert_int_equal(p.n_samples, 2);
+    const pprof_sample *s = &p.samples[0];
+    assert_int_equal(s->location_count, 2);
+    const pprof_location *leaf = pprof_find_location(&p, p.sample_location_ids[s->location_offset]);
+    assert_int_equal(leaf->address, 0x1020);
+    assert_int_equal(leaf->line_count, 2);
+    const pprof_line *inner = &p.lines[leaf->line_offset], *outer = inner + 1;
+    assert_int_equal(inner->line, 33);
+    assert_int_equal(outer->line, 25);
+    pprof_string name = pprof_string_at(&p, pprof_find_function(&p, inner->function_id)->name);
+    assert_memory_equal(name.ptr, "inner", 5);
+    name = pprof_string_at(&p, pprof_find_function(&p, outer->function_id)->name);
+    assert_memory_equal(name.ptr, "outer", 5);
+    const pprof_mapping *m = pprof_find_mapping(&p, leaf->mapping_id);
+    assert_non_null(m);
+    assert_int_equal(m->memory_start, 0x1000);
+    assert_int_equal(m->memory_limit, 0x9000);
+    assert_int_equal(m->file_offset, 0x100);
+    assert_true(m->has_functions);
+    assert_true(m->has_line_numbers);
+    assert_false(m->has_inline_frames);
+    const pprof_location *root =
+        pprof_find_location(&p, p.sample_location_ids[s->location_offset + 1]);
+    assert_int_equal(root->address, 0x1010);
+    assert_int_equal(p.lines[root->line_offset].line, 12);
+    s = &p.samples[1];
+    assert_int_equal(s->location_count, 3);
+    const pprof_location *vdso = pprof_find_location(&p, p.sample_location_ids[s->location_offset]);
+    assert_int_equal(vdso->address, 0x7000);
+    assert_int_equal(vdso->line_count, 0);
+    assert_int_equal(p.sample_location_ids[s->location_offset + 1], leaf->id); /* shared */
+    assert_int_equal(pprof_sample_value(&p, 1, 0), 2);
+    pprof_profile_free(&p);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    calltree_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nodes_and_totals),
@@ -641,6 +871,10 @@ int main(void) {
         cmocka_unit_test(test_merge),
         cmocka_unit_test(test_swap),
         cmocka_unit_test(test_empty_tree),
+        cmocka_unit_test(test_group_by_function_name),
+        cmocka_unit_test(test_group_by_merge_order),
+        cmocka_unit_test(test_group_by_parse),
+        cmocka_unit_test(test_pprof_faithful),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

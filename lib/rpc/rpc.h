@@ -144,6 +144,11 @@ void rpc_call_finish(rpc_call *call, strata_status code, const char *message, co
 void rpc_call_finish_buffer(rpc_call *call, strata_status code, const char *message,
                             strata_buffer *response);
 
+/* Adds one trailing metadata entry to the call's status (e.g. a query's warnings), before
+ * rpc_call_finish. key: lowercase letters, digits, '-', '_', '.'; value: printable ASCII. At most
+ * one per call; -1 when refused. Not thread-safe against a concurrent finish. */
+int rpc_call_set_trailer(rpc_call *call, const char *key, const char *value);
+
 /* The method path, as registered. */
 const char *rpc_call_method(const rpc_call *call);
 

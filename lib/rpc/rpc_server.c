@@ -87,8 +87,10 @@ struct rpc_call {
     atomic_bool cancelled;
     atomic_bool finished;
     atomic_int refs;
-    strata_status status; /* what the handler answered */
-    rpc_tag tags[4];      /* indexed by tag_kind */
+    strata_status status;  /* what the handler answered */
+    rpc_tag tags[4];       /* indexed by tag_kind */
+    grpc_metadata trailer; /* one trailing metadata entry, when has_trailer */
+    bool has_trailer;
 };
 
 static const char unknown_peer[] = "unknown";
@@ -167,6 +169,10 @@ static void call_free(rpc_call *c) {
     if (c->response_message != NULL)
         grpc_byte_buffer_destroy(c->response_message);
     grpc_slice_unref(c->request);
+    if (c->has_trailer) {
+        grpc_slice_unref(c->trailer.key);
+        grpc_slice_unref(c->trailer.value);
+    }
     gpr_free(c->peer);
     bool handled = c->handled;
     free(c);
@@ -227,12 +233,33 @@ static void call_send_status(rpc_call *c, strata_status code, const char *messag
     grpc_slice details = grpc_slice_from_copied_string(message != NULL ? message : "");
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = (grpc_status_code)code;
-    ops[n++].data.send_status_from_server.status_details = message != NULL ? &details : NULL;
+    ops[n].data.send_status_from_server.status_details = message != NULL ? &details : NULL;
+    if (c->has_trailer) {
+        ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+        ops[n].data.send_status_from_server.trailing_metadata = &c->trailer;
+    }
+    n++;
     c->status = code;
     grpc_call_error e = grpc_call_start_batch(c->grpc, ops, n, &c->tags[TAG_SENT], NULL);
     grpc_slice_unref(details);
     if (e != GRPC_CALL_OK)
         call_release(c); /* no completion will come: drop the handler's reference here */
+}
+
+int rpc_call_set_trailer(rpc_call *c, const char *key, const char *value) {
+    if (atomic_load(&c->finished) || c->has_trailer)
+        return -1;
+    for (const char *p = key; *p != '\0'; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
+              *p == '.'))
+            return -1;
+    for (const char *p = value; *p != '\0'; p++)
+        if (*p < 0x20 || *p > 0x7e)
+            return -1; /* ASCII-printable: what gRPC allows in a non-binary value */
+    c->trailer.key = grpc_slice_from_copied_string(key);
+    c->trailer.value = grpc_slice_from_copied_string(value);
+    c->has_trailer = true;
+    return 0;
 }
 
 static bool claim_finish(rpc_call *c) {

@@ -6,6 +6,7 @@
  * fills a per-worker partial result, and a merge step that combines the partials in block order.
  */
 #include "engine.h"
+#include "engine_internal.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "block/block_format.h"
 #include "block/block_rollup.h"
 #include "common/clock.h"
 #include "common/hash.h"
@@ -48,8 +50,6 @@ void query_engine_free(query_engine *e) {
 
 /* ---- the parallel block driver ------------------------------------------------------------ */
 
-typedef int (*block_fn)(indexed_block *b, block_reader *r, void *partial, strata_error *err);
-
 typedef struct driver {
     block_index *index;
     indexed_block **blocks;
@@ -58,6 +58,8 @@ typedef struct driver {
     atomic_bool failed;
     block_fn fn;
     void **partials; /* one per worker */
+    bool *skipped;   /* per block; NULL: a block that fails fails the query */
+    query_stats *stats;
     pthread_mutex_t err_mu;
     strata_error err;
 } driver;
@@ -67,6 +69,21 @@ typedef struct worker_arg {
     size_t worker;
 } worker_arg;
 
+/* Notes a block left out of the query (DATA_LOSS); the first one's name and error are kept. */
+static void note_skipped(driver *d, size_t i, const strata_error *err) {
+    indexed_block *b = d->blocks[i];
+    pthread_mutex_lock(&d->err_mu);
+    d->skipped[i] = true;
+    if (d->stats->skipped_blocks++ == 0) {
+        snprintf(d->stats->skipped_block, sizeof d->stats->skipped_block, "%.100s/%.26s", b->tenant,
+                 b->ulid_text);
+        size_t len = strnlen(err->message, sizeof d->stats->skipped_error - 1);
+        memcpy(d->stats->skipped_error, err->message, len);
+        d->stats->skipped_error[len] = '\0';
+    }
+    pthread_mutex_unlock(&d->err_mu);
+}
+
 static void *driver_worker(void *arg) {
     worker_arg *w = arg;
     driver *d = w->d;
@@ -74,13 +91,15 @@ static void *driver_worker(void *arg) {
         size_t i = atomic_fetch_add(&d->next, 1);
         if (i >= d->n_blocks || atomic_load(&d->failed))
             break;
+        if (d->skipped != NULL && d->skipped[i])
+            continue; /* left out by an earlier pass of the same query */
         indexed_block *b = d->blocks[i];
         strata_error err;
         strata_error_clear(&err);
         pthread_mutex_lock(&b->mu);
         int rc = block_index_open_reader(d->index, b, &err);
         if (rc == 0)
-            rc = d->fn(b, b->reader, d->partials[w->worker], &err);
+            rc = d->fn(b, i, b->reader, d->partials[w->worker], &err);
         block_index_reader_used(d->index, b); /* decoding grew it */
         pthread_mutex_unlock(&b->mu);
         if (rc != 0 && err.code == STRATA_NOT_FOUND && block_index_forget_if_gone(d->index, b)) {
@@ -88,6 +107,10 @@ static void *driver_worker(void *arg) {
              * again on the index's new view, which has the replacement instead. */
             strata_error_set(&err, STRATA_ABORTED, "block %s/%s vanished during the query",
                              b->tenant, b->ulid_text);
+        }
+        if (rc != 0 && err.code == STRATA_DATA_LOSS && d->skipped != NULL) {
+            note_skipped(d, i, &err);
+            continue;
         }
         if (rc != 0) {
             pthread_mutex_lock(&d->err_mu);
@@ -101,13 +124,20 @@ static void *driver_worker(void *arg) {
     return NULL;
 }
 
-/* Runs fn over blocks with up to `workers` threads (partials[0..workers)). */
-static int for_each_block(query_engine *e, indexed_block **blocks, size_t n, block_fn fn,
-                          void **partials, size_t workers, strata_error *err) {
-    driver d = {.index = e->index, .blocks = blocks, .n_blocks = n, .fn = fn, .partials = partials};
+int engine_for_each_block(query_engine *e, indexed_block **blocks, size_t n, block_fn fn,
+                          void **partials, size_t workers, bool *skipped, query_stats *stats,
+                          strata_error *err) {
+    driver d = {.index = e->index,
+                .blocks = blocks,
+                .n_blocks = n,
+                .fn = fn,
+                .partials = partials,
+                .skipped = stats != NULL ? skipped : NULL,
+                .stats = stats};
     atomic_init(&d.next, 0);
     atomic_init(&d.failed, false);
-    pthread_mutex_init(&d.err_mu, NULL);
+    if (pthread_mutex_init(&d.err_mu, NULL) != 0)
+        return strata_error_set(err, STRATA_INTERNAL, "query: cannot initialise a mutex");
     strata_error_clear(&d.err);
     pthread_t threads[64];
     worker_arg args[64];
@@ -131,7 +161,7 @@ static int for_each_block(query_engine *e, indexed_block **blocks, size_t n, blo
     return 0;
 }
 
-static size_t worker_count(const query_engine *e, size_t n_blocks) {
+size_t engine_worker_count(const query_engine *e, size_t n_blocks) {
     size_t w = (size_t)e->opts.parallelism;
     if (w > n_blocks)
         w = n_blocks;
@@ -239,7 +269,7 @@ void query_profile_types_free(profile_type *types, size_t n) {
 /* ---- series selection shared by every operation ------------------------------------------- */
 
 /* Series ids of r matching sel (and type when given), ascending. */
-static int select_series(block_reader *r, const selector *sel, const profile_type *type,
+int engine_select_series(block_reader *r, const selector *sel, const profile_type *type,
                          uint32_t **ids, size_t *n, strata_error *err) {
     if (sel != NULL) {
         if (block_reader_select(r, sel, ids, n, err) != 0)
@@ -294,15 +324,18 @@ static int add_series_labels(const labels_query *q, const label_set *labels, str
     return 0;
 }
 
-static int block_labels(indexed_block *b, block_reader *r, void *partial, strata_error *err) {
+static int block_labels(indexed_block *b, size_t index, block_reader *r, void *partial,
+                        strata_error *err) {
     labels_partial *p = partial;
+    (void)index;
     const labels_query *q = p->q;
     (void)b;
     size_t n_passes = q->n_sels > 0 ? q->n_sels : 1;
     for (size_t s = 0; s < n_passes; s++) {
         uint32_t *ids = NULL;
         size_t n = 0;
-        if (select_series(r, q->n_sels > 0 ? &q->sels[s] : NULL, q->type, &ids, &n, err) != 0)
+        if (engine_select_series(r, q->n_sels > 0 ? &q->sels[s] : NULL, q->type, &ids, &n, err) !=
+            0)
             return -1;
         int rc = 0;
         for (size_t i = 0; rc == 0 && i < n; i++)
@@ -325,11 +358,13 @@ static int query_labels_attempt(query_engine *e, const char *tenant, const char 
     if (block_index_acquire(e->index, tenant, start_ns, end_ns, &blocks, &n_blocks, err) != 0)
         return -1;
     labels_query q = {name, sels, n_sels, type};
-    size_t workers = worker_count(e, n_blocks);
+    size_t workers = engine_worker_count(e, n_blocks);
     labels_partial *parts = calloc(workers, sizeof *parts);
     void **ptrs = calloc(workers, sizeof *ptrs);
     string_set *sets = calloc(workers, sizeof *sets);
-    int rc = (parts && ptrs && sets) ? 0 : strata_error_oom(err);
+    bool *skipped = calloc(n_blocks + 1, sizeof *skipped);
+    query_stats stats = {0};
+    int rc = (parts && ptrs && sets && skipped) ? 0 : strata_error_oom(err);
     for (size_t w = 0; rc == 0 && w < workers; w++) {
         parts[w].q = &q;
         if (strata_intern_init(&parts[w].set.strings) != 0)
@@ -337,8 +372,10 @@ static int query_labels_attempt(query_engine *e, const char *tenant, const char 
         ptrs[w] = &parts[w];
     }
     if (rc == 0)
-        rc = for_each_block(e, blocks, n_blocks, block_labels, ptrs, workers, err);
+        rc = engine_for_each_block(e, blocks, n_blocks, block_labels, ptrs, workers, skipped,
+                                   &stats, err);
     block_index_release_all(e->index, blocks, n_blocks);
+    free(skipped);
     for (size_t w = 0; rc == 0 && w < workers; w++)
         sets[w] = parts[w].set;
     if (rc == 0)
@@ -349,6 +386,15 @@ static int query_labels_attempt(query_engine *e, const char *tenant, const char 
     free(ptrs);
     free(sets);
     return rc;
+}
+
+/* NOT_FOUND, or DATA_LOSS when the only blocks that could have matched were left out. */
+static int no_profiles(const query_stats *stats, strata_error *err) {
+    if (stats->skipped_blocks > 0)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "no readable profiles match the query: block %s was left out: %s",
+                                stats->skipped_block, stats->skipped_error);
+    return strata_error_set(err, STRATA_NOT_FOUND, "no profiles match the query in that range");
 }
 
 /* ---- query_range -------------------------------------------------------------------------- */
@@ -373,6 +419,7 @@ typedef struct range_group {
 } range_group;
 
 typedef struct range_query {
+    block_selection *selections; /* per block */
     const selector *sel;
     int64_t start_ns, end_ns, step_ns;
     const char *const *sum_by;
@@ -528,26 +575,23 @@ static int64_t bucket_of(int64_t time, int64_t step) {
     return b * step;
 }
 
-static int block_range(indexed_block *b, block_reader *r, void *partial, strata_error *err) {
+static int block_range(indexed_block *b, size_t index, block_reader *r, void *partial,
+                       strata_error *err) {
     range_partial *p = partial;
     const range_query *q = p->q;
     (void)b;
-    uint32_t *ids = NULL;
-    size_t n_ids = 0;
-    block_profile *profiles = NULL;
-    size_t n_profiles = 0;
+    const block_selection *selection = &q->selections[index];
+    const block_profile *profiles = selection->profiles;
+    size_t n_profiles = selection->n;
     int rc = -1;
-    if (select_series(r, q->sel, &q->sel->profile_type, &ids, &n_ids, err) != 0)
-        goto out;
-    if (n_ids > 0 && block_reader_profiles(r, ids, n_ids, q->start_ns, q->end_ns, &profiles,
-                                           &n_profiles, err) != 0)
-        goto out;
     uint32_t last_series = UINT32_MAX;
     range_group *g = NULL;
     size_t last_cell = SIZE_MAX; /* profiles come sorted by (series, time): buckets repeat */
     int64_t last_bucket = 0;
     for (size_t i = 0; i < n_profiles; i++) {
         const block_profile *bp = &profiles[i];
+        if (selection->dropped != NULL && selection->dropped[i])
+            continue; /* counted in another block (or earlier in this one) */
         if (bp->series_id != last_series || g == NULL) {
             last_cell = SIZE_MAX;
             label_set labels = LABEL_SET_INIT;
@@ -574,8 +618,6 @@ static int block_range(indexed_block *b, block_reader *r, void *partial, strata_
     }
     rc = 0;
 out:
-    free(ids);
-    free(profiles);
     return rc;
 }
 
@@ -647,9 +689,10 @@ static int series_from_group(const range_query *q, range_group *g, range_series 
 static int query_range_attempt(query_engine *e, const char *tenant, const selector *sel,
                                int64_t start_ns, int64_t end_ns, int64_t step_ns,
                                const char *const *sum_by, size_t n_sum_by, range_series **out,
-                               size_t *n, strata_error *err) {
+                               size_t *n, query_stats *stats, strata_error *err) {
     *out = NULL;
     *n = 0;
+    memset(stats, 0, sizeof *stats);
     if (!sel->has_profile_type)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "the query must name a profile type, e.g. "
@@ -659,15 +702,35 @@ static int query_range_attempt(query_engine *e, const char *tenant, const select
                                 "step must be positive and end not before start");
     const profile_type *t = &sel->profile_type;
     range_query q = {
-        sel,      start_ns,
-        end_ns,   step_ns,
-        sum_by,   n_sum_by,
-        t->delta, strcmp(t->sample_type, "samples") == 0 && strcmp(t->sample_unit, "count") == 0};
+        NULL,
+        sel,
+        start_ns,
+        end_ns,
+        step_ns,
+        sum_by,
+        n_sum_by,
+        t->delta,
+        strcmp(t->sample_type, "samples") == 0 && strcmp(t->sample_unit, "count") == 0};
     indexed_block **blocks;
     size_t n_blocks;
     if (block_index_acquire(e->index, tenant, start_ns, end_ns, &blocks, &n_blocks, err) != 0)
         return -1;
-    size_t workers = worker_count(e, n_blocks);
+    bool *skipped = calloc(n_blocks + 1, sizeof *skipped);
+    q.selections = calloc(n_blocks + 1, sizeof *q.selections);
+    if (skipped == NULL || q.selections == NULL) {
+        free(skipped);
+        free(q.selections);
+        block_index_release_all(e->index, blocks, n_blocks);
+        return strata_error_oom(err);
+    }
+    if (engine_select_profiles(e, blocks, n_blocks, sel, start_ns, end_ns, q.selections, skipped,
+                               stats, err) != 0) {
+        free(skipped);
+        block_selections_free(q.selections, n_blocks);
+        block_index_release_all(e->index, blocks, n_blocks);
+        return -1;
+    }
+    size_t workers = engine_worker_count(e, n_blocks);
     range_partial *parts = calloc(workers, sizeof *parts);
     void **ptrs = calloc(workers, sizeof *ptrs);
     int rc = (parts && ptrs) ? 0 : strata_error_oom(err);
@@ -676,8 +739,11 @@ static int query_range_attempt(query_engine *e, const char *tenant, const select
         ptrs[w] = &parts[w];
     }
     if (rc == 0)
-        rc = for_each_block(e, blocks, n_blocks, block_range, ptrs, workers, err);
+        rc = engine_for_each_block(e, blocks, n_blocks, block_range, ptrs, workers, skipped, stats,
+                                   err);
     block_index_release_all(e->index, blocks, n_blocks);
+    free(skipped);
+    block_selections_free(q.selections, n_blocks);
     for (size_t w = 1; rc == 0 && w < workers; w++)
         rc = range_partial_merge(&parts[0], &parts[w], q.delta, err);
     range_series *series = NULL;
@@ -696,7 +762,7 @@ static int query_range_attempt(query_engine *e, const char *tenant, const select
     }
     if (count == 0) {
         query_range_free(series, count);
-        return strata_error_set(err, STRATA_NOT_FOUND, "no profiles match the query in that range");
+        return no_profiles(stats, err);
     }
     qsort(series, count, sizeof *series, compare_series);
     *out = series;
@@ -724,7 +790,8 @@ typedef struct merge_query {
     bool base;
     bool samples_count;
     uint64_t max_bytes;
-    bool use_rollups; /* add a fully covered series' rollup instead of its sample rows */
+    bool use_rollups;            /* add a fully covered series' rollup instead of its sample rows */
+    block_selection *selections; /* per block, set by run_merge_attempt */
 } merge_query;
 
 typedef struct merge_partial {
@@ -767,6 +834,25 @@ static calltree_str str_of(const char *s) {
     return calltree_cstr(s != NULL ? s : "");
 }
 
+/* The location side of a frame: address and mapping. Mapping flags share their bit values with
+ * the calltree's (checked below). */
+static calltree_frame_location frame_location(const block_location *loc, const block_mapping *map) {
+    calltree_frame_location fl = {.address = loc->address, .folded = loc->is_folded};
+    if (map != NULL) {
+        fl.memory_start = map->memory_start;
+        fl.memory_limit = map->memory_limit;
+        fl.file_offset = map->file_offset;
+        fl.mapping_flags = map->flags;
+    }
+    return fl;
+}
+
+_Static_assert(BLOCK_MAPPING_HAS_FUNCTIONS == CALLTREE_MAPPING_HAS_FUNCTIONS &&
+                   BLOCK_MAPPING_HAS_FILENAMES == CALLTREE_MAPPING_HAS_FILENAMES &&
+                   BLOCK_MAPPING_HAS_LINE_NUMBERS == CALLTREE_MAPPING_HAS_LINE_NUMBERS &&
+                   BLOCK_MAPPING_HAS_INLINE_FRAMES == CALLTREE_MAPPING_HAS_INLINE_FRAMES,
+               "mapping flags differ between the block format and the call tree");
+
 /* An unsymbolized location becomes a frame named by its address, so no sample is lost. */
 static int intern_address_frame(calltree *tree, const block_location *loc, const block_mapping *map,
                                 uint32_t *frame, strata_error *err) {
@@ -777,11 +863,14 @@ static int intern_address_frame(calltree *tree, const block_location *loc, const
                              calltree_cstr(""),
                              str_of(map ? map->file : NULL),
                              str_of(map ? map->build_id : NULL),
-                             0};
+                             0,
+                             frame_location(loc, map)};
+    d.loc.lineless = true;
     return calltree_intern_frame(tree, &d, frame, err);
 }
 
-/* Translates location id into frames (root-most first: the outer function before inlined ones). */
+/* Translates location id into frames (root-most first: the outer function before inlined ones,
+ * which are marked as inlined into it). */
 static int translate_location(block_reader *r, calltree *tree, frame_memo *m, uint32_t loc_id,
                               strata_error *err) {
     block_location loc;
@@ -810,7 +899,10 @@ static int translate_location(block_reader *r, calltree *tree, frame_memo *m, ui
                                  str_of(fn.file),
                                  str_of(mp ? mp->file : NULL),
                                  str_of(mp ? mp->build_id : NULL),
-                                 fn.start_line};
+                                 fn.start_line,
+                                 frame_location(&loc, mp)};
+        d.loc.line = loc.lines[i].line;
+        d.loc.inlined = i + 1 < loc.n_lines; /* lines[0] is the innermost */
         uint32_t frame;
         if (calltree_intern_frame(tree, &d, &frame, err) != 0 || push_frame(m, frame, err) != 0)
             return -1;
@@ -1012,6 +1104,9 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
             calltree_add_base(p->tree, node, per_stack[s]);
         else if (rc == 0)
             calltree_add(p->tree, node, per_stack[s]);
+        else if (err->code == STRATA_DATA_LOSS)
+            err->code = STRATA_INTERNAL; /* part of the block is in the tree: it cannot be left
+                                            out any more, so the query fails */
     }
     if (rc == 0)
         note_profiles(&p->result, profiles, n);
@@ -1021,24 +1116,24 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
     return rc;
 }
 
-static int block_merge(indexed_block *b, block_reader *r, void *partial, strata_error *err) {
+static int block_merge(indexed_block *b, size_t index, block_reader *r, void *partial,
+                       strata_error *err) {
     merge_partial *p = partial;
-    const merge_query *q = p->q;
+    const block_selection *selection = &p->q->selections[index];
     (void)b;
-    uint32_t *ids = NULL;
-    size_t n_ids = 0;
-    block_profile *profiles = NULL;
-    size_t n_profiles = 0;
-    int rc = -1;
-    if (select_series(r, q->sel, &q->sel->profile_type, &ids, &n_ids, err) != 0)
-        goto out;
-    if (n_ids > 0 && block_reader_profiles(r, ids, n_ids, q->start_ns, q->end_ns, &profiles,
-                                           &n_profiles, err) != 0)
-        goto out;
-    rc = n_profiles > 0 ? merge_profiles_into(r, p, profiles, n_profiles, err) : 0;
-out:
-    free(ids);
-    free(profiles);
+    if (selection->n == 0)
+        return 0;
+    if (selection->dropped == NULL)
+        return merge_profiles_into(r, p, selection->profiles, selection->n, err);
+    block_profile *kept = malloc(selection->n * sizeof *kept);
+    if (kept == NULL)
+        return strata_error_oom(err);
+    size_t n = 0;
+    for (size_t i = 0; i < selection->n; i++)
+        if (!selection->dropped[i])
+            kept[n++] = selection->profiles[i];
+    int rc = n > 0 ? merge_profiles_into(r, p, kept, n, err) : 0;
+    free(kept);
     return rc;
 }
 
@@ -1057,17 +1152,23 @@ static void merge_results_add(merge_result *dst, const merge_result *src) {
     dst->duration_ns += src->duration_ns;
 }
 
-static int run_merge_attempt(query_engine *e, const char *tenant, const merge_query *q,
-                             calltree *tree, merge_result *result, strata_error *err) {
+static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q, calltree *tree,
+                             merge_result *result, strata_error *err) {
     memset(result, 0, sizeof *result);
     indexed_block **blocks;
     size_t n_blocks;
     if (block_index_acquire(e->index, tenant, q->start_ns, q->end_ns, &blocks, &n_blocks, err) != 0)
         return -1;
-    size_t workers = worker_count(e, n_blocks);
+    size_t workers = engine_worker_count(e, n_blocks);
     merge_partial *parts = calloc(workers, sizeof *parts);
     void **ptrs = calloc(workers, sizeof *ptrs);
-    int rc = (parts && ptrs) ? 0 : strata_error_oom(err);
+    bool *skipped = calloc(n_blocks + 1, sizeof *skipped);
+    q->selections = calloc(n_blocks + 1, sizeof *q->selections);
+    query_stats stats = {0};
+    int rc = (parts && ptrs && skipped && q->selections) ? 0 : strata_error_oom(err);
+    if (rc == 0)
+        rc = engine_select_profiles(e, blocks, n_blocks, q->sel, q->start_ns, q->end_ns,
+                                    q->selections, skipped, &stats, err);
     /* Each worker builds a partial tree (no locking while merging blocks), merged into the
      * caller's tree only when every block succeeded, so an attempt that fails because a block
      * vanished leaves the caller's tree untouched for the retry. */
@@ -1075,10 +1176,17 @@ static int run_merge_attempt(query_engine *e, const char *tenant, const merge_qu
         parts[w].q = q;
         ptrs[w] = &parts[w];
         rc = calltree_create(&parts[w].tree, 1024, err);
+        if (rc == 0)
+            rc = calltree_set_group_by(parts[w].tree, calltree_group_by(tree), err);
     }
     if (rc == 0)
-        rc = for_each_block(e, blocks, n_blocks, block_merge, ptrs, workers, err);
+        rc = engine_for_each_block(e, blocks, n_blocks, block_merge, ptrs, workers, skipped, &stats,
+                                   err);
     block_index_release_all(e->index, blocks, n_blocks);
+    block_selections_free(q->selections, n_blocks);
+    q->selections = NULL;
+    free(skipped);
+    result->stats = stats;
     for (size_t w = 0; rc == 0 && w < workers; w++) {
         /* An empty caller's tree (not a diff's second side) takes the first partial as it is:
          * merging would copy every node of what is usually the biggest tree of the query. */
@@ -1094,7 +1202,7 @@ static int run_merge_attempt(query_engine *e, const char *tenant, const merge_qu
     free(parts);
     free(ptrs);
     if (rc == 0 && result->profiles == 0)
-        return strata_error_set(err, STRATA_NOT_FOUND, "no profiles match the query in that range");
+        return no_profiles(&result->stats, err);
     return rc;
 }
 
@@ -1120,18 +1228,21 @@ int query_labels(query_engine *e, const char *tenant, const char *name, const se
 
 int query_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
                 int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
-                range_series **out, size_t *n, strata_error *err) {
+                range_series **out, size_t *n, query_stats *stats, strata_error *err) {
     int rc = -1;
+    query_stats ignored;
+    if (stats == NULL)
+        stats = &ignored;
     for (int attempt = 0; attempt < QUERY_ATTEMPTS; attempt++) {
         rc = query_range_attempt(e, tenant, sel, start_ns, end_ns, step_ns, sum_by, n_sum_by, out,
-                                 n, err);
+                                 n, stats, err);
         if (rc == 0 || err->code != STRATA_ABORTED)
             break;
     }
     return rc;
 }
 
-static int run_merge(query_engine *e, const char *tenant, const merge_query *q, calltree *tree,
+static int run_merge(query_engine *e, const char *tenant, merge_query *q, calltree *tree,
                      merge_result *result, strata_error *err) {
     int rc = -1;
     for (int attempt = 0; attempt < QUERY_ATTEMPTS; attempt++) {
@@ -1168,7 +1279,8 @@ int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_
                      base,
                      is_samples_count(&sel->profile_type),
                      e->opts.max_query_bytes,
-                     e->opts.use_rollups};
+                     e->opts.use_rollups,
+                     NULL};
     return run_merge(e, tenant, &q, tree, result, err);
 }
 
@@ -1183,6 +1295,7 @@ int query_single(query_engine *e, const char *tenant, const selector *sel, int64
                      base,
                      is_samples_count(&sel->profile_type),
                      e->opts.max_query_bytes,
-                     false /* one profile per series: rows are as cheap as a rollup */};
+                     false /* one profile per series: rows are as cheap as a rollup */,
+                     NULL};
     return run_merge(e, tenant, &q, tree, result, err);
 }

@@ -58,6 +58,14 @@ int query_labels(query_engine *e, const char *tenant, const char *name, const se
                  char ***out, size_t *n, strata_error *err);
 void query_strings_free(char **strings, size_t n);
 
+/* What a query left out or folded, for its answer's warnings. */
+typedef struct query_stats {
+    uint64_t duplicates;     /* profiles not counted: identical to one that was (a client retry) */
+    uint64_t skipped_blocks; /* blocks left out because their data failed its checks */
+    char skipped_block[128]; /* the first one: tenant/ULID */
+    char skipped_error[256]; /* and its error */
+} query_stats;
+
 typedef struct range_point {
     int64_t time_ns;
     int64_t value;
@@ -77,10 +85,10 @@ typedef struct range_series {
 } range_series;
 
 /* The metrics graph: sel must name a profile type. step_ns > 0. NOT_FOUND when nothing matched
- * (as Parca). */
+ * (as Parca). Identical profiles count once; stats (may be NULL) says what was left out. */
 int query_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
                 int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
-                range_series **out, size_t *n, strata_error *err);
+                range_series **out, size_t *n, query_stats *stats, strata_error *err);
 void query_range_free(range_series *series, size_t n);
 
 typedef struct merge_result {
@@ -91,10 +99,14 @@ typedef struct merge_result {
     int64_t max_time_ns;
     int64_t period;      /* of the earliest profile (the smallest at a tie) */
     int64_t duration_ns; /* sum of profile durations */
+    query_stats stats;   /* duplicates not counted, blocks left out */
 } merge_result;
 
 /* Adds every profile of sel's type matching sel with start <= time <= end into tree (into the
- * diff base side when base is true). NOT_FOUND when nothing matched. */
+ * diff base side when base is true), with the tree's group-by. Identical profiles (same series,
+ * time, duration, period and samples: a retried push) count once, as the compactor keeps one; a
+ * block whose data fails its checksums is left out and named in result->stats. NOT_FOUND when
+ * nothing matched. */
 int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
                 int64_t end_ns, calltree *tree, bool base, merge_result *result, strata_error *err);
 /* The profiles at exactly time_ns (millisecond precision, as Parca). */

@@ -5,6 +5,7 @@
 #include "querier.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,10 @@ const config_field querier_config_fields[] = {
      .kind = CONFIG_BYTES,
      .offset = offsetof(querier_config, max_open_block_bytes),
      .default_text = "1GiB"},
+    {.key = "max_report_nodes",
+     .kind = CONFIG_UINT64,
+     .offset = offsetof(querier_config, max_report_nodes),
+     .default_text = "20000"},
     {.key = NULL},
 };
 
@@ -108,6 +113,11 @@ static int create_metrics(querier *q, strata_error *err) {
                        .help =
                            "Blocks learnt from bucket-index.json at start (no meta.json read)."};
     if ((q->from_bucket_index = metrics_counter_new(q->registry, &o, err)) == NULL)
+        return -1;
+    o = (metrics_opts){.name = "strata_querier_corrupt_blocks_skipped_total",
+                       .help = "Blocks left out of query answers because their data failed its "
+                               "checksums (each answer says so in its warnings)."};
+    if ((q->skipped_blocks = metrics_counter_new(q->registry, &o, err)) == NULL)
         return -1;
     o = (metrics_opts){.name = "strata_querier_bucket_sync_failures_total",
                        .help = "Bucket listings that failed."};
@@ -228,11 +238,15 @@ static int add_selection(querier *q, const char *tenant, const profile_selection
 }
 
 int querier_build_tree(querier *q, const char *tenant, const profile_selection *a,
-                       const profile_selection *b, bool absolute, query_tree_result *out,
-                       strata_error *err) {
+                       const profile_selection *b, bool absolute, unsigned group_by,
+                       query_tree_result *out, strata_error *err) {
     memset(out, 0, sizeof *out);
     if (calltree_create(&out->tree, 4096, err) != 0)
         return -1;
+    if (calltree_set_group_by(out->tree, group_by, err) != 0) {
+        query_tree_result_free(out);
+        return -1;
+    }
     int rc = add_selection(q, tenant, b, out->tree, false, &out->main, &out->type, err);
     if (rc == 0 && a != NULL) {
         calltree_set_diff(out->tree, true);
@@ -253,9 +267,12 @@ void query_tree_result_free(query_tree_result *r) {
     memset(r, 0, sizeof *r);
 }
 
-void querier_report_options(const query_tree_result *r, double node_trim_threshold,
+void querier_report_options(const querier *q, const query_tree_result *r,
+                            double node_trim_threshold, uint64_t max_nodes,
                             calltree_report_options *opts) {
     memset(opts, 0, sizeof *opts);
+    uint64_t cap = q->config.max_report_nodes;
+    opts->max_nodes = (size_t)(max_nodes > 0 && (cap == 0 || max_nodes < cap) ? max_nodes : cap);
     const profile_type *t = &r->type;
     bool samples_count = t->sample_type != NULL && strcmp(t->sample_type, "samples") == 0 &&
                          strcmp(t->sample_unit, "count") == 0;
@@ -272,4 +289,52 @@ void querier_report_options(const query_tree_result *r, double node_trim_thresho
     opts->pprof.period = r->main.period;
     opts->pprof.time_nanos = r->main.min_time_ns;
     opts->pprof.duration_nanos = r->main.duration_ns;
+}
+
+int64_t querier_range_step(int64_t start_ns, int64_t end_ns, int64_t step_ns, uint64_t limit) {
+    int64_t span = end_ns > start_ns ? end_ns - start_ns : 0;
+    int64_t step = step_ns;
+    if (step <= 0)
+        step = limit > 0 ? span / (int64_t)(limit > (uint64_t)INT64_MAX ? INT64_MAX : limit)
+                         : span / 300;
+    if (limit > 0 && limit <= (uint64_t)INT64_MAX && span / step >= (int64_t)limit)
+        step = span / (int64_t)limit + 1; /* at most `limit` buckets */
+    return step < STRATA_NS_PER_SEC ? STRATA_NS_PER_SEC : step;
+}
+
+void querier_warnings(querier *q, const query_stats *a, const query_stats *b, char *out,
+                      size_t cap) {
+    size_t len = 0;
+    out[0] = '\0';
+    const query_stats *sides[2] = {a, b};
+    uint64_t duplicates = 0;
+    for (int i = 0; i < 2; i++) {
+        const query_stats *s = sides[i];
+        if (s == NULL)
+            continue;
+        duplicates += s->duplicates;
+        if (s->skipped_blocks == 0)
+            continue;
+        metrics_counter_add(q->skipped_blocks, s->skipped_blocks);
+        char quoted[600];
+        strata_log_warn("querier", "corrupt block left out of a query",
+                        "block=%s blocks=%llu error=%s", s->skipped_block,
+                        (unsigned long long)s->skipped_blocks,
+                        strata_log_quote(s->skipped_error, quoted, sizeof quoted));
+        int n = snprintf(out + len, cap - len,
+                         "%spartial answer: %llu block(s) left out because their data is corrupt "
+                         "(%s: %s)",
+                         len > 0 ? "; " : "", (unsigned long long)s->skipped_blocks,
+                         s->skipped_block, s->skipped_error);
+        len = n > 0 && (size_t)n < cap - len ? len + (size_t)n : cap - 1;
+    }
+    if (duplicates > 0 && len + 1 < cap) {
+        int n = snprintf(out + len, cap - len,
+                         "%s%llu identical profile(s) stored more than once counted once",
+                         len > 0 ? "; " : "", (unsigned long long)duplicates);
+        len = n > 0 && (size_t)n < cap - len ? len + (size_t)n : cap - 1;
+    }
+    for (size_t i = 0; i < len; i++) /* printable ASCII for a gRPC trailer */
+        if ((unsigned char)out[i] < 0x20 || (unsigned char)out[i] > 0x7e)
+            out[i] = '?';
 }

@@ -32,7 +32,8 @@ typedef struct querier_config {
     int64_t parallelism;
     int64_t query_threads;
     uint64_t max_open_blocks;
-    uint64_t max_open_block_bytes;         /* 0: cached readers bounded by count only */
+    uint64_t max_open_block_bytes; /* 0: cached readers bounded by count only */
+    uint64_t max_report_nodes;     /* flame graph nodes and table rows per answer (default 20000) */
     config_string_list announce_addresses; /* nng URLs of ingesters' block announcements */
 } querier_config;
 
@@ -72,15 +73,27 @@ typedef struct query_tree_result {
     profile_type type; /* of the main selection */
 } query_tree_result;
 
-/* Builds the finalized tree of one selection, or of a diff of a (base) against b when a is given.
- */
+/* Builds the finalized tree of one selection, or of a diff of a (base) against b when a is given,
+ * with frames grouped by group_by (CALLTREE_GROUP_*; CALLTREE_GROUP_EXACT for a PPROF export). */
 int querier_build_tree(querier *q, const char *tenant, const profile_selection *a,
-                       const profile_selection *b, bool absolute, query_tree_result *out,
-                       strata_error *err);
+                       const profile_selection *b, bool absolute, unsigned group_by,
+                       query_tree_result *out, strata_error *err);
 void query_tree_result_free(query_tree_result *r);
-/* Fills report options (unit, totals, pprof metadata) for a tree result. */
-void querier_report_options(const query_tree_result *r, double node_trim_threshold,
+/* Fills report options (unit, totals, pprof metadata) for a tree result. max_nodes is what the
+ * client asked for (0: nothing), capped at the querier's max_report_nodes. */
+void querier_report_options(const querier *q, const query_tree_result *r,
+                            double node_trim_threshold, uint64_t max_nodes,
                             calltree_report_options *opts);
+
+/* The step of a range query, as Parca: step_ns when positive, else (end - start) / limit when a
+ * limit is given, else (end - start) / 300; never under 1 s, and raised so that at most `limit`
+ * points come back when limit > 0. */
+int64_t querier_range_step(int64_t start_ns, int64_t end_ns, int64_t step_ns, uint64_t limit);
+
+/* A one-line, printable-ASCII summary of what a query left out (skipped corrupt blocks, identical
+ * profiles counted once), "" when nothing. Also logs and counts skipped blocks. */
+void querier_warnings(querier *q, const query_stats *a, const query_stats *b, char *out,
+                      size_t cap);
 
 query_engine *querier_engine(querier *q);
 

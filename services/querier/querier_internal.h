@@ -26,6 +26,7 @@ struct querier {
     metrics_counter *meta_reads;
     metrics_counter *from_bucket_index;
     metrics_counter *sync_failures;
+    metrics_counter *skipped_blocks; /* corrupt blocks left out of answers */
 };
 
 /* Counts a finished query and its latency. */

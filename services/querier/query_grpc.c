@@ -335,6 +335,14 @@ static int encode_range(range_series *series, size_t n, strata_buffer *resp, str
     return rc;
 }
 
+/* What the answer left out, as the trailing metadata entry "strata-warnings". */
+static void set_warnings(querier *q, rpc_call *call, const query_stats *a, const query_stats *b) {
+    char text[1024];
+    querier_warnings(q, a, b, text, sizeof text);
+    if (text[0] != '\0')
+        (void)rpc_call_set_trailer(call, "strata-warnings", text);
+}
+
 static int handle_query_range(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
                               strata_error *err, void *arg) {
     querier *q = arg;
@@ -349,16 +357,23 @@ static int handle_query_range(rpc_call *call, const uint8_t *req, size_t len, st
     range_series *series = NULL;
     size_t n = 0;
     int rc = -1;
-    if (r->start == NULL || r->end == NULL || r->step == NULL) {
-        strata_error_set(err, STRATA_INVALID_ARGUMENT, "start, end and step are required");
+    query_stats stats = {0};
+    if (r->start == NULL || r->end == NULL) {
+        strata_error_set(err, STRATA_INVALID_ARGUMENT, "start and end are required");
     } else if (selector_parse(r->query, &sel, err) != 0) {
         strata_error_wrap(err, "invalid query");
     } else {
-        int64_t step = r->step->seconds * STRATA_NS_PER_SEC + r->step->nanos;
-        rc = query_range(q->engine, tenant, &sel, ts_to_ns(r->start, 0), ts_to_ns(r->end, 0), step,
-                         (const char *const *)r->sum_by, r->n_sum_by, &series, &n, err);
+        /* Parca: step optional (Grafana sends only query, start, end and limit), limit the most
+         * points, never a step under 1 s. */
+        int64_t from = ts_to_ns(r->start, 0), to = ts_to_ns(r->end, 0);
+        int64_t step = r->step != NULL ? r->step->seconds * STRATA_NS_PER_SEC + r->step->nanos : 0;
+        step = querier_range_step(from, to, step, r->limit);
+        rc = query_range(q->engine, tenant, &sel, from, to, step, (const char *const *)r->sum_by,
+                         r->n_sum_by, &series, &n, &stats, err);
         selector_free(&sel);
     }
+    if (rc == 0)
+        set_warnings(q, call, &stats, NULL);
     parca__query__v1alpha1__query_range_request__free_unpacked(r, NULL);
     if (rc == 0)
         rc = encode_range(series, n, resp, err);
@@ -428,6 +443,22 @@ static int request_selections(const query_request_pb *r, profile_selection *a, p
     }
 }
 
+/* Parca's group_by (function_name when absent); a PPROF export is always exact, so it keeps every
+ * location, line and address as stored. */
+static int request_group_by(const query_request_pb *r,
+                            Parca__Query__V1alpha1__QueryRequest__ReportType type, unsigned *mask,
+                            strata_error *err) {
+    if (type == PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PPROF) {
+        *mask = CALLTREE_GROUP_EXACT;
+        return 0;
+    }
+    if (r->_group_by_case != PARCA__QUERY__V1ALPHA1__QUERY_REQUEST___GROUP_BY_GROUP_BY ||
+        r->group_by == NULL)
+        return calltree_group_by_parse(NULL, 0, mask, err);
+    return calltree_group_by_parse((const char *const *)r->group_by->fields, r->group_by->n_fields,
+                                   mask, err);
+}
+
 static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *out,
                         strata_error *errp, void *arg) {
     querier *q = arg;
@@ -447,17 +478,21 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     call_tenant(call, tenant, sizeof tenant);
     profile_selection a, b;
     bool is_diff, absolute;
-    if (request_selections(r, &a, &b, &is_diff, &absolute, &err) != 0 ||
-        querier_build_tree(q, tenant, is_diff ? &a : NULL, &b, absolute, &tr, &err) != 0)
-        goto out;
-    calltree_report_options opts;
-    double trim = r->_node_trim_threshold_case ? r->node_trim_threshold : 0;
-    querier_report_options(&tr, trim, &opts);
+    unsigned group_by;
     Parca__Query__V1alpha1__QueryRequest__ReportType type = r->report_type;
     if (type ==
         PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_UNSPECIFIED)
         type = PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_TABLE;
+    if (request_selections(r, &a, &b, &is_diff, &absolute, &err) != 0 ||
+        request_group_by(r, type, &group_by, &err) != 0 ||
+        querier_build_tree(q, tenant, is_diff ? &a : NULL, &b, absolute, group_by, &tr, &err) != 0)
+        goto out;
+    calltree_report_options opts;
+    double trim = r->_node_trim_threshold_case ? r->node_trim_threshold : 0;
+    querier_report_options(q, &tr, trim, 0, &opts);
     rc = calltree_encode_query_response(tr.tree, type, &opts, &resp, &err);
+    if (rc == 0)
+        set_warnings(q, call, &tr.main.stats, is_diff ? &tr.base.stats : NULL);
 out:
     if (r != NULL)
         parca__query__v1alpha1__query_request__free_unpacked(r, NULL);

@@ -251,8 +251,20 @@ static void write_labels_object(json_writer *w, const label_set *labels) {
     json_end_object(w);
 }
 
-static void write_range_json(json_writer *w, const range_series *series, size_t n) {
+/* "warnings":[...] when the answer left something out (a partial answer) or folded duplicates. */
+static void write_warnings(json_writer *w, const char *warnings) {
+    if (warnings == NULL || warnings[0] == '\0')
+        return;
+    json_key(w, "warnings");
+    json_begin_array(w);
+    json_string(w, warnings);
+    json_end_array(w);
+}
+
+static void write_range_json(json_writer *w, const range_series *series, size_t n,
+                             const char *warnings) {
     json_begin_object(w);
+    write_warnings(w, warnings);
     json_key(w, "series");
     json_begin_array(w);
     for (size_t i = 0; i < n; i++) {
@@ -309,9 +321,16 @@ static void answer_query_range(querier *q, const http_request *req, http_respons
     const char *sum_by[32];
     size_t n_sum_by = http_request_query_all(req, "sum_by", sum_by, 32);
     int64_t from, to, step;
+    uint64_t limit = 0;
+    const char *limit_text = http_request_query(req, "limit");
     selector sel;
     range_series *series = NULL;
     size_t n = 0;
+    if (limit_text != NULL && !config_parse_uint64(limit_text, &limit)) {
+        strata_error_set(&err, STRATA_INVALID_ARGUMENT, "limit: want a number of points");
+        send_error(q, resp, req, "query_range", start, &err);
+        return;
+    }
     if (query == NULL) {
         strata_error_set(&err, STRATA_INVALID_ARGUMENT, "query is required");
         send_error(q, resp, req, "query_range", start, &err);
@@ -319,20 +338,19 @@ static void answer_query_range(querier *q, const http_request *req, http_respons
     }
     if (time_param(req, "start", now - 3600 * STRATA_NS_PER_SEC, now, &from, &err) != 0 ||
         time_param(req, "end", now, now, &to, &err) != 0 ||
-        duration_param(req, "step",
-                       (to - from) / 300 > STRATA_NS_PER_SEC ? (to - from) / 300
-                                                             : STRATA_NS_PER_SEC,
-                       &step, &err) != 0) {
+        duration_param(req, "step", 0, &step, &err) != 0) {
         send_error(q, resp, req, "query_range", start, &err);
         return;
     }
+    step = querier_range_step(from, to, step, limit);
     if (selector_parse(query, &sel, &err) != 0) {
         strata_error_wrap(&err, "invalid query");
         send_error(q, resp, req, "query_range", start, &err);
         return;
     }
+    query_stats stats = {0};
     int rc = query_range(q->engine, tenant_of(req), &sel, from, to, step, sum_by, n_sum_by, &series,
-                         &n, &err);
+                         &n, &stats, &err);
     selector_free(&sel);
     if (rc != 0) {
         send_error(q, resp, req, "query_range", start, &err);
@@ -341,7 +359,9 @@ static void answer_query_range(querier *q, const http_request *req, http_respons
     strata_buffer body = STRATA_BUFFER_INIT;
     json_writer w;
     json_writer_init(&w, &body);
-    write_range_json(&w, series, n);
+    char warnings[1024];
+    querier_warnings(q, &stats, NULL, warnings, sizeof warnings);
+    write_range_json(&w, series, n, warnings);
     query_range_free(series, n);
     if (json_writer_finish(&w) == 0)
         send_json(resp, &body);
@@ -406,10 +426,12 @@ static int report_param(const http_request *req, report_kind *out, strata_error 
 }
 
 static int write_tree_json(const query_tree_result *tr, const calltree_report_options *opts,
-                           report_kind kind, strata_buffer *body, strata_error *err) {
+                           report_kind kind, const char *warnings, strata_buffer *body,
+                           strata_error *err) {
     json_writer w;
     json_writer_init(&w, body);
     json_begin_object(&w);
+    write_warnings(&w, warnings);
     json_key(&w, "total");
     json_int(&w, opts->total);
     json_key(&w, "filtered");
@@ -485,20 +507,28 @@ static void answer_tree(querier *q, const http_request *req, http_response *resp
         rc = selection_param(req, "_a", now, &a, &err);
     if (rc == 0)
         rc = selection_param(req, diff ? "_b" : "", now, &b, &err);
+    unsigned group_by = CALLTREE_GROUP_EXACT; /* a pprof download keeps every location */
+    if (rc == 0 && kind != REPORT_PPROF)
+        rc = calltree_group_by_parse_list(http_request_query(req, "group_by"), &group_by, &err);
+    const char *max_nodes = http_request_query(req, "max_nodes");
+    uint64_t mn = 0;
+    if (rc == 0 && max_nodes != NULL && !config_parse_uint64(max_nodes, &mn))
+        rc = strata_error_set(&err, STRATA_INVALID_ARGUMENT, "max_nodes: want a number of nodes");
     if (rc == 0)
-        rc = querier_build_tree(q, tenant_of(req), diff ? &a : NULL, &b, absolute, &tr, &err);
+        rc = querier_build_tree(q, tenant_of(req), diff ? &a : NULL, &b, absolute, group_by, &tr,
+                                &err);
     if (rc == 0) {
         calltree_report_options opts;
-        querier_report_options(&tr, trim, &opts);
-        const char *max_nodes = http_request_query(req, "max_nodes");
-        uint64_t mn;
-        if (max_nodes != NULL && config_parse_uint64(max_nodes, &mn))
-            opts.max_nodes = (size_t)mn;
+        querier_report_options(q, &tr, trim, mn, &opts);
         if (kind == REPORT_PPROF) {
+            opts.max_nodes = 0; /* an export is whole */
             rc = send_pprof(&tr, &opts, resp, &err);
         } else {
+            char warnings[1024];
+            querier_warnings(q, &tr.main.stats, diff ? &tr.base.stats : NULL, warnings,
+                             sizeof warnings);
             strata_buffer body = STRATA_BUFFER_INIT;
-            rc = write_tree_json(&tr, &opts, kind, &body, &err);
+            rc = write_tree_json(&tr, &opts, kind, warnings, &body, &err);
             if (rc == 0)
                 send_json(resp, &body);
             strata_buffer_free(&body);

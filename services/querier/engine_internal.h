@@ -1,0 +1,57 @@
+/*
+ * engine_internal.h - what the engine's files share (engine.c: the block driver, ranges and
+ * merges; engine_select.c: choosing the profiles a query covers). Not a contract.
+ */
+#ifndef STRATA_QUERIER_ENGINE_INTERNAL_H
+#define STRATA_QUERIER_ENGINE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "block/block_reader.h"
+#include "engine.h"
+
+/* Runs on one block with its reader open and locked; `index` is the block's position in the
+ * query's block list, `partial` the calling worker's partial result. */
+typedef int (*block_fn)(indexed_block *b, size_t index, block_reader *r, void *partial,
+                        strata_error *err);
+
+/* Runs fn over blocks[0..n) with up to `workers` threads (partials[0..workers)). With skips
+ * non-NULL, a block whose data fails its checks (fn fails with DATA_LOSS) is left out instead of
+ * failing the query: skipped[index] is set and stats counts it (fn must not have changed its
+ * partial then). */
+int engine_for_each_block(query_engine *e, indexed_block **blocks, size_t n, block_fn fn,
+                          void **partials, size_t workers, bool *skipped, query_stats *stats,
+                          strata_error *err);
+size_t engine_worker_count(const query_engine *e, size_t n_blocks);
+
+/* Series ids of r matching sel (all series when NULL) and type (when given), ascending; *ids is
+ * malloc'd. */
+int engine_select_series(block_reader *r, const selector *sel, const profile_type *type,
+                         uint32_t **ids, size_t *n, strata_error *err);
+
+/* The profiles a query covers in one block, ordered by (series, time). */
+typedef struct block_selection {
+    block_profile *profiles;
+    size_t n;
+    bool *dropped; /* per profile: a duplicate counted elsewhere; NULL when none is */
+} block_selection;
+
+/*
+ * Selects, in each of blocks[0..n), the profiles of sel's profile type matching sel with
+ * start <= time <= end, into out[0..n), and marks duplicates: profiles of the same series (label
+ * set) with the same time, duration, period and samples (the same stacks, compared by content:
+ * locations, functions and mappings, with the same summed values) as one counted before them.
+ * This is the compactor's rule (block_merge.c), so an answer is the same before, during and
+ * after compaction. Candidates are found by (series, time, duration, period, total) first; only
+ * they have their samples read and fingerprinted. Blocks whose data fails its checks are left out
+ * (skipped[i], counted in stats), as engine_for_each_block does.
+ */
+int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blocks,
+                           const selector *sel, int64_t start_ns, int64_t end_ns,
+                           block_selection *out, bool *skipped, query_stats *stats,
+                           strata_error *err);
+void block_selections_free(block_selection *s, size_t n);
+
+#endif

@@ -1,0 +1,388 @@
+/*
+ * engine_select.c - which profiles a query covers: selection by series and time in every block,
+ * and one count per profile however often it was stored. See engine_internal.h.
+ *
+ * Why at query time. A client that retries after a lost acknowledgement stores the same profile
+ * twice, often in two level-1 blocks. The compactor keeps one of them when it merges the blocks
+ * (block_merge.c: same series, time, duration, period and canonical samples), so a query that
+ * counted both would answer 2x until compaction and 1x after. The querier applies the same rule,
+ * so an answer does not change under the user's feet.
+ *
+ * How, cheaply. Duplicates are rare, so the common case must cost next to nothing:
+ *   1. every block's profiles are selected as before (series postings, time pruning), and each
+ *      profile gets a key: hash(series labels, time, duration, period, total);
+ *   2. one hash map over all keys finds candidates, profiles whose key another profile shares;
+ *      without candidates the query goes on at once;
+ *   3. only candidates have their samples read: each sample's stack is hashed by content (the
+ *      locations' addresses, mappings, lines and functions, walked through the block's stack tree
+ *      and memoized per stack), values are summed per stack with zero sums dropped (as the
+ *      compactor's canonical form), and the profile's fingerprint is the wrapping sum of
+ *      hash(stack, value) over its stacks, independent of row order;
+ *   4. among candidates with equal key and fingerprint the first (block order, then row order)
+ *      is counted and the others are marked dropped.
+ * Identity rests on 64-bit hashes of labels and contents; a false match needs a collision of both
+ * the key and the fingerprint between profiles of one series at one timestamp.
+ */
+#include "engine_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/hash.h"
+
+/* ---- step 1: selection ---------------------------------------------------------------------- */
+
+typedef struct select_pass {
+    const selector *sel;
+    int64_t start_ns, end_ns;
+    block_selection *out;
+    uint64_t **keys; /* per block, per profile */
+} select_pass;
+
+static uint64_t profile_key(uint64_t series, const block_profile *p) {
+    uint64_t h = strata_hash_combine(series, (uint64_t)p->time_ns);
+    h = strata_hash_combine(h, (uint64_t)p->duration_ns);
+    h = strata_hash_combine(h, (uint64_t)p->period);
+    h = strata_hash_combine(h, (uint64_t)p->total);
+    return h | 1; /* non-zero for the map */
+}
+
+static int select_block(indexed_block *b, size_t index, block_reader *r, void *partial,
+                        strata_error *err) {
+    select_pass *pass = partial;
+    (void)b;
+    uint32_t *ids = NULL;
+    size_t n_ids = 0;
+    block_selection *out = &pass->out[index];
+    if (engine_select_series(r, pass->sel, &pass->sel->profile_type, &ids, &n_ids, err) != 0)
+        return -1;
+    int rc = 0;
+    if (n_ids > 0)
+        rc = block_reader_profiles(r, ids, n_ids, pass->start_ns, pass->end_ns, &out->profiles,
+                                   &out->n, err);
+    free(ids);
+    if (rc != 0) { /* the block may be skipped: it must not keep half a selection */
+        free(out->profiles);
+        out->profiles = NULL;
+        out->n = 0;
+        return -1;
+    }
+    if (out->n == 0)
+        return 0;
+    uint64_t *keys = malloc(out->n * sizeof *keys);
+    if (keys == NULL)
+        return strata_error_oom(err);
+    uint32_t last = UINT32_MAX;
+    uint64_t series = 0;
+    for (size_t i = 0; i < out->n; i++) {
+        if (out->profiles[i].series_id != last) {
+            last = out->profiles[i].series_id;
+            series = label_set_hash(block_reader_series_labels(r, last));
+        }
+        keys[i] = profile_key(series, &out->profiles[i]);
+    }
+    pass->keys[index] = keys;
+    return 0;
+}
+
+/* ---- step 2: candidates ------------------------------------------------------------------- */
+
+/* Marks profiles whose key another profile shares; returns how many blocks have candidates. */
+static int find_candidates(block_selection *sel, uint64_t **keys, size_t n_blocks, bool **cand,
+                           size_t *n_cand, strata_error *err) {
+    size_t total = 0;
+    for (size_t b = 0; b < n_blocks; b++)
+        total += sel[b].n;
+    *n_cand = 0;
+    if (total < 2)
+        return 0;
+    strata_u64_map map;
+    if (strata_u64_map_init(&map, total) != 0)
+        return strata_error_oom(err);
+    int rc = 0;
+    for (size_t b = 0; rc == 0 && b < n_blocks; b++) {
+        for (size_t i = 0; rc == 0 && keys[b] != NULL && i < sel[b].n; i++) {
+            bool inserted;
+            uint64_t *slot =
+                strata_u64_map_upsert(&map, keys[b][i], (uint64_t)b << 32 | i, &inserted);
+            if (slot == NULL) {
+                rc = strata_error_oom(err);
+                break;
+            }
+            if (inserted)
+                continue;
+            size_t fb = (size_t)(*slot >> 32), fi = (size_t)(*slot & 0xffffffffu);
+            size_t mark[2][2] = {{fb, fi}, {b, i}};
+            for (int k = 0; k < 2 && rc == 0; k++) {
+                size_t mb = mark[k][0];
+                if (cand[mb] == NULL && (cand[mb] = calloc(sel[mb].n, sizeof **cand)) == NULL)
+                    rc = strata_error_oom(err);
+                else if (!cand[mb][mark[k][1]]) {
+                    cand[mb][mark[k][1]] = true;
+                    (*n_cand)++;
+                }
+            }
+        }
+    }
+    strata_u64_map_free(&map);
+    return rc;
+}
+
+/* ---- step 3: fingerprints of candidates --------------------------------------------------- */
+
+static uint64_t hash_str(uint64_t h, const char *s) {
+    return strata_hash_combine(h, s != NULL ? strata_hash_bytes(s, strlen(s), 0) : 0);
+}
+
+static int location_hash(block_reader *r, uint32_t id, uint64_t *out, strata_error *err) {
+    block_location loc;
+    if (block_reader_location(r, id, &loc, err) != 0)
+        return -1;
+    uint64_t h = strata_hash_combine(loc.address, loc.is_folded);
+    if (loc.has_mapping) {
+        block_mapping m;
+        if (block_reader_mapping(r, loc.mapping_id, &m, err) != 0)
+            return -1;
+        h = hash_str(hash_str(h, m.file), m.build_id);
+        h = strata_hash_combine(h, m.memory_start);
+        h = strata_hash_combine(h, m.memory_limit);
+        h = strata_hash_combine(h, m.file_offset);
+    }
+    for (uint32_t i = 0; i < loc.n_lines; i++) {
+        block_function fn;
+        if (block_reader_function(r, loc.lines[i].function_id, &fn, err) != 0)
+            return -1;
+        h = hash_str(hash_str(hash_str(h, fn.name), fn.system_name), fn.file);
+        h = strata_hash_combine(h, (uint64_t)fn.start_line);
+        h = strata_hash_combine(h, (uint64_t)loc.lines[i].line);
+    }
+    *out = h;
+    return 0;
+}
+
+typedef struct stack_hasher {
+    strata_u64_map stacks;    /* stack id + 1 -> content hash */
+    strata_u64_map locations; /* location id + 1 -> content hash */
+    uint32_t *path;           /* scratch: unhashed ancestors, leaf first */
+    size_t cap_path;
+} stack_hasher;
+
+static int location_hash_memo(block_reader *r, stack_hasher *sh, uint32_t loc, uint64_t *out,
+                              strata_error *err) {
+    const uint64_t *known = strata_u64_map_get(&sh->locations, (uint64_t)loc + 1);
+    if (known != NULL) {
+        *out = *known;
+        return 0;
+    }
+    if (location_hash(r, loc, out, err) != 0)
+        return -1;
+    if (strata_u64_map_upsert(&sh->locations, (uint64_t)loc + 1, *out, NULL) == NULL)
+        return strata_error_oom(err);
+    return 0;
+}
+
+/* The content hash of stack `id`: its parent's combined with its location's, memoized, over the
+ * unhashed ancestors collected leaf first and hashed root first (no recursion). */
+static int stack_hash(block_reader *r, stack_hasher *sh, uint32_t id, uint64_t *out,
+                      strata_error *err) {
+    size_t n = 0;
+    uint64_t h = 0x5354524154414e53ULL; /* the empty stack */
+    for (uint32_t cur = id; cur != 0;) {
+        const uint64_t *known = strata_u64_map_get(&sh->stacks, (uint64_t)cur + 1);
+        if (known != NULL) {
+            h = *known;
+            break;
+        }
+        if (n == sh->cap_path) {
+            size_t cap = sh->cap_path ? sh->cap_path * 2 : 64;
+            uint32_t *grown = realloc(sh->path, cap * sizeof *grown);
+            if (grown == NULL)
+                return strata_error_oom(err);
+            sh->path = grown;
+            sh->cap_path = cap;
+        }
+        sh->path[n++] = cur;
+        uint32_t parent, loc;
+        if (block_reader_stack_node(r, cur, &parent, &loc, err) != 0)
+            return -1;
+        cur = parent;
+    }
+    while (n > 0) {
+        uint32_t s = sh->path[--n], parent, loc;
+        uint64_t lh;
+        if (block_reader_stack_node(r, s, &parent, &loc, err) != 0 ||
+            location_hash_memo(r, sh, loc, &lh, err) != 0)
+            return -1;
+        h = strata_hash_combine(h, lh);
+        if (strata_u64_map_upsert(&sh->stacks, (uint64_t)s + 1, h, NULL) == NULL)
+            return strata_error_oom(err);
+    }
+    *out = h;
+    return 0;
+}
+
+typedef struct hashed_row {
+    uint64_t stack;
+    int64_t value;
+} hashed_row;
+
+static int compare_rows(const void *a, const void *b) {
+    const hashed_row *x = a, *y = b;
+    return (x->stack > y->stack) - (x->stack < y->stack);
+}
+
+static int fingerprint_profile(block_reader *r, stack_hasher *sh, const block_profile *p,
+                               uint64_t *out, strata_error *err) {
+    block_samples s = {0};
+    if (block_reader_read_samples(r, p, 1, &s, err) != 0)
+        return -1;
+    hashed_row *rows = malloc((s.len + 1) * sizeof *rows);
+    int rc = rows != NULL ? 0 : strata_error_oom(err);
+    for (size_t i = 0; rc == 0 && i < s.len; i++) {
+        rows[i].value = s.values[i];
+        rc = stack_hash(r, sh, s.stacks[i], &rows[i].stack, err);
+    }
+    if (rc == 0) {
+        qsort(rows, s.len, sizeof *rows, compare_rows);
+        uint64_t fp = 0, distinct = 0;
+        for (size_t i = 0; i < s.len;) {
+            uint64_t stack = rows[i].stack, sum = 0;
+            for (; i < s.len && rows[i].stack == stack; i++)
+                sum += (uint64_t)rows[i].value;
+            if (sum == 0)
+                continue; /* as the compactor's canonical form */
+            fp += strata_hash_combine(stack, sum);
+            distinct++;
+        }
+        *out = strata_hash_combine(fp, distinct);
+    }
+    free(rows);
+    block_samples_free(&s);
+    return rc;
+}
+
+typedef struct fingerprint_pass {
+    block_selection *sel;
+    bool **cand;
+    uint64_t **fingerprints; /* per block with candidates, per profile */
+} fingerprint_pass;
+
+static int fingerprint_block(indexed_block *b, size_t index, block_reader *r, void *partial,
+                             strata_error *err) {
+    fingerprint_pass *pass = partial;
+    (void)b;
+    if (pass->cand[index] == NULL)
+        return 0;
+    const block_selection *sel = &pass->sel[index];
+    uint64_t *fps = calloc(sel->n, sizeof *fps);
+    stack_hasher sh;
+    memset(&sh, 0, sizeof sh);
+    int rc = fps != NULL && strata_u64_map_init(&sh.stacks, 256) == 0 &&
+                     strata_u64_map_init(&sh.locations, 256) == 0
+                 ? 0
+                 : strata_error_oom(err);
+    for (size_t i = 0; rc == 0 && i < sel->n; i++)
+        if (pass->cand[index][i])
+            rc = fingerprint_profile(r, &sh, &sel->profiles[i], &fps[i], err);
+    strata_u64_map_free(&sh.stacks);
+    strata_u64_map_free(&sh.locations);
+    free(sh.path);
+    if (rc != 0) {
+        free(fps);
+        return -1;
+    }
+    pass->fingerprints[index] = fps;
+    return 0;
+}
+
+/* ---- step 4: drop all but the first of each identical group ------------------------------- */
+
+static int drop_duplicates(block_selection *sel, size_t n_blocks, uint64_t **keys, bool **cand,
+                           uint64_t **fps, size_t n_cand, uint64_t *dropped, strata_error *err) {
+    strata_u64_map seen;
+    if (strata_u64_map_init(&seen, n_cand) != 0)
+        return strata_error_oom(err);
+    int rc = 0;
+    for (size_t b = 0; rc == 0 && b < n_blocks; b++) {
+        if (cand[b] == NULL || fps[b] == NULL)
+            continue;
+        for (size_t i = 0; i < sel[b].n; i++) {
+            if (!cand[b][i])
+                continue;
+            bool inserted;
+            uint64_t key = strata_hash_combine(keys[b][i], fps[b][i]) | 1;
+            if (strata_u64_map_upsert(&seen, key, 1, &inserted) == NULL) {
+                rc = strata_error_oom(err);
+                break;
+            }
+            if (inserted)
+                continue;
+            if (sel[b].dropped == NULL &&
+                (sel[b].dropped = calloc(sel[b].n, sizeof *sel[b].dropped)) == NULL) {
+                rc = strata_error_oom(err);
+                break;
+            }
+            sel[b].dropped[i] = true;
+            (*dropped)++;
+        }
+    }
+    strata_u64_map_free(&seen);
+    return rc;
+}
+
+/* ---- entry point -------------------------------------------------------------------------- */
+
+static void free_arrays(void **arrays, size_t n) {
+    for (size_t i = 0; arrays != NULL && i < n; i++)
+        free(arrays[i]);
+    free(arrays);
+}
+
+int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blocks,
+                           const selector *sel, int64_t start_ns, int64_t end_ns,
+                           block_selection *out, bool *skipped, query_stats *stats,
+                           strata_error *err) {
+    size_t workers = engine_worker_count(e, n_blocks);
+    select_pass *passes = calloc(workers, sizeof *passes);
+    void **ptrs = calloc(workers, sizeof *ptrs);
+    uint64_t **keys = calloc(n_blocks + 1, sizeof *keys);
+    bool **cand = calloc(n_blocks + 1, sizeof *cand);
+    uint64_t **fps = calloc(n_blocks + 1, sizeof *fps);
+    fingerprint_pass *fpass = calloc(workers, sizeof *fpass);
+    int rc = (passes && ptrs && keys && cand && fps && fpass) ? 0 : strata_error_oom(err);
+    for (size_t w = 0; rc == 0 && w < workers; w++) {
+        passes[w] = (select_pass){sel, start_ns, end_ns, out, keys};
+        ptrs[w] = &passes[w];
+    }
+    if (rc == 0)
+        rc = engine_for_each_block(e, blocks, n_blocks, select_block, ptrs, workers, skipped, stats,
+                                   err);
+    size_t n_cand = 0;
+    if (rc == 0)
+        rc = find_candidates(out, keys, n_blocks, cand, &n_cand, err);
+    if (rc == 0 && n_cand > 0) {
+        for (size_t w = 0; w < workers; w++) {
+            fpass[w] = (fingerprint_pass){out, cand, fps};
+            ptrs[w] = &fpass[w];
+        }
+        rc = engine_for_each_block(e, blocks, n_blocks, fingerprint_block, ptrs, workers, skipped,
+                                   stats, err);
+        if (rc == 0)
+            rc = drop_duplicates(out, n_blocks, keys, cand, fps, n_cand, &stats->duplicates, err);
+    }
+    free(passes);
+    free(ptrs);
+    free(fpass);
+    free_arrays((void **)keys, n_blocks);
+    free_arrays((void **)cand, n_blocks);
+    free_arrays((void **)fps, n_blocks);
+    return rc;
+}
+
+void block_selections_free(block_selection *s, size_t n) {
+    for (size_t i = 0; s != NULL && i < n; i++) {
+        free(s[i].profiles);
+        free(s[i].dropped);
+    }
+    free(s);
+}

@@ -1,0 +1,316 @@
+/*
+ * engine_select_test.c - the answers users must be able to trust, through the engine:
+ *   - a profile stored twice (a client retrying after a lost acknowledgement) counts once, in
+ *     merges and ranges, whether the copies sit in two blocks or one, and a profile that only
+ *     looks alike (same series, time and total, other stacks) still counts;
+ *   - two builds of one program merge by function name (Parca's default group-by), so a diff of
+ *     v1 against v2 lines up function by function, while an exact tree keeps them apart;
+ *   - a block whose data fails its checksum is left out of merges and ranges, which say so.
+ * Blocks are written with block_writer into a FILESYSTEM bucket in a temporary directory.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "block/block_format.h"
+#include "block/block_writer.h"
+#include "block/ulid.h"
+#include "block_index.h"
+#include "bucket/bucket.h"
+#include "calltree/calltree.h"
+#include "common/clock.h"
+#include "engine.h"
+
+#define TENANT "t1"
+#define SEC STRATA_NS_PER_SEC
+#define T0 (INT64_C(1700000000) * SEC)
+#define CPU "process_cpu:samples:count:cpu:nanoseconds:delta"
+#define PERIOD 10
+
+typedef struct fixture {
+    char dir[64];
+    bucket *store;
+    block_index *index;
+    query_engine *engine;
+} fixture;
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void fixture_open(fixture *f) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/strata-select-test-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(f->dir, NULL, &f->store, &err), 0);
+}
+
+/* Opens the index and engine over what was uploaded so far. */
+static void fixture_engine(fixture *f) {
+    strata_error err;
+    block_index_options io;
+    block_index_options_default(&io);
+    assert_int_equal(block_index_new(&io, f->store, &f->index, &err), 0);
+    assert_int_equal(block_index_sync(f->index, &err), 0);
+    query_engine_options eo;
+    query_engine_options_default(&eo);
+    eo.parallelism = 2;
+    assert_int_equal(query_engine_new(&eo, f->index, &f->engine, &err), 0);
+}
+
+static void fixture_close(fixture *f) {
+    query_engine_free(f->engine);
+    block_index_free(f->index);
+    bucket_close(f->store);
+    nftw(f->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static block_writer *writer_new(void) {
+    block_writer_options o;
+    block_writer_options_default(&o);
+    o.tenant = TENANT;
+    strata_error err;
+    block_writer *w = block_writer_new(&o, &err);
+    assert_non_null(w);
+    return w;
+}
+
+/* One profile of job=app at time_ns: main > work > leaf (value) and main > other (value2), with
+ * `binary` as mapping and addresses that differ per binary, as two builds' do. */
+static void add_profile(block_writer *w, int64_t time_ns, const char *binary, const char *leaf,
+                        int64_t value, int64_t value2) {
+    strata_error err;
+    label_set l = LABEL_SET_INIT;
+    assert_int_equal(label_set_add(&l, "job", 3, "app", 3, &err), 0);
+    profile_type t = {"process_cpu", "samples", "count", "cpu", "nanoseconds", true};
+    assert_int_equal(block_writer_begin_profile(w, &l, &t, time_ns, 10 * SEC, PERIOD, &err), 0);
+    uint64_t base = strcmp(binary, "/v1/app") == 0 ? 0x400000 : 0x500000;
+    block_frame a[3] = {{leaf, leaf, "dep.go", 12, 10, binary, binary, base + 0x300},
+                        {"work", "work", "main.go", 22, 20, binary, binary, base + 0x200},
+                        {"main", "main", "main.go", 32, 30, binary, binary, base + 0x100}};
+    block_frame b[2] = {{"other", "other", "main.go", 42, 40, binary, binary, base + 0x400},
+                        {"main", "main", "main.go", 33, 30, binary, binary, base + 0x108}};
+    assert_int_equal(block_writer_add_sample(w, a, 3, value, &err), 0);
+    assert_int_equal(block_writer_add_sample(w, b, 2, value2, &err), 0);
+    assert_int_equal(block_writer_end_profile(w, &err), 0);
+    label_set_free(&l);
+}
+
+/* Finishes w into the bucket; returns the block's ULID text in id. */
+static void upload(fixture *f, block_writer *w, char id[ULID_STRING_LEN + 1]) {
+    strata_buffer bytes = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
+    block_meta meta;
+    strata_error err;
+    assert_int_equal(block_writer_finish(w, &bytes, &meta, &err), 0);
+    assert_int_equal(block_meta_encode(&meta, &json, &err), 0);
+    char key[256];
+    ulid_format(&meta.id, id);
+    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_DATA_FILE);
+    assert_int_equal(bucket_upload(f->store, key, bytes.data, bytes.len, &err), 0);
+    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_META_FILE);
+    assert_int_equal(bucket_upload(f->store, key, json.data, json.len, &err), 0);
+    strata_buffer_free(&bytes);
+    strata_buffer_free(&json);
+    block_meta_free(&meta);
+    block_writer_free(w);
+}
+
+static calltree *merge(fixture *f, unsigned group_by, const char *query, merge_result *res,
+                       strata_error *err) {
+    selector sel;
+    assert_int_equal(selector_parse(query, &sel, err), 0);
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, err), 0);
+    assert_int_equal(calltree_set_group_by(t, group_by, err), 0);
+    int rc =
+        query_merge(f->engine, TENANT, &sel, T0 - 60 * SEC, T0 + 600 * SEC, t, false, res, err);
+    selector_free(&sel);
+    if (rc != 0) {
+        calltree_free(t);
+        return NULL;
+    }
+    assert_int_equal(calltree_finalize(t, err), 0);
+    return t;
+}
+
+/* The range's points for job=app with a step covering everything. */
+static void range(fixture *f, int64_t *value, int32_t *count, query_stats *stats) {
+    strata_error err;
+    selector sel;
+    assert_int_equal(selector_parse(CPU, &sel, &err), 0);
+    range_series *s;
+    size_t n;
+    if (query_range(f->engine, TENANT, &sel, T0 - 60 * SEC, T0 + 600 * SEC, 3600 * SEC, NULL, 0, &s,
+                    &n, stats, &err) != 0)
+        fail_msg("%s", err.message);
+    assert_int_equal(n, 1);
+    *value = *count = 0;
+    for (size_t i = 0; i < s[0].n_points; i++) {
+        *value += s[0].points[i].value;
+        *count += s[0].points[i].count;
+    }
+    query_range_free(s, n);
+    selector_free(&sel);
+}
+
+static void test_twice_pushed_profile_counts_once(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    char id[ULID_STRING_LEN + 1];
+    block_writer *w = writer_new(); /* the first push, and one unrelated profile */
+    add_profile(w, T0, "/v1/app", "leaf", 5, 3);
+    add_profile(w, T0 + 10 * SEC, "/v1/app", "leaf", 7, 1);
+    upload(&f, w, id);
+    w = writer_new(); /* the retry, a second copy in the same flush, and a look-alike */
+    add_profile(w, T0, "/v1/app", "leaf", 5, 3);
+    add_profile(w, T0, "/v1/app", "leaf", 5, 3);
+    add_profile(w, T0 + 20 * SEC, "/v1/app", "leaf", 5, 3);
+    add_profile(w, T0 + 20 * SEC, "/v1/app", "leaf", 3, 5); /* same total, other samples */
+    upload(&f, w, id);
+    fixture_engine(&f);
+    merge_result res;
+    strata_error err;
+    calltree *t = merge(&f, CALLTREE_GROUP_DEFAULT, CPU, &res, &err);
+    assert_non_null(t);
+    int64_t want = (8 + 8 + 8 + 8) * PERIOD; /* T0 once, T0+10, both look-alikes at T0+20 */
+    assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, want);
+    assert_int_equal(res.total, want);
+    assert_int_equal(res.profiles, 4);
+    assert_int_equal(res.stats.duplicates, 2);
+    calltree_free(t);
+    int64_t value;
+    int32_t count;
+    query_stats stats;
+    range(&f, &value, &count, &stats);
+    assert_int_equal(value, want);
+    assert_int_equal(count, 4);
+    assert_int_equal(stats.duplicates, 2);
+    fixture_close(&f);
+}
+
+static uint32_t child_named(const calltree *t, uint32_t node, const char *name) {
+    for (size_t i = 0; i < calltree_child_count(t, node); i++) {
+        uint32_t c = calltree_child_at(t, node, i);
+        if (strcmp(calltree_frame_get(t, calltree_node_frame(t, c)).name, name) == 0)
+            return c;
+    }
+    fail_msg("no child %s", name);
+    return 0;
+}
+
+static void test_two_builds_line_up_by_function(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    char id[ULID_STRING_LEN + 1];
+    block_writer *w = writer_new();
+    add_profile(w, T0, "/v1/app", "dep.Fib", 90, 10);
+    upload(&f, w, id);
+    w = writer_new();
+    add_profile(w, T0 + 10 * SEC, "/v2/app", "dep.Fib", 20, 10);
+    upload(&f, w, id);
+    fixture_engine(&f);
+    merge_result res;
+    strata_error err;
+    calltree *t = merge(&f, CALLTREE_GROUP_DEFAULT, CPU, &res, &err);
+    assert_non_null(t);
+    assert_int_equal(calltree_child_count(t, CALLTREE_ROOT), 1); /* one main, not one per build */
+    uint32_t main = child_named(t, CALLTREE_ROOT, "main");
+    uint32_t fib = child_named(t, child_named(t, main, "work"), "dep.Fib");
+    assert_int_equal(calltree_node_get(t, fib).total, 110 * PERIOD);
+    calltree_free(t);
+
+    /* Exact: every location apart (main has two call sites per build), builds apart. */
+    t = merge(&f, CALLTREE_GROUP_EXACT, CPU, &res, &err);
+    assert_non_null(t);
+    assert_int_equal(calltree_child_count(t, CALLTREE_ROOT), 4);
+    calltree_frame leaf = calltree_frame_get(t, calltree_node_frame(t, calltree_node_count(t) - 1));
+    assert_true(leaf.loc.address != 0);
+    calltree_free(t);
+    fixture_close(&f);
+}
+
+/* Flips a byte in the middle of the block's data object. */
+static void corrupt(fixture *f, const char *id) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s/%s/%s", f->dir, TENANT, id, BLOCK_DATA_FILE);
+    FILE *fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, 0, SEEK_END), 0);
+    long size = ftell(fp);
+    assert_true(size > 64);
+    for (long at = 16; at < size - 16; at += 64) { /* every page gets hit */
+        assert_int_equal(fseek(fp, at, SEEK_SET), 0);
+        int c = fgetc(fp);
+        assert_int_equal(fseek(fp, at, SEEK_SET), 0);
+        assert_int_not_equal(fputc(c ^ 0x5a, fp), EOF);
+    }
+    assert_int_equal(fclose(fp), 0);
+}
+
+static void test_corrupt_block_left_out(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    char good[ULID_STRING_LEN + 1], bad[ULID_STRING_LEN + 1];
+    block_writer *w = writer_new();
+    add_profile(w, T0, "/v1/app", "leaf", 5, 3);
+    upload(&f, w, good);
+    w = writer_new();
+    add_profile(w, T0 + 10 * SEC, "/v1/app", "leaf", 50, 30);
+    upload(&f, w, bad);
+    corrupt(&f, bad);
+    fixture_engine(&f);
+    merge_result res;
+    strata_error err;
+    calltree *t = merge(&f, CALLTREE_GROUP_DEFAULT, CPU, &res, &err);
+    if (t == NULL)
+        fail_msg("%s", err.message);
+    assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, 8 * PERIOD);
+    assert_int_equal(res.stats.skipped_blocks, 1);
+    assert_non_null(strstr(res.stats.skipped_block, bad));
+    assert_true(res.stats.skipped_error[0] != '\0');
+    calltree_free(t);
+    int64_t value;
+    int32_t count;
+    query_stats stats;
+    range(&f, &value, &count, &stats);
+    assert_int_equal(value, 8 * PERIOD);
+    assert_int_equal(count, 1);
+    assert_int_equal(stats.skipped_blocks, 1);
+    /* Nothing readable left: DATA_LOSS naming the block, not an empty answer. */
+    selector sel;
+    assert_int_equal(selector_parse(CPU, &sel, &err), 0);
+    calltree *empty;
+    assert_int_equal(calltree_create(&empty, 0, &err), 0);
+    assert_int_equal(
+        query_merge(f.engine, TENANT, &sel, T0 + 5 * SEC, T0 + 15 * SEC, empty, false, &res, &err),
+        -1);
+    assert_int_equal(err.code, STRATA_DATA_LOSS);
+    assert_non_null(strstr(err.message, bad));
+    calltree_free(empty);
+    selector_free(&sel);
+    fixture_close(&f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_twice_pushed_profile_counts_once),
+        cmocka_unit_test(test_two_builds_line_up_by_function),
+        cmocka_unit_test(test_corrupt_block_left_out),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
