@@ -26,6 +26,7 @@ typedef struct merge_source {
     char name[TENANT_MAX + ULID_STRING_LEN + 2]; /* "<tenant>/<ULID>", for errors */
     char key[TENANT_MAX + ULID_STRING_LEN + 40]; /* the data object's key, for fetches */
     bucket *store;
+    bool *bucket_error; /* the result's bucket_error */
     block_meta meta;
     uint64_t data_size;
     block_reader *reader;
@@ -76,6 +77,7 @@ typedef struct merge_state {
     size_t n_sources;
     block_writer *writer;
     block_merge_stats *stats;
+    bool *bucket_error; /* the result's bucket_error */
 
     series_ref *refs;
     size_t n_refs;
@@ -144,6 +146,8 @@ static int fetch_range(void *ctx, uint64_t offset, uint64_t length, strata_buffe
     if (bucket_get_range(s->store, s->key, offset, length, out, err) != 0) {
         if (err->code == STRATA_OUT_OF_RANGE) /* shorter than meta.json says: truncated */
             err->code = STRATA_DATA_LOSS;
+        else if (err->code != STRATA_NOT_FOUND)
+            *s->bucket_error = true;
         return -1;
     }
     if (out->len != length)
@@ -157,6 +161,8 @@ static int read_meta(merge_state *m, merge_source *s, strata_error *err) {
     snprintf(key, sizeof key, "%s/%s", s->name, BLOCK_META_FILE);
     strata_buffer json = STRATA_BUFFER_INIT;
     int rc = bucket_get(m->store, key, &json, err);
+    if (rc != 0 && err->code != STRATA_NOT_FOUND)
+        *m->bucket_error = true;
     if (rc == 0) {
         m->stats->bytes_read += json.len;
         rc = block_meta_decode((const char *)json.data, json.len, &s->meta, err);
@@ -686,11 +692,13 @@ static int upload_block(merge_state *m, const strata_buffer *data, const block_m
     snprintf(meta_key, sizeof meta_key, "%s/%s/%s", m->tenant, text, BLOCK_META_FILE);
     int rc = -1;
     if (bucket_upload(m->store, data_key, data->data, data->len, err) != 0) {
+        *m->bucket_error = true;
         strata_error_wrap(err, "uploading %s", data_key);
         goto out;
     }
     m->stats->bytes_written += data->len;
     if (bucket_upload(m->store, meta_key, json.data, json.len, err) != 0) {
+        *m->bucket_error = true;
         strata_error_wrap(err, "uploading %s", meta_key);
         strata_error ignored;
         strata_error_clear(&ignored);
@@ -759,6 +767,7 @@ static int open_all(merge_state *m, const ulid *ids, strata_error *err) {
         snprintf(s->name, sizeof s->name, "%s/%s", m->tenant, text);
         snprintf(s->key, sizeof s->key, "%s/%s", s->name, BLOCK_DATA_FILE);
         s->store = m->store;
+        s->bucket_error = m->bucket_error;
         if (read_meta(m, s, err) != 0)
             return source_error(s, err);
         if (s->meta.compaction_level > level)
@@ -816,6 +825,7 @@ int block_merge(bucket *store, const char *tenant, const ulid *sources, size_t n
     m.store = store;
     m.tenant = tenant;
     m.stats = &out->stats;
+    m.bucket_error = &out->bucket_error;
     if (opts != NULL)
         m.opts = *opts;
     else

@@ -48,7 +48,11 @@
  * (DATA_LOSS for damaged data, INVALID_ARGUMENT for something that is not a block or has an
  * unknown version, NOT_FOUND for a missing meta.json or data object) and a message starting with
  * "block <tenant>/<ULID>: ", so the compactor can mark exactly that block no-compact. Sources of
- * another tenant (meta.json's strata.tenant) or a repeated source are INVALID_ARGUMENT.
+ * another tenant (meta.json's strata.tenant) or a repeated source are INVALID_ARGUMENT. A bucket
+ * call that fails (other than a missing or short object: an unreachable bucket, a refused upload)
+ * sets result.bucket_error, so callers can tell errors worth retrying from errors in the data.
+ * Every location a source holds can be merged, including locations without lines (an address and
+ * its mapping only), which keep their address and mapping (block_writer.h).
  *
  * block_merge is synchronous and single-threaded; run several merges in parallel on different
  * sources if needed. It is safe to call concurrently on the same bucket.
@@ -56,6 +60,7 @@
 #ifndef STRATA_BLOCK_MERGE_H
 #define STRATA_BLOCK_MERGE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -100,6 +105,11 @@ typedef struct block_merge_result {
     ulid id;         /* the new block */
     block_meta meta; /* its meta.json as uploaded; free with block_merge_result_free */
     block_merge_stats stats;
+    /* After a failure: true when it came from a bucket call (reading a source's meta.json or data,
+     * uploading the new block) that failed for another reason than a missing or short object, so
+     * the same merge may succeed when retried; false when it came from the sources' content or
+     * the merge itself (what the compactor counts towards marking a job's sources no-compact). */
+    bool bucket_error;
 } block_merge_result;
 
 void block_merge_result_free(block_merge_result *result);

@@ -29,6 +29,7 @@
 #include "block/block_reader.h"
 #include "block/block_writer.h"
 #include "bucket/bucket.h"
+#include "bucket/bucket_backend.h"
 #include "calltree/calltree.h"
 #include "engine.h"
 
@@ -215,6 +216,10 @@ static void stack_text(block_reader *r, uint32_t stack, strata_buffer *out) {
     for (size_t i = depth; i-- > 0;) { /* root first */
         block_location loc;
         assert_int_equal(block_reader_location(r, locations[i], &loc, &err), 0);
+        if (loc.n_lines == 0) /* an unsymbolized address */
+            assert_int_equal(
+                strata_buffer_appendf(out, "%s0x%" PRIx64, out->len > 0 ? ";" : "", loc.address),
+                0);
         for (uint32_t l = loc.n_lines; l-- > 0;) {
             block_function fn;
             assert_int_equal(block_reader_function(r, loc.lines[l].function_id, &fn, &err), 0);
@@ -233,7 +238,8 @@ static void stack_text(block_reader *r, uint32_t stack, strata_buffer *out) {
 
 /* Adds one block's answers to s: per profile "P <series> t=<ms> d=<dur> p=<period>
  * total=<total>" (value: count), per series "T <series>" (value: total) and per stack
- * "S <series> <frames root first>" (value: sum). */
+ * "S <series> <frames root first>" (value: sum); a frame is function:line per line, or 0x<address>
+ * for a location without lines, then @<mapping file>. */
 static void summarize_block(bucket *store, const ulid *id, summary *s) {
     strata_error err;
     fetch_ctx f = {store, {0}};
@@ -676,6 +682,282 @@ static void test_inline_frames_and_mappings(void **state) {
     fixture_close(&fx);
 }
 
+/* ---- locations without lines ------------------------------------------------------------- */
+
+/* What the eBPF agent pushes for code it cannot symbolize: locations with an address and a mapping
+ * but no line (a stripped binary, [vdso]) or not even a mapping, encoded as on the wire. One
+ * sample type (samples/count). Stacks (leaf first): [0x401234, main] = 5,
+ * [vdso 0x7fff0a10, 0x401234, main] = 7, [0xdead] = 2. */
+static void encode_lineless_pprof(strata_buffer *out) {
+    static const char *const strings[] = {
+        "",        "samples",           "count", "cpu",   "nanoseconds", "main",
+        "main.go", "/usr/bin/stripped", "bid1",  "[vdso]"};
+    pprof_string strs[10];
+    for (int i = 0; i < 10; i++)
+        strs[i] = (pprof_string){strings[i], (uint32_t)strlen(strings[i])};
+    pprof_value_type types[1] = {{1, 2}};
+    pprof_mapping maps[2] = {
+        {.id = 1,
+         .memory_start = 0x400000,
+         .memory_limit = 0x500000,
+         .file_offset = 0x1000,
+         .filename = 7,
+         .build_id = 8},
+        {.id = 2, .memory_start = 0x7fff0000, .memory_limit = 0x7fff2000, .filename = 9}};
+    pprof_function fns[1] = {{1, 5, 5, 6, 3}};
+    pprof_line lines[1] = {{1, 7, 0}};
+    pprof_location locs[4] = {{.id = 1, .mapping_id = 1, .address = 0x401234},
+                              {.id = 2, .mapping_id = 2, .address = 0x7fff0a10},
+                              {.id = 3, .mapping_id = 1, .address = 0x400100, .line_count = 1},
+                              {.id = 4, .address = 0xdead}};
+    uint64_t loc_ids[6] = {1, 3, 2, 1, 3, 4};
+    int64_t values[3] = {5, 7, 2};
+    pprof_sample samples[3] = {{0, 2, 0, 0, 0}, {2, 3, 1, 0, 0}, {5, 1, 2, 0, 0}};
+    pprof_profile p;
+    memset(&p, 0, sizeof p);
+    p.sample_types = types;
+    p.n_sample_types = 1;
+    p.samples = samples;
+    p.n_samples = 3;
+    p.sample_location_ids = loc_ids;
+    p.n_sample_location_ids = 6;
+    p.sample_values = values;
+    p.mappings = maps;
+    p.n_mappings = 2;
+    p.locations = locs;
+    p.n_locations = 4;
+    p.lines = lines;
+    p.n_lines = 1;
+    p.functions = fns;
+    p.n_functions = 1;
+    p.strings = strs;
+    p.n_strings = 10;
+    p.duration_nanos = 10 * SEC;
+    p.period_type = (pprof_value_type){3, 4};
+    p.period = 10000000;
+    strata_error err;
+    assert_int_equal(pprof_encode(&p, true, out, &err), 0);
+}
+
+/* A level-1 block written as the ingester writes one (the pprof decoded, then added with
+ * block_writer_add_profile_types): the line-less pprof at each of the given times. */
+static ulid write_lineless_source(bucket *store, const int64_t *times_ms, size_t n) {
+    strata_error err;
+    strata_buffer raw = STRATA_BUFFER_INIT;
+    encode_lineless_pprof(&raw);
+    pprof_profile p;
+    assert_int_equal(pprof_decode(raw.data, raw.len, NULL, &p, &err), 0);
+    block_writer *w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    label_set labels = LABEL_SET_INIT;
+    profile_type type;
+    assert_int_equal(label_set_from_text("{comm=\"stripped\"}", &labels, &err), 0);
+    assert_int_equal(profile_type_parse(CPU, strlen(CPU), &type, &err), 0);
+    size_t column = 0;
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(block_writer_add_profile_types(w, &labels, &type, &column, 1,
+                                                        BASE_NS + times_ms[i] * 1000000, 10 * SEC,
+                                                        10000000, &p, &err),
+                         0);
+    ulid id;
+    upload_writer(store, w, &id);
+    label_set_free(&labels);
+    profile_type_free(&type);
+    pprof_profile_free(&p);
+    strata_buffer_free(&raw);
+    return id;
+}
+
+/* Locations without lines (address and mapping only) merge like any other: the merged block holds
+ * them with their addresses and mappings, and answers exactly as its sources. (The id path used to
+ * refuse them: "a location needs at least one line", so such blocks never compacted.) */
+static void test_locations_without_lines_merge(void **state) {
+    (void)state;
+    fixture fx;
+    fixture_open(&fx);
+    strata_error err;
+    const int64_t times_a[2] = {0, 10000}, times_b[2] = {10000, 20000}; /* 10 s twice: a retry */
+    ulid ids[2] = {write_lineless_source(fx.store, times_a, 2),
+                   write_lineless_source(fx.store, times_b, 2)};
+    char *before = summarize(fx.store, ids, 2);
+    block_merge_result result;
+    merge_ok(fx.store, ids, 2, NULL, &result);
+    assert_int_equal(result.stats.profiles_in, 4);
+    assert_int_equal(result.stats.profiles_out, 3);
+    assert_int_equal(result.stats.duplicates, 1);
+    assert_false(result.bucket_error);
+    char *after = summarize(fx.store, &result.id, 1);
+#define STRIPPED_SERIES "process_cpu:samples:count:cpu:nanoseconds:delta{comm=\"stripped\"}"
+    /* the duplicate is counted once more by the sources' summary, so compare per line */
+    assert_int_equal(summary_value(after, "S " STRIPPED_SERIES " main:7@/usr/bin/stripped;"
+                                          "0x401234@/usr/bin/stripped;0x7fff0a10@[vdso]"),
+                     3 * 7);
+    assert_int_equal(summary_value(after, "S " STRIPPED_SERIES " main:7@/usr/bin/stripped;"
+                                          "0x401234@/usr/bin/stripped"),
+                     3 * 5);
+    assert_int_equal(summary_value(after, "S " STRIPPED_SERIES " 0xdead"), 3 * 2);
+    assert_int_equal(summary_value(after, "T " STRIPPED_SERIES), 3 * 14);
+    assert_int_equal(summary_value(before, "T " STRIPPED_SERIES), 4 * 14);
+    assert_int_equal(summary_value(before, "S " STRIPPED_SERIES " 0xdead"), 4 * 2);
+    assert_int_equal(count_lines(after, "P "), 3);
+#undef STRIPPED_SERIES
+
+    /* The merged block's tables: four locations, one line, both mappings with every field. */
+    fetch_ctx f = {fx.store, {0}};
+    block_key(&result.id, BLOCK_DATA_FILE, f.key, sizeof f.key);
+    bucket_object_attributes attrs;
+    assert_int_equal(bucket_attributes(fx.store, f.key, &attrs, &err), 0);
+    block_reader *r;
+    assert_int_equal(block_reader_open(fetch_range, &f, attrs.size, NULL, &r, &err), 0);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_LOCATIONS), 4);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_LINES), 1);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_MAPPINGS), 2);
+    int seen = 0;
+    for (uint32_t i = 0; i < 4; i++) {
+        block_location loc;
+        assert_int_equal(block_reader_location(r, i, &loc, &err), 0);
+        block_mapping m = {0};
+        if (loc.has_mapping)
+            assert_int_equal(block_reader_mapping(r, loc.mapping_id, &m, &err), 0);
+        if (loc.address == 0x401234) {
+            seen |= 1;
+            assert_int_equal(loc.n_lines, 0);
+            assert_true(loc.has_mapping);
+            assert_string_equal(m.file, "/usr/bin/stripped");
+            assert_string_equal(m.build_id, "bid1");
+            assert_int_equal(m.memory_start, 0x400000);
+            assert_int_equal(m.memory_limit, 0x500000);
+            assert_int_equal(m.file_offset, 0x1000);
+        } else if (loc.address == 0x7fff0a10) {
+            seen |= 2;
+            assert_int_equal(loc.n_lines, 0);
+            assert_true(loc.has_mapping);
+            assert_string_equal(m.file, "[vdso]");
+            assert_int_equal(m.memory_start, 0x7fff0000);
+            assert_int_equal(m.memory_limit, 0x7fff2000);
+        } else if (loc.address == 0xdead) {
+            seen |= 4;
+            assert_int_equal(loc.n_lines, 0);
+            assert_false(loc.has_mapping);
+        } else {
+            assert_int_equal(loc.address, 0x400100);
+            seen |= 8;
+            assert_int_equal(loc.n_lines, 1);
+            assert_int_equal(loc.lines[0].line, 7);
+        }
+    }
+    assert_int_equal(seen, 15);
+    block_reader_close(r);
+
+    /* And it merges again, one level up, unchanged. */
+    block_merge_result again;
+    merge_ok(fx.store, &result.id, 1, NULL, &again);
+    assert_int_equal(again.meta.compaction_level, 3);
+    char *twice = summarize(fx.store, &again.id, 1);
+    assert_string_equal(twice, after);
+    free(twice);
+    block_merge_result_free(&again);
+    free(before);
+    free(after);
+    block_merge_result_free(&result);
+    fixture_close(&fx);
+}
+
+/* ---- bucket failures --------------------------------------------------------------------- */
+
+/* A FILESYSTEM bucket whose reads or uploads can be made to fail as an unhealthy store does. */
+typedef struct faulty_bucket {
+    void *fs;
+    bool fail_reads, fail_uploads;
+} faulty_bucket;
+
+static int faulty_upload(void *impl, const char *key, const void *data, size_t len,
+                         strata_error *err) {
+    faulty_bucket *f = impl;
+    if (f->fail_uploads)
+        return strata_error_set(err, STRATA_INTERNAL, "injected: disk said no");
+    return bucket_filesystem_ops.upload(f->fs, key, data, len, err);
+}
+
+static int faulty_get_range(void *impl, const char *key, uint64_t offset, uint64_t length,
+                            strata_buffer *out, strata_error *err) {
+    faulty_bucket *f = impl;
+    if (f->fail_reads && strstr(key, BLOCK_DATA_FILE) != NULL)
+        return strata_error_set(err, STRATA_INTERNAL, "injected: read failed");
+    return bucket_filesystem_ops.get_range(f->fs, key, offset, length, out, err);
+}
+
+static int faulty_attributes(void *impl, const char *key, bucket_object_attributes *out,
+                             strata_error *err) {
+    return bucket_filesystem_ops.attributes(((faulty_bucket *)impl)->fs, key, out, err);
+}
+
+static int faulty_exists(void *impl, const char *key, bool *out, strata_error *err) {
+    return bucket_filesystem_ops.exists(((faulty_bucket *)impl)->fs, key, out, err);
+}
+
+static int faulty_delete(void *impl, const char *key, strata_error *err) {
+    return bucket_filesystem_ops.delete_object(((faulty_bucket *)impl)->fs, key, err);
+}
+
+static int faulty_iterate(void *impl, const char *dir, bool recursive, bucket_iter_fn fn, void *ctx,
+                          strata_error *err) {
+    return bucket_filesystem_ops.iterate(((faulty_bucket *)impl)->fs, dir, recursive, fn, ctx, err);
+}
+
+static void faulty_close(void *impl) {
+    bucket_filesystem_ops.close(((faulty_bucket *)impl)->fs);
+}
+
+static const bucket_backend_ops faulty_ops = {.type = "FILESYSTEM",
+                                              .upload = faulty_upload,
+                                              .get_range = faulty_get_range,
+                                              .attributes = faulty_attributes,
+                                              .exists = faulty_exists,
+                                              .delete_object = faulty_delete,
+                                              .iterate = faulty_iterate,
+                                              .close = faulty_close};
+
+/* A merge that fails in a bucket call says so (bucket_error), so the compactor retries it rather
+ * than counting it against the sources; a merge that fails on the data does not (see
+ * expect_merge_failure). */
+static void test_bucket_failures_flagged(void **state) {
+    (void)state;
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/strata-merge-test-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    strata_error err;
+    faulty_bucket fb = {0};
+    assert_int_equal(bucket_filesystem_new(dir, &fb.fs, &err), 0);
+    bucket *store;
+    assert_int_equal(bucket_new(&faulty_ops, &fb, NULL, &store, &err), 0);
+    ulid ids[2] = {write_source(store, block_a, 4), write_source(store, block_b, 4)};
+    block_merge_result result;
+
+    fb.fail_reads = true;
+    assert_int_equal(block_merge(store, TENANT, ids, 2, NULL, &result, &err), -1);
+    assert_int_equal(err.code, STRATA_INTERNAL);
+    assert_non_null(strstr(err.message, "injected: read failed"));
+    assert_true(result.bucket_error);
+    block_merge_result_free(&result);
+
+    fb.fail_reads = false;
+    fb.fail_uploads = true;
+    assert_int_equal(block_merge(store, TENANT, ids, 2, NULL, &result, &err), -1);
+    assert_int_equal(err.code, STRATA_INTERNAL);
+    assert_non_null(strstr(err.message, "uploading"));
+    assert_true(result.bucket_error);
+    block_merge_result_free(&result);
+
+    fb.fail_uploads = false;
+    merge_ok(store, ids, 2, NULL, &result);
+    assert_false(result.bucket_error);
+    assert_int_equal(result.stats.profiles_out, 8);
+    block_merge_result_free(&result);
+    bucket_close(store);
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 /* Flips one byte of a stored object. */
 static void corrupt_object(bucket *store, const char *key, size_t offset) {
     strata_error err;
@@ -709,6 +991,7 @@ static void expect_merge_failure(bucket *store, const ulid *ids, size_t n, const
     count_ctx after = count_objects(store);
     assert_int_equal(after.metas, before.metas);
     assert_int_equal(after.objects, before.objects);
+    assert_false(result.bucket_error); /* the data failed, not the bucket */
     block_merge_result_free(&result);
 }
 
@@ -960,6 +1243,8 @@ int main(void) {
         cmocka_unit_test(test_identical_profiles_deduplicated),
         cmocka_unit_test(test_levels_and_lineage),
         cmocka_unit_test(test_inline_frames_and_mappings),
+        cmocka_unit_test(test_locations_without_lines_merge),
+        cmocka_unit_test(test_bucket_failures_flagged),
         cmocka_unit_test(test_corrupt_or_missing_source),
         cmocka_unit_test(test_other_tenant_rejected),
         cmocka_unit_test(test_memory_limit_and_progress),

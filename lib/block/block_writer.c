@@ -425,9 +425,36 @@ static void location_fingerprint(const location_item *item, uint64_t *key, uint3
     strata_fingerprint_finish(&fp, key, check);
 }
 
-/* Interns a location whose fingerprint is (key, check). */
+/* The one set of rules a location must meet to enter a block, whichever path brings it: a pprof
+ * pushed through WriteRaw (the ingester), the symbolized path, or the id path (the compactor's
+ * merge, copying locations out of blocks the ingester wrote). So whatever the ingester accepted,
+ * the merge accepts too. The mapping is 0 (none) or an interned mapping id + 1; every line names
+ * an interned function; and a location may have no lines at all: an address with its mapping only
+ * (stripped binaries, [vdso], deleted executables), kept as it is and shown by queries as its
+ * address. */
+static int check_location(const block_writer *w, const location_item *item, strata_error *err) {
+    if (item->loc.mapping > w->n_mappings)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block writer: location mapping %u out of range (%zu mappings)",
+                                item->loc.mapping, w->n_mappings);
+    if (item->loc.line_count > 0 && item->lines == NULL)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block writer: location has %u lines but no line array",
+                                item->loc.line_count);
+    for (uint32_t i = 0; i < item->loc.line_count; i++) {
+        if (item->lines[i].function >= w->n_functions)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "block writer: line function %u out of range (%zu functions)",
+                                    item->lines[i].function, w->n_functions);
+    }
+    return 0;
+}
+
+/* Interns a location whose fingerprint is (key, check), after check_location. */
 static int intern_location_fingerprinted(block_writer *w, const location_item *item, uint64_t key,
                                          uint32_t check, uint32_t *id, strata_error *err) {
+    if (check_location(w, item, err) != 0)
+        return -1;
     if (w->n_locations >= UINT32_MAX - 2 || w->n_lines + item->loc.line_count >= UINT32_MAX)
         return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
                                 "block writer: too many locations for one block");
@@ -1422,19 +1449,11 @@ int block_writer_intern_location(block_writer *w, uint64_t address, uint32_t map
                                  uint32_t *id, strata_error *err) {
     if (check_writable(w, err) != 0)
         return -1;
-    if (mapping > w->n_mappings)
+    if (n_lines > 0 && lines == NULL)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                "block writer: location mapping %u out of range (%zu mappings)",
-                                mapping, w->n_mappings);
-    if (n_lines == 0 || lines == NULL)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                "block writer: a location needs at least one line");
-    ENSURE_OR_OOM(w->line_scratch, w->cap_line_scratch, n_lines);
+                                "block writer: location has %u lines but no line array", n_lines);
+    ENSURE_OR_OOM(w->line_scratch, w->cap_line_scratch, (size_t)n_lines + 1);
     for (uint32_t i = 0; i < n_lines; i++) {
-        if (lines[i].function >= w->n_functions)
-            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                    "block writer: line function %u out of range (%zu functions)",
-                                    lines[i].function, w->n_functions);
         w->line_scratch[i].function = lines[i].function;
         w->line_scratch[i].line = lines[i].line;
     }
@@ -1445,7 +1464,7 @@ int block_writer_intern_location(block_writer *w, uint64_t address, uint32_t map
     item.loc.flags = flags;
     item.loc.line_count = n_lines;
     item.lines = w->line_scratch;
-    return intern_location(w, &item, id, err);
+    return intern_location(w, &item, id, err); /* check_location applies the rules */
 }
 
 int block_writer_intern_stack(block_writer *w, uint32_t parent, uint32_t location, uint32_t *id,

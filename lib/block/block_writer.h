@@ -31,6 +31,12 @@
  * mapping, function, location, stack, then add_profile_stacks) copies symbols that another block
  * already interned, without going back to frames (the block merger, block_merge.h).
  *
+ * Every way in checks a location against the same rules (one function in block_writer.c), so a
+ * block the ingester wrote can always be merged by the compactor: the mapping is none or one of
+ * the writer's, each line names one of its functions, and a location may have no lines at all (an
+ * unsymbolized address with its mapping: stripped binaries, [vdso], deleted executables, as the
+ * eBPF agent sends them); its address and mapping are kept through writes and merges.
+ *
  * A long-lived writer can cut a block at a time with block_writer_detach and keep its dictionaries
  * for the next one (the ingester does, once per flush: an agent's profiles repeat most of their
  * symbols and stacks from one push to the next).
@@ -139,8 +145,8 @@ typedef struct block_writer_line {
     int64_t line;
 } block_writer_line;
 
-/* mapping is a mapping id + 1 (0 = none); lines innermost first, at least one; flags
- * BLOCK_LOCATION_*. */
+/* mapping is a mapping id + 1 (0 = none); lines innermost first, none or more (lines may be NULL
+ * when n_lines is 0: an unsymbolized address); flags BLOCK_LOCATION_*. */
 int block_writer_intern_location(block_writer *w, uint64_t address, uint32_t mapping,
                                  uint32_t flags, const block_writer_line *lines, uint32_t n_lines,
                                  uint32_t *id, strata_error *err);

@@ -2,9 +2,19 @@
  * compactor.c - see compactor.h.
  *
  * State between cycles is only a cache: per tenant, the blocks seen by the last scan with their
- * decoded meta.json and deletion times (all immutable once written), and the windows that
- * exceeded the memory limit. Everything else is re-read from the bucket each cycle, so a restart
- * loses nothing but the cache.
+ * decoded meta.json and deletion times (all immutable once written), the windows that exceeded the
+ * memory limit, and the jobs that failed in a row. Everything else is re-read from the bucket each
+ * cycle, so a restart loses nothing but the cache (a failing job's count starts again at 0).
+ *
+ * Failing jobs. A merge that fails because of what its sources hold fails the same way every
+ * cycle. When the merger names the culprit (a corrupt source) it is marked at once. Otherwise the
+ * job is remembered by its source set (an order-independent hash of the ULIDs) with a count of
+ * consecutive failures; failures that retrying can cure (a bucket error, UNAVAILABLE,
+ * DEADLINE_EXCEEDED, ABORTED, CANCELLED, PERMISSION_DENIED, UNAUTHENTICATED; RESOURCE_EXHAUSTED
+ * splits the job) leave the count as it is, a success or a cycle that does not run the job forgets
+ * it, and the MAX_JOB_FAILURES-th failure marks the sources no-compact (reason "repeated-failure",
+ * the last error as details): the job is given up instead of failing forever while level-1 blocks
+ * pile up.
  */
 #include "compactor.h"
 
@@ -18,6 +28,7 @@
 #include "block/block_format.h"
 #include "block/bucket_index.h"
 #include "common/clock.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "planner.h"
 
@@ -26,6 +37,9 @@
 #define PARTIAL_MIN_AGE_MS (60 * 60 * 1000)
 /* Plan/run rounds per tenant and cycle (a safety net; each round makes progress). */
 #define MAX_ROUNDS 10000
+/* Consecutive failures (cycles) of one job with an error in the data before its sources are
+ * marked no-compact. */
+#define MAX_JOB_FAILURES 3
 
 const config_field compactor_tenant_override_fields[] = {
     {.key = "tenant",
@@ -100,13 +114,23 @@ typedef struct skipped_window {
     bool persistent; /* exceeded the memory limit: for the process' life; else this cycle */
 } skipped_window;
 
+/* A job that failed in its last attempt with an error retrying does not cure. */
+typedef struct job_failure {
+    uint64_t key;   /* job_key of its sources */
+    uint64_t cycle; /* the tenant's cycle of the last attempt */
+    int failures;   /* consecutive */
+} job_failure;
+
 typedef struct tenant_state {
     char *name;
     block_entry *entries;
     size_t n_entries;
     skipped_window *skipped; /* windows not to plan again (see skipped_window) */
     size_t n_skipped;
-    bool seen; /* listed in the current cycle */
+    job_failure *failures; /* failing jobs, at most one entry per job */
+    size_t n_failures;
+    uint64_t cycle; /* compaction passes over this tenant */
+    bool seen;      /* listed in the current cycle */
 } tenant_state;
 
 typedef struct compactor_metrics {
@@ -126,6 +150,9 @@ typedef struct compactor_metrics {
     metrics_counter *partial_deletions;
     metrics_counter *no_compact;
     metrics_counter *splits;
+    metrics_counter *jobs_given_up;
+    metrics_counter *failure_marks;
+    metrics_gauge *failing_jobs;
     metrics_gauge *lag;
     metrics_gauge *halted;
     metrics_gauge *last_success;
@@ -200,9 +227,14 @@ static int create_metrics(compactor *c, metrics_registry *r, strata_error *err) 
         {&c->m.partial_deletions, "strata_compactor_partial_blocks_deleted_total",
          "Unfinished uploads (no meta.json) deleted."},
         {&c->m.no_compact, "strata_compactor_no_compact_marks_total",
-         "Blocks marked no-compact because they are corrupt or unreadable."},
+         "Blocks marked no-compact (corrupt or unreadable, or sources of a job given up)."},
         {&c->m.splits, "strata_compactor_job_splits_total",
          "Jobs split in halves after exceeding max_job_memory."},
+        {&c->m.jobs_given_up, "strata_compactor_jobs_given_up_total",
+         "Jobs given up after failing 3 cycles in a row with an error in the data (not the "
+         "bucket); their sources are marked no-compact."},
+        {&c->m.failure_marks, "strata_compactor_repeated_failure_marks_total",
+         "Blocks marked no-compact because their job failed 3 cycles in a row."},
     };
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
         metrics_opts o = {.name = counters[i].name, .help = counters[i].help};
@@ -228,6 +260,9 @@ static int create_metrics(compactor *c, metrics_registry *r, strata_error *err) 
         {&c->m.last_success, "strata_compactor_last_successful_run_timestamp_seconds",
          "When the last cycle finished without a listing failure."},
         {&c->m.blocks, "strata_compactor_blocks", "Committed blocks seen by the last cycle."},
+        {&c->m.failing_jobs, "strata_compactor_failing_jobs",
+         "Jobs whose last attempt failed with an error in the data and that are not given up "
+         "yet, over all tenants, after the last cycle."},
     };
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) {
         metrics_opts go = {.name = gauges[i].name, .help = gauges[i].help};
@@ -313,6 +348,7 @@ static void entries_free(block_entry *entries, size_t n) {
 static void tenant_free(tenant_state *t) {
     entries_free(t->entries, t->n_entries);
     free(t->skipped);
+    free(t->failures);
     free(t->name);
 }
 
@@ -774,6 +810,96 @@ static size_t reader_cache_for(uint64_t memory, size_t n_sources) {
     return share > (4u << 20) ? 4u << 20 : (size_t)share;
 }
 
+/* A job's identity across cycles: its source set, in any order. */
+static uint64_t job_key(const ulid *ids, size_t n) {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += strata_hash_bytes(ids[i].bytes, sizeof ids[i].bytes, 0x5eed);
+    return strata_hash_u64(sum ^ (uint64_t)n << 48);
+}
+
+static job_failure *find_failure(tenant_state *t, uint64_t key) {
+    for (size_t i = 0; i < t->n_failures; i++)
+        if (t->failures[i].key == key)
+            return &t->failures[i];
+    return NULL;
+}
+
+static void forget_failure(tenant_state *t, uint64_t key) {
+    job_failure *f = find_failure(t, key);
+    if (f != NULL)
+        *f = t->failures[--t->n_failures];
+}
+
+/* Counts a failure of the job `key` in this cycle (once per cycle; `counts` false only keeps the
+ * count) and returns its consecutive failures, 0 if it cannot be remembered. */
+static int note_failure(tenant_state *t, uint64_t key, bool counts) {
+    job_failure *f = find_failure(t, key);
+    if (f == NULL) {
+        if (!counts)
+            return 0;
+        job_failure *grown = realloc(t->failures, (t->n_failures + 1) * sizeof *grown);
+        if (grown == NULL)
+            return 0; /* only delays giving up */
+        t->failures = grown;
+        f = &t->failures[t->n_failures++];
+        *f = (job_failure){.key = key, .cycle = t->cycle, .failures = 0};
+    } else if (f->cycle == t->cycle) {
+        return f->failures; /* already counted in this cycle */
+    }
+    f->cycle = t->cycle;
+    if (counts)
+        f->failures++;
+    return f->failures;
+}
+
+/* Whether retrying the same merge may succeed: the bucket failed, or the error says so. */
+static bool failure_is_transient(const strata_error *err, bool bucket_error) {
+    switch (err->code) {
+        case STRATA_UNAVAILABLE:
+        case STRATA_DEADLINE_EXCEEDED:
+        case STRATA_ABORTED:
+        case STRATA_CANCELLED:
+        case STRATA_RESOURCE_EXHAUSTED:
+        case STRATA_PERMISSION_DENIED: /* credentials: an operator's fix, not the data's */
+        case STRATA_UNAUTHENTICATED:
+            return true;
+        default:
+            return bucket_error;
+    }
+}
+
+/* Gives up a job that failed MAX_JOB_FAILURES cycles in a row: marks the source the error names,
+ * else every source, no-compact. Returns true when every mark was written. */
+static bool give_up_job(job_ctx *j, const ulid *ids, size_t n, int level, int failures,
+                        const strata_error *err) {
+    compactor *c = j->c;
+    tenant_state *t = j->t;
+    char details[700], quoted[600];
+    snprintf(details, sizeof details, "merge failed %d cycles in a row: %s: %s", failures,
+             strata_status_name(err->code), err->message);
+    strata_log_error(COMPONENT, "job failed repeatedly; marking its sources no-compact",
+                     "tenant=%s level=%d window_start=%lld sources=%zu failures=%d code=%s "
+                     "error=%s",
+                     t->name, level, (long long)j->job->window_start_ms, n, failures,
+                     strata_status_name(err->code), quote(err->message, quoted, sizeof quoted));
+    block_entry *named = failed_source(t, err->message, ids, n);
+    bool all = true;
+    for (size_t i = 0; i < n; i++) {
+        block_entry *e = find_entry(t->entries, t->n_entries, &ids[i]);
+        if (e == NULL || e->no_compact || (named != NULL && e != named))
+            continue;
+        if (write_no_compact_mark(c, t->name, e, "repeated-failure", details) != 0) {
+            all = false;
+            continue;
+        }
+        count(c, &c->stats.repeated_failure_marks, c->m.failure_marks, 1);
+    }
+    if (all)
+        count(c, &c->stats.jobs_given_up, c->m.jobs_given_up, 1);
+    return all;
+}
+
 /* Merges ids into one block at level, splitting on RESOURCE_EXHAUSTED. Returns false when the
  * window should not be planned again in this cycle. */
 static bool merge_sources(job_ctx *j, const ulid *ids, size_t n, int level, bool split) {
@@ -793,11 +919,14 @@ static bool merge_sources(job_ctx *j, const ulid *ids, size_t n, int level, bool
     strata_error err;
     strata_error_clear(&err);
     int rc = c->merge(c->store, j->t->name, ids, n, &opts, &res, &err);
+    uint64_t key = job_key(ids, n);
     if (rc == 0) {
+        forget_failure(j->t, key);
         commit_merge(j, ids, n, &res);
         block_merge_result_free(&res);
         return true;
     }
+    bool bucket_error = res.bucket_error;
     block_merge_result_free(&res);
     count(c, &c->stats.jobs_failed, c->m.jobs_failed, 1);
     char quoted[600];
@@ -816,16 +945,28 @@ static bool merge_sources(job_ctx *j, const ulid *ids, size_t n, int level, bool
     if (bad != NULL && (err.code == STRATA_DATA_LOSS || err.code == STRATA_INVALID_ARGUMENT ||
                         err.code == STRATA_NOT_FOUND || err.code == STRATA_OUT_OF_RANGE)) {
         write_no_compact_mark(c, j->t->name, bad, "corrupt", err.message);
+        forget_failure(j->t, key);
         return true; /* planned again without it */
     }
-    strata_log_error(COMPONENT, "merge failed", "tenant=%s window_start=%lld code=%s error=%s",
-                     j->t->name, (long long)j->job->window_start_ms, strata_status_name(err.code),
-                     quote(err.message, quoted, sizeof quoted));
+    bool transient = failure_is_transient(&err, bucket_error);
+    int failures = note_failure(j->t, key, !transient);
+    strata_log_error(COMPONENT, "merge failed",
+                     "tenant=%s level=%d window_start=%lld sources=%zu code=%s transient=%s "
+                     "failures=%d max_failures=%d error=%s",
+                     j->t->name, level, (long long)j->job->window_start_ms, n,
+                     strata_status_name(err.code), transient ? "true" : "false", failures,
+                     MAX_JOB_FAILURES, quote(err.message, quoted, sizeof quoted));
+    if (!transient && failures >= MAX_JOB_FAILURES &&
+        give_up_job(j, ids, n, level, failures, &err)) {
+        forget_failure(j->t, key);
+        return true; /* planned again without the marked sources */
+    }
     return false;
 }
 
 /* Plans and runs jobs until the plan is empty. */
 static void compact_tenant(compactor *c, tenant_state *t) {
+    t->cycle++;
     for (int round = 0; round < MAX_ROUNDS && !stopping(c); round++) {
         plan_block *blocks = malloc((t->n_entries + 1) * sizeof *blocks);
         size_t *owner = malloc((t->n_entries + 1) * sizeof *owner);
@@ -862,6 +1003,14 @@ static void compact_tenant(compactor *c, tenant_state *t) {
                 break;
             for (size_t b = 0; b < jobs[k].n_blocks; b++)
                 ids[b] = blocks[jobs[k].blocks[b]].id;
+            /* The same sources already failed in this cycle (planned again over a larger range
+             * once their window was skipped): the same data fails the same way. */
+            const job_failure *failed = find_failure(t, job_key(ids, jobs[k].n_blocks));
+            if (failed != NULL && failed->cycle == t->cycle) {
+                skip_window(t, &jobs[k], false);
+                free(ids);
+                continue;
+            }
             job_ctx j = {.c = c, .t = t, .job = &jobs[k], .started_ns = strata_monotonic_ns()};
             j.last_progress_ns = j.started_ns;
             if (!merge_sources(&j, ids, jobs[k].n_blocks, jobs[k].level, false))
@@ -879,6 +1028,13 @@ static void compact_tenant(compactor *c, tenant_state *t) {
         if (t->skipped[i].persistent)
             t->skipped[kept++] = t->skipped[i];
     t->n_skipped = kept;
+    /* A failing job not run in this cycle (its source set changed, or it was interrupted) starts
+     * counting again. */
+    kept = 0;
+    for (size_t i = 0; i < t->n_failures; i++)
+        if (t->failures[i].cycle == t->cycle)
+            t->failures[kept++] = t->failures[i];
+    t->n_failures = kept;
 }
 
 /* ---- bucket index, lag, cycle ------------------------------------------------------------ */
@@ -989,6 +1145,13 @@ int compactor_run_once(compactor *c, strata_error *err) {
         if (l > lag)
             lag = l;
     }
+    size_t failing = 0;
+    for (size_t i = 0; i < c->n_tenants; i++)
+        failing += c->tenants[i].n_failures;
+    pthread_mutex_lock(&c->mu);
+    c->stats.failing_jobs = failing;
+    pthread_mutex_unlock(&c->mu);
+    metrics_gauge_set(c->m.failing_jobs, (int64_t)failing);
     for (size_t i = 0; i < tenants.n; i++)
         free(tenants.keys[i]);
     free(tenants.keys);

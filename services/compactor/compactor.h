@@ -23,7 +23,13 @@
  *      left. A job that fails with RESOURCE_EXHAUSTED is split in halves, recursively (a half of
  * one block is left as it is) and its window is not planned again by this process. A job that fails
  * because a source is corrupt or unreadable (the merger names it) marks that source no-compact with
- * the error as details, counts it, and goes on: the compactor never halts.
+ * the error as details, counts it, and goes on: the compactor never halts. A job that fails 3
+ * cycles in a row with any other error that retrying does not cure (not a bucket error, not
+ * UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, CANCELLED, PERMISSION_DENIED or UNAUTHENTICATED; each
+ * job is tried once per cycle) is given up: its sources (or the one the error names) get a
+ * no-compact mark with reason "repeated-failure", counted in strata_compactor_jobs_given_up_total
+ * and strata_compactor_repeated_failure_marks_total, so it does not fail forever while level-1
+ * blocks pile up; strata_compactor_failing_jobs shows the jobs still counting.
  *   6. Write <tenant>/bucket-index.json (bucket_index.h) for queriers that start.
  *
  * Readers stay consistent because queriers hide a block as soon as a committed block lists it in
@@ -77,8 +83,11 @@ typedef struct compactor_stats {
     uint64_t deletion_marks;
     uint64_t blocks_deleted;
     uint64_t partial_deleted;
-    uint64_t no_compact_marks;
+    uint64_t no_compact_marks; /* every no-compact mark, repeated_failure_marks included */
     uint64_t splits;
+    uint64_t jobs_given_up;          /* jobs that failed 3 cycles in a row (see below) */
+    uint64_t repeated_failure_marks; /* their sources marked no-compact */
+    uint64_t failing_jobs;           /* after the last cycle: jobs failing, not given up yet */
 } compactor_stats;
 
 /* Validates the config (block_ranges) and registers the metrics. store and registry must outlive

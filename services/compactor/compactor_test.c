@@ -1,7 +1,8 @@
 /*
  * compactor_test.c - compaction cycles on a real FILESYSTEM bucket with the real merger: merged
  * blocks, marks, deletion, idempotency after a crash, retention, corrupt blocks, memory splits,
- * unfinished uploads and the bucket index. What a querier would answer is checked through the
+ * unfinished uploads, jobs that fail every cycle, blocks whose locations have no lines, and the
+ * bucket index. What a querier would answer is checked through the
  * querier's own block index (services/querier/block_index.h), which hides replaced blocks.
  */
 #include <ftw.h>
@@ -24,6 +25,7 @@
 #include "common/log.h"
 #include "compactor.h"
 #include "engine.h"
+#include "metrics/metrics.h"
 
 #define MIN_MS INT64_C(60000)
 #define HOUR_MS (60 * MIN_MS)
@@ -446,6 +448,8 @@ static void test_corrupt_blocks_marked_no_compact_and_compaction_goes_on(void **
     assert_string_equal(nc.reason, "corrupt");
     ulid_format(&src[1], text);
     assert_non_null(strstr(nc.details, text));
+    /* caught by the page checksum when the merger read it */
+    assert_non_null(strstr(nc.details, "checksum mismatch"));
     block_no_compact_mark_free(&nc);
     strata_buffer_free(&mark);
     assert_true(object_exists(fx, TENANT, &src[0], BLOCK_DELETION_MARK_FILE));
@@ -668,6 +672,307 @@ static void test_query_retries_when_a_block_vanishes(void **state) {
     block_index_free(ix);
 }
 
+/* ---- jobs that keep failing -------------------------------------------------------------- */
+
+/* How fail_merge fails, per call in order; past the end, the real merger runs. */
+typedef struct injected_failure {
+    strata_status code;
+    bool bucket_error;
+} injected_failure;
+
+static const injected_failure *g_failures;
+static size_t g_n_failures, g_merge_calls;
+
+static int fail_merge(bucket *store, const char *tenant, const ulid *sources, size_t n,
+                      const block_merge_options *opts, block_merge_result *out, strata_error *err) {
+    size_t call = g_merge_calls++;
+    if (call >= g_n_failures)
+        return block_merge(store, tenant, sources, n, opts, out, err);
+    memset(out, 0, sizeof *out);
+    block_meta_init(&out->meta);
+    out->bucket_error = g_failures[call].bucket_error;
+    /* what the writer said of a location without lines before they were accepted: no block named */
+    return strata_error_set(err, g_failures[call].code,
+                            "block writer: a location needs at least one line");
+}
+
+static void expect_metric(metrics_registry *r, const char *line) {
+    strata_buffer text = STRATA_BUFFER_INIT;
+    strata_error err;
+    assert_int_equal(metrics_registry_render(r, &text, &err), 0);
+    assert_int_equal(strata_buffer_append_byte(&text, 0), 0);
+    char want[256];
+    snprintf(want, sizeof want, "\n%s\n", line);
+    if (strstr((const char *)text.data, want) == NULL)
+        fail_msg("metric line \"%s\" not in:\n%s", line, (const char *)text.data);
+    strata_buffer_free(&text);
+}
+
+static void expect_no_compact_mark(fixture *fx, const ulid *id, const char *reason,
+                                   const char *detail) {
+    strata_buffer mark = STRATA_BUFFER_INIT;
+    read_object(fx, TENANT, id, BLOCK_NO_COMPACT_MARK_FILE, &mark);
+    block_no_compact_mark nc;
+    strata_error err;
+    assert_int_equal(block_no_compact_mark_decode((const char *)mark.data, mark.len, &nc, &err), 0);
+    assert_string_equal(nc.reason, reason);
+    if (strstr(nc.details, detail) == NULL)
+        fail_msg("no-compact details \"%s\" lack \"%s\"", nc.details, detail);
+    block_no_compact_mark_free(&nc);
+    strata_buffer_free(&mark);
+}
+
+/* A job that fails every cycle with an error in the data (not naming a source, not the bucket) is
+ * given up on its third failure: every source is marked no-compact, counted and visible in
+ * /metrics, and it is not tried again; the blocks stay queryable. */
+static void test_repeatedly_failing_job_marked_no_compact(void **state) {
+    fixture *fx = *state;
+    ulid src[3];
+    for (int i = 0; i < 3; i++)
+        src[i] = write_block(fx, TENANT, "f", fx->base_ms + i * 1000, 2, 5);
+    static const injected_failure always[] = {{STRATA_INVALID_ARGUMENT, false},
+                                              {STRATA_INVALID_ARGUMENT, false},
+                                              {STRATA_INVALID_ARGUMENT, false},
+                                              {STRATA_INVALID_ARGUMENT, false}};
+    g_failures = always;
+    g_n_failures = 4;
+    g_merge_calls = 0;
+    strata_error err;
+    metrics_registry *reg = metrics_registry_new(&err);
+    assert_non_null(reg);
+    compactor *c;
+    assert_int_equal(compactor_new(&fx->config, fx->store, reg, &c, &err), 0);
+    compactor_set_merge_fn(c, fail_merge);
+    compactor_stats st;
+    for (int cycle = 1; cycle <= 2; cycle++) {
+        run_cycle(c);
+        compactor_get_stats(c, &st);
+        assert_int_equal(st.jobs_failed, cycle);
+        assert_int_equal(st.no_compact_marks, 0);
+        assert_int_equal(st.failing_jobs, 1);
+        expect_metric(reg, "strata_compactor_failing_jobs 1");
+        assert_false(object_exists(fx, TENANT, &src[0], BLOCK_NO_COMPACT_MARK_FILE));
+    }
+    run_cycle(c);
+    compactor_get_stats(c, &st);
+    assert_int_equal(st.jobs_failed, 3);
+    assert_int_equal(st.jobs, 0);
+    assert_int_equal(st.jobs_given_up, 1);
+    assert_int_equal(st.repeated_failure_marks, 3);
+    assert_int_equal(st.no_compact_marks, 3);
+    assert_int_equal(st.failing_jobs, 0);
+    for (int i = 0; i < 3; i++)
+        expect_no_compact_mark(fx, &src[i], "repeated-failure",
+                               "merge failed 3 cycles in a row: INVALID_ARGUMENT: block writer: a "
+                               "location needs at least one line");
+    expect_metric(reg, "strata_compactor_jobs_failed_total 3");
+    expect_metric(reg, "strata_compactor_jobs_given_up_total 1");
+    expect_metric(reg, "strata_compactor_repeated_failure_marks_total 3");
+    expect_metric(reg, "strata_compactor_no_compact_marks_total 3");
+    expect_metric(reg, "strata_compactor_failing_jobs 0");
+    expect_metric(reg, "strata_compactor_blocks_out_total 0");
+    /* Not tried again. */
+    run_cycle(c);
+    compactor_get_stats(c, &st);
+    assert_int_equal(st.jobs_failed, 3);
+    assert_int_equal(g_merge_calls, 3);
+    view v = query_view(fx, TENANT);
+    assert_int_equal(v.blocks, 3);
+    assert_int_equal(v.total, 3 * 2 * 5);
+    compactor_free(c);
+    metrics_registry_free(reg);
+}
+
+/* Failures that retrying can cure (a bucket error, UNAVAILABLE, DEADLINE_EXCEEDED) neither count
+ * nor reset a count in progress: data, bucket, unavailable, deadline, data is two failures, so
+ * nothing is marked, and the sixth cycle's real merge succeeds and forgets the job. Each cycle
+ * tries the job once (not again over the 2-hour and 24-hour windows that hold the same blocks). */
+static void test_transient_failures_never_mark(void **state) {
+    fixture *fx = *state;
+    ulid src[2];
+    for (int i = 0; i < 2; i++)
+        src[i] = write_block(fx, TENANT, "t", fx->base_ms + i * 1000, 2, 3);
+    static const injected_failure mixed[] = {{STRATA_INTERNAL, false},
+                                             {STRATA_INTERNAL, true}, /* a bucket error */
+                                             {STRATA_UNAVAILABLE, false},
+                                             {STRATA_DEADLINE_EXCEEDED, false},
+                                             {STRATA_DATA_LOSS, false}};
+    g_failures = mixed;
+    g_n_failures = 5;
+    g_merge_calls = 0;
+    compactor *c = new_compactor(fx);
+    compactor_set_merge_fn(c, fail_merge);
+    compactor_stats st;
+    for (int cycle = 1; cycle <= 5; cycle++) {
+        run_cycle(c);
+        compactor_get_stats(c, &st);
+        assert_int_equal(st.jobs_failed, cycle);
+        assert_int_equal(st.no_compact_marks, 0);
+        assert_int_equal(st.failing_jobs, 1); /* INTERNAL counted once, then DATA_LOSS */
+    }
+    assert_false(object_exists(fx, TENANT, &src[0], BLOCK_NO_COMPACT_MARK_FILE));
+    assert_int_equal(g_merge_calls, 5);
+    run_cycle(c); /* the real merger */
+    compactor_get_stats(c, &st);
+    assert_int_equal(st.jobs, 1);
+    assert_int_equal(st.blocks_out, 1);
+    assert_int_equal(st.jobs_given_up, 0);
+    assert_int_equal(st.failing_jobs, 0);
+    assert_true(object_exists(fx, TENANT, &src[0], BLOCK_DELETION_MARK_FILE));
+    view v = query_view(fx, TENANT);
+    assert_int_equal(v.blocks, 1);
+    assert_int_equal(v.max_level, 2);
+    assert_int_equal(v.total, 2 * 2 * 3);
+    compactor_free(c);
+}
+
+/* ---- locations without lines ------------------------------------------------------------- */
+
+/* A level-1 block as the ingester writes one from an eBPF agent's push for a stripped binary: the
+ * pprof (decoded from its wire form) has locations with an address and a mapping but no line.
+ * `value` is the one sample [0x401234, main]'s value. */
+static ulid write_lineless_block(fixture *fx, int64_t time_ms, int64_t value) {
+    static const char *const strings[] = {
+        "", "samples", "count", "cpu", "nanoseconds", "main", "main.go", "/usr/bin/stripped"};
+    pprof_string strs[8];
+    for (int i = 0; i < 8; i++)
+        strs[i] = (pprof_string){strings[i], (uint32_t)strlen(strings[i])};
+    pprof_value_type types[1] = {{1, 2}};
+    pprof_mapping maps[1] = {
+        {.id = 1, .memory_start = 0x400000, .memory_limit = 0x500000, .filename = 7}};
+    pprof_function fns[1] = {{1, 5, 5, 6, 3}};
+    pprof_line lines[1] = {{1, 7, 0}};
+    pprof_location locs[2] = {{.id = 1, .mapping_id = 1, .address = 0x401234},
+                              {.id = 2, .mapping_id = 1, .address = 0x400100, .line_count = 1}};
+    uint64_t loc_ids[2] = {1, 2};
+    int64_t values[1] = {value};
+    pprof_sample samples[1] = {{0, 2, 0, 0, 0}};
+    pprof_profile p = {.sample_types = types,
+                       .n_sample_types = 1,
+                       .samples = samples,
+                       .n_samples = 1,
+                       .sample_location_ids = loc_ids,
+                       .n_sample_location_ids = 2,
+                       .sample_values = values,
+                       .mappings = maps,
+                       .n_mappings = 1,
+                       .locations = locs,
+                       .n_locations = 2,
+                       .lines = lines,
+                       .n_lines = 1,
+                       .functions = fns,
+                       .n_functions = 1,
+                       .strings = strs,
+                       .n_strings = 8,
+                       .period_type = {3, 4},
+                       .period = 10000000};
+    strata_buffer raw = STRATA_BUFFER_INIT;
+    strata_error err;
+    assert_int_equal(pprof_encode(&p, true, &raw, &err), 0);
+    pprof_profile decoded;
+    assert_int_equal(pprof_decode(raw.data, raw.len, NULL, &decoded, &err), 0);
+    block_writer_options opts;
+    block_writer_options_default(&opts);
+    opts.tenant = TENANT;
+    block_writer *w = block_writer_new(&opts, &err);
+    assert_non_null(w);
+    label_set labels = LABEL_SET_INIT;
+    profile_type type;
+    assert_int_equal(label_set_from_text("{comm=\"stripped\"}", &labels, &err), 0);
+    assert_int_equal(profile_type_parse(CPU, strlen(CPU), &type, &err), 0);
+    size_t column = 0;
+    assert_int_equal(
+        block_writer_add_profile_types(w, &labels, &type, &column, 1, time_ms * STRATA_NS_PER_MS,
+                                       10 * STRATA_NS_PER_SEC, 10000000, &decoded, &err),
+        0);
+    strata_buffer data = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
+    block_meta meta;
+    block_meta_init(&meta);
+    assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
+    assert_int_equal(block_meta_encode(&meta, &json, &err), 0);
+    char id[ULID_STRING_LEN + 1], key[256];
+    ulid_format(&meta.id, id);
+    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_DATA_FILE);
+    assert_int_equal(bucket_upload(fx->store, key, data.data, data.len, &err), 0);
+    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_META_FILE);
+    assert_int_equal(bucket_upload(fx->store, key, json.data, json.len, &err), 0);
+    ulid out = meta.id;
+    block_meta_free(&meta);
+    strata_buffer_free(&data);
+    strata_buffer_free(&json);
+    strata_buffer_free(&raw);
+    pprof_profile_free(&decoded);
+    label_set_free(&labels);
+    profile_type_free(&type);
+    block_writer_free(w);
+    return out;
+}
+
+/* Blocks whose locations have no lines compact to the next level like any other, with nothing
+ * failed or marked, and the merged block keeps the address and its mapping. */
+static void test_lineless_blocks_compact_to_next_level(void **state) {
+    fixture *fx = *state;
+    ulid src[3];
+    for (int i = 0; i < 3; i++)
+        src[i] = write_lineless_block(fx, fx->base_ms + i * 10000, 4 + i);
+    compactor *c = new_compactor(fx);
+    run_cycle(c);
+    compactor_stats st;
+    compactor_get_stats(c, &st);
+    assert_int_equal(st.jobs_failed, 0);
+    assert_int_equal(st.no_compact_marks, 0);
+    assert_int_equal(st.jobs, 1); /* one 5-minute window; alone in its 2-hour window after */
+    assert_int_equal(st.blocks_in, 3);
+    assert_int_equal(st.blocks_out, 1);
+    for (int i = 0; i < 3; i++) {
+        assert_true(object_exists(fx, TENANT, &src[i], BLOCK_DELETION_MARK_FILE));
+        assert_false(object_exists(fx, TENANT, &src[i], BLOCK_NO_COMPACT_MARK_FILE));
+    }
+    block_index_options opts;
+    block_index_options_default(&opts);
+    block_index *ix;
+    strata_error err;
+    assert_int_equal(block_index_new(&opts, fx->store, &ix, &err), 0);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    indexed_block **blocks;
+    size_t n;
+    assert_int_equal(
+        block_index_acquire(ix, TENANT, INT64_MIN / 2, INT64_MAX / 2, &blocks, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(blocks[0]->meta.compaction_level, 2);
+    assert_int_equal(blocks[0]->meta.n_sources, 3);
+    assert_int_equal(block_index_open_reader(ix, blocks[0], &err), 0);
+    block_reader *r = blocks[0]->reader;
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_LOCATIONS), 2);
+    assert_int_equal(block_reader_row_count(r, BLOCK_TABLE_LINES), 1);
+    bool seen = false;
+    for (uint32_t i = 0; i < 2; i++) {
+        block_location loc;
+        assert_int_equal(block_reader_location(r, i, &loc, &err), 0);
+        if (loc.address != 0x401234)
+            continue;
+        seen = true;
+        assert_int_equal(loc.n_lines, 0);
+        assert_true(loc.has_mapping);
+        block_mapping m;
+        assert_int_equal(block_reader_mapping(r, loc.mapping_id, &m, &err), 0);
+        assert_string_equal(m.file, "/usr/bin/stripped");
+        assert_int_equal(m.memory_start, 0x400000);
+        assert_int_equal(m.memory_limit, 0x500000);
+    }
+    assert_true(seen);
+    block_profile *profiles = NULL;
+    size_t np = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &profiles, &np, &err),
+                     0);
+    assert_int_equal(np, 3);
+    assert_int_equal(profiles[0].total + profiles[1].total + profiles[2].total, 4 + 5 + 6);
+    free(profiles);
+    block_index_release_all(ix, blocks, n);
+    block_index_free(ix);
+    compactor_free(c);
+}
+
 static void test_config_validation(void **state) {
     fixture *fx = *state;
     compactor *c;
@@ -702,6 +1007,11 @@ int main(void) {
         cmocka_unit_test_setup_teardown(
             test_querier_keeps_replaced_block_until_replacement_is_visible, setup, teardown),
         cmocka_unit_test_setup_teardown(test_query_retries_when_a_block_vanishes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repeatedly_failing_job_marked_no_compact, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_transient_failures_never_mark, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lineless_blocks_compact_to_next_level, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_config_validation, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

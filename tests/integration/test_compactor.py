@@ -12,8 +12,11 @@ request. Then:
 - the compactor killed with SIGKILL at random points (5 seeds, several kills each) and restarted
   finishes with one level-3 block, and no answer read meanwhile lost or doubled anything;
 - a querier started afterwards reads bucket-index.json instead of every meta.json;
-- retention (a per-tenant override) deletes exactly the blocks whose maxTime is past it.
+- retention (a per-tenant override) deletes exactly the blocks whose maxTime is past it;
+- in `strata all` (compactor enabled), pprof locations without lines (what the eBPF agent sends for
+  stripped binaries and [vdso]) compact to a level-2 block, and queries still show their addresses.
 """
+import gzip
 import json
 import os
 import random
@@ -31,6 +34,7 @@ from test_query_common import NS, T0, CPU_SAMPLES, MEM_SPACE, ALL_TYPES  # noqa:
 
 import grpc  # noqa: E402
 from parca.profilestore.v1alpha1 import profilestore_pb2_grpc as ps_grpc  # noqa: E402
+from perftools.profiles import profile_pb2  # noqa: E402
 
 TENANT = "team-a"
 MD = [("x-scope-orgid", TENANT)]
@@ -65,6 +69,28 @@ def answers(base):
     out["range"] = sorted(json.dumps(s, sort_keys=True) for s in j["series"])
     out["pods"] = qc.http_json(base, "/api/v1/labels/pod/values", tenant=TENANT)["label_values"]
     return out
+
+
+def lineless_pprof(t_s, n):
+    """A CPU pprof as the eBPF agent sends it for code it cannot symbolize: locations with an
+    address and a mapping but no line (a stripped binary, [vdso]) under a symbolized main. Stacks,
+    leaf first: [0x401234, main] = n samples, [0x7fff0a10 in [vdso], 0x401234, main] = 2n."""
+    p = profile_pb2.Profile()
+    p.string_table.extend(["", "samples", "count", "cpu", "nanoseconds", "main", "main.go",
+                           "/usr/bin/stripped", "[vdso]"])
+    p.sample_type.add(type=1, unit=2)
+    p.sample_type.add(type=3, unit=4)
+    p.period_type.type, p.period_type.unit, p.period = 3, 4, qc.PERIOD
+    p.time_nanos, p.duration_nanos = T0 + t_s * NS, qc.DURATION
+    p.mapping.add(id=1, memory_start=0x400000, memory_limit=0x500000, filename=7)
+    p.mapping.add(id=2, memory_start=0x7fff0000, memory_limit=0x7fff2000, filename=8)
+    p.function.add(id=1, name=5, system_name=5, filename=6, start_line=3)
+    p.location.add(id=1, mapping_id=1, address=0x401234)
+    p.location.add(id=2, mapping_id=2, address=0x7fff0a10)
+    p.location.add(id=3, mapping_id=1, address=0x400100).line.add(function_id=1, line=7)
+    p.sample.add(location_id=[1, 3], value=[n, n * qc.CPU_NS_PER_SAMPLE])
+    p.sample.add(location_id=[2, 1, 3], value=[2 * n, 2 * n * qc.CPU_NS_PER_SAMPLE])
+    return gzip.compress(p.SerializeToString())
 
 
 def quick_total(base):
@@ -380,6 +406,80 @@ class CompactorTest(unittest.TestCase):
             self.assertEqual(status, 404)
         finally:
             s.close()
+
+    def test_locations_without_lines_compact_in_strata_all(self):
+        """The eBPF agent's unsymbolized frames used to stop compaction for good: the ingester
+        stored them, the merger refused them every cycle ("a location needs at least one line")
+        and strata_compactor_blocks_out_total stayed 0. Now they reach level 2 with their
+        addresses, in `strata all` as a user runs it with the agent."""
+        work = lib.make_workdir("compactor-lineless")
+        data = os.path.join(work, "data")
+        grpc_port, http_port = lib.free_port(), lib.free_port()
+        base = f"http://127.0.0.1:{http_port}"
+        config = f"""server:
+  grpc_listen_address: 127.0.0.1:{grpc_port}
+  http_listen_address: 127.0.0.1:{http_port}
+bucket:
+  type: FILESYSTEM
+  config:
+    directory: {data}
+ingester:
+  flush_interval: 50ms
+querier:
+  sync_interval: 100ms
+compactor:
+  compaction_interval: 200ms
+  consistency_delay: 1m
+  delete_delay: 2s
+"""
+        strata = lib.Strata(work, "all", config).start(ready_url=base + "/ready")
+        channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+        ok = False
+        try:
+            store = ps_grpc.ProfileStoreServiceStub(channel)
+            labels = {"__name__": "process_cpu", "comm": "stripped", "node": "n1"}
+            for k, n in enumerate((1, 2, 3)):  # three blocks in one 5-minute window (2023)
+                store.WriteRaw(qc.write_request([(labels, [lineless_pprof(10 * k, n)])]),
+                               metadata=MD, timeout=30)
+            m = lambda name: metric(base, name)  # noqa: E731
+
+            def one_level2_block():
+                live = [b for b in bucket_blocks(data).values()
+                        if b["meta"] is not None and not b["marked"]]
+                return (m("strata_compactor_blocks_out_total") >= 1 and len(live) == 1
+                        and live[0]["meta"]["compaction"]["level"] == 2
+                        and live[0]["meta"]["stats"]["numProfiles"] == 2 * 3)
+            lib.wait_for(one_level2_block, timeout=60, what="one level-2 block of every profile")
+            blocks = bucket_blocks(data)
+            for u, b in blocks.items():
+                self.assertNotIn("no-compact-mark.json", b["files"], u)
+            self.assertEqual(m("strata_compactor_jobs_failed_total"), 0)
+            self.assertEqual(m("strata_compactor_no_compact_marks_total"), 0)
+            self.assertEqual(m("strata_compactor_repeated_failure_marks_total"), 0)
+            self.assertEqual(m("strata_compactor_failing_jobs"), 0)
+            self.assertEqual(m("strata_compactor_halted"), 0)
+
+            time.sleep(0.5)  # the querier's next listings hide the sources
+            j = qc.http_json(base, "/api/v1/query", {"query": CPU_SAMPLES + '{comm="stripped"}',
+                                                     "start": qc.ms(T0), "end": qc.ms(END),
+                                                     "report": "flamegraph"}, tenant=TENANT)
+            self.assertEqual(j["total"], 3 * (1 + 2 + 3) * qc.PERIOD)
+            self.assertEqual(j["profiles"], 3)
+            names = j["flamegraph"]["flamebearer"]["names"]
+            self.assertTrue(any("0x401234" in name for name in names), names)
+            self.assertTrue(any("0x7fff0a10" in name for name in names), names)
+            self.assertIn("main", names)
+            logs = strata.logs()
+            self.assertIn('msg="merged"', logs)
+            self.assertNotIn('msg="merge failed"', logs)
+            ok = True
+        finally:
+            channel.close()
+            rc = strata.stop()
+            if not ok or rc != 0:
+                print(strata.logs()[-5000:], file=sys.stderr)
+            lib.remove_workdir(work)
+        self.assertEqual(rc, 0)
 
     def test_check_config(self):
         work = lib.make_workdir("compactor-check")
