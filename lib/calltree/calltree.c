@@ -565,6 +565,23 @@ int calltree_apply_diff_mode(calltree *t, bool absolute, strata_error *err) {
 
 /* ---- accessors ---- */
 
+static size_t map_bytes(const strata_u64_map *m) {
+    return m->keys != NULL ? (m->mask + 1) * 2 * sizeof(uint64_t) : 0;
+}
+
+size_t calltree_memory_bytes(const calltree *t) {
+    const strata_intern *in = &t->strings;
+    size_t bytes = sizeof *t + map_bytes(&t->child_map) + map_bytes(&t->frame_map);
+    bytes += t->nodes_cap * (2 * sizeof(uint32_t) + 2 * sizeof(int64_t));
+    bytes += t->frames_cap * (FRAME_NSTR * sizeof(uint32_t) + sizeof(calltree_frame_extra));
+    bytes += in->cap * (sizeof(char *) + sizeof(uint32_t)) + in->total_bytes + in->count +
+             (in->slots != NULL ? (in->slot_mask + 1) * (sizeof(uint32_t) + sizeof(uint64_t)) : 0);
+    if (t->finalized)
+        bytes += t->n_nodes * (2 * sizeof(int64_t) + 2 * sizeof(uint32_t)) +
+                 t->n_frames * 2 * sizeof(uint32_t);
+    return bytes;
+}
+
 size_t calltree_node_count(const calltree *t) {
     return t->n_nodes;
 }

@@ -190,6 +190,8 @@ int calltree_scale_main(calltree *tree, int64_t num, int64_t den, strata_error *
 int calltree_apply_diff_mode(calltree *tree, bool absolute, strata_error *err);
 
 /* Accessors. */
+/* About how many bytes the tree holds (its arrays, maps and strings), for memory limits. */
+size_t calltree_memory_bytes(const calltree *tree);
 size_t calltree_node_count(const calltree *tree); /* including the root */
 size_t calltree_frame_count(const calltree *tree);
 /* Frame of node (undefined for the root: returns UINT32_MAX), parent (root: UINT32_MAX). */

@@ -792,6 +792,7 @@ typedef struct merge_query {
     uint64_t max_bytes;
     bool use_rollups;            /* add a fully covered series' rollup instead of its sample rows */
     block_selection *selections; /* per block, set by run_merge_attempt */
+    size_t workers;              /* threads merging partial trees, set by run_merge_attempt */
 } merge_query;
 
 typedef struct merge_partial {
@@ -1116,13 +1117,23 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
     return rc;
 }
 
-static int block_merge(indexed_block *b, size_t index, block_reader *r, void *partial,
-                       strata_error *err) {
-    merge_partial *p = partial;
-    const block_selection *selection = &p->q->selections[index];
-    (void)b;
-    if (selection->n == 0)
+/* The partial trees of all workers must fit max_query_bytes together: each worker checks its own
+ * against its share after every block, so a merge of millions of distinct functions fails with a
+ * message instead of growing the process past the limit. */
+static int check_tree_memory(const merge_partial *p, strata_error *err) {
+    uint64_t share = p->q->max_bytes / (p->q->workers ? p->q->workers : 1);
+    size_t bytes = calltree_memory_bytes(p->tree);
+    if (bytes <= share)
         return 0;
+    return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
+                            "the merged call tree needs more than %llu MiB (max_query_bytes %llu "
+                            "MiB over %zu threads); narrow the time range or the selector",
+                            (unsigned long long)(bytes >> 20),
+                            (unsigned long long)(p->q->max_bytes >> 20), p->q->workers);
+}
+
+static int merge_block_profiles(block_reader *r, merge_partial *p, const block_selection *selection,
+                                strata_error *err) {
     if (selection->dropped == NULL)
         return merge_profiles_into(r, p, selection->profiles, selection->n, err);
     block_profile *kept = malloc(selection->n * sizeof *kept);
@@ -1135,6 +1146,18 @@ static int block_merge(indexed_block *b, size_t index, block_reader *r, void *pa
     int rc = n > 0 ? merge_profiles_into(r, p, kept, n, err) : 0;
     free(kept);
     return rc;
+}
+
+static int block_merge(indexed_block *b, size_t index, block_reader *r, void *partial,
+                       strata_error *err) {
+    merge_partial *p = partial;
+    const block_selection *selection = &p->q->selections[index];
+    (void)b;
+    if (selection->n == 0)
+        return 0;
+    if (merge_block_profiles(r, p, selection, err) != 0)
+        return -1;
+    return check_tree_memory(p, err);
 }
 
 static void merge_results_add(merge_result *dst, const merge_result *src) {
@@ -1160,6 +1183,7 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
     if (block_index_acquire(e->index, tenant, q->start_ns, q->end_ns, &blocks, &n_blocks, err) != 0)
         return -1;
     size_t workers = engine_worker_count(e, n_blocks);
+    q->workers = workers;
     merge_partial *parts = calloc(workers, sizeof *parts);
     void **ptrs = calloc(workers, sizeof *ptrs);
     bool *skipped = calloc(n_blocks + 1, sizeof *skipped);
@@ -1280,7 +1304,8 @@ int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_
                      is_samples_count(&sel->profile_type),
                      e->opts.max_query_bytes,
                      e->opts.use_rollups,
-                     NULL};
+                     NULL,
+                     0};
     return run_merge(e, tenant, &q, tree, result, err);
 }
 
@@ -1296,6 +1321,7 @@ int query_single(query_engine *e, const char *tenant, const selector *sel, int64
                      is_samples_count(&sel->profile_type),
                      e->opts.max_query_bytes,
                      false /* one profile per series: rows are as cheap as a rollup */,
-                     NULL};
+                     NULL,
+                     0};
     return run_merge(e, tenant, &q, tree, result, err);
 }

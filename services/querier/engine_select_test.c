@@ -57,8 +57,8 @@ static void fixture_open(fixture *f) {
     assert_int_equal(bucket_open_filesystem(f->dir, NULL, &f->store, &err), 0);
 }
 
-/* Opens the index and engine over what was uploaded so far. */
-static void fixture_engine(fixture *f) {
+/* Opens the index and engine over what was uploaded so far, with max_query_bytes when not 0. */
+static void fixture_engine_limited(fixture *f, uint64_t max_query_bytes) {
     strata_error err;
     block_index_options io;
     block_index_options_default(&io);
@@ -67,7 +67,13 @@ static void fixture_engine(fixture *f) {
     query_engine_options eo;
     query_engine_options_default(&eo);
     eo.parallelism = 2;
+    if (max_query_bytes != 0)
+        eo.max_query_bytes = max_query_bytes;
     assert_int_equal(query_engine_new(&eo, f->index, &f->engine, &err), 0);
+}
+
+static void fixture_engine(fixture *f) {
+    fixture_engine_limited(f, 0);
 }
 
 static void fixture_close(fixture *f) {
@@ -306,11 +312,53 @@ static void test_corrupt_block_left_out(void **state) {
     fixture_close(&f);
 }
 
+/* 150,000 distinct functions make a tree of tens of MiB: with max_query_bytes 20 MiB the merge
+ * fails with RESOURCE_EXHAUSTED while the tree grows, instead of growing the process; with the
+ * default limit the same merge answers. */
+static void test_tree_memory_bounded(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    char id[ULID_STRING_LEN + 1];
+    block_writer *w = writer_new();
+    strata_error err;
+    label_set l = LABEL_SET_INIT;
+    assert_int_equal(label_set_add(&l, "job", 3, "app", 3, &err), 0);
+    profile_type t = {"process_cpu", "samples", "count", "cpu", "nanoseconds", true};
+    assert_int_equal(block_writer_begin_profile(w, &l, &t, T0, 10 * SEC, PERIOD, &err), 0);
+    for (int i = 0; i < 150000; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "pkg.function_%06d", i);
+        block_frame fr[2] = {{name, name, "f.go", 1, 1, "/bin/app", "b", 0x1000 + (uint64_t)i},
+                             {"main", "main", "m.go", 1, 1, "/bin/app", "b", 0x10}};
+        assert_int_equal(block_writer_add_sample(w, fr, 2, 1, &err), 0);
+    }
+    assert_int_equal(block_writer_end_profile(w, &err), 0);
+    label_set_free(&l);
+    upload(&f, w, id);
+    fixture_engine_limited(&f, (uint64_t)20 << 20);
+    merge_result res;
+    calltree *tree = merge(&f, CALLTREE_GROUP_DEFAULT, CPU, &res, &err);
+    assert_null(tree);
+    assert_int_equal(err.code, STRATA_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.message, "max_query_bytes"));
+    query_engine_free(f.engine);
+    block_index_free(f.index);
+    fixture_engine(&f);
+    tree = merge(&f, CALLTREE_GROUP_DEFAULT, CPU, &res, &err);
+    assert_non_null(tree);
+    assert_int_equal(calltree_node_count(tree), 150002);
+    assert_true(calltree_memory_bytes(tree) > ((size_t)20 << 20));
+    calltree_free(tree);
+    fixture_close(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_twice_pushed_profile_counts_once),
         cmocka_unit_test(test_two_builds_line_up_by_function),
         cmocka_unit_test(test_corrupt_block_left_out),
+        cmocka_unit_test(test_tree_memory_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
