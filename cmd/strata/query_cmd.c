@@ -5,14 +5,16 @@
  *   strata query labels [--match SEL]... [--type TYPE]
  *   strata query values NAME [--match SEL]... [--type TYPE]
  *   strata query range QUERY [--start T] [--end T] [--step D] [--sum-by LABEL]...
- *   strata query merge QUERY [--start T] [--end T] [--top N] [-o FILE.pb.gz]
+ *   strata query merge QUERY [--start T] [--end T] [--group-by FIELDS] [--top N] [-o FILE.pb.gz]
  *   strata query diff QUERY_A QUERY_B [--start-a T --end-a T --start-b T --end-b T]
- *                     [--absolute] [--top N] [-o FILE.pb.gz]
+ *                     [--absolute] [--group-by FIELDS] [--top N] [-o FILE.pb.gz]
  *   common: [--address HOST:PORT] (default 127.0.0.1:7071) [--tenant T]
  *
  * Times are as in the JSON API (Unix ms, RFC 3339, now, now-1h); the default range is the last
  * hour. Merges and diffs print the top functions; -o writes the profile as gzipped pprof for
- * `go tool pprof`.
+ * `go tool pprof` (always exact: every location as stored). --group-by takes Parca's group_by
+ * fields, comma-separated: function_name (the default), function_file_name, location_address,
+ * mapping_file.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +40,7 @@ typedef struct query_args {
     const char *sum_by[MAX_REPEATED];
     size_t n_sum_by;
     const char *type;
-    const char *start, *end, *start_a, *end_a, *start_b, *end_b, *step, *output;
+    const char *start, *end, *start_a, *end_a, *start_b, *end_b, *step, *output, *group_by;
     bool absolute;
     int top;
 } query_args;
@@ -49,12 +51,13 @@ typedef struct flag_spec {
 } flag_spec;
 
 static const flag_spec value_flags[] = {
-    {"address", offsetof(query_args, address)}, {"tenant", offsetof(query_args, tenant)},
-    {"type", offsetof(query_args, type)},       {"start", offsetof(query_args, start)},
-    {"end", offsetof(query_args, end)},         {"start-a", offsetof(query_args, start_a)},
-    {"end-a", offsetof(query_args, end_a)},     {"start-b", offsetof(query_args, start_b)},
-    {"end-b", offsetof(query_args, end_b)},     {"step", offsetof(query_args, step)},
-    {"o", offsetof(query_args, output)},        {"output", offsetof(query_args, output)},
+    {"address", offsetof(query_args, address)},   {"tenant", offsetof(query_args, tenant)},
+    {"type", offsetof(query_args, type)},         {"start", offsetof(query_args, start)},
+    {"end", offsetof(query_args, end)},           {"start-a", offsetof(query_args, start_a)},
+    {"end-a", offsetof(query_args, end_a)},       {"start-b", offsetof(query_args, start_b)},
+    {"end-b", offsetof(query_args, end_b)},       {"step", offsetof(query_args, step)},
+    {"o", offsetof(query_args, output)},          {"output", offsetof(query_args, output)},
+    {"group-by", offsetof(query_args, group_by)},
 };
 
 static int parse_flag(query_args *a, int argc, char **argv, int *i, strata_error *err) {
@@ -349,6 +352,20 @@ static int fill_merge(merge_pb *m, const char *query, const char *start_text, co
 
 static int run_query_request(const query_args *a, Parca__Query__V1alpha1__QueryRequest *req,
                              bool diff, strata_error *err) {
+    char *fields[8];
+    char list[256];
+    Parca__Query__V1alpha1__GroupBy group_by = PARCA__QUERY__V1ALPHA1__GROUP_BY__INIT;
+    if (a->group_by != NULL) {
+        snprintf(list, sizeof list, "%s", a->group_by);
+        size_t n = 0;
+        for (char *save = NULL, *f = strtok_r(list, ",", &save); f != NULL && n < 8;
+             f = strtok_r(NULL, ",", &save))
+            fields[n++] = f;
+        group_by.fields = fields;
+        group_by.n_fields = n;
+        req->_group_by_case = PARCA__QUERY__V1ALPHA1__QUERY_REQUEST___GROUP_BY_GROUP_BY;
+        req->group_by = &group_by;
+    }
     req->report_type = a->output != NULL
                            ? PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PPROF
                            : PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_TOP;
