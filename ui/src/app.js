@@ -5,7 +5,7 @@ import { api } from './api.js';
 import { store } from './state.js';
 import { QueryBar, describeRange } from './querybar.js';
 import { MetricsGraph } from './metrics.js';
-import { ProfilePanel } from './profileview.js';
+import { ProfilePanel, groupByParam } from './profileview.js';
 import { TargetsView } from './targets.js';
 import { friendlyName, metricUnit, parseTypeId } from './profiletypes.js';
 import { withLabels, splitExpression, labelsToString } from './query.js';
@@ -227,6 +227,7 @@ class ProfilesView {
         patch[`${k}_b`] = store.get(`${k}_a`) || null;
       }
       patch.cur_path = null;
+      patch.sort = null; // a diff sorts by the largest change by default
       store.set(patch);
     });
     el.addEventListener('refresh', () => this.loadProfile(true));
@@ -239,7 +240,7 @@ class ProfilesView {
 
   loadProfile(force) {
     const src = profileSource('a');
-    this.panel.load(src && { title: src.title, params: { query: src.query, start: src.start, end: src.end } }, { force });
+    this.panel.load(src && { title: src.title, params: { query: src.query, start: src.start, end: src.end, group_by: groupByParam() } }, { force });
   }
 
   update(changed) {
@@ -272,10 +273,11 @@ class CompareView {
     if (!a || !b) { this.panel.load(null); return; }
     const abs = store.get('absolute') === 'true';
     this.panel.load({
-      title: `Diff: B against A, ${abs ? 'absolute' : 'relative'} <span class="muted">— red grew, green shrank; sized by B</span>`,
+      title: `Diff: B against A, ${abs ? 'absolute' : 'relative'} <span class="muted">— sized by A + B; ` +
+        `${abs ? 'raw values' : 'the smaller side scaled to the larger'}</span>`,
       params: {
         query_a: a.query, start_a: a.start, end_a: a.end, query_b: b.query, start_b: b.start, end_b: b.end,
-        absolute: abs ? 'true' : 'false',
+        absolute: abs ? 'true' : 'false', group_by: groupByParam(),
       },
     }, { force });
   }

@@ -67,6 +67,14 @@ export function formatSignedPercent(p) {
   return `${p > 0 ? '+' : ''}${p.toFixed(Math.abs(p) >= 10 ? 1 : 2)}%`;
 }
 
+// The relative change from a to b as a label: "new" when only b has a value, "removed" when
+// only a has, else the signed percentage of a ("+25.0%", "-50.0%").
+export function formatDiffPercent(b, a) {
+  if (a === 0) return b === 0 ? '0%' : 'new';
+  if (b === 0) return 'removed';
+  return formatSignedPercent(((b - a) / a) * 100);
+}
+
 export function formatSigned(v, unit) {
   return `${v > 0 ? '+' : ''}${formatValue(v, unit)}`;
 }

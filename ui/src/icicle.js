@@ -1,9 +1,12 @@
 // The icicle graph, drawn on a canvas from the flamebearer JSON (lib/calltree/calltree.h):
-// root on top, colour by binary (or package), search highlight, click to zoom, tooltip.
-// Diff profiles ("double" format) are sized by B and coloured by the relative change
-// r = (B - A) / A: red for growth, green for shrinkage, blue when |r| <= 0.1%.
+// root on top, colour by package or binary, search highlight, click to zoom, tooltip.
+// Diff profiles ("double" format) are sized by A + B, so code that went away (only in A) is drawn
+// as well as code that is new (only in B), and a child always fits in its parent (both sides'
+// totals are within the parent's). They are coloured by the change: red grew, green shrank, with
+// an intensity growing with |B - A| / max(A, B); blue when |B - A| / A <= 0.1%. Nodes only in B
+// are "new" (full red), nodes only in A "removed" (full green), and their labels say so.
 
-import { formatValue, formatPercent, formatSigned, formatSignedPercent, escapeHtml } from './format.js';
+import { formatValue, formatPercent, formatSigned, formatDiffPercent, escapeHtml } from './format.js';
 
 export const ROW = 20;
 
@@ -11,6 +14,7 @@ export const ROW = 20;
 const BINARY_PALETTE = ['#8fc3ea', '#f4b183', '#a9d99b', '#c9a7ef', '#eed58f', '#f2a7c8', '#8fd8cc',
   '#b9bdf6', '#f3b9a6', '#95d4e6', '#e3c88e', '#d3a8e3', '#b5d68a', '#f0a3a3'];
 const GREY = 'rgba(150,150,150,0.35)';
+const KINDS = ['neutral', 'growth', 'shrinkage', 'new', 'removed'];
 const NEUTRAL = 'rgba(96,140,210,0.45)';
 
 // Colour table: palette..., GREY, NEUTRAL, RED alpha 0.40..0.80, GREEN alpha 0.40..0.80.
@@ -28,13 +32,30 @@ function hashString(s) {
   return h >>> 0;
 }
 
-// "net/http.(*conn).serve" -> "net/http", "std::vector<int>::push_back" -> "std", "main.f" -> "main".
+// The package (namespace) of a function name, for colouring; '' when the name has none (a C
+// function), so the caller can fall back to the binary.
+//   Go    "net/http.(*conn).serve" -> "net/http", "github.com/x/y/z.F" -> "github.com/x/y/z",
+//         "main.main.func2" -> "main", "slices.SortFunc[...]" -> "slices"
+//   C++   "ns::cls::fn" -> "ns", "std::vector<int>::push_back" -> "std",
+//         "(anonymous namespace)::f" -> "(anonymous namespace)"
+//   Rust  "core::ptr::drop_in_place<T>" -> "core", "<alloc::vec::Vec<T> as Drop>::drop" -> "alloc"
+//   Java  "java.util.HashMap.get" -> "java", "java/util/HashMap.get" -> "java/util/HashMap"
 export function packageOf(name) {
-  const cpp = name.indexOf('::');
-  if (cpp > 0 && !name.slice(0, cpp).includes('.')) return name.slice(0, cpp);
-  const slash = name.lastIndexOf('/', name.indexOf('(') >= 0 ? name.indexOf('(') : name.length);
-  const dot = name.indexOf('.', slash + 1);
-  return dot > 0 ? name.slice(0, dot) : name;
+  if (!name) return '';
+  const s = name.replace(/^[<&*]+/, '');
+  if (s.startsWith('(anonymous namespace)')) return '(anonymous namespace)';
+  // The plain path ends at the first argument list, generic or template bracket, or space.
+  let end = s.length;
+  for (const c of '([< ') {
+    const i = s.indexOf(c);
+    if (i > 0 && i < end) end = i;
+  }
+  const cpp = s.indexOf('::');
+  if (cpp > 0 && cpp < end) return s.slice(0, cpp);
+  const slash = s.lastIndexOf('/', end - 1);
+  const dot = s.indexOf('.', slash + 1);
+  if (dot > 0 && dot < end) return s.slice(0, dot);
+  return slash > 0 ? s.slice(0, slash) : '';
 }
 
 export function baseName(path) {
@@ -49,19 +70,50 @@ export function diffRatio(totalB, totalA) {
   return (totalB - totalA) / totalA;
 }
 
-export function diffKind(r) {
+// What happened to a node between A and B: 'new' (only in B), 'removed' (only in A), 'neutral'
+// (|B - A| / A <= 0.1%), 'growth' or 'shrinkage'.
+export function diffKind(totalB, totalA) {
+  if (totalA === 0 && totalB > 0) return 'new';
+  if (totalB === 0 && totalA > 0) return 'removed';
+  const r = diffRatio(totalB, totalA);
   if (Math.abs(r) <= 0.001) return 'neutral';
   return r > 0 ? 'growth' : 'shrinkage';
 }
 
-function diffStyleIndex(r) {
-  if (Math.abs(r) <= 0.001) return NEUTRAL_I;
-  const alpha = Math.min((Math.min(Math.abs(r), 1e9) / 2 + 0.5) * 0.8, 0.8);
-  const a = Math.max(40, Math.min(80, Math.round(alpha * 100)));
-  return (r > 0 ? RED_I : GREEN_I) + (a - 40);
+// Signed strength of a change in [-1, 1]: (B - A) / max(A, B). Symmetric, unlike (B - A) / A:
+// doubling gives 0.5 and halving -0.5; new is 1 and removed -1.
+export function diffIntensity(totalB, totalA) {
+  const m = Math.max(totalA, totalB);
+  return m > 0 ? (totalB - totalA) / m : 0;
+}
+
+// Style index of a diff node: blue when neutral, else red (growth, new) or green (shrinkage,
+// removed) with alpha 0.4 + 0.4 * |intensity| (0.8 for new and removed).
+function diffStyleIndex(totalB, totalA) {
+  const kind = diffKind(totalB, totalA);
+  if (kind === 'neutral') return NEUTRAL_I;
+  const a = Math.max(40, Math.min(80, Math.round(40 + 40 * Math.abs(diffIntensity(totalB, totalA)))));
+  return (kind === 'growth' || kind === 'new' ? RED_I : GREEN_I) + (a - 40);
+}
+
+// The fill of a diff node (CSS colour), for tests and legends.
+export function diffColor(totalB, totalA) { return STYLES[diffStyleIndex(totalB, totalA)]; }
+
+// The canvas label of a node in maxChars characters: the name, cut with an ellipsis, and for new
+// and removed diff nodes a " (new)" / " (removed)" tag kept while there is room for it.
+export function nodeLabel(name, maxChars, kind) {
+  const tag = kind === 'new' ? ' (new)' : kind === 'removed' ? ' (removed)' : '';
+  if (name.length + tag.length <= maxChars) return name + tag;
+  if (tag && maxChars >= tag.length + 4) return `${name.slice(0, maxChars - tag.length - 1)}…${tag}`;
+  if (name.length <= maxChars) return name;
+  return `${name.slice(0, Math.max(1, maxChars - 1))}…`;
 }
 
 // Decodes flamebearer levels into flat typed arrays, level by level, with parent links.
+// Layout: x and total are B's for a single profile and A + B for a diff (xA + xB, totalA +
+// totalB: the server positions each side's nodes at their parent's x plus the totals of the
+// preceding siblings, so the sums nest the same way). Values: totalB, selfB (= total, self for a
+// single profile), totalA, selfA (diff only); self is always selfB.
 export function parseFlamebearer(fb) {
   const f = fb.flamebearer;
   const double = fb.metadata?.format === 'double';
@@ -74,11 +126,12 @@ export function parseFlamebearer(fb) {
     levelStart: new Uint32Array(L + 1),
     x: new Float64Array(n), total: new Float64Array(n), self: new Float64Array(n),
     name: new Uint32Array(n), parent: new Int32Array(n),
-    xA: double ? new Float64Array(n) : null,
     totalA: double ? new Float64Array(n) : null,
     selfA: double ? new Float64Array(n) : null,
   };
-  const { levelStart, x, total, self, name, parent, xA, totalA, selfA } = m;
+  m.totalB = double ? new Float64Array(n) : m.total;
+  m.selfB = m.self;
+  const { levelStart, x, total, self, name, parent, totalA, selfA, totalB } = m;
   let k = 0;
   for (let d = 0; d < L; d++) {
     const lv = f.levels[d];
@@ -89,8 +142,9 @@ export function parseFlamebearer(fb) {
       for (let j = 0; j < len; j += 7, k++) {
         const xa = endA + lv[j], ta = lv[j + 1];
         const xb = endB + lv[j + 3], tb = lv[j + 4];
-        xA[k] = xa; totalA[k] = ta; selfA[k] = lv[j + 2];
-        x[k] = xb; total[k] = tb; self[k] = lv[j + 5]; name[k] = lv[j + 6];
+        totalA[k] = ta; selfA[k] = lv[j + 2];
+        totalB[k] = tb; self[k] = lv[j + 5]; name[k] = lv[j + 6];
+        x[k] = xa + xb; total[k] = ta + tb;
         endA = xa + ta; endB = xb + tb;
       }
     } else {
@@ -102,25 +156,21 @@ export function parseFlamebearer(fb) {
     }
   }
   levelStart[L] = k;
-  // Parents: both levels are ordered by x, so one forward scan per level (per side for diffs,
-  // since a node present only in A has no width in B).
+  // Parents: both levels are ordered by x, so one forward scan per level. Nodes of zero width
+  // (nothing on either side) have none and are never drawn.
   parent.fill(-1);
   for (let d = 1; d < L; d++) {
     const ps = levelStart[d - 1], pe = levelStart[d], ce = levelStart[d + 1];
-    let pB = ps, pA = ps;
+    let p = ps;
     for (let c = pe; c < ce; c++) {
+      if (!(total[c] > 0)) continue;
       const xc = x[c];
-      if (total[c] > 0) {
-        while (pB < pe && !(xc < x[pB] + total[pB] && xc >= x[pB])) pB++;
-        if (pB < pe) parent[c] = pB; else pB = ps;
-      } else if (double && totalA[c] > 0) {
-        const xac = xA[c];
-        while (pA < pe && !(xac < xA[pA] + totalA[pA] && xac >= xA[pA])) pA++;
-        if (pA < pe) parent[c] = pA; else pA = ps;
-      }
+      while (p < pe && !(xc < x[p] + total[p] && xc >= x[p])) p++;
+      if (p < pe) parent[c] = p; else p = ps;
     }
   }
   m.rootTotal = n ? m.total[0] : 0;
+  m.rootTotalB = n ? m.totalB[0] : 0;
   m.rootTotalA = double && n ? m.totalA[0] : 0;
   return m;
 }
@@ -158,11 +208,12 @@ export class Icicle {
     el.innerHTML = `<div class="icicle-scroll"><canvas data-role="canvas"></canvas></div>
       <div class="icicle-tooltip" data-role="tooltip" hidden></div>`;
     this.canvas = el.querySelector('canvas');
+    this.scroller = el.querySelector('.icicle-scroll');
     this.tooltip = el.querySelector('[data-role="tooltip"]');
     this.model = null;
     this.search = '';
     this.zoom = -1;
-    this.colorBy = 'binary';
+    this.colorBy = 'auto';
     this.drawn = null;
     this.drawnCount = 0;
     this.canvas.addEventListener('mousemove', (e) => this.onMove(e));
@@ -227,20 +278,52 @@ export class Icicle {
     return out.reverse();
   }
 
+  // The colouring in use: 'package' or 'binary' ('auto' picks binary when the profile has
+  // several binaries, package otherwise); 'diff' for a diff.
+  effectiveColorBy() {
+    if (this.model?.diff) return 'diff';
+    if (this.colorBy === 'package' || this.colorBy === 'binary') return this.colorBy;
+    return (this.meta?.binaryCount || 0) > 1 ? 'binary' : 'package';
+  }
+
   computeColors() {
     const m = this.model;
+    this.colorIdx = new Uint16Array(m.n);
     if (m.diff) {
-      this.colorIdx = new Uint16Array(m.n);
-      for (let k = 0; k < m.n; k++) this.colorIdx[k] = diffStyleIndex(diffRatio(m.total[k], m.totalA[k]));
+      this.kindIdx = new Uint8Array(m.n);
+      for (let k = 0; k < m.n; k++) {
+        this.colorIdx[k] = diffStyleIndex(m.totalB[k], m.totalA[k]);
+        this.kindIdx[k] = KINDS.indexOf(diffKind(m.totalB[k], m.totalA[k]));
+      }
       return;
     }
+    this.kindIdx = null;
+    const by = this.effectiveColorBy();
+    const keyOf = (nm) => {
+      const bin = this.meta.binaryOf?.(nm) || '';
+      return (by === 'binary' ? bin || packageOf(nm) : packageOf(nm) || bin) || nm;
+    };
+    // Each key gets its hash's colour, or the next one free while any is, so the first keys (in
+    // the order the tree first uses them, biggest callers first) differ and stay stable.
     const byName = new Uint16Array(m.names.length);
+    const slotOf = new Map();
+    const used = new Uint8Array(BINARY_PALETTE.length);
+    let free = BINARY_PALETTE.length;
     for (let i = 0; i < m.names.length; i++) {
-      const nm = m.names[i];
-      const key = this.colorBy === 'package' ? packageOf(nm) : (this.meta.binaryOf?.(nm) || packageOf(nm));
-      byName[i] = hashString(key) % BINARY_PALETTE.length;
+      const key = keyOf(m.names[i]);
+      let c = slotOf.get(key);
+      if (c === undefined) {
+        c = hashString(key) % BINARY_PALETTE.length;
+        if (free > 0) {
+          while (used[c]) c = (c + 1) % BINARY_PALETTE.length;
+          used[c] = 1;
+          free--;
+        }
+        slotOf.set(key, c);
+      }
+      byName[i] = c;
     }
-    this.colorIdx = new Uint16Array(m.n);
+    this.colorKeys = slotOf;
     for (let k = 0; k < m.n; k++) this.colorIdx[k] = byName[m.name[k]];
   }
 
@@ -259,12 +342,12 @@ export class Icicle {
       const p = m.parent[k];
       const hit = this.matchName[m.name[k]] === 1;
       if (hit) this.matchCount++;
-      if (hit && !(p >= 0 && under[p])) this.matchTotal += m.total[k];
+      if (hit && !(p >= 0 && under[p])) this.matchTotal += m.totalB[k];
       under[k] = hit || (p >= 0 && under[p]) ? 1 : 0;
     }
   }
 
-  // Visible B range [x0, x1) and the zoomed level.
+  // Visible layout range [x0, x1) and the zoomed level.
   view() {
     const m = this.model;
     if (this.zoom > 0) {
@@ -277,7 +360,9 @@ export class Icicle {
     const t0 = performance.now();
     const m = this.model;
     const canvas = this.canvas;
-    const W = Math.max(100, this.el.clientWidth);
+    // The scroller's width leaves out its vertical scrollbar (always reserved, see style.css), so
+    // a tall graph is not cut on the right.
+    const W = Math.max(100, this.scroller.clientWidth || this.el.clientWidth);
     this.lastWidth = this.el.clientWidth;
     const H = Math.max(1, m.L) * ROW;
     const dpr = window.devicePixelRatio || 1;
@@ -364,7 +449,7 @@ export class Icicle {
       const k = idx[i];
       const nm = k === 0 ? 'total' : m.names[m.name[k]];
       const maxChars = Math.floor((w - 8) / cw);
-      const label = nm.length <= maxChars ? nm : `${nm.slice(0, Math.max(1, maxChars - 1))}…`;
+      const label = nodeLabel(nm, maxChars, this.kindIdx ? KINDS[this.kindIdx[k]] : '');
       const dimmed = match && !match[m.name[k]];
       ctx.fillStyle = dimmed ? fgMuted : m.diff ? fgTheme : fgDark;
       ctx.fillText(label, Math.max(px[i], 0) + 4, levelCache[i] * ROW + ROW / 2);
@@ -416,14 +501,15 @@ export class Icicle {
     const bin = k === 0 ? '' : this.meta.binaryOf?.(nm) || '';
     const rows = [];
     const row = (a, b) => rows.push(`<tr><th>${a}</th><td>${escapeHtml(b)}</td></tr>`);
+    let badge = '';
     if (m.diff) {
-      const b = m.total[k], a = m.totalA[k];
-      const r = diffRatio(b, a);
-      row('Cumulative (B)', `${formatValue(b, u)} (${formatPercent(b, m.rootTotal)})`);
-      row('Cumulative (A)', `${formatValue(a, u)} (${formatPercent(a, m.rootTotalA)})`);
-      row('Diff', `${formatSigned(b - a, u)} (${formatSignedPercent(r * 100)})`);
-      row('Flat (B)', `${formatValue(m.self[k], u)} (${formatPercent(m.self[k], m.rootTotal)})`);
-      row('Flat (A)', `${formatValue(m.selfA[k], u)} (${formatPercent(m.selfA[k], m.rootTotalA)})`);
+      const b = m.totalB[k], a = m.totalA[k];
+      const kind = diffKind(b, a);
+      if (kind === 'new' || kind === 'removed') badge = ` <span class="tt-badge ${kind}">${kind}</span>`;
+      row('A (baseline)', `${formatValue(a, u)} (${formatPercent(a, m.rootTotalA)})`);
+      row('B (comparison)', `${formatValue(b, u)} (${formatPercent(b, m.rootTotalB)})`);
+      row('Change', `${formatSigned(b - a, u)} (${formatDiffPercent(b, a)})`);
+      row('Flat A → B', `${formatValue(m.selfA[k], u)} → ${formatValue(m.selfB[k], u)}`);
     } else {
       row('Cumulative', `${formatValue(m.total[k], u)} (${formatPercent(m.total[k], m.rootTotal)})`);
       row('Flat', `${formatValue(m.self[k], u)} (${formatPercent(m.self[k], m.rootTotal)})`);
@@ -431,7 +517,7 @@ export class Icicle {
     }
     if (file) row('File', file);
     if (bin) row('Binary', bin);
-    return `<div class="tt-title">${escapeHtml(nm)}</div><table>${rows.join('')}</table>` +
+    return `<div class="tt-title">${escapeHtml(nm)}${badge}</div><table>${rows.join('')}</table>` +
       `<div class="tt-hint">${k === 0 ? 'Click to reset the zoom' : 'Click to zoom'}</div>`;
   }
 
@@ -444,23 +530,30 @@ export class Icicle {
     else { this.zoom = k === 0 ? -1 : k; this.render(); }
   }
 
-  // Test hook: the nodes drawn by the last render, with their names and colours.
+  // Test hook: the nodes drawn by the last render, with their names, colours and labels (''
+  // where none fits); diffs add totalA, totalB, ratio ((B - A) / A) and kind.
   renderedNodes() {
     const m = this.model;
     if (!m) return [];
     const out = [];
+    const cw = this.charW || 7;
     for (let i = 0; i < this.drawnCount; i++) {
       const k = this.drawn.idx[i];
+      const name = k === 0 ? 'total' : m.names[m.name[k]];
+      const w = this.drawn.pw[i];
+      const kind = this.kindIdx ? KINDS[this.kindIdx[k]] : '';
       const node = {
-        name: k === 0 ? 'total' : m.names[m.name[k]], level: this.levelCache[i],
-        x: this.drawn.px[i], width: this.drawn.pw[i], total: m.total[k], self: m.self[k],
+        name, level: this.levelCache[i],
+        x: this.drawn.px[i], width: w, total: m.total[k], self: m.self[k],
         color: this.matchName && !this.matchName[m.name[k]] ? GREY : STYLES[this.colorIdx[k]],
         highlighted: !!(this.matchName && this.matchName[m.name[k]]),
+        label: w < cw * 3 + 8 ? '' : nodeLabel(name, Math.floor((w - 8) / cw), kind),
       };
       if (m.diff) {
         node.totalA = m.totalA[k];
-        node.ratio = diffRatio(m.total[k], m.totalA[k]);
-        node.kind = diffKind(node.ratio);
+        node.totalB = m.totalB[k];
+        node.ratio = diffRatio(m.totalB[k], m.totalA[k]);
+        node.kind = kind;
       }
       out.push(node);
     }
@@ -469,6 +562,6 @@ export class Icicle {
 
   searchSummary() {
     if (!this.search || !this.model) return null;
-    return { count: this.matchCount, total: this.matchTotal, percent: formatPercent(this.matchTotal, this.model.rootTotal) };
+    return { count: this.matchCount, total: this.matchTotal, percent: formatPercent(this.matchTotal, this.model.rootTotalB) };
   }
 }

@@ -2,12 +2,13 @@
 // the table, side by side or alone, for one profile (merge / single) or a diff of two.
 
 import { api, apiUrl } from './api.js';
-import { Icicle, parseFlamebearer, baseName } from './icicle.js';
-import { ProfileTable } from './table.js';
+import { Icicle, parseFlamebearer, baseName, diffColor } from './icicle.js';
+import { ProfileTable, defaultSort } from './table.js';
 import { store } from './state.js';
 import { formatValue, escapeHtml } from './format.js';
+import { GROUP_BY, GROUP_BY_SHORT, DEFAULT_GROUP_BY, parseGroupBy, maxNodesFor } from './profileopts.js';
 
-export const MAX_NODES = 20000;
+export function groupByParam() { return parseGroupBy(store.get('group_by')).join(','); }
 
 function readPath() {
   const p = store.get('cur_path');
@@ -32,8 +33,15 @@ export class ProfilePanel {
           <div class="seg" data-role="dash" role="group" aria-label="Panels">
             <button type="button" data-dash="icicle">Icicle</button><button type="button" data-dash="both">Both</button><button type="button" data-dash="table">Table</button></div>
           <input type="search" class="pv-search" data-role="search" placeholder="Search functions…" aria-label="Search functions">
-          ${diff ? '' : `<select data-role="colorby" aria-label="Colour by" title="Colour the icicle graph by">
-            <option value="binary">Colour: binary</option><option value="package">Colour: package</option></select>`}
+          <div class="dropdown groupby" data-role="groupby">
+            <button type="button" class="btn" data-role="groupby-button" aria-haspopup="true" aria-expanded="false"
+              title="Merge frames that share these fields (function name: the same function in different binaries is one frame)">Group by: function</button>
+            <div class="dropdown-menu" data-role="groupby-menu" role="menu" hidden>
+              ${GROUP_BY.map(([k, l]) => `<label class="dropdown-item"><input type="checkbox" value="${k}"> ${l}</label>`).join('')}
+            </div>
+          </div>
+          ${diff ? '' : `<select data-role="colorby" aria-label="Colour by" title="Colour the icicle graph by package (one binary) or binary (several); or choose">
+            <option value="auto">Colour: auto</option><option value="package">Colour: package</option><option value="binary">Colour: binary</option></select>`}
           <button type="button" class="btn" data-role="reset" hidden>Reset zoom</button>
           <a class="btn" data-role="download" download="profile.pb.gz" href="#" aria-disabled="true">Download pprof</a>
         </div>
@@ -62,8 +70,9 @@ export class ProfilePanel {
         if (b) store.set({ absolute: b.dataset.mode === 'absolute' ? 'true' : null });
       });
     } else {
-      this.$('colorby').addEventListener('change', (e) => store.set({ color_by: e.target.value === 'binary' ? null : e.target.value }, { push: false }));
+      this.$('colorby').addEventListener('change', (e) => store.set({ color_by: e.target.value === 'auto' ? null : e.target.value }, { push: false }));
     }
+    this.setupGroupBy();
     let t = null;
     this.$('search').addEventListener('input', (e) => {
       clearTimeout(t);
@@ -77,7 +86,29 @@ export class ProfilePanel {
 
   destroy() {
     if (this.abort) this.abort.abort();
+    document.removeEventListener('mousedown', this.onOutside);
     this.icicle.destroy();
+  }
+
+  setupGroupBy() {
+    const menu = this.$('groupby-menu'), button = this.$('groupby-button');
+    const open = (yes) => { menu.hidden = !yes; button.setAttribute('aria-expanded', String(yes)); };
+    button.addEventListener('click', () => open(menu.hidden));
+    menu.addEventListener('keydown', (e) => { if (e.key === 'Escape') { open(false); button.focus(); } });
+    this.onOutside = (e) => { if (!this.$('groupby').contains(e.target)) open(false); };
+    document.addEventListener('mousedown', this.onOutside);
+    menu.addEventListener('change', () => {
+      const picked = [...menu.querySelectorAll('input:checked')].map((i) => i.value);
+      const g = parseGroupBy(picked.join(',')).join(',');
+      store.set({ group_by: g === DEFAULT_GROUP_BY ? null : g, cur_path: null });
+      this.syncGroupBy(); // unchecking the last field leaves the default checked
+    });
+  }
+
+  syncGroupBy() {
+    const groups = parseGroupBy(store.get('group_by'));
+    this.$('groupby-menu').querySelectorAll('input').forEach((i) => { i.checked = groups.includes(i.value); });
+    this.$('groupby-button').textContent = `Group by: ${groups.map((g) => GROUP_BY_SHORT[g]).join(', ')}`;
   }
 
   // Applies URL keys that do not need a fetch.
@@ -89,15 +120,18 @@ export class ProfilePanel {
       const abs = store.get('absolute') === 'true';
       this.$('mode').querySelectorAll('button').forEach((b) => b.classList.toggle('active', (b.dataset.mode === 'absolute') === abs));
     } else {
-      const cb = store.get('color_by', 'binary');
+      let cb = store.get('color_by', 'auto');
+      if (!['auto', 'package', 'binary'].includes(cb)) cb = 'auto';
       this.$('colorby').value = cb;
       this.icicle.setColorBy(cb);
     }
+    this.syncGroupBy();
     const search = store.get('search_string');
     if (this.$('search').value !== search && document.activeElement !== this.$('search')) this.$('search').value = search;
     this.icicle.setSearch(search);
     this.table.setSearch(search);
-    const [k, d] = store.get('sort', 'flat:desc').split(':');
+    const def = defaultSort(this.diff);
+    const [k, d] = store.get('sort', `${def.key}:${def.dir}`).split(':');
     this.table.setSort(k, d);
     const path = readPath();
     this.$('reset').hidden = !path;
@@ -112,8 +146,13 @@ export class ProfilePanel {
     const s = this.icicle.searchSummary();
     const d = this.data;
     const parts = [];
-    parts.push(`Total ${escapeHtml(formatValue(d.total, d.unit))}`);
-    if (d.diff) parts.push(`baseline ${escapeHtml(formatValue(d.total_base, d.unit))}`);
+    if (d.diff) parts.push(`A total ${escapeHtml(formatValue(d.total_base, d.unit))} · B total ${escapeHtml(formatValue(d.total, d.unit))}`);
+    else parts.push(`Total ${escapeHtml(formatValue(d.total, d.unit))}`);
+    if (d.diff) {
+      const sw = (c, l) => `<span class="legend-key"><i style="background:${c}"></i>${l}</span>`;
+      parts.push(`<span class="diff-legend">${sw(diffColor(2, 1), 'grew')}${sw(diffColor(1, 2), 'shrank')}` +
+        `${sw(diffColor(1, 0), 'new')}${sw(diffColor(0, 1), 'removed')}${sw(diffColor(1, 1), 'unchanged')}</span>`);
+    }
     parts.push(`${d.profiles} profile${d.profiles === 1 ? '' : 's'}`);
     if (this.icicle.model) parts.push(`${this.icicle.model.n.toLocaleString()} nodes`);
     if (d.flamegraph?.trimmed) parts.push(`${escapeHtml(formatValue(d.flamegraph.trimmed, d.unit))} in small nodes not shown`);
@@ -142,7 +181,7 @@ export class ProfilePanel {
     this.$('loading').hidden = false;
     this.el.classList.add('loading');
     try {
-      const params = { ...source.params, report: 'both', max_nodes: MAX_NODES };
+      const params = { ...source.params, report: 'both', max_nodes: maxNodesFor(this.el.clientWidth) };
       const data = this.diff ? await api.diff(params, ctrl.signal) : await api.query(params, ctrl.signal);
       if (ctrl.signal.aborted) return;
       this.error = null;
@@ -161,11 +200,23 @@ export class ProfilePanel {
   show(data) {
     this.data = data;
     const byName = new Map();
-    for (const r of data.table?.rows || []) if (!byName.has(r.name)) byName.set(r.name, r);
+    // Binaries that hold at least 1% of the flat total: with one, colours separate packages;
+    // with several, binaries (a stray [vdso] frame does not count).
+    const flatOf = new Map();
+    let flatSum = 0;
+    for (const r of data.table?.rows || []) {
+      const label = r.label || r.name; // the flame graph's name for the frame
+      if (!byName.has(label)) byName.set(label, r);
+      const f = Math.max(r.flat || 0, (r.flat || 0) - (r.flat_diff || 0));
+      flatSum += f;
+      if (r.mapping_file) flatOf.set(r.mapping_file, (flatOf.get(r.mapping_file) || 0) + f);
+    }
+    const binaries = [...flatOf.values()].filter((f) => f > 0 && f >= flatSum * 0.01);
     const model = parseFlamebearer(data.flamegraph);
     this.$('body').hidden = false;
     this.icicle.setProfile(model, {
       unit: data.unit,
+      binaryCount: binaries.length,
       binaryOf: (n) => baseName(byName.get(n)?.mapping_file || ''),
       fileOf: (n) => byName.get(n)?.filename || '',
     });

@@ -13,6 +13,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { gzipSync } from 'node:zlib';
 import { chromium } from 'playwright-core';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -60,6 +61,56 @@ async function get(url) {
   const r = await fetch(url);
   if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
   return Buffer.from(await r.arrayBuffer());
+}
+
+// ---- synthetic pprof profiles -----------------------------------------------------------------
+
+function varint(n) {
+  const out = [];
+  let v = BigInt.asUintN(64, BigInt(n));
+  do {
+    let b = Number(v & 0x7fn);
+    v >>= 7n;
+    if (v) b |= 0x80;
+    out.push(b);
+  } while (v);
+  return out;
+}
+const tagged = (field, wire) => varint((field << 3) | wire);
+const fieldInt = (field, n) => [...tagged(field, 0), ...varint(n)];
+const fieldBytes = (field, bytes) => [...tagged(field, 2), ...varint(bytes.length), ...bytes];
+const fieldMsg = (field, parts) => fieldBytes(field, parts.flat());
+const packed = (field, nums) => fieldBytes(field, nums.flatMap((n) => varint(n)));
+
+// A gzipped pprof profile of one sample type (cpu/nanoseconds, a delta profile of 10 s) with the
+// given stacks: [{stack: ['main.main', 'dep.Fib'] (root first), value}], all in one binary
+// (mapping file `binary`, build id `buildId`).
+export function syntheticPprof(stacks, { binary = '/usr/local/bin/app', buildId = 'app-build', timeNanos = Date.now() * 1e6 } = {}) {
+  const strings = [''];
+  const str = (x) => { let i = strings.indexOf(x); if (i < 0) { i = strings.length; strings.push(x); } return i; };
+  const fnIds = new Map();
+  const sampleType = [fieldInt(1, str('cpu')), fieldInt(2, str('nanoseconds'))];
+  const samples = stacks.map(({ stack, value }) => {
+    const locs = [...stack].reverse().map((name) => {
+      if (!fnIds.has(name)) fnIds.set(name, fnIds.size + 1);
+      return fnIds.get(name);
+    });
+    return fieldMsg(2, [packed(1, locs), packed(2, [value])]);
+  });
+  const mapping = fieldMsg(3, [fieldInt(1, 1), fieldInt(2, 0x400000), fieldInt(3, 0x800000), fieldInt(5, str(binary)), fieldInt(6, str(buildId))]);
+  const locations = [], functions = [];
+  for (const [name, id] of fnIds) {
+    locations.push(fieldMsg(4, [fieldInt(1, id), fieldInt(2, 1), fieldInt(3, 0x400000 + id * 16), fieldMsg(4, [fieldInt(1, id), fieldInt(2, 10 + id)])]));
+    const file = `/src/${name.split('.')[0]}/${name.split('.')[0]}.go`;
+    functions.push(fieldMsg(5, [fieldInt(1, id), fieldInt(2, str(name)), fieldInt(3, str(name)), fieldInt(4, str(file)), fieldInt(5, 10)]));
+  }
+  const periodType = [fieldInt(1, str('cpu')), fieldInt(2, str('nanoseconds'))];
+  const bytes = [
+    ...fieldMsg(1, sampleType), ...samples.flat(), ...mapping, ...locations.flat(), ...functions.flat(),
+  ];
+  const tail = [...fieldInt(9, timeNanos), ...fieldInt(10, 10e9), ...fieldMsg(11, periodType), ...fieldInt(12, 1)];
+  const strs = strings.flatMap((x) => fieldBytes(6, [...Buffer.from(x, 'utf8')]));
+  return gzipSync(Buffer.from([...bytes, ...strs, ...tail]));
 }
 
 export class Env {
@@ -129,6 +180,13 @@ scrape_configs:
     const args = ['push', file, '--name', name, '--address', `127.0.0.1:${this.grpcPort}`];
     for (const [k, v] of Object.entries(labels)) args.push('--label', `${k}=${v}`);
     execFileSync(this.binary, args, { stdio: 'pipe' });
+  }
+
+  // Pushes a synthetic profile (syntheticPprof's stacks and options) as `name` with labels.
+  async pushSynthetic(name, labels, stacks, opts) {
+    const file = join(this.work, `s-${Math.random().toString(36).slice(2)}.pb.gz`);
+    writeFileSync(file, syntheticPprof(stacks, opts));
+    await this.push(file, name, labels);
   }
 
   async pushFrom(path, name, labels) {
