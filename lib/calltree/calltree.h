@@ -293,7 +293,8 @@ int calltree_write_flamebearer_json(const calltree *tree, const calltree_report_
 
 /*
  * Writes one JSON object to w: {"unit":u,"total":root cumulative,"rows_total":n,"rows":[row...]},
- * one row per frame as in REPORT_TYPE_TOP, sorted the same way, at most max_nodes of them:
+ * one row per frame as in REPORT_TYPE_TOP, sorted the same way, at most max_nodes of them (a diff
+ * table cut short keeps, and is sorted by, the largest |cumulative_diff| instead):
  *   {"name","system_name","filename","mapping_file","label" (the flame graph's name),
  *    "address" ("0x..." hex) and "line" when grouping by location, "flat","cumulative"} and, for
  *   a diff tree, "flat_base" and "cumulative_base" (side A), "flat_diff" (flat B - flat A) and

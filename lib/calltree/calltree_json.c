@@ -263,6 +263,25 @@ static void write_row(const calltree *t, const calltree_frame_stats *r, json_wri
     json_end_object(w);
 }
 
+static int64_t abs_change(const calltree_frame_stats *r) {
+    int64_t d = r->cumulative - r->cumulative_base;
+    return d < 0 ? -d : d;
+}
+
+static int compare_change_desc(const void *a, const void *b) {
+    const calltree_frame_stats *x = a, *y = b;
+    int64_t dx = abs_change(x), dy = abs_change(y);
+    if (dx != dy)
+        return dx > dy ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* A diff table cut short keeps the largest changes (|cumulative B - A|), so frames that were
+ * removed (B is 0) are not the first to go: rows are sorted by that change. */
+static void sort_by_change(calltree_frame_stats *rows, size_t n) {
+    qsort(rows, n, sizeof *rows, compare_change_desc);
+}
+
 int calltree_write_table_json(const calltree *t, const calltree_report_options *opts,
                               json_writer *w, strata_error *err) {
     calltree_frame_stats *rows;
@@ -277,6 +296,8 @@ int calltree_write_table_json(const calltree *t, const calltree_report_options *
     json_key(w, "rows_total");
     json_uint(w, n);
     size_t shown = opts->max_nodes > 0 && n > opts->max_nodes ? opts->max_nodes : n;
+    if (shown < n && t->diff)
+        sort_by_change(rows, n);
     json_key(w, "rows");
     json_begin_array(w);
     for (size_t i = 0; i < shown; i++)

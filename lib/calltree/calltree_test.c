@@ -371,6 +371,21 @@ static void stack_string(const pprof_profile *p, size_t i, char *out, size_t cap
     }
 }
 
+/* A diff table cut short keeps the largest changes, removed frames included. */
+static void test_table_json_diff_cut(void **state) {
+    (void)state;
+    calltree *t = tree_diff(true);
+    char *json = json_of(t, false, 0, 2);
+    assert_non_null(strstr(json, "\"rows_total\":7,\"rows\":[{\"name\":\"main\""));
+    assert_non_null(strstr(json, "},{\"name\":\"d\"")); /* -9 */
+    assert_null(strstr(json, "\"name\":\"e\""));        /* -4: cut */
+    free(json);
+    json = json_of(t, false, 0, 3);
+    assert_non_null(strstr(json, "\"name\":\"e\"")); /* removed, still listed */
+    free(json);
+    calltree_free(t);
+}
+
 static void test_pprof(void **state) {
     (void)state;
     calltree *t = tree_diff(true); /* a diff tree writes B's values */
@@ -863,6 +878,7 @@ int main(void) {
         cmocka_unit_test(test_top),
         cmocka_unit_test(test_table_json),
         cmocka_unit_test(test_pprof),
+        cmocka_unit_test(test_table_json_diff_cut),
         cmocka_unit_test(test_flamebearer),
         cmocka_unit_test(test_flamebearer_diff),
         cmocka_unit_test(test_diff_absolute),
