@@ -3,7 +3,10 @@
  *
  * The index is a flat array of entries guarded by one mutex; queries copy out the entries they
  * need (with a reference each) and work without the index lock. Listing and meta.json fetches run
- * without the lock too, so a slow bucket never blocks queries.
+ * without the lock too, so a slow bucket never blocks queries. Beside the array, the lineage
+ * index (see "lineage" below) finds an entry by name and the entries related to a ULID, and keeps
+ * each entry's hidden flag exact as entries come and go, so a query tests one flag per entry and
+ * a listing costs O(blocks listed), not O(blocks x blocks), at tens of thousands of blocks.
  */
 #include "block_index.h"
 
@@ -33,11 +36,15 @@ struct block_index {
     uint64_t clock;
     uint64_t open_readers;
     uint64_t open_reader_bytes; /* sum of reader_bytes over entries with a reader */
-    /* ULIDs named in compaction.sources or parents of an indexed block -> that block, so a query
-     * skips blocks whose data a compacted block already holds; rebuilt when a compacted block is
-     * added or removed. */
-    strata_u64_map covered;
-    bool covered_dirty;
+    /* The lineage index (see "lineage" below): 64-bit keys -> lists of nodes, each naming an
+     * indexed block that has the key's ULID as a source, as a parent, as its own ULID, or the
+     * key's tenant/name as its directory. Maintained as blocks come and go. */
+    strata_u64_map lineage;     /* key -> node number (index + 1) of its list's head; 0: empty */
+    struct lineage_node *nodes; /* nodes[0..n_nodes): in a list or on the free list */
+    size_t n_nodes, cap_nodes;
+    uint32_t free_nodes; /* node number of the free list's head; 0: empty */
+    size_t n_free;
+    size_t n_dead_keys; /* keys in the map whose list is empty */
     /* Blocks left for good: marked for deletion and either replaced by an indexed block or expired.
      * Keys "tenant/ULID" -> hash map to position + 1; listings skip them (no meta.json or mark
      * fetch per listing while they wait delete_delay for deletion). Pruned when they are no longer
@@ -66,12 +73,12 @@ int block_index_new(const block_index_options *opts, bucket *store, block_index 
         return strata_error_oom(err);
     ix->opts = *opts;
     ix->store = store;
-    if (strata_u64_map_init(&ix->covered, 64) != 0) {
+    if (strata_u64_map_init(&ix->lineage, 64) != 0) {
         free(ix);
         return strata_error_oom(err);
     }
     if (strata_u64_map_init(&ix->retired_map, 64) != 0) {
-        strata_u64_map_free(&ix->covered);
+        strata_u64_map_free(&ix->lineage);
         free(ix);
         return strata_error_oom(err);
     }
@@ -79,7 +86,7 @@ int block_index_new(const block_index_options *opts, bucket *store, block_index 
     if (pthread_condattr_init(&attr) != 0 ||
         pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
         pthread_mutex_init(&ix->mu, NULL) != 0 || pthread_cond_init(&ix->wake, &attr) != 0) {
-        strata_u64_map_free(&ix->covered);
+        strata_u64_map_free(&ix->lineage);
         strata_u64_map_free(&ix->retired_map);
         free(ix);
         return strata_error_set(err, STRATA_INTERNAL, "cannot initialise block index locks");
@@ -93,6 +100,7 @@ static void entry_free(indexed_block *b) {
     if (b->reader != NULL)
         block_reader_close(b->reader);
     free(b->fetch_ctx);
+    free(b->lineage_owned);
     block_meta_free(&b->meta);
     pthread_mutex_destroy(&b->mu);
     free(b->tenant);
@@ -145,72 +153,357 @@ static bool is_ulid(const char *s) {
     return strlen(s) == ULID_STRING_LEN && ulid_parse(s, ULID_STRING_LEN, &u, NULL) == 0;
 }
 
-static indexed_block *find_locked(block_index *ix, const char *tenant, const char *id) {
-    for (size_t i = 0; i < ix->n_blocks; i++) {
-        indexed_block *b = ix->blocks[i];
-        if (strcmp(b->ulid_text, id) == 0 && strcmp(b->tenant, tenant) == 0)
-            return b;
-    }
-    return NULL;
-}
+/* ---- lineage ------------------------------------------------------------------------------
+ *
+ * Which blocks a query sees. Every block holds the data of a set of level-1 blocks, its lineage:
+ * compaction.sources, sorted and de-duplicated (the block itself when it lists none). Block Y
+ * covers block X of the same tenant when Y's lineage is a superset of X's (for equal sets, when Y
+ * has the higher level, then the greater ULID), or when Y lists X in compaction.parents. A block
+ * that any other indexed block covers is hidden. Covering is transitive and the tie-break a strict
+ * order, so each lineage is answered by its outermost indexed block alone, at any depth: a level-2
+ * block under a level-4 block is hidden although the level-4 block's parents name only level-3
+ * blocks, and whatever became of the level-3 block in between (hidden, retired, deleted).
+ *
+ * The index keeps node lists under 64-bit keys: under a ULID's key, a SOURCE node for each block
+ * with that ULID in its lineage (tag: its position there), a PARENT node for each block listing it
+ * as a parent (tag: the parent's position) and an ID node for the block with that ULID; under a
+ * tenant/name key, the block in that directory (NAME). Every candidate covering X has X's first
+ * source in its lineage, so X's state is decided by the SOURCE nodes under that one key and the
+ * PARENT nodes under X's own ULID: a few nodes each (one per level of compaction), and a
+ * superset check by binary searches. Keys are hashes: every node found is checked against the
+ * real ULIDs and names.
+ *
+ * The hidden flags are kept exact as blocks come and go (under the index lock): a block that
+ * arrives gets its own flag and hides what it covers (found through its lineage's keys and its
+ * parents' keys); a block that leaves makes the blocks it may have hidden decide again. So the
+ * cost is proportional to the changed block's sources, never to the whole index, and a fresh
+ * level-1 block per second costs a few lookups. Nodes of removed blocks go to a free list, and
+ * their keys stay in the map with empty lists; the structure is rebuilt when more than half of its
+ * nodes or of its keys are unused. */
 
-/* A block that replaces others (a compactor's output). */
-static bool is_compacted(const indexed_block *b) {
-    return b->meta.n_parents > 0 || b->meta.n_sources > 1 ||
-           (b->meta.n_sources == 1 && ulid_compare(&b->meta.sources[0], &b->meta.id) != 0);
-}
+enum { NODE_SOURCE = 0, NODE_PARENT = 1, NODE_ID = 2, NODE_NAME = 3 };
+#define NODE_KIND_SHIFT 30
+#define NODE_POS_LIMIT (UINT32_C(1) << NODE_KIND_SHIFT)
+#define NODE_TAG(kind, pos) ((uint32_t)(kind) << NODE_KIND_SHIFT | (uint32_t)(pos))
+#define NODE_KIND(tag) ((tag) >> NODE_KIND_SHIFT)
+#define NODE_POS(tag) ((tag) & (NODE_POS_LIMIT - 1))
+/* Rebuild the node structure once this many nodes (and more than the used ones) are free, or
+ * this many keys (and more than half) have empty lists. */
+#define NODE_COMPACT_MIN 4096
+
+typedef struct lineage_node {
+    indexed_block *block;
+    uint32_t next; /* node number (index + 1) of the next node in the list; 0 ends it */
+    uint32_t tag;  /* NODE_TAG(kind, position in the block's lineage or parents) */
+} lineage_node;
 
 static uint64_t ulid_key(const ulid *id) {
     uint64_t h = strata_hash_bytes(id->bytes, sizeof id->bytes, 0);
     return h == 0 ? 1 : h;
 }
 
-static int rebuild_covered_locked(block_index *ix) {
-    strata_u64_map_clear(&ix->covered);
-    for (size_t i = 0; i < ix->n_blocks; i++) {
-        indexed_block *b = ix->blocks[i];
-        if (!is_compacted(b))
-            continue;
-        for (size_t k = 0; k < b->meta.n_sources + b->meta.n_parents; k++) {
-            const ulid *id = k < b->meta.n_sources ? &b->meta.sources[k]
-                                                   : &b->meta.parents[k - b->meta.n_sources].id;
-            if (ulid_compare(id, &b->meta.id) != 0 &&
-                strata_u64_map_upsert(&ix->covered, ulid_key(id), (uint64_t)(uintptr_t)b, NULL) ==
-                    NULL)
-                return -1;
+static uint64_t name_key(const char *tenant, const char *id) {
+    uint64_t h = strata_hash_combine(strata_hash_bytes(tenant, strlen(tenant), 0),
+                                     strata_hash_bytes(id, strlen(id), 1));
+    return h == 0 ? 1 : h;
+}
+
+/* The node number of key's first node; 0 when none. */
+static uint32_t first_node(const block_index *ix, uint64_t key) {
+    const uint64_t *head = strata_u64_map_get(&ix->lineage, key);
+    return head == NULL ? 0 : (uint32_t)*head;
+}
+
+static int push_node(block_index *ix, uint64_t key, indexed_block *b, uint32_t tag,
+                     strata_error *err) {
+    uint32_t number = ix->free_nodes;
+    if (number != 0) {
+        ix->free_nodes = ix->nodes[number - 1].next;
+        ix->n_free--;
+    } else {
+        if (ix->n_nodes == ix->cap_nodes) {
+            size_t cap = ix->cap_nodes ? ix->cap_nodes * 2 : 256;
+            lineage_node *grown = cap < UINT32_MAX ? realloc(ix->nodes, cap * sizeof *grown) : NULL;
+            if (grown == NULL)
+                return strata_error_oom(err);
+            ix->nodes = grown;
+            ix->cap_nodes = cap;
         }
+        number = (uint32_t)++ix->n_nodes;
     }
-    ix->covered_dirty = false;
+    bool inserted = false;
+    uint64_t *head = strata_u64_map_upsert(&ix->lineage, key, 0, &inserted);
+    if (head == NULL) {
+        ix->nodes[number - 1].next = ix->free_nodes; /* back to the free list */
+        ix->free_nodes = number;
+        ix->n_free++;
+        return strata_error_oom(err);
+    }
+    if (!inserted && *head == 0)
+        ix->n_dead_keys--;
+    ix->nodes[number - 1] = (lineage_node){b, (uint32_t)*head, tag};
+    *head = number;
     return 0;
 }
 
-/* True if another indexed block of the same tenant lists b in its sources or parents. */
-static bool is_covered_locked(block_index *ix, const indexed_block *b) {
-    const uint64_t *v = strata_u64_map_get(&ix->covered, ulid_key(&b->meta.id));
-    if (v == NULL)
+/* Unlinks b's node with tag from key's list, if there. */
+static void pop_node(block_index *ix, uint64_t key, const indexed_block *b, uint32_t tag) {
+    uint64_t *head = strata_u64_map_get(&ix->lineage, key);
+    if (head == NULL)
+        return;
+    uint32_t prev = 0;
+    for (uint32_t n = (uint32_t)*head; n != 0; prev = n, n = ix->nodes[n - 1].next) {
+        lineage_node *node = &ix->nodes[n - 1];
+        if (node->block != b || node->tag != tag)
+            continue;
+        if (prev == 0)
+            *head = node->next;
+        else
+            ix->nodes[prev - 1].next = node->next;
+        if (*head == 0)
+            ix->n_dead_keys++;
+        node->block = NULL;
+        node->next = ix->free_nodes;
+        ix->free_nodes = n;
+        ix->n_free++;
+        return;
+    }
+}
+
+static void unlink_block(block_index *ix, const indexed_block *b) {
+    pop_node(ix, name_key(b->tenant, b->ulid_text), b, NODE_TAG(NODE_NAME, 0));
+    pop_node(ix, ulid_key(&b->meta.id), b, NODE_TAG(NODE_ID, 0));
+    for (size_t i = 0; i < b->n_lineage; i++)
+        pop_node(ix, ulid_key(&b->lineage[i]), b, NODE_TAG(NODE_SOURCE, i));
+    for (size_t j = 0; j < b->meta.n_parents; j++)
+        pop_node(ix, ulid_key(&b->meta.parents[j].id), b, NODE_TAG(NODE_PARENT, j));
+}
+
+/* Adds b's nodes; on failure none stays. */
+static int link_block(block_index *ix, indexed_block *b, strata_error *err) {
+    int rc = push_node(ix, name_key(b->tenant, b->ulid_text), b, NODE_TAG(NODE_NAME, 0), err);
+    if (rc == 0)
+        rc = push_node(ix, ulid_key(&b->meta.id), b, NODE_TAG(NODE_ID, 0), err);
+    for (size_t i = 0; i < b->n_lineage && rc == 0; i++)
+        rc = push_node(ix, ulid_key(&b->lineage[i]), b, NODE_TAG(NODE_SOURCE, i), err);
+    for (size_t j = 0; j < b->meta.n_parents && rc == 0; j++)
+        rc = push_node(ix, ulid_key(&b->meta.parents[j].id), b, NODE_TAG(NODE_PARENT, j), err);
+    if (rc != 0)
+        unlink_block(ix, b);
+    return rc;
+}
+
+static int compare_ulids(const void *a, const void *b) {
+    return ulid_compare(a, b);
+}
+
+/* b's lineage: meta.sources when sorted and unique (as the merger writes them), else a sorted,
+ * de-duplicated copy; the block itself when it lists no sources. */
+static int init_lineage(indexed_block *b, strata_error *err) {
+    const block_meta *m = &b->meta;
+    if (m->n_sources >= NODE_POS_LIMIT || m->n_parents >= NODE_POS_LIMIT)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block %s: too many sources or parents in meta.json", b->ulid_text);
+    if (m->n_sources == 0) {
+        b->lineage = &b->meta.id;
+        b->n_lineage = 1;
+        return 0;
+    }
+    bool sorted = true;
+    for (size_t i = 1; i < m->n_sources && sorted; i++)
+        sorted = ulid_compare(&m->sources[i - 1], &m->sources[i]) < 0;
+    if (sorted) {
+        b->lineage = m->sources;
+        b->n_lineage = m->n_sources;
+        return 0;
+    }
+    ulid *copy = malloc(m->n_sources * sizeof *copy);
+    if (copy == NULL)
+        return strata_error_oom(err);
+    memcpy(copy, m->sources, m->n_sources * sizeof *copy);
+    qsort(copy, m->n_sources, sizeof *copy, compare_ulids);
+    size_t unique = 1;
+    for (size_t i = 1; i < m->n_sources; i++)
+        if (ulid_compare(&copy[unique - 1], &copy[i]) != 0)
+            copy[unique++] = copy[i];
+    b->lineage_owned = copy;
+    b->lineage = copy;
+    b->n_lineage = unique;
+    return 0;
+}
+
+/* Of two blocks with the same lineage, the one that answers: the higher level, then the greater
+ * ULID (then the greater directory name: a block copied under another name). */
+static bool outranks(const indexed_block *y, const indexed_block *x) {
+    if (y->meta.compaction_level != x->meta.compaction_level)
+        return y->meta.compaction_level > x->meta.compaction_level;
+    int c = ulid_compare(&y->meta.id, &x->meta.id);
+    return c != 0 ? c > 0 : strcmp(y->ulid_text, x->ulid_text) > 0;
+}
+
+/* True when y's lineage covers x's (see above); from: where x's first source is in y's. */
+static bool lineage_covers(const indexed_block *y, size_t from, const indexed_block *x) {
+    if (y == x || y->n_lineage < x->n_lineage || strcmp(y->tenant, x->tenant) != 0)
         return false;
-    const indexed_block *y = (const indexed_block *)(uintptr_t)*v;
-    if (y == b || strcmp(y->tenant, b->tenant) != 0)
+    if (y->n_lineage == x->n_lineage && !outranks(y, x))
         return false;
-    for (size_t k = 0; k < y->meta.n_sources; k++)
-        if (ulid_compare(&y->meta.sources[k], &b->meta.id) == 0)
+    size_t lo = from + 1;
+    for (size_t i = 1; i < x->n_lineage; i++) {
+        if (y->n_lineage - lo < x->n_lineage - i)
+            return false;
+        size_t a = lo, z = y->n_lineage;
+        while (a < z) {
+            size_t mid = a + (z - a) / 2;
+            if (ulid_compare(&y->lineage[mid], &x->lineage[i]) < 0)
+                a = mid + 1;
+            else
+                z = mid;
+        }
+        if (a == y->n_lineage || ulid_compare(&y->lineage[a], &x->lineage[i]) != 0)
+            return false;
+        lo = a + 1;
+    }
+    return true;
+}
+
+/* True when y (its parent number j) is x's merged block. */
+static bool parent_covers(const indexed_block *y, size_t j, const indexed_block *x) {
+    return y != x && ulid_compare(&y->meta.parents[j].id, &x->meta.id) == 0 &&
+           strcmp(y->tenant, x->tenant) == 0;
+}
+
+/* Whether an indexed block other than x covers x (x need not be indexed). */
+static bool covered_locked(const block_index *ix, const indexed_block *x) {
+    for (uint32_t n = first_node(ix, ulid_key(&x->lineage[0])); n != 0; n = ix->nodes[n - 1].next) {
+        const lineage_node *node = &ix->nodes[n - 1];
+        size_t pos = NODE_POS(node->tag);
+        if (NODE_KIND(node->tag) == NODE_SOURCE &&
+            ulid_compare(&node->block->lineage[pos], &x->lineage[0]) == 0 &&
+            lineage_covers(node->block, pos, x))
             return true;
-    for (size_t k = 0; k < y->meta.n_parents; k++)
-        if (ulid_compare(&y->meta.parents[k].id, &b->meta.id) == 0)
+    }
+    for (uint32_t n = first_node(ix, ulid_key(&x->meta.id)); n != 0; n = ix->nodes[n - 1].next) {
+        const lineage_node *node = &ix->nodes[n - 1];
+        if (NODE_KIND(node->tag) == NODE_PARENT &&
+            parent_covers(node->block, NODE_POS(node->tag), x))
+            return true;
+    }
+    return false;
+}
+
+/* Re-decides (hide: b arrived) or decides again (b left) the blocks b may cover: those whose
+ * first source is in b's lineage, and b's parents. */
+static void update_covered_by_locked(block_index *ix, const indexed_block *b, bool arrived) {
+    for (size_t i = 0; i < b->n_lineage; i++)
+        for (uint32_t n = first_node(ix, ulid_key(&b->lineage[i])); n != 0;
+             n = ix->nodes[n - 1].next) {
+            const lineage_node *node = &ix->nodes[n - 1];
+            indexed_block *x = node->block;
+            if (NODE_KIND(node->tag) != NODE_SOURCE || NODE_POS(node->tag) != 0 || x == b ||
+                x->hidden != !arrived || ulid_compare(&x->lineage[0], &b->lineage[i]) != 0)
+                continue;
+            x->hidden = arrived ? lineage_covers(b, i, x) : covered_locked(ix, x);
+        }
+    for (size_t j = 0; j < b->meta.n_parents; j++)
+        for (uint32_t n = first_node(ix, ulid_key(&b->meta.parents[j].id)); n != 0;
+             n = ix->nodes[n - 1].next) {
+            const lineage_node *node = &ix->nodes[n - 1];
+            indexed_block *x = node->block;
+            if (NODE_KIND(node->tag) != NODE_ID || x->hidden != !arrived || !parent_covers(b, j, x))
+                continue;
+            x->hidden = arrived ? true : covered_locked(ix, x);
+        }
+}
+
+/* Rebuilds the node structure without its free nodes and empty keys once they are the larger
+ * part of it; left as it is when memory is short. */
+static void compact_lineage_locked(block_index *ix) {
+    bool nodes_wasted = ix->n_free >= NODE_COMPACT_MIN && ix->n_free * 2 > ix->n_nodes;
+    bool keys_wasted =
+        ix->n_dead_keys >= NODE_COMPACT_MIN && ix->n_dead_keys * 2 > ix->lineage.count;
+    if (!nodes_wasted && !keys_wasted)
+        return;
+    strata_u64_map old_map = ix->lineage;
+    lineage_node *old_nodes = ix->nodes;
+    size_t old_n = ix->n_nodes, old_cap = ix->cap_nodes, old_free = ix->n_free;
+    size_t old_dead = ix->n_dead_keys;
+    uint32_t old_free_head = ix->free_nodes;
+    ix->nodes = NULL;
+    ix->n_nodes = ix->cap_nodes = ix->n_free = ix->n_dead_keys = 0;
+    ix->free_nodes = 0;
+    int rc = strata_u64_map_init(&ix->lineage, old_n - old_free);
+    bool map_made = rc == 0;
+    strata_error err;
+    for (size_t i = 0; i < ix->n_blocks && rc == 0; i++)
+        rc = link_block(ix, ix->blocks[i], &err);
+    if (rc == 0) {
+        strata_u64_map_free(&old_map);
+        free(old_nodes);
+        return;
+    }
+    if (map_made)
+        strata_u64_map_free(&ix->lineage);
+    free(ix->nodes);
+    ix->lineage = old_map;
+    ix->nodes = old_nodes;
+    ix->n_nodes = old_n;
+    ix->cap_nodes = old_cap;
+    ix->n_free = old_free;
+    ix->n_dead_keys = old_dead;
+    ix->free_nodes = old_free_head;
+}
+
+static indexed_block *find_locked(block_index *ix, const char *tenant, const char *id) {
+    for (uint32_t n = first_node(ix, name_key(tenant, id)); n != 0; n = ix->nodes[n - 1].next) {
+        indexed_block *b = ix->nodes[n - 1].block;
+        if (NODE_KIND(ix->nodes[n - 1].tag) == NODE_NAME && strcmp(b->ulid_text, id) == 0 &&
+            strcmp(b->tenant, tenant) == 0)
+            return b;
+    }
+    return NULL;
+}
+
+/* The names of one listing, for membership tests without scanning it: name_key -> position + 1,
+ * or LISTED_AMBIGUOUS where two names share a key (membership then scans the list). */
+#define LISTED_AMBIGUOUS UINT64_MAX
+
+/* False when memory is short (is_listed then scans the list). */
+static bool index_listing(strata_u64_map *m, const char *tenant, const name_list *ids) {
+    if (strata_u64_map_init(m, ids->count) != 0)
+        return false;
+    for (size_t j = 0; j < ids->count; j++) {
+        bool inserted = false;
+        uint64_t *v = strata_u64_map_upsert(m, name_key(tenant, ids->items[j]), j + 1, &inserted);
+        if (v == NULL) {
+            strata_u64_map_free(m);
+            return false;
+        }
+        if (!inserted && *v != LISTED_AMBIGUOUS && strcmp(ids->items[*v - 1], ids->items[j]) != 0)
+            *v = LISTED_AMBIGUOUS;
+    }
+    return true;
+}
+
+/* Whether name is in ids; m from index_listing, or NULL. */
+static bool is_listed(const strata_u64_map *m, const char *tenant, const name_list *ids,
+                      const char *name) {
+    if (m != NULL) {
+        const uint64_t *v = strata_u64_map_get(m, name_key(tenant, name));
+        if (v == NULL)
+            return false;
+        if (*v != LISTED_AMBIGUOUS)
+            return strcmp(ids->items[*v - 1], name) == 0;
+    }
+    for (size_t j = 0; j < ids->count; j++)
+        if (strcmp(ids->items[j], name) == 0)
             return true;
     return false;
 }
 
 /* ---- retired blocks ------------------------------------------------------------------------ */
 
-static uint64_t retired_hash(const char *tenant, const char *id) {
-    uint64_t h = strata_hash_combine(strata_hash_bytes(tenant, strlen(tenant), 0),
-                                     strata_hash_bytes(id, strlen(id), 1));
-    return h == 0 ? 1 : h;
-}
-
 static bool retired_has_locked(const block_index *ix, const char *tenant, const char *id) {
-    const uint64_t *pos = strata_u64_map_get(&ix->retired_map, retired_hash(tenant, id));
+    const uint64_t *pos = strata_u64_map_get(&ix->retired_map, name_key(tenant, id));
     if (pos == NULL)
         return false;
     const char *key = ix->retired[*pos - 1];
@@ -236,8 +529,8 @@ static void retire_locked(block_index *ix, const char *tenant, const char *id) {
         return;
     snprintf(key, len, "%s/%s", tenant, id);
     bool inserted = false;
-    uint64_t *pos = strata_u64_map_upsert(&ix->retired_map, retired_hash(tenant, id),
-                                          ix->n_retired + 1, &inserted);
+    uint64_t *pos =
+        strata_u64_map_upsert(&ix->retired_map, name_key(tenant, id), ix->n_retired + 1, &inserted);
     if (pos == NULL || !inserted) { /* out of memory, or a hash collision: not retired */
         free(key);
         return;
@@ -245,17 +538,16 @@ static void retire_locked(block_index *ix, const char *tenant, const char *id) {
     ix->retired[ix->n_retired++] = key;
 }
 
-/* Forgets retired blocks of tenant that are no longer listed (deleted). */
-static void prune_retired_locked(block_index *ix, const char *tenant, const name_list *ids) {
+/* Forgets retired blocks of tenant that are no longer listed (deleted); listing: ids indexed by
+ * index_listing, or NULL. */
+static void prune_retired_locked(block_index *ix, const char *tenant, const name_list *ids,
+                                 const strata_u64_map *listing) {
     size_t tl = strlen(tenant), kept = 0;
     for (size_t i = 0; i < ix->n_retired; i++) {
         char *key = ix->retired[i];
         bool listed = true;
-        if (strncmp(key, tenant, tl) == 0 && key[tl] == '/') {
-            listed = false;
-            for (size_t j = 0; j < ids->count && !listed; j++)
-                listed = strcmp(ids->items[j], key + tl + 1) == 0;
-        }
+        if (strncmp(key, tenant, tl) == 0 && key[tl] == '/')
+            listed = is_listed(listing, tenant, ids, key + tl + 1);
         if (listed)
             ix->retired[kept++] = key;
         else
@@ -269,7 +561,7 @@ static void prune_retired_locked(block_index *ix, const char *tenant, const name
         const char *slash = strrchr(ix->retired[i], '/');
         char t[BUCKET_KEY_MAX];
         snprintf(t, sizeof t, "%.*s", (int)(slash - ix->retired[i]), ix->retired[i]);
-        strata_u64_map_upsert(&ix->retired_map, retired_hash(t, slash + 1), i + 1, NULL);
+        strata_u64_map_upsert(&ix->retired_map, name_key(t, slash + 1), i + 1, NULL);
     }
 }
 
@@ -359,20 +651,18 @@ static int load_block(block_index *ix, const char *tenant, const char *id, int d
         rc = 0;
         goto out;
     }
+    if (init_lineage(b, err) != 0)
+        goto out;
     char replacement[ULID_STRING_LEN + 1];
     if (read_deletion_mark(ix, tenant, id, &marked, replacement, err) != 0)
         goto out;
     retire = marked;
     if (marked && replacement[0] != '\0') {
-        /* Kept only while no indexed block holds its data yet. */
+        /* Kept only while no indexed block holds its data yet: its replacement, or any block
+         * descending from it (the replacement may be hidden, retired or deleted by now). */
         load_replacement(ix, tenant, replacement, depth);
         pthread_mutex_lock(&ix->mu);
-        if (ix->covered_dirty && rebuild_covered_locked(ix) != 0) {
-            pthread_mutex_unlock(&ix->mu);
-            strata_error_oom(err);
-            goto out;
-        }
-        marked = is_covered_locked(ix, b);
+        marked = covered_locked(ix, b);
         pthread_mutex_unlock(&ix->mu);
     }
     for (size_t i = 0; i < b->meta.n_files; i++)
@@ -400,6 +690,8 @@ out:
     return rc;
 }
 
+/* Adds b (its lineage set up) to the index: b is hidden if a block there covers it, and hides
+ * the blocks it covers. */
 static int add_entry_locked(block_index *ix, indexed_block *b, strata_error *err) {
     if (ix->n_blocks == ix->cap_blocks) {
         size_t cap = ix->cap_blocks ? ix->cap_blocks * 2 : 64;
@@ -409,10 +701,13 @@ static int add_entry_locked(block_index *ix, indexed_block *b, strata_error *err
         ix->blocks = grown;
         ix->cap_blocks = cap;
     }
+    if (link_block(ix, b, err) != 0)
+        return -1;
     b->refs = 1; /* the index's own reference */
+    b->slot = ix->n_blocks;
     ix->blocks[ix->n_blocks++] = b;
-    if (is_compacted(b))
-        ix->covered_dirty = true;
+    b->hidden = covered_locked(ix, b);
+    update_covered_by_locked(ix, b, true);
     return 0;
 }
 
@@ -426,12 +721,15 @@ static void unref_locked(block_index *ix, indexed_block *b) {
     entry_free(b);
 }
 
-/* Removes entry i from the index (queries holding it keep it alive). */
-static void remove_entry_locked(block_index *ix, size_t i) {
-    indexed_block *b = ix->blocks[i];
+/* Removes b from the index (queries holding it keep it alive); the blocks it covered decide
+ * again whether another block covers them. */
+static void remove_entry_locked(block_index *ix, indexed_block *b) {
+    size_t i = b->slot;
     ix->blocks[i] = ix->blocks[--ix->n_blocks];
-    if (is_compacted(b))
-        ix->covered_dirty = true;
+    ix->blocks[i]->slot = i;
+    unlink_block(ix, b);
+    update_covered_by_locked(ix, b, false);
+    compact_lineage_locked(ix);
     b->removed = true;
     unref_locked(ix, b);
 }
@@ -466,23 +764,24 @@ int block_index_announce(block_index *ix, const char *tenant, const char *id, st
 
 /* Drops index entries of tenant that are not in ids (deleted from the bucket). */
 static void drop_missing(block_index *ix, const char *tenant, const name_list *ids) {
+    strata_u64_map listing;
+    const strata_u64_map *m = index_listing(&listing, tenant, ids) ? &listing : NULL;
     pthread_mutex_lock(&ix->mu);
     for (size_t i = 0; i < ix->n_blocks;) {
         indexed_block *b = ix->blocks[i];
-        bool listed = false;
-        for (size_t j = 0; j < ids->count && !listed; j++)
-            listed = strcmp(ids->items[j], b->ulid_text) == 0;
-        if (strcmp(b->tenant, tenant) == 0 && !listed)
-            remove_entry_locked(ix, i);
+        if (strcmp(b->tenant, tenant) == 0 && !is_listed(m, tenant, ids, b->ulid_text))
+            remove_entry_locked(ix, b); /* moves the last entry to i */
         else
             i++;
     }
-    prune_retired_locked(ix, tenant, ids);
+    prune_retired_locked(ix, tenant, ids, m);
     pthread_mutex_unlock(&ix->mu);
+    if (m != NULL)
+        strata_u64_map_free(&listing);
 }
 
 /* Drops known blocks of tenant that have been marked for deletion: at once for retention marks,
- * and for blocks a merged block replaces once that block is indexed (until then they still
+ * and for blocks a merged block replaces once an indexed block covers them (until then they still
  * answer queries, so no data goes missing between a mark and the replacement's discovery). */
 static int drop_marked(block_index *ix, const char *tenant, const name_list *ids,
                        strata_error *err) {
@@ -498,19 +797,10 @@ static int drop_marked(block_index *ix, const char *tenant, const name_list *ids
             continue;
         load_replacement(ix, tenant, replacement, 0);
         pthread_mutex_lock(&ix->mu);
-        if (ix->covered_dirty && rebuild_covered_locked(ix) != 0) {
-            pthread_mutex_unlock(&ix->mu);
-            return strata_error_oom(err);
-        }
-        for (size_t i = 0; i < ix->n_blocks; i++) {
-            indexed_block *b = ix->blocks[i];
-            if (strcmp(b->ulid_text, ids->items[j]) == 0 && strcmp(b->tenant, tenant) == 0) {
-                if (replacement[0] == '\0' || is_covered_locked(ix, b)) {
-                    retire_locked(ix, tenant, ids->items[j]);
-                    remove_entry_locked(ix, i);
-                }
-                break;
-            }
+        indexed_block *b = find_locked(ix, tenant, ids->items[j]);
+        if (b != NULL && (replacement[0] == '\0' || b->hidden)) {
+            retire_locked(ix, tenant, ids->items[j]);
+            remove_entry_locked(ix, b);
         }
         pthread_mutex_unlock(&ix->mu);
     }
@@ -575,7 +865,8 @@ static indexed_block *entry_from_meta(const char *tenant, const block_meta *meta
     ulid_format(&meta->id, b->ulid_text);
     b->data_size = size;
     strata_error err;
-    if ((b->tenant = strdup(tenant)) == NULL || block_meta_copy(&b->meta, meta, &err) != 0) {
+    if ((b->tenant = strdup(tenant)) == NULL || block_meta_copy(&b->meta, meta, &err) != 0 ||
+        init_lineage(b, &err) != 0) {
         entry_free(b);
         return NULL;
     }
@@ -687,10 +978,13 @@ void block_index_free(block_index *ix) {
     pthread_mutex_unlock(&ix->mu);
     if (ix->started)
         pthread_join(ix->thread, NULL);
-    while (ix->n_blocks > 0)
-        remove_entry_locked(ix, ix->n_blocks - 1);
+    for (size_t i = 0; i < ix->n_blocks; i++) { /* no lineage upkeep: it all goes */
+        ix->blocks[i]->removed = true;
+        unref_locked(ix, ix->blocks[i]);
+    }
     free(ix->blocks);
-    strata_u64_map_free(&ix->covered);
+    strata_u64_map_free(&ix->lineage);
+    free(ix->nodes);
     for (size_t i = 0; i < ix->n_retired; i++)
         free(ix->retired[i]);
     free(ix->retired);
@@ -805,18 +1099,13 @@ int block_index_acquire(block_index *ix, const char *tenant, int64_t start_ns, i
         pthread_mutex_unlock(&ix->mu);
         return strata_error_oom(err);
     }
-    if (ix->covered_dirty && rebuild_covered_locked(ix) != 0) {
-        pthread_mutex_unlock(&ix->mu);
-        free(list);
-        return strata_error_oom(err);
-    }
     size_t count = 0;
     for (size_t i = 0; i < ix->n_blocks; i++) {
         indexed_block *b = ix->blocks[i];
-        /* maxTime is exclusive; a block covers [minTime, maxTime). A block that a compacted block
-         * already holds is skipped, so no profile is counted twice. */
-        if (strcmp(b->tenant, tenant) != 0 || b->meta.max_time_ms <= start_ms ||
-            b->meta.min_time_ms > end_ms || is_covered_locked(ix, b))
+        /* maxTime is exclusive; a block covers [minTime, maxTime). A block whose data another
+         * indexed block holds (lineage, above) is skipped, so no profile is counted twice. */
+        if (b->hidden || strcmp(b->tenant, tenant) != 0 || b->meta.max_time_ms <= start_ms ||
+            b->meta.min_time_ms > end_ms)
             continue;
         b->refs++;
         b->last_used = ++ix->clock;
@@ -902,11 +1191,8 @@ bool block_index_forget_if_gone(block_index *ix, indexed_block *b) {
     if (bucket_exists(ix->store, key, &exists, &err) != 0 || exists)
         return false;
     pthread_mutex_lock(&ix->mu);
-    for (size_t i = 0; i < ix->n_blocks; i++)
-        if (ix->blocks[i] == b) {
-            remove_entry_locked(ix, i);
-            break;
-        }
+    if (!b->removed)
+        remove_entry_locked(ix, b);
     pthread_mutex_unlock(&ix->mu);
     /* The block that replaced it may be newer than the last listing: list the tenant now, so the
      * query's next attempt sees it. A failure here only leaves that to the sync thread. */
@@ -947,6 +1233,9 @@ void block_index_get_stats(block_index *ix, block_index_stats *out) {
     pthread_mutex_lock(&ix->mu);
     *out = ix->stats;
     out->blocks = ix->n_blocks;
+    out->hidden = 0;
+    for (size_t i = 0; i < ix->n_blocks; i++)
+        out->hidden += ix->blocks[i]->hidden ? 1 : 0;
     out->readers_open = ix->open_readers;
     out->reader_bytes = ix->open_reader_bytes;
     pthread_mutex_unlock(&ix->mu);

@@ -10,19 +10,29 @@
  * dropped from the index, and marked blocks as described below (marks are re-read every tenth
  * listing).
  *
- * Compacted blocks. A block listed in compaction.sources or compaction.parents of another indexed
- * block is skipped by queries at once (block_index_acquire), before its deletion mark is even
- * read: the compacted block holds all its data, and counting both would double it. A block is
- * marked only after the block replacing it is committed, and deleted delete_delay later. A mark
- * whose details name the replacement ("compacted into <ULID>") makes the index load that block
- * and keeps the marked one until the replacement is indexed, so no data goes missing even when a
- * listing missed the replacement; other marks (retention) drop the block at once. Dropped marked
- * blocks are remembered, so later listings do not fetch them again while they await deletion. A
- * block whose
- * data vanishes under a query anyway is forgotten and the query runs again
- * (block_index_forget_if_gone). block_index_announce adds a block
- * at once when a writer in the same process (or an announcement from another process) says it
- * exists, so fresh data is queryable within about a second without waiting for the next listing.
+ * Compacted blocks: visibility by lineage. A block holds the data of the level-1 blocks in its
+ * compaction.sources (a level-1 block without sources holds itself). A block is skipped by
+ * queries (block_index_acquire) while another indexed block of its tenant covers it: one whose
+ * sources are a superset of its sources (equal sets: the higher level, then the greater ULID,
+ * answers), or one that lists it in compaction.parents. So a block that any visible block
+ * descends from is hidden, at any depth and whatever marks exist or are still missing: a level-2
+ * block is hidden by the level-4 block built over it although the level-3 block in between (the
+ * one its mark names) is itself hidden, dropped or deleted. Counting both would double the data;
+ * hiding needs no mark, so it holds from the moment the covering block is indexed. Each lineage
+ * is answered by its outermost indexed block, and until that block is indexed the blocks it
+ * covers still answer: no gap either. Each block's hidden flag is kept exact as blocks come and
+ * go, at a cost proportional to the changed block's sources (an index from source ULIDs to the
+ * blocks containing them, block_index.c), so a query tests one flag per block.
+ *
+ * Marks. A block is marked only after the block replacing it is committed, and deleted
+ * delete_delay later. A mark whose details name the replacement ("compacted into <ULID>") makes
+ * the index load that block and keeps the marked one until an indexed block covers it, so no data
+ * goes missing even when a listing missed the replacement; other marks (retention) drop the block
+ * at once. Dropped marked blocks are remembered, so later listings do not fetch them again while
+ * they await deletion. A block whose data vanishes under a query anyway is forgotten and the
+ * query runs again (block_index_forget_if_gone). block_index_announce adds a block at once when a
+ * writer in the same process (or an announcement from another process) says it exists, so fresh
+ * data is queryable within about a second without waiting for the next listing.
  *
  * Readers. A block's reader is opened on first use (footer, page index and series tables, fetched
  * by byte ranges from the bucket) and kept open after the query, in a cache; a reader is not
@@ -76,6 +86,13 @@ typedef struct indexed_block {
     uint64_t last_used;  /* LRU clock; guarded by the index lock */
     size_t reader_bytes; /* what the reader held when last accounted; guarded by the index lock */
     bool removed;        /* no longer in the index; freed at the last release */
+    /* The level-1 blocks whose data this block holds: meta.sources sorted and unique, or the
+     * block itself when it lists none (immutable; points into meta, the entry or lineage_owned). */
+    const ulid *lineage;
+    size_t n_lineage;
+    ulid *lineage_owned; /* a sorted copy, when meta.sources was not sorted */
+    size_t slot;         /* position in the index; guarded by the index lock */
+    bool hidden;         /* another indexed block covers it; guarded by the index lock */
 } indexed_block;
 
 typedef struct block_index_stats {
@@ -88,6 +105,7 @@ typedef struct block_index_stats {
     uint64_t reader_evictions_bytes; /* readers closed for max_open_reader_bytes */
     uint64_t meta_reads;             /* meta.json fetches */
     uint64_t from_bucket_index;      /* blocks added from bucket-index.json */
+    uint64_t hidden;                 /* indexed blocks that another indexed block covers */
 } block_index_stats;
 
 int block_index_new(const block_index_options *opts, bucket *store, block_index **out,

@@ -1,7 +1,8 @@
 /*
  * block_index_test.c - the querier's reader cache: its byte bound, its count bound, accounting
  * of readers that grow as queries decode them, and the guarantee that a reader a query holds is
- * never closed under it.
+ * never closed under it. Then which blocks queries see while compaction climbs levels (the
+ * lineage tests, each with a bucket of its own; see "lineage" below).
  *
  * Six blocks in a FILESYSTEM bucket, a minute each, whose stacks use functions of their own, so
  * every block's reader decodes symbol tables of its own. A reference index with no bounds gives
@@ -23,7 +24,9 @@
 #include <sys/stat.h>
 
 #include "block/block_format.h"
+#include "block/block_meta.h"
 #include "block/block_writer.h"
+#include "block/bucket_index.h"
 #include "block/ulid.h"
 #include "block_index.h"
 #include "bucket/bucket.h"
@@ -585,6 +588,797 @@ static void test_concurrent_queries_over_a_small_bound(void **state) {
     fixture_close(&tight);
 }
 
+/* ---- lineage: what a querier sees while L1 -> L2 -> L3 -> L4 compaction runs --------------- */
+
+/* Blocks as the compactor makes them: two level-1 blocks per timestamp (one per pod), a level-2
+ * block per timestamp from its two, a level-3 block per four level-2 blocks, one level-4 block
+ * from the two level-3 ones. Real data objects, so merges run through the engine; each step is
+ * the compactor's (commit the merged block, then mark its parents "compacted into" it, delete
+ * marked blocks meta.json first and the mark last). After every step, a fresh index (as a
+ * querier that starts then), a fresh index that first reads a bucket-index.json one compactor
+ * cycle old, and one long-lived index (synced at every step) each see every level-1 block exactly
+ * once, and a merge counts every profile once. */
+#define LTENANT "lineage"
+#define LSTEPS 8 /* timestamps, 30 minutes apart */
+#define LPODS 2
+#define LGROUP 4 /* level-2 blocks per level-3 block */
+#define LPERIOD 10
+#define LT0 (INT64_C(1700006400) * SEC + 600 * SEC) /* a day's start plus 10 minutes */
+#define LSTEP (1800 * SEC)
+#define LEND (LT0 + LSTEPS * LSTEP)
+#define LPROFILES (LSTEPS * LPODS)
+
+/* A temporary directory for a bucket, in memory where the machine has /dev/shm: the filesystem
+ * bucket fsyncs every object, and the lineage tests write thousands. */
+static void temp_bucket_dir(char *dir, size_t cap, const char *name) {
+    struct stat st;
+    const char *base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
+    snprintf(dir, cap, "%s/strata-%s-XXXXXX", base, name);
+    if (mkdtemp(dir) == NULL) {
+        snprintf(dir, cap, "/tmp/strata-%s-XXXXXX", name);
+        assert_non_null(mkdtemp(dir));
+    }
+}
+
+typedef struct lin_block {
+    ulid id;
+    char text[ULID_STRING_LEN + 1];
+    int64_t min_ms, max_ms;
+    ulid sources[LPROFILES]; /* sorted */
+    size_t n_sources;
+} lin_block;
+
+typedef struct lineage_fx {
+    char dir[64];
+    bucket *store;
+    lin_block l1[LSTEPS][LPODS], l2[LSTEPS], l3[LSTEPS / LGROUP], l4;
+    block_index *live; /* a querier running all along */
+    query_engine *live_engine;
+    int checks;
+} lineage_fx;
+
+/* The samples of the profile of pod p at step t: two stacks with values of their own. */
+static int64_t lin_work(int t, int p) {
+    return (t + 1) * 100 + p * 10 + 1;
+}
+static int64_t lin_idle(int p) {
+    return p + 3;
+}
+
+static int64_t lin_expected_total(void) {
+    int64_t total = 0;
+    for (int t = 0; t < LSTEPS; t++)
+        for (int p = 0; p < LPODS; p++)
+            total += (lin_work(t, p) + lin_idle(p)) * LPERIOD;
+    return total;
+}
+
+static void lin_upload(lineage_fx *fx, const char *id, const char *file, const void *bytes,
+                       size_t len) {
+    char key[256];
+    snprintf(key, sizeof key, "%s/%s/%s", LTENANT, id, file);
+    strata_error err;
+    assert_int_equal(bucket_upload(fx->store, key, bytes, len, &err), 0);
+}
+
+static void lin_delete(lineage_fx *fx, const char *id, const char *file) {
+    char key[256];
+    snprintf(key, sizeof key, "%s/%s/%s", LTENANT, id, file);
+    strata_error err;
+    assert_int_equal(bucket_delete(fx->store, key, &err), 0);
+}
+
+static int compare_ulids(const void *a, const void *b) {
+    return ulid_compare(a, b);
+}
+
+/* Writes a block holding the profiles of steps [t0, t1) of pods [p0, p1), at `level`, whose
+ * parents are parents[0..n) (none for level 1): sources are the sorted union of theirs, as
+ * block_merge records them. Data object first, meta.json last. */
+static void lin_write(lineage_fx *fx, lin_block *out, int level, int t0, int t1, int p0, int p1,
+                      lin_block *const *parents, size_t n) {
+    static const profile_type cpu = {"process_cpu", "samples", "count", "cpu", "nanoseconds", true};
+    block_writer_options o;
+    block_writer_options_default(&o);
+    o.tenant = LTENANT;
+    o.compaction_level = level;
+    strata_error err;
+    block_writer *w = block_writer_new(&o, &err);
+    assert_non_null(w);
+    for (int p = p0; p < p1; p++) {
+        char pod[8];
+        snprintf(pod, sizeof pod, "p%d", p);
+        label_set l = LABEL_SET_INIT;
+        assert_int_equal(label_set_add(&l, "pod", 3, pod, strlen(pod), &err), 0);
+        for (int t = t0; t < t1; t++) {
+            assert_int_equal(
+                block_writer_begin_profile(w, &l, &cpu, LT0 + t * LSTEP, 10 * SEC, LPERIOD, &err),
+                0);
+            block_frame work[2] = {{.function_name = "work", .mapping_file = "/bin/app"},
+                                   {.function_name = "main", .mapping_file = "/bin/app"}};
+            block_frame idle[2] = {{.function_name = "idle", .mapping_file = "/bin/app"},
+                                   {.function_name = "main", .mapping_file = "/bin/app"}};
+            assert_int_equal(block_writer_add_sample(w, work, 2, lin_work(t, p), &err), 0);
+            assert_int_equal(block_writer_add_sample(w, idle, 2, lin_idle(p), &err), 0);
+            assert_int_equal(block_writer_end_profile(w, &err), 0);
+        }
+        label_set_free(&l);
+    }
+    strata_buffer bytes = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
+    block_meta meta;
+    block_meta_init(&meta);
+    assert_int_equal(block_writer_finish(w, &bytes, &meta, &err), 0);
+    block_writer_free(w);
+    memset(out, 0, sizeof *out);
+    out->id = meta.id;
+    ulid_format(&meta.id, out->text);
+    out->min_ms = meta.min_time_ms;
+    out->max_ms = meta.max_time_ms;
+    if (n == 0) {
+        out->sources[out->n_sources++] = meta.id;
+    } else {
+        block_meta_parent ps[LSTEPS];
+        for (size_t i = 0; i < n; i++) {
+            ps[i] = (block_meta_parent){parents[i]->id, parents[i]->min_ms, parents[i]->max_ms};
+            for (size_t k = 0; k < parents[i]->n_sources; k++)
+                out->sources[out->n_sources++] = parents[i]->sources[k];
+        }
+        qsort(out->sources, out->n_sources, sizeof *out->sources, compare_ulids);
+        assert_int_equal(block_meta_set_sources(&meta, out->sources, out->n_sources, &err), 0);
+        assert_int_equal(block_meta_set_parents(&meta, ps, n, &err), 0);
+    }
+    assert_int_equal(meta.compaction_level, level);
+    assert_int_equal(block_meta_encode(&meta, &json, &err), 0);
+    lin_upload(fx, out->text, BLOCK_DATA_FILE, bytes.data, bytes.len);
+    lin_upload(fx, out->text, BLOCK_META_FILE, json.data, json.len);
+    strata_buffer_free(&bytes);
+    strata_buffer_free(&json);
+    block_meta_free(&meta);
+}
+
+/* deletion-mark.json as the compactor writes it on a block that `into` replaces. */
+static void lin_mark(lineage_fx *fx, const lin_block *b, const lin_block *into) {
+    char details[64];
+    snprintf(details, sizeof details, "%s%s", BLOCK_DELETION_COMPACTED_INTO, into->text);
+    block_deletion_mark mark = {.id = b->id, .deletion_time = 1700000000, .details = details};
+    strata_buffer json = STRATA_BUFFER_INIT;
+    strata_error err;
+    assert_int_equal(block_deletion_mark_encode(&mark, &json, &err), 0);
+    lin_upload(fx, b->text, BLOCK_DELETION_MARK_FILE, json.data, json.len);
+    strata_buffer_free(&json);
+}
+
+/* The compactor's deletion of a marked block, in its order. */
+static void lin_delete_block(lineage_fx *fx, const lin_block *b) {
+    lin_delete(fx, b->text, BLOCK_META_FILE);
+    lin_delete(fx, b->text, BLOCK_DATA_FILE);
+    lin_delete(fx, b->text, BLOCK_DELETION_MARK_FILE);
+}
+
+/* bucket-index.json of the tenant as it is now (the compactor writes it at the end of a cycle). */
+static int collect_block_dir(const char *key, void *ctx, strata_error *err) {
+    (void)err;
+    char(*names)[ULID_STRING_LEN + 1] = ((void **)ctx)[0];
+    size_t *n = ((void **)ctx)[1];
+    const char *slash = strchr(key, '/');
+    if (slash != NULL && strlen(slash + 1) == ULID_STRING_LEN + 1 && *n < 64)
+        snprintf(names[(*n)++], ULID_STRING_LEN + 1, "%.*s", ULID_STRING_LEN, slash + 1);
+    return 0;
+}
+
+static void lin_write_bucket_index(lineage_fx *fx) {
+    char names[64][ULID_STRING_LEN + 1];
+    size_t n = 0;
+    void *ctx[2] = {names, &n};
+    strata_error err;
+    assert_int_equal(bucket_iterate(fx->store, LTENANT, false, collect_block_dir, ctx, &err), 0);
+    bucket_index bi;
+    bucket_index_init(&bi);
+    bi.updated_at = 1700000000;
+    for (size_t i = 0; i < n; i++) {
+        char key[256];
+        strata_buffer json = STRATA_BUFFER_INIT;
+        snprintf(key, sizeof key, "%s/%s/%s", LTENANT, names[i], BLOCK_META_FILE);
+        if (bucket_get(fx->store, key, &json, &err) == 0) {
+            block_meta meta;
+            block_meta_init(&meta);
+            assert_int_equal(block_meta_decode((const char *)json.data, json.len, &meta, &err), 0);
+            assert_int_equal(bucket_index_add_block(&bi, &meta, &err), 0);
+            block_meta_free(&meta);
+        }
+        strata_buffer_free(&json);
+        bool marked = false;
+        snprintf(key, sizeof key, "%s/%s/%s", LTENANT, names[i], BLOCK_DELETION_MARK_FILE);
+        assert_int_equal(bucket_exists(fx->store, key, &marked, &err), 0);
+        ulid id;
+        assert_int_equal(ulid_parse(names[i], ULID_STRING_LEN, &id, &err), 0);
+        if (marked)
+            assert_int_equal(bucket_index_add_mark(&bi, &id, 1700000000, &err), 0);
+    }
+    strata_buffer json = STRATA_BUFFER_INIT;
+    assert_int_equal(bucket_index_encode(&bi, &json, &err), 0);
+    char key[256];
+    snprintf(key, sizeof key, "%s/%s", LTENANT, BUCKET_INDEX_FILE);
+    assert_int_equal(bucket_upload(fx->store, key, json.data, json.len, &err), 0);
+    strata_buffer_free(&json);
+    bucket_index_free(&bi);
+}
+
+/* The visible blocks of ix: every level-1 block of the dataset in exactly one visible block's
+ * lineage (its sources; itself for a block without), nothing else; and a merge through the
+ * engine counts each profile once. Returns the number of visible blocks. */
+static size_t expect_each_source_once(lineage_fx *fx, block_index *ix, query_engine *e,
+                                      const char *who, const char *step) {
+    strata_error err;
+    indexed_block **blocks;
+    size_t n;
+    assert_int_equal(block_index_acquire(ix, LTENANT, LT0 - SEC, LEND, &blocks, &n, &err), 0);
+    int seen[LSTEPS][LPODS] = {{0}};
+    size_t unknown = 0;
+    for (size_t i = 0; i < n; i++) {
+        const block_meta *m = &blocks[i]->meta;
+        size_t ns = m->n_sources > 0 ? m->n_sources : 1;
+        for (size_t k = 0; k < ns; k++) {
+            const ulid *s = m->n_sources > 0 ? &m->sources[k] : &m->id;
+            bool found = false;
+            for (int t = 0; t < LSTEPS && !found; t++)
+                for (int p = 0; p < LPODS && !found; p++)
+                    if (ulid_compare(s, &fx->l1[t][p].id) == 0) {
+                        seen[t][p]++;
+                        found = true;
+                    }
+            unknown += found ? 0 : 1;
+        }
+    }
+    for (int t = 0; t < LSTEPS; t++)
+        for (int p = 0; p < LPODS; p++)
+            if (seen[t][p] != 1) {
+                char list[4096] = "";
+                for (size_t i = 0; i < n; i++) {
+                    size_t len = strlen(list);
+                    snprintf(list + len, sizeof list - len, " %s(level %d)", blocks[i]->ulid_text,
+                             blocks[i]->meta.compaction_level);
+                }
+                fail_msg("%s, %s: level-1 block of step %d pod %d seen %d times; visible:%s", step,
+                         who, t, p, seen[t][p], list);
+            }
+    assert_int_equal(unknown, 0);
+    block_index_release_all(ix, blocks, n);
+
+    selector sel;
+    assert_int_equal(selector_parse(CPU, &sel, &err), 0);
+    calltree *tree;
+    assert_int_equal(calltree_create(&tree, 0, &err), 0);
+    merge_result res;
+    if (query_merge(e, LTENANT, &sel, LT0, LEND, tree, false, &res, &err) != 0)
+        fail_msg("%s, %s: merge: %s", step, who, err.message);
+    if (res.total != lin_expected_total() || res.profiles != LPROFILES)
+        fail_msg("%s, %s: merge counted %llu profiles, total %lld; want %d, %lld", step, who,
+                 (unsigned long long)res.profiles, (long long)res.total, LPROFILES,
+                 (long long)lin_expected_total());
+    /* The engine folds identical profiles met in two blocks; none were stored twice here, so a
+     * fold would mean a block read along with one holding its data. */
+    if (res.stats.duplicates != 0)
+        fail_msg("%s, %s: %llu profiles folded as duplicates", step, who,
+                 (unsigned long long)res.stats.duplicates);
+    calltree_free(tree);
+    selector_free(&sel);
+    return n;
+}
+
+static block_index *lin_index(lineage_fx *fx, bool bucket_indexes) {
+    block_index_options io;
+    block_index_options_default(&io);
+    block_index *ix;
+    strata_error err;
+    assert_int_equal(block_index_new(&io, fx->store, &ix, &err), 0);
+    if (bucket_indexes)
+        assert_int_equal(block_index_load_bucket_indexes(ix, &err), 0);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    return ix;
+}
+
+static query_engine *lin_engine(block_index *ix) {
+    query_engine_options eo;
+    query_engine_options_default(&eo);
+    eo.parallelism = 2;
+    query_engine *e;
+    strata_error err;
+    assert_int_equal(query_engine_new(&eo, ix, &e, &err), 0);
+    return e;
+}
+
+/* Every view of the bucket now. Returns what a fresh querier sees (visible blocks). */
+static size_t lin_check(lineage_fx *fx, const char *step) {
+    size_t visible = 0;
+    for (int with_bucket_index = 0; with_bucket_index < 2; with_bucket_index++) {
+        block_index *ix = lin_index(fx, with_bucket_index == 1);
+        query_engine *e = lin_engine(ix);
+        size_t n = expect_each_source_once(
+            fx, ix, e, with_bucket_index ? "fresh index after bucket-index.json" : "fresh index",
+            step);
+        if (with_bucket_index == 0)
+            visible = n;
+        query_engine_free(e);
+        block_index_free(ix);
+    }
+    strata_error err;
+    assert_int_equal(block_index_sync(fx->live, &err), 0);
+    expect_each_source_once(fx, fx->live, fx->live_engine, "long-lived index", step);
+    fx->checks++;
+    return visible;
+}
+
+static void lin_open(lineage_fx *fx) {
+    memset(fx, 0, sizeof *fx);
+    temp_bucket_dir(fx->dir, sizeof fx->dir, "lineage-test");
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(fx->dir, NULL, &fx->store, &err), 0);
+    for (int t = 0; t < LSTEPS; t++)
+        for (int p = 0; p < LPODS; p++)
+            lin_write(fx, &fx->l1[t][p], 1, t, t + 1, p, p + 1, NULL, 0);
+    fx->live = lin_index(fx, false);
+    fx->live_engine = lin_engine(fx->live);
+    assert_int_equal(lin_check(fx, "level 1 only"), LPROFILES);
+}
+
+static void lin_close(lineage_fx *fx) {
+    query_engine_free(fx->live_engine);
+    block_index_free(fx->live);
+    bucket_close(fx->store);
+    nftw(fx->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Commits `out` from parents, checks, marks the parents, checks; with the merged block's meta.json
+ * held back (a listing that does not show it yet, as an eventually consistent store may), the
+ * marked parents still answer: no gap. */
+static void lin_compact(lineage_fx *fx, lin_block *out, int level, int t0, int t1,
+                        lin_block *const *parents, size_t n, const char *what) {
+    char step[128];
+    lin_write(fx, out, level, t0, t1, 0, LPODS, parents, n);
+    snprintf(step, sizeof step, "%s committed, sources unmarked", what);
+    lin_check(fx, step);
+    for (size_t i = 0; i < n; i++)
+        lin_mark(fx, parents[i], out);
+    snprintf(step, sizeof step, "%s committed, sources marked", what);
+    lin_check(fx, step);
+
+    char key[256];
+    snprintf(key, sizeof key, "%s/%s/%s", LTENANT, out->text, BLOCK_META_FILE);
+    strata_buffer meta = STRATA_BUFFER_INIT;
+    strata_error err;
+    assert_int_equal(bucket_get(fx->store, key, &meta, &err), 0);
+    assert_int_equal(bucket_delete(fx->store, key, &err), 0);
+    snprintf(step, sizeof step, "%s marked, its meta.json not listed yet", what);
+    block_index *ix = lin_index(fx, false);
+    query_engine *e = lin_engine(ix);
+    expect_each_source_once(fx, ix, e, "fresh index", step);
+    query_engine_free(e);
+    block_index_free(ix);
+    assert_int_equal(bucket_upload(fx->store, key, meta.data, meta.len, &err), 0);
+    strata_buffer_free(&meta);
+}
+
+/* Level 1 to level 4, every step checked; marks left in place (delete_delay not over). */
+static void lin_build_to_level_4(lineage_fx *fx) {
+    char what[64];
+    for (int t = 0; t < LSTEPS; t++) {
+        lin_block *parents[LPODS] = {&fx->l1[t][0], &fx->l1[t][1]};
+        snprintf(what, sizeof what, "level 2 of step %d", t);
+        lin_compact(fx, &fx->l2[t], 2, t, t + 1, parents, LPODS, what);
+    }
+    lin_write_bucket_index(fx);
+    assert_int_equal(lin_check(fx, "every level-2 block"), LSTEPS);
+    for (int h = 0; h < LSTEPS / LGROUP; h++) {
+        lin_block *parents[LGROUP];
+        for (int k = 0; k < LGROUP; k++)
+            parents[k] = &fx->l2[h * LGROUP + k];
+        snprintf(what, sizeof what, "level 3 number %d", h);
+        lin_compact(fx, &fx->l3[h], 3, h * LGROUP, (h + 1) * LGROUP, parents, LGROUP, what);
+    }
+    lin_write_bucket_index(fx);
+    assert_int_equal(lin_check(fx, "every level-3 block"), LSTEPS / LGROUP);
+    lin_block *parents[LSTEPS / LGROUP];
+    for (int h = 0; h < LSTEPS / LGROUP; h++)
+        parents[h] = &fx->l3[h];
+    lin_compact(fx, &fx->l4, 4, 0, LSTEPS, parents, LSTEPS / LGROUP, "level 4");
+    lin_write_bucket_index(fx);
+    /* The reported bug: level-2 blocks marked "compacted into" a level-3 block that is itself
+     * hidden by (and marked into) the level-4 block were counted again by a querier that
+     * started now. */
+    assert_int_equal(lin_check(fx, "level 4 with every mark"), 1);
+}
+
+static void test_lineage_compaction_in_order(void **state) {
+    (void)state;
+    lineage_fx *fx = calloc(1, sizeof *fx);
+    assert_non_null(fx);
+    lin_open(fx);
+    lin_build_to_level_4(fx);
+    /* Deletions delete_delay after each mark: level 1 first (marked first), then 2, then 3. */
+    for (int t = 0; t < LSTEPS; t++)
+        for (int p = 0; p < LPODS; p++) {
+            lin_delete(fx, fx->l1[t][p].text, BLOCK_META_FILE);
+            if (t == 0 && p == 0)
+                lin_check(fx, "a level-1 block half deleted");
+            lin_delete(fx, fx->l1[t][p].text, BLOCK_DATA_FILE);
+            lin_delete(fx, fx->l1[t][p].text, BLOCK_DELETION_MARK_FILE);
+        }
+    assert_int_equal(lin_check(fx, "level-1 blocks deleted"), 1);
+    for (int t = 0; t < LSTEPS; t++) {
+        lin_delete_block(fx, &fx->l2[t]);
+        if (t == 0)
+            lin_check(fx, "one level-2 block deleted");
+    }
+    lin_write_bucket_index(fx);
+    assert_int_equal(lin_check(fx, "level-2 blocks deleted"), 1);
+    lin_delete_block(fx, &fx->l3[0]);
+    assert_int_equal(lin_check(fx, "one level-3 block deleted"), 1);
+    lin_delete_block(fx, &fx->l3[1]);
+    assert_int_equal(lin_check(fx, "only level 4 left"), 1);
+    block_index_stats s;
+    block_index_get_stats(fx->live, &s);
+    assert_int_equal(s.blocks, 1);
+    print_message("%d checks\n", fx->checks);
+    lin_close(fx);
+    free(fx);
+}
+
+/* Intermediate blocks gone before the blocks they replaced (another deletion order, an operator's
+ * rm-block): level-3 blocks deleted while levels 1 and 2 still wait, marked; then level 2. */
+static void test_lineage_intermediate_blocks_deleted_first(void **state) {
+    (void)state;
+    lineage_fx *fx = calloc(1, sizeof *fx);
+    assert_non_null(fx);
+    lin_open(fx);
+    lin_build_to_level_4(fx);
+    lin_delete_block(fx, &fx->l3[0]);
+    assert_int_equal(lin_check(fx, "level 3 number 0 deleted, levels 1 and 2 marked"), 1);
+    lin_delete_block(fx, &fx->l3[1]);
+    assert_int_equal(lin_check(fx, "level 3 deleted, levels 1 and 2 marked"), 1);
+    for (int t = 0; t < LSTEPS; t++)
+        lin_delete_block(fx, &fx->l2[t]);
+    assert_int_equal(lin_check(fx, "levels 2 and 3 deleted, level 1 marked"), 1);
+    /* A querier holding the level-3 block's replacement only: its level-2 and level-1 marks name
+     * blocks that are gone, and the level-4 block still hides them by their sources. */
+    lin_write_bucket_index(fx);
+    assert_int_equal(lin_check(fx, "levels 2 and 3 deleted, bucket index rewritten"), 1);
+    lin_close(fx);
+    free(fx);
+}
+
+/* ---- lineage rules on meta.json alone ------------------------------------------------------- */
+
+/* A block's meta.json with no data object (an index never opens one unless a query reads it). */
+static ulid put_meta(bucket *store, const char *tenant, int64_t time_ms, int level,
+                     const ulid *sources, size_t n_sources, const ulid *parents, size_t n_parents) {
+    strata_error err;
+    block_meta m;
+    block_meta_init(&m);
+    assert_int_equal(ulid_new_at(time_ms, &m.id, &err), 0);
+    m.min_time_ms = time_ms;
+    m.max_time_ms = time_ms + 1000;
+    m.num_samples = m.num_series = m.num_profiles = 1;
+    m.compaction_level = level;
+    m.version = BLOCK_META_VERSION;
+    m.format_version = BLOCK_FORMAT_VERSION;
+    assert_non_null(m.tenant = strdup(tenant));
+    assert_non_null(m.files = calloc(1, sizeof *m.files));
+    m.n_files = 1;
+    assert_non_null(m.files[0].rel_path = strdup(BLOCK_DATA_FILE));
+    m.files[0].size_bytes = 100;
+    if (n_sources > 0)
+        assert_int_equal(block_meta_set_sources(&m, sources, n_sources, &err), 0);
+    else if (level == 1 && sources != NULL)
+        assert_int_equal(block_meta_set_sources(&m, &m.id, 1, &err), 0);
+    if (n_parents > 0) {
+        block_meta_parent ps[32];
+        assert_true(n_parents <= 32);
+        for (size_t i = 0; i < n_parents; i++)
+            ps[i] = (block_meta_parent){parents[i], time_ms, time_ms + 1000};
+        assert_int_equal(block_meta_set_parents(&m, ps, n_parents, &err), 0);
+    }
+    strata_buffer json = STRATA_BUFFER_INIT;
+    assert_int_equal(block_meta_encode(&m, &json, &err), 0);
+    char id[ULID_STRING_LEN + 1], key[256];
+    ulid_format(&m.id, id);
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_META_FILE);
+    assert_int_equal(bucket_upload(store, key, json.data, json.len, &err), 0);
+    strata_buffer_free(&json);
+    ulid out = m.id;
+    block_meta_free(&m);
+    return out;
+}
+
+static void put_mark(bucket *store, const char *tenant, const ulid *id, const ulid *into) {
+    char details[64], text[ULID_STRING_LEN + 1], key[256];
+    ulid_format(into, text);
+    snprintf(details, sizeof details, "%s%s", BLOCK_DELETION_COMPACTED_INTO, text);
+    block_deletion_mark mark = {.id = *id, .deletion_time = 1700000000, .details = details};
+    strata_buffer json = STRATA_BUFFER_INIT;
+    strata_error err;
+    assert_int_equal(block_deletion_mark_encode(&mark, &json, &err), 0);
+    ulid_format(id, text);
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, text, BLOCK_DELETION_MARK_FILE);
+    assert_int_equal(bucket_upload(store, key, json.data, json.len, &err), 0);
+    strata_buffer_free(&json);
+}
+
+static void drop_meta(bucket *store, const char *tenant, const ulid *id) {
+    char text[ULID_STRING_LEN + 1], key[256];
+    ulid_format(id, text);
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, text, BLOCK_META_FILE);
+    strata_error err;
+    assert_int_equal(bucket_delete(store, key, &err), 0);
+}
+
+static int compare_id_texts(const void *a, const void *b) {
+    return strcmp(a, b);
+}
+
+/* The visible blocks of tenant, sorted by ULID, as text joined by spaces. */
+static void visible_ids(block_index *ix, const char *tenant, char *out, size_t cap) {
+    strata_error err;
+    indexed_block **blocks;
+    size_t n;
+    assert_int_equal(block_index_acquire(ix, tenant, 0, INT64_MAX / 2, &blocks, &n, &err), 0);
+    char(*ids)[ULID_STRING_LEN + 1] = calloc(n + 1, sizeof *ids);
+    assert_non_null(ids);
+    for (size_t i = 0; i < n; i++)
+        snprintf(ids[i], sizeof ids[i], "%.26s", blocks[i]->ulid_text);
+    block_index_release_all(ix, blocks, n);
+    qsort(ids, n, sizeof *ids, compare_id_texts);
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%s", i > 0 ? " " : "", ids[i]);
+    }
+    free(ids);
+}
+
+static void expected_ids(char *out, size_t cap, const ulid *ids, size_t n) {
+    ulid sorted[16];
+    assert_true(n <= 16);
+    memcpy(sorted, ids, n * sizeof *ids);
+    qsort(sorted, n, sizeof *sorted, compare_ulids);
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        char text[ULID_STRING_LEN + 1];
+        ulid_format(&sorted[i], text);
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%s", i > 0 ? " " : "", text);
+    }
+}
+
+static void expect_visible(block_index *ix, const char *tenant, const ulid *ids, size_t n,
+                           const char *what) {
+    char got[1024], want[1024];
+    visible_ids(ix, tenant, got, sizeof got);
+    expected_ids(want, sizeof want, ids, n);
+    if (strcmp(got, want) != 0)
+        fail_msg("%s: visible [%s], want [%s]", what, got, want);
+}
+
+static const ulid *greater_ulid(const ulid *a, const ulid *b) {
+    return ulid_compare(a, b) > 0 ? a : b;
+}
+
+/* Equal source sets: the higher level wins, then the greater ULID, whatever the order in which
+ * blocks are found; a level-1 block without sources is its own source; another tenant's blocks
+ * never hide a tenant's; removing the covering block shows the covered ones again. */
+static void test_lineage_ties_and_removals(void **state) {
+    (void)state;
+    char dir[64];
+    temp_bucket_dir(dir, sizeof dir, "lineage-ties");
+    bucket *store;
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
+    const int64_t t = 1700006400000;
+    ulid ab[2];
+    ab[0] = put_meta(store, "ties", t, 1, ab, 0, NULL, 0); /* sources [self] */
+    ab[1] = put_meta(store, "ties", t + 1, 1, ab, 0, NULL, 0);
+    ulid c = put_meta(store, "ties", t + 2, 1, NULL, 0, NULL, 0); /* no sources at all */
+    ulid x = put_meta(store, "ties", t, 2, ab, 2, ab, 2);
+    ulid y = put_meta(store, "ties", t, 3, ab, 2, &x, 1);          /* x rewritten alone */
+    ulid z = put_meta(store, "ties", t, 3, ab, 2, ab, 2);          /* the same merge done twice */
+    ulid w = put_meta(store, "ties", t + 2, 2, &c, 1, &c, 1);      /* c rewritten alone */
+    ulid other = put_meta(store, "ties-copy", t, 2, ab, 2, ab, 2); /* same sources, other tenant */
+    const ulid *top = greater_ulid(&y, &z);
+    ulid want[2] = {*top, w};
+
+    block_index_options io;
+    block_index_options_default(&io);
+    block_index *ix;
+    assert_int_equal(block_index_new(&io, store, &ix, &err), 0);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    expect_visible(ix, "ties", want, 2, "listed");
+    expect_visible(ix, "ties-copy", &other, 1, "the other tenant");
+    block_index_free(ix);
+
+    /* Found one at a time, in both orders. */
+    const ulid *orders[2][7] = {{&ab[0], &ab[1], &c, &x, &y, &z, &w},
+                                {&w, &z, &y, &x, &c, &ab[1], &ab[0]}};
+    for (int o = 0; o < 2; o++) {
+        assert_int_equal(block_index_new(&io, store, &ix, &err), 0);
+        for (int i = 0; i < 7; i++) {
+            char text[ULID_STRING_LEN + 1];
+            ulid_format(orders[o][i], text);
+            assert_int_equal(block_index_announce(ix, "ties", text, &err), 0);
+            if (o == 0 && i == 1)
+                expect_visible(ix, "ties", ab, 2, "two level-1 blocks");
+            if (o == 0 && i == 3) {
+                ulid v[2] = {c, x};
+                expect_visible(ix, "ties", v, 2, "the level-2 block and c");
+            }
+            if (o == 1 && i == 1)
+                expect_visible(ix, "ties", (ulid[]){w, z}, 2, "w and z");
+        }
+        expect_visible(ix, "ties", want, 2, o == 0 ? "announced oldest first" : "newest first");
+        block_index_free(ix);
+    }
+
+    /* Removals: the covering block goes, the next one in line shows. */
+    assert_int_equal(block_index_new(&io, store, &ix, &err), 0);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    drop_meta(store, "ties", top);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    const ulid *second = top == &y ? &z : &y;
+    expect_visible(ix, "ties", (ulid[]){*second, w}, 2, "the greater twin deleted");
+    drop_meta(store, "ties", second);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    expect_visible(ix, "ties", (ulid[]){x, w}, 2, "both level-3 twins deleted");
+    drop_meta(store, "ties", &w);
+    drop_meta(store, "ties", &x);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    expect_visible(ix, "ties", (ulid[]){ab[0], ab[1], c}, 3, "every merged block deleted");
+    block_index_stats s;
+    block_index_get_stats(ix, &s);
+    assert_int_equal(s.blocks, 4); /* three here, one of ties-copy */
+    assert_int_equal(s.hidden, 0);
+    block_index_free(ix);
+    bucket_close(store);
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* 10,376 blocks of one tenant: 8,192 level-1 blocks, 2,048 level-2 (four each), 128 level-3
+ * (sixteen each), 8 level-4 (sixteen each). First with no marks (every merge committed, no mark
+ * written yet), then with every mark and half the level-3 blocks deleted: a fresh index shows the
+ * eight level-4 blocks and nothing else; a long-lived one follows deletions of level-4 blocks. */
+#define S_L1 8192
+#define S_FAN2 4
+#define S_FAN3 16
+#define S_FAN4 16
+#define S_L2 (S_L1 / S_FAN2)
+#define S_L3 (S_L2 / S_FAN3)
+#define S_L4 (S_L3 / S_FAN4)
+
+static size_t visible_sources(block_index *ix, const char *tenant, size_t *blocks_out,
+                              int *max_level) {
+    strata_error err;
+    indexed_block **blocks;
+    size_t n, sources = 0;
+    assert_int_equal(block_index_acquire(ix, tenant, 0, INT64_MAX / 2, &blocks, &n, &err), 0);
+    *max_level = 0;
+    int min_level = 99;
+    for (size_t i = 0; i < n; i++) {
+        sources += blocks[i]->meta.n_sources;
+        if (blocks[i]->meta.compaction_level > *max_level)
+            *max_level = blocks[i]->meta.compaction_level;
+        if (blocks[i]->meta.compaction_level < min_level)
+            min_level = blocks[i]->meta.compaction_level;
+    }
+    block_index_release_all(ix, blocks, n);
+    *blocks_out = n;
+    if (n > 0 && min_level != *max_level)
+        *max_level = -min_level;
+    return sources;
+}
+
+static void test_lineage_ten_thousand_blocks(void **state) {
+    (void)state;
+    char dir[64];
+    temp_bucket_dir(dir, sizeof dir, "lineage-scale");
+    bucket *store;
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
+    const int64_t t = 1700006400000;
+    ulid *l1 = malloc(S_L1 * sizeof *l1), *l2 = malloc(S_L2 * sizeof *l2);
+    ulid l3[S_L3], l4[S_L4];
+    assert_non_null(l1);
+    assert_non_null(l2);
+    for (size_t i = 0; i < S_L1; i++)
+        l1[i] = put_meta(store, "big", t + (int64_t)i * 1000, 1, l1, 0, NULL, 0);
+    for (size_t i = 0; i < S_L2; i++)
+        l2[i] = put_meta(store, "big", t + (int64_t)i * 4000, 2, &l1[i * S_FAN2], S_FAN2,
+                         &l1[i * S_FAN2], S_FAN2);
+    for (size_t i = 0; i < S_L3; i++)
+        l3[i] = put_meta(store, "big", t + (int64_t)i * 64000, 3, &l1[i * S_FAN2 * S_FAN3],
+                         S_FAN2 * S_FAN3, &l2[i * S_FAN3], S_FAN3);
+    for (size_t i = 0; i < S_L4; i++)
+        l4[i] =
+            put_meta(store, "big", t + (int64_t)i * 1024000, 4, &l1[i * S_FAN2 * S_FAN3 * S_FAN4],
+                     S_FAN2 * S_FAN3 * S_FAN4, &l3[i * S_FAN4], S_FAN4);
+
+    block_index_options io;
+    block_index_options_default(&io);
+    block_index *live;
+    assert_int_equal(block_index_new(&io, store, &live, &err), 0);
+    assert_int_equal(block_index_sync(live, &err), 0);
+    size_t n;
+    int level;
+    assert_int_equal(visible_sources(live, "big", &n, &level), S_L1);
+    assert_int_equal(n, S_L4);
+    assert_int_equal(level, 4);
+    block_index_stats s;
+    block_index_get_stats(live, &s);
+    assert_int_equal(s.blocks, S_L1 + S_L2 + S_L3 + S_L4);
+    assert_int_equal(s.hidden, S_L1 + S_L2 + S_L3);
+
+    /* One level-4 block deleted (an operator's rm-block): its sixteen level-3 blocks show. */
+    drop_meta(store, "big", &l4[S_L4 - 1]);
+    assert_int_equal(block_index_sync(live, &err), 0);
+    assert_int_equal(visible_sources(live, "big", &n, &level), S_L1);
+    assert_int_equal(n, S_L4 - 1 + S_FAN4);
+    assert_int_equal(level, -3);
+    l4[S_L4 - 1] = put_meta(store, "big", t + (int64_t)(S_L4 - 1) * 1024000, 4,
+                            &l1[(S_L4 - 1) * S_FAN2 * S_FAN3 * S_FAN4], S_FAN2 * S_FAN3 * S_FAN4,
+                            &l3[(S_L4 - 1) * S_FAN4], S_FAN4);
+    assert_int_equal(block_index_sync(live, &err), 0);
+    assert_int_equal(visible_sources(live, "big", &n, &level), S_L1);
+    assert_int_equal(n, S_L4);
+
+    /* Every mark, and half the level-3 blocks deleted. */
+    for (size_t i = 0; i < S_L1; i++)
+        put_mark(store, "big", &l1[i], &l2[i / S_FAN2]);
+    for (size_t i = 0; i < S_L2; i++)
+        put_mark(store, "big", &l2[i], &l3[i / S_FAN3]);
+    for (size_t i = 0; i < S_L3; i++) {
+        put_mark(store, "big", &l3[i], &l4[i / S_FAN4]);
+        if (i % 2 == 0)
+            drop_meta(store, "big", &l3[i]);
+    }
+    block_index *fresh;
+    assert_int_equal(block_index_new(&io, store, &fresh, &err), 0);
+    assert_int_equal(block_index_sync(fresh, &err), 0);
+    assert_int_equal(visible_sources(fresh, "big", &n, &level), S_L1);
+    assert_int_equal(n, S_L4);
+    assert_int_equal(level, 4);
+    block_index_get_stats(fresh, &s);
+    assert_int_equal(s.blocks, S_L4); /* the others dropped at once, remembered as retired */
+    assert_int_equal(s.hidden, 0);
+    block_index_free(fresh);
+
+    for (int i = 0; i < 10; i++) /* the tenth listing re-reads marks */
+        assert_int_equal(block_index_sync(live, &err), 0);
+    assert_int_equal(visible_sources(live, "big", &n, &level), S_L1);
+    assert_int_equal(n, S_L4);
+    block_index_get_stats(live, &s);
+    assert_int_equal(s.blocks, S_L4);
+    assert_int_equal(s.hidden, 0);
+
+    /* After so many removals (the index's structure rebuilt meanwhile), new blocks still find
+     * their place: two level-1 blocks, then the level-2 block over them. */
+    const int64_t later = t + (int64_t)S_L1 * 1000;
+    ulid fresh_l1[2];
+    fresh_l1[0] = put_meta(store, "big", later, 1, fresh_l1, 0, NULL, 0);
+    fresh_l1[1] = put_meta(store, "big", later + 1000, 1, fresh_l1, 0, NULL, 0);
+    assert_int_equal(block_index_sync(live, &err), 0);
+    assert_int_equal(visible_sources(live, "big", &n, &level), S_L1 + 2);
+    assert_int_equal(n, S_L4 + 2);
+    put_meta(store, "big", later, 2, fresh_l1, 2, fresh_l1, 2);
+    assert_int_equal(block_index_sync(live, &err), 0);
+    assert_int_equal(visible_sources(live, "big", &n, &level), S_L1 + 2);
+    assert_int_equal(n, S_L4 + 1);
+    block_index_get_stats(live, &s);
+    assert_int_equal(s.blocks, S_L4 + 3);
+    assert_int_equal(s.hidden, 2);
+    block_index_free(live);
+    free(l1);
+    free(l2);
+    bucket_close(store);
+    nftw(dir, remove_entry, 64, FTW_DEPTH | FTW_PHYS);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_growth_is_accounted),
@@ -593,6 +1387,10 @@ int main(void) {
         cmocka_unit_test(test_held_readers_are_not_closed),
         cmocka_unit_test(test_count_bound_holds),
         cmocka_unit_test(test_concurrent_queries_over_a_small_bound),
+        cmocka_unit_test(test_lineage_compaction_in_order),
+        cmocka_unit_test(test_lineage_intermediate_blocks_deleted_first),
+        cmocka_unit_test(test_lineage_ties_and_removals),
+        cmocka_unit_test(test_lineage_ten_thousand_blocks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
