@@ -1,5 +1,6 @@
 /*
- * common_test.c - tests for errors, buffers, varints, hashing, the u64 map and the interner.
+ * common_test.c - tests for errors, buffers, varints, hashing, the u64 map, the interner, the UTF-8
+ * validator and the tenant rule.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,8 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/tenant.h"
+#include "common/utf8.h"
 
 static void test_error_set_and_wrap(void **state) {
     (void)state;
@@ -172,12 +175,149 @@ static void test_log_quote(void **state) {
     assert_int_equal(strata_log_parse_level("loud", &level), -1);
 }
 
+static void test_utf8_sequences(void **state) {
+    (void)state;
+    static const struct {
+        const char *bytes;
+        size_t len;
+        size_t want; /* strata_utf8_sequence_length */
+    } cases[] = {
+        {"a", 1, 1},
+        {"\0", 1, 1},
+        {"\xc3\xa9", 2, 2},         /* U+00E9 */
+        {"\xe2\x82\xac", 3, 3},     /* U+20AC */
+        {"\xf0\x9f\x94\xa5", 4, 4}, /* U+1F525 */
+        {"\xf4\x8f\xbf\xbf", 4, 4}, /* U+10FFFF, the last code point */
+        {"\xc3", 1, 0},             /* truncated */
+        {"\xe2\x82", 2, 0},         /* truncated */
+        {"\xc0\xaf", 2, 0},         /* overlong '/' */
+        {"\xc1\xbf", 2, 0},         /* overlong */
+        {"\xe0\x80\xaf", 3, 0},     /* overlong */
+        {"\xf0\x80\x80\xaf", 4, 0}, /* overlong */
+        {"\xed\xa0\x80", 3, 0},     /* surrogate U+D800 */
+        {"\xed\xbf\xbf", 3, 0},     /* surrogate U+DFFF */
+        {"\xf4\x90\x80\x80", 4, 0}, /* U+110000 */
+        {"\xf5\x80\x80\x80", 4, 0}, /* no such lead byte */
+        {"\xff", 1, 0},
+        {"\x80", 1, 0},     /* lone continuation */
+        {"\xc3\x28", 2, 0}, /* lead then ASCII */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(
+            strata_utf8_sequence_length((const unsigned char *)cases[i].bytes, cases[i].len),
+            cases[i].want);
+}
+
+static void test_utf8_check_text(void **state) {
+    (void)state;
+    strata_error err;
+    static const struct {
+        const char *bytes;
+        size_t len;
+        size_t valid_prefix;
+        const char *check; /* strata_utf8_check_text's message, NULL if it passes */
+    } cases[] = {
+        {"", 0, 0, NULL},
+        {"process_cpu", 11, 11, NULL},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x94\xa5", 14, 14, NULL},
+        {"victim\0evil", 11, 11, "NUL byte at offset 6"},
+        {"\0", 1, 1, "NUL byte at offset 0"},
+        {"abc\xff"
+         "def",
+         7, 3, "invalid UTF-8 at offset 3"},
+        {"abc\xc3", 4, 3, "invalid UTF-8 at offset 3"},
+        {"\xed\xa0\x80", 3, 0, "invalid UTF-8 at offset 0"},
+        /* Past the eight-byte ASCII fast path, and the first problem wins. */
+        {"0123456789abcdef\x80", 17, 16, "invalid UTF-8 at offset 16"},
+        {"0123456789abcd\0f\x80", 17, 16, "NUL byte at offset 14"},
+        {"01234567\xc3\xa9"
+         "89abcdef\0",
+         19, 19, "NUL byte at offset 18"},
+        {"\xc3\xa9\xff\0", 4, 2, "invalid UTF-8 at offset 2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *s = cases[i].bytes;
+        size_t len = cases[i].len;
+        assert_int_equal(strata_utf8_valid_prefix(s, len), cases[i].valid_prefix);
+        assert_int_equal(strata_utf8_is_valid(s, len), cases[i].valid_prefix == len);
+        strata_error_clear(&err);
+        if (cases[i].check == NULL) {
+            assert_int_equal(strata_utf8_check_text(s, len, &err), 0);
+        } else {
+            assert_int_equal(strata_utf8_check_text(s, len, &err), -1);
+            assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+            assert_string_equal(err.message, cases[i].check);
+        }
+    }
+    /* Every single byte: ASCII and NUL pass validation, nothing from 0x80 up does alone. */
+    for (int c = 0; c < 256; c++) {
+        char b = (char)c;
+        assert_int_equal(strata_utf8_is_valid(&b, 1), c < 0x80);
+        assert_int_equal(strata_utf8_check_text(&b, 1, NULL), c > 0 && c < 0x80 ? 0 : -1);
+    }
+}
+
+static void test_tenant_rule(void **state) {
+    (void)state;
+    char long_ok[151], too_long[301];
+    memset(long_ok, 'a', 150);
+    long_ok[150] = '\0';
+    memset(too_long, 'b', 300);
+    too_long[300] = '\0';
+    static const char rule[] =
+        "; a tenant is 1-150 characters of [A-Za-z0-9_.-], not \".\" or \"..\"";
+    const struct {
+        const char *value; /* NULL: header absent */
+        size_t len;
+        const char *tenant; /* resolved tenant, or NULL when refused */
+        const char *why;    /* the message's reason when refused */
+    } cases[] = {
+        {NULL, 0, "anonymous", NULL},
+        {"", 0, "anonymous", NULL},
+        {"team-a", 6, "team-a", NULL},
+        {"A.b_c-9", 7, "A.b_c-9", NULL},
+        {"...", 3, "...", NULL},
+        {"team-abc", 4, "team", NULL}, /* gRPC values are not NUL-terminated */
+        {long_ok, 150, long_ok, NULL},
+        {too_long, 151, NULL, "151 characters, more than 150"},
+        {too_long, 300, NULL, "300 characters, more than 150"},
+        {".", 1, NULL, "\".\" is not allowed"},
+        {"..", 2, NULL, "\"..\" is not allowed"},
+        {"../etc", 6, NULL, "'/' at offset 2 is not allowed"},
+        {"a b", 3, NULL, "byte 0x20 at offset 1 is not allowed"},
+        {"team\0a", 6, NULL, "byte 0x00 at offset 4 is not allowed"},
+        {"t\xc3\xa9", 3, NULL, "byte 0xc3 at offset 1 is not allowed"},
+        {"a|b", 3, NULL, "'|' at offset 1 is not allowed"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        strata_tenant t;
+        strata_error err;
+        strata_error_clear(&err);
+        int rc = strata_tenant_from_header(cases[i].value, cases[i].len, &t, &err);
+        bool valid = cases[i].value != NULL && strata_tenant_is_valid(cases[i].value, cases[i].len);
+        if (cases[i].tenant != NULL) {
+            assert_int_equal(rc, 0);
+            assert_string_equal(t.name, cases[i].tenant);
+            assert_int_equal(valid, cases[i].len > 0);
+            continue;
+        }
+        assert_int_equal(rc, -1);
+        assert_false(valid);
+        assert_string_equal(t.name, "");
+        assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+        char want[STRATA_ERROR_MESSAGE_MAX];
+        snprintf(want, sizeof want, "invalid tenant in x-scope-orgid: %s%s", cases[i].why, rule);
+        assert_string_equal(err.message, want);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_set_and_wrap), cmocka_unit_test(test_buffer_append_and_varints),
         cmocka_unit_test(test_hash_is_stable),     cmocka_unit_test(test_u64_map),
         cmocka_unit_test(test_u64_map_large),      cmocka_unit_test(test_intern),
-        cmocka_unit_test(test_log_quote),
+        cmocka_unit_test(test_log_quote),          cmocka_unit_test(test_utf8_sequences),
+        cmocka_unit_test(test_utf8_check_text),    cmocka_unit_test(test_tenant_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

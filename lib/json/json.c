@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
+
 struct json_value {
     json_type type;
     union {
@@ -148,38 +150,6 @@ static int expect_value_error(parser *p) {
 
 /* ---- strings ------------------------------------------------------------------------------ */
 
-/* Length of the valid UTF-8 sequence at s (len bytes available), or 0 if invalid. */
-static size_t utf8_sequence_length(const unsigned char *s, size_t len) {
-    unsigned char c = s[0];
-    size_t n;
-    uint32_t cp;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 2;
-        cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3;
-        cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (len < n)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return n;
-}
-
 static size_t utf8_encode(uint32_t cp, char *out) {
     if (cp < 0x80) {
         out[0] = (char)cp;
@@ -281,7 +251,7 @@ static int copy_string_char(parser *p, size_t end, char *out, size_t *out_len) {
     unsigned char c = (unsigned char)p->text[p->pos];
     if (c < 0x20)
         return parse_fail(p, p->pos, "unescaped control character 0x%02x in string", c);
-    size_t n = utf8_sequence_length((const unsigned char *)p->text + p->pos, end - p->pos);
+    size_t n = strata_utf8_sequence_length((const unsigned char *)p->text + p->pos, end - p->pos);
     if (n == 0)
         return parse_fail(p, p->pos, "invalid UTF-8 byte 0x%02x in string", c);
     memcpy(out, p->text + p->pos, n);

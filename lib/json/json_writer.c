@@ -16,6 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/utf8.h"
+
 void json_writer_init(json_writer *w, strata_buffer *out) {
     memset(w, 0, sizeof *w);
     w->out = out;
@@ -88,25 +90,6 @@ void json_end_array(json_writer *w) {
     writer_close(w, ']');
 }
 
-/* Length of the valid UTF-8 sequence at s (len available), or 0. */
-static size_t utf8_valid_length(const unsigned char *s, size_t len) {
-    unsigned char c = s[0];
-    size_t n = c >= 0xf0 && c <= 0xf4   ? 4
-               : c >= 0xe0 && c <= 0xef ? 3
-               : c >= 0xc2 && c <= 0xdf ? 2
-                                        : 0;
-    if (n == 0 || len < n)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-    }
-    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || (c == 0xf0 && s[1] < 0x90) ||
-        (c == 0xf4 && s[1] > 0x8f))
-        return 0; /* overlong, surrogate or above U+10FFFF */
-    return n;
-}
-
 /* Appends the escape for an ASCII byte that needs one, returning false if it needs none. */
 static bool write_ascii_escape(json_writer *w, unsigned char c) {
     static const char hex[] = "0123456789abcdef";
@@ -135,7 +118,7 @@ static void write_escaped(json_writer *w, const char *s, size_t len) {
     size_t run = 0; /* start of the pending run of bytes copied verbatim */
     for (size_t i = 0; i < len && !w->failed;) {
         unsigned char c = p[i];
-        size_t n = c < 0x80 ? 1 : utf8_valid_length(p + i, len - i);
+        size_t n = c < 0x80 ? 1 : strata_utf8_sequence_length(p + i, len - i);
         bool plain = c >= 0x80 ? n > 0 : (c >= 0x20 && c != '"' && c != '\\');
         if (plain) {
             i += n;

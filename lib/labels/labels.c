@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/hash.h"
+#include "common/utf8.h"
 
 /* ---- label names and escaping ------------------------------------------------------------- */
 
@@ -29,39 +30,6 @@ bool label_name_is_valid(const char *name, size_t len) {
             return false;
     }
     return true;
-}
-
-/* Length of the valid UTF-8 sequence at s[0..len), or 0 if it is not one (overlong forms,
- * surrogates and code points above U+10FFFF are invalid). */
-size_t labels_utf8_sequence_length(const unsigned char *s, size_t len) {
-    unsigned char c = s[0];
-    size_t n;
-    uint32_t cp;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 2;
-        cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3;
-        cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (len < n)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return n;
 }
 
 int labels_append_quoted(strata_buffer *out, const char *s) {
@@ -98,7 +66,7 @@ int labels_append_quoted(strata_buffer *out, const char *s) {
             i++;
             continue;
         }
-        size_t n = c < 0x20 || c == 0x7f ? 0 : labels_utf8_sequence_length(p + i, len - i);
+        size_t n = c < 0x20 || c == 0x7f ? 0 : strata_utf8_sequence_length(p + i, len - i);
         if (n == 0) {
             char x[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
             if (strata_buffer_append(out, x, sizeof x) != 0)

@@ -10,9 +10,6 @@
 #include "common/error.h"
 #include "labels/labels.h"
 
-/* Length of the valid UTF-8 sequence starting at s (len bytes available), or 0 if invalid. */
-size_t labels_utf8_sequence_length(const unsigned char *s, size_t len);
-
 /* Appends s as a double-quoted string that selector_parse reads back to the same bytes: \" \\ \n
  * \t \r, other control bytes and bytes that are not valid UTF-8 as \xNN, the rest verbatim. */
 int labels_append_quoted(strata_buffer *out, const char *s);
