@@ -10,7 +10,9 @@
  * allocations and lets the ingester hand the arrays straight to the block writer.
  *
  * Validation follows what Parca enforces on WriteRaw, so a profile we accept is one Parca would
- * accept: string_table[0] == "", every string index in range, mapping/location/function ids
+ * accept: string_table[0] == "", every string valid UTF-8 without NUL bytes (as Go's protobuf, and
+ * so Parca, demands of proto3 strings; NUL because stored strings are read as C strings), every
+ * string index in range, mapping/location/function ids
  * non-zero and unique, every referenced id defined, each sample has exactly one value per sample
  * type, and the limits below. Every error names the offending element ("sample 12: location id 9
  * is not defined").
@@ -165,7 +167,8 @@ bool pprof_is_gzip(const uint8_t *data, size_t len);
  *
  * On success every sample has exactly n_sample_types values (sample i's start at
  * i * n_sample_types), and samples whose values are all zero are kept (the ingester drops them per
- * sample type). Strings are not checked for UTF-8, as in Go's pprof package. Protobuf groups are
+ * sample type). Every string table entry, used or not, must be valid UTF-8 without NUL bytes
+ * (INVALID_ARGUMENT "string 17 (function 2 name): invalid UTF-8 at offset 3"). Protobuf groups are
  * refused. The decoded arrays may cost up to about 20 bytes per input byte in the worst case
  * (empty locations), so max_decompressed_bytes also bounds memory. */
 int pprof_decode(const uint8_t *data, size_t len, const pprof_limits *limits, pprof_profile *out,

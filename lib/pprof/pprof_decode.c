@@ -17,7 +17,9 @@
  * or not; unknown fields of wire types varint, fixed64, length-delimited and fixed32 are skipped.
  * Groups (wire types 3 and 4, deprecated since proto2 and never used by profile.proto) and the
  * undefined wire types 6 and 7 are rejected, as is a known field sent with the wrong wire type.
- * Strings are not checked for UTF-8, as in Go's pprof package.
+ * Every string table entry must be valid UTF-8 without NUL bytes (common/utf8.h), as protobuf
+ * demands of proto3 strings; an error names the entry and its first user ("string 17 (function 2
+ * name): invalid UTF-8 at offset 3").
  *
  * Errors name where they happened: each element decoder sets a plain message and its caller
  * prefixes the element ("sample 12: label 0: ..."), on the failure path only.
@@ -27,8 +29,11 @@
  */
 #include "pprof/pprof.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/utf8.h"
 
 enum {
     WIRE_VARINT = 0,
@@ -1008,6 +1013,67 @@ static int check_string(const pprof_profile *p, int64_t index, const char *what,
                             what, (long long)index, p->n_strings);
 }
 
+/* Writes what uses string `index` (its first user, searched in field order) into out, for the
+ * message of a string that is not valid text. Only runs on that failure path. */
+static void describe_string_use(const pprof_profile *p, int64_t index, char *out, size_t size) {
+    for (size_t i = 0; i < p->n_sample_types; i++) {
+        if (p->sample_types[i].type == index || p->sample_types[i].unit == index) {
+            snprintf(out, size, "sample type %zu %s", i,
+                     p->sample_types[i].type == index ? "type" : "unit");
+            return;
+        }
+    }
+    if (p->period_type.type == index || p->period_type.unit == index) {
+        snprintf(out, size, "period type %s", p->period_type.type == index ? "type" : "unit");
+        return;
+    }
+    for (size_t i = 0; i < p->n_mappings; i++) {
+        const pprof_mapping *m = &p->mappings[i];
+        if (m->filename == index || m->build_id == index) {
+            snprintf(out, size, "mapping %zu %s", i,
+                     m->filename == index ? "filename" : "build_id");
+            return;
+        }
+    }
+    for (size_t i = 0; i < p->n_functions; i++) {
+        const pprof_function *f = &p->functions[i];
+        if (f->name == index || f->system_name == index || f->filename == index) {
+            snprintf(out, size, "function %zu %s", i,
+                     f->name == index          ? "name"
+                     : f->system_name == index ? "system_name"
+                                               : "filename");
+            return;
+        }
+    }
+    for (size_t i = 0; i < p->n_samples; i++) {
+        const pprof_sample *s = &p->samples[i];
+        for (uint32_t j = 0; j < s->label_count; j++) {
+            const pprof_label *l = &p->sample_labels[s->label_offset + j];
+            if (l->key == index || l->str == index || l->num_unit == index) {
+                snprintf(out, size, "sample %zu label %u %s", i, j,
+                         l->key == index   ? "key"
+                         : l->str == index ? "str"
+                                           : "num_unit");
+                return;
+            }
+        }
+    }
+    const char *field = p->drop_frames == index           ? "drop_frames"
+                        : p->keep_frames == index         ? "keep_frames"
+                        : p->default_sample_type == index ? "default_sample_type"
+                                                          : NULL;
+    for (size_t i = 0; field == NULL && i < p->n_comments; i++) {
+        if (p->comments[i] == index) {
+            snprintf(out, size, "comment %zu", i);
+            return;
+        }
+    }
+    snprintf(out, size, "%s", field != NULL ? field : "unused");
+}
+
+/* Entry 0 is "", and every entry, used or not, is valid UTF-8 without NUL (common/utf8.h): Go's
+ * and Python's protobuf cannot decode answers that carry anything else, and stored strings are
+ * read NUL-terminated. */
 static int validate_string_table(const pprof_profile *p, strata_error *err) {
     if (p->n_strings == 0)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
@@ -1016,6 +1082,13 @@ static int validate_string_table(const pprof_profile *p, strata_error *err) {
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "string table entry 0 must be \"\" but is %u bytes long",
                                 p->strings[0].len);
+    for (size_t i = 1; i < p->n_strings; i++) {
+        if (strata_utf8_check_text(p->strings[i].ptr, p->strings[i].len, err) != 0) {
+            char use[96];
+            describe_string_use(p, (int64_t)i, use, sizeof use);
+            return strata_error_wrap(err, "string %zu (%s)", i, use);
+        }
+    }
     return 0;
 }
 

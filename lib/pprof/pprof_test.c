@@ -808,6 +808,55 @@ static void test_validate_string_table(void **state) {
     strata_buffer_free(&b);
 }
 
+/* Every string must be valid UTF-8 without NUL; the error names the entry and its first user. */
+static void test_validate_string_text(void **state) {
+    (void)state;
+    static const struct {
+        int64_t index;
+        const char *text;
+        uint32_t len;
+        const char *message;
+    } cases[] = {
+        {6, "al\xffloc", 6, "string 6 (function 1 name): invalid UTF-8 at offset 2"},
+        {8,
+         "4\0"
+         "2",
+         3, "string 8 (sample 0 label 0 str): NUL byte at offset 1"},
+        {7, "thr\0ead", 7, "string 7 (sample 0 label 0 key): NUL byte at offset 3"},
+        {11, "ab\xc3", 3, "string 11 (mapping 0 build_id): invalid UTF-8 at offset 2"},
+        {2, "b\xc0\xafytes", 7, "string 2 (sample type 0 unit): invalid UTF-8 at offset 1"},
+        {4, "main.go\0", 8, "string 4 (function 0 filename): NUL byte at offset 7"},
+        {13, "\xed\xa0\x80", 3, "string 13 (keep_frames): invalid UTF-8 at offset 0"},
+        {14, "a comment \xf4\x90\x80\x80", 14, "string 14 (comment 0): invalid UTF-8 at offset 10"},
+        {15, "spare\xff", 6, "string 15 (unused): invalid UTF-8 at offset 5"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        print_message("case: %s\n", cases[i].message);
+        pprof_profile p;
+        assemble_profile(&p);
+        pprof_string *grown = realloc(p.strings, 16 * sizeof *grown);
+        assert_non_null(grown);
+        p.strings = grown;
+        p.strings[15] = (pprof_string){"spare", 5};
+        p.n_strings = 16;
+        p.strings[cases[i].index] = (pprof_string){cases[i].text, cases[i].len};
+        assert_encoded_decode_fails(&p, STRATA_INVALID_ARGUMENT, cases[i].message);
+        pprof_profile_free(&p);
+    }
+    /* Valid UTF-8 beyond ASCII is kept byte for byte. */
+    pprof_profile p, decoded;
+    assemble_profile(&p);
+    p.strings[6] = (pprof_string){"caf\xc3\xa9_\xe2\x82\xac_\xf0\x9f\x94\xa5", 14};
+    strata_buffer b = STRATA_BUFFER_INIT;
+    strata_error err;
+    assert_int_equal(pprof_encode(&p, false, &b, &err), 0);
+    decode_ok(&b, NULL, &decoded);
+    assert_pprof_string(&decoded, 6, "caf\xc3\xa9_\xe2\x82\xac_\xf0\x9f\x94\xa5");
+    pprof_profile_free(&decoded);
+    pprof_profile_free(&p);
+    strata_buffer_free(&b);
+}
+
 typedef void (*profile_mutation)(pprof_profile *p);
 
 static void bad_sample_type_unit(pprof_profile *p) {
@@ -1309,6 +1358,7 @@ int main(void) {
         cmocka_unit_test(test_decode_rejects_malformed_wire_data),
         cmocka_unit_test(test_decode_rejects_every_truncation),
         cmocka_unit_test(test_validate_string_table),
+        cmocka_unit_test(test_validate_string_text),
         cmocka_unit_test(test_validate_references),
         cmocka_unit_test(test_validate_value_count),
         cmocka_unit_test(test_limits),
