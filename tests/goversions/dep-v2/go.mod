@@ -1,0 +1,3 @@
+module strata.dev/goversions/dep
+
+go 1.19
