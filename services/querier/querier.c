@@ -291,15 +291,32 @@ void querier_report_options(const querier *q, const query_tree_result *r,
     opts->pprof.duration_nanos = r->main.duration_ns;
 }
 
+/* floor(t / step), for the epoch-aligned buckets query_range uses. */
+static int64_t bucket_index(int64_t t, int64_t step) {
+    int64_t b = t / step;
+    return (t % step != 0 && t < 0) ? b - 1 : b;
+}
+
 int64_t querier_range_step(int64_t start_ns, int64_t end_ns, int64_t step_ns, uint64_t limit) {
     int64_t span = end_ns > start_ns ? end_ns - start_ns : 0;
+    if (limit > (uint64_t)INT64_MAX)
+        limit = 0;
     int64_t step = step_ns;
     if (step <= 0)
-        step = limit > 0 ? span / (int64_t)(limit > (uint64_t)INT64_MAX ? INT64_MAX : limit)
-                         : span / 300;
-    if (limit > 0 && limit <= (uint64_t)INT64_MAX && span / step >= (int64_t)limit)
-        step = span / (int64_t)limit + 1; /* at most `limit` buckets */
-    return step < STRATA_NS_PER_SEC ? STRATA_NS_PER_SEC : step;
+        step = limit > 0 ? span / (int64_t)limit : span / 300;
+    if (step < STRATA_NS_PER_SEC)
+        step = STRATA_NS_PER_SEC;
+    if (limit == 0 || bucket_index(end_ns, step) - bucket_index(start_ns, step) < (int64_t)limit)
+        return step;
+    /* Buckets are aligned to the epoch, not to start, so [start, end] touches up to
+     * span / step + 2 of them: with span < step * (limit - 1) it touches at most limit. */
+    if (limit > 1 && span / (int64_t)(limit - 1) + 1 > step)
+        step = span / (int64_t)(limit - 1) + 1;
+    for (int i = 0;
+         i < 64 && bucket_index(end_ns, step) - bucket_index(start_ns, step) >= (int64_t)limit;
+         i++) /* limit 1: one bucket must hold both ends */
+        step = step > INT64_MAX / 2 ? INT64_MAX : step * 2;
+    return step;
 }
 
 void querier_warnings(querier *q, const query_stats *a, const query_stats *b, char *out,

@@ -86,8 +86,8 @@ void querier_report_options(const querier *q, const query_tree_result *r,
                             calltree_report_options *opts);
 
 /* The step of a range query, as Parca: step_ns when positive, else (end - start) / limit when a
- * limit is given, else (end - start) / 300; never under 1 s, and raised so that at most `limit`
- * points come back when limit > 0. */
+ * limit is given, else (end - start) / 300; never under 1 s, and raised so that [start, end]
+ * touches at most `limit` epoch-aligned buckets (points) when limit > 0. */
 int64_t querier_range_step(int64_t start_ns, int64_t end_ns, int64_t step_ns, uint64_t limit);
 
 /* A one-line, printable-ASCII summary of what a query left out (skipped corrupt blocks, identical

@@ -512,12 +512,8 @@ class VersionsTest(unittest.TestCase):
             self.assertEqual(sum(p["count"] for p in s["samples"]),
                              self.profiles[s["labels"]["version"]])
 
-    # SERVER BUG (found by this test, open): querier_range_step raises the step only until
-    # span / step < limit, but points are buckets floor(time / step) * step aligned to the epoch,
-    # so a window [start, end] not aligned to the step touches up to limit + 1 buckets. The
-    # synthetic check below fails deterministically until it is fixed; then the decorator must go
-    # (an unexpected success fails the run).
-    @unittest.expectedFailure
+    # Points are epoch-aligned buckets floor(time / step) * step: a window not aligned to the step
+    # must still give at most `limit` of them (found by this test; fixed in querier_range_step).
     def test_query_range_limit_caps_points(self):
         # Deterministic: six profiles 2 s apart from 1700000003 s; window [that, +11 s].
         t = 1_700_000_003
