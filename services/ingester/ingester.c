@@ -12,6 +12,7 @@
 #include "batcher.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/tenant.h"
 #include "write_raw.h"
 
 const config_field ingester_config_fields[] = {
@@ -123,21 +124,6 @@ typedef struct pending_write {
     char *peer;
 } pending_write;
 
-bool ingester_tenant_is_valid(const char *tenant, size_t len) {
-    if (len == 0 || len > 150)
-        return false;
-    if ((len == 1 && tenant[0] == '.') || (len == 2 && tenant[0] == '.' && tenant[1] == '.'))
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = tenant[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '_' || c == '-' || c == '.';
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
 static void record_agent(ingester *ing, const char *node, const char *peer, int64_t start_ns,
                          const char *error_message) {
     int64_t now = strata_now_ns();
@@ -172,20 +158,13 @@ static void write_acknowledged(void *ctx, const strata_error *err) {
     free(pw);
 }
 
-static int tenant_of(rpc_call *call, char *out, size_t out_len, strata_error *err) {
-    const char *value;
-    size_t len;
-    if (!rpc_call_metadata(call, INGESTER_TENANT_HEADER, &value, &len) || len == 0) {
-        snprintf(out, out_len, "%s", INGESTER_DEFAULT_TENANT);
-        return 0;
-    }
-    if (!ingester_tenant_is_valid(value, len) || len >= out_len)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                "invalid tenant in %s: use 1-150 characters of [A-Za-z0-9_.-]",
-                                INGESTER_TENANT_HEADER);
-    memcpy(out, value, len);
-    out[len] = '\0';
-    return 0;
+/* The call's tenant by the one rule for every API (common/tenant.h). */
+static int tenant_of(rpc_call *call, strata_tenant *out, strata_error *err) {
+    const char *value = NULL;
+    size_t len = 0;
+    if (!rpc_call_metadata(call, STRATA_TENANT_HEADER, &value, &len))
+        value = NULL;
+    return strata_tenant_from_header(value, len, out, err);
 }
 
 static pending_write *pending_write_new(ingester *ing, rpc_call *call, const char *node,
@@ -215,9 +194,9 @@ static void handle_write_raw(rpc_call *call, const uint8_t *request, size_t requ
     metrics_counter_add(ing->metrics.raw_bytes, (int64_t)request_len);
     strata_error err;
     strata_error_clear(&err);
-    char tenant[160];
-    if (tenant_of(call, tenant, sizeof tenant, &err) != 0) {
-        reject(ing, call, INGEST_REJECT_INVALID_LABELS, NULL, start, &err);
+    strata_tenant tenant;
+    if (tenant_of(call, &tenant, &err) != 0) {
+        reject(ing, call, INGEST_REJECT_INVALID_TENANT, NULL, start, &err);
         return;
     }
     ingest_request req;
@@ -237,7 +216,7 @@ static void handle_write_raw(rpc_call *call, const uint8_t *request, size_t requ
         free(pw->node);
         free(pw->peer);
         free(pw);
-    } else if (batcher_submit(ing->batch, tenant, &req, write_acknowledged, pw, &err) != 0) {
+    } else if (batcher_submit(ing->batch, tenant.name, &req, write_acknowledged, pw, &err) != 0) {
         reject(ing, call, INGEST_REJECT_INTERNAL, req.node, start, &err);
         free(pw->node);
         free(pw->peer);
@@ -246,9 +225,16 @@ static void handle_write_raw(rpc_call *call, const uint8_t *request, size_t requ
     ingest_request_free(&req);
 }
 
+/* The agent list is not per tenant, but a call naming a tenant the rule refuses is refused on
+ * every API alike. */
 static int handle_agents(rpc_call *call, const uint8_t *request, size_t request_len,
                          strata_buffer *response, strata_error *err, void *arg) {
     ingester *ing = arg;
+    (void)request;
+    (void)request_len;
+    strata_tenant tenant;
+    if (tenant_of(call, &tenant, err) != 0)
+        return -1;
     return agent_registry_encode_response(ing->agents, strata_now_ns(), response, err);
 }
 
@@ -256,7 +242,10 @@ static void http_agents(void *ctx, const http_request *req, http_response *resp)
     ingester *ing = ctx;
     strata_error err;
     strata_buffer body = STRATA_BUFFER_INIT;
-    if (agent_registry_encode_json(ing->agents, strata_now_ns(), &body, &err) != 0) {
+    strata_tenant tenant;
+    const char *value = http_request_header(req, STRATA_TENANT_HTTP_HEADER);
+    if (strata_tenant_from_header(value, value != NULL ? strlen(value) : 0, &tenant, &err) != 0 ||
+        agent_registry_encode_json(ing->agents, strata_now_ns(), &body, &err) != 0) {
         http_response_strata_error(resp, req, &err);
     } else {
         http_response_set_status(resp, 200);

@@ -8,6 +8,10 @@
  * the caller creates the gRPC server (possibly shared with other services in `strata all`), lets
  * the ingester register its methods, and shuts the server down before stopping the ingester, so
  * every call in flight is acknowledged by a last flush.
+ *
+ * Every call (WriteRaw, Agents, GET /api/v1/agents) first resolves its tenant from x-scope-orgid
+ * by the rule of common/tenant.h: absent means "anonymous", a value that breaks the rule is
+ * INVALID_ARGUMENT (HTTP 400) and nothing is stored.
  */
 #ifndef STRATA_INGESTER_H
 #define STRATA_INGESTER_H
@@ -24,8 +28,6 @@
 
 #define INGESTER_WRITE_RAW_METHOD "/parca.profilestore.v1alpha1.ProfileStoreService/WriteRaw"
 #define INGESTER_AGENTS_METHOD "/parca.profilestore.v1alpha1.AgentsService/Agents"
-#define INGESTER_DEFAULT_TENANT "anonymous"
-#define INGESTER_TENANT_HEADER "x-scope-orgid"
 
 typedef struct ingester_config {
     int64_t flush_interval_ns;
@@ -64,8 +66,5 @@ bool ingester_ready(const ingester *ing, const char **reason);
 /* Flushes and acknowledges everything still open. Call after the gRPC server has shut down. */
 void ingester_stop(ingester *ing);
 void ingester_free(ingester *ing);
-
-/* Tenant ids become bucket prefixes: 1-150 characters of [A-Za-z0-9_.-], not "." or "..". */
-bool ingester_tenant_is_valid(const char *tenant, size_t len);
 
 #endif

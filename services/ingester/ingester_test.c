@@ -252,6 +252,169 @@ static void test_parse_label_limit(void **state) {
     strata_buffer_free(&raw);
 }
 
+/* ---- strings on the wire ------------------------------------------------------------------ */
+
+/* Appends a length-delimited field. protobuf-c cannot build strings with NUL inside, so these
+ * requests are written byte by byte. */
+static void put_len_field(strata_buffer *b, uint32_t field, const void *data, size_t len) {
+    assert_int_equal(strata_buffer_append_uvarint(b, (uint64_t)field << 3 | 2), 0);
+    assert_int_equal(strata_buffer_append_uvarint(b, len), 0);
+    assert_int_equal(strata_buffer_append(b, data, len), 0);
+}
+
+typedef struct wire_label {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+} wire_label;
+
+#define WL(n, v)                                                                                   \
+    { n, sizeof n - 1, v, sizeof v - 1 }
+
+/* Appends a LabelSet message holding labels[0, n). */
+static void put_label_set(strata_buffer *series, const wire_label *labels, size_t n) {
+    strata_buffer set = STRATA_BUFFER_INIT, label = STRATA_BUFFER_INIT;
+    for (size_t i = 0; i < n; i++) {
+        strata_buffer_reset(&label);
+        put_len_field(&label, 1, labels[i].name, labels[i].name_len);
+        put_len_field(&label, 2, labels[i].value, labels[i].value_len);
+        put_len_field(&set, 1, label.data, label.len);
+    }
+    put_len_field(series, 1, set.data, set.len);
+    strata_buffer_free(&set);
+    strata_buffer_free(&label);
+}
+
+/* Appends a RawProfileSeries (field 2 of WriteRawRequest) with the labels in one or two LabelSet
+ * fields (split: the first set holds labels[0, split)) and one pprof. */
+static void put_series(strata_buffer *req, const wire_label *labels, size_t n, size_t split,
+                       const strata_buffer *pprof) {
+    strata_buffer series = STRATA_BUFFER_INIT, sample = STRATA_BUFFER_INIT;
+    put_label_set(&series, labels, split);
+    if (split < n)
+        put_label_set(&series, labels + split, n - split);
+    put_len_field(&sample, 1, pprof->data, pprof->len);
+    put_len_field(&series, 2, sample.data, sample.len);
+    put_len_field(req, 2, series.data, series.len);
+    strata_buffer_free(&series);
+    strata_buffer_free(&sample);
+}
+
+static void expect_wire_rejected(const strata_buffer *request, ingest_reject_reason want_reason,
+                                 const char *want_message) {
+    ingest_limits limits;
+    ingest_limits_default(&limits);
+    ingest_request req;
+    ingest_reject_reason reason;
+    strata_error err;
+    strata_error_clear(&err);
+    assert_int_equal(
+        ingest_request_parse(request->data, request->len, &limits, 0, &req, &reason, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_string_equal(err.message, want_message);
+    assert_int_equal(reason, want_reason);
+    assert_int_equal(req.n_profiles, 0);
+    assert_int_equal(req.n_series, 0);
+}
+
+/* A NUL inside a label is refused, not cut: job="victim\0evil" must not land in job="victim", and
+ * __name__="process_cpu\0junk" must not become process_cpu. Invalid UTF-8 anywhere is refused,
+ * in a label or a pprof string, naming the field; nothing of the request is kept. */
+static void test_parse_refuses_bad_strings(void **state) {
+    (void)state;
+    strata_buffer cpu = STRATA_BUFFER_INIT, bad_fn = STRATA_BUFFER_INIT;
+    build_pprof(&cpu, 0, false, 0);
+    build_pprof_leaf(&bad_fn, 0, true, 0,
+                     "l\xff"
+                     "af");
+    static const struct {
+        wire_label labels[3];
+        size_t n, split;
+        const char *message;
+    } cases[] = {
+        {{WL("__name__", "process_cpu"), WL("job", "victim\0evil")},
+         2,
+         2,
+         "series 0 label \"job\" value: NUL byte at offset 6"},
+        {{WL("__name__", "process_cpu\0junk"), WL("job", "victim")},
+         2,
+         2,
+         "series 0 label \"__name__\" value: NUL byte at offset 11"},
+        {{WL("__name__", "process_cpu"), WL("job", "\xff")},
+         2,
+         2,
+         "series 0 label \"job\" value: invalid UTF-8 at offset 0"},
+        {{WL("__name__", "process_cpu"), WL("jo\0b", "x")},
+         2,
+         2,
+         "series 0 label 1 name: NUL byte at offset 2"},
+        {{WL("__name__", "process_cpu"), WL("j\xc3", "x")},
+         2,
+         2,
+         "series 0 label 1 name: invalid UTF-8 at offset 1"},
+        /* In a second LabelSet field, which protobuf merges into the first. */
+        {{WL("__name__", "process_cpu"), WL("pod", "p"), WL("job", "a\xed\xa0\x80")},
+         3,
+         1,
+         "series 0 label \"job\" value: invalid UTF-8 at offset 1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        print_message("case: %s\n", cases[i].message);
+        strata_buffer req = STRATA_BUFFER_INIT;
+        put_series(&req, cases[i].labels, cases[i].n, cases[i].split, &cpu);
+        expect_wire_rejected(&req, INGEST_REJECT_INVALID_LABELS, cases[i].message);
+        strata_buffer_free(&req);
+    }
+    /* The second series is bad: the first, good, is not kept either. */
+    const wire_label good[] = {WL("__name__", "process_cpu"), WL("job", "victim")};
+    const wire_label evil[] = {WL("__name__", "process_cpu"), WL("job", "victim\0evil")};
+    strata_buffer req = STRATA_BUFFER_INIT;
+    put_series(&req, good, 2, 2, &cpu);
+    put_series(&req, evil, 2, 2, &cpu);
+    expect_wire_rejected(&req, INGEST_REJECT_INVALID_LABELS,
+                         "series 1 label \"job\" value: NUL byte at offset 6");
+    /* The deprecated tenant field is a string too. */
+    strata_buffer_reset(&req);
+    put_len_field(&req, 1, "t\xc0\xaf", 3);
+    put_series(&req, good, 2, 2, &cpu);
+    expect_wire_rejected(&req, INGEST_REJECT_INVALID_LABELS,
+                         "tenant field: invalid UTF-8 at offset 1");
+    /* A pprof string (the leaf function's name). */
+    strata_buffer_reset(&req);
+    put_series(&req, good, 2, 2, &cpu);
+    put_series(&req, good, 2, 2, &bad_fn);
+    expect_wire_rejected(&req, INGEST_REJECT_INVALID_PPROF,
+                         "series 1 sample 0: invalid pprof: string 7 (function 2 name): invalid "
+                         "UTF-8 at offset 1");
+    /* A label field with the wrong wire type is malformed, as protobuf-c finds it. */
+    static const uint8_t varint_label_set[] = {0x12, 0x02, 0x08, 0x01};
+    strata_buffer_reset(&req);
+    assert_int_equal(strata_buffer_append(&req, varint_label_set, sizeof varint_label_set), 0);
+    expect_wire_rejected(&req, INGEST_REJECT_MALFORMED_REQUEST,
+                         "request is not a valid WriteRawRequest protobuf");
+    /* Valid UTF-8 beyond ASCII is stored byte for byte. */
+    const wire_label utf8[] = {WL("__name__", "process_cpu"),
+                               WL("job", "caf\xc3\xa9 \xf0\x9f\x94\xa5")};
+    strata_buffer_reset(&req);
+    put_series(&req, utf8, 2, 2, &cpu);
+    ingest_limits limits;
+    ingest_limits_default(&limits);
+    ingest_request parsed;
+    ingest_reject_reason reason;
+    strata_error err;
+    assert_int_equal(ingest_request_parse(req.data, req.len, &limits, 0, &parsed, &reason, &err),
+                     0);
+    assert_int_equal(parsed.n_series, 1);
+    assert_string_equal(label_set_get(&parsed.series_labels[0], "job"),
+                        "caf\xc3\xa9 \xf0\x9f\x94\xa5");
+    assert_int_equal(parsed.n_profiles, 2);
+    ingest_request_free(&parsed);
+    strata_buffer_free(&req);
+    strata_buffer_free(&cpu);
+    strata_buffer_free(&bad_fn);
+}
+
 /* ---- agents ------------------------------------------------------------------------------- */
 
 static void test_agents_registry(void **state) {
@@ -552,6 +715,7 @@ int main(void) {
         cmocka_unit_test(test_parse_rejects_bad_pprof),
         cmocka_unit_test(test_parse_rejects_non_protobuf),
         cmocka_unit_test(test_parse_label_limit),
+        cmocka_unit_test(test_parse_refuses_bad_strings),
         cmocka_unit_test(test_agents_registry),
         cmocka_unit_test(test_batcher_acknowledges_after_durable),
         cmocka_unit_test(test_batcher_reports_failed_upload),

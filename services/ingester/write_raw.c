@@ -3,13 +3,167 @@
  */
 #include "write_raw.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
 
 typedef Parca__Profilestore__V1alpha1__WriteRawRequest write_raw_request_pb;
 typedef Parca__Profilestore__V1alpha1__RawProfileSeries raw_series_pb;
+
+/* ---- strings on the wire -------------------------------------------------------------------
+ *
+ * protobuf-c hands string fields over as NUL-terminated copies and checks nothing, so a NUL inside
+ * a label is invisible after unpacking: strlen would cut `job="victim\0evil"` to `job="victim"`,
+ * merging it into another series. So before unpacking, the request's wire bytes are walked once
+ * and every string field is checked with strata_utf8_check_text (valid UTF-8, no NUL): tenant (1)
+ * of WriteRawRequest, and name (1) and value (2) of every Label in series (2) -> labels (1) ->
+ * labels (1). Every occurrence is checked, so repeated or merged fields hide nothing; other
+ * fields are skipped without being read (the raw pprof bytes are checked by pprof_decode). Bytes
+ * this walk cannot read (a truncated field, a group, wire type 6 or 7, a string field with
+ * another wire type) make the request malformed, as protobuf-c would find it. */
+
+enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
+
+typedef struct wire {
+    const uint8_t *p;
+    const uint8_t *end;
+} wire;
+
+static bool wire_varint(wire *w, uint64_t *v) {
+    uint64_t x = 0;
+    for (unsigned shift = 0; shift < 64 && w->p < w->end; shift += 7) {
+        uint8_t b = *w->p++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (b < 0x80) {
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Reads the next field's number and wire type; a length-delimited payload becomes *payload and
+ * other values are skipped. False when the bytes are not a field. */
+static bool wire_next(wire *w, uint32_t *field, uint32_t *type, wire *payload) {
+    uint64_t tag, v;
+    if (!wire_varint(w, &tag) || tag >> 3 == 0 || tag >> 3 > UINT32_MAX)
+        return false;
+    *field = (uint32_t)(tag >> 3);
+    *type = (uint32_t)(tag & 7);
+    size_t left = (size_t)(w->end - w->p);
+    switch (*type) {
+        case WIRE_VARINT:
+            return wire_varint(w, &v);
+        case WIRE_FIXED64:
+            if (left < 8)
+                return false;
+            w->p += 8;
+            return true;
+        case WIRE_FIXED32:
+            if (left < 4)
+                return false;
+            w->p += 4;
+            return true;
+        case WIRE_LEN:
+            if (!wire_varint(w, &v) || v > (uint64_t)(w->end - w->p))
+                return false;
+            payload->p = w->p;
+            payload->end = w->p + v;
+            w->p += v;
+            return true;
+        default:
+            return false; /* groups and the undefined wire types 6 and 7 */
+    }
+}
+
+static int malformed_request(strata_error *err) {
+    return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                            "request is not a valid WriteRawRequest protobuf");
+}
+
+/* Checks the name and value of one Label message. The label is named by its name when that is a
+ * valid label name, else by its index in the series. */
+static int check_label_strings(wire label, size_t series, size_t index, bool *malformed,
+                               strata_error *err) {
+    wire name = {NULL, NULL}, payload, w = label;
+    uint32_t field, type;
+    while (w.p < w.end) { /* the name, last one wins, for messages */
+        if (!wire_next(&w, &field, &type, &payload) ||
+            ((field == 1 || field == 2) && type != WIRE_LEN)) {
+            *malformed = true;
+            return malformed_request(err);
+        }
+        if (field == 1)
+            name = payload;
+    }
+    size_t name_len = (size_t)(name.end - name.p);
+    char label_desc[96];
+    if (name_len > 0 && name_len <= 64 && label_name_is_valid((const char *)name.p, name_len))
+        snprintf(label_desc, sizeof label_desc, "\"%.*s\"", (int)name_len, (const char *)name.p);
+    else
+        snprintf(label_desc, sizeof label_desc, "%zu", index);
+    w = label;
+    while (w.p < w.end) {
+        if (!wire_next(&w, &field, &type, &payload))
+            return malformed_request(err); /* not reached: the first pass read the same bytes */
+        if ((field == 1 || field == 2) &&
+            strata_utf8_check_text((const char *)payload.p, (size_t)(payload.end - payload.p),
+                                   err) != 0)
+            return strata_error_wrap(err, "series %zu label %s %s", series, label_desc,
+                                     field == 1 ? "name" : "value");
+    }
+    return 0;
+}
+
+/* Walks RawProfileSeries -> LabelSet (1) -> Label (1), counting labels across repeated sets. */
+static int check_series_strings(wire series, size_t index, bool *malformed, strata_error *err) {
+    wire set, label;
+    uint32_t field, type;
+    size_t n_labels = 0;
+    while (series.p < series.end) {
+        if (!wire_next(&series, &field, &type, &set) || (field == 1 && type != WIRE_LEN)) {
+            *malformed = true;
+            return malformed_request(err);
+        }
+        if (field != 1)
+            continue;
+        while (set.p < set.end) {
+            if (!wire_next(&set, &field, &type, &label) || (field == 1 && type != WIRE_LEN)) {
+                *malformed = true;
+                return malformed_request(err);
+            }
+            if (field == 1 && check_label_strings(label, index, n_labels++, malformed, err) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* Checks every string field of a serialized WriteRawRequest (see above). *malformed tells a
+ * request that is not protobuf from one with a bad string. */
+static int check_request_strings(const uint8_t *data, size_t len, bool *malformed,
+                                 strata_error *err) {
+    wire w = {data, data + len}, payload;
+    uint32_t field, type;
+    size_t n_series = 0;
+    *malformed = false;
+    while (w.p < w.end) {
+        if (!wire_next(&w, &field, &type, &payload) ||
+            ((field == 1 || field == 2) && type != WIRE_LEN)) {
+            *malformed = true;
+            return malformed_request(err);
+        }
+        if (field == 1 && strata_utf8_check_text((const char *)payload.p,
+                                                 (size_t)(payload.end - payload.p), err) != 0)
+            return strata_error_wrap(err, "tenant field");
+        if (field == 2 && check_series_strings(payload, n_series++, malformed, err) != 0)
+            return -1;
+    }
+    return 0;
+}
 
 const char *ingest_reject_reason_name(ingest_reject_reason reason) {
     switch (reason) {
@@ -25,6 +179,8 @@ const char *ingest_reject_reason_name(ingest_reject_reason reason) {
             return "limit";
         case INGEST_REJECT_INTERNAL:
             return "internal";
+        case INGEST_REJECT_INVALID_TENANT:
+            return "invalid_tenant";
     }
     return "unknown";
 }
@@ -63,6 +219,7 @@ static int parse_series_labels(const raw_series_pb *series, size_t index,
                                 limits->max_labels_per_series);
     for (size_t i = 0; i < n; i++) {
         const Parca__Profilestore__V1alpha1__Label *l = series->labels->labels[i];
+        /* check_request_strings refused every NUL, so strlen gives the whole string. */
         size_t name_len = strlen(l->name), value_len = strlen(l->value);
         if (name_len > limits->max_label_name_bytes || value_len > limits->max_label_value_bytes)
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
@@ -192,11 +349,15 @@ int ingest_request_parse(const uint8_t *data, size_t len, const ingest_limits *l
                          strata_error *err) {
     memset(out, 0, sizeof *out);
     *reason = INGEST_REJECT_MALFORMED_REQUEST;
+    bool malformed;
+    if (check_request_strings(data, len, &malformed, err) != 0) {
+        *reason = malformed ? INGEST_REJECT_MALFORMED_REQUEST : INGEST_REJECT_INVALID_LABELS;
+        return -1;
+    }
     write_raw_request_pb *pb =
         parca__profilestore__v1alpha1__write_raw_request__unpack(NULL, len, data);
     if (pb == NULL)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                "request is not a valid WriteRawRequest protobuf");
+        return malformed_request(err);
     int rc = -1;
     size_t profiles_cap = 0;
     *reason = INGEST_REJECT_LIMIT;

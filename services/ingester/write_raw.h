@@ -7,10 +7,19 @@
  * alloc_objects/alloc_space/inuse_objects/inuse_space becomes four profiles whose types are
  * `memory:alloc_objects:count:space:bytes` and so on, delta exactly when duration_nanos != 0.
  *
+ * Every string is checked (common/utf8.h): label names and values, the deprecated tenant field
+ * and every pprof string must be valid UTF-8 without NUL bytes, as Go's protobuf (so Parca)
+ * demands. Label strings are checked on the wire bytes before protobuf-c unpacks them, because
+ * protobuf-c's NUL-terminated copies would hide a NUL ("series 0 label \"job\" value: NUL byte at
+ * offset 6"); pprof strings by pprof_decode ("series 0 sample 0: invalid pprof: string 17
+ * (function 2 name): invalid UTF-8 at offset 3").
+ *
  * Validation is all-or-nothing: the first problem rejects the whole request with
  * INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for a limit) and a message that names the series, the
  * sample and the problem, so the caller can fix it; the ingester stores a request only after it
- * parsed completely. Parsing runs outside any lock, so concurrent requests decode in parallel.
+ * parsed completely, so a refused request has stored nothing, and other requests, concurrent or
+ * on the same connection, are not affected. Parsing runs outside any lock, so concurrent requests
+ * decode in parallel.
  */
 #ifndef STRATA_INGESTER_WRITE_RAW_H
 #define STRATA_INGESTER_WRITE_RAW_H
@@ -64,6 +73,7 @@ typedef enum ingest_reject_reason {
     INGEST_REJECT_INVALID_PPROF,
     INGEST_REJECT_LIMIT,
     INGEST_REJECT_INTERNAL,
+    INGEST_REJECT_INVALID_TENANT, /* x-scope-orgid breaks the tenant rule (common/tenant.h) */
 } ingest_reject_reason;
 
 const char *ingest_reject_reason_name(ingest_reject_reason reason);
