@@ -11,7 +11,7 @@ BUILD_PACKAGES=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libprotobuf-dev
   protobuf-compiler-grpc
   libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libnng-dev libzstd-dev libyaml-dev zlib1g-dev
-  libdeflate-dev
+  libdeflate-dev libre2-dev  # RE2: label matchers and relabel regexes as Prometheus has them
   libelf-dev libdw-dev libbpf-dev bpftool clang llvm
   nodejs
   golang-go curl  # the demo Go program scripts/start.sh builds, starts and keeps busy
