@@ -2,17 +2,36 @@
  * http.h - the HTTP server every Strata service embeds (UI, JSON API, /metrics, /ready), built on
  * GNU libmicrohttpd.
  *
- * Threading. The server runs libmicrohttpd with a thread per connection
- * (MHD_USE_THREAD_PER_CONNECTION, one polling thread accepting): a connection's requests, which
- * HTTP/1.1 serves one after another anyway, run their handlers on its own thread, so a handler that
- * takes seconds (a query over a day of blocks) delays nothing but its own connection. An earlier
- * version ran a fixed pool of workers, each serving many connections from its own epoll set; a
- * slow handler there stalled every connection its worker held, and when the pool was busy with
- * queries, /ready went unanswered and Kubernetes' probes failed. The cost of a thread per
- * connection is a thread (and its stack, mostly untouched) per open connection, bounded by
- * max_connections; idle keep-alive connections are closed after connection_timeout_s. Handlers that
- * must be bounded in number (query merges) take their own limits (the querier shares its
- * query_threads slots between HTTP and gRPC).
+ * Threading. libmicrohttpd runs io_threads I/O threads (MHD_USE_EPOLL with a thread pool), each
+ * serving its share of the connections from its own epoll set, so an open connection costs a few
+ * KiB, not a thread. An I/O thread reads requests and writes responses and never runs a handler
+ * that could block: once a request is complete its connection is suspended
+ * (MHD_suspend_connection) and the request goes to a handler thread (at most handler_threads,
+ * started as they are needed); when the handler has answered, the connection is resumed and the
+ * response goes out from the I/O thread. A handler that blocks (a long query) holds a handler
+ * thread, never an I/O thread. Handlers registered with http_server_route_nonblocking run on the
+ * I/O thread itself, without that hop: they must return at once, answering or deferring the
+ * answer (http_response_defer), which another thread completes later (http_deferred_finish); the
+ * querier's merges are answered that way from its query threads. /ready is a nonblocking route,
+ * so it answers even while every handler thread is busy. Earlier versions ran a fixed pool of
+ * workers with their own epoll sets (a slow handler stalled every connection its worker held),
+ * then a thread per connection (1,024 connections trickling headers took every thread, and /ready
+ * went unanswered).
+ *
+ * Limits, all in http_server_options, defaults in the HTTP_DEFAULT_* macros below. At most
+ * max_connections open connections, and max_connections_per_address from one IP address: the
+ * excess is closed at once, before anything is read (MHD_OPTION_PER_IP_CONNECTION_LIMIT). Each
+ * needs a file descriptor: the process's RLIMIT_NOFILE must be above max_connections (cmd/strata
+ * raises its soft limit to the hard one). Deadlines a client cannot extend by trickling bytes
+ * (libmicrohttpd's own timeout restarts on every byte): a request's headers must be complete
+ * within header_timeout_ms of the connection's accept, or for a later request on a kept-alive
+ * connection of its request line; the whole request, body included, within read_timeout_ms of its
+ * request line; a kept-alive connection must start its next request line within
+ * connection_timeout_s of its last response. A connection whose request is being handled has no
+ * deadline. A sweeper thread checks the deadlines (every quarter of the header timeout, at most
+ * every 250 ms) and shuts the socket of each expired connection down, which libmicrohttpd then
+ * closes without an answer. libmicrohttpd's inactivity timeout (connection_timeout_s without a
+ * byte either way) still applies, for a client that stops reading its response.
  *
  * Requests. Routes are registered before http_server_start() and are immutable afterwards, so
  * lookups take no lock. A route is (method or NULL for any, path, exact or prefix match); a GET
@@ -42,18 +61,22 @@
  * path nor a symlink can leave the root (kernels without openat2 fall back to a realpath prefix
  * check).
  *
- * Stop. http_server_stop() stops accepting (MHD_quiesce_daemon), answers requests that arrive on
- * open keep-alive connections with 503 and "Connection: close", waits up to drain_timeout_ms for
- * requests in flight to finish and be sent, then stops libmicrohttpd, which closes idle
- * connections and joins its threads.
- *
  * Metrics. Every response is counted in http_requests_total{handler,code} and timed in
  * http_request_duration_seconds{handler} (request line received to response sent), in the
  * registry given in the options. handler is the route's path pattern ("unmatched" for 404s), and
- * code the status class ("2xx"), which keeps the number of series bounded.
+ * code the status class ("2xx"), which keeps the number of series bounded. http_open_connections
+ * counts the connections open now and http_connections_timed_out_total{phase} those closed by a
+ * deadline (phase "headers", "body" or "idle").
  *
- * Thread safety: handlers run concurrently on the connections' threads. Server functions are
- * called by the owner; http_server_stop() may be called from any thread other than a handler's.
+ * Stop. http_server_stop() stops accepting (MHD_quiesce_daemon), answers requests that arrive on
+ * open keep-alive connections with 503 and "Connection: close", waits up to drain_timeout_ms for
+ * requests in flight to finish and be sent, and in any case for every handler to return and every
+ * deferred answer to be finished (handlers are never interrupted), then stops libmicrohttpd, which
+ * closes the remaining connections and joins its threads.
+ *
+ * Thread safety: handlers run concurrently on handler threads (nonblocking ones on I/O threads).
+ * Server functions are called by the owner; http_server_stop() may be called from any thread other
+ * than a handler's, and http_deferred_finish() from any thread.
  */
 #ifndef STRATA_HTTP_H
 #define STRATA_HTTP_H
@@ -68,21 +91,35 @@
 
 #define HTTP_DEFAULT_MAX_BODY_BYTES ((size_t)64 << 20)
 #define HTTP_DEFAULT_CONNECTION_TIMEOUT_S 60
+#define HTTP_DEFAULT_HEADER_TIMEOUT_MS 10000
+#define HTTP_DEFAULT_READ_TIMEOUT_MS 120000
 #define HTTP_DEFAULT_DRAIN_TIMEOUT_MS 10000
-#define HTTP_DEFAULT_MAX_CONNECTIONS 1024
+#define HTTP_DEFAULT_MAX_CONNECTIONS 16384
+#define HTTP_DEFAULT_MAX_CONNECTIONS_PER_ADDRESS 256
+#define HTTP_DEFAULT_IO_THREADS 2
+#define HTTP_DEFAULT_HANDLER_THREADS 16
+/* max_connections_per_address: no cap per address. */
+#define HTTP_UNLIMITED UINT32_MAX
 
 typedef struct http_server http_server;
 typedef struct http_request http_request;
 typedef struct http_response http_response;
+typedef struct http_deferred http_deferred;
 
+/* Zero in any field means its default. */
 typedef struct http_server_options {
-    const char *bind;              /* "host:port", "[::1]:port", ":port"; port 0 = pick a free one.
-                                      NULL = "127.0.0.1:0" */
-    size_t max_body_bytes;         /* 0 = HTTP_DEFAULT_MAX_BODY_BYTES */
-    unsigned connection_timeout_s; /* idle connections are closed after this; 0 = default */
-    unsigned drain_timeout_ms;     /* how long stop waits for requests in flight; 0 = default */
-    unsigned max_connections;      /* 0 = HTTP_DEFAULT_MAX_CONNECTIONS */
-    metrics_registry *metrics;     /* access metrics; NULL = metrics_default_registry() */
+    const char *bind;                     /* "host:port", "[::1]:port", ":port"; port 0 = pick a
+                                             free one. NULL = "127.0.0.1:0" */
+    size_t max_body_bytes;                /* HTTP_DEFAULT_MAX_BODY_BYTES */
+    unsigned connection_timeout_s;        /* idle keep-alive connections are closed after this */
+    unsigned header_timeout_ms;           /* headers complete within this (see the top) */
+    unsigned read_timeout_ms;             /* whole request within this of its request line */
+    unsigned drain_timeout_ms;            /* how long stop waits for requests in flight */
+    unsigned max_connections;             /* open connections in all */
+    unsigned max_connections_per_address; /* from one IP address; HTTP_UNLIMITED = no cap */
+    unsigned io_threads;                  /* libmicrohttpd's I/O threads */
+    unsigned handler_threads;             /* most handlers running at once */
+    metrics_registry *metrics;            /* access metrics; NULL = metrics_default_registry() */
 } http_server_options;
 
 typedef enum http_match {
@@ -90,10 +127,12 @@ typedef enum http_match {
     HTTP_MATCH_PREFIX = 1, /* path starts with the pattern; patterns should end with '/' */
 } http_match;
 
-/* Handles one request. Runs on its connection's thread; must fill resp and return. */
+/* Handles one request: fills resp and returns, or defers the answer (http_response_defer). Runs on
+ * a handler thread (on an I/O thread for nonblocking routes). */
 typedef void (*http_handler)(void *ctx, const http_request *req, http_response *resp);
 
-/* Readiness: returns true when ready; otherwise writes a one-line reason into reason. */
+/* Readiness: returns true when ready; otherwise writes a one-line reason into reason. Runs on an
+ * I/O thread: it must not block (read state that others keep up to date). */
 typedef bool (*http_ready_fn)(void *ctx, char *reason, size_t reason_size);
 
 /* --- server ---------------------------------------------------------------------------------- */
@@ -103,27 +142,34 @@ typedef bool (*http_ready_fn)(void *ctx, char *reason, size_t reason_size);
 http_server *http_server_new(const http_server_options *opts, strata_error *err);
 /* The bound port (the one picked when the options said 0). */
 uint16_t http_server_port(const http_server *s);
+/* The options in effect, defaults filled in (bind is NULL: the caller's string is not kept). */
+void http_server_get_options(const http_server *s, http_server_options *out);
 
 /* Registers a route. method NULL = any method. path must start with '/'. Fails with
  * FAILED_PRECONDITION after start, ALREADY_EXISTS for a duplicate (method, path, match). */
 int http_server_route(http_server *s, const char *method, const char *path, http_match match,
                       http_handler fn, void *ctx, strata_error *err);
+/* The same for a handler that never blocks: it runs on the I/O thread that read the request and
+ * must return at once, having answered or deferred the answer to another thread. */
+int http_server_route_nonblocking(http_server *s, const char *method, const char *path,
+                                  http_match match, http_handler fn, void *ctx, strata_error *err);
 /* GET /metrics renders reg (Prometheus text format). */
 int http_server_add_metrics(http_server *s, metrics_registry *reg, strata_error *err);
-/* GET /ready: 200 "ready\n" when fn says so, else 503 with the reason. */
+/* GET /ready: 200 "ready\n" when fn says so, else 503 with the reason. A nonblocking route. */
 int http_server_add_ready(http_server *s, http_ready_fn fn, void *ctx, strata_error *err);
 /* GET (and HEAD) under prefix (ending in '/') serve files from root_dir; see the top comment. */
 int http_server_serve_static(http_server *s, const char *prefix, const char *root_dir,
                              strata_error *err);
 
-/* Starts accepting connections (the polling thread; a thread per connection from then on). */
+/* Starts accepting connections (the I/O threads and the deadline sweeper; handler threads start
+ * as requests need them). */
 int http_server_start(http_server *s, strata_error *err);
 /* Graceful stop; see the top comment. Idempotent; a no-op if never started. */
 void http_server_stop(http_server *s);
 /* Stops if needed and frees everything. */
 void http_server_free(http_server *s);
 
-/* --- request (valid during the handler call) ------------------------------------------------- */
+/* --- request (valid during the handler call, or until a deferred answer is finished) --------- */
 
 const char *http_request_method(const http_request *r);
 /* Percent-decoded path, without the query. */
@@ -162,6 +208,19 @@ void http_response_error(http_response *resp, const http_request *req, unsigned 
 void http_response_strata_error(http_response *resp, const http_request *req,
                                 const strata_error *err);
 unsigned http_status_from_strata(strata_status code);
+
+/* --- deferred answers ------------------------------------------------------------------------ */
+
+/* Called by a handler, with the resp it was given, to answer later from another thread: the
+ * handler then returns without answering, and the request and response stay valid (and the
+ * connection waits, holding no thread) until http_deferred_finish(d). Never fails; calling it
+ * again returns the same handle. */
+http_deferred *http_response_defer(http_response *resp);
+const http_request *http_deferred_request(http_deferred *d);
+http_response *http_deferred_response(http_deferred *d);
+/* Sends the response the deferred answer's resp now holds; d is invalid afterwards. Any thread,
+ * once per handle; also allowed before the handler has returned. */
+void http_deferred_finish(http_deferred *d);
 
 /* Content type for a file name by its extension; "application/octet-stream" if unknown. */
 const char *http_content_type_for(const char *filename);

@@ -49,5 +49,7 @@ int http_server_add_ready(http_server *s, http_ready_fn fn, void *ctx, strata_er
     *check = (ready_check){fn, ctx};
     if (http_server_own(s, check, free, err) != 0) /* frees check on failure */
         return -1;
-    return http_server_route(s, "GET", "/ready", HTTP_MATCH_EXACT, serve_ready, check, err);
+    /* on the I/O thread: /ready answers even while every handler thread is busy */
+    return http_server_route_nonblocking(s, "GET", "/ready", HTTP_MATCH_EXACT, serve_ready, check,
+                                         err);
 }

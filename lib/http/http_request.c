@@ -97,6 +97,7 @@ http_request *http_request_new(http_server *s, const char *uri) {
     r->server = s;
     r->start_ns = strata_monotonic_ns();
     strata_buffer_init(&r->body);
+    http_response_init(&r->resp);
     return r;
 }
 
@@ -108,6 +109,7 @@ void http_request_free(http_request *r) {
     free(r->query_storage);
     free(r->params);
     strata_buffer_free(&r->body);
+    http_response_release(&r->resp);
     free(r);
 }
 

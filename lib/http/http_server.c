@@ -3,8 +3,11 @@
  *
  * libmicrohttpd calls, per request: on_uri (request line read; we allocate our request object
  * there and keep the raw URI), on_request once after the headers, again for each piece of body,
- * and once more with no data (we dispatch then), and finally on_completed after the response was
- * sent or the connection failed (we record metrics and free).
+ * and once more with no data (we dispatch then: a nonblocking route's handler runs at once, any
+ * other request is queued for a handler thread and its connection suspended), once more after the
+ * connection is resumed (we queue the answer then), and finally on_completed after the response
+ * was sent or the connection failed (we record metrics and free). Connection records and deadlines
+ * live in http_conns.c, handler threads and deferred answers in http_handlers.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -112,10 +115,20 @@ static void apply_defaults(http_server_options *o) {
         o->max_body_bytes = HTTP_DEFAULT_MAX_BODY_BYTES;
     if (o->connection_timeout_s == 0)
         o->connection_timeout_s = HTTP_DEFAULT_CONNECTION_TIMEOUT_S;
+    if (o->header_timeout_ms == 0)
+        o->header_timeout_ms = HTTP_DEFAULT_HEADER_TIMEOUT_MS;
+    if (o->read_timeout_ms == 0)
+        o->read_timeout_ms = HTTP_DEFAULT_READ_TIMEOUT_MS;
     if (o->drain_timeout_ms == 0)
         o->drain_timeout_ms = HTTP_DEFAULT_DRAIN_TIMEOUT_MS;
     if (o->max_connections == 0)
         o->max_connections = HTTP_DEFAULT_MAX_CONNECTIONS;
+    if (o->max_connections_per_address == 0)
+        o->max_connections_per_address = HTTP_DEFAULT_MAX_CONNECTIONS_PER_ADDRESS;
+    if (o->io_threads == 0)
+        o->io_threads = HTTP_DEFAULT_IO_THREADS;
+    if (o->handler_threads == 0)
+        o->handler_threads = HTTP_DEFAULT_HANDLER_THREADS;
     if (o->metrics == NULL)
         o->metrics = metrics_default_registry();
 }
@@ -156,7 +169,18 @@ static int init_sync(http_server *s, strata_error *err) {
         pthread_cond_destroy(&s->idle);
         return strata_error_set(err, STRATA_INTERNAL, "cannot create mutex");
     }
+    if (pthread_mutex_init(&s->answer_lock, NULL) != 0) {
+        pthread_mutex_destroy(&s->lock);
+        pthread_cond_destroy(&s->idle);
+        return strata_error_set(err, STRATA_INTERNAL, "cannot create mutex");
+    }
     return 0;
+}
+
+static void destroy_sync(http_server *s) {
+    pthread_mutex_destroy(&s->answer_lock);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->idle);
 }
 
 http_server *http_server_new(const http_server_options *opts, strata_error *err) {
@@ -180,6 +204,17 @@ http_server *http_server_new(const http_server_options *opts, strata_error *err)
         free(s);
         return NULL;
     }
+    if (http_conns_init(s, err) != 0) {
+        destroy_sync(s);
+        free(s);
+        return NULL;
+    }
+    if (http_workers_init(&s->workers, s->opts.handler_threads, err) != 0) {
+        http_conns_destroy(s);
+        destroy_sync(s);
+        free(s);
+        return NULL;
+    }
     if (register_access_metrics(s, err) != 0 || open_listener(s, s->opts.bind, err) != 0) {
         http_server_free(s);
         return NULL;
@@ -190,6 +225,11 @@ http_server *http_server_new(const http_server_options *opts, strata_error *err)
 
 uint16_t http_server_port(const http_server *s) {
     return s ? s->port : 0;
+}
+
+void http_server_get_options(const http_server *s, http_server_options *out) {
+    *out = s->opts;
+    out->bind = NULL;
 }
 
 static bool valid_method(const char *m) {
@@ -225,8 +265,8 @@ static int check_route(const http_server *s, const char *method, const char *pat
     return 0;
 }
 
-int http_server_route(http_server *s, const char *method, const char *path, http_match match,
-                      http_handler fn, void *ctx, strata_error *err) {
+static int add_route(http_server *s, const char *method, const char *path, http_match match,
+                     http_handler fn, void *ctx, bool nonblocking, strata_error *err) {
     if (check_route(s, method, path, match, fn, err) != 0)
         return -1;
     http_route *v = realloc(s->routes, (s->n_routes + 1) * sizeof *v);
@@ -246,8 +286,19 @@ int http_server_route(http_server *s, const char *method, const char *path, http
     r->match = match;
     r->fn = fn;
     r->ctx = ctx;
+    r->nonblocking = nonblocking;
     s->n_routes++;
     return 0;
+}
+
+int http_server_route(http_server *s, const char *method, const char *path, http_match match,
+                      http_handler fn, void *ctx, strata_error *err) {
+    return add_route(s, method, path, match, fn, ctx, false, err);
+}
+
+int http_server_route_nonblocking(http_server *s, const char *method, const char *path,
+                                  http_match match, http_handler fn, void *ctx, strata_error *err) {
+    return add_route(s, method, path, match, fn, ctx, true, err);
 }
 
 int http_server_own(http_server *s, void *ptr, void (*free_fn)(void *), strata_error *err) {
@@ -332,34 +383,68 @@ static enum MHD_Result respond(http_request *r, http_response *resp) {
 }
 
 static enum MHD_Result respond_error(http_request *r, unsigned status, const char *message) {
-    http_response resp;
-    http_response_init(&resp);
-    http_response_error(&resp, r, status, message);
-    return respond(r, &resp);
+    http_response_error(&r->resp, r, status, message);
+    return respond(r, &r->resp);
 }
 
+static void begin_handling(http_server *s, http_request *r) {
+    r->dispatched = true;
+    http_conn_set_phase(s, r->conn_rec, HTTP_CONN_HANDLING, r->start_ns);
+    pthread_mutex_lock(&s->lock);
+    s->handling++;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Hands the request to its route: at once for a nonblocking route, else to a handler thread with
+ * the connection suspended until the answer is complete. */
 static enum MHD_Result dispatch(http_server *s, http_request *r) {
-    http_response resp;
-    http_response_init(&resp);
     bool path_known = false;
     http_route *route = find_route(s, r->method, r->path, &path_known);
-    if (route != NULL) {
-        r->route = route;
-        r->rest = route->match == HTTP_MATCH_PREFIX ? r->path + route->path_len
-                                                    : r->path + strlen(r->path);
-        route->fn(route->ctx, r, &resp);
-    } else if (path_known) {
+    if (route == NULL && path_known) {
         char allow[256];
         allowed_methods(s, r->path, allow, sizeof allow);
-        http_response_error(&resp, r, 405, "method not allowed");
-        http_response_add_header(&resp, MHD_HTTP_HEADER_ALLOW, allow);
-    } else {
-        http_response_error(&resp, r, 404, "not found");
+        http_response_error(&r->resp, r, 405, "method not allowed");
+        http_response_add_header(&r->resp, MHD_HTTP_HEADER_ALLOW, allow);
+        return respond(r, &r->resp);
     }
-    return respond(r, &resp);
+    if (route == NULL)
+        return respond_error(r, 404, "not found");
+    r->route = route;
+    r->rest =
+        route->match == HTTP_MATCH_PREFIX ? r->path + route->path_len : r->path + strlen(r->path);
+    begin_handling(s, r);
+    if (route->nonblocking)
+        return http_run_handler(r) ? respond(r, &r->resp) : MHD_YES;
+    pthread_mutex_lock(&s->answer_lock);
+    MHD_suspend_connection(r->conn);
+    r->suspended = true;
+    pthread_mutex_unlock(&s->answer_lock);
+    if (http_workers_submit(&s->workers, r) != 0) {
+        http_response_error(&r->resp, r, 503, "no handler thread could be started");
+        (void)http_request_answered(r); /* resumes the connection, which queues it */
+    }
+    return MHD_YES;
+}
+
+/* The access handler again, after the connection was resumed (or, defensively, before). */
+static enum MHD_Result on_resumed(http_server *s, http_request *r) {
+    pthread_mutex_lock(&s->answer_lock);
+    bool complete = r->returned && r->finished;
+    if (!complete && !r->suspended) {
+        MHD_suspend_connection(r->conn);
+        r->suspended = true;
+    }
+    pthread_mutex_unlock(&s->answer_lock);
+    return complete ? respond(r, &r->resp) : MHD_YES;
 }
 
 /* --- libmicrohttpd callbacks ----------------------------------------------------------------- */
+
+static http_conn *conn_record(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info != NULL ? info->socket_context : NULL;
+}
 
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
     http_server *s = cls;
@@ -367,6 +452,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
     if (r == NULL)
         return NULL;
     r->conn = conn;
+    r->conn_rec = conn_record(conn);
+    http_conn_request_line(s, r->conn_rec);
     pthread_mutex_lock(&s->lock);
     s->in_flight++;
     pthread_mutex_unlock(&s->lock);
@@ -402,6 +489,7 @@ static bool refused_for_stop(const http_server *s, const http_request *r) {
 static enum MHD_Result on_headers(http_server *s, http_request *r, const char *method) {
     r->started = true;
     r->method = method;
+    http_conn_set_phase(s, r->conn_rec, HTTP_CONN_BODY, r->start_ns);
     http_request_set_peer(r);
     if (http_request_parse_uri(r) != 0)
         return respond_error(r, 400, "malformed request URI");
@@ -441,6 +529,9 @@ static enum MHD_Result on_body(http_server *s, http_request *r, const char *data
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
+    (void)conn;
+    (void)url;
+    (void)version;
     http_server *s = cls;
     http_request *r = *con_cls;
     if (r == NULL)
@@ -449,6 +540,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    if (r->dispatched)
+        return on_resumed(s, r);
     if (!r->started)
         return on_headers(s, r, method);
     if (*upload_data_size > 0)
@@ -478,6 +571,7 @@ static void record_access(http_server *s, const http_request *r) {
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
+    (void)conn;
     http_server *s = cls;
     http_request *r = *con_cls;
     if (r == NULL)
@@ -485,6 +579,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
     if (r->responded)
         record_access(s, r);
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        http_conn_set_phase(s, r->conn_rec, HTTP_CONN_IDLE, r->start_ns);
     http_request_free(r);
     pthread_mutex_lock(&s->lock);
     if (--s->in_flight == 0)
@@ -497,20 +593,40 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 int http_server_start(http_server *s, strata_error *err) {
     if (s == NULL || s->state != HTTP_SERVER_NEW)
         return strata_error_set(err, STRATA_FAILED_PRECONDITION, "server already started");
-    /* A thread per connection (see http.h); poll, not select, so descriptors above 1024 work. */
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ITC;
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET,
-                                 s->listen_fd, MHD_OPTION_CONNECTION_TIMEOUT,
-                                 s->opts.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-                                 s->opts.max_connections, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
-    if (s->daemon == NULL)
+    if (http_conns_start_sweeper(s, err) != 0)
+        return -1;
+    /* I/O threads with their own epoll sets (see http.h); handlers run elsewhere, their
+     * connections suspended meanwhile. */
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
+    unsigned per_ip = s->opts.max_connections_per_address == HTTP_UNLIMITED
+                          ? 0
+                          : s->opts.max_connections_per_address;
+    s->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
+        MHD_OPTION_THREAD_POOL_SIZE, s->opts.io_threads, MHD_OPTION_CONNECTION_TIMEOUT,
+        s->opts.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, s->opts.max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+        http_conns_notify, s, MHD_OPTION_END);
+    if (s->daemon == NULL) {
+        http_conns_stop_sweeper(s);
         return strata_error_set(err, STRATA_INTERNAL, "cannot start the HTTP server on port %u",
                                 (unsigned)s->port);
+    }
     s->listen_fd = -1; /* owned by libmicrohttpd until quiesced */
     s->state = HTTP_SERVER_RUNNING;
     return 0;
+}
+
+/* Waits until *count is 0, up to deadline (NULL: without limit); s->lock held. */
+static void wait_for_zero(http_server *s, const size_t *count, const struct timespec *deadline) {
+    while (*count > 0) {
+        if (deadline == NULL)
+            pthread_cond_wait(&s->idle, &s->lock);
+        else if (pthread_cond_timedwait(&s->idle, &s->lock, deadline) == ETIMEDOUT)
+            break;
+    }
 }
 
 static void wait_for_in_flight(http_server *s) {
@@ -523,9 +639,10 @@ static void wait_for_in_flight(http_server *s) {
         deadline.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&s->lock);
-    while (s->in_flight > 0)
-        if (pthread_cond_timedwait(&s->idle, &s->lock, &deadline) == ETIMEDOUT)
-            break;
+    wait_for_zero(s, &s->in_flight, &deadline);
+    /* Handlers are never interrupted, and libmicrohttpd must not stop while a connection waits
+     * suspended for one: every answer is completed (and its connection resumed) first. */
+    wait_for_zero(s, &s->handling, NULL);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -540,6 +657,7 @@ void http_server_stop(http_server *s) {
     wait_for_in_flight(s);
     MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
+    http_conns_stop_sweeper(s);
     s->state = HTTP_SERVER_STOPPED;
 }
 
@@ -549,6 +667,7 @@ void http_server_free(http_server *s) {
     http_server_stop(s);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
+    http_workers_destroy(&s->workers);
     for (size_t i = 0; i < s->n_routes; i++) {
         free(s->routes[i].method);
         free(s->routes[i].path);
@@ -557,7 +676,7 @@ void http_server_free(http_server *s) {
     for (size_t i = 0; i < s->n_owned; i++)
         s->owned[i].free_fn(s->owned[i].ptr);
     free(s->owned);
-    pthread_mutex_destroy(&s->lock);
-    pthread_cond_destroy(&s->idle);
+    http_conns_destroy(s);
+    destroy_sync(s);
     free(s);
 }
