@@ -1,12 +1,14 @@
 /*
- * query_grpc.c - parca.query.v1alpha1.QueryService on gRPC: request decoding (protobuf-c), the
- * engine call, response encoding. Semantics and defaults follow Parca (reference parca-api.md 1.3).
+ * query_grpc.c - parca.query.v1alpha1.QueryService on gRPC: the tenant (common/tenant.h's rule,
+ * before anything is read), request decoding (protobuf-c), the engine call, response encoding.
+ * Semantics and defaults follow Parca (reference parca-api.md 1.3).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/tenant.h"
 #include "labels/labels.h"
 #include "parca/query/v1alpha1/query.pb-c.h"
 #include "querier_internal.h"
@@ -34,16 +36,14 @@ static void ns_to_ts(int64_t ns, timestamp_pb *ts) {
     }
 }
 
-/* The tenant of a call: x-scope-orgid, or anonymous. */
-static void call_tenant(rpc_call *call, char *out, size_t out_len) {
-    const char *v;
-    size_t len;
-    if (rpc_call_metadata(call, "x-scope-orgid", &v, &len) && len > 0 && len < out_len) {
-        memcpy(out, v, len);
-        out[len] = '\0';
-    } else {
-        snprintf(out, out_len, "%s", QUERIER_DEFAULT_TENANT);
-    }
+/* The tenant of a call by the one rule (common/tenant.h): x-scope-orgid, anonymous when absent,
+ * INVALID_ARGUMENT when the value breaks the rule. Resolved before anything is read. */
+static int call_tenant(rpc_call *call, strata_tenant *out, strata_error *err) {
+    const char *v = NULL;
+    size_t len = 0;
+    if (!rpc_call_metadata(call, STRATA_TENANT_HEADER, &v, &len))
+        v = NULL;
+    return strata_tenant_from_header(v, len, out, err);
 }
 
 static int pack_into(const ProtobufCMessage *msg, strata_buffer *out, strata_error *err) {
@@ -91,18 +91,19 @@ static int handle_profile_types(rpc_call *call, const uint8_t *req, size_t len, 
                                 strata_error *err, void *arg) {
     querier *q = arg;
     int64_t start = strata_monotonic_ns();
+    strata_tenant tenant;
+    if (call_tenant(call, &tenant, err) != 0)
+        return -1;
     Parca__Query__V1alpha1__ProfileTypesRequest *r =
         parca__query__v1alpha1__profile_types_request__unpack(NULL, len, req);
     if (r == NULL)
         return bad_request(err, "ProfileTypesRequest");
-    char tenant[160];
-    call_tenant(call, tenant, sizeof tenant);
     int64_t from = r->_start_case ? ts_to_ns(r->start, TIME_MIN) : TIME_MIN;
     int64_t to = r->_end_case ? ts_to_ns(r->end, TIME_MAX) : TIME_MAX;
     parca__query__v1alpha1__profile_types_request__free_unpacked(r, NULL);
     profile_type *types = NULL;
     size_t n = 0;
-    int rc = query_profile_types(q->engine, tenant, from, to, &types, &n, err);
+    int rc = query_profile_types(q->engine, tenant.name, from, to, &types, &n, err);
     Parca__Query__V1alpha1__ProfileType *pts = calloc(n + 1, sizeof *pts);
     Parca__Query__V1alpha1__ProfileType **ptrs = calloc(n + 1, sizeof *ptrs);
     if (rc == 0 && (pts == NULL || ptrs == NULL))
@@ -163,18 +164,19 @@ static int handle_labels(rpc_call *call, const uint8_t *req, size_t len, strata_
                          strata_error *err, void *arg) {
     querier *q = arg;
     int64_t start = strata_monotonic_ns();
+    strata_tenant tenant;
+    if (call_tenant(call, &tenant, err) != 0)
+        return -1;
     Parca__Query__V1alpha1__LabelsRequest *r =
         parca__query__v1alpha1__labels_request__unpack(NULL, len, req);
     if (r == NULL)
         return bad_request(err, "LabelsRequest");
-    char tenant[160];
-    call_tenant(call, tenant, sizeof tenant);
     labels_args a = {
         r->match, r->n_match, r->start, r->end, r->_profile_type_case ? r->profile_type : NULL,
         NULL};
     char **names = NULL;
     size_t n = 0;
-    int rc = run_labels(q, tenant, &a, &names, &n, err);
+    int rc = run_labels(q, tenant.name, &a, &names, &n, err);
     parca__query__v1alpha1__labels_request__free_unpacked(r, NULL);
     if (rc == 0) {
         Parca__Query__V1alpha1__LabelsResponse out = PARCA__QUERY__V1ALPHA1__LABELS_RESPONSE__INIT;
@@ -191,12 +193,13 @@ static int handle_values(rpc_call *call, const uint8_t *req, size_t len, strata_
                          strata_error *err, void *arg) {
     querier *q = arg;
     int64_t start = strata_monotonic_ns();
+    strata_tenant tenant;
+    if (call_tenant(call, &tenant, err) != 0)
+        return -1;
     Parca__Query__V1alpha1__ValuesRequest *r =
         parca__query__v1alpha1__values_request__unpack(NULL, len, req);
     if (r == NULL)
         return bad_request(err, "ValuesRequest");
-    char tenant[160];
-    call_tenant(call, tenant, sizeof tenant);
     int rc = 0;
     char **values = NULL;
     size_t n = 0;
@@ -207,7 +210,7 @@ static int handle_values(rpc_call *call, const uint8_t *req, size_t len, strata_
         r->match,     r->n_match, r->start, r->end, r->_profile_type_case ? r->profile_type : NULL,
         r->label_name};
     if (rc == 0)
-        rc = run_labels(q, tenant, &a, &values, &n, err);
+        rc = run_labels(q, tenant.name, &a, &values, &n, err);
     parca__query__v1alpha1__values_request__free_unpacked(r, NULL);
     if (rc == 0) {
         Parca__Query__V1alpha1__ValuesResponse out = PARCA__QUERY__V1ALPHA1__VALUES_RESPONSE__INIT;
@@ -347,12 +350,13 @@ static int handle_query_range(rpc_call *call, const uint8_t *req, size_t len, st
                               strata_error *err, void *arg) {
     querier *q = arg;
     int64_t start = strata_monotonic_ns();
+    strata_tenant tenant;
+    if (call_tenant(call, &tenant, err) != 0)
+        return -1;
     Parca__Query__V1alpha1__QueryRangeRequest *r =
         parca__query__v1alpha1__query_range_request__unpack(NULL, len, req);
     if (r == NULL)
         return bad_request(err, "QueryRangeRequest");
-    char tenant[160];
-    call_tenant(call, tenant, sizeof tenant);
     selector sel;
     range_series *series = NULL;
     size_t n = 0;
@@ -368,8 +372,8 @@ static int handle_query_range(rpc_call *call, const uint8_t *req, size_t len, st
         int64_t from = ts_to_ns(r->start, 0), to = ts_to_ns(r->end, 0);
         int64_t step = r->step != NULL ? r->step->seconds * STRATA_NS_PER_SEC + r->step->nanos : 0;
         step = querier_range_step(from, to, step, r->limit);
-        rc = query_range(q->engine, tenant, &sel, from, to, step, (const char *const *)r->sum_by,
-                         r->n_sum_by, &series, &n, &stats, err);
+        rc = query_range(q->engine, tenant.name, &sel, from, to, step,
+                         (const char *const *)r->sum_by, r->n_sum_by, &series, &n, &stats, err);
         selector_free(&sel);
     }
     if (rc == 0)
@@ -470,12 +474,13 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     int rc = -1;
     query_tree_result tr;
     memset(&tr, 0, sizeof tr);
+    strata_tenant tenant;
+    if (call_tenant(call, &tenant, &err) != 0)
+        goto out;
     if (r == NULL) {
         bad_request(&err, "QueryRequest");
         goto out;
     }
-    char tenant[160];
-    call_tenant(call, tenant, sizeof tenant);
     profile_selection a, b;
     bool is_diff, absolute;
     unsigned group_by;
@@ -485,7 +490,8 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
         type = PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_TABLE;
     if (request_selections(r, &a, &b, &is_diff, &absolute, &err) != 0 ||
         request_group_by(r, type, &group_by, &err) != 0 ||
-        querier_build_tree(q, tenant, is_diff ? &a : NULL, &b, absolute, group_by, &tr, &err) != 0)
+        querier_build_tree(q, tenant.name, is_diff ? &a : NULL, &b, absolute, group_by, &tr,
+                           &err) != 0)
         goto out;
     calltree_report_options opts;
     double trim = r->_node_trim_threshold_case ? r->node_trim_threshold : 0;
@@ -571,11 +577,12 @@ static int handle_has_profile_data(rpc_call *call, const uint8_t *req, size_t le
     querier *q = arg;
     (void)req;
     (void)len;
-    char tenant[160];
-    call_tenant(call, tenant, sizeof tenant);
+    strata_tenant tenant;
+    if (call_tenant(call, &tenant, err) != 0)
+        return -1;
     profile_type *types = NULL;
     size_t n = 0;
-    if (query_profile_types(q->engine, tenant, TIME_MIN, TIME_MAX, &types, &n, err) != 0)
+    if (query_profile_types(q->engine, tenant.name, TIME_MIN, TIME_MAX, &types, &n, err) != 0)
         return -1;
     query_profile_types_free(types, n);
     Parca__Query__V1alpha1__HasProfileDataResponse out =

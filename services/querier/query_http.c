@@ -14,7 +14,8 @@
  *
  * Times are Unix milliseconds, RFC 3339 ("2026-12-02T12:00:00Z"), "now" or "now-<duration>"
  * ("now-1h"); durations are Prometheus style ("15s", "1m") or plain seconds. The tenant is the
- * X-Scope-OrgID header (default anonymous). Errors are JSON {"code","message"} with the HTTP status
+ * X-Scope-OrgID header (anonymous when absent; a value that breaks common/tenant.h's rule is a 400
+ * before anything is read). Errors are JSON {"code","message"} with the HTTP status
  * matching the gRPC code.
  */
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/tenant.h"
 #include "config/config.h"
 #include "json/json.h"
 #include "labels/labels.h"
@@ -62,9 +64,11 @@ static int duration_param(const http_request *req, const char *name, int64_t fal
                             v);
 }
 
-static const char *tenant_of(const http_request *req) {
-    const char *t = http_request_header(req, "X-Scope-OrgID");
-    return t != NULL && t[0] != '\0' ? t : QUERIER_DEFAULT_TENANT;
+/* The request's tenant by the one rule (common/tenant.h): X-Scope-OrgID, anonymous when absent,
+ * INVALID_ARGUMENT (400) when the value breaks the rule. Resolved before anything is read. */
+static int tenant_of(const http_request *req, strata_tenant *out, strata_error *err) {
+    const char *t = http_request_header(req, STRATA_TENANT_HTTP_HEADER);
+    return strata_tenant_from_header(t, t != NULL ? strlen(t) : 0, out, err);
 }
 
 static void send_json(http_response *resp, strata_buffer *body) {
@@ -129,9 +133,11 @@ static void http_profile_types(void *ctx, const http_request *req, http_response
     int64_t from, to;
     profile_type *types = NULL;
     size_t n = 0;
-    if (time_param(req, "start", INT64_MIN, now, &from, &err) != 0 ||
+    strata_tenant tenant;
+    if (tenant_of(req, &tenant, &err) != 0 ||
+        time_param(req, "start", INT64_MIN, now, &from, &err) != 0 ||
         time_param(req, "end", INT64_MAX, now, &to, &err) != 0 ||
-        query_profile_types(q->engine, tenant_of(req), from, to, &types, &n, &err) != 0) {
+        query_profile_types(q->engine, tenant.name, from, to, &types, &n, &err) != 0) {
         send_error(q, resp, req, "profile_types", start, &err);
         return;
     }
@@ -174,7 +180,10 @@ static void answer_labels(querier *q, const http_request *req, http_response *re
     int64_t from, to;
     char **out = NULL;
     size_t n = 0;
-    int rc = time_param(req, "start", INT64_MIN, now, &from, &err);
+    strata_tenant tenant;
+    int rc = tenant_of(req, &tenant, &err);
+    if (rc == 0)
+        rc = time_param(req, "start", INT64_MIN, now, &from, &err);
     if (rc == 0)
         rc = time_param(req, "end", INT64_MAX, now, &to, &err);
     if (rc == 0 && has_type && profile_type_parse(type_text, strlen(type_text), &type, &err) != 0)
@@ -183,8 +192,8 @@ static void answer_labels(querier *q, const http_request *req, http_response *re
         if (selector_parse(matches[i], &sels[i], &err) != 0)
             rc = strata_error_wrap(&err, "match");
     if (rc == 0)
-        rc = query_labels(q->engine, tenant_of(req), name, sels, n_sels, has_type ? &type : NULL,
-                          from, to, &out, &n, &err);
+        rc = query_labels(q->engine, tenant.name, name, sels, n_sels, has_type ? &type : NULL, from,
+                          to, &out, &n, &err);
     for (size_t i = 0; i < n_sels; i++)
         selector_free(&sels[i]);
     profile_type_free(&type);
@@ -326,6 +335,11 @@ static void answer_query_range(querier *q, const http_request *req, http_respons
     selector sel;
     range_series *series = NULL;
     size_t n = 0;
+    strata_tenant tenant;
+    if (tenant_of(req, &tenant, &err) != 0) {
+        send_error(q, resp, req, "query_range", start, &err);
+        return;
+    }
     if (limit_text != NULL && !config_parse_uint64(limit_text, &limit)) {
         strata_error_set(&err, STRATA_INVALID_ARGUMENT, "limit: want a number of points");
         send_error(q, resp, req, "query_range", start, &err);
@@ -349,7 +363,7 @@ static void answer_query_range(querier *q, const http_request *req, http_respons
         return;
     }
     query_stats stats = {0};
-    int rc = query_range(q->engine, tenant_of(req), &sel, from, to, step, sum_by, n_sum_by, &series,
+    int rc = query_range(q->engine, tenant.name, &sel, from, to, step, sum_by, n_sum_by, &series,
                          &n, &stats, &err);
     selector_free(&sel);
     if (rc != 0) {
@@ -499,7 +513,10 @@ static void answer_tree(querier *q, const http_request *req, http_response *resp
     const char *trim_text = http_request_query(req, "node_trim_threshold");
     const char *abs_text = http_request_query(req, "absolute");
     bool absolute = abs_text != NULL && strcmp(abs_text, "true") == 0;
-    int rc = report_param(req, &kind, &err);
+    strata_tenant tenant;
+    int rc = tenant_of(req, &tenant, &err);
+    if (rc == 0)
+        rc = report_param(req, &kind, &err);
     if (rc == 0 && trim_text != NULL && (!config_parse_double(trim_text, &trim) || trim < 0))
         rc = strata_error_set(&err, STRATA_INVALID_ARGUMENT,
                               "node_trim_threshold: want a percentage >= 0");
@@ -515,8 +532,8 @@ static void answer_tree(querier *q, const http_request *req, http_response *resp
     if (rc == 0 && max_nodes != NULL && !config_parse_uint64(max_nodes, &mn))
         rc = strata_error_set(&err, STRATA_INVALID_ARGUMENT, "max_nodes: want a number of nodes");
     if (rc == 0)
-        rc = querier_build_tree(q, tenant_of(req), diff ? &a : NULL, &b, absolute, group_by, &tr,
-                                &err);
+        rc =
+            querier_build_tree(q, tenant.name, diff ? &a : NULL, &b, absolute, group_by, &tr, &err);
     if (rc == 0) {
         calltree_report_options opts;
         querier_report_options(q, &tr, trim, mn, &opts);
@@ -544,30 +561,42 @@ static void answer_tree(querier *q, const http_request *req, http_response *resp
 /* ---- running merges on the query threads ------------------------------------------------- */
 
 /* Merges run on the querier's query threads, as gRPC queries do, so query_threads bounds them
- * (and their memory) across both APIs; this connection's thread waits. A full queue answers 429
- * at once. */
+ * (and their memory) across both APIs. The handler runs on the HTTP server's I/O thread
+ * (a nonblocking route): it only queues the merge and defers the answer, which the query thread
+ * finishes, so no server thread waits for a query. A full queue answers 429 at once. */
 typedef void (*answer_fn)(querier *q, const http_request *req, http_response *resp, bool diff);
 
 typedef struct pooled_answer {
     answer_fn answer;
     querier *q;
-    const http_request *req;
-    http_response *resp;
+    http_deferred *deferred;
     bool diff;
 } pooled_answer;
 
 static void run_pooled_answer(void *arg) {
     pooled_answer *a = arg;
-    a->answer(a->q, a->req, a->resp, a->diff);
+    a->answer(a->q, http_deferred_request(a->deferred), http_deferred_response(a->deferred),
+              a->diff);
+    http_deferred_finish(a->deferred);
+    free(a);
 }
 
 static void answer_on_query_threads(querier *q, const http_request *req, http_response *resp,
                                     const char *op, answer_fn answer, bool diff) {
-    pooled_answer a = {answer, q, req, resp, diff};
     int64_t start = strata_monotonic_ns();
     strata_error err;
-    if (query_pool_run(q->pool, run_pooled_answer, &a, &err) != 0)
+    pooled_answer *a = malloc(sizeof *a);
+    if (a == NULL) {
+        strata_error_oom(&err);
         send_error(q, resp, req, op, start, &err);
+        return;
+    }
+    *a = (pooled_answer){answer, q, http_response_defer(resp), diff};
+    if (query_pool_submit(q->pool, run_pooled_answer, a, &err) != 0) {
+        send_error(q, resp, req, op, start, &err);
+        http_deferred_finish(a->deferred);
+        free(a);
+    }
 }
 
 static void http_query_range(void *ctx, const http_request *req, http_response *resp) {
@@ -587,10 +616,11 @@ int querier_register_http(querier *q, http_server *server, strata_error *err) {
                           http_profile_types, q, err) != 0 ||
         http_server_route(server, "GET", API_PREFIX "labels", HTTP_MATCH_PREFIX, http_labels, q,
                           err) != 0 ||
-        http_server_route(server, "GET", API_PREFIX "query_range", HTTP_MATCH_EXACT,
-                          http_query_range, q, err) != 0 ||
-        http_server_route(server, "GET", API_PREFIX "query", HTTP_MATCH_EXACT, http_query, q,
-                          err) != 0)
+        http_server_route_nonblocking(server, "GET", API_PREFIX "query_range", HTTP_MATCH_EXACT,
+                                      http_query_range, q, err) != 0 ||
+        http_server_route_nonblocking(server, "GET", API_PREFIX "query", HTTP_MATCH_EXACT,
+                                      http_query, q, err) != 0)
         return -1;
-    return http_server_route(server, "GET", API_PREFIX "diff", HTTP_MATCH_EXACT, http_diff, q, err);
+    return http_server_route_nonblocking(server, "GET", API_PREFIX "diff", HTTP_MATCH_EXACT,
+                                         http_diff, q, err);
 }

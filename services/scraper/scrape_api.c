@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/tenant.h"
 #include "json/json.h"
 #include "parca/scrape/v1alpha1/scrape.pb-c.h"
 #include "scraper_internal.h"
@@ -220,9 +221,17 @@ int scraper_targets_json(scraper *s, scrape_state_filter state, strata_buffer *o
 
 /* ---- handlers -------------------------------------------------------------------------------- */
 
+/* Targets are not per tenant, but a call naming a tenant that common/tenant.h's rule refuses is
+ * refused here as on every API (INVALID_ARGUMENT, HTTP 400). */
 static int grpc_targets(rpc_call *call, const uint8_t *request, size_t request_len,
                         strata_buffer *response, strata_error *err, void *arg) {
-    (void)call;
+    const char *tenant_value = NULL;
+    size_t tenant_len = 0;
+    strata_tenant tenant;
+    if (!rpc_call_metadata(call, STRATA_TENANT_HEADER, &tenant_value, &tenant_len))
+        tenant_value = NULL;
+    if (strata_tenant_from_header(tenant_value, tenant_len, &tenant, err) != 0)
+        return -1;
     Parca__Scrape__V1alpha1__TargetsRequest *req =
         parca__scrape__v1alpha1__targets_request__unpack(NULL, request_len, request);
     if (req == NULL)
@@ -235,6 +244,14 @@ static int grpc_targets(rpc_call *call, const uint8_t *request, size_t request_l
 }
 
 static void http_targets(void *ctx, const http_request *req, http_response *resp) {
+    strata_error err;
+    strata_tenant tenant;
+    const char *tenant_value = http_request_header(req, STRATA_TENANT_HTTP_HEADER);
+    if (strata_tenant_from_header(tenant_value, tenant_value != NULL ? strlen(tenant_value) : 0,
+                                  &tenant, &err) != 0) {
+        http_response_strata_error(resp, req, &err);
+        return;
+    }
     const char *state_text = http_request_query(req, "state");
     scrape_state_filter state = SCRAPE_STATE_ANY;
     if (state_text != NULL && strcmp(state_text, "active") == 0)
@@ -245,7 +262,6 @@ static void http_targets(void *ctx, const http_request *req, http_response *resp
         http_response_error(resp, req, 400, "state: want any, active or dropped");
         return;
     }
-    strata_error err;
     if (scraper_targets_json(ctx, state, http_response_body(resp), &err) != 0) {
         http_response_strata_error(resp, req, &err);
         return;
