@@ -20,6 +20,15 @@
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
 
+/* The request metadata (headers) one call may carry. grpc core 1.51 defaults to 8 KiB, and a call
+ * over it is failed inside the transport, before any handler sees it; at that size a legitimate
+ * client with a few large headers (a bearer token, tracing baggage, cookies through a proxy) is
+ * refused, and grpc-go, the clients Parca users run, accepts up to 16 MiB. 64 KiB admits every such
+ * client while bounding what one stream's headers hold in memory; a header that
+ * fits but is wrong, such as a 10 KiB x-scope-orgid, reaches the handler, which refuses that call
+ * alone with INVALID_ARGUMENT (common/tenant.h) and leaves the connection's other calls alone. */
+#define RPC_SERVER_MAX_METADATA_BYTES (64 * 1024)
+
 /* Accept slots kept posted per completion queue. A slot is re-posted as soon as its call arrives,
  * so this bounds only the accept burst, not the number of calls in flight. */
 #define REQUEST_SLOTS_PER_QUEUE 32
@@ -530,9 +539,12 @@ rpc_server *rpc_server_new(const rpc_server_options *o, strata_error *err) {
     pthread_condattr_destroy(&attr);
     atomic_init(&s->unimplemented, 0);
     grpc_init();
-    grpc_arg args[2];
+    grpc_arg args[3];
     rpc_message_size_args(args, o->max_receive_message_bytes, o->max_send_message_bytes);
-    grpc_channel_args channel_args = {2, args};
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_MAX_METADATA_SIZE;
+    args[2].value.integer = RPC_SERVER_MAX_METADATA_BYTES;
+    grpc_channel_args channel_args = {3, args};
     s->grpc = grpc_server_create(&channel_args, NULL);
     int threads = o->threads == 0 ? RPC_DEFAULT_THREADS : o->threads;
     if (create_queues(s, threads, err) != 0 || bind_port(s, o->listen_address, err) != 0) {
