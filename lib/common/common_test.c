@@ -249,6 +249,30 @@ static void test_utf8_check_text(void **state) {
             assert_string_equal(err.message, cases[i].check);
         }
     }
+    /* Repair: each NUL and each byte that starts no valid sequence becomes U+FFFD. */
+    static const struct {
+        const char *in;
+        size_t len;
+        const char *out;
+    } repairs[] = {
+        {"", 0, ""},
+        {"plain", 5, "plain"},
+        {"caf\xc3\xa9", 5, "caf\xc3\xa9"},
+        {"victim\0evil", 11,
+         "victim\xef\xbf\xbd"
+         "evil"},
+        {"gnome-termin\xc3", 13, "gnome-termin\xef\xbf\xbd"}, /* comm cut mid-character */
+        {"\xed\xa0\x80x", 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx"},
+        {"\xff\0", 2, "\xef\xbf\xbd\xef\xbf\xbd"},
+    };
+    for (size_t i = 0; i < sizeof repairs / sizeof repairs[0]; i++) {
+        strata_buffer b = STRATA_BUFFER_INIT;
+        assert_int_equal(strata_utf8_append_sanitized(&b, repairs[i].in, repairs[i].len), 0);
+        assert_int_equal(b.len, strlen(repairs[i].out));
+        assert_memory_equal(b.data, repairs[i].out, b.len);
+        assert_int_equal(strata_utf8_check_text((const char *)b.data, b.len, NULL), 0);
+        strata_buffer_free(&b);
+    }
     /* Every single byte: ASCII and NUL pass validation, nothing from 0x80 up does alone. */
     for (int c = 0; c < 256; c++) {
         char b = (char)c;

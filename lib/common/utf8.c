@@ -87,3 +87,20 @@ int strata_utf8_check_text(const char *s, size_t len, strata_error *err) {
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "NUL byte at offset %zu", at);
     return strata_error_set(err, STRATA_INVALID_ARGUMENT, "invalid UTF-8 at offset %zu", at);
 }
+
+int strata_utf8_append_sanitized(strata_buffer *out, const char *s, size_t len) {
+    static const char replacement[] = "\xef\xbf\xbd"; /* U+FFFD */
+    size_t i = 0;
+    while (i < len) {
+        size_t good = scan(s + i, len - i, true);
+        if (strata_buffer_append(out, s + i, good) != 0)
+            return -1;
+        i += good;
+        if (i == len)
+            break;
+        if (strata_buffer_append(out, replacement, 3) != 0)
+            return -1;
+        i++;
+    }
+    return 0;
+}

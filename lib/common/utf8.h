@@ -9,7 +9,8 @@
  * A string fit to store (strata_utf8_check_text) is valid UTF-8 without a NUL byte: NUL is valid
  * UTF-8, but Strata's C code reads stored strings as NUL-terminated, so `job="victim\0evil"` would
  * silently become `job="victim"`. The ingester checks every label and every pprof string with it;
- * the JSON reader and the label quoting use strata_utf8_sequence_length.
+ * the JSON reader and the label quoting use strata_utf8_sequence_length, and producers of text
+ * that may not be UTF-8 (process names, symbols) repair it with strata_utf8_append_sanitized.
  *
  * Pure ASCII (the common case: label values, Go symbol names) is checked eight bytes at a time.
  */
@@ -19,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "common/buffer.h"
 #include "common/error.h"
 
 /* Length (1-4) of the valid UTF-8 sequence starting at s, with len >= 1 bytes available, or 0 if
@@ -37,5 +39,12 @@ bool strata_utf8_is_valid(const char *s, size_t len);
  * from 0, the first problem in the string) for the caller to prefix with the field's name, and
  * returns -1. */
 int strata_utf8_check_text(const char *s, size_t len, strata_error *err);
+
+/* Appends s[0, len) to out made fit to store: each NUL byte, and each byte that does not start a
+ * valid sequence, becomes U+FFFD (as Go's strings.ToValidUTF8 does per invalid run, but per byte).
+ * For producers of strings Strata did not write, such as process names cut at 15 bytes in the
+ * middle of a character, or symbol names from arbitrary binaries. Returns -1 when out of memory
+ * (out then holds a prefix). */
+int strata_utf8_append_sanitized(strata_buffer *out, const char *s, size_t len);
 
 #endif
