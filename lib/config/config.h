@@ -45,6 +45,13 @@
  *   CONFIG_RAW          config_raw          the node itself (NULL when absent or null)
  *   CONFIG_CUSTOM       (elem_size bytes)   `decode` is called with the node; `release` frees
  *
+ * Bounds. A numeric field (INT64, UINT64, DOUBLE, DURATION, BYTES) may give min_text and max_text,
+ * written like its values ("1", "1024", "10s", "1MiB"); a value outside them is an INVALID_ARGUMENT
+ * error naming file, line, column and key path and the bound: "strata.yaml:7:18:
+ * querier.query_threads: 1000000 is above the maximum 1024". Thread counts, intervals and delays
+ * are bounded this way, so a config check refuses what would fail (or exhaust the machine) at
+ * start. A default must lie within its bounds (else INTERNAL).
+ *
  * Ownership: config_decode zeroes every described field first and, on failure, frees what it had
  * decoded, so the struct is always safe to pass to config_free. Fields not described are never
  * touched. config_free releases every owned string, list, map, nested struct and raw reference and
@@ -176,6 +183,8 @@ struct config_field {
     size_t elem_size;           /* CONFIG_STRUCT_LIST: sizeof(element); CONFIG_CUSTOM: storage */
     config_decode_fn decode;    /* CONFIG_CUSTOM */
     config_release_fn release;  /* CONFIG_CUSTOM, optional */
+    const char *min_text;       /* numeric kinds: smallest value allowed (NULL = none) */
+    const char *max_text;       /* numeric kinds: largest value allowed (NULL = none) */
 };
 
 /* Decodes mapping node (NULL or null = empty mapping) into out with fields. An invalid descriptor

@@ -61,10 +61,50 @@ static int zero_fields(const config_field *fields, void *out, strata_error *err)
     return 0;
 }
 
+static bool is_numeric(config_kind kind) {
+    return kind == CONFIG_INT64 || kind == CONFIG_UINT64 || kind == CONFIG_DOUBLE ||
+           kind == CONFIG_DURATION || kind == CONFIG_BYTES;
+}
+
+/* Parses a bound written like a value of f's kind into one of the outputs. */
+static bool parse_bound(const config_field *f, const char *text, int64_t *i, uint64_t *u,
+                        double *d) {
+    switch (f->kind) {
+        case CONFIG_INT64:
+            return config_parse_int64(text, i);
+        case CONFIG_DURATION:
+            return config_parse_duration(text, i);
+        case CONFIG_UINT64:
+            return config_parse_uint64(text, u);
+        case CONFIG_BYTES:
+            return config_parse_bytes(text, u);
+        case CONFIG_DOUBLE:
+            return config_parse_double(text, d);
+        default:
+            return false;
+    }
+}
+
+static int check_descriptor_bounds(const config_field *f, strata_error *err) {
+    if (f->min_text == NULL && f->max_text == NULL)
+        return 0;
+    if (!is_numeric(f->kind))
+        return descriptor_error(f, "min_text and max_text apply to numeric kinds only", err);
+    int64_t i;
+    uint64_t u;
+    double d;
+    if ((f->min_text != NULL && !parse_bound(f, f->min_text, &i, &u, &d)) ||
+        (f->max_text != NULL && !parse_bound(f, f->max_text, &i, &u, &d)))
+        return descriptor_error(f, "a bound is not a value of the field's kind", err);
+    return 0;
+}
+
 static int zero_field(const config_field *f, void *out, strata_error *err) {
     void *p = field_ptr(out, f);
     if (f->key[0] == '\0')
         return descriptor_error(f, "empty key", err);
+    if (check_descriptor_bounds(f, err) != 0)
+        return -1;
     switch (f->kind) {
         case CONFIG_STRING:
             *(char **)p = NULL;
@@ -186,7 +226,49 @@ static int decode_struct_list(const config_field *f, const config_node *n, confi
     return 0;
 }
 
+/* <0, 0 or >0 as the decoded value at p is below, equal to or above the bound. */
+static int compare_bound(const config_field *f, const void *p, const char *bound) {
+    int64_t i = 0;
+    uint64_t u = 0;
+    double d = 0;
+    (void)parse_bound(f, bound, &i, &u, &d); /* checked with the descriptor */
+    switch (f->kind) {
+        case CONFIG_INT64:
+        case CONFIG_DURATION: {
+            int64_t v = *(const int64_t *)p;
+            return v < i ? -1 : v > i;
+        }
+        case CONFIG_UINT64:
+        case CONFIG_BYTES: {
+            uint64_t v = *(const uint64_t *)p;
+            return v < u ? -1 : v > u;
+        }
+        default: {
+            double v = *(const double *)p;
+            return v < d ? -1 : v > d;
+        }
+    }
+}
+
+static int check_bounds(const config_field *f, const config_node *n, const void *p,
+                        strata_error *err) {
+    const char *text = scalar_or_null(n);
+    if (f->min_text != NULL && compare_bound(f, p, f->min_text) < 0)
+        return config_node_error(err, n, "%.64s is below the minimum %s", text, f->min_text);
+    if (f->max_text != NULL && compare_bound(f, p, f->max_text) > 0)
+        return config_node_error(err, n, "%.64s is above the maximum %s", text, f->max_text);
+    return 0;
+}
+
+static int parse_number(const config_field *f, const config_node *n, void *p, strata_error *err);
+
 static int decode_number(const config_field *f, const config_node *n, void *p, strata_error *err) {
+    if (parse_number(f, n, p, err) != 0)
+        return -1;
+    return check_bounds(f, n, p, err);
+}
+
+static int parse_number(const config_field *f, const config_node *n, void *p, strata_error *err) {
     const char *text = scalar_or_null(n);
     switch (f->kind) {
         case CONFIG_BOOL:

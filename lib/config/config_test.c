@@ -617,6 +617,108 @@ static void test_decode_bad_descriptors(void **state) {
     config_document_free(doc);
 }
 
+/* Bounds on numeric fields: values outside them name file, line, column, key and the bound;
+ * values on the bounds pass; defaults outside them and bounds on other kinds are INTERNAL. */
+static void test_decode_bounds(void **state) {
+    (void)state;
+    typedef struct {
+        int64_t threads;
+        int64_t delay_ns;
+        uint64_t size;
+        double ratio;
+    } bounded;
+    static const config_field fields[] = {
+        {.key = "threads",
+         .kind = CONFIG_INT64,
+         .offset = offsetof(bounded, threads),
+         .default_text = "4",
+         .min_text = "1",
+         .max_text = "1024"},
+        {.key = "delay",
+         .kind = CONFIG_DURATION,
+         .offset = offsetof(bounded, delay_ns),
+         .default_text = "30m",
+         .min_text = "10s"},
+        {.key = "size",
+         .kind = CONFIG_BYTES,
+         .offset = offsetof(bounded, size),
+         .default_text = "1MiB",
+         .max_text = "1GiB"},
+        {.key = "ratio",
+         .kind = CONFIG_DOUBLE,
+         .offset = offsetof(bounded, ratio),
+         .default_text = "0.5",
+         .min_text = "0",
+         .max_text = "1"},
+        {0},
+    };
+    const struct {
+        const char *yaml;
+        const char *message; /* NULL: decodes */
+    } cases[] = {
+        {"threads: 1000000\n", "strata.yaml:1:10: threads: 1000000 is above the maximum 1024"},
+        {"threads: 0\n", "strata.yaml:1:10: threads: 0 is below the minimum 1"},
+        {"threads: -3\n", "strata.yaml:1:10: threads: -3 is below the minimum 1"},
+        {"threads: 1024\n", NULL},
+        {"threads: 1\n", NULL},
+        {"delay: 1s\n", "strata.yaml:1:8: delay: 1s is below the minimum 10s"},
+        {"delay: 9999ms\n", "strata.yaml:1:8: delay: 9999ms is below the minimum 10s"},
+        {"delay: 10s\n", NULL},
+        {"size: 2GiB\n", "strata.yaml:1:7: size: 2GiB is above the maximum 1GiB"},
+        {"size: 1GiB\n", NULL},
+        {"ratio: 1.5\n", "strata.yaml:1:8: ratio: 1.5 is above the maximum 1"},
+        {"ratio: -0.1\n", "strata.yaml:1:8: ratio: -0.1 is below the minimum 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        config_document *doc = load_ok(cases[i].yaml);
+        bounded b;
+        strata_error err;
+        int rc = config_decode_document(doc, fields, &b, &err);
+        if (cases[i].message == NULL) {
+            if (rc != 0)
+                fail_msg("%s: %s", cases[i].yaml, err.message);
+        } else {
+            assert_int_equal(rc, -1);
+            assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+            assert_string_equal(err.message, cases[i].message);
+        }
+        config_free(fields, &b);
+        config_document_free(doc);
+    }
+    config_document *doc = load_ok("{}");
+    bounded b;
+    strata_error err;
+    assert_int_equal(config_decode_document(doc, fields, &b, &err), 0);
+    assert_int_equal(b.threads, 4);
+    assert_true(b.delay_ns == 1800 * STRATA_NS_PER_SEC);
+
+    static const config_field bad_default[] = {
+        {.key = "threads", .kind = CONFIG_INT64, .default_text = "0", .min_text = "1"},
+        {0},
+    };
+    assert_int_equal(config_decode_document(doc, bad_default, &b, &err), -1);
+    assert_int_equal(err.code, STRATA_INTERNAL);
+    assert_string_equal(err.message, "invalid default for key \"threads\": <default>:1:1: 0 is "
+                                     "below the minimum 1");
+    static const config_field bad_kind[] = {
+        {.key = "name", .kind = CONFIG_STRING, .min_text = "1"},
+        {0},
+    };
+    assert_int_equal(config_decode_document(doc, bad_kind, &b, &err), -1);
+    assert_int_equal(err.code, STRATA_INTERNAL);
+    assert_string_equal(err.message, "config descriptor for key \"name\": min_text and max_text "
+                                     "apply to numeric kinds only");
+    static const config_field bad_bound[] = {
+        {.key = "delay", .kind = CONFIG_DURATION, .max_text = "soon"},
+        {0},
+    };
+    assert_int_equal(config_decode_document(doc, bad_bound, &b, &err), -1);
+    assert_int_equal(err.code, STRATA_INTERNAL);
+    assert_string_equal(err.message, "config descriptor for key \"delay\": a bound is not a value "
+                                     "of the field's kind");
+    config_document_free(doc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tree_positions_and_accessors),
@@ -632,6 +734,7 @@ int main(void) {
         cmocka_unit_test(test_decode_unknown_and_missing_keys),
         cmocka_unit_test(test_decode_type_errors),
         cmocka_unit_test(test_decode_bad_descriptors),
+        cmocka_unit_test(test_decode_bounds),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
