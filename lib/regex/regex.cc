@@ -121,8 +121,12 @@ extern "C" int strata_regex_match_groups(const strata_regex *re, const char *val
             sub = heap.get();
         }
         re2::StringPiece text(value, len);
-        if (!re->re.Match(text, 0, len, RE2::ANCHOR_BOTH, sub, static_cast<int>(want)))
+        /* the whole match is the whole value: no need for RE2 to track it */
+        if (!re->re.Match(text, 0, len, RE2::ANCHOR_BOTH, sub,
+                          want > 1 ? static_cast<int>(want) : 0))
             return 0;
+        if (want == 1)
+            sub[0] = text;
         for (size_t i = 0; i < n; i++) {
             if (i < want && sub[i].data() != nullptr) {
                 spans[i].start = sub[i].data() - value;

@@ -1,5 +1,11 @@
 /*
  * relabel.c - applying relabel rules to a label set. See relabel.h.
+ *
+ * Each action is Prometheus's relabel() case for case (model/relabel/relabel.go): the regex is
+ * lib/regex's (RE2, matched against the whole value), and replace and labelmap expand their
+ * templates with Go's regexp.Expand rules from the spans of that match. Only the groups the
+ * templates refer to are tracked, so keep, drop, labeldrop and labelkeep, and templates without
+ * references, cost RE2's DFA alone.
  */
 #include "relabel/relabel.h"
 #include "relabel/relabel_internal.h"
@@ -7,7 +13,6 @@
 #include <locale.h>
 #include <openssl/evp.h>
 #include <pthread.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,104 +29,6 @@ uint64_t relabel_hashmod(const char *value, size_t len, uint64_t modulus) {
     for (int i = 8; i < 16; i++)
         v = v << 8 | md[i];
     return v % modulus;
-}
-
-/* Go's regexp name characters; bytes of multi-byte UTF-8 sequences count as letters (Go takes
- * Unicode letters; other non-ASCII runes in a template are rare enough not to matter). */
-static bool is_group_name_char(unsigned char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c >= 0x80;
-}
-
-/* Group number of name[0..len), or -1 for a name (Go: digits only, no leading zero, < 1e8). */
-static long group_number(const char *name, size_t len) {
-    if (len > 8 || (name[0] == '0' && len > 1))
-        return -1;
-    long n = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (name[i] < '0' || name[i] > '9')
-            return -1;
-        n = n * 10 + (name[i] - '0');
-    }
-    return n;
-}
-
-/* Parses the reference after a '$' at t; returns the index past it, or 0 if malformed. */
-static size_t parse_reference(const char *t, const char **name, size_t *name_len) {
-    bool brace = t[0] == '{';
-    size_t start = brace ? 1 : 0, i = start;
-    while (t[i] != '\0' && is_group_name_char((unsigned char)t[i]))
-        i++;
-    if (i == start)
-        return 0;
-    *name = t + start;
-    *name_len = i - start;
-    if (brace) {
-        if (t[i] != '}')
-            return 0;
-        i++;
-    }
-    return i;
-}
-
-/* Appends template with $-references replaced by groups of the match of src (Go's Expand). */
-static int expand(const char *tmpl, const char *src, const regmatch_t *m, size_t n_groups,
-                  strata_buffer *out) {
-    for (const char *t = tmpl; *t != '\0';) {
-        const char *dollar = strchr(t, '$');
-        if (dollar == NULL)
-            return strata_buffer_append_str(out, t);
-        if (strata_buffer_append(out, t, (size_t)(dollar - t)) != 0)
-            return -1;
-        t = dollar + 1;
-        if (*t == '$') {
-            if (strata_buffer_append_byte(out, '$') != 0)
-                return -1;
-            t++;
-            continue;
-        }
-        const char *name = NULL;
-        size_t name_len = 0, used = parse_reference(t, &name, &name_len);
-        if (used == 0) {
-            if (strata_buffer_append_byte(out, '$') != 0)
-                return -1;
-            continue;
-        }
-        t += used;
-        long g = group_number(name, name_len);
-        if (g >= 0 && (size_t)g < n_groups && m[g].rm_so >= 0 &&
-            strata_buffer_append(out, src + m[g].rm_so, (size_t)(m[g].rm_eo - m[g].rm_so)) != 0)
-            return -1;
-    }
-    return 0;
-}
-
-/* Matches the whole of value; fills m (n_groups entries) on success. */
-static bool full_match(const relabel_rule *r, const char *value, regmatch_t *m, size_t n_groups) {
-    if (r->n_literals > 0) { /* no groups: only m[0], the whole value */
-        for (size_t i = 0; i < r->n_literals; i++) {
-            if (strcmp(value, r->literals[i]) == 0) {
-                m[0].rm_so = 0;
-                m[0].rm_eo = (regoff_t)strlen(value);
-                return true;
-            }
-        }
-        return false;
-    }
-    if (r->prefix != NULL && strncmp(value, r->prefix, r->prefix_len) != 0)
-        return false;
-    if (regexec(&r->regex.regex, value, n_groups, m, 0) != 0)
-        return false;
-    return m[0].rm_so == 0 && (size_t)m[0].rm_eo == strlen(value);
-}
-
-bool relabel_rule_matches(const relabel_rule *r, const char *value) {
-    regmatch_t m[1];
-    return full_match(r, value, m, 1);
-}
-
-static size_t groups_of(const relabel_rule *r) {
-    return r->regex.regex.re_nsub + 1;
 }
 
 /* Working state of one relabel_apply call. */
@@ -161,33 +68,53 @@ static int set_label(apply_state *s, const char *name, const char *value) {
     return label_set_set(s->labels, name, value, s->err);
 }
 
+/* Matches the whole of value with r's regex and fills the spans its templates read (none when
+ * spans is NULL): 1, 0, or -1 when RE2 ran out of memory. */
+static int full_match(apply_state *s, const relabel_rule *r, const char *value,
+                      strata_regex_span *spans) {
+    return strata_regex_match_groups(r->regex, value, strlen(value), spans,
+                                     spans != NULL ? r->n_spans : 0, s->err);
+}
+
+/* Prometheus: a match expands target_label and replacement; an invalid target skips the rule, an
+ * empty result deletes the label named target_label as written (not as expanded). */
 static int apply_replace(apply_state *s, const relabel_rule *r, const char *value) {
-    regmatch_t m[RELABEL_MAX_GROUPS];
-    if (!full_match(r, value, m, groups_of(r)))
-        return 0;
+    strata_regex_span spans[RELABEL_MAX_SPANS];
+    int matched = full_match(s, r, value, spans);
+    if (matched != 1)
+        return matched;
     strata_buffer_reset(&s->target);
     strata_buffer_reset(&s->result);
-    if (expand(r->target_label, value, m, groups_of(r), &s->target) != 0 ||
-        expand(r->replacement, value, m, groups_of(r), &s->result) != 0 ||
+    if (strata_regex_template_expand(r->target, value, spans, r->n_spans, &s->target) != 0 ||
+        strata_regex_template_expand(r->result, value, spans, r->n_spans, &s->result) != 0 ||
         cstr(&s->target) == NULL || cstr(&s->result) == NULL)
         return strata_error_oom(s->err);
     if (!label_name_is_valid((const char *)s->target.data, s->target.len))
         return 0;
+    if (s->result.len == 0) {
+        label_set_remove(s->labels, r->target_label);
+        return 0;
+    }
     return set_label(s, (const char *)s->target.data, (const char *)s->result.data);
 }
 
+/* Prometheus: every label whose name matches (names from the set as it was before the rule) is
+ * copied to the expanded replacement. */
 static int apply_labelmap(apply_state *s, const relabel_rule *r) {
     label_set before = LABEL_SET_INIT;
     if (label_set_copy(&before, s->labels, s->err) != 0)
         return -1;
     int rc = 0;
-    regmatch_t m[RELABEL_MAX_GROUPS];
+    strata_regex_span spans[RELABEL_MAX_SPANS];
     for (size_t i = 0; i < before.count && rc == 0; i++) {
         const char *name = before.labels[i].name;
-        if (!full_match(r, name, m, groups_of(r)))
+        int matched = full_match(s, r, name, spans);
+        if (matched != 1) {
+            rc = matched;
             continue;
+        }
         strata_buffer_reset(&s->target);
-        if (expand(r->replacement, name, m, groups_of(r), &s->target) != 0 ||
+        if (strata_regex_template_expand(r->result, name, spans, r->n_spans, &s->target) != 0 ||
             cstr(&s->target) == NULL) {
             rc = strata_error_oom(s->err);
         } else if (label_name_is_valid((const char *)s->target.data, s->target.len)) {
@@ -200,16 +127,19 @@ static int apply_labelmap(apply_state *s, const relabel_rule *r) {
 }
 
 /* labeldrop (drop_matching) or labelkeep (!drop_matching). */
-static void apply_label_filter(apply_state *s, const relabel_rule *r, bool drop_matching) {
+static int apply_label_filter(apply_state *s, const relabel_rule *r, bool drop_matching) {
     size_t i = 0;
-    regmatch_t m[1];
     while (i < s->labels->count) {
         const char *name = s->labels->labels[i].name;
-        if (full_match(r, name, m, 1) == drop_matching)
+        int matched = full_match(s, r, name, NULL);
+        if (matched < 0)
+            return -1;
+        if ((matched == 1) == drop_matching)
             label_set_remove(s->labels, name);
         else
             i++;
     }
+    return 0;
 }
 
 /* ---- lowercase / uppercase: Go's strings.ToLower / ToUpper ------------------------------- */
@@ -304,16 +234,16 @@ static int apply_rule(apply_state *s, const relabel_rule *r, bool *keep) {
     const char *value = join_sources(s, r);
     if (value == NULL)
         return strata_error_oom(s->err);
-    regmatch_t m[1];
     const char *target_value;
+    int matched;
     switch (r->action) {
         case RELABEL_REPLACE:
             return apply_replace(s, r, value);
         case RELABEL_KEEP:
-            *keep = full_match(r, value, m, 1);
-            return 0;
         case RELABEL_DROP:
-            *keep = !full_match(r, value, m, 1);
+            if ((matched = full_match(s, r, value, NULL)) < 0)
+                return -1;
+            *keep = (matched == 1) == (r->action == RELABEL_KEEP);
             return 0;
         case RELABEL_KEEPEQUAL:
         case RELABEL_DROPEQUAL:
@@ -326,11 +256,9 @@ static int apply_rule(apply_state *s, const relabel_rule *r, bool *keep) {
         case RELABEL_LABELMAP:
             return apply_labelmap(s, r);
         case RELABEL_LABELDROP:
-            apply_label_filter(s, r, true);
-            return 0;
+            return apply_label_filter(s, r, true);
         case RELABEL_LABELKEEP:
-            apply_label_filter(s, r, false);
-            return 0;
+            return apply_label_filter(s, r, false);
         case RELABEL_LOWERCASE:
         case RELABEL_UPPERCASE:
             return apply_case(s, r, value, r->action == RELABEL_UPPERCASE);

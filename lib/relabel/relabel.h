@@ -7,7 +7,8 @@
  *
  *   value   = the values of source_labels (a missing label is "") joined by separator
  *   replace     if regex matches value: target = expand(target_label), res = expand(replacement);
- *               target not a valid label name -> rule skipped; res "" -> target deleted, else set.
+ *               target not a valid label name -> rule skipped; res "" -> the label named
+ *               target_label as written (not expanded) deleted, else target set to res.
  *               No match -> nothing happens.
  *   keep / drop         drop the set unless / if regex matches value
  *   keepequal / dropequal  drop the set unless / if value equals the target_label's value
@@ -20,24 +21,21 @@
  *               mapping, as Go's strings.ToLower; invalid UTF-8 bytes become U+FFFD)
  * Setting a label to "" deletes it, as in Prometheus.
  *
- * Regexes are fully anchored (Prometheus's ^(?:re)$) and compiled once at load time with the
- * labels module's matcher (POSIX extended syntax, back-references and huge repetitions rejected,
- * `.` matches newlines). Capture groups follow POSIX leftmost-longest rules; for the greedy
- * patterns relabel configs use ("(.*)", "(.+):(\\d+)" written "(.+):([0-9]+)", "__meta_(.+)")
- * they capture what RE2 does. RE2-only syntax (\d, (?P<name>...), non-greedy .*?) is rejected or
- * differs; named groups therefore never exist and $name expands to "".
- *
- * Expansion of replacement and target_label follows Go's regexp.Expand: $1 or ${1} is a capture
- * group, $name / ${name} a named one (name = [A-Za-z0-9_]+, so "$1x" is the group "1x", which
- * does not exist, and expands to ""); an unknown or unmatched group is ""; "$$" is "$"; a "$" not
- * followed by a name stays literal.
+ * Regexes are lib/regex's: RE2 syntax and leftmost-first captures, as Go's regexp, matched against
+ * the whole value (Prometheus's ^(?s:re)$, so `.` matches newlines) and compiled once at load time.
+ * RE2 matches in linear time, so no rule can make relabeling slow. Expansion of replacement and
+ * target_label is Go's regexp.Expand: $1 or ${1} is a capture group, $name / ${name} a named one
+ * (name = letters, digits and '_', so "$1x" is the group "1x", which does not exist, and expands
+ * to ""); an unknown or unmatched group is ""; "$$" is "$"; a "$" not followed by a name stays
+ * literal.
  *
  * Configuration (YAML, decoded with lib/config), one mapping per rule:
  *   source_labels: [a, b]   separator: ";"   target_label: t   regex: "(.*)"   modulus: 8
  *   replacement: "$1"       action: replace (case-insensitive)
  * Validation rejects at load time what Prometheus rejects: an unknown action or key, an invalid
  * regex or source label name, replace / hashmod / lowercase / uppercase / keepequal / dropequal
- * without target_label (or with an invalid one where it cannot contain $ groups), hashmod without
+ * without target_label (or with an invalid one: for replace, one with $ groups must still be able
+ * to form a label name, as Prometheus's relabelTarget pattern requires), hashmod without
  * a positive modulus, labelmap with a replacement that cannot form a label name, keepequal /
  * dropequal with anything but source_labels and target_label, labeldrop / labelkeep with anything
  * but regex. Errors are INVALID_ARGUMENT with file, line and column, naming the rule index:

@@ -4,7 +4,8 @@
  * Each rule is decoded with lib/config into its YAML shape, then checked the way Prometheus's
  * relabel.Config.Validate does (the checks compare with the defaults, so writing a default
  * explicitly, e.g. `separator: ";"` on a labeldrop rule, is allowed there as it is here), then
- * compiled into a relabel_rule.
+ * compiled into a relabel_rule: the regex with lib/regex (Prometheus's ^(?s:regex)$ on RE2), and
+ * target_label and replacement as templates against its groups.
  */
 #include "relabel/relabel.h"
 #include "relabel/relabel_internal.h"
@@ -118,7 +119,9 @@ static int check_target(const rule_yaml *y, relabel_action a, const config_node 
     const char *t = y->target_label;
     if (needs_target(a) && (t == NULL || t[0] == '\0'))
         return config_node_error(err, node, "%s needs a target_label", name);
-    if (a == RELABEL_REPLACE && strchr(t, '$') == NULL && !is_label_name(t))
+    /* as a name, or with $ groups as a template that can only form one */
+    if (a == RELABEL_REPLACE &&
+        (strchr(t, '$') == NULL ? !is_label_name(t) : !is_label_template(t)))
         return config_node_error(err, node, "\"%.64s\" is not a valid target_label for replace", t);
     if (needs_plain_target(a) && !is_label_name(t))
         return config_node_error(err, node, "\"%.64s\" is not a valid target_label for %s", t,
@@ -160,54 +163,6 @@ static char *dup_or_empty(const char *s) {
     return strdup(s != NULL ? s : "");
 }
 
-static bool is_regex_meta(char c) {
-    return strchr(".[]()*+?{}^$\\|", c) != NULL;
-}
-
-/* Splits a pattern made only of literals and '|' into its alternatives. */
-static int split_literals(relabel_rule *r, const char *re) {
-    for (const char *p = re; *p != '\0'; p++)
-        if (*p != '|' && is_regex_meta(*p))
-            return 0;
-    size_t n = 1;
-    for (const char *p = re; *p != '\0'; p++)
-        n += *p == '|';
-    if ((r->literals = calloc(n, sizeof *r->literals)) == NULL)
-        return -1;
-    for (const char *start = re;; r->n_literals++) {
-        size_t len = strcspn(start, "|");
-        if ((r->literals[r->n_literals] = strndup(start, len)) == NULL)
-            return -1;
-        if (start[len] == '\0') {
-            r->n_literals++;
-            return 0;
-        }
-        start += len + 1;
-    }
-}
-
-/* The literal run a match must start with; a character a quantifier applies to is not part of
- * it. No prefix for patterns with '|' anywhere (an alternative could start differently). */
-static int literal_prefix(relabel_rule *r, const char *re) {
-    if (strchr(re, '|') != NULL)
-        return 0;
-    size_t len = 0;
-    while (re[len] != '\0' && !is_regex_meta(re[len]))
-        len++;
-    if (len > 0 && (re[len] == '*' || re[len] == '?' || re[len] == '{' || re[len] == '+')) {
-        /* "ab*": only "a" is certain (the whole character, should a UTF-8 locale be in use) */
-        len--;
-        while (len > 0 && ((unsigned char)re[len] & 0xc0) == 0x80)
-            len--;
-    }
-    if (len == 0)
-        return 0;
-    if ((r->prefix = strndup(re, len)) == NULL)
-        return -1;
-    r->prefix_len = len;
-    return 0;
-}
-
 static int compile_rule(const rule_yaml *y, relabel_action a, const config_node *node,
                         relabel_rule *r, strata_error *err) {
     r->action = a;
@@ -233,17 +188,28 @@ static int compile_rule(const rule_yaml *y, relabel_action a, const config_node 
         return strata_error_oom(err);
     strata_error inner;
     strata_error_clear(&inner);
-    if (label_matcher_init(&r->regex, "regex", LABEL_MATCH_REGEX, y->regex, &inner) != 0) {
-        const config_node *at = config_node_get(node, "regex");
+    const config_node *at = config_node_get(node, "regex");
+    if (strata_regex_compile(y->regex, NULL, &r->regex, &inner) != 0) {
+        if (inner.code == STRATA_RESOURCE_EXHAUSTED)
+            return strata_error_set(err, inner.code, "%s", inner.message);
         return config_node_error(err, at != NULL ? at : node, "%s", inner.message);
     }
-    if (r->regex.regex.re_nsub + 1 > RELABEL_MAX_GROUPS)
-        return config_node_error(err, config_node_get(node, "regex"),
-                                 "the regex has %zu groups, more than the limit of %d",
-                                 r->regex.regex.re_nsub, RELABEL_MAX_GROUPS - 1);
-    if (split_literals(r, y->regex) != 0 ||
-        (r->n_literals == 0 && literal_prefix(r, y->regex) != 0))
-        return strata_error_oom(err);
+    if (a == RELABEL_REPLACE &&
+        (strata_regex_template_compile(r->regex, r->target_label, &r->target, err) != 0 ||
+         strata_regex_template_compile(r->regex, r->replacement, &r->result, err) != 0))
+        return -1;
+    if (a == RELABEL_LABELMAP &&
+        strata_regex_template_compile(r->regex, r->replacement, &r->result, err) != 0)
+        return -1;
+    if (r->target != NULL)
+        r->n_spans = strata_regex_template_spans(r->target);
+    if (r->result != NULL && strata_regex_template_spans(r->result) > r->n_spans)
+        r->n_spans = strata_regex_template_spans(r->result);
+    if (r->n_spans > RELABEL_MAX_SPANS)
+        return config_node_error(err, node,
+                                 "target_label or replacement refers to group %zu, more than the "
+                                 "limit of %d",
+                                 r->n_spans - 1, RELABEL_MAX_SPANS - 1);
     return 0;
 }
 
@@ -254,11 +220,9 @@ void relabel_rule_free(relabel_rule *r) {
     free(r->separator);
     free(r->target_label);
     free(r->replacement);
-    for (size_t i = 0; i < r->n_literals; i++)
-        free(r->literals[i]);
-    free(r->literals);
-    free(r->prefix);
-    label_matcher_free(&r->regex);
+    strata_regex_template_free(r->target);
+    strata_regex_template_free(r->result);
+    strata_regex_free(r->regex);
     memset(r, 0, sizeof *r);
 }
 

@@ -2,8 +2,8 @@
  * relabel_fuzz.c - libFuzzer target over (rule YAML, label set): the input is YAML with
  * `relabel_configs:`, then a line "---labels", then a label set in text form. Rules that load are
  * applied; the result must be a valid label set (sorted, valid unique names) or a drop. Every
- * rule's regex is also checked against plain regexec on each label name and value, so the
- * literal shortcuts can never disagree with the regex.
+ * rule's regex is also matched against each label name and value twice, without groups (RE2's
+ * DFA) and with all of them (OnePass, BitState or NFA), and the two must agree.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -16,19 +16,27 @@
 
 #define SPLIT "\n---labels\n"
 
-static bool regexec_full(const regex_t *re, const char *value) {
-    regmatch_t m;
-    return regexec(re, value, 1, &m, 0) == 0 && m.rm_so == 0 && (size_t)m.rm_eo == strlen(value);
+#define MAX_SPANS 64
+
+/* Aborts unless both ways of matching agree (out of memory in either is not checked). */
+static void check_match(const strata_regex *re, const char *text) {
+    strata_regex_span spans[MAX_SPANS];
+    size_t n = strata_regex_group_count(re) + 1, len = strlen(text);
+    strata_error err;
+    int plain = strata_regex_match(re, text, len, &err);
+    int groups =
+        strata_regex_match_groups(re, text, len, spans, n < MAX_SPANS ? n : MAX_SPANS, &err);
+    if (plain < 0 || groups < 0)
+        return;
+    if (plain != groups || (groups == 1 && (spans[0].start != 0 || spans[0].end != (ptrdiff_t)len)))
+        abort();
 }
 
 static void cross_check(const relabel_rules *rules, const label_set *set) {
     for (size_t i = 0; rules != NULL && i < rules->count; i++) {
-        const relabel_rule *r = &rules->rules[i];
         for (size_t j = 0; j < set->count; j++) {
-            const char *texts[2] = {set->labels[j].name, set->labels[j].value};
-            for (int k = 0; k < 2; k++)
-                if (relabel_rule_matches(r, texts[k]) != regexec_full(&r->regex.regex, texts[k]))
-                    abort();
+            check_match(rules->rules[i].regex, set->labels[j].name);
+            check_match(rules->rules[i].regex, set->labels[j].value);
         }
     }
 }

@@ -10,10 +10,12 @@
 #include <stdint.h>
 
 #include "labels/labels.h"
+#include "regex/regex.h"
 #include "relabel/relabel.h"
 
-/* Capture groups per regex, whole match included (a bound for the stack array in apply). */
-#define RELABEL_MAX_GROUPS 64
+/* Capture groups a rule's templates may refer to, whole match included (the span array in apply
+ * lives on the stack). A regex may have more groups; only those its templates read are tracked. */
+#define RELABEL_MAX_SPANS 64
 
 typedef struct relabel_rule {
     relabel_action action;
@@ -23,15 +25,10 @@ typedef struct relabel_rule {
     char *target_label;
     char *replacement;
     uint64_t modulus;
-    label_matcher regex; /* compiled with capture groups, matched fully anchored */
-    /* Shortcuts around glibc's regexec, which dominates relabeling cost (labelmap and labeldrop
-     * test every label name): a pattern of plain literals and '|' (e.g. "true", "a|b") is
-     * matched by string comparison (n_literals > 0); otherwise a value must start with the
-     * pattern's literal prefix (when it has no '|') before regexec runs. */
-    char **literals;
-    size_t n_literals;
-    char *prefix; /* NULL: no usable prefix */
-    size_t prefix_len;
+    strata_regex *regex;           /* matched against the whole value (lib/regex) */
+    strata_regex_template *target; /* replace: target_label as a template */
+    strata_regex_template *result; /* replace, labelmap: replacement as a template */
+    size_t n_spans;                /* spans the templates read (0: a plain match) */
 } relabel_rule;
 
 struct relabel_rules {
@@ -40,8 +37,5 @@ struct relabel_rules {
 };
 
 void relabel_rule_free(relabel_rule *r);
-
-/* Whether r's regex matches all of value (shortcuts included; for the fuzzer's cross-check). */
-bool relabel_rule_matches(const relabel_rule *r, const char *value);
 
 #endif

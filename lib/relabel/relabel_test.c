@@ -139,6 +139,60 @@ static const relabel_case replace_cases[] = {
      "- {source_labels: [a], target_label: b}\n- {source_labels: [b], target_label: c, "
      "replacement: \"${1}2\"}\n",
      "{a=\"x\"}", "{a=\"x\", b=\"x\", c=\"x2\"}"},
+    /* From Prometheus's relabel tests (model/relabel/relabel_test.go). */
+    {"a rule that does not match, then groups from several sources",
+     "- {source_labels: [a, b], regex: \"f(.*);(.*)r\", target_label: a, replacement: "
+     "\"b${1}${2}m\"}\n"
+     "- {source_labels: [c, a], regex: \"(b).*b(.*)ba(.*)\", target_label: d, replacement: "
+     "\"$1$2$2$3\"}\n",
+     "{a=\"foo\", b=\"bar\", c=\"baz\"}", "{a=\"boobam\", b=\"bar\", c=\"baz\", d=\"boooom\"}"},
+    {"target_label from a group, value from another",
+     "- {source_labels: [a], regex: \"some-([^-]+)-([^,]+)\", target_label: \"${1}\", "
+     "replacement: \"${2}\"}\n",
+     "{a=\"some-name-value\"}", "{a=\"some-name-value\", name=\"value\"}"},
+    {"an empty result deletes target_label as written, not as expanded",
+     "- {source_labels: [a], regex: \"some-([^-]+)-([^,]+)\", target_label: \"${1}\", "
+     "replacement: \"${3}\"}\n",
+     "{a=\"some-name-value\", name=\"kept\"}", "{a=\"some-name-value\", name=\"kept\"}"},
+    {"a target expanding to nothing is skipped",
+     "- {source_labels: [a], regex: \"some-([^-]+)-([^,]+)\", target_label: \"${3}\", "
+     "replacement: \"${1}\"}\n",
+     "{a=\"some-name-value\"}", "{a=\"some-name-value\"}"},
+    /* What users copy from Prometheus's example configs: RE2 syntax that POSIX regcomp read
+     * differently (\d as "d") or refused ((?:...), (?i), non-greedy, named groups). */
+    {"host:port with \\d, the issue's example",
+     "- {source_labels: [__address__], regex: \"(.+):(\\\\d+)\", target_label: host, "
+     "replacement: \"$1\"}\n",
+     "{__address__=\"10.0.0.1:8080\"}", "{__address__=\"10.0.0.1:8080\", host=\"10.0.0.1\"}"},
+    {"\\d does not match letters",
+     "- {source_labels: [__address__], regex: \"(.+):(\\\\d+)\", target_label: host, "
+     "replacement: \"$1\"}\n",
+     "{__address__=\"10.0.0.1:ddd\"}", "{__address__=\"10.0.0.1:ddd\"}"},
+    {"the Kubernetes example: the port from an annotation",
+     "- source_labels: [__address__, __meta_kubernetes_pod_annotation_prometheus_io_port]\n"
+     "  action: replace\n  regex: ([^:]+)(?::\\d+)?;(\\d+)\n  replacement: $1:$2\n"
+     "  target_label: __address__\n",
+     "{__address__=\"10.0.0.1:8080\", "
+     "__meta_kubernetes_pod_annotation_prometheus_io_port=\"9090\"}",
+     "{__address__=\"10.0.0.1:9090\", "
+     "__meta_kubernetes_pod_annotation_prometheus_io_port=\"9090\"}"},
+    {"non-greedy: a deployment from a pod name",
+     "- {source_labels: [pod], regex: \"(.*?)(-[a-z0-9]+)?-[a-z0-9]{5}\", target_label: app}\n",
+     "{pod=\"api-gw-7d9f8b6c5-x2x4z\"}", "{app=\"api-gw\", pod=\"api-gw-7d9f8b6c5-x2x4z\"}"},
+    {"named groups, by name and by number",
+     "- {source_labels: [a], regex: \"(?P<host>[^:]+):(?P<port>\\\\d+)\", target_label: b, "
+     "replacement: \"${port}@$host/$1\"}\n",
+     "{a=\"db:5432\"}", "{a=\"db:5432\", b=\"5432@db/db\"}"},
+    {"case-insensitive",
+     "- {source_labels: [a], regex: \"(?i)(true|yes)\", target_label: b, replacement: on}\n",
+     "{a=\"TRUE\"}", "{a=\"TRUE\", b=\"on\"}"},
+    {"captures are leftmost-first, as in Go",
+     "- {source_labels: [a], regex: \"(a|ab)(c|bcd)(d*)\", target_label: b, replacement: "
+     "\"$1-$2-$3\"}\n",
+     "{a=\"abcd\"}", "{a=\"abcd\", b=\"a-bcd-\"}"},
+    {"dot matches a newline",
+     "- {source_labels: [a], regex: \"x(.*)\", target_label: b, replacement: \"$1\"}\n",
+     "{a=\"x1\\n2\"}", "{a=\"x1\\n2\", b=\"1\\n2\"}"},
 };
 
 static void test_replace(void **state) {
@@ -249,6 +303,27 @@ static const relabel_case label_cases[] = {
      "{a=\"1\", tmp_a=\"2\", tmp_b=\"3\", xtmp_c=\"4\"}", "{a=\"1\", xtmp_c=\"4\"}"},
     {"labelkeep", "- {action: labelkeep, regex: \"job|instance\"}\n",
      "{a=\"1\", instance=\"i\", job=\"j\", jobs=\"x\"}", "{instance=\"i\", job=\"j\"}"},
+    /* From Prometheus's relabel tests. */
+    {"labelmap with a prefixed replacement",
+     "- {action: labelmap, regex: \"(b.*)\", replacement: \"bar_${1}\"}\n",
+     "{a=\"foo\", b1=\"bar\", b2=\"baz\"}",
+     "{a=\"foo\", b1=\"bar\", b2=\"baz\", bar_b1=\"bar\", bar_b2=\"baz\"}"},
+    {"labelmap of meta labels",
+     "- {action: labelmap, regex: \"__meta_(my.*)\", replacement: \"${1}\"}\n",
+     "{__meta_my_bar=\"aaa\", __meta_my_baz=\"bbb\", __meta_other=\"ccc\"}",
+     "{__meta_my_bar=\"aaa\", __meta_my_baz=\"bbb\", __meta_other=\"ccc\", my_bar=\"aaa\", "
+     "my_baz=\"bbb\"}"},
+    {"labelkeep of a group", "- {action: labelkeep, regex: \"(b.*)\"}\n",
+     "{a=\"foo\", b=\"bar\", c=\"baz\"}", "{b=\"bar\"}"},
+    {"labeldrop of a group", "- {action: labeldrop, regex: \"(b.*)\"}\n",
+     "{a=\"foo\", b=\"bar\", c=\"baz\"}", "{a=\"foo\", c=\"baz\"}"},
+    {"labeldrop with RE2 syntax", "- {action: labeldrop, regex: \"(?i)TMP_\\\\w+\"}\n",
+     "{a=\"1\", tmp_x=\"2\", Tmp_y_2=\"3\"}", "{a=\"1\"}"},
+    {"labelmap with a named group",
+     "- {action: labelmap, regex: \"__meta_kubernetes_pod_label_(?P<name>.+)\", replacement: "
+     "\"k8s_${name}\"}\n",
+     "{__meta_kubernetes_pod_label_app=\"api\"}",
+     "{__meta_kubernetes_pod_label_app=\"api\", k8s_app=\"api\"}"},
     {"lowercase", "- {action: lowercase, source_labels: [a], target_label: low}\n",
      "{a=\"MiXeD-1\"}", "{a=\"MiXeD-1\", low=\"mixed-1\"}"},
     {"uppercase of joined sources",
@@ -302,7 +377,26 @@ static const error_case error_cases[] = {
     {"- {action: labelkeep, regex: x, replacement: y}\n", "labelkeep takes only a regex"},
     {"- {action: keep, source_labels: [a], regex: \"(\"}\n",
      "relabel.yaml:2:45: relabel_configs[0].regex: invalid regular expression"},
-    {"- {action: keep, source_labels: [a], regex: \"(a)\\\\1\"}\n", "back-reference"},
+    {"- {action: keep, source_labels: [a], regex: \"(a)\\\\1\"}\n",
+     "relabel_configs[0].regex: invalid regular expression \"(a)\\\\1\": invalid escape sequence: "
+     "\\\\1"},
+    {"- {action: keep, source_labels: [a], regex: \"a{2,1}\"}\n",
+     "invalid regular expression \"a{2,1}\": invalid repetition size: {2,1}"},
+    {"- {action: keep, source_labels: [a], regex: \"\\\\8\"}\n",
+     "invalid regular expression \"\\\\8\": invalid escape sequence: \\\\8"},
+    /* Go would splice this into ^(?s:a)|(b)$ and accept it, unanchored; parsed alone it is not a
+     * regular expression */
+    {"- {action: keep, source_labels: [a], regex: \"a)|(b\"}\n", "unexpected ): a)|(b"},
+    {"- {action: replace, source_labels: [a], target_label: \"a-$1\"}\n",
+     "\"a-$1\" is not a valid target_label for replace"},
+    {"- {action: replace, source_labels: [a], target_label: \"1$1\"}\n",
+     "\"1$1\" is not a valid target_label for replace"},
+    {"- {action: replace, source_labels: [a], regex: "
+     "\"(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)"
+     "(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)"
+     "(a)"
+     "(a)(a)\", target_label: b, replacement: \"$64\"}\n",
+     "replacement refers to group 64, more than the limit of 63"},
     {"- {action: bogus}\n", "unknown relabel action \"bogus\""},
     {"- {sourcelabels: [a], target_label: b}\n", "unknown key"},
     {"- {source_labels: [\"a-b\"], target_label: c}\n", "\"a-b\" is not a valid label name"},
