@@ -11,8 +11,8 @@
  *     process_cpu:samples:count:cpu:nanoseconds:delta{job="api", pod=~"api-.*", env!="dev"}
  * Either part may be omitted (`{job="api"}` selects every type). Matcher semantics are
  * Prometheus's:
- * `=` and `!=` compare strings; `=~` and `!~` are fully anchored regular expressions (POSIX
- * extended syntax here, compiled once at parse time); a missing label has the value "", so
+ * `=` and `!=` compare strings; `=~` and `!~` are fully anchored regular expressions (RE2
+ * syntax, as in Prometheus; compiled once at parse time); a missing label has the value "", so
  * `l=""` selects series without l and `l!=""` series with it. Values are double-quoted, single-
  * quoted or back-quoted strings with Go/PromQL escapes (\" \' \\ \a \b \f \n \r \t \v \xNN
  * \NNN octal, \uNNNN, \UNNNNNNNN); back-quoted strings are raw. A NUL character is rejected.
@@ -25,10 +25,10 @@
  * `__name__` matchers are allowed. Errors are INVALID_ARGUMENT and start with the 1-based column
  * (byte offset + 1): `column 14: expected "=", "!=", "=~" or "!~" after label name "job"`.
  *
- * Regex anchoring: the pattern is compiled as written and a value matches only if the leftmost-
- * longest match spans all of it, which is exactly Prometheus's ^(?:re)$ without splicing the
- * user's text into a bigger pattern. `.` matches newlines (as Prometheus's (?s)). Back-references
- * (not in RE2) and patterns whose {m,n} repetitions expand too far are rejected.
+ * Regexes are lib/regex's: RE2 matching the whole value, which is Prometheus's ^(?s:re)$ (`.`
+ * matches newlines) without splicing the user's text into a bigger pattern. RE2 matches in linear
+ * time, so no pattern makes a selector slow; a pattern RE2 refuses (`(`, `\8`, `a{2,1}`) is
+ * INVALID_ARGUMENT with RE2's reason.
  *
  * Limits keep hostile input cheap: selectors over STRATA_SELECTOR_MAX_BYTES, more than
  * STRATA_SELECTOR_MAX_MATCHERS matchers, or regexes over STRATA_REGEX_MAX_BYTES are rejected with
@@ -37,17 +37,16 @@
 #ifndef STRATA_LABELS_H
 #define STRATA_LABELS_H
 
-#include <regex.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/buffer.h"
 #include "common/error.h"
+#include "regex/regex.h" /* STRATA_REGEX_MAX_BYTES */
 
 #define STRATA_SELECTOR_MAX_BYTES 16384
 #define STRATA_SELECTOR_MAX_MATCHERS 64
-#define STRATA_REGEX_MAX_BYTES 1024
 
 /* The reserved label holding the profile name. */
 #define STRATA_LABEL_NAME "__name__"
@@ -130,16 +129,16 @@ typedef struct label_matcher {
     char *name;
     char *value;
     label_match_type type;
-    bool regex_compiled;
-    regex_t regex; /* for REGEX and NOT_REGEX */
+    strata_regex *regex; /* for REGEX and NOT_REGEX; NULL otherwise */
 } label_matcher;
 
 /* Builds a matcher (compiling the regex for =~ and !~). *m is overwritten; on failure it is left
  * zeroed (label_matcher_free is then a no-op). INVALID_ARGUMENT for a bad name or regex, with
- * regerror()'s text for the latter. */
+ * RE2's reason for the latter. */
 int label_matcher_init(label_matcher *m, const char *name, label_match_type type, const char *value,
                        strata_error *err);
-/* value is the label's value, or NULL when the label is absent (treated as ""). */
+/* value is the label's value, or NULL when the label is absent (treated as ""). Should RE2 run
+ * out of memory matching, neither =~ nor !~ matches. */
 bool label_matcher_matches(const label_matcher *m, const char *value);
 void label_matcher_free(label_matcher *m);
 /* "=", "!=", "=~", "!~" */

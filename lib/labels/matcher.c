@@ -1,13 +1,11 @@
 /*
  * matcher.c - profile types and label matchers (see labels.h).
  *
- * Regex matchers are anchored without rewriting the user's pattern: the pattern is compiled as
- * written and a value matches only if regexec's leftmost-longest match spans the whole value.
- * POSIX requires the leftmost, then longest, match, so a full-length match is found whenever one
- * exists; this is exactly ^(?:re)$ and, unlike wrapping the text in ^(...)$, cannot be subverted by
- * a pattern such as `a)|(b` (glibc treats an unmatched ")" as a literal). Before compiling, a
- * cheap scan rejects back-references (RE2, and so Prometheus, has none, and they make matching
- * exponential) and patterns whose bounded repetitions would expand into a huge automaton.
+ * Regex matchers are lib/regex's: RE2 with Prometheus's semantics, the pattern compiled as written
+ * and matched against the whole value (^(?s:re)$ without splicing the text, so a pattern such as
+ * `a)|(b` is refused as unbalanced rather than unanchored). RE2 runs in time linear in the value
+ * whatever the pattern, so nothing is checked before compiling beyond the pattern's length and
+ * RE2's memory limit (both in lib/regex).
  */
 #include "labels/labels.h"
 #include "labels/labels_internal.h"
@@ -166,251 +164,10 @@ void profile_type_free(profile_type *type) {
     memset(type, 0, sizeof *type);
 }
 
-/* ---- regex pre-checks --------------------------------------------------------------------- */
-
-/* glibc builds its automaton by copying repeated subexpressions ((a{1000}){100} is 100000 copies
- * of `a`, and x+ is xx*, so x++++... doubles each time), and its matcher is not linear in that
- * size; this caps the expanded size (any pattern within STRATA_REGEX_MAX_BYTES without repetitions
- * fits, as does a{1,1000}, RE2's largest count). Stacked repetition operators (a**, a+{2}) are
- * rejected, as RE2 and so Prometheus do. */
-#define REGEX_MAX_EXPANDED 2048
-#define REGEX_MAX_GROUP_DEPTH 64
-
-/* Index just past the bracket expression that starts at re[i] == '['. */
-static size_t skip_bracket(const char *re, size_t len, size_t i) {
-    i++;
-    if (i < len && re[i] == '^')
-        i++;
-    if (i < len && re[i] == ']')
-        i++;
-    while (i < len && re[i] != ']') {
-        if (re[i] == '[' && i + 1 < len &&
-            (re[i + 1] == ':' || re[i + 1] == '.' || re[i + 1] == '=')) {
-            const char *close = re + i + 2;
-            while (close < re + len - 1 && !(close[0] == re[i + 1] && close[1] == ']'))
-                close++;
-            if (close >= re + len - 1)
-                return len;
-            i = (size_t)(close - re) + 2;
-        } else {
-            i++;
-        }
-    }
-    return i < len ? i + 1 : len;
-}
-
-/* a * b, saturating at 2^40, far above every limit it is compared with. */
-static uint64_t saturating_mul(uint64_t a, uint64_t b) {
-    const uint64_t cap = UINT64_C(1) << 40;
-    if (a == 0 || b == 0)
-        return 0;
-    return a > cap / b ? cap : (a * b > cap ? cap : a * b);
-}
-
-/* Parses an interval `{m}`, `{m,}`, `{,n}` or `{m,n}` at re[i] == '{'. Returns the index past it
- * and the largest repeat count in *count, or i (not an interval) if it does not parse. */
-static size_t parse_interval(const char *re, size_t len, size_t i, uint64_t *count) {
-    size_t j = i + 1;
-    uint64_t lo = 0, hi = 0;
-    bool have_lo = false, have_hi = false, comma = false;
-    for (; j < len && re[j] >= '0' && re[j] <= '9'; j++, have_lo = true)
-        lo = lo > 100000 ? lo : lo * 10 + (uint64_t)(re[j] - '0');
-    if (j < len && re[j] == ',') {
-        comma = true;
-        for (j++; j < len && re[j] >= '0' && re[j] <= '9'; j++, have_hi = true)
-            hi = hi > 100000 ? hi : hi * 10 + (uint64_t)(re[j] - '0');
-    }
-    if (j >= len || re[j] != '}' || (!have_lo && !have_hi))
-        return i;
-    *count = have_hi ? (hi > lo ? hi : lo) : (comma ? lo + 1 : lo);
-    return j + 1;
-}
-
-static int regex_too_large(const char *re, strata_error *err) {
-    char quoted[160];
-    return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                            "regular expression %s is too large once its repetitions are "
-                            "expanded (limit %d); use * or + instead of large {m,n} counts",
-                            labels_quote_for_message(re, quoted, sizeof quoted),
-                            REGEX_MAX_EXPANDED);
-}
-
-static bool is_quantifier_at(const char *re, size_t len, size_t i) {
-    uint64_t count;
-    return re[i] == '*' || re[i] == '+' || re[i] == '?' ||
-           (re[i] == '{' && parse_interval(re, len, i, &count) != i);
-}
-
-static int regex_stacked_repetition(const char *re, strata_error *err) {
-    char quoted[160];
-    return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                            "regular expression %s repeats a repetition (as in \"a**\" or "
-                            "\"a+{2}\"); group it first, as in \"(a*)*\"",
-                            labels_quote_for_message(re, quoted, sizeof quoted));
-}
-
-/* glibc's regcomp computes epsilon closures by walking every path of empty moves, and a group with
- * several alternatives that can match nothing ((a?|b?|c?), (x|||y)) multiplies those paths by their
- * number each time it is repeated ahead of a loop: (a?|b?|c?){12,} takes 3 s to compile and
- * (a?|...|j?){8,} minutes (found by selector_fuzz). So the precheck also tracks that product,
- * counting every such group (and every copy a repetition makes), and caps it; it overestimates
- * (groups in a plain sequence cost nothing without a loop behind them), which only refuses
- * patterns no label matcher needs. */
-#define REGEX_MAX_AMBIGUITY 4096
-
-static uint64_t saturating_pow(uint64_t base, uint64_t exp) {
-    uint64_t r = 1;
-    while (exp-- > 0 && r <= REGEX_MAX_AMBIGUITY)
-        r = saturating_mul(r, base);
-    return r;
-}
-
-/* The state of one open group (depth 0 is the whole pattern). */
-typedef struct regex_group {
-    uint64_t size;          /* expanded size so far */
-    uint64_t ambiguity;     /* product of the empty-path counts of what it holds */
-    uint32_t nullable_alts; /* finished alternatives that can match nothing */
-    bool alt_nullable;      /* the current alternative can match nothing so far */
-} regex_group;
-
-/* The atom a repetition would apply to (after "(", "|" or the start: none, size 0, ambiguity 1, so
- * a stray repetition there changes nothing). */
-typedef struct regex_atom {
-    uint64_t size, ambiguity;
-    bool pending;  /* not yet folded into its alternative's nullability */
-    bool nullable; /* it can match nothing (after its quantifier, if any) */
-} regex_atom;
-
-static void regex_commit_atom(regex_group *g, regex_atom *a) {
-    if (a->pending && !a->nullable)
-        g->alt_nullable = false;
-    a->pending = false;
-}
-
-static void regex_end_alternative(regex_group *g) {
-    if (g->alt_nullable)
-        g->nullable_alts++;
-    g->alt_nullable = true;
-}
-
-static int regex_too_ambiguous(const char *re, strata_error *err) {
-    char quoted[160];
-    return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                            "regular expression %s repeats groups with several alternatives "
-                            "that can match nothing (as in \"(a?|b?){12,}\") too often to compile "
-                            "quickly (limit %d); make the alternatives non-empty",
-                            labels_quote_for_message(re, quoted, sizeof quoted),
-                            REGEX_MAX_AMBIGUITY);
-}
-
-/* Rejects back-references, stacked repetitions, groups nested too deeply and patterns that expand
- * too far or would make regcomp walk too many empty paths. */
-static int regex_precheck(const char *re, size_t len, strata_error *err) {
-    char quoted[160];
-    regex_group group[REGEX_MAX_GROUP_DEPTH + 1];
-    regex_atom last = {.ambiguity = 1}; /* ambiguity is a product: never 0 */
-    size_t depth = 0;
-    group[0] = (regex_group){.ambiguity = 1, .alt_nullable = true};
-    bool after_quantifier = false;
-    for (size_t i = 0; i < len;) {
-        char c = re[i];
-        uint64_t count = 0;
-        size_t next;
-        bool quantifier = is_quantifier_at(re, len, i);
-        if (quantifier && after_quantifier)
-            return regex_stacked_repetition(re, err);
-        after_quantifier = quantifier;
-        regex_group *g = &group[depth];
-        if (!quantifier)
-            regex_commit_atom(g, &last);
-        if (c == '\\' && i + 1 < len && re[i + 1] >= '1' && re[i + 1] <= '9') {
-            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                    "regular expression %s uses a back-reference (\\%c), which "
-                                    "is not supported",
-                                    labels_quote_for_message(re, quoted, sizeof quoted), re[i + 1]);
-        } else if (c == '(') {
-            if (depth == REGEX_MAX_GROUP_DEPTH)
-                return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                        "regular expression %s nests groups deeper than %d",
-                                        labels_quote_for_message(re, quoted, sizeof quoted),
-                                        REGEX_MAX_GROUP_DEPTH);
-            group[++depth] = (regex_group){.ambiguity = 1, .alt_nullable = true};
-            last = (regex_atom){.ambiguity = 1};
-            i++;
-            continue;
-        } else if (c == ')' && depth > 0) {
-            regex_end_alternative(g);
-            uint64_t ambiguity = g->ambiguity;
-            if (g->nullable_alts >= 2)
-                ambiguity = saturating_mul(ambiguity, g->nullable_alts);
-            last = (regex_atom){.size = g->size > 0 ? g->size : 1,
-                                .ambiguity = ambiguity,
-                                .pending = true,
-                                .nullable = g->nullable_alts > 0};
-            g = &group[--depth];
-            g->size += last.size;
-            g->ambiguity = saturating_mul(g->ambiguity, ambiguity);
-            i++;
-        } else if (c == '{' && (next = parse_interval(re, len, i, &count)) != i) {
-            g->size += saturating_mul(last.size, count > 0 ? count - 1 : 0);
-            g->ambiguity = saturating_mul(
-                g->ambiguity, saturating_pow(last.ambiguity, count > 0 ? count - 1 : 0));
-            last.size = saturating_mul(last.size, count);
-            last.ambiguity = saturating_pow(last.ambiguity, count);
-            if (re[i + 1] == '0' || re[i + 1] == ',')
-                last.nullable = true; /* {0,n}, {,n}: may repeat zero times */
-            i = next;
-        } else if (c == '+') { /* glibc expands x+ to xx*, so stacked "+" double the size */
-            g->size += last.size;
-            g->ambiguity = saturating_mul(g->ambiguity, last.ambiguity);
-            last.size = saturating_mul(last.size, 2);
-            last.ambiguity = saturating_mul(last.ambiguity, last.ambiguity);
-            i++;
-        } else if (c == '*' || c == '?') {
-            last.nullable = true;
-            i++;
-            continue;
-        } else if (c == '|' || c == '^' || c == '$') {
-            if (c == '|')
-                regex_end_alternative(g);
-            last = (regex_atom){.ambiguity = 1};
-            i++;
-            continue;
-        } else {
-            i = c == '[' ? skip_bracket(re, len, i) : i + (c == '\\' && i + 1 < len ? 2 : 1);
-            last = (regex_atom){.size = 1, .ambiguity = 1, .pending = true, .nullable = false};
-            g->size += 1;
-        }
-        if (g->size > REGEX_MAX_EXPANDED)
-            return regex_too_large(re, err);
-        if (g->ambiguity > REGEX_MAX_AMBIGUITY)
-            return regex_too_ambiguous(re, err);
-    }
-    return 0;
-}
-
 /* ---- matchers ----------------------------------------------------------------------------- */
 
 static int compile_regex(label_matcher *m, strata_error *err) {
-    char quoted[160];
-    size_t len = strlen(m->value);
-    if (len > STRATA_REGEX_MAX_BYTES)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                "regular expression is %zu bytes, longer than the limit of %d", len,
-                                STRATA_REGEX_MAX_BYTES);
-    if (regex_precheck(m->value, len, err) != 0)
-        return -1;
-    int rc = regcomp(&m->regex, m->value, REG_EXTENDED);
-    if (rc != 0) {
-        char reason[128];
-        regerror(rc, &m->regex, reason, sizeof reason);
-        return strata_error_set(
-            err, rc == REG_ESPACE ? STRATA_RESOURCE_EXHAUSTED : STRATA_INVALID_ARGUMENT,
-            "invalid regular expression %s: %s",
-            labels_quote_for_message(m->value, quoted, sizeof quoted), reason);
-    }
-    m->regex_compiled = true;
-    return 0;
+    return strata_regex_compile(m->value, NULL, &m->regex, err);
 }
 
 int label_matcher_init(label_matcher *m, const char *name, label_match_type type, const char *value,
@@ -439,11 +196,11 @@ int label_matcher_init(label_matcher *m, const char *name, label_match_type type
     return 0;
 }
 
-static bool regex_matches_fully(const regex_t *re, const char *value) {
-    regmatch_t match;
-    if (regexec(re, value, 1, &match, 0) != 0)
-        return false;
-    return match.rm_so == 0 && (size_t)match.rm_eo == strlen(value);
+/* 1 (matches all of value), 0, or -1 when RE2 ran out of memory or m has no regex. */
+static int regex_match(const label_matcher *m, const char *value) {
+    if (m->regex == NULL)
+        return -1;
+    return strata_regex_match(m->regex, value, strlen(value), NULL);
 }
 
 bool label_matcher_matches(const label_matcher *m, const char *value) {
@@ -455,16 +212,15 @@ bool label_matcher_matches(const label_matcher *m, const char *value) {
         case LABEL_MATCH_NOT_EQUAL:
             return strcmp(m->value, value) != 0;
         case LABEL_MATCH_REGEX:
-            return m->regex_compiled && regex_matches_fully(&m->regex, value);
+            return regex_match(m, value) == 1;
         case LABEL_MATCH_NOT_REGEX:
-            return m->regex_compiled && !regex_matches_fully(&m->regex, value);
+            return regex_match(m, value) == 0;
     }
     return false;
 }
 
 void label_matcher_free(label_matcher *m) {
-    if (m->regex_compiled)
-        regfree(&m->regex);
+    strata_regex_free(m->regex);
     free(m->name);
     free(m->value);
     memset(m, 0, sizeof *m);
