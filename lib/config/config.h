@@ -45,8 +45,10 @@
  *   CONFIG_RAW          config_raw          the node itself (NULL when absent or null)
  *   CONFIG_CUSTOM       (elem_size bytes)   `decode` is called with the node; `release` frees
  *
- * Bounds. A numeric field (INT64, UINT64, DOUBLE, DURATION, BYTES) may give min_text and max_text,
- * written like its values ("1", "1024", "10s", "1MiB"); a value outside them is an INVALID_ARGUMENT
+ * Bounds. A numeric field (INT64, UINT64, DOUBLE, DURATION, BYTES) may give bounds, written like
+ * its values: .bounds = CONFIG_BOUNDS("1", "1024"), CONFIG_BOUNDS("10s", NULL) (NULL: no bound on
+ * that side). They share storage with .fields, which numeric kinds do not use, so tables written
+ * with positional initializers keep compiling. A value outside them is an INVALID_ARGUMENT
  * error naming file, line, column and key path and the bound: "strata.yaml:7:18:
  * querier.query_threads: 1000000 is above the maximum 1024". Thread counts, intervals and delays
  * are bounded this way, so a config check refuses what would fail (or exhaust the machine) at
@@ -172,19 +174,27 @@ typedef int (*config_decode_fn)(const config_node *node, void *dst, strata_error
  * which is all zero bytes. */
 typedef void (*config_release_fn)(void *dst);
 
+/* The values a numeric field allows, as text decoded like its values; NULL = no bound. */
+typedef struct config_bounds {
+    const char *min;
+    const char *max;
+} config_bounds;
+#define CONFIG_BOUNDS(min, max) (&(const config_bounds){(min), (max)})
+
 typedef struct config_field config_field;
 struct config_field {
     const char *key; /* NULL ends a table */
     config_kind kind;
-    size_t offset;              /* offsetof(struct, member) */
-    bool required;              /* a missing or null value is an error */
-    const char *default_text;   /* YAML text used when the key is absent or null */
-    const config_field *fields; /* CONFIG_STRUCT, CONFIG_STRUCT_LIST */
-    size_t elem_size;           /* CONFIG_STRUCT_LIST: sizeof(element); CONFIG_CUSTOM: storage */
-    config_decode_fn decode;    /* CONFIG_CUSTOM */
-    config_release_fn release;  /* CONFIG_CUSTOM, optional */
-    const char *min_text;       /* numeric kinds: smallest value allowed (NULL = none) */
-    const char *max_text;       /* numeric kinds: largest value allowed (NULL = none) */
+    size_t offset;            /* offsetof(struct, member) */
+    bool required;            /* a missing or null value is an error */
+    const char *default_text; /* YAML text used when the key is absent or null */
+    union {
+        const config_field *fields;  /* CONFIG_STRUCT, CONFIG_STRUCT_LIST */
+        const config_bounds *bounds; /* numeric kinds: values allowed (NULL = any) */
+    };
+    size_t elem_size;          /* CONFIG_STRUCT_LIST: sizeof(element); CONFIG_CUSTOM: storage */
+    config_decode_fn decode;   /* CONFIG_CUSTOM */
+    config_release_fn release; /* CONFIG_CUSTOM, optional */
 };
 
 /* Decodes mapping node (NULL or null = empty mapping) into out with fields. An invalid descriptor

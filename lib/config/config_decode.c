@@ -86,15 +86,13 @@ static bool parse_bound(const config_field *f, const char *text, int64_t *i, uin
 }
 
 static int check_descriptor_bounds(const config_field *f, strata_error *err) {
-    if (f->min_text == NULL && f->max_text == NULL)
+    if (!is_numeric(f->kind) || f->bounds == NULL)
         return 0;
-    if (!is_numeric(f->kind))
-        return descriptor_error(f, "min_text and max_text apply to numeric kinds only", err);
     int64_t i;
     uint64_t u;
     double d;
-    if ((f->min_text != NULL && !parse_bound(f, f->min_text, &i, &u, &d)) ||
-        (f->max_text != NULL && !parse_bound(f, f->max_text, &i, &u, &d)))
+    if ((f->bounds->min != NULL && !parse_bound(f, f->bounds->min, &i, &u, &d)) ||
+        (f->bounds->max != NULL && !parse_bound(f, f->bounds->max, &i, &u, &d)))
         return descriptor_error(f, "a bound is not a value of the field's kind", err);
     return 0;
 }
@@ -252,11 +250,14 @@ static int compare_bound(const config_field *f, const void *p, const char *bound
 
 static int check_bounds(const config_field *f, const config_node *n, const void *p,
                         strata_error *err) {
+    const config_bounds *b = f->bounds;
+    if (b == NULL)
+        return 0;
     const char *text = scalar_or_null(n);
-    if (f->min_text != NULL && compare_bound(f, p, f->min_text) < 0)
-        return config_node_error(err, n, "%.64s is below the minimum %s", text, f->min_text);
-    if (f->max_text != NULL && compare_bound(f, p, f->max_text) > 0)
-        return config_node_error(err, n, "%.64s is above the maximum %s", text, f->max_text);
+    if (b->min != NULL && compare_bound(f, p, b->min) < 0)
+        return config_node_error(err, n, "%.64s is below the minimum %s", text, b->min);
+    if (b->max != NULL && compare_bound(f, p, b->max) > 0)
+        return config_node_error(err, n, "%.64s is above the maximum %s", text, b->max);
     return 0;
 }
 

@@ -618,7 +618,7 @@ static void test_decode_bad_descriptors(void **state) {
 }
 
 /* Bounds on numeric fields: values outside them name file, line, column, key and the bound;
- * values on the bounds pass; defaults outside them and bounds on other kinds are INTERNAL. */
+ * values on the bounds pass; defaults outside them and malformed bounds are INTERNAL. */
 static void test_decode_bounds(void **state) {
     (void)state;
     typedef struct {
@@ -627,29 +627,27 @@ static void test_decode_bounds(void **state) {
         uint64_t size;
         double ratio;
     } bounded;
-    static const config_field fields[] = {
+    const config_field fields[] = {
         {.key = "threads",
          .kind = CONFIG_INT64,
          .offset = offsetof(bounded, threads),
          .default_text = "4",
-         .min_text = "1",
-         .max_text = "1024"},
+         .bounds = CONFIG_BOUNDS("1", "1024")},
         {.key = "delay",
          .kind = CONFIG_DURATION,
          .offset = offsetof(bounded, delay_ns),
          .default_text = "30m",
-         .min_text = "10s"},
+         .bounds = CONFIG_BOUNDS("10s", NULL)},
         {.key = "size",
          .kind = CONFIG_BYTES,
          .offset = offsetof(bounded, size),
          .default_text = "1MiB",
-         .max_text = "1GiB"},
+         .bounds = CONFIG_BOUNDS(NULL, "1GiB")},
         {.key = "ratio",
          .kind = CONFIG_DOUBLE,
          .offset = offsetof(bounded, ratio),
          .default_text = "0.5",
-         .min_text = "0",
-         .max_text = "1"},
+         .bounds = CONFIG_BOUNDS("0", "1")},
         {0},
     };
     const struct {
@@ -692,24 +690,19 @@ static void test_decode_bounds(void **state) {
     assert_int_equal(b.threads, 4);
     assert_true(b.delay_ns == 1800 * STRATA_NS_PER_SEC);
 
-    static const config_field bad_default[] = {
-        {.key = "threads", .kind = CONFIG_INT64, .default_text = "0", .min_text = "1"},
+    const config_field bad_default[] = {
+        {.key = "threads",
+         .kind = CONFIG_INT64,
+         .default_text = "0",
+         .bounds = CONFIG_BOUNDS("1", NULL)},
         {0},
     };
     assert_int_equal(config_decode_document(doc, bad_default, &b, &err), -1);
     assert_int_equal(err.code, STRATA_INTERNAL);
     assert_string_equal(err.message, "invalid default for key \"threads\": <default>:1:1: 0 is "
                                      "below the minimum 1");
-    static const config_field bad_kind[] = {
-        {.key = "name", .kind = CONFIG_STRING, .min_text = "1"},
-        {0},
-    };
-    assert_int_equal(config_decode_document(doc, bad_kind, &b, &err), -1);
-    assert_int_equal(err.code, STRATA_INTERNAL);
-    assert_string_equal(err.message, "config descriptor for key \"name\": min_text and max_text "
-                                     "apply to numeric kinds only");
-    static const config_field bad_bound[] = {
-        {.key = "delay", .kind = CONFIG_DURATION, .max_text = "soon"},
+    const config_field bad_bound[] = {
+        {.key = "delay", .kind = CONFIG_DURATION, .bounds = CONFIG_BOUNDS(NULL, "soon")},
         {0},
     };
     assert_int_equal(config_decode_document(doc, bad_bound, &b, &err), -1);
