@@ -91,10 +91,11 @@ void relabel_rules_free(relabel_rules *rules);
  * config_free on the enclosing table frees the rules. */
 int relabel_config_decode(const config_node *node, void *dst, strata_error *err);
 void relabel_config_release(void *dst);
-#define RELABEL_CONFIG_FIELD(key, type, member)                                                    \
+#define RELABEL_CONFIG_FIELD(field_key, type, member)                                              \
     {                                                                                              \
-        key, CONFIG_CUSTOM, offsetof(type, member), false, NULL, NULL, sizeof(relabel_rules *),    \
-            relabel_config_decode, relabel_config_release                                          \
+        .key = (field_key), .kind = CONFIG_CUSTOM, .offset = offsetof(type, member),               \
+        .elem_size = sizeof(relabel_rules *), .decode = relabel_config_decode,                     \
+        .release = relabel_config_release                                                          \
     }
 
 /* Applies the rules in order to *labels (any order on entry; sorted on return). *keep is false

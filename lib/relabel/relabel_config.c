@@ -29,19 +29,31 @@ typedef struct rule_yaml {
 } rule_yaml;
 
 static const config_field rule_fields[] = {
-    {"source_labels", CONFIG_STRING_LIST, offsetof(rule_yaml, source_labels), false, NULL, NULL, 0,
-     NULL, NULL},
-    {"separator", CONFIG_STRING, offsetof(rule_yaml, separator), false, "\"" DEFAULT_SEPARATOR "\"",
-     NULL, 0, NULL, NULL},
-    {"target_label", CONFIG_STRING, offsetof(rule_yaml, target_label), false, NULL, NULL, 0, NULL,
-     NULL},
-    {"regex", CONFIG_STRING, offsetof(rule_yaml, regex), false, "\"" DEFAULT_REGEX "\"", NULL, 0,
-     NULL, NULL},
-    {"modulus", CONFIG_UINT64, offsetof(rule_yaml, modulus), false, "0", NULL, 0, NULL, NULL},
-    {"replacement", CONFIG_STRING, offsetof(rule_yaml, replacement), false,
-     "\"" DEFAULT_REPLACEMENT "\"", NULL, 0, NULL, NULL},
-    {"action", CONFIG_STRING, offsetof(rule_yaml, action), false, "replace", NULL, 0, NULL, NULL},
-    {NULL, CONFIG_STRING, 0, false, NULL, NULL, 0, NULL, NULL},
+    {.key = "source_labels",
+     .kind = CONFIG_STRING_LIST,
+     .offset = offsetof(rule_yaml, source_labels)},
+    {.key = "separator",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(rule_yaml, separator),
+     .default_text = "\"" DEFAULT_SEPARATOR "\""},
+    {.key = "target_label", .kind = CONFIG_STRING, .offset = offsetof(rule_yaml, target_label)},
+    {.key = "regex",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(rule_yaml, regex),
+     .default_text = "\"" DEFAULT_REGEX "\""},
+    {.key = "modulus",
+     .kind = CONFIG_UINT64,
+     .offset = offsetof(rule_yaml, modulus),
+     .default_text = "0"},
+    {.key = "replacement",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(rule_yaml, replacement),
+     .default_text = "\"" DEFAULT_REPLACEMENT "\""},
+    {.key = "action",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(rule_yaml, action),
+     .default_text = "replace"},
+    {.key = NULL},
 };
 
 static const char *const action_names[] = {
@@ -304,7 +316,7 @@ typedef struct relabel_file {
 
 static const config_field file_fields[] = {
     RELABEL_CONFIG_FIELD("relabel_configs", relabel_file, rules),
-    {NULL, CONFIG_STRING, 0, false, NULL, NULL, 0, NULL, NULL},
+    {.key = NULL},
 };
 
 int relabel_rules_load_file(const char *path, relabel_rules **out, strata_error *err) {

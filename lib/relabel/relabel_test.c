@@ -455,9 +455,12 @@ typedef struct scrape_config {
 } scrape_config;
 
 static const config_field scrape_fields[] = {
-    {"job_name", CONFIG_STRING, offsetof(scrape_config, job_name), true, NULL, NULL, 0, NULL, NULL},
+    {.key = "job_name",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(scrape_config, job_name),
+     .required = true},
     RELABEL_CONFIG_FIELD("relabel_configs", scrape_config, relabel),
-    {NULL, CONFIG_STRING, 0, false, NULL, NULL, 0, NULL, NULL},
+    {.key = NULL},
 };
 
 typedef struct top_config {
@@ -465,9 +468,12 @@ typedef struct top_config {
 } top_config;
 
 static const config_field top_fields[] = {
-    {"scrape_configs", CONFIG_STRUCT_LIST, offsetof(top_config, scrape_configs), false, NULL,
-     scrape_fields, sizeof(scrape_config), NULL, NULL},
-    {NULL, CONFIG_STRING, 0, false, NULL, NULL, 0, NULL, NULL},
+    {.key = "scrape_configs",
+     .kind = CONFIG_STRUCT_LIST,
+     .offset = offsetof(top_config, scrape_configs),
+     .fields = scrape_fields,
+     .elem_size = sizeof(scrape_config)},
+    {.key = NULL},
 };
 
 /* The scraper embeds relabel_configs in each scrape config; errors carry the full path. */
