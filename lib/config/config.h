@@ -45,14 +45,15 @@
  *   CONFIG_RAW          config_raw          the node itself (NULL when absent or null)
  *   CONFIG_CUSTOM       (elem_size bytes)   `decode` is called with the node; `release` frees
  *
- * Bounds. A numeric field (INT64, UINT64, DOUBLE, DURATION, BYTES) may give bounds, written like
- * its values: .bounds = CONFIG_BOUNDS("1", "1024"), CONFIG_BOUNDS("10s", NULL) (NULL: no bound on
- * that side). They share storage with .fields, which numeric kinds do not use, so tables written
- * with positional initializers keep compiling. A value outside them is an INVALID_ARGUMENT
- * error naming file, line, column and key path and the bound: "strata.yaml:7:18:
- * querier.query_threads: 1000000 is above the maximum 1024". Thread counts, intervals and delays
- * are bounded this way, so a config check refuses what would fail (or exhaust the machine) at
- * start. A default must lie within its bounds (else INTERNAL).
+ * Bounds. A numeric field (INT64, UINT64, DOUBLE, DURATION, BYTES) may name a check in .decode,
+ * which numeric kinds otherwise leave unused: it is called with the parsed value after decoding.
+ * CONFIG_DEFINE_BOUNDS(name, kind, min, max) defines one that allows min..max, written like the
+ * field's values ("1", "1024", "10s", "1MiB"; NULL = no bound on that side). A value outside them
+ * is an INVALID_ARGUMENT error naming file, line, column and key path and the bound:
+ * "strata.yaml:7:18: querier.query_threads: 1000000 is above the maximum 1024". Thread counts,
+ * intervals and delays are bounded this way, so a config check refuses what would fail (or exhaust
+ * the machine) at start. Defaults are checked too (INTERNAL when outside), and so is a bound that
+ * does not parse.
  *
  * Ownership: config_decode zeroes every described field first and, on failure, frees what it had
  * decoded, so the struct is always safe to pass to config_free. Fields not described are never
@@ -174,27 +175,17 @@ typedef int (*config_decode_fn)(const config_node *node, void *dst, strata_error
  * which is all zero bytes. */
 typedef void (*config_release_fn)(void *dst);
 
-/* The values a numeric field allows, as text decoded like its values; NULL = no bound. */
-typedef struct config_bounds {
-    const char *min;
-    const char *max;
-} config_bounds;
-#define CONFIG_BOUNDS(min, max) (&(const config_bounds){(min), (max)})
-
 typedef struct config_field config_field;
 struct config_field {
     const char *key; /* NULL ends a table */
     config_kind kind;
-    size_t offset;            /* offsetof(struct, member) */
-    bool required;            /* a missing or null value is an error */
-    const char *default_text; /* YAML text used when the key is absent or null */
-    union {
-        const config_field *fields;  /* CONFIG_STRUCT, CONFIG_STRUCT_LIST */
-        const config_bounds *bounds; /* numeric kinds: values allowed (NULL = any) */
-    };
-    size_t elem_size;          /* CONFIG_STRUCT_LIST: sizeof(element); CONFIG_CUSTOM: storage */
-    config_decode_fn decode;   /* CONFIG_CUSTOM */
-    config_release_fn release; /* CONFIG_CUSTOM, optional */
+    size_t offset;              /* offsetof(struct, member) */
+    bool required;              /* a missing or null value is an error */
+    const char *default_text;   /* YAML text used when the key is absent or null */
+    const config_field *fields; /* CONFIG_STRUCT, CONFIG_STRUCT_LIST */
+    size_t elem_size;           /* CONFIG_STRUCT_LIST: sizeof(element); CONFIG_CUSTOM: storage */
+    config_decode_fn decode;    /* CONFIG_CUSTOM; numeric kinds: optional check (see Bounds) */
+    config_release_fn release;  /* CONFIG_CUSTOM, optional */
 };
 
 /* Decodes mapping node (NULL or null = empty mapping) into out with fields. An invalid descriptor
@@ -207,6 +198,17 @@ int config_decode_document(const config_document *doc, const config_field *field
                            strata_error *err);
 /* Releases everything config_decode stored in out for fields and zeroes those fields. */
 void config_free(const config_field *fields, void *out);
+
+/* Checks the parsed value (of kind, at value) decoded from node against min and max, texts in the
+ * kind's syntax (NULL = no bound): INVALID_ARGUMENT "file:line:col: path: V is below the minimum
+ * MIN" (or above the maximum), INTERNAL if a bound does not parse. */
+int config_check_bounds(const config_node *node, config_kind kind, const void *value,
+                        const char *min, const char *max, strata_error *err);
+/* Defines `static int name(node, dst, err)`, a numeric field's .decode check for min..max. */
+#define CONFIG_DEFINE_BOUNDS(name, kind, min, max)                                                 \
+    static int name(const config_node *node, void *dst, strata_error *err) {                       \
+        return config_check_bounds(node, kind, dst, min, max, err);                                \
+    }
 
 /* The value parsers behind the scalar kinds, for custom decoders and flags. They return false on
  * malformed or out-of-range text. */

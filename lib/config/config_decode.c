@@ -61,48 +61,10 @@ static int zero_fields(const config_field *fields, void *out, strata_error *err)
     return 0;
 }
 
-static bool is_numeric(config_kind kind) {
-    return kind == CONFIG_INT64 || kind == CONFIG_UINT64 || kind == CONFIG_DOUBLE ||
-           kind == CONFIG_DURATION || kind == CONFIG_BYTES;
-}
-
-/* Parses a bound written like a value of f's kind into one of the outputs. */
-static bool parse_bound(const config_field *f, const char *text, int64_t *i, uint64_t *u,
-                        double *d) {
-    switch (f->kind) {
-        case CONFIG_INT64:
-            return config_parse_int64(text, i);
-        case CONFIG_DURATION:
-            return config_parse_duration(text, i);
-        case CONFIG_UINT64:
-            return config_parse_uint64(text, u);
-        case CONFIG_BYTES:
-            return config_parse_bytes(text, u);
-        case CONFIG_DOUBLE:
-            return config_parse_double(text, d);
-        default:
-            return false;
-    }
-}
-
-static int check_descriptor_bounds(const config_field *f, strata_error *err) {
-    if (!is_numeric(f->kind) || f->bounds == NULL)
-        return 0;
-    int64_t i;
-    uint64_t u;
-    double d;
-    if ((f->bounds->min != NULL && !parse_bound(f, f->bounds->min, &i, &u, &d)) ||
-        (f->bounds->max != NULL && !parse_bound(f, f->bounds->max, &i, &u, &d)))
-        return descriptor_error(f, "a bound is not a value of the field's kind", err);
-    return 0;
-}
-
 static int zero_field(const config_field *f, void *out, strata_error *err) {
     void *p = field_ptr(out, f);
     if (f->key[0] == '\0')
         return descriptor_error(f, "empty key", err);
-    if (check_descriptor_bounds(f, err) != 0)
-        return -1;
     switch (f->kind) {
         case CONFIG_STRING:
             *(char **)p = NULL;
@@ -224,49 +186,13 @@ static int decode_struct_list(const config_field *f, const config_node *n, confi
     return 0;
 }
 
-/* <0, 0 or >0 as the decoded value at p is below, equal to or above the bound. */
-static int compare_bound(const config_field *f, const void *p, const char *bound) {
-    int64_t i = 0;
-    uint64_t u = 0;
-    double d = 0;
-    (void)parse_bound(f, bound, &i, &u, &d); /* checked with the descriptor */
-    switch (f->kind) {
-        case CONFIG_INT64:
-        case CONFIG_DURATION: {
-            int64_t v = *(const int64_t *)p;
-            return v < i ? -1 : v > i;
-        }
-        case CONFIG_UINT64:
-        case CONFIG_BYTES: {
-            uint64_t v = *(const uint64_t *)p;
-            return v < u ? -1 : v > u;
-        }
-        default: {
-            double v = *(const double *)p;
-            return v < d ? -1 : v > d;
-        }
-    }
-}
-
-static int check_bounds(const config_field *f, const config_node *n, const void *p,
-                        strata_error *err) {
-    const config_bounds *b = f->bounds;
-    if (b == NULL)
-        return 0;
-    const char *text = scalar_or_null(n);
-    if (b->min != NULL && compare_bound(f, p, b->min) < 0)
-        return config_node_error(err, n, "%.64s is below the minimum %s", text, b->min);
-    if (b->max != NULL && compare_bound(f, p, b->max) > 0)
-        return config_node_error(err, n, "%.64s is above the maximum %s", text, b->max);
-    return 0;
-}
-
 static int parse_number(const config_field *f, const config_node *n, void *p, strata_error *err);
 
+/* Parses, then runs the field's check (bounds) if it names one. */
 static int decode_number(const config_field *f, const config_node *n, void *p, strata_error *err) {
     if (parse_number(f, n, p, err) != 0)
         return -1;
-    return check_bounds(f, n, p, err);
+    return f->decode != NULL ? f->decode(n, p, err) : 0;
 }
 
 static int parse_number(const config_field *f, const config_node *n, void *p, strata_error *err) {
@@ -513,4 +439,68 @@ static void free_fields(const config_field *fields, void *out) {
 void config_free(const config_field *fields, void *out) {
     if (fields != NULL && out != NULL)
         free_fields(fields, out);
+}
+
+/* ---- Bounds -----------------------------------------------------------------------------------
+ */
+
+/* Parses a bound written like a value of kind into the output of its type. */
+static bool parse_bound(config_kind kind, const char *text, int64_t *i, uint64_t *u, double *d) {
+    switch (kind) {
+        case CONFIG_INT64:
+            return config_parse_int64(text, i);
+        case CONFIG_DURATION:
+            return config_parse_duration(text, i);
+        case CONFIG_UINT64:
+            return config_parse_uint64(text, u);
+        case CONFIG_BYTES:
+            return config_parse_bytes(text, u);
+        case CONFIG_DOUBLE:
+            return config_parse_double(text, d);
+        default:
+            return false;
+    }
+}
+
+/* Sets *cmp to <0, 0 or >0 as the value is below, equal to or above the bound; false if the bound
+ * does not parse. */
+static bool compare_bound(config_kind kind, const void *value, const char *bound, int *cmp) {
+    int64_t i = 0;
+    uint64_t u = 0;
+    double d = 0;
+    if (!parse_bound(kind, bound, &i, &u, &d))
+        return false;
+    if (kind == CONFIG_INT64 || kind == CONFIG_DURATION) {
+        int64_t v = *(const int64_t *)value;
+        *cmp = v < i ? -1 : v > i;
+    } else if (kind == CONFIG_UINT64 || kind == CONFIG_BYTES) {
+        uint64_t v = *(const uint64_t *)value;
+        *cmp = v < u ? -1 : v > u;
+    } else {
+        double v = *(const double *)value;
+        *cmp = v < d ? -1 : v > d;
+    }
+    return true;
+}
+
+int config_check_bounds(const config_node *node, config_kind kind, const void *value,
+                        const char *min, const char *max, strata_error *err) {
+    const char *text = scalar_or_null(node);
+    const char *bounds[2] = {min, max};
+    for (int side = 0; side < 2; side++) {
+        int cmp = 0;
+        if (bounds[side] == NULL)
+            continue;
+        if (!compare_bound(kind, value, bounds[side], &cmp))
+            return strata_error_set(err, STRATA_INTERNAL,
+                                    "config bound \"%s\" is not a value of its field's kind",
+                                    bounds[side]);
+        if (side == 0 && cmp < 0)
+            return config_node_error(err, node, "%.64s is below the minimum %s", text ? text : "",
+                                     min);
+        if (side == 1 && cmp > 0)
+            return config_node_error(err, node, "%.64s is above the maximum %s", text ? text : "",
+                                     max);
+    }
+    return 0;
 }

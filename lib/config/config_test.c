@@ -617,39 +617,47 @@ static void test_decode_bad_descriptors(void **state) {
     config_document_free(doc);
 }
 
+CONFIG_DEFINE_BOUNDS(threads_bounds, CONFIG_INT64, "1", "1024")
+CONFIG_DEFINE_BOUNDS(delay_bounds, CONFIG_DURATION, "10s", NULL)
+CONFIG_DEFINE_BOUNDS(size_bounds, CONFIG_BYTES, NULL, "1GiB")
+CONFIG_DEFINE_BOUNDS(ratio_bounds, CONFIG_DOUBLE, "0", "1")
+CONFIG_DEFINE_BOUNDS(bad_bounds, CONFIG_DURATION, NULL, "soon")
+
+typedef struct bounded {
+    int64_t threads;
+    int64_t delay_ns;
+    uint64_t size;
+    double ratio;
+} bounded;
+
+static const config_field bounded_fields[] = {
+    {.key = "threads",
+     .kind = CONFIG_INT64,
+     .offset = offsetof(bounded, threads),
+     .default_text = "4",
+     .decode = threads_bounds},
+    {.key = "delay",
+     .kind = CONFIG_DURATION,
+     .offset = offsetof(bounded, delay_ns),
+     .default_text = "30m",
+     .decode = delay_bounds},
+    {.key = "size",
+     .kind = CONFIG_BYTES,
+     .offset = offsetof(bounded, size),
+     .default_text = "1MiB",
+     .decode = size_bounds},
+    {.key = "ratio",
+     .kind = CONFIG_DOUBLE,
+     .offset = offsetof(bounded, ratio),
+     .default_text = "0.5",
+     .decode = ratio_bounds},
+    {0},
+};
+
 /* Bounds on numeric fields: values outside them name file, line, column, key and the bound;
  * values on the bounds pass; defaults outside them and malformed bounds are INTERNAL. */
 static void test_decode_bounds(void **state) {
     (void)state;
-    typedef struct {
-        int64_t threads;
-        int64_t delay_ns;
-        uint64_t size;
-        double ratio;
-    } bounded;
-    const config_field fields[] = {
-        {.key = "threads",
-         .kind = CONFIG_INT64,
-         .offset = offsetof(bounded, threads),
-         .default_text = "4",
-         .bounds = CONFIG_BOUNDS("1", "1024")},
-        {.key = "delay",
-         .kind = CONFIG_DURATION,
-         .offset = offsetof(bounded, delay_ns),
-         .default_text = "30m",
-         .bounds = CONFIG_BOUNDS("10s", NULL)},
-        {.key = "size",
-         .kind = CONFIG_BYTES,
-         .offset = offsetof(bounded, size),
-         .default_text = "1MiB",
-         .bounds = CONFIG_BOUNDS(NULL, "1GiB")},
-        {.key = "ratio",
-         .kind = CONFIG_DOUBLE,
-         .offset = offsetof(bounded, ratio),
-         .default_text = "0.5",
-         .bounds = CONFIG_BOUNDS("0", "1")},
-        {0},
-    };
     const struct {
         const char *yaml;
         const char *message; /* NULL: decodes */
@@ -671,7 +679,7 @@ static void test_decode_bounds(void **state) {
         config_document *doc = load_ok(cases[i].yaml);
         bounded b;
         strata_error err;
-        int rc = config_decode_document(doc, fields, &b, &err);
+        int rc = config_decode_document(doc, bounded_fields, &b, &err);
         if (cases[i].message == NULL) {
             if (rc != 0)
                 fail_msg("%s: %s", cases[i].yaml, err.message);
@@ -680,21 +688,18 @@ static void test_decode_bounds(void **state) {
             assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
             assert_string_equal(err.message, cases[i].message);
         }
-        config_free(fields, &b);
+        config_free(bounded_fields, &b);
         config_document_free(doc);
     }
     config_document *doc = load_ok("{}");
     bounded b;
     strata_error err;
-    assert_int_equal(config_decode_document(doc, fields, &b, &err), 0);
+    assert_int_equal(config_decode_document(doc, bounded_fields, &b, &err), 0);
     assert_int_equal(b.threads, 4);
     assert_true(b.delay_ns == 1800 * STRATA_NS_PER_SEC);
 
     const config_field bad_default[] = {
-        {.key = "threads",
-         .kind = CONFIG_INT64,
-         .default_text = "0",
-         .bounds = CONFIG_BOUNDS("1", NULL)},
+        {.key = "threads", .kind = CONFIG_INT64, .default_text = "0", .decode = threads_bounds},
         {0},
     };
     assert_int_equal(config_decode_document(doc, bad_default, &b, &err), -1);
@@ -702,13 +707,13 @@ static void test_decode_bounds(void **state) {
     assert_string_equal(err.message, "invalid default for key \"threads\": <default>:1:1: 0 is "
                                      "below the minimum 1");
     const config_field bad_bound[] = {
-        {.key = "delay", .kind = CONFIG_DURATION, .bounds = CONFIG_BOUNDS(NULL, "soon")},
+        {.key = "delay", .kind = CONFIG_DURATION, .default_text = "1s", .decode = bad_bounds},
         {0},
     };
     assert_int_equal(config_decode_document(doc, bad_bound, &b, &err), -1);
     assert_int_equal(err.code, STRATA_INTERNAL);
-    assert_string_equal(err.message, "config descriptor for key \"delay\": a bound is not a value "
-                                     "of the field's kind");
+    assert_string_equal(err.message, "invalid default for key \"delay\": config bound \"soon\" "
+                                     "is not a value of its field's kind");
     config_document_free(doc);
 }
 

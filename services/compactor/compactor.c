@@ -53,6 +53,11 @@ const config_field compactor_tenant_override_fields[] = {
     {.key = NULL},
 };
 
+/* Bounds of thread counts, intervals and delays (lib/config: CONFIG_DEFINE_BOUNDS). */
+CONFIG_DEFINE_BOUNDS(compactor_compaction_interval_bounds, CONFIG_DURATION, "100ms", "24h")
+CONFIG_DEFINE_BOUNDS(compactor_max_job_memory_bounds, CONFIG_BYTES, "1MiB", NULL)
+CONFIG_DEFINE_BOUNDS(compactor_progress_interval_bounds, CONFIG_DURATION, "1s", NULL)
+
 const config_field compactor_config_fields[] = {
     {.key = "enabled",
      .kind = CONFIG_BOOL,
@@ -61,7 +66,8 @@ const config_field compactor_config_fields[] = {
     {.key = "compaction_interval",
      .kind = CONFIG_DURATION,
      .offset = offsetof(compactor_config, compaction_interval_ns),
-     .default_text = "1m"},
+     .default_text = "1m",
+     .decode = compactor_compaction_interval_bounds},
     {.key = "block_ranges",
      .kind = CONFIG_STRING_LIST,
      .offset = offsetof(compactor_config, block_ranges),
@@ -87,11 +93,13 @@ const config_field compactor_config_fields[] = {
     {.key = "max_job_memory",
      .kind = CONFIG_BYTES,
      .offset = offsetof(compactor_config, max_job_memory),
-     .default_text = "1GiB"},
+     .default_text = "1GiB",
+     .decode = compactor_max_job_memory_bounds},
     {.key = "progress_interval",
      .kind = CONFIG_DURATION,
      .offset = offsetof(compactor_config, progress_interval_ns),
-     .default_text = "10s"},
+     .default_text = "10s",
+     .decode = compactor_progress_interval_bounds},
     {.key = NULL},
 };
 
@@ -273,8 +281,10 @@ static int create_metrics(compactor *c, metrics_registry *r, strata_error *err) 
     return 0;
 }
 
-static int parse_ranges(compactor *c, strata_error *err) {
-    const config_string_list *l = &c->config.block_ranges;
+/* block_ranges as milliseconds, checked (a duration of at least 1ms each, increasing multiples). */
+static int parse_ranges(const compactor_config *config, int64_t *ranges_ms, size_t *n,
+                        strata_error *err) {
+    const config_string_list *l = &config->block_ranges;
     if (l->count > PLANNER_MAX_RANGES)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "compactor.block_ranges: at most %d ranges", PLANNER_MAX_RANGES);
@@ -285,12 +295,18 @@ static int parse_ranges(compactor *c, strata_error *err) {
                                     "compactor.block_ranges[%zu]: want a duration of at least 1ms "
                                     "like 5m or 2h, got \"%s\"",
                                     i, l->items[i]);
-        c->plan.ranges_ms[i] = ns / STRATA_NS_PER_MS;
+        ranges_ms[i] = ns / STRATA_NS_PER_MS;
     }
-    c->plan.n_ranges = l->count;
-    if (plan_validate_ranges(c->plan.ranges_ms, c->plan.n_ranges, err) != 0)
+    *n = l->count;
+    if (plan_validate_ranges(ranges_ms, *n, err) != 0)
         return strata_error_wrap(err, "compactor");
     return 0;
+}
+
+int compactor_config_validate(const compactor_config *config, strata_error *err) {
+    int64_t ranges_ms[PLANNER_MAX_RANGES];
+    size_t n = 0;
+    return parse_ranges(config, ranges_ms, &n, err);
 }
 
 int compactor_new(const compactor_config *config, bucket *store, metrics_registry *registry,
@@ -318,7 +334,8 @@ int compactor_new(const compactor_config *config, bucket *store, metrics_registr
         bad = "compactor: delays and retention must not be negative";
     else if (config->max_job_memory < (1u << 20))
         bad = "compactor.max_job_memory: want at least 1MiB";
-    if (bad != NULL || parse_ranges(c, err) != 0 || create_metrics(c, registry, err) != 0) {
+    if (bad != NULL || parse_ranges(config, c->plan.ranges_ms, &c->plan.n_ranges, err) != 0 ||
+        create_metrics(c, registry, err) != 0) {
         if (bad != NULL)
             strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s", bad);
         compactor_free(c);

@@ -90,6 +90,9 @@ typedef struct compactor_stats {
     uint64_t failing_jobs;           /* after the last cycle: jobs failing, not given up yet */
 } compactor_stats;
 
+/* Checks what the config decoder's bounds cannot: block_ranges (durations of at least 1ms, at most
+ * PLANNER_MAX_RANGES, each a larger multiple of the one before). Creates nothing. */
+int compactor_config_validate(const compactor_config *config, strata_error *err);
 /* Validates the config (block_ranges) and registers the metrics. store and registry must outlive
  * the compactor; registry may be NULL. */
 int compactor_new(const compactor_config *config, bucket *store, metrics_registry *registry,

@@ -15,11 +15,16 @@
 #include "common/tenant.h"
 #include "write_raw.h"
 
+/* Bounds of thread counts, intervals and delays (lib/config: CONFIG_DEFINE_BOUNDS). */
+CONFIG_DEFINE_BOUNDS(ingester_flush_interval_bounds, CONFIG_DURATION, "10ms", "10m")
+CONFIG_DEFINE_BOUNDS(ingester_upload_attempts_bounds, CONFIG_INT64, "1", "100")
+
 const config_field ingester_config_fields[] = {
     {.key = "flush_interval",
      .kind = CONFIG_DURATION,
      .offset = offsetof(ingester_config, flush_interval_ns),
-     .default_text = "1s"},
+     .default_text = "1s",
+     .decode = ingester_flush_interval_bounds},
     {.key = "max_block_bytes",
      .kind = CONFIG_BYTES,
      .offset = offsetof(ingester_config, max_block_bytes),
@@ -31,7 +36,8 @@ const config_field ingester_config_fields[] = {
     {.key = "upload_attempts",
      .kind = CONFIG_INT64,
      .offset = offsetof(ingester_config, upload_attempts),
-     .default_text = "5"},
+     .default_text = "5",
+     .decode = ingester_upload_attempts_bounds},
     {.key = "max_series_per_request",
      .kind = CONFIG_UINT64,
      .offset = offsetof(ingester_config, max_series_per_request),

@@ -15,11 +15,17 @@
 #include "labels/labels.h"
 #include "querier_internal.h"
 
+/* Bounds of thread counts, intervals and delays (lib/config: CONFIG_DEFINE_BOUNDS). */
+CONFIG_DEFINE_BOUNDS(querier_sync_interval_bounds, CONFIG_DURATION, "10ms", "24h")
+CONFIG_DEFINE_BOUNDS(querier_parallelism_bounds, CONFIG_INT64, "0", "1024")
+CONFIG_DEFINE_BOUNDS(querier_query_threads_bounds, CONFIG_INT64, "1", "1024")
+
 const config_field querier_config_fields[] = {
     {.key = "sync_interval",
      .kind = CONFIG_DURATION,
      .offset = offsetof(querier_config, sync_interval_ns),
-     .default_text = "1s"},
+     .default_text = "1s",
+     .decode = querier_sync_interval_bounds},
     {.key = "max_query_bytes",
      .kind = CONFIG_BYTES,
      .offset = offsetof(querier_config, max_query_bytes),
@@ -27,11 +33,13 @@ const config_field querier_config_fields[] = {
     {.key = "parallelism",
      .kind = CONFIG_INT64,
      .offset = offsetof(querier_config, parallelism),
-     .default_text = "0"},
+     .default_text = "0",
+     .decode = querier_parallelism_bounds},
     {.key = "query_threads",
      .kind = CONFIG_INT64,
      .offset = offsetof(querier_config, query_threads),
-     .default_text = "4"},
+     .default_text = "4",
+     .decode = querier_query_threads_bounds},
     {.key = "announce_addresses",
      .kind = CONFIG_STRING_LIST,
      .offset = offsetof(querier_config, announce_addresses),
