@@ -1,7 +1,8 @@
 /*
  * selector_fuzz.c - libFuzzer target: parses arbitrary text as a selector and, when it parses,
  * checks that the canonical form parses back and formats identically. Also exercises matching
- * and label_set_from_text on the same input.
+ * (each regex matcher against its own pattern and the whole input, where =~ and !~ must be each
+ * other's opposite, as lib/regex's match says) and label_set_from_text on the same input.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,6 +11,26 @@
 #include "labels/labels.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A regex matcher agrees with lib/regex on texts (out of memory aside, where neither matches). */
+static void check_regex_matchers(const selector *sel, const char *input) {
+    for (size_t i = 0; i < sel->n_matchers; i++) {
+        const label_matcher *m = &sel->matchers[i];
+        if (m->type != LABEL_MATCH_REGEX && m->type != LABEL_MATCH_NOT_REGEX)
+            continue;
+        if (m->regex == NULL)
+            abort();
+        const char *texts[3] = {"", m->value, input};
+        for (size_t t = 0; t < 3; t++) {
+            int matched = strata_regex_match(m->regex, texts[t], strlen(texts[t]), NULL);
+            if (matched < 0)
+                continue;
+            if (label_matcher_matches(m, texts[t]) !=
+                ((matched == 1) == (m->type == LABEL_MATCH_REGEX)))
+                abort();
+        }
+    }
+}
 
 static char *format_or_die(const selector *sel) {
     strata_buffer b = STRATA_BUFFER_INIT;
@@ -46,9 +67,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     text[size] = '\0';
     selector sel;
     strata_error err;
-    if (selector_parse(text, &sel, &err) == 0)
+    if (selector_parse(text, &sel, &err) == 0) {
         check_round_trip(&sel);
-    else if (err.code != STRATA_INVALID_ARGUMENT && err.code != STRATA_RESOURCE_EXHAUSTED)
+        check_regex_matchers(&sel, text);
+    } else if (err.code != STRATA_INVALID_ARGUMENT && err.code != STRATA_RESOURCE_EXHAUSTED)
         abort();
     selector_free(&sel);
 
