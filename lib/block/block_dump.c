@@ -32,12 +32,17 @@ static void dump_meta(const block_meta *m, FILE *out) {
 }
 
 static void dump_tables(const block_reader *r, FILE *out) {
+    fprintf(out, "data object format version: %u\n", block_reader_format_version(r));
     fprintf(out, "tables:\n");
     for (int id = 1; id <= BLOCK_TABLE_MAX; id++) {
-        if (id > BLOCK_TABLE_REQUIRED_MAX && !block_reader_has_rollups(r))
-            fprintf(out, "  %-15s     absent (optional)\n", block_table_name(id));
+        bool absent = id >= BLOCK_TABLE_LABEL_SETS
+                          ? !block_reader_has_sample_labels(r)
+                          : id > BLOCK_TABLE_REQUIRED_MAX && !block_reader_has_rollups(r);
+        if (absent)
+            fprintf(out, "  %-17s     absent (%s)\n", block_table_name(id),
+                    id >= BLOCK_TABLE_LABEL_SETS ? "no sample labels" : "optional");
         else
-            fprintf(out, "  %-15s %10" PRIu64 " rows\n", block_table_name(id),
+            fprintf(out, "  %-17s %10" PRIu64 " rows\n", block_table_name(id),
                     block_reader_row_count(r, id));
     }
 }
@@ -94,6 +99,49 @@ static int dump_series(const block_reader *r, FILE *out, strata_error *err) {
     return 0;
 }
 
+/* Appends `{a="1"}` for label set id and a NUL. */
+static int format_label_set(block_reader *r, uint32_t id, strata_buffer *text, strata_error *err) {
+    const label_set *set;
+    strata_buffer_reset(text);
+    if (block_reader_label_set(r, id, &set, err) != 0)
+        return -1;
+    if (label_set_format(set, text) != 0 || strata_buffer_append_byte(text, '\0') != 0)
+        return strata_error_oom(err);
+    return 0;
+}
+
+/* The sample label sets (version 2) and, per series, the sets its samples use. */
+static int dump_label_sets(block_reader *r, size_t max, FILE *out, strata_error *err) {
+    if (!block_reader_has_sample_labels(r)) {
+        fprintf(out, "sample label sets: none\n");
+        return 0;
+    }
+    size_t n = block_reader_label_set_count(r);
+    fprintf(out, "sample label sets: %zu\n", n);
+    strata_buffer text = STRATA_BUFFER_INIT;
+    int rc = 0;
+    for (uint32_t id = 1; rc == 0 && id <= n && id <= max; id++) {
+        rc = format_label_set(r, id, &text, err);
+        if (rc == 0)
+            fprintf(out, "  %u %s\n", id, (const char *)text.data);
+    }
+    if (rc == 0 && n > max)
+        fprintf(out, "  ... %zu more\n", n - max);
+    for (uint32_t s = 0; rc == 0 && s < block_reader_series_count(r) && s < max; s++) {
+        const uint32_t *ids;
+        size_t k;
+        rc = block_reader_series_label_sets(r, s, &ids, &k, err);
+        if (rc != 0 || k == 0)
+            continue;
+        fprintf(out, "  series %u uses", s);
+        for (size_t i = 0; i < k && i < max; i++)
+            fprintf(out, " %u", ids[i]);
+        fprintf(out, "%s\n", k > max ? " ..." : "");
+    }
+    strata_buffer_free(&text);
+    return rc;
+}
+
 static void dump_profiles(const block_profile *p, size_t n, size_t max, FILE *out) {
     fprintf(out, "profiles: %zu\n", n);
     for (size_t i = 0; i < n && i < max; i++)
@@ -108,6 +156,7 @@ static void dump_profiles(const block_profile *p, size_t n, size_t max, FILE *ou
 
 typedef struct stack_total {
     uint32_t stack;
+    uint32_t label_set;
     int64_t value;
 } stack_total;
 
@@ -115,7 +164,9 @@ static int compare_totals(const void *a, const void *b) {
     const stack_total *x = a, *y = b;
     if (x->value != y->value)
         return x->value > y->value ? -1 : 1;
-    return x->stack < y->stack ? -1 : x->stack > y->stack;
+    if (x->stack != y->stack)
+        return x->stack < y->stack ? -1 : 1;
+    return x->label_set < y->label_set ? -1 : x->label_set > y->label_set;
 }
 
 static int print_stack(block_reader *r, uint32_t stack, size_t max_frames, FILE *out,
@@ -143,7 +194,7 @@ static int print_stack(block_reader *r, uint32_t stack, size_t max_frames, FILE 
     return rc;
 }
 
-/* Sums samples per stack over the profiles whose series has type t. */
+/* Sums samples per (stack, label set) over the profiles whose series has type t. */
 static int sum_stacks(block_reader *r, const block_profile *p, size_t n, const profile_type *t,
                       strata_u64_map *sums, strata_error *err) {
     block_samples s = {0};
@@ -154,7 +205,8 @@ static int sum_stacks(block_reader *r, const block_profile *p, size_t n, const p
         s.len = 0;
         rc = block_reader_read_samples(r, &p[i], 1, &s, err);
         for (size_t k = 0; rc == 0 && k < s.len; k++) {
-            uint64_t *v = strata_u64_map_upsert(sums, (uint64_t)s.stacks[k] + 1, 0, NULL);
+            uint64_t set = s.label_sets != NULL ? s.label_sets[k] : 0;
+            uint64_t *v = strata_u64_map_upsert(sums, (set << 32 | s.stacks[k]) + 1, 0, NULL);
             if (v == NULL)
                 rc = strata_error_oom(err);
             else
@@ -182,6 +234,7 @@ static int dump_top_for_type(block_reader *r, const block_profile *p, size_t n,
     for (size_t i = 0; sums.keys != NULL && i <= sums.mask; i++) {
         if (sums.keys[i] != 0) {
             totals[k].stack = (uint32_t)(sums.keys[i] - 1);
+            totals[k].label_set = (uint32_t)((sums.keys[i] - 1) >> 32);
             int64_t v;
             memcpy(&v, &sums.values[i], sizeof v);
             totals[k++].value = v;
@@ -196,9 +249,13 @@ static int dump_top_for_type(block_reader *r, const block_profile *p, size_t n,
     else
         fprintf(out, "top stacks for %s (%zu distinct):\n", (const char *)text.data, k);
     for (size_t i = 0; rc == 0 && i < k && i < o->top_stacks; i++) {
-        fprintf(out, "  #%zu value %" PRId64 " stack %u\n", i + 1, totals[i].value,
-                totals[i].stack);
-        rc = print_stack(r, totals[i].stack, o->max_frames, out, err);
+        fprintf(out, "  #%zu value %" PRId64 " stack %u", i + 1, totals[i].value, totals[i].stack);
+        if (totals[i].label_set != 0 &&
+            (rc = format_label_set(r, totals[i].label_set, &text, err)) == 0)
+            fprintf(out, " labels %s", (const char *)text.data);
+        fprintf(out, "\n");
+        if (rc == 0)
+            rc = print_stack(r, totals[i].stack, o->max_frames, out, err);
     }
     strata_buffer_free(&text);
     free(totals);
@@ -235,6 +292,9 @@ int block_dump(block_reader *r, const block_meta *meta, FILE *out,
     int rc = block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &profiles, &n, err);
     if (rc == 0) {
         dump_profiles(profiles, n, o.max_profiles, out);
+        rc = dump_label_sets(r, o.max_profiles, out, err);
+    }
+    if (rc == 0) {
         rc = dump_rollups(r, o.max_profiles, out, err);
     }
     if (rc == 0) {

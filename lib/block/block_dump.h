@@ -3,9 +3,10 @@
  *
  * Prints, in order: meta.json's fields (if given), the page index summary (rows, pages, stored
  * bytes per table), every series (profile type and labels), profiles (time, duration, period,
- * total, sample count; up to max_profiles), the rollups per series (profiles, stack rows and
- * their total; up to max_profiles series), and for each profile type the top_stacks stacks by
- * summed value, each as function names leaf first. Output is plain text meant for people; its
+ * total, sample count; up to max_profiles), the sample label sets (format version 2: each set
+ * and the sets each series uses), the rollups per series (profiles, stack rows and their total;
+ * up to max_profiles series), and for each profile type the top_stacks (stack, label set) pairs
+ * by summed value, each as function names leaf first. Output is plain text meant for people; its
  * layout may change between versions.
  */
 #ifndef STRATA_BLOCK_DUMP_H

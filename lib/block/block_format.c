@@ -1,5 +1,6 @@
 /*
- * block_format.c - the v1 schema table shared by the writer, the reader and block dump.
+ * block_format.c - the schema table (versions 1 and 2) shared by the writer, the reader and block
+ * dump.
  */
 #include "block/block_format.h"
 
@@ -34,13 +35,21 @@ static const block_column_schema posting_series_cols[] = {{"series", D, 0}};
 static const block_column_schema profiles_cols[] = {
     {"series", D, MM}, {"time_ns", D, MM},     {"duration_ns", S, 0}, {"period", S, 0},
     {"total", S, 0},   {"first_sample", D, 0}, {"sample_count", U, 0}};
-static const block_column_schema samples_cols[] = {{"stack", D, 0}, {"value", S, 0}};
+static const block_column_schema samples_cols[] = {
+    {"stack", D, 0}, {"value", S, 0}, {"label_set", U, 0}};
 static const block_column_schema rollup_series_cols[] = {
     {"profile_count", U, 0}, {"first_stack", D, 0}, {"stack_count", U, 0}};
-static const block_column_schema rollup_stacks_cols[] = {{"stack", D, 0}, {"value", S, 0}};
+static const block_column_schema rollup_stacks_cols[] = {
+    {"stack", D, 0}, {"value", S, 0}, {"label_set", U, 0}};
+static const block_column_schema label_sets_cols[] = {{"first_label", D, 0}, {"label_count", U, 0}};
+static const block_column_schema label_set_labels_cols[] = {{"name", U, 0}, {"value", U, 0}};
+static const block_column_schema series_label_sets_cols[] = {{"series", D, 0}, {"label_set", D, 0}};
 
 #define TABLE(name, cols)                                                                          \
-    { name, (int)(sizeof cols / sizeof cols[0]), cols }
+    { name, (int)(sizeof cols / sizeof cols[0]), cols, (int)(sizeof cols / sizeof cols[0]) }
+/* A table whose last column is the optional version 2 label_set column. */
+#define TABLE_LABELLED(name, cols)                                                                 \
+    { name, (int)(sizeof cols / sizeof cols[0]), cols, (int)(sizeof cols / sizeof cols[0]) - 1 }
 
 static const block_table_schema tables[BLOCK_TABLE_MAX + 1] = {
     [BLOCK_TABLE_STRINGS] = TABLE("strings", strings_cols),
@@ -54,9 +63,12 @@ static const block_table_schema tables[BLOCK_TABLE_MAX + 1] = {
     [BLOCK_TABLE_POSTINGS] = TABLE("postings", postings_cols),
     [BLOCK_TABLE_POSTING_SERIES] = TABLE("posting_series", posting_series_cols),
     [BLOCK_TABLE_PROFILES] = TABLE("profiles", profiles_cols),
-    [BLOCK_TABLE_SAMPLES] = TABLE("samples", samples_cols),
+    [BLOCK_TABLE_SAMPLES] = TABLE_LABELLED("samples", samples_cols),
     [BLOCK_TABLE_ROLLUP_SERIES] = TABLE("rollup_series", rollup_series_cols),
-    [BLOCK_TABLE_ROLLUP_STACKS] = TABLE("rollup_stacks", rollup_stacks_cols),
+    [BLOCK_TABLE_ROLLUP_STACKS] = TABLE_LABELLED("rollup_stacks", rollup_stacks_cols),
+    [BLOCK_TABLE_LABEL_SETS] = TABLE("label_sets", label_sets_cols),
+    [BLOCK_TABLE_LABEL_SET_LABELS] = TABLE("label_set_labels", label_set_labels_cols),
+    [BLOCK_TABLE_SERIES_LABEL_SETS] = TABLE("series_label_sets", series_label_sets_cols),
 };
 
 const block_table_schema *block_table_schema_get(int table_id) {

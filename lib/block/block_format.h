@@ -1,6 +1,6 @@
 /*
- * block_format.h - constants of Strata's block format, version 1 (docs/block-format.md is the
- * normative description; this header mirrors it for the writer, the reader and tools).
+ * block_format.h - constants of Strata's block format, versions 1 and 2 (docs/block-format.md is
+ * the normative description; this header mirrors it for the writer, the reader and tools).
  *
  * A block is a bucket directory `<tenant>/<ULID>/` holding one data object, profiles.strata, and
  * meta.json (uploaded last: its presence commits the block). The data object is
@@ -14,6 +14,11 @@
  * lists, per table and page, where each column page lives, its lengths, rows and (for some
  * columns) the minimum and maximum value, so a reader can fetch trailer and footer with one ranged
  * read and afterwards only the pages a query needs.
+ *
+ * Version 2 adds pprof sample labels: a table of distinct label sets, a label-set column on the
+ * samples and rollup_stacks tables, and the label sets each series uses. A writer writes version
+ * 2 only when some sample of the block has labels; a block without any is written exactly as
+ * version 1, so readers of version 1 keep reading it and it costs nothing more.
  */
 #ifndef STRATA_BLOCK_FORMAT_H
 #define STRATA_BLOCK_FORMAT_H
@@ -22,8 +27,12 @@
     "STRATABK" /* 8 bytes, at the start of the header and the end of the trailer                   \
                 */
 #define BLOCK_MAGIC_LEN 8
-#define BLOCK_FORMAT_VERSION 1
-#define BLOCK_HEADER_SIZE 16  /* magic, u32le version, u32le reserved (0) */
+/* The newest version this build writes and reads; it reads every version from
+ * BLOCK_FORMAT_VERSION_MIN on. Blocks without sample labels are written as version 1. */
+#define BLOCK_FORMAT_VERSION 2
+#define BLOCK_FORMAT_VERSION_MIN 1
+#define BLOCK_FORMAT_VERSION_LABELS 2 /* the first version with sample labels */
+#define BLOCK_HEADER_SIZE 16          /* magic, u32le version, u32le reserved (0) */
 #define BLOCK_TRAILER_SIZE 24 /* u64le footer length, u32le footer crc32, u32le version, magic */
 
 /* File names inside a block directory. */
@@ -52,8 +61,13 @@ typedef enum block_table_id {
      * blocks written before them lack both, and readers that do not know them skip them. */
     BLOCK_TABLE_ROLLUP_SERIES = 13,
     BLOCK_TABLE_ROLLUP_STACKS = 14,
+    /* Version 2 (docs/block-format.md 6.11): pprof sample labels. Present in every version 2
+     * block; a version 1 block has none of them (a reader skips them as unknown tables). */
+    BLOCK_TABLE_LABEL_SETS = 15,
+    BLOCK_TABLE_LABEL_SET_LABELS = 16,
+    BLOCK_TABLE_SERIES_LABEL_SETS = 17,
     BLOCK_TABLE_REQUIRED_MAX = 12, /* tables 1..12 must be present */
-    BLOCK_TABLE_MAX = 14,
+    BLOCK_TABLE_MAX = 17,
 } block_table_id;
 
 /* Series with fewer profiles than this in a block have no rollup rows (docs 6.10). */
@@ -147,7 +161,13 @@ enum {
     BLOCK_COL_PROFILES_SAMPLE_COUNT,
     BLOCK_COL_PROFILES_COUNT
 };
-enum { BLOCK_COL_SAMPLES_STACK = 0, BLOCK_COL_SAMPLES_VALUE, BLOCK_COL_SAMPLES_COUNT };
+/* label_set (version 2) is an optional column: a version 1 block has none. */
+enum {
+    BLOCK_COL_SAMPLES_STACK = 0,
+    BLOCK_COL_SAMPLES_VALUE,
+    BLOCK_COL_SAMPLES_LABEL_SET,
+    BLOCK_COL_SAMPLES_COUNT
+};
 enum {
     BLOCK_COL_ROLLUP_SERIES_PROFILE_COUNT = 0,
     BLOCK_COL_ROLLUP_SERIES_FIRST_STACK,
@@ -157,12 +177,29 @@ enum {
 enum {
     BLOCK_COL_ROLLUP_STACKS_STACK = 0,
     BLOCK_COL_ROLLUP_STACKS_VALUE,
+    BLOCK_COL_ROLLUP_STACKS_LABEL_SET, /* version 2, optional as on samples */
     BLOCK_COL_ROLLUP_STACKS_COUNT
 };
+enum {
+    BLOCK_COL_LABEL_SETS_FIRST_LABEL = 0,
+    BLOCK_COL_LABEL_SETS_LABEL_COUNT,
+    BLOCK_COL_LABEL_SETS_COUNT
+};
+enum {
+    BLOCK_COL_LABEL_SET_LABELS_NAME = 0,
+    BLOCK_COL_LABEL_SET_LABELS_VALUE,
+    BLOCK_COL_LABEL_SET_LABELS_COUNT
+};
+enum {
+    BLOCK_COL_SERIES_LABEL_SETS_SERIES = 0,
+    BLOCK_COL_SERIES_LABEL_SETS_LABEL_SET,
+    BLOCK_COL_SERIES_LABEL_SETS_COUNT
+};
 
-/* The v1 schema: each table's name and its columns (name, encoding the writer uses, flags). A
+/* The schema: each table's name and its columns (name, encoding the writer uses, flags). A
  * reader accepts any numeric encoding for a numeric column, but BYTES only where the schema says
- * so. */
+ * so. Columns [0, n_required) are in every block that has the table; the others (the version 2
+ * label_set columns) only in version 2 blocks. */
 typedef struct block_column_schema {
     const char *name;
     block_encoding encoding;
@@ -173,6 +210,7 @@ typedef struct block_table_schema {
     const char *name;
     int n_columns;
     const block_column_schema *columns;
+    int n_required; /* columns every version has */
 } block_table_schema;
 
 /* The schema of a table, or NULL for an unknown table id. */

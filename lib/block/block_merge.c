@@ -40,6 +40,8 @@ typedef struct merge_source {
     size_t n_functions;
     uint32_t *mapping_map;
     size_t n_mappings;
+    uint32_t *label_set_map; /* indexed by sample label set id (0 = none; maps to 0) */
+    size_t n_label_sets;
     bool whole_stacks; /* translate whole stacks (see translate_stack) */
 } merge_source;
 
@@ -60,6 +62,7 @@ typedef struct candidate {
 
 typedef struct out_pair {
     uint32_t stack;
+    uint32_t label_set;
     int64_t value;
 } out_pair;
 
@@ -94,8 +97,11 @@ typedef struct merge_state {
     size_t cap_lines;
     /* samples of the profiles kept in the current timestamp run */
     uint32_t *run_stacks;
+    uint32_t *run_sets; /* their sample label sets */
     int64_t *run_values;
     size_t n_run, cap_run;
+    uint32_t *set_pairs; /* label set translation scratch: (name, value) output string ids */
+    size_t cap_set_pairs;
     out_pair *pairs; /* one profile's translated samples */
     size_t cap_pairs;
     kept_profile *kept;
@@ -206,7 +212,8 @@ static int open_source(merge_state *m, merge_source *s, strata_error *err) {
         alloc_map(&s->function_map, &s->n_functions,
                   block_reader_row_count(r, BLOCK_TABLE_FUNCTIONS), err) != 0 ||
         alloc_map(&s->mapping_map, &s->n_mappings, block_reader_row_count(r, BLOCK_TABLE_MAPPINGS),
-                  err) != 0)
+                  err) != 0 ||
+        alloc_map(&s->label_set_map, &s->n_label_sets, block_reader_label_set_count(r), err) != 0)
         return -1;
     m->stats->series_in += block_reader_series_count(r);
     s->whole_stacks = s->n_stacks > block_reader_row_count(r, BLOCK_TABLE_SAMPLES);
@@ -220,6 +227,7 @@ static void close_source(merge_source *s) {
     free(s->location_map);
     free(s->function_map);
     free(s->mapping_map);
+    free(s->label_set_map);
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -230,10 +238,14 @@ static size_t memory_estimate(const merge_state *m) {
         const merge_source *s = &m->sources[i];
         if (s->reader != NULL)
             bytes += block_reader_memory_bytes(s->reader);
-        bytes += (s->n_stacks + s->n_locations + s->n_functions + s->n_mappings + 4) * 4;
+        bytes +=
+            (s->n_stacks + s->n_locations + s->n_functions + s->n_mappings + s->n_label_sets + 5) *
+            4;
     }
     bytes += m->n_refs * sizeof *m->refs + m->cap_cands * sizeof *m->cands;
-    bytes += m->samples.cap * 12 + m->cap_run * 12 + m->cap_pairs * sizeof *m->pairs;
+    bytes += m->samples.cap * (m->samples.label_sets != NULL ? 16 : 12) + m->cap_run * 16 +
+             m->cap_pairs * sizeof *m->pairs;
+    bytes += m->cap_set_pairs * 4;
     bytes += m->cap_kept * sizeof *m->kept;
     return bytes;
 }
@@ -348,6 +360,37 @@ static int translate_location(merge_state *m, merge_source *s, uint32_t id, uint
                                      bl.n_lines, out, err) != 0)
         return -1;
     s->location_map[id] = *out + 1;
+    return 0;
+}
+
+/* Translates a source's sample label set (its names and values re-interned as output strings). */
+static int translate_label_set(merge_state *m, merge_source *s, uint32_t id, uint32_t *out,
+                               strata_error *err) {
+    if (id == 0) {
+        *out = 0;
+        return 0;
+    }
+    if (id > s->n_label_sets)
+        return strata_error_set(err, STRATA_DATA_LOSS, "block %s: label set %u out of range",
+                                s->name, id);
+    if (s->label_set_map[id] != 0) {
+        *out = s->label_set_map[id] - 1;
+        return 0;
+    }
+    const label_set *set;
+    if (block_reader_label_set(s->reader, id, &set, err) != 0)
+        return source_error(s, err);
+    if (grow((void **)&m->set_pairs, &m->cap_set_pairs, 2 * set->count + 1, sizeof *m->set_pairs,
+             err) != 0)
+        return -1;
+    for (size_t i = 0; i < set->count; i++) {
+        if (translate_string(m, set->labels[i].name, &m->set_pairs[2 * i], err) != 0 ||
+            translate_string(m, set->labels[i].value, &m->set_pairs[2 * i + 1], err) != 0)
+            return -1;
+    }
+    if (block_writer_intern_label_set(m->writer, m->set_pairs, set->count, out, err) != 0)
+        return -1;
+    s->label_set_map[id] = *out + 1;
     return 0;
 }
 
@@ -509,12 +552,14 @@ static int collect_candidates(merge_state *m, const series_ref *refs, size_t n, 
 
 static int compare_out_pairs(const void *pa, const void *pb) {
     const out_pair *a = pa, *b = pb;
-    return a->stack < b->stack ? -1 : a->stack > b->stack;
+    if (a->stack != b->stack)
+        return a->stack < b->stack ? -1 : 1;
+    return a->label_set < b->label_set ? -1 : a->label_set > b->label_set;
 }
 
 /* Reads a candidate's samples, translates them and appends them to the run arrays in canonical
- * form (sorted by output stack, equal stacks summed, zeros dropped). *first and *count say where.
- */
+ * form (sorted by output (stack, label set), equal pairs summed, zeros dropped). *first and
+ * *count say where. */
 static int load_canonical(merge_state *m, const candidate *c, size_t *first, size_t *count,
                           strata_error *err) {
     merge_source *s = &m->sources[c->source];
@@ -532,28 +577,35 @@ static int load_canonical(merge_state *m, const candidate *c, size_t *first, siz
         if (values == NULL)
             return strata_error_oom(err);
         m->run_values = values;
+        uint32_t *sets = realloc(m->run_sets, m->cap_run * sizeof *sets);
+        if (sets == NULL)
+            return strata_error_oom(err);
+        m->run_sets = sets;
     }
     if (grow((void **)&m->pairs, &m->cap_pairs, n + 1, sizeof *m->pairs, err) != 0)
         return -1;
     out_pair *pairs = m->pairs;
     bool sorted = true;
+    const uint32_t *sets = m->samples.label_sets; /* NULL: no sample of this profile has any */
     for (size_t i = 0; i < n; i++) {
-        if (translate_stack(m, s, m->samples.stacks[i], &pairs[i].stack, err) != 0)
+        if (translate_stack(m, s, m->samples.stacks[i], &pairs[i].stack, err) != 0 ||
+            translate_label_set(m, s, sets != NULL ? sets[i] : 0, &pairs[i].label_set, err) != 0)
             return -1;
         pairs[i].value = m->samples.values[i];
-        sorted = sorted && (i == 0 || pairs[i - 1].stack < pairs[i].stack);
+        sorted = sorted && (i == 0 || compare_out_pairs(&pairs[i - 1], &pairs[i]) < 0);
     }
     if (!sorted)
         qsort(pairs, n, sizeof *pairs, compare_out_pairs);
     *first = m->n_run;
     for (size_t i = 0; i < n;) {
-        uint32_t stack = pairs[i].stack;
+        uint32_t stack = pairs[i].stack, set = pairs[i].label_set;
         int64_t sum = 0;
-        for (; i < n && pairs[i].stack == stack; i++)
+        for (; i < n && pairs[i].stack == stack && pairs[i].label_set == set; i++)
             sum = (int64_t)((uint64_t)sum + (uint64_t)pairs[i].value);
         if (sum == 0)
             continue;
         m->run_stacks[m->n_run] = stack;
+        m->run_sets[m->n_run] = set;
         m->run_values[m->n_run] = sum;
         m->n_run++;
     }
@@ -568,6 +620,7 @@ static bool is_duplicate(const merge_state *m, const candidate *c, size_t first,
             p->count != count)
             continue;
         if (memcmp(&m->run_stacks[p->first], &m->run_stacks[first], count * 4) == 0 &&
+            memcmp(&m->run_sets[p->first], &m->run_sets[first], count * 4) == 0 &&
             memcmp(&m->run_values[p->first], &m->run_values[first], count * 8) == 0)
             return true;
     }
@@ -589,9 +642,10 @@ static int merge_run(merge_state *m, const series_ref *ref, size_t from, size_t 
             m->n_run = first;
             continue;
         }
-        if (block_writer_add_profile_stacks(
-                m->writer, ref->labels, ref->type, c->profile.time_ns, c->profile.duration_ns,
-                c->profile.period, &m->run_stacks[first], &m->run_values[first], count, err) != 0)
+        if (block_writer_add_profile_samples(m->writer, ref->labels, ref->type, c->profile.time_ns,
+                                             c->profile.duration_ns, c->profile.period,
+                                             &m->run_stacks[first], &m->run_sets[first],
+                                             &m->run_values[first], count, err) != 0)
             return -1;
         m->stats->profiles_out++;
         m->stats->samples_out += count;
@@ -809,7 +863,9 @@ static void free_state(merge_state *m) {
     free(m->chain);
     free(m->lines);
     free(m->run_stacks);
+    free(m->run_sets);
     free(m->run_values);
+    free(m->set_pairs);
     free(m->pairs);
     free(m->kept);
 }

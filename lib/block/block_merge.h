@@ -3,10 +3,11 @@
  *
  * What a merged block holds. Exactly the profiles of its sources, with one exception: identical
  * profiles - same series (profile type and label set), same timestamp, same duration and period,
- * and the same samples after symbolization (the same stacks of the same frames, the same values) -
- * are kept once and counted as duplicates. Retried writes produce such copies, often in two
- * different blocks, and queries must not count them twice. Profiles of one series at the same
- * timestamp with different content are all kept. Source time ranges may overlap.
+ * and the same samples after symbolization (the same stacks of the same frames with the same pprof
+ * sample labels, the same values) - are kept once and counted as duplicates. Retried writes produce
+ * such copies, often in two different blocks, and queries must not count them twice. Profiles of
+ * one series at the same timestamp with different content are all kept. Source time ranges may
+ * overlap.
  *
  * Design. Sources are read through block_reader with ranged fetches from the bucket; no source is
  * ever downloaded whole. Every source's series table is sorted by (profile type, labels), so the
@@ -15,12 +16,15 @@
  *
  *   1. the series' profiles of each source (the profiles table, pruned by the footer's min/max),
  *      ordered by (time, source);
- *   2. per run of equal timestamps, the samples of those profiles, their stacks translated into
- *      the output's symbol space, sorted by stack, compared with the profiles already kept at that
- *      timestamp (duplicates dropped), and added to the block writer.
+ *   2. per run of equal timestamps, the samples of those profiles, their stacks and sample label
+ *      sets translated into the output's symbol space, sorted by (stack, label set), compared with
+ *      the profiles already kept at that timestamp (duplicates dropped), and added to the block
+ *      writer. Profiles that differ only in their samples' labels are not duplicates.
  *
  * Symbols are re-interned lazily: a source's stack is translated the first time a sample uses it,
- * with its locations, their functions and mappings, and their strings. Per source, translation
+ * with its locations, their functions and mappings, and their strings; a sample label set the
+ * first time a sample has it. The output is version 2 when a kept sample has labels (any source
+ * of version 2 with labels), else version 1. Per source, translation
  * tables map source ids to output ids (4 bytes per source row), so each distinct source symbol is
  * interned once. Small sources (more stack nodes than samples, as 1 s blocks of deep stacks are)
  * translate whole stacks through the writer's whole-stack cache; larger ones node by node, parent

@@ -238,8 +238,8 @@ static void stack_text(block_reader *r, uint32_t stack, strata_buffer *out) {
 
 /* Adds one block's answers to s: per profile "P <series> t=<ms> d=<dur> p=<period>
  * total=<total>" (value: count), per series "T <series>" (value: total) and per stack
- * "S <series> <frames root first>" (value: sum); a frame is function:line per line, or 0x<address>
- * for a location without lines, then @<mapping file>. */
+ * "S <series> <frames root first>[ <sample labels>]" (value: sum); a frame is function:line per
+ * line, or 0x<address> for a location without lines, then @<mapping file>. */
 static void summarize_block(bucket *store, const ulid *id, summary *s) {
     strata_error err;
     fetch_ctx f = {store, {0}};
@@ -278,6 +278,12 @@ static void summarize_block(bucket *store, const ulid *id, summary *s) {
         for (size_t j = 0; j < samples.len; j++) {
             strata_buffer frames = STRATA_BUFFER_INIT;
             stack_text(r, samples.stacks[j], &frames);
+            if (samples.label_sets != NULL && samples.label_sets[j] != 0) {
+                const label_set *set;
+                assert_int_equal(block_reader_label_set(r, samples.label_sets[j], &set, &err), 0);
+                assert_int_equal(strata_buffer_append_byte(&frames, ' '), 0);
+                assert_int_equal(label_set_format(set, &frames), 0);
+            }
             assert_int_equal(strata_buffer_append_byte(&frames, 0), 0);
             strata_buffer_reset(&key);
             assert_int_equal(
@@ -547,6 +553,125 @@ static void test_identical_profiles_deduplicated(void **state) {
     assert_int_equal(one.stats.duplicates, 1);
     assert_int_equal(one.stats.profiles_out, 1);
     block_merge_result_free(&one);
+    block_merge_result_free(&result);
+    fixture_close(&fx);
+}
+
+/* ---- sample labels ------------------------------------------------------------------------ */
+
+typedef struct lsample {
+    const char *frames[MAX_FRAMES]; /* leaf first, NULL-terminated */
+    const char *labels;             /* pprof sample labels, `{endpoint="/a"}`; NULL for none */
+    int64_t value;
+} lsample;
+
+/* A block of one cpu{job="api"} profile at time_ms with labelled samples (n of them). */
+static ulid write_labelled_source(bucket *store, int64_t time_ms, const lsample *samples,
+                                  size_t n) {
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    label_set labels = LABEL_SET_INIT;
+    profile_type type;
+    assert_int_equal(label_set_from_text("{job=\"api\"}", &labels, &err), 0);
+    assert_int_equal(profile_type_parse(CPU, strlen(CPU), &type, &err), 0);
+    assert_int_equal(block_writer_begin_profile(w, &labels, &type, BASE_NS + time_ms * 1000000,
+                                                10 * SEC, 10000000, &err),
+                     0);
+    for (size_t i = 0; i < n; i++) {
+        block_frame frames[MAX_FRAMES];
+        size_t k = 0;
+        for (; k < MAX_FRAMES && samples[i].frames[k] != NULL; k++) {
+            memset(&frames[k], 0, sizeof frames[k]);
+            frames[k].function_name = samples[i].frames[k];
+            frames[k].line = (int64_t)(10 + k);
+        }
+        label_set sl = LABEL_SET_INIT;
+        if (samples[i].labels != NULL)
+            assert_int_equal(label_set_from_text(samples[i].labels, &sl, &err), 0);
+        assert_int_equal(block_writer_add_sample_labels(w, frames, k, &sl, samples[i].value, &err),
+                         0);
+        label_set_free(&sl);
+    }
+    assert_int_equal(block_writer_end_profile(w, &err), 0);
+    label_set_free(&labels);
+    profile_type_free(&type);
+    ulid id;
+    upload_writer(store, w, &id);
+    return id;
+}
+
+static uint32_t block_version(bucket *store, const ulid *id) {
+    strata_error err;
+    fetch_ctx f = {store, {0}};
+    block_key(id, BLOCK_DATA_FILE, f.key, sizeof f.key);
+    bucket_object_attributes attrs;
+    assert_int_equal(bucket_attributes(store, f.key, &attrs, &err), 0);
+    block_reader *r;
+    assert_int_equal(block_reader_open(fetch_range, &f, attrs.size, NULL, &r, &err), 0);
+    uint32_t version = block_reader_format_version(r);
+    block_reader_close(r);
+    return version;
+}
+
+/* The merge carries sample label sets through (re-interned, from version 2 and version 1 sources
+ * alike), and its duplicate rule includes them: a profile that differs from another only in its
+ * samples' labels is kept; an exact copy is dropped. */
+static void test_merge_keeps_sample_labels(void **state) {
+    (void)state;
+    fixture fx;
+    fixture_open(&fx);
+    const lsample a[] = {{{"work", "main", NULL}, "{endpoint=\"/a\"}", 5},
+                         {{"work", "main", NULL}, "{endpoint=\"/b\"}", 3},
+                         {{"idle", "main", NULL}, NULL, 1}};
+    /* same series, time, stacks and values, total 9: only one sample's labels differ */
+    const lsample b[] = {{{"work", "main", NULL}, "{endpoint=\"/a\"}", 5},
+                         {{"work", "main", NULL}, "{endpoint=\"/c\"}", 3},
+                         {{"idle", "main", NULL}, NULL, 1}};
+    ulid ids[4] = {write_labelled_source(fx.store, 1000, a, 3),
+                   write_labelled_source(fx.store, 1000, b, 3),
+                   write_labelled_source(fx.store, 1000, a, 3), /* a retry of a: dropped */
+                   write_source(fx.store, block_c, 1)};         /* version 1, no labels */
+    assert_int_equal(block_version(fx.store, &ids[0]), 2);
+    assert_int_equal(block_version(fx.store, &ids[3]), 1);
+    block_merge_result result;
+    merge_ok(fx.store, ids, 4, NULL, &result);
+    assert_int_equal(result.stats.profiles_in, 4);
+    assert_int_equal(result.stats.duplicates, 1);
+    assert_int_equal(result.stats.profiles_out, 3);
+    assert_int_equal(result.meta.format_version, 2);
+    assert_int_equal(block_version(fx.store, &result.id), 2);
+    char *after = summarize(fx.store, &result.id, 1);
+    char *before = summarize(fx.store, ids, 2);
+    char *c = summarize(fx.store, &ids[3], 1);
+    const char *series = "process_cpu:samples:count:cpu:nanoseconds:delta{job=\"api\"}";
+    char key[512];
+    snprintf(key, sizeof key, "S %s main:11;work:10 {endpoint=\"/a\"}", series);
+    assert_int_equal(summary_value(after, key), 5 + 5);
+    snprintf(key, sizeof key, "S %s main:11;work:10 {endpoint=\"/b\"}", series);
+    assert_int_equal(summary_value(after, key), 3);
+    snprintf(key, sizeof key, "S %s main:11;work:10 {endpoint=\"/c\"}", series);
+    assert_int_equal(summary_value(after, key), 3);
+    snprintf(key, sizeof key, "S %s main:11;idle:10", series);
+    assert_int_equal(summary_value(after, key), 2);
+    snprintf(key, sizeof key, "P %s t=1000 d=10000000000 p=10000000 total=9", series);
+    assert_int_equal(summary_value(after, key), 2);
+    /* everything else is as in the sources without the retry */
+    size_t n_after = count_lines(after, "S "), n_before = count_lines(before, "S ");
+    assert_int_equal(n_after, n_before + count_lines(c, "S "));
+    free(after);
+    free(before);
+    free(c);
+
+    /* merging the merged block again keeps the sets (a version 2 source) */
+    block_merge_result again;
+    merge_ok(fx.store, &result.id, 1, NULL, &again);
+    assert_int_equal(again.stats.duplicates, 0);
+    char *first = summarize(fx.store, &result.id, 1), *second = summarize(fx.store, &again.id, 1);
+    assert_string_equal(first, second);
+    free(first);
+    free(second);
+    block_merge_result_free(&again);
     block_merge_result_free(&result);
     fixture_close(&fx);
 }
@@ -1249,6 +1374,7 @@ int main(void) {
         cmocka_unit_test(test_other_tenant_rejected),
         cmocka_unit_test(test_memory_limit_and_progress),
         cmocka_unit_test(test_querier_answers_same_on_merged_block),
+        cmocka_unit_test(test_merge_keeps_sample_labels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -391,11 +391,11 @@ static int decode_strata(const json_value *root, block_meta *m, strata_error *er
     int64_t version;
     if (s == NULL || get_int(s, "version", &version, "meta.json strata", err) != 0)
         return -1;
-    if (version != BLOCK_FORMAT_VERSION)
+    if (version < BLOCK_FORMAT_VERSION_MIN || version > BLOCK_FORMAT_VERSION)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "meta.json: block format version %lld is not supported (this "
-                                "build reads version %d); upgrade Strata",
-                                (long long)version, BLOCK_FORMAT_VERSION);
+                                "build reads versions %d to %d); upgrade Strata",
+                                (long long)version, BLOCK_FORMAT_VERSION_MIN, BLOCK_FORMAT_VERSION);
     m->format_version = (int)version;
     if (get_opt_string(s, "tenant", &m->tenant, "meta.json strata", err) != 0 ||
         decode_files(s, m, err) != 0 ||

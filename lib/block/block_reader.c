@@ -62,6 +62,7 @@ struct block_reader {
     void *ctx;
     uint64_t size;
     uint64_t footer_start;
+    uint32_t version; /* the data object's format version */
     block_reader_options options;
     r_table tables[BLOCK_TABLE_MAX + 1];
     uint64_t bytes_fetched;
@@ -78,6 +79,13 @@ struct block_reader {
     uint32_t *posting_series;
     size_t n_posting_series;
     block_rollup_series *rollups; /* per series; NULL until first use */
+
+    /* sample label sets (version 2), loaded on first use: set id - 1 -> labels, sorted by name */
+    bool label_sets_loaded;
+    label_set *label_sets;
+    size_t n_label_sets;
+    uint32_t *series_sets;      /* series_label_sets' label set column */
+    uint64_t *series_set_first; /* per series + 1: offsets into series_sets */
 
     bool symbols_loaded;
     block_mapping *mappings;
@@ -251,7 +259,13 @@ static int footer_error(strata_error *err, const char *what, int table) {
                             table > 0 ? block_table_name(table) : "?", what);
 }
 
-static int parse_columns(cursor *c, r_table *t, int table_id, strata_error *err) {
+/* A version 1 block's label_set columns, and its tables 15-17, are not part of its format: they
+ * are skipped as unknown, as a version 1 reader skips them. */
+static bool is_label_table(int table_id) {
+    return table_id >= BLOCK_TABLE_LABEL_SETS && table_id <= BLOCK_TABLE_SERIES_LABEL_SETS;
+}
+
+static int parse_columns(cursor *c, r_table *t, int table_id, uint32_t version, strata_error *err) {
     const block_table_schema *schema = block_table_schema_get(table_id);
     uint64_t n = cur_uvarint(c);
     if (c->bad || n == 0 || n > MAX_FOOTER_COLUMNS)
@@ -270,7 +284,10 @@ static int parse_columns(cursor *c, r_table *t, int table_id, strata_error *err)
     }
     if (schema == NULL)
         return 0;
-    for (int s = 0; s < schema->n_columns; s++) {
+    int required = version >= BLOCK_FORMAT_VERSION_LABELS ? schema->n_columns : schema->n_required;
+    for (int s = required; s < schema->n_columns; s++)
+        t->column_of[s] = -1; /* a label_set column in a version 1 block: not part of it */
+    for (int s = 0; s < required; s++) {
         int f = t->column_of[s];
         if (f < 0)
             return strata_error_set(err, STRATA_DATA_LOSS,
@@ -365,7 +382,8 @@ static int parse_footer(block_reader *r, const uint8_t *p, size_t len, strata_er
         uint64_t id = cur_uvarint(&c);
         if (c.bad)
             return footer_error(err, "truncated", 0);
-        bool known = id >= 1 && id <= BLOCK_TABLE_MAX;
+        bool known = id >= 1 && id <= BLOCK_TABLE_MAX &&
+                     (r->version >= BLOCK_FORMAT_VERSION_LABELS || !is_label_table((int)id));
         r_table *t = known ? &r->tables[id] : &scratch;
         if (known && t->present)
             return footer_error(err, "table listed twice", (int)id);
@@ -374,7 +392,7 @@ static int parse_footer(block_reader *r, const uint8_t *p, size_t len, strata_er
         t->rows = cur_uvarint(&c);
         if (c.bad || t->rows > UINT32_MAX - 2)
             return footer_error(err, "bad row count", (int)id);
-        int rc = parse_columns(&c, t, known ? (int)id : 0, err);
+        int rc = parse_columns(&c, t, known ? (int)id : 0, r->version, err);
         if (rc == 0)
             rc = parse_groups(&c, r, t, known ? (int)id : 0, err);
         if (!known)
@@ -393,6 +411,13 @@ static int parse_footer(block_reader *r, const uint8_t *p, size_t len, strata_er
         r->tables[BLOCK_TABLE_ROLLUP_STACKS].present)
         return strata_error_set(err, STRATA_DATA_LOSS,
                                 "block: footer has only one of the two rollup tables");
+    for (int id = BLOCK_TABLE_LABEL_SETS;
+         r->version >= BLOCK_FORMAT_VERSION_LABELS && id <= BLOCK_TABLE_SERIES_LABEL_SETS; id++) {
+        if (!r->tables[id].present)
+            return strata_error_set(err, STRATA_DATA_LOSS,
+                                    "block: footer of a version %u block lacks table %s",
+                                    r->version, block_table_name(id));
+    }
     r->tables[BLOCK_TABLE_PROFILES].evictable = true;
     r->tables[BLOCK_TABLE_SAMPLES].evictable = true;
     r->tables[BLOCK_TABLE_ROLLUP_STACKS].evictable = true;
@@ -409,11 +434,12 @@ static int check_trailer(block_reader *r, const uint8_t *tail, size_t tail_len,
                                 "Strata block, or truncated",
                                 (unsigned long long)r->size);
     uint32_t version = strata_load_u32le(t + 12);
-    if (version != BLOCK_FORMAT_VERSION)
+    if (version < BLOCK_FORMAT_VERSION_MIN || version > BLOCK_FORMAT_VERSION)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "block: format version %u is not supported (this build reads "
-                                "version %d); upgrade Strata to read this block",
-                                version, BLOCK_FORMAT_VERSION);
+                                "versions %d to %d); upgrade Strata to read this block",
+                                version, BLOCK_FORMAT_VERSION_MIN, BLOCK_FORMAT_VERSION);
+    r->version = version;
     *footer_len = strata_load_u64le(t);
     *footer_crc = strata_load_u32le(t + 8);
     if (*footer_len > r->size - BLOCK_HEADER_SIZE - BLOCK_TRAILER_SIZE ||
@@ -933,6 +959,7 @@ int block_reader_profiles(block_reader *r, const uint32_t *series_ids, size_t n_
 void block_samples_free(block_samples *s) {
     free(s->stacks);
     free(s->values);
+    free(s->label_sets);
     memset(s, 0, sizeof *s);
 }
 
@@ -950,17 +977,34 @@ static int samples_reserve(block_samples *s, size_t extra, strata_error *err) {
     if (values == NULL)
         return strata_error_oom(err);
     s->values = values;
+    if (s->label_sets != NULL) {
+        uint32_t *sets = realloc(s->label_sets, cap * sizeof *sets);
+        if (sets == NULL)
+            return strata_error_oom(err);
+        s->label_sets = sets;
+    }
     s->cap = cap;
     return 0;
+}
+
+/* Gives out its label_sets array, rows before len holding 0 (no labels). */
+static int samples_label_sets(block_samples *s, strata_error *err) {
+    if (s->label_sets != NULL)
+        return 0;
+    s->label_sets = calloc(s->cap ? s->cap : 1, sizeof *s->label_sets);
+    return s->label_sets == NULL ? strata_error_oom(err) : 0;
 }
 
 /* Copies rows [from, from + count) of page g of a (stack, value) table - samples or
  * rollup_stacks, whose columns 0 and 1 are the stack id and the value - into out. */
 static int copy_stack_rows(block_reader *r, int table, uint64_t g, uint64_t from, uint64_t count,
                            block_samples *out, strata_error *err) {
-    const r_decoded *stacks, *values;
+    const r_decoded *stacks, *values, *sets = NULL;
     if (load_page(r, table, BLOCK_COL_SAMPLES_STACK, g, &stacks, err) != 0 ||
         load_page(r, table, BLOCK_COL_SAMPLES_VALUE, g, &values, err) != 0)
+        return -1;
+    if (r->tables[table].column_of[BLOCK_COL_SAMPLES_LABEL_SET] >= 0 &&
+        load_page(r, table, BLOCK_COL_SAMPLES_LABEL_SET, g, &sets, err) != 0)
         return -1;
     if (stacks->max_value > r->tables[BLOCK_TABLE_STACKS].rows)
         return data_loss(err, table, BLOCK_COL_SAMPLES_STACK, g, "stack id out of range");
@@ -968,6 +1012,14 @@ static int copy_stack_rows(block_reader *r, int table, uint64_t g, uint64_t from
     for (uint64_t i = 0; i < count; i++) {
         out->stacks[out->len + i] = (uint32_t)stacks->values[base + i];
         out->values[out->len + i] = as_signed(values->values[base + i]);
+    }
+    if (sets != NULL && sets->max_value > r->tables[BLOCK_TABLE_LABEL_SETS].rows)
+        return data_loss(err, table, BLOCK_COL_SAMPLES_LABEL_SET, g, "label set id out of range");
+    if ((sets != NULL && sets->max_value > 0) || out->label_sets != NULL) {
+        if (samples_label_sets(out, err) != 0)
+            return -1;
+        for (uint64_t i = 0; i < count; i++)
+            out->label_sets[out->len + i] = sets != NULL ? (uint32_t)sets->values[base + i] : 0;
     }
     out->len += (size_t)count;
     return 0;
@@ -1078,6 +1130,151 @@ int block_reader_series_rollup(block_reader *r, uint32_t series_id, block_sample
                                 series_id, info.profile_count);
     return read_stack_rows(r, BLOCK_TABLE_ROLLUP_STACKS, info.first_stack, info.stack_count, out,
                            err);
+}
+
+/* ---- sample label sets ------------------------------------------------------------------ */
+
+bool block_reader_has_sample_labels(const block_reader *r) {
+    return r->version >= BLOCK_FORMAT_VERSION_LABELS;
+}
+
+uint32_t block_reader_format_version(const block_reader *r) {
+    return r->version;
+}
+
+static void free_label_sets(block_reader *r) {
+    for (size_t i = 0; r->label_sets != NULL && i < r->n_label_sets; i++)
+        label_set_free(&r->label_sets[i]);
+    free(r->label_sets);
+    free(r->series_sets);
+    free(r->series_set_first);
+    r->label_sets = NULL;
+    r->series_sets = NULL;
+    r->series_set_first = NULL;
+    r->n_label_sets = 0;
+}
+
+/* Builds set i from its rows in label_set_labels: at least one label, names non-empty and
+ * strictly ascending (bytewise), values non-empty. */
+static int build_label_set(block_reader *r, size_t i, uint64_t first, uint64_t count,
+                           const uint64_t *names, const uint64_t *values, strata_error *err) {
+    uint64_t rows = r->tables[BLOCK_TABLE_LABEL_SET_LABELS].rows;
+    if (count == 0 || first > rows || count > rows - first)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: table label_sets, row %zu: labels out of range", i);
+    const char *prev = NULL;
+    for (uint64_t l = first; l < first + count; l++) {
+        const char *name, *value;
+        if (series_string(r, names[l], "label_set_labels", &name, err) != 0 ||
+            series_string(r, values[l], "label_set_labels", &value, err) != 0)
+            return -1;
+        if (name[0] == '\0' || value[0] == '\0' || (prev != NULL && strcmp(prev, name) >= 0))
+            return strata_error_set(err, STRATA_DATA_LOSS,
+                                    "block: table label_set_labels, row %llu: empty, unsorted or "
+                                    "repeated label",
+                                    (unsigned long long)l);
+        if (label_set_add(&r->label_sets[i], name, strlen(name), value, strlen(value), err) != 0)
+            return -1;
+        prev = r->label_sets[i].labels[r->label_sets[i].count - 1].name;
+    }
+    return 0;
+}
+
+/* Per series, where its rows of series_label_sets start: rows sorted by (series, label set),
+ * strictly, every id in range. */
+static int index_series_sets(block_reader *r, const uint64_t *series, const uint64_t *sets,
+                             uint64_t n, strata_error *err) {
+    for (uint64_t i = 0; i < n; i++) {
+        if (series[i] >= r->n_series || sets[i] == 0 || sets[i] > r->n_label_sets ||
+            (i > 0 &&
+             (series[i] < series[i - 1] || (series[i] == series[i - 1] && sets[i] <= sets[i - 1]))))
+            return strata_error_set(err, STRATA_DATA_LOSS,
+                                    "block: table series_label_sets, row %llu: ids out of range "
+                                    "or out of order",
+                                    (unsigned long long)i);
+        r->series_sets[i] = (uint32_t)sets[i];
+        r->series_set_first[series[i] + 1]++;
+    }
+    for (size_t s = 0; s < r->n_series; s++)
+        r->series_set_first[s + 1] += r->series_set_first[s];
+    return 0;
+}
+
+/* Reads tables 15-17 whole (one row per distinct label set and per series' set) and checks them. */
+static int load_label_sets(block_reader *r, strata_error *err) {
+    if (r->label_sets_loaded)
+        return 0;
+    uint64_t n = block_reader_has_sample_labels(r) ? r->tables[BLOCK_TABLE_LABEL_SETS].rows : 0;
+    uint64_t n_pairs =
+        block_reader_has_sample_labels(r) ? r->tables[BLOCK_TABLE_SERIES_LABEL_SETS].rows : 0;
+    r->label_sets = calloc((size_t)n + 1, sizeof *r->label_sets);
+    r->series_sets = malloc(((size_t)n_pairs + 1) * sizeof *r->series_sets);
+    r->series_set_first = calloc(r->n_series + 1, sizeof *r->series_set_first);
+    if (r->label_sets == NULL || r->series_sets == NULL || r->series_set_first == NULL) {
+        free_label_sets(r);
+        return strata_error_oom(err);
+    }
+    r->n_label_sets = (size_t)n;
+    uint64_t *sets[BLOCK_COL_LABEL_SETS_COUNT] = {0},
+             *labels[BLOCK_COL_LABEL_SET_LABELS_COUNT] = {0};
+    uint64_t *pairs[BLOCK_COL_SERIES_LABEL_SETS_COUNT] = {0};
+    int rc = 0;
+    if (block_reader_has_sample_labels(r)) {
+        for (int c = 0; c < BLOCK_COL_LABEL_SETS_COUNT && rc == 0; c++)
+            rc = read_column(r, BLOCK_TABLE_LABEL_SETS, c, &sets[c], err);
+        for (int c = 0; c < BLOCK_COL_LABEL_SET_LABELS_COUNT && rc == 0; c++)
+            rc = read_column(r, BLOCK_TABLE_LABEL_SET_LABELS, c, &labels[c], err);
+        for (int c = 0; c < BLOCK_COL_SERIES_LABEL_SETS_COUNT && rc == 0; c++)
+            rc = read_column(r, BLOCK_TABLE_SERIES_LABEL_SETS, c, &pairs[c], err);
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = build_label_set(r, i, sets[BLOCK_COL_LABEL_SETS_FIRST_LABEL][i],
+                             sets[BLOCK_COL_LABEL_SETS_LABEL_COUNT][i],
+                             labels[BLOCK_COL_LABEL_SET_LABELS_NAME],
+                             labels[BLOCK_COL_LABEL_SET_LABELS_VALUE], err);
+    if (rc == 0)
+        rc = index_series_sets(r, pairs[BLOCK_COL_SERIES_LABEL_SETS_SERIES],
+                               pairs[BLOCK_COL_SERIES_LABEL_SETS_LABEL_SET], n_pairs, err);
+    free_columns(sets, BLOCK_COL_LABEL_SETS_COUNT);
+    free_columns(labels, BLOCK_COL_LABEL_SET_LABELS_COUNT);
+    free_columns(pairs, BLOCK_COL_SERIES_LABEL_SETS_COUNT);
+    drop_pages(r, BLOCK_TABLE_LABEL_SETS);
+    drop_pages(r, BLOCK_TABLE_LABEL_SET_LABELS);
+    drop_pages(r, BLOCK_TABLE_SERIES_LABEL_SETS);
+    if (rc != 0) {
+        free_label_sets(r); /* a later call retries from scratch */
+        return -1;
+    }
+    r->label_sets_loaded = true;
+    return 0;
+}
+
+size_t block_reader_label_set_count(const block_reader *r) {
+    return block_reader_has_sample_labels(r) ? (size_t)r->tables[BLOCK_TABLE_LABEL_SETS].rows : 0;
+}
+
+int block_reader_label_set(block_reader *r, uint32_t id, const label_set **out, strata_error *err) {
+    static const label_set empty = LABEL_SET_INIT;
+    if (load_label_sets(r, err) != 0)
+        return -1;
+    if (id > r->n_label_sets)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block: label set %u is out of range (%zu sets)", id,
+                                r->n_label_sets);
+    *out = id == 0 ? &empty : &r->label_sets[id - 1];
+    return 0;
+}
+
+int block_reader_series_label_sets(block_reader *r, uint32_t series_id, const uint32_t **ids,
+                                   size_t *n, strata_error *err) {
+    if (load_label_sets(r, err) != 0)
+        return -1;
+    if (series_id >= r->n_series)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "block: series %u out of range",
+                                series_id);
+    *ids = r->series_sets + r->series_set_first[series_id];
+    *n = (size_t)(r->series_set_first[series_id + 1] - r->series_set_first[series_id]);
+    return 0;
 }
 
 /* ---- symbols ---------------------------------------------------------------------------- */
@@ -1313,6 +1510,14 @@ size_t block_reader_memory_bytes(const block_reader *r) {
     bytes += r->n_mappings * sizeof *r->mappings + r->n_functions * sizeof *r->functions;
     bytes += r->n_locations * sizeof *r->locations + r->n_lines * sizeof *r->lines;
     bytes += (r->n_stacks + 1) * 2 * sizeof(uint32_t);
+    if (r->label_sets_loaded) {
+        bytes += r->n_label_sets * sizeof *r->label_sets + (r->n_series + 1) * sizeof(uint64_t);
+        bytes += (size_t)r->tables[BLOCK_TABLE_SERIES_LABEL_SETS].rows * sizeof(uint32_t);
+        for (size_t i = 0; i < r->n_label_sets; i++)
+            for (size_t l = 0; l < r->label_sets[i].count; l++)
+                bytes += sizeof(strata_label) + strlen(r->label_sets[i].labels[l].name) +
+                         strlen(r->label_sets[i].labels[l].value) + 2;
+    }
     return bytes;
 }
 
@@ -1373,6 +1578,7 @@ void block_reader_close(block_reader *r) {
     free(r->postings);
     free(r->posting_series);
     free(r->rollups);
+    free_label_sets(r);
     free_symbols(r);
     free(r);
 }

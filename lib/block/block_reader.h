@@ -15,10 +15,16 @@
  *   - rollup pages (optional tables: per series, the block's summed samples per stack) only for
  *     the series asked for;
  *   - symbol tables (mappings, functions, locations, lines, stacks) are decoded completely on first
- *     use, strings page by page.
+ *     use, strings page by page;
+ *   - sample label sets (format version 2: pprof labels such as endpoint=/checkout) and the sets
+ *     each series uses, decoded completely on first use; a sample's label set id comes with its
+ *     row (block_samples.label_sets).
  * Decoded profile and sample pages live in a cache bounded by cache_bytes (evicted wholesale when
  * full); symbol and string pages stay until close, so strings handed out stay valid.
  * Counters of bytes fetched (total and per table) let tests and metrics see what a query read.
+ *
+ * Format versions 1 and 2 are read alike; a version 1 block has no sample labels (every sample's
+ * label set is 0).
  *
  * Corrupt input (bad checksums, truncation, out-of-range ids, malformed varints) yields DATA_LOSS
  * with a message naming the table, column and page; an unknown format version or a non-block
@@ -110,10 +116,13 @@ int block_reader_profiles(block_reader *r, const uint32_t *series_ids, size_t n_
                           int64_t start_ns, int64_t end_ns, block_profile **out, size_t *n,
                           strata_error *err);
 
-/* (stack id, value) pairs; stack ids ascending within one profile. */
+/* (stack id, value, label set) rows; (stack id, label set) ascending within one profile. */
 typedef struct block_samples {
     uint32_t *stacks;
     int64_t *values;
+    /* each row's sample label set (0 = none); NULL while every row so far has none (then rows
+     * appended later without labels leave it NULL too) */
+    uint32_t *label_sets;
     size_t len;
     size_t cap;
 } block_samples;
@@ -133,12 +142,29 @@ bool block_reader_has_rollups(const block_reader *r);
  * rollups, INVALID_ARGUMENT for a series id out of range. */
 int block_reader_series_rollup_info(block_reader *r, uint32_t series_id, block_rollup_series *out,
                                     strata_error *err);
-/* Appends a series' rollup rows to out: stack ids ascending, each value the sum over all the
- * series' profiles in the block of that stack's values, scaled as a merge scales them. Fetches
+/* Appends a series' rollup rows to out: (stack id, label set) ascending, each value the sum over
+ * all the series' profiles in the block of that (stack, label set)'s values, scaled as a merge
+ * scales them. Fetches
  * only the rollup_stacks pages holding the series' rows. FAILED_PRECONDITION for a series with
  * fewer than BLOCK_ROLLUP_MIN_PROFILES profiles, which has no rollup (read its samples). */
 int block_reader_series_rollup(block_reader *r, uint32_t series_id, block_samples *out,
                                strata_error *err);
+
+/* ---- sample label sets (format version 2) ---- */
+
+/* The block's format version (1 or 2). */
+uint32_t block_reader_format_version(const block_reader *r);
+/* True when the block can hold sample labels (version 2); false for version 1 blocks. */
+bool block_reader_has_sample_labels(const block_reader *r);
+/* Number of distinct label sets (ids 1..n; 0 is the empty set). */
+size_t block_reader_label_set_count(const block_reader *r);
+/* The labels of set id (sorted by name; id 0 gives the empty set), valid until close. The label
+ * set tables are read and checked on first use. INVALID_ARGUMENT for an id out of range. */
+int block_reader_label_set(block_reader *r, uint32_t id, const label_set **out, strata_error *err);
+/* The non-empty label sets a series' samples (and rollup rows) use, ascending, valid until close;
+ * none (n 0) for a version 1 block. INVALID_ARGUMENT for a series out of range. */
+int block_reader_series_label_sets(block_reader *r, uint32_t series_id, const uint32_t **ids,
+                                   size_t *n, strata_error *err);
 
 /* ---- symbols ---- */
 

@@ -1,8 +1,8 @@
 /*
  * block_reader_fuzz.c - libFuzzer target: opens arbitrary bytes as a block and, when that
- * succeeds, walks every series, profile, sample, rollup row, stack, location, function and
- * mapping. Any crash,
- * leak, sanitizer report or hang is a bug; errors are expected.
+ * succeeds, walks every series, profile, sample (and its sample label set), series' label sets,
+ * rollup row, stack, location, function and mapping. Any crash, leak, sanitizer report or hang is
+ * a bug; errors are expected.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -58,12 +58,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             samples.len = 0;
             if (block_reader_read_samples(r, &p[i], 1, &samples, &err) != 0)
                 break;
-            for (size_t k = 0; k < samples.len; k++)
+            for (size_t k = 0; k < samples.len; k++) {
                 walk_stack(r, samples.stacks[k]);
+                const label_set *set;
+                if (samples.label_sets != NULL)
+                    (void)block_reader_label_set(r, samples.label_sets[k], &set, &err);
+            }
         }
         block_samples_free(&samples);
     }
     free(p);
+    for (uint32_t s = 0; s < block_reader_series_count(r); s++) {
+        const uint32_t *sets;
+        size_t n_sets;
+        if (block_reader_series_label_sets(r, s, &sets, &n_sets, &err) != 0)
+            break;
+    }
     block_samples rollup = {0};
     for (uint32_t s = 0; block_reader_has_rollups(r) && s < block_reader_series_count(r); s++) {
         rollup.len = 0;

@@ -7,33 +7,53 @@
 #include <string.h>
 
 #include "block/block_format.h"
+#include "common/hash.h"
 
 bool block_rollup_scale(const char *sample_type, const char *sample_unit) {
     return strcmp(sample_type, "samples") == 0 && strcmp(sample_unit, "count") == 0;
 }
 
 typedef struct rollup_state {
-    uint64_t *sum;   /* per stack id: wrapping sum for the current series */
-    uint32_t *stamp; /* per stack id: series id + 1 that last touched sum */
-    uint32_t *touched;
+    uint64_t *sum;     /* per stack id: wrapping sum of the rows without labels, current series */
+    uint32_t *stamp;   /* per stack id: series id + 1 that last touched sum */
+    uint64_t *touched; /* (stack << 32 | label set) of every row of the current series */
     size_t n_touched, cap_touched;
+    strata_u64_map labelled; /* (stack << 32 | label set != 0) -> wrapping sum, current series */
+    bool labelled_used;
 } rollup_state;
 
-static int compare_u32(const void *a, const void *b) {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+static int compare_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }
 
-static int touch(rollup_state *st, uint32_t stack, strata_error *err) {
+static int touch(rollup_state *st, uint64_t key, strata_error *err) {
     if (st->n_touched == st->cap_touched) {
         size_t cap = st->cap_touched ? st->cap_touched * 2 : 1024;
-        uint32_t *grown = realloc(st->touched, cap * sizeof *grown);
+        uint64_t *grown = realloc(st->touched, cap * sizeof *grown);
         if (grown == NULL)
             return strata_error_oom(err);
         st->touched = grown;
         st->cap_touched = cap;
     }
-    st->touched[st->n_touched++] = stack;
+    st->touched[st->n_touched++] = key;
+    return 0;
+}
+
+/* Adds a labelled row's value into the map. */
+static int add_labelled(rollup_state *st, uint32_t stack, uint32_t set, uint64_t value,
+                        strata_error *err) {
+    uint64_t key = (uint64_t)stack << 32 | set;
+    if (st->labelled.keys == NULL && strata_u64_map_init(&st->labelled, 1024) != 0)
+        return strata_error_oom(err);
+    bool inserted;
+    uint64_t *sum = strata_u64_map_upsert(&st->labelled, key, 0, &inserted);
+    if (sum == NULL)
+        return strata_error_oom(err);
+    if (inserted && touch(st, key, err) != 0)
+        return -1;
+    *sum += value; /* wrapping, as documented */
+    st->labelled_used = true;
     return 0;
 }
 
@@ -46,10 +66,16 @@ static int add_profile(rollup_state *st, const block_rollup_profile *p, size_t n
         if (stack >= n_stacks)
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "rollup: stack id %u out of range", stack);
+        uint32_t set = p->label_sets != NULL ? p->label_sets[i] : 0;
+        if (set != 0) {
+            if (add_labelled(st, stack, set, (uint64_t)p->values[i] * mult, err) != 0)
+                return -1;
+            continue;
+        }
         if (st->stamp[stack] != stamp) {
             st->stamp[stack] = stamp;
             st->sum[stack] = 0;
-            if (touch(st, stack, err) != 0)
+            if (touch(st, (uint64_t)stack << 32, err) != 0)
                 return -1;
         }
         st->sum[stack] += (uint64_t)p->values[i] * mult; /* wrapping, as documented */
@@ -57,24 +83,29 @@ static int add_profile(rollup_state *st, const block_rollup_profile *p, size_t n
     return 0;
 }
 
-/* Emits the non-zero sums of the current series in stack order. */
+/* Emits the non-zero sums of the current series in (stack, label set) order. */
 static int emit_series(rollup_state *st, block_rollup_row_fn row, void *ctx, block_rollup_series *s,
                        uint64_t *next_row, strata_error *err) {
-    qsort(st->touched, st->n_touched, sizeof *st->touched, compare_u32);
+    qsort(st->touched, st->n_touched, sizeof *st->touched, compare_u64);
     s->first_stack = *next_row;
     s->stack_count = 0;
     for (size_t i = 0; i < st->n_touched; i++) {
-        uint32_t stack = st->touched[i];
-        if (st->sum[stack] == 0)
+        uint32_t stack = (uint32_t)(st->touched[i] >> 32), set = (uint32_t)st->touched[i];
+        uint64_t sum =
+            set == 0 ? st->sum[stack] : *strata_u64_map_get(&st->labelled, st->touched[i]);
+        if (sum == 0)
             continue;
         int64_t value;
-        memcpy(&value, &st->sum[stack], sizeof value);
-        if (row(ctx, stack, value, err) != 0)
+        memcpy(&value, &sum, sizeof value);
+        if (row(ctx, stack, set, value, err) != 0)
             return -1;
         s->stack_count++;
     }
     *next_row += s->stack_count;
     st->n_touched = 0;
+    if (st->labelled_used)
+        strata_u64_map_clear(&st->labelled);
+    st->labelled_used = false;
     return 0;
 }
 
@@ -122,5 +153,6 @@ int block_rollup_build(const block_rollup_profile *profiles, size_t n_profiles, 
     free(st.sum);
     free(st.stamp);
     free(st.touched);
+    strata_u64_map_free(&st.labelled);
     return rc;
 }

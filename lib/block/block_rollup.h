@@ -19,6 +19,11 @@
  * table, so no second copy of the rows is held) and filling one entry per series. It needs one
  * accumulator and one stamp per stack id (12 bytes each), plus the distinct stacks of one series.
  *
+ * Sample labels (format version 2). A row is a (stack, label set) pair: samples of one stack with
+ * different pprof label sets stay apart, so a rollup can still be grouped and filtered by sample
+ * label. Rows without labels (label set 0) use the per-stack accumulators above; labelled rows, a
+ * hash map keyed by (stack, label set), so blocks without labels cost nothing more.
+ *
  * block_rollup_scale tells whether a profile type's values are multiplied by the period; the
  * querier's merge uses the same rule, so the two cannot drift apart.
  */
@@ -40,7 +45,8 @@ bool block_rollup_scale(const char *sample_type, const char *sample_unit);
 typedef struct block_rollup_profile {
     uint32_t series;
     int64_t multiplier;
-    const uint32_t *stacks; /* stack ids, each < n_stacks */
+    const uint32_t *stacks;     /* stack ids, each < n_stacks */
+    const uint32_t *label_sets; /* per sample: its label set (0 = none); NULL when all are 0 */
     const int64_t *values;
     uint32_t n_samples;
 } block_rollup_profile;
@@ -53,9 +59,10 @@ typedef struct block_rollup_series {
     uint32_t stack_count;   /* rows in rollup_stacks */
 } block_rollup_series;
 
-/* Receives the rollup rows in table order: series ascending, stacks ascending within a series.
- * Returns 0, or -1 with err set to stop the build. */
-typedef int (*block_rollup_row_fn)(void *ctx, uint32_t stack, int64_t value, strata_error *err);
+/* Receives the rollup rows in table order: series ascending, (stack, label set) ascending within
+ * a series. Returns 0, or -1 with err set to stop the build. */
+typedef int (*block_rollup_row_fn)(void *ctx, uint32_t stack, uint32_t label_set, int64_t value,
+                                   strata_error *err);
 
 /* Builds the rollups of n_profiles profiles sorted by series, for series ids 0..n_series-1 and
  * stack ids 0..n_stacks-1, calling row for every rollup row and filling series[0..n_series).

@@ -953,10 +953,18 @@ static void test_truncated_and_bad_trailer(void **state) {
     assert_int_equal(err.code, STRATA_DATA_LOSS);
     assert_non_null(strstr(err.message, "not a Strata block"));
     copy[len - 1] ^= 0xff;
-    copy[len - 12] = 2; /* version */
+    copy[len - 12] = 3; /* version */
     assert_int_equal(open_bytes(copy, len, &r, &err), -1);
     assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
-    assert_non_null(strstr(err.message, "version 2 is not supported"));
+    assert_non_null(strstr(err.message, "version 3 is not supported"));
+    copy[len - 12] = 0;
+    assert_int_equal(open_bytes(copy, len, &r, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    /* a block without sample labels claiming version 2 lacks its label set tables */
+    copy[len - 12] = 2;
+    assert_int_equal(open_bytes(copy, len, &r, &err), -1);
+    assert_int_equal(err.code, STRATA_DATA_LOSS);
+    assert_non_null(strstr(err.message, "label_set"));
     copy[len - 12] = 1;
     copy[len - 24] ^= 0x80; /* footer length */
     assert_int_equal(open_bytes(copy, len, &r, &err), -1);
@@ -1156,7 +1164,10 @@ static void test_dump(void **state) {
                           "#1 value 4096",
                           "rollups: 3 series",
                           "series 1: 2 profiles, 3 stacks from row 0, total 18000",
-                          "rollup_stacks            3 rows"};
+                          "rollup_stacks              3 rows",
+                          "data object format version: 1",
+                          "label_sets            absent (no sample labels)",
+                          "sample label sets: none"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (strstr(text, want[i]) == NULL)
             fail_msg("dump lacks \"%s\":\n%s", want[i], text);
@@ -1259,7 +1270,7 @@ static void test_block_without_rollups(void **state) {
     assert_int_equal(block_dump(r, NULL, out, NULL, &err), 0);
     fclose(out);
     assert_non_null(strstr(text, "rollups: none"));
-    assert_non_null(strstr(text, "rollup_stacks       absent (optional)"));
+    assert_non_null(strstr(text, "rollup_stacks         absent (optional)"));
     free(text);
     block_samples_free(&s);
     free(p);
@@ -1327,11 +1338,15 @@ static void test_rollup_reads_only_its_pages(void **state) {
     block_meta_free(&meta);
 }
 
-static int collect_row(void *ctx, uint32_t stack, int64_t value, strata_error *err) {
+static int collect_row(void *ctx, uint32_t stack, uint32_t set, int64_t value, strata_error *err) {
     block_samples *s = ctx;
     (void)err;
     assert_true(s->len < s->cap);
     s->stacks[s->len] = stack;
+    if (s->label_sets != NULL)
+        s->label_sets[s->len] = set;
+    else
+        assert_int_equal(set, 0);
     s->values[s->len++] = value;
     return 0;
 }
@@ -1342,14 +1357,15 @@ static void test_rollup_build(void **state) {
     const uint32_t st_a[] = {1, 3, 4}, st_b[] = {3, 4}, st_c[] = {2};
     const int64_t v_a[] = {5, 7, INT64_MAX}, v_b[] = {-7, 2}, v_c[] = {9};
     block_rollup_profile in[] = {
-        {0, 1, st_a, v_a, 3}, /* series 0: 1 -> 5, 3 -> 7 - 7 = 0 (dropped), 4 -> wraps */
-        {0, 1, st_b, v_b, 2},  {1, 3, st_c, v_c, 1}, /* series 1: one profile, no rollup */
-        {3, 10, st_c, v_c, 1},                       /* series 2: none; series 3: 9 * 10 twice */
-        {3, 10, st_c, v_c, 1},
+        {0, 1, st_a, NULL, v_a, 3}, /* series 0: 1 -> 5, 3 -> 7 - 7 = 0 (dropped), 4 -> wraps */
+        {0, 1, st_b, NULL, v_b, 2},
+        {1, 3, st_c, NULL, v_c, 1},  /* series 1: one profile, no rollup */
+        {3, 10, st_c, NULL, v_c, 1}, /* series 2: none; series 3: 9 * 10 twice */
+        {3, 10, st_c, NULL, v_c, 1},
     };
     uint32_t stacks[8];
     int64_t values[8];
-    block_samples rows = {stacks, values, 0, 8};
+    block_samples rows = {stacks, values, NULL, 0, 8};
     block_rollup_series series[4];
     strata_error err;
     assert_int_equal(block_rollup_build(in, 5, 4, 5, collect_row, &rows, series, &err), 0);
@@ -1502,6 +1518,12 @@ static char *block_text(const strata_buffer *data) {
                     assert_int_equal(strata_buffer_append(&b, frame, strlen(frame)), 0);
                 }
             }
+            if (smp.label_sets != NULL && smp.label_sets[k] != 0) {
+                const label_set *set;
+                assert_int_equal(block_reader_label_set(r, smp.label_sets[k], &set, &err), 0);
+                assert_int_equal(strata_buffer_append(&b, " ", 1), 0);
+                assert_int_equal(label_set_format(set, &b), 0);
+            }
             assert_int_equal(strata_buffer_append(&b, "", 1), 0);
             lines[k] = (char *)b.data;
         }
@@ -1643,6 +1665,425 @@ static void test_detach_keeps_dictionary(void **state) {
     block_writer_free(w);
 }
 
+/* ---- sample labels (format version 2) ------------------------------------------------------ */
+
+/* Gives pprof sample i the labels kv: key, value pairs (a NULL value makes a numeric label
+ * num=64 unit "bytes"), NULL-terminated. */
+static void set_sample_labels(pprof_profile *p, size_t i, const char *const *kv) {
+    if (p->sample_labels == NULL)
+        p->sample_labels = calloc(64, sizeof *p->sample_labels);
+    assert_non_null(p->sample_labels);
+    pprof_sample *s = &p->samples[i];
+    s->label_offset = (uint32_t)p->n_sample_labels;
+    s->label_count = 0;
+    for (size_t k = 0; kv[k] != NULL; k += 2) {
+        pprof_label *l = &p->sample_labels[p->n_sample_labels++];
+        l->key = add_string(p, kv[k]);
+        if (kv[k + 1] != NULL) {
+            l->str = add_string(p, kv[k + 1]);
+        } else {
+            l->num = 64;
+            l->num_unit = add_string(p, "bytes");
+        }
+        s->label_count++;
+    }
+}
+
+static const tsample profile_l[] = {
+    {{"work", "handler", "main", NULL}, 5}, {{"work", "handler", "main", NULL}, 3},
+    {{"work", "handler", "main", NULL}, 2}, {{"handler", "main", NULL}, 4},
+    {{"work", "handler", "main", NULL}, 1}, {{"work", "handler", "main", NULL}, 9},
+};
+
+/* profile_l with labels: 0 and 2 endpoint=/a (summed: 7), 1 endpoint=/b, 3 none, 4 endpoint=/x
+ * then endpoint=/b (the last wins) and span=7, plus a numeric label (dropped), 5 only a numeric
+ * label and an empty value (no labels: with 3's stack? no, work's: 9 without labels). */
+static void build_labelled_pprof(pprof_profile *p, uint64_t id_offset) {
+    build_pprof(p, profile_l, 6, id_offset);
+    const char *const a[] = {"endpoint", "/a", NULL};
+    const char *const b[] = {"endpoint", "/b", NULL};
+    const char *const none[] = {NULL};
+    const char *const bs[] = {"endpoint", "/x", "span", "7", "bytes", NULL, "endpoint", "/b", NULL};
+    const char *const numeric[] = {"bytes", NULL, "empty", "", NULL};
+    set_sample_labels(p, 0, a);
+    set_sample_labels(p, 1, b);
+    set_sample_labels(p, 2, a);
+    set_sample_labels(p, 3, none);
+    set_sample_labels(p, 4, bs);
+    set_sample_labels(p, 5, numeric);
+}
+
+/* label set text of id in r ("" for 0). */
+static void set_text(block_reader *r, uint32_t id, char *out, size_t cap) {
+    const label_set *set;
+    strata_error err;
+    assert_int_equal(block_reader_label_set(r, id, &set, &err), 0);
+    strata_buffer b = STRATA_BUFFER_INIT;
+    if (id != 0)
+        assert_int_equal(label_set_format(set, &b), 0);
+    assert_int_equal(strata_buffer_append(&b, "", 1), 0);
+    snprintf(out, cap, "%s", (const char *)b.data);
+    strata_buffer_free(&b);
+}
+
+/* Writes profile_l twice (two times) for cpu{job=api} through the pprof path (both sample types:
+ * two series), and profile_a without labels for cpu{job=db}. */
+static void write_labelled_block(strata_buffer *data, block_meta *meta) {
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    pprof_profile pl, pa;
+    build_labelled_pprof(&pl, 0);
+    build_pprof(&pa, profile_a, 4, 50);
+    label_set api, db;
+    labels2(&api, "job", "api", NULL, NULL);
+    labels2(&db, "job", "db", NULL, NULL);
+    profile_type types[2] = {cpu_type(), cpu_type()};
+    types[1].name = "process_cpu_ns";
+    const size_t columns[2] = {0, 1};
+    for (int64_t t = 1; t <= 2; t++)
+        assert_int_equal(block_writer_add_profile_types(w, &api, types, columns, 2, t * 1000 * SEC,
+                                                        10 * SEC, 1000, &pl, &err),
+                         0);
+    assert_int_equal(
+        block_writer_add_profile(w, &db, &types[0], 1500 * SEC, 10 * SEC, 1000, &pa, 0, &err), 0);
+    strata_buffer_init(data);
+    assert_int_equal(block_writer_finish(w, data, meta, &err), 0);
+    block_writer_free(w);
+    pprof_profile_free(&pl);
+    pprof_profile_free(&pa);
+    label_set_free(&api);
+    label_set_free(&db);
+}
+
+/* Sample labels survive a round trip: version 2, one label set per distinct combination (string
+ * labels only, the last value of a repeated key), samples split by (stack, label set), the sets
+ * per series, rollups kept apart per label set, label strings among the low string ids. */
+static void test_sample_labels_roundtrip(void **state) {
+    (void)state;
+    strata_buffer data;
+    block_meta meta;
+    write_labelled_block(&data, &meta);
+    assert_int_equal(meta.format_version, 2);
+    block_memory_source src = {data.data, data.len};
+    block_reader *r = NULL;
+    strata_error err;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, src.len, NULL, &r, &err), 0);
+    assert_int_equal(block_reader_format_version(r), 2);
+    assert_true(block_reader_has_sample_labels(r));
+    assert_int_equal(block_reader_label_set_count(r), 3);
+    char text[256];
+    set_text(r, 1, text, sizeof text);
+    assert_string_equal(text, "{endpoint=\"/a\"}");
+    set_text(r, 2, text, sizeof text);
+    assert_string_equal(text, "{endpoint=\"/b\"}");
+    set_text(r, 3, text, sizeof text);
+    assert_string_equal(text, "{endpoint=\"/b\", span=\"7\"}");
+    const label_set *none;
+    assert_int_equal(block_reader_label_set(r, 0, &none, &err), 0);
+    assert_int_equal(none->count, 0);
+    assert_int_equal(block_reader_label_set(r, 4, &none, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+
+    /* series: 0 process_cpu{job=api}, 1 process_cpu{job=db}, 2 process_cpu_ns{job=api} */
+    assert_int_equal(block_reader_series_count(r), 3);
+    assert_string_equal(label_set_get(block_reader_series_labels(r, 1), "job"), "db");
+    const uint32_t *ids;
+    size_t n_ids;
+    for (uint32_t s = 0; s < 3; s++) {
+        assert_int_equal(block_reader_series_label_sets(r, s, &ids, &n_ids, &err), 0);
+        assert_int_equal(n_ids, s == 1 ? 0 : 3);
+        for (size_t i = 0; i < n_ids; i++)
+            assert_int_equal(ids[i], i + 1);
+    }
+    block_profile *p = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &n, &err), 0);
+    assert_int_equal(n, 5);
+    assert_int_equal(p[0].series_id, 0);
+    assert_int_equal(p[0].total, 24);
+    assert_int_equal(p[0].sample_count, 5);
+    block_samples s = {0};
+    assert_int_equal(block_reader_read_samples(r, &p[0], 1, &s, &err), 0);
+    assert_non_null(s.label_sets);
+    char names[256], line[600];
+    const char *want[] = {
+        "handler;main 4", "work;handler;main 9", "work;handler;main{endpoint=\"/a\"} 7",
+        "work;handler;main{endpoint=\"/b\"} 3", "work;handler;main{endpoint=\"/b\", span=\"7\"} 1"};
+    bool seen[5] = {false};
+    for (size_t i = 0; i < s.len; i++) {
+        if (i > 0)
+            assert_true(s.stacks[i - 1] < s.stacks[i] ||
+                        (s.stacks[i - 1] == s.stacks[i] && s.label_sets[i - 1] < s.label_sets[i]));
+        stack_names(r, s.stacks[i], names, sizeof names);
+        set_text(r, s.label_sets[i], text, sizeof text);
+        snprintf(line, sizeof line, "%s%s %lld", names, text, (long long)s.values[i]);
+        size_t k = 0;
+        while (k < 5 && strcmp(want[k], line) != 0)
+            k++;
+        if (k == 5)
+            fail_msg("unexpected sample %s", line);
+        seen[k] = true;
+    }
+    for (size_t k = 0; k < 5; k++)
+        assert_true(seen[k]);
+    /* a profile without labels in a version 2 block: every row's set is 0 */
+    s.len = 0;
+    assert_int_equal(p[2].series_id, 1);
+    assert_int_equal(block_reader_read_samples(r, &p[2], 1, &s, &err), 0);
+    assert_int_equal(s.len, 2);
+    assert_int_equal(s.label_sets[0] + s.label_sets[1], 0);
+
+    /* rollups: per (stack, label set), over both profiles, values * period (samples:count) */
+    s.len = 0;
+    assert_int_equal(block_reader_series_rollup(r, 0, &s, &err), 0);
+    assert_int_equal(s.len, 5);
+    for (size_t i = 0; i < s.len; i++) {
+        stack_names(r, s.stacks[i], names, sizeof names);
+        set_text(r, s.label_sets[i], text, sizeof text);
+        if (strcmp(names, "work;handler;main") == 0 && strcmp(text, "{endpoint=\"/a\"}") == 0)
+            assert_int_equal(s.values[i], 2 * 7 * 1000);
+        if (strcmp(names, "handler;main") == 0)
+            assert_int_equal(s.values[i], 2 * 4 * 1000);
+    }
+    block_samples_free(&s);
+    /* sample label strings sort among the series' strings, before every symbol string */
+    uint64_t endpoint = UINT64_MAX, work = UINT64_MAX;
+    for (uint32_t id = 0; id < block_reader_row_count(r, BLOCK_TABLE_STRINGS); id++) {
+        const char *str;
+        assert_int_equal(block_reader_string(r, id, &str, NULL, &err), 0);
+        if (strcmp(str, "/b") == 0)
+            endpoint = id;
+        if (strcmp(str, "work") == 0)
+            work = id;
+    }
+    assert_true(endpoint < work);
+    /* the dump shows the sets and the labelled top stacks */
+    char *dump = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&dump, &len);
+    assert_non_null(out);
+    assert_int_equal(block_dump(r, &meta, out, NULL, &err), 0);
+    fclose(out);
+    const char *want_dump[] = {"data object format version: 2", "sample label sets: 3",
+                               "  3 {endpoint=\"/b\", span=\"7\"}", "series 0 uses 1 2 3",
+                               "labels {endpoint=\"/a\"}"};
+    for (size_t i = 0; i < sizeof want_dump / sizeof want_dump[0]; i++)
+        if (strstr(dump, want_dump[i]) == NULL)
+            fail_msg("dump lacks \"%s\":\n%s", want_dump[i], dump);
+    free(dump);
+    free(p);
+    block_reader_close(r);
+    strata_buffer_free(&data);
+    block_meta_free(&meta);
+}
+
+/* A block written by the version 1 writer (lib/block/testdata/v1-fixture.strata, the fixture block
+ * with rollups as written before sample labels existed) reads as before, and today's writer writes
+ * the same profiles, which have no sample labels, byte for byte the same: version 1, no cost. */
+static void test_version1_block_readable_and_unchanged(void **state) {
+    (void)state;
+    const char *root = getenv("STRATA_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/lib/block/testdata/v1-fixture.strata", root ? root : ".");
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot open %s (set STRATA_SOURCE_DIR)", path);
+    uint8_t old[4096];
+    size_t len = fread(old, 1, sizeof old, f);
+    fclose(f);
+    assert_true(len > 100 && len < sizeof old);
+    block_memory_source src = {old, len};
+    block_reader *r = NULL;
+    strata_error err;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, len, NULL, &r, &err), 0);
+    assert_int_equal(block_reader_format_version(r), 1);
+    assert_false(block_reader_has_sample_labels(r));
+    assert_int_equal(block_reader_label_set_count(r), 0);
+    assert_int_equal(block_reader_series_count(r), 3);
+    const uint32_t *ids;
+    size_t n_ids = 9;
+    assert_int_equal(block_reader_series_label_sets(r, 1, &ids, &n_ids, &err), 0);
+    assert_int_equal(n_ids, 0);
+    block_profile *p = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &n, &err), 0);
+    assert_int_equal(n, 4);
+    block_samples s = {0};
+    assert_int_equal(block_reader_read_samples(r, p, n, &s, &err), 0);
+    assert_int_equal(s.len, 7);
+    assert_null(s.label_sets);
+    assert_int_equal(p[1].total, 10);
+    s.len = 0;
+    assert_int_equal(block_reader_series_rollup(r, 1, &s, &err), 0);
+    assert_int_equal(s.len, 3);
+    assert_null(s.label_sets);
+    block_samples_free(&s);
+    free(p);
+    block_reader_close(r);
+
+    fixture fx;
+    write_fixture(&fx, 64 * 1024);
+    assert_int_equal(fx.meta.format_version, 1);
+    assert_int_equal(fx.data.len, len);
+    assert_memory_equal(fx.data.data, old, len);
+    fixture_free(&fx);
+}
+
+/* Detached blocks carry exactly their samples' label sets; a block without labels after one with
+ * them is version 1 again. */
+static void test_detach_with_sample_labels(void **state) {
+    (void)state;
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    pprof_profile pl, pa;
+    build_labelled_pprof(&pl, 0);
+    build_pprof(&pa, profile_a, 4, 50);
+    label_set api;
+    labels2(&api, "job", "api", NULL, NULL);
+    profile_type cpu = cpu_type();
+    assert_int_equal(block_writer_add_profile(w, &api, &cpu, 1000 * SEC, 0, 1, &pl, 0, &err), 0);
+    block_writer *d;
+    assert_int_equal(block_writer_detach(w, &d, &err), 0);
+    strata_buffer first, fresh;
+    finish_to(d, &first);
+    block_writer_free(d);
+    block_writer *f = block_writer_new(NULL, &err);
+    assert_int_equal(block_writer_add_profile(f, &api, &cpu, 1000 * SEC, 0, 1, &pl, 0, &err), 0);
+    finish_to(f, &fresh);
+    block_writer_free(f);
+    char *a = block_text(&first), *b = block_text(&fresh);
+    assert_string_equal(a, b);
+    assert_non_null(strstr(a, "{endpoint=\"/b\", span=\"7\"}"));
+    free(a);
+    free(b);
+    assert_int_equal(table_rows(&first, BLOCK_TABLE_LABEL_SETS), 3);
+    strata_buffer_free(&first);
+    strata_buffer_free(&fresh);
+
+    assert_int_equal(block_writer_add_profile(w, &api, &cpu, 2000 * SEC, 0, 1, &pa, 0, &err), 0);
+    assert_int_equal(block_writer_detach(w, &d, &err), 0);
+    strata_buffer second;
+    block_meta meta;
+    strata_buffer_init(&second);
+    assert_int_equal(block_writer_finish(d, &second, &meta, &err), 0);
+    assert_int_equal(meta.format_version, 1);
+    block_meta_free(&meta);
+    block_writer_free(d);
+    block_memory_source src = {second.data, second.len};
+    block_reader *r;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, src.len, NULL, &r, &err), 0);
+    assert_false(block_reader_has_sample_labels(r));
+    block_reader_close(r);
+    strata_buffer_free(&second);
+    block_writer_free(w);
+    pprof_profile_free(&pl);
+    pprof_profile_free(&pa);
+    label_set_free(&api);
+}
+
+/* The id path: sets by string ids, checked; samples with sets, summed per (stack, set). */
+static void test_label_sets_id_path(void **state) {
+    (void)state;
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    uint32_t ep, a, b, region, eu, loc, fn, stack;
+    assert_int_equal(block_writer_intern_string(w, "endpoint", 8, &ep, &err), 0);
+    assert_int_equal(block_writer_intern_string(w, "/a", 2, &a, &err), 0);
+    assert_int_equal(block_writer_intern_string(w, "/b", 2, &b, &err), 0);
+    assert_int_equal(block_writer_intern_string(w, "region", 6, &region, &err), 0);
+    assert_int_equal(block_writer_intern_string(w, "eu", 2, &eu, &err), 0);
+    uint32_t set_a, set_b, set_ab, again, empty;
+    const uint32_t pa[] = {ep, a}, pb[] = {ep, b};
+    const uint32_t pab[] = {region, eu, ep, a}, pba[] = {ep, a, region, eu}; /* any order */
+    assert_int_equal(block_writer_intern_label_set(w, pa, 1, &set_a, &err), 0);
+    assert_int_equal(block_writer_intern_label_set(w, pb, 1, &set_b, &err), 0);
+    assert_int_equal(block_writer_intern_label_set(w, pab, 2, &set_ab, &err), 0);
+    assert_int_equal(block_writer_intern_label_set(w, pba, 2, &again, &err), 0);
+    assert_int_equal(block_writer_intern_label_set(w, NULL, 0, &empty, &err), 0);
+    assert_int_equal(set_a, 1);
+    assert_int_equal(set_b, 2);
+    assert_int_equal(set_ab, 3);
+    assert_int_equal(again, 3);
+    assert_int_equal(empty, 0);
+    const uint32_t dup[] = {ep, a, ep, b}, blank[] = {ep, 0}, out_of_range[] = {ep, 999};
+    assert_int_equal(block_writer_intern_label_set(w, dup, 2, &again, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(block_writer_intern_label_set(w, blank, 1, &again, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(block_writer_intern_label_set(w, out_of_range, 1, &again, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(block_writer_intern_string(w, "f", 1, &fn, &err), 0);
+    assert_int_equal(block_writer_intern_function(w, fn, fn, 0, 1, &fn, &err), 0);
+    block_writer_line line = {fn, 3};
+    assert_int_equal(block_writer_intern_location(w, 0x10, 0, 0, &line, 1, &loc, &err), 0);
+    assert_int_equal(block_writer_intern_stack(w, 0, loc, &stack, &err), 0);
+    const uint32_t stacks[] = {stack, stack, stack, stack};
+    const uint32_t sets[] = {set_b, set_a, set_b, 0};
+    const int64_t values[] = {1, 2, 3, 4};
+    label_set api;
+    labels2(&api, "job", "api", NULL, NULL);
+    profile_type cpu = cpu_type();
+    const uint32_t bad[] = {set_b, 7, 0, 0};
+    assert_int_equal(
+        block_writer_add_profile_samples(w, &api, &cpu, 1, 0, 1, stacks, bad, values, 4, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(
+        block_writer_add_profile_samples(w, &api, &cpu, 1, 0, 1, stacks, sets, values, 4, &err), 0);
+    strata_buffer data;
+    finish_to(w, &data);
+    block_writer_free(w);
+    block_memory_source src = {data.data, data.len};
+    block_reader *r;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, src.len, NULL, &r, &err), 0);
+    assert_int_equal(block_reader_label_set_count(r), 2); /* set_ab is used by no sample */
+    block_profile *p = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &n, &err), 0);
+    block_samples s = {0};
+    assert_int_equal(block_reader_read_samples(r, p, 1, &s, &err), 0);
+    assert_int_equal(s.len, 3);
+    char text[128];
+    const char *want[] = {"4", "{endpoint=\"/a\"} 2", "{endpoint=\"/b\"} 4"};
+    for (size_t i = 0; i < 3; i++) {
+        char row[160];
+        set_text(r, s.label_sets[i], text, sizeof text);
+        snprintf(row, sizeof row, "%s%s%lld", text, text[0] ? " " : "", (long long)s.values[i]);
+        assert_string_equal(row, want[i]);
+    }
+    block_samples_free(&s);
+    free(p);
+    block_reader_close(r);
+    strata_buffer_free(&data);
+    label_set_free(&api);
+}
+
+/* The builder keeps (stack, label set) rows apart, sorted, and sums each across profiles. */
+static void test_rollup_build_with_label_sets(void **state) {
+    (void)state;
+    const uint32_t st[] = {2, 2, 1, 2}, sets_a[] = {5, 0, 3, 5};
+    const int64_t v[] = {1, 2, 3, 4};
+    block_rollup_profile in[] = {{0, 10, st, sets_a, v, 4}, {0, 10, st, NULL, v, 3}};
+    uint32_t stacks[8], sets[8];
+    int64_t values[8];
+    block_samples rows = {stacks, values, sets, 0, 8};
+    block_rollup_series series[1];
+    strata_error err;
+    assert_int_equal(block_rollup_build(in, 2, 1, 3, collect_row, &rows, series, &err), 0);
+    /* (1,0) 30  (1,3) 30  (2,0) 20+10+20=50  (2,5) 10+40=50 */
+    const uint32_t want_stack[] = {1, 1, 2, 2}, want_set[] = {0, 3, 0, 5};
+    const int64_t want_value[] = {30, 30, 50, 50};
+    assert_int_equal(rows.len, 4);
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(rows.stacks[i], want_stack[i]);
+        assert_int_equal(rows.label_sets[i], want_set[i]);
+        assert_int_equal(rows.values[i], want_value[i]);
+    }
+    assert_int_equal(series[0].stack_count, 4);
+}
+
 static void write_seeds(const char *dir) {
     size_t page_sizes[] = {64 * 1024, 256};
     for (size_t i = 0; i < 4; i++) {
@@ -1659,6 +2100,18 @@ static void write_seeds(const char *dir) {
         }
         fixture_free(&fx);
     }
+    strata_buffer data;
+    block_meta meta;
+    write_labelled_block(&data, &meta);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fixture-labels-65536.strata", dir);
+    FILE *f = fopen(path, "wb");
+    if (f != NULL) {
+        fwrite(data.data, 1, data.len, f);
+        fclose(f);
+    }
+    strata_buffer_free(&data);
+    block_meta_free(&meta);
 }
 
 int main(void) {
@@ -1688,6 +2141,11 @@ int main(void) {
         cmocka_unit_test(test_rollup_build),
         cmocka_unit_test(test_detach_keeps_dictionary),
         cmocka_unit_test(test_many_samples_sorted_and_summed),
+        cmocka_unit_test(test_sample_labels_roundtrip),
+        cmocka_unit_test(test_version1_block_readable_and_unchanged),
+        cmocka_unit_test(test_detach_with_sample_labels),
+        cmocka_unit_test(test_label_sets_id_path),
+        cmocka_unit_test(test_rollup_build_with_label_sets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

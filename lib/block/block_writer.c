@@ -62,8 +62,16 @@ typedef struct w_profile {
 
 typedef struct w_pair {
     uint32_t stack;
+    uint32_t label_set; /* 0 = no sample labels */
     int64_t value;
 } w_pair;
+
+/* A pprof sample label set (format version 2): its (name, value) string id pairs in set_words,
+ * sorted by name. Set id = row + 1; 0 is the empty set. */
+typedef struct w_label_set {
+    uint32_t first; /* into set_words, in pairs */
+    uint32_t count;
+} w_label_set;
 
 /* A u64 -> u64 hash table (open addressing, linear probing, grown at 50% load) whose key and value
  * share one 16-byte slot, so a probe costs one cache miss: the stack table grows to millions of
@@ -142,11 +150,27 @@ struct block_writer {
     uint32_t *label_words; /* (name, value) string id pairs */
     size_t n_label_words, cap_label_words;
 
+    /* pprof sample label sets, de-duplicated by content */
+    w_label_set *label_sets;
+    size_t n_label_sets, cap_label_sets;
+    slot_map label_set_index;
+    uint32_t *set_words; /* (name, value) string id pairs */
+    size_t n_set_words, cap_set_words;
+    uint32_t *set_scratch; /* the pairs of the set being interned */
+    size_t cap_set_scratch;
+    uint32_t *pprof_sample_sets; /* per pprof sample while adding a pprof: its label set */
+    size_t cap_pprof_sample_sets;
+
     w_profile *profiles;
     size_t n_profiles, cap_profiles;
     uint32_t *sample_stacks;
     int64_t *sample_values;
     size_t n_samples, cap_sample_stacks, cap_sample_values;
+    /* per sample: its label set; valid for [0, n_samples) only once some kept sample has one
+     * (samples_labelled), so blocks without sample labels never fill it */
+    uint32_t *sample_label_sets;
+    size_t cap_sample_label_sets;
+    bool samples_labelled;
 
     /* per-profile scratch, reused */
     w_pair *pairs, *pairs_tmp;
@@ -640,6 +664,137 @@ static int intern_series(block_writer *w, const label_set *labels, const profile
     return 0;
 }
 
+/* ---- sample label sets ------------------------------------------------------------------ */
+
+static bool label_set_equal(const block_writer *w, uint64_t id, const void *item) {
+    const uint32_t *words = item; /* count, then the pairs */
+    if (id == 0 || id > w->n_label_sets)
+        return false;
+    const w_label_set *b = &w->label_sets[id - 1];
+    return b->count == words[0] &&
+           memcmp(&w->set_words[b->first], words + 1, 2 * (size_t)b->count * sizeof *words) == 0;
+}
+
+/* Interns the set of the n (name, value) string id pairs at set_scratch + 1 (set_scratch[0] is
+ * scratch for the count). The pairs are sorted by name first (a stable sort); of pairs with one
+ * name the last is kept when last_wins (pprof: as Parca, the last value of a repeated key wins),
+ * else a repeated name is INVALID_ARGUMENT. n == 0 gives the empty set, id 0. */
+static int intern_label_set(block_writer *w, uint32_t n, bool last_wins, uint32_t *id,
+                            strata_error *err) {
+    uint32_t *pairs = w->set_scratch + 1;
+    for (uint32_t i = 1; i < n; i++) { /* insertion sort: sets are small */
+        uint32_t name = pairs[2 * i], value = pairs[2 * i + 1];
+        uint32_t j = i;
+        while (j > 0 && compare_string_ids(w, pairs[2 * (j - 1)], name) > 0) {
+            pairs[2 * j] = pairs[2 * (j - 1)];
+            pairs[2 * j + 1] = pairs[2 * (j - 1) + 1];
+            j--;
+        }
+        pairs[2 * j] = name;
+        pairs[2 * j + 1] = value;
+    }
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (k > 0 && pairs[2 * (k - 1)] == pairs[2 * i]) {
+            if (!last_wins)
+                return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                        "block writer: sample label \"%s\" appears twice in a set",
+                                        w->strings.strings[pairs[2 * i]]);
+            pairs[2 * (k - 1) + 1] = pairs[2 * i + 1];
+            continue;
+        }
+        pairs[2 * k] = pairs[2 * i];
+        pairs[2 * k + 1] = pairs[2 * i + 1];
+        k++;
+    }
+    if (k == 0) {
+        *id = 0;
+        return 0;
+    }
+    if (w->n_label_sets >= UINT32_MAX - 2)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
+                                "block writer: too many sample label sets for one block");
+    w->set_scratch[0] = k;
+    ENSURE_OR_OOM(w->label_sets, w->cap_label_sets, w->n_label_sets + 1);
+    ENSURE_OR_OOM(w->set_words, w->cap_set_words, w->n_set_words + 2 * (size_t)k);
+    uint64_t h = strata_hash_bytes(w->set_scratch, (1 + 2 * (size_t)k) * sizeof *pairs, 0x1abe1);
+    bool found;
+    uint64_t *slot = dedup_slot(&w->label_set_index, h, label_set_equal, w, w->set_scratch, &found);
+    if (slot == NULL)
+        return strata_error_oom(err);
+    if (!found) {
+        w->label_sets[w->n_label_sets] = (w_label_set){(uint32_t)w->n_set_words, k};
+        memcpy(&w->set_words[w->n_set_words], pairs, 2 * (size_t)k * sizeof *pairs);
+        w->n_set_words += 2 * (size_t)k;
+        *slot = ++w->n_label_sets;
+    }
+    *id = (uint32_t)*slot;
+    return 0;
+}
+
+/* The label set of pprof sample i: its string labels (numeric labels, and labels with an empty
+ * key or value, are dropped, as Parca does), with the pprof's strings interned once each. */
+static int pprof_sample_label_set(block_writer *w, const pprof_profile *p, size_t i, uint32_t *id,
+                                  strata_error *err) {
+    const pprof_sample *s = &p->samples[i];
+    if (s->label_offset > p->n_sample_labels ||
+        s->label_count > p->n_sample_labels - s->label_offset)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "pprof sample %zu: labels out of range", i);
+    ENSURE_OR_OOM(w->set_scratch, w->cap_set_scratch, 2 * (size_t)s->label_count + 1);
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < s->label_count; j++) {
+        const pprof_label *l = &p->sample_labels[s->label_offset + j];
+        if (l->str <= 0 || l->key <= 0 || pprof_string_at(p, l->str).len == 0 ||
+            pprof_string_at(p, l->key).len == 0)
+            continue;
+        if (intern_pprof_string(w, p, l->key, &w->set_scratch[1 + 2 * n], err) != 0 ||
+            intern_pprof_string(w, p, l->str, &w->set_scratch[2 + 2 * n], err) != 0)
+            return -1;
+        n++;
+    }
+    return intern_label_set(w, n, true, id, err);
+}
+
+/* Same labels, as (key, str) string indexes, as the previous sample's: the same set. */
+static bool same_pprof_labels(const pprof_profile *p, const pprof_sample *a,
+                              const pprof_sample *b) {
+    if (a->label_count != b->label_count)
+        return false;
+    for (uint32_t j = 0; j < a->label_count; j++) {
+        const pprof_label *x = &p->sample_labels[a->label_offset + j];
+        const pprof_label *y = &p->sample_labels[b->label_offset + j];
+        if (x->key != y->key || x->str != y->str)
+            return false;
+    }
+    return true;
+}
+
+/* Resolves every kept pprof sample's label set into pprof_sample_sets; false in *labelled when the
+ * pprof has no sample labels at all (the array is then not filled). */
+static int resolve_pprof_label_sets(block_writer *w, const pprof_profile *p, bool *labelled,
+                                    strata_error *err) {
+    *labelled = false;
+    if (p->n_sample_labels == 0)
+        return 0;
+    ENSURE_OR_OOM(w->pprof_sample_sets, w->cap_pprof_sample_sets, p->n_samples + 1);
+    size_t prev = SIZE_MAX;
+    for (size_t i = 0; i < p->n_samples; i++) {
+        w->pprof_sample_sets[i] = 0;
+        if (w->samples_scratch[i].stack == SAMPLE_SKIPPED || p->samples[i].label_count == 0)
+            continue;
+        if (prev != SIZE_MAX && same_pprof_labels(p, &p->samples[prev], &p->samples[i])) {
+            w->pprof_sample_sets[i] = w->pprof_sample_sets[prev];
+            continue;
+        }
+        if (pprof_sample_label_set(w, p, i, &w->pprof_sample_sets[i], err) != 0)
+            return -1;
+        prev = i;
+    }
+    *labelled = true;
+    return 0;
+}
+
 /* ---- profiles --------------------------------------------------------------------------- */
 
 void block_writer_options_default(block_writer_options *options) {
@@ -704,6 +859,12 @@ void block_writer_free(block_writer *w) {
     free(w->series);
     free(w->series_index.slots);
     free(w->label_words);
+    free(w->label_sets);
+    free(w->label_set_index.slots);
+    free(w->set_words);
+    free(w->set_scratch);
+    free(w->pprof_sample_sets);
+    free(w->sample_label_sets);
     free(w->profiles);
     free(w->sample_stacks);
     free(w->sample_values);
@@ -751,24 +912,30 @@ static int start_profile(block_writer *w, const label_set *labels, const profile
     return 0;
 }
 
-static int push_pair(block_writer *w, uint32_t stack, int64_t value, strata_error *err) {
+static int push_pair(block_writer *w, uint32_t stack, uint32_t set, int64_t value,
+                     strata_error *err) {
     ENSURE_OR_OOM(w->pairs, w->cap_pairs, w->n_pairs + 1);
     w->pairs[w->n_pairs].stack = stack;
+    w->pairs[w->n_pairs].label_set = set;
     w->pairs[w->n_pairs].value = value;
     w->n_pairs++;
     return 0;
 }
 
 static int compare_pairs(const void *a, const void *b) {
-    uint32_t x = ((const w_pair *)a)->stack, y = ((const w_pair *)b)->stack;
-    return x < y ? -1 : x > y;
+    const w_pair *x = a, *y = b;
+    if (x->stack != y->stack)
+        return x->stack < y->stack ? -1 : 1;
+    return x->label_set < y->label_set ? -1 : x->label_set > y->label_set;
 }
 
 #define RADIX_BITS 11
 #define RADIX_BUCKETS (1u << RADIX_BITS)
 
-/* Sorts the open profile's pairs by stack: a least-significant-digit radix sort (11-bit digits,
- * skipping digits every stack shares) for the thousands of pairs a pprof brings, qsort for few. */
+/* Sorts the open profile's pairs by (stack, label set): a least-significant-digit radix sort
+ * (11-bit digits of the label set, then of the stack, skipping digits every pair shares, so
+ * profiles without sample labels sort by stack alone) for the thousands of pairs a pprof brings,
+ * qsort for few. */
 static int sort_pairs(block_writer *w, strata_error *err) {
     size_t n = w->n_pairs;
     if (n < 256) {
@@ -776,46 +943,56 @@ static int sort_pairs(block_writer *w, strata_error *err) {
         return 0;
     }
     ENSURE_OR_OOM(w->pairs_tmp, w->cap_pairs_tmp, n);
-    uint32_t all_or = 0, all_and = UINT32_MAX;
+    uint32_t all_or[2] = {0, 0}, all_and[2] = {UINT32_MAX, UINT32_MAX};
     for (size_t i = 0; i < n; i++) {
-        all_or |= w->pairs[i].stack;
-        all_and &= w->pairs[i].stack;
+        all_or[0] |= w->pairs[i].label_set;
+        all_and[0] &= w->pairs[i].label_set;
+        all_or[1] |= w->pairs[i].stack;
+        all_and[1] &= w->pairs[i].stack;
     }
     w_pair *from = w->pairs, *to = w->pairs_tmp;
-    for (unsigned shift = 0; shift < 32; shift += RADIX_BITS) {
-        if ((((all_or ^ all_and) >> shift) & (RADIX_BUCKETS - 1)) == 0)
-            continue; /* every stack has the same digit here */
-        size_t count[RADIX_BUCKETS] = {0};
-        for (size_t i = 0; i < n; i++)
-            count[(from[i].stack >> shift) & (RADIX_BUCKETS - 1)]++;
-        size_t at = 0;
-        for (size_t d = 0; d < RADIX_BUCKETS; d++) {
-            size_t c = count[d];
-            count[d] = at;
-            at += c;
+    for (int key = 0; key < 2; key++) { /* label set first: the stack is the major key */
+        uint32_t varying = all_or[key] ^ all_and[key];
+        for (unsigned shift = 0; shift < 32; shift += RADIX_BITS) {
+            if (((varying >> shift) & (RADIX_BUCKETS - 1)) == 0)
+                continue; /* every pair has the same digit here */
+            size_t count[RADIX_BUCKETS] = {0};
+            for (size_t i = 0; i < n; i++) {
+                uint32_t k = key == 0 ? from[i].label_set : from[i].stack;
+                count[(k >> shift) & (RADIX_BUCKETS - 1)]++;
+            }
+            size_t at = 0;
+            for (size_t d = 0; d < RADIX_BUCKETS; d++) {
+                size_t c = count[d];
+                count[d] = at;
+                at += c;
+            }
+            for (size_t i = 0; i < n; i++) {
+                uint32_t k = key == 0 ? from[i].label_set : from[i].stack;
+                to[count[(k >> shift) & (RADIX_BUCKETS - 1)]++] = from[i];
+            }
+            w_pair *t = from;
+            from = to;
+            to = t;
         }
-        for (size_t i = 0; i < n; i++)
-            to[count[(from[i].stack >> shift) & (RADIX_BUCKETS - 1)]++] = from[i];
-        w_pair *t = from;
-        from = to;
-        to = t;
     }
     if (from != w->pairs)
         memcpy(w->pairs, from, n * sizeof *w->pairs);
     return 0;
 }
 
-/* Sorts the open profile's pairs by stack, sums duplicates, drops zeros, appends the samples and
- * the profile. */
+/* Sorts the open profile's pairs by (stack, label set), sums duplicates, drops zeros, appends the
+ * samples and the profile. */
 static int commit_profile(block_writer *w, strata_error *err) {
     if (sort_pairs(w, err) != 0)
         return -1;
     size_t kept = 0;
     int64_t total = 0;
+    bool labelled = false;
     for (size_t i = 0; i < w->n_pairs;) {
-        uint32_t stack = w->pairs[i].stack;
+        uint32_t stack = w->pairs[i].stack, set = w->pairs[i].label_set;
         int64_t sum = 0;
-        for (; i < w->n_pairs && w->pairs[i].stack == stack; i++) {
+        for (; i < w->n_pairs && w->pairs[i].stack == stack && w->pairs[i].label_set == set; i++) {
             if (__builtin_add_overflow(sum, w->pairs[i].value, &sum))
                 return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                         "block writer: sample values of stack %u overflow int64",
@@ -827,12 +1004,22 @@ static int commit_profile(block_writer *w, strata_error *err) {
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "block writer: the profile's total overflows int64");
         w->pairs[kept].stack = stack;
+        w->pairs[kept].label_set = set;
         w->pairs[kept].value = sum;
+        labelled |= set != 0;
         kept++;
     }
     ENSURE_OR_OOM(w->sample_stacks, w->cap_sample_stacks, w->n_samples + kept);
     ENSURE_OR_OOM(w->sample_values, w->cap_sample_values, w->n_samples + kept);
     ENSURE_OR_OOM(w->profiles, w->cap_profiles, w->n_profiles + 1);
+    if (labelled || w->samples_labelled) {
+        ENSURE_OR_OOM(w->sample_label_sets, w->cap_sample_label_sets, w->n_samples + kept + 1);
+        if (!w->samples_labelled) /* the first labelled samples: the earlier ones have none */
+            memset(w->sample_label_sets, 0, w->n_samples * sizeof *w->sample_label_sets);
+        w->samples_labelled = true;
+        for (size_t i = 0; i < kept; i++)
+            w->sample_label_sets[w->n_samples + i] = w->pairs[i].label_set;
+    }
     for (size_t i = 0; i < kept; i++) {
         w->sample_stacks[w->n_samples + i] = w->pairs[i].stack;
         w->sample_values[w->n_samples + i] = w->pairs[i].value;
@@ -1262,13 +1449,15 @@ static int resolve_pprof_stacks(block_writer *w, const pprof_profile *p, const s
  * profile. */
 static int add_pprof_column(block_writer *w, const label_set *labels, const profile_type *type,
                             int64_t time_ns, int64_t duration_ns, int64_t period,
-                            const pprof_profile *p, size_t column, strata_error *err) {
+                            const pprof_profile *p, size_t column, bool labelled,
+                            strata_error *err) {
     if (start_profile(w, labels, type, time_ns, duration_ns, period, err) != 0)
         return -1;
     for (size_t i = 0; i < p->n_samples; i++) {
         uint32_t stack = w->samples_scratch[i].stack;
         int64_t value = p->sample_values[(size_t)p->samples[i].value_offset + column];
-        if (stack != SAMPLE_SKIPPED && value != 0 && push_pair(w, stack, value, err) != 0) {
+        uint32_t set = labelled ? w->pprof_sample_sets[i] : 0;
+        if (stack != SAMPLE_SKIPPED && value != 0 && push_pair(w, stack, set, value, err) != 0) {
             block_writer_abort_profile(w);
             return -1;
         }
@@ -1308,11 +1497,13 @@ static int add_pprof(block_writer *w, const label_set *labels, const profile_typ
             w->translated_fingerprint = fingerprint;
         }
     }
-    if (resolve_pprof_stacks(w, p, columns, n, err) != 0)
+    bool labelled;
+    if (resolve_pprof_stacks(w, p, columns, n, err) != 0 ||
+        resolve_pprof_label_sets(w, p, &labelled, err) != 0)
         return -1;
     for (size_t c = 0; c < n; c++) {
         if (add_pprof_column(w, labels, &types[c], time_ns, duration_ns, period, p, columns[c],
-                             err) != 0)
+                             labelled, err) != 0)
             return -1;
     }
     return 0;
@@ -1369,8 +1560,32 @@ static int intern_frame(block_writer *w, const block_frame *f, uint32_t *locatio
     return intern_location(w, &item, location, err);
 }
 
+/* The label set of a sample's labels given as a label_set (empty values dropped). */
+static int sample_label_set(block_writer *w, const label_set *labels, uint32_t *id,
+                            strata_error *err) {
+    size_t n = labels == NULL ? 0 : labels->count;
+    ENSURE_OR_OOM(w->set_scratch, w->cap_set_scratch, 2 * n + 1);
+    uint32_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const strata_label *l = &labels->labels[i];
+        if (l->name == NULL || l->name[0] == '\0' || l->value == NULL || l->value[0] == '\0')
+            continue;
+        if (intern_cstr(w, l->name, &w->set_scratch[1 + 2 * k], err) != 0 ||
+            intern_cstr(w, l->value, &w->set_scratch[2 + 2 * k], err) != 0)
+            return -1;
+        k++;
+    }
+    return intern_label_set(w, k, false, id, err);
+}
+
 int block_writer_add_sample(block_writer *w, const block_frame *frames, size_t n_frames,
                             int64_t value, strata_error *err) {
+    return block_writer_add_sample_labels(w, frames, n_frames, NULL, value, err);
+}
+
+int block_writer_add_sample_labels(block_writer *w, const block_frame *frames, size_t n_frames,
+                                   const label_set *sample_labels, int64_t value,
+                                   strata_error *err) {
     if (!w->open)
         return strata_error_set(err, STRATA_FAILED_PRECONDITION,
                                 "block writer: add_sample without begin_profile");
@@ -1383,10 +1598,11 @@ int block_writer_add_sample(block_writer *w, const block_frame *frames, size_t n
         if (intern_frame(w, &frames[j], &w->frame_scratch[j], err) != 0)
             return -1;
     }
-    uint32_t stack;
-    if (intern_stack_cached(w, w->frame_scratch, n_frames, &stack, err) != 0)
+    uint32_t stack, set = 0;
+    if (intern_stack_cached(w, w->frame_scratch, n_frames, &stack, err) != 0 ||
+        (sample_labels != NULL && sample_label_set(w, sample_labels, &set, err) != 0))
         return -1;
-    return push_pair(w, stack, value, err);
+    return push_pair(w, stack, set, value, err);
 }
 
 int block_writer_end_profile(block_writer *w, strata_error *err) {
@@ -1496,21 +1712,46 @@ int block_writer_intern_stack_path(block_writer *w, const uint32_t *locations, s
     return intern_stack_cached(w, locations, n, id, err);
 }
 
-int block_writer_add_profile_stacks(block_writer *w, const label_set *labels,
-                                    const profile_type *type, int64_t time_ns, int64_t duration_ns,
-                                    int64_t period, const uint32_t *stacks, const int64_t *values,
-                                    size_t n, strata_error *err) {
+int block_writer_intern_label_set(block_writer *w, const uint32_t *pairs, size_t n, uint32_t *id,
+                                  strata_error *err) {
+    if (check_writable(w, err) != 0)
+        return -1;
+    if (n > UINT32_MAX / 4 || (n > 0 && pairs == NULL))
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "block writer: bad label set");
+    ENSURE_OR_OOM(w->set_scratch, w->cap_set_scratch, 2 * n + 1);
+    for (size_t i = 0; i < 2 * n; i++) {
+        if (check_string_id(w, pairs[i], "sample label", err) != 0)
+            return -1;
+        if (pairs[i] == 0)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "block writer: a sample label's name and value must not be "
+                                    "empty");
+        w->set_scratch[1 + i] = pairs[i];
+    }
+    return intern_label_set(w, (uint32_t)n, false, id, err);
+}
+
+int block_writer_add_profile_samples(block_writer *w, const label_set *labels,
+                                     const profile_type *type, int64_t time_ns, int64_t duration_ns,
+                                     int64_t period, const uint32_t *stacks,
+                                     const uint32_t *label_sets, const int64_t *values, size_t n,
+                                     strata_error *err) {
     for (size_t i = 0; i < n; i++) {
         if (stacks[i] > w->n_stacks)
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "block writer: sample stack %u out of range (%zu stacks)",
                                     stacks[i], w->n_stacks);
+        if (label_sets != NULL && label_sets[i] > w->n_label_sets)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "block writer: sample label set %u out of range (%zu sets)",
+                                    label_sets[i], w->n_label_sets);
     }
     ENSURE_OR_OOM(w->pairs, w->cap_pairs, n);
     if (start_profile(w, labels, type, time_ns, duration_ns, period, err) != 0)
         return -1;
     for (size_t i = 0; i < n; i++) {
         w->pairs[i].stack = stacks[i];
+        w->pairs[i].label_set = label_sets != NULL ? label_sets[i] : 0;
         w->pairs[i].value = values[i];
     }
     w->n_pairs = n;
@@ -1519,6 +1760,14 @@ int block_writer_add_profile_stacks(block_writer *w, const label_set *labels,
         return -1;
     }
     return 0;
+}
+
+int block_writer_add_profile_stacks(block_writer *w, const label_set *labels,
+                                    const profile_type *type, int64_t time_ns, int64_t duration_ns,
+                                    int64_t period, const uint32_t *stacks, const int64_t *values,
+                                    size_t n, strata_error *err) {
+    return block_writer_add_profile_samples(w, labels, type, time_ns, duration_ns, period, stacks,
+                                            NULL, values, n, err);
 }
 
 size_t block_writer_profile_count(const block_writer *w) {
@@ -1548,6 +1797,10 @@ size_t block_writer_memory_bytes(const block_writer *w) {
     bytes += w->cap_frame_scratch * sizeof *w->frame_scratch;
     bytes += w->cap_series * sizeof *w->series + slot_map_bytes(&w->series_index);
     bytes += w->cap_label_words * sizeof *w->label_words;
+    bytes += w->cap_label_sets * sizeof *w->label_sets + slot_map_bytes(&w->label_set_index);
+    bytes += (w->cap_set_words + w->cap_set_scratch + w->cap_pprof_sample_sets +
+              w->cap_sample_label_sets) *
+             4;
     bytes += w->cap_profiles * sizeof *w->profiles;
     bytes += w->cap_sample_stacks * sizeof *w->sample_stacks;
     bytes += w->cap_sample_values * sizeof *w->sample_values;
@@ -1569,9 +1822,11 @@ size_t block_writer_memory_bytes(const block_writer *w) {
  * entries are indexed by stack row and hold the new stack id (row + 1). */
 typedef struct detach_maps {
     uint32_t *stacks, *locations, *functions, *mappings, *strings, *series;
+    uint32_t *label_sets; /* indexed by set id (0 = none), new id; DETACH_UNUSED where unused */
 } detach_maps;
 
 static void detach_maps_free(detach_maps *m) {
+    free(m->label_sets);
     free(m->stacks);
     free(m->locations);
     free(m->functions);
@@ -1595,8 +1850,9 @@ static int detach_maps_init(const block_writer *w, detach_maps *m, strata_error 
     m->mappings = unused_map(w->n_mappings);
     m->strings = unused_map(w->strings.count);
     m->series = unused_map(w->n_series);
+    m->label_sets = unused_map(w->n_label_sets + 1);
     if (m->stacks == NULL || m->locations == NULL || m->functions == NULL || m->mappings == NULL ||
-        m->strings == NULL || m->series == NULL) {
+        m->strings == NULL || m->series == NULL || m->label_sets == NULL) {
         detach_maps_free(m);
         return strata_error_oom(err);
     }
@@ -1665,6 +1921,25 @@ static void detach_number_symbols(const block_writer *w, detach_maps *m, uint32_
         m->strings[w->mappings[i].build_id] = 0;
     }
     counts[2] = n;
+}
+
+/* Numbers (in id order, so sorted order is kept) the label sets the block's samples use, and
+ * marks their strings. */
+static void detach_number_label_sets(const block_writer *w, detach_maps *m) {
+    m->label_sets[0] = 0;
+    if (!w->samples_labelled)
+        return;
+    for (size_t i = 0; i < w->n_samples; i++)
+        m->label_sets[w->sample_label_sets[i]] = 0;
+    uint32_t n = 0;
+    for (size_t id = 1; id <= w->n_label_sets; id++) {
+        if (m->label_sets[id] == DETACH_UNUSED)
+            continue;
+        m->label_sets[id] = ++n;
+        const w_label_set *set = &w->label_sets[id - 1];
+        for (uint32_t j = 0; j < 2 * set->count; j++)
+            m->strings[w->set_words[set->first + j]] = 0;
+    }
 }
 
 /* Marks the series that have profiles in this block and their strings, numbers both. */
@@ -1783,6 +2058,22 @@ static int detach_copy_profiles(const block_writer *w, const detach_maps *m, blo
     if (w->n_samples > 0)
         memcpy(d->sample_values, w->sample_values, w->n_samples * sizeof *w->sample_values);
     d->n_samples = w->n_samples;
+    if (!w->samples_labelled)
+        return 0;
+    for (size_t id = 1; id <= w->n_label_sets; id++) {
+        if (m->label_sets[id] == DETACH_UNUSED)
+            continue;
+        const w_label_set *set = &w->label_sets[id - 1];
+        ENSURE_OR_OOM(d->label_sets, d->cap_label_sets, d->n_label_sets + 1);
+        ENSURE_OR_OOM(d->set_words, d->cap_set_words, d->n_set_words + 2 * (size_t)set->count);
+        d->label_sets[d->n_label_sets++] = (w_label_set){(uint32_t)d->n_set_words, set->count};
+        for (uint32_t j = 0; j < 2 * set->count; j++)
+            d->set_words[d->n_set_words++] = m->strings[w->set_words[set->first + j]];
+    }
+    ENSURE_OR_OOM(d->sample_label_sets, d->cap_sample_label_sets, w->n_samples + 1);
+    for (size_t i = 0; i < w->n_samples; i++)
+        d->sample_label_sets[i] = m->label_sets[w->sample_label_sets[i]];
+    d->samples_labelled = true;
     return 0;
 }
 
@@ -1805,6 +2096,7 @@ int block_writer_detach(block_writer *w, block_writer **block, strata_error *err
         uint32_t counts[3];
         uint32_t n_stacks = detach_number_stacks(w, &m);
         detach_number_symbols(w, &m, counts);
+        detach_number_label_sets(w, &m);
         detach_number_series(w, &m);
         rc = detach_copy_symbols(w, &m, d, counts, n_stacks, err);
         if (rc == 0)
@@ -1818,6 +2110,7 @@ int block_writer_detach(block_writer *w, block_writer **block, strata_error *err
     d->detached = true;
     w->n_profiles = 0;
     w->n_samples = 0;
+    w->samples_labelled = false;
     for (size_t i = 0; i < w->n_series; i++)
         w->series[i].n_profiles = 0;
     *block = d;
@@ -1840,9 +2133,11 @@ typedef struct encoder {
     uint64_t n_tables;
     ZSTD_CCtx *cctx;
     strata_buffer compressed;
+    int version; /* format version of the block being written */
     /* the table being written */
     int table_id;
     const block_table_schema *schema;
+    int n_cols; /* columns written: the schema's, less the label_set column in version 1 */
     column_state cols[MAX_COLUMNS];
     uint64_t rows, group_first, group_rows, n_pages;
     strata_buffer pages; /* page entries of the current table */
@@ -1863,9 +2158,11 @@ static inline int64_t as_signed(uint64_t v) {
 static void enc_begin_table(encoder *e, int table_id) {
     e->table_id = table_id;
     e->schema = block_table_schema_get(table_id);
+    e->n_cols =
+        e->version >= BLOCK_FORMAT_VERSION_LABELS ? e->schema->n_columns : e->schema->n_required;
     e->rows = e->group_first = e->group_rows = e->n_pages = 0;
     strata_buffer_reset(&e->pages);
-    for (int c = 0; c < e->schema->n_columns; c++) {
+    for (int c = 0; c < e->n_cols; c++) {
         strata_buffer_reset(&e->cols[c].raw);
         e->cols[c].prev = 0;
         e->cols[c].min = INT64_MAX;
@@ -1874,6 +2171,8 @@ static void enc_begin_table(encoder *e, int table_id) {
 }
 
 static inline void enc_put(encoder *e, int col, uint64_t v) {
+    if (col >= e->n_cols)
+        return; /* the label_set column of a version 1 block */
     column_state *c = &e->cols[col];
     uint64_t word;
     switch (e->schema->columns[col].encoding) {
@@ -1948,7 +2247,7 @@ static void enc_flush_group(encoder *e) {
     if (strata_buffer_append_uvarint(&e->pages, e->group_first) != 0 ||
         strata_buffer_append_uvarint(&e->pages, e->group_rows) != 0)
         e->failed = true;
-    for (int c = 0; c < e->schema->n_columns && !e->failed; c++)
+    for (int c = 0; c < e->n_cols && !e->failed; c++)
         enc_write_page(e, c);
     e->n_pages++;
     e->group_first += e->group_rows;
@@ -1958,7 +2257,7 @@ static void enc_flush_group(encoder *e) {
 static inline void enc_end_row(encoder *e) {
     e->rows++;
     e->group_rows++;
-    for (int c = 0; c < e->schema->n_columns; c++) {
+    for (int c = 0; c < e->n_cols; c++) {
         if (e->cols[c].raw.len >= e->w->options.page_size) {
             enc_flush_group(e);
             return;
@@ -1971,8 +2270,8 @@ static int enc_end_table(encoder *e) {
     strata_buffer *t = &e->tables;
     int rc = strata_buffer_append_uvarint(t, (uint64_t)e->table_id);
     rc |= strata_buffer_append_uvarint(t, e->rows);
-    rc |= strata_buffer_append_uvarint(t, (uint64_t)e->schema->n_columns);
-    for (int c = 0; c < e->schema->n_columns; c++) {
+    rc |= strata_buffer_append_uvarint(t, (uint64_t)e->n_cols);
+    for (int c = 0; c < e->n_cols; c++) {
         rc |= strata_buffer_append_uvarint(t, (uint64_t)c);
         rc |= strata_buffer_append_uvarint(t, e->schema->columns[c].encoding);
         rc |= strata_buffer_append_uvarint(t, e->schema->columns[c].flags);
@@ -1995,9 +2294,15 @@ typedef struct block_order {
     uint32_t *string_new; /* old string id -> new */
     uint32_t *string_order;
     uint32_t *profile_order; /* position -> profile index */
+    /* sample label sets: old set id -> new (0 for none and for sets no sample uses), numbered in
+     * old id order so that (stack, label set) order is kept; version 2 when any is used */
+    uint32_t *set_new;
+    size_t n_sets;
+    int version;
 } block_order;
 
 static void block_order_free(block_order *o) {
+    free(o->set_new);
     free(o->series_order);
     free(o->series_new);
     free(o->string_new);
@@ -2063,8 +2368,36 @@ static int order_series(block_writer *w, block_order *o, strata_error *err) {
     return 0;
 }
 
-/* Label and type strings of the kept series first (sorted, so postings sort by string), then the
- * rest in first-seen order. "" stays id 0: it sorts first and is always included. */
+/* Numbers the sample label sets the block's samples use (in old id order) and picks the format
+ * version: 2 with sample labels, else 1 (a block without them is exactly a version 1 block). */
+static int order_label_sets(block_writer *w, block_order *o, strata_error *err) {
+    o->set_new = calloc(w->n_label_sets + 1, sizeof *o->set_new);
+    if (o->set_new == NULL)
+        return strata_error_oom(err);
+    o->n_sets = 0;
+    if (w->samples_labelled) {
+        for (size_t i = 0; i < w->n_samples; i++)
+            o->set_new[w->sample_label_sets[i]] = 1;
+        o->set_new[0] = 0;
+        for (size_t id = 1; id <= w->n_label_sets; id++)
+            if (o->set_new[id] != 0)
+                o->set_new[id] = (uint32_t)++o->n_sets;
+    }
+    o->version = o->n_sets > 0 ? BLOCK_FORMAT_VERSION_LABELS : BLOCK_FORMAT_VERSION_MIN;
+    return 0;
+}
+
+/* Marks string id for the sorted first region of the string table. */
+static void claim_low_string(block_order *o, uint32_t id, size_t *k) {
+    if (o->string_new[id] == UINT32_MAX) {
+        o->string_new[id] = 0;
+        o->string_order[(*k)++] = id;
+    }
+}
+
+/* Label and type strings of the kept series, and the names and values of the used sample label
+ * sets, first (sorted, so postings sort by string), then the rest in first-seen order. "" stays
+ * id 0: it sorts first and is always included. */
 static int order_strings(block_writer *w, block_order *o, strata_error *err) {
     size_t n = w->strings.count;
     o->string_new = malloc((n + 1) * sizeof *o->string_new);
@@ -2084,13 +2417,13 @@ static int order_strings(block_writer *w, block_order *o, strata_error *err) {
                 o->string_order[k++] = ser->type[i];
             }
         }
-        for (uint32_t i = 0; i < 2 * ser->label_count; i++) {
-            uint32_t id = w->label_words[ser->first_label + i];
-            if (o->string_new[id] == UINT32_MAX) {
-                o->string_new[id] = 0;
-                o->string_order[k++] = id;
-            }
-        }
+        for (uint32_t i = 0; i < 2 * ser->label_count; i++)
+            claim_low_string(o, w->label_words[ser->first_label + i], &k);
+    }
+    for (size_t id = 1; o->n_sets > 0 && id <= w->n_label_sets; id++) {
+        const w_label_set *set = &w->label_sets[id - 1];
+        for (uint32_t i = 0; o->set_new[id] != 0 && i < 2 * set->count; i++)
+            claim_low_string(o, w->set_words[set->first + i], &k);
     }
     qsort_r(o->string_order, k, sizeof *o->string_order, compare_strings_ctx, w);
     for (size_t i = 0; i < k; i++)
@@ -2279,19 +2612,101 @@ static int write_profile_tables(encoder *e, const block_order *o) {
         for (uint32_t s = 0; s < p->sample_count; s++) {
             enc_put(e, BLOCK_COL_SAMPLES_STACK, w->sample_stacks[p->first_sample + s]);
             enc_put(e, BLOCK_COL_SAMPLES_VALUE, (uint64_t)w->sample_values[p->first_sample + s]);
+            if (o->n_sets > 0)
+                enc_put(e, BLOCK_COL_SAMPLES_LABEL_SET,
+                        o->set_new[w->sample_label_sets[p->first_sample + s]]);
             enc_end_row(e);
         }
     }
     return enc_end_table(e);
 }
 
+static int compare_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The version 2 tables: label_sets and label_set_labels (the used sets, renumbered), and
+ * series_label_sets (per series, the distinct sets its samples use, ascending). */
+static int write_label_set_tables(encoder *e, const block_order *o) {
+    block_writer *w = e->w;
+    if (o->n_sets == 0)
+        return 0;
+    const uint32_t *sn = o->string_new;
+    enc_begin_table(e, BLOCK_TABLE_LABEL_SETS);
+    uint64_t first = 0;
+    for (size_t id = 1; id <= w->n_label_sets; id++) {
+        if (o->set_new[id] == 0)
+            continue;
+        enc_put(e, BLOCK_COL_LABEL_SETS_FIRST_LABEL, first);
+        enc_put(e, BLOCK_COL_LABEL_SETS_LABEL_COUNT, w->label_sets[id - 1].count);
+        first += w->label_sets[id - 1].count;
+        enc_end_row(e);
+    }
+    if (enc_end_table(e) != 0)
+        return -1;
+    enc_begin_table(e, BLOCK_TABLE_LABEL_SET_LABELS);
+    for (size_t id = 1; id <= w->n_label_sets; id++) {
+        const w_label_set *set = &w->label_sets[id - 1];
+        for (uint32_t i = 0; o->set_new[id] != 0 && i < set->count; i++) {
+            enc_put(e, BLOCK_COL_LABEL_SET_LABELS_NAME, sn[w->set_words[set->first + 2 * i]]);
+            enc_put(e, BLOCK_COL_LABEL_SET_LABELS_VALUE, sn[w->set_words[set->first + 2 * i + 1]]);
+            enc_end_row(e);
+        }
+    }
+    if (enc_end_table(e) != 0)
+        return -1;
+    /* profiles come sorted by series: collect each series' distinct sets with a stamp per set */
+    uint32_t *stamp = calloc(o->n_sets + 1, sizeof *stamp);
+    uint32_t *sets = malloc((o->n_sets + 1) * sizeof *sets);
+    if (stamp == NULL || sets == NULL) {
+        free(stamp);
+        free(sets);
+        return strata_error_oom(e->err);
+    }
+    enc_begin_table(e, BLOCK_TABLE_SERIES_LABEL_SETS);
+    for (size_t i = 0; i < w->n_profiles;) {
+        uint32_t series = o->series_new[w->profiles[o->profile_order[i]].series];
+        size_t n = 0;
+        for (;
+             i < w->n_profiles && o->series_new[w->profiles[o->profile_order[i]].series] == series;
+             i++) {
+            const w_profile *p = &w->profiles[o->profile_order[i]];
+            for (uint32_t s = 0; s < p->sample_count; s++) {
+                uint32_t set = o->set_new[w->sample_label_sets[p->first_sample + s]];
+                if (set != 0 && stamp[set] != series + 1) {
+                    stamp[set] = series + 1;
+                    sets[n++] = set;
+                }
+            }
+        }
+        qsort(sets, n, sizeof *sets, compare_u32);
+        for (size_t k = 0; k < n; k++) {
+            enc_put(e, BLOCK_COL_SERIES_LABEL_SETS_SERIES, series);
+            enc_put(e, BLOCK_COL_SERIES_LABEL_SETS_LABEL_SET, sets[k]);
+            enc_end_row(e);
+        }
+    }
+    free(stamp);
+    free(sets);
+    return enc_end_table(e);
+}
+
 /* The optional rollup tables (block_rollup.h): rollup_stacks streamed from the builder, then
  * rollup_series, one row per series. */
-static int put_rollup_row(void *ctx, uint32_t stack, int64_t value, strata_error *err) {
-    encoder *e = ctx;
+typedef struct rollup_sink {
+    encoder *e;
+    const uint32_t *set_new; /* the builder sees old label set ids */
+} rollup_sink;
+
+static int put_rollup_row(void *ctx, uint32_t stack, uint32_t set, int64_t value,
+                          strata_error *err) {
+    rollup_sink *sink = ctx;
+    encoder *e = sink->e;
     (void)err; /* encoder allocation failures are reported by enc_end_table */
     enc_put(e, BLOCK_COL_ROLLUP_STACKS_STACK, stack);
     enc_put(e, BLOCK_COL_ROLLUP_STACKS_VALUE, (uint64_t)value);
+    enc_put(e, BLOCK_COL_ROLLUP_STACKS_LABEL_SET, sink->set_new[set]);
     enc_end_row(e);
     return 0;
 }
@@ -2302,9 +2717,13 @@ static void rollup_inputs(const block_writer *w, const block_order *o, block_rol
         const w_series *s = &w->series[p->series];
         bool scale =
             block_rollup_scale(w->strings.strings[s->type[1]], w->strings.strings[s->type[2]]);
-        in[i] = (block_rollup_profile){o->series_new[p->series], scale ? p->period : 1,
-                                       w->sample_stacks + p->first_sample,
-                                       w->sample_values + p->first_sample, p->sample_count};
+        in[i] =
+            (block_rollup_profile){o->series_new[p->series],
+                                   scale ? p->period : 1,
+                                   w->sample_stacks + p->first_sample,
+                                   o->n_sets > 0 ? w->sample_label_sets + p->first_sample : NULL,
+                                   w->sample_values + p->first_sample,
+                                   p->sample_count};
     }
 }
 
@@ -2317,9 +2736,10 @@ static int write_rollup_tables(encoder *e, const block_order *o) {
     int rc = (in != NULL && series != NULL) ? 0 : strata_error_oom(e->err);
     if (rc == 0) {
         rollup_inputs(w, o, in);
+        rollup_sink sink = {e, o->set_new};
         enc_begin_table(e, BLOCK_TABLE_ROLLUP_STACKS);
-        rc = block_rollup_build(in, w->n_profiles, o->n_series, w->n_stacks + 1, put_rollup_row, e,
-                                series, e->err);
+        rc = block_rollup_build(in, w->n_profiles, o->n_series, w->n_stacks + 1, put_rollup_row,
+                                &sink, series, e->err);
         if (rc == 0)
             rc = enc_end_table(e);
     }
@@ -2346,7 +2766,7 @@ static int write_footer(encoder *e) {
     rc |= strata_buffer_append(e->data, footer.data, footer.len);
     rc |= strata_buffer_append_u64le(e->data, footer.len);
     rc |= strata_buffer_append_u32le(e->data, crc);
-    rc |= strata_buffer_append_u32le(e->data, BLOCK_FORMAT_VERSION);
+    rc |= strata_buffer_append_u32le(e->data, (uint32_t)e->version);
     rc |= strata_buffer_append(e->data, BLOCK_MAGIC, BLOCK_MAGIC_LEN);
     strata_buffer_free(&footer);
     return rc != 0 ? strata_error_oom(e->err) : 0;
@@ -2369,16 +2789,18 @@ static int encode_block(block_writer *w, const block_order *o, strata_buffer *da
     e.data = data;
     e.base = data->len;
     e.err = err;
+    e.version = o->version;
     e.cctx = ZSTD_createCCtx();
     int rc = -1;
     if (e.cctx == NULL) {
         strata_error_oom(err);
     } else if (strata_buffer_append(data, BLOCK_MAGIC, BLOCK_MAGIC_LEN) != 0 ||
-               strata_buffer_append_u32le(data, BLOCK_FORMAT_VERSION) != 0 ||
+               strata_buffer_append_u32le(data, (uint32_t)o->version) != 0 ||
                strata_buffer_append_u32le(data, 0) != 0) {
         strata_error_oom(err);
     } else if (write_symbol_tables(&e, o) == 0 && write_series_tables(&e, o) == 0 &&
-               write_profile_tables(&e, o) == 0 && write_rollup_tables(&e, o) == 0) {
+               write_label_set_tables(&e, o) == 0 && write_profile_tables(&e, o) == 0 &&
+               write_rollup_tables(&e, o) == 0) {
         rc = write_footer(&e);
     }
     encoder_free(&e);
@@ -2477,7 +2899,7 @@ static int fill_meta(const block_writer *w, const block_order *o, uint64_t objec
     meta->num_profiles = w->n_profiles;
     meta->compaction_level = w->options.compaction_level;
     meta->version = BLOCK_META_VERSION;
-    meta->format_version = BLOCK_FORMAT_VERSION;
+    meta->format_version = o->version;
     meta->tenant = strdup(w->tenant);
     meta->files = calloc(1, sizeof *meta->files);
     if (meta->tenant == NULL || meta->files == NULL)
@@ -2506,8 +2928,9 @@ int block_writer_finish(block_writer *w, strata_buffer *data, block_meta *meta, 
     memset(&o, 0, sizeof o);
     size_t base = data->len;
     int rc = -1;
-    if (order_series(w, &o, err) == 0 && order_strings(w, &o, err) == 0 &&
-        order_profiles(w, &o, err) == 0 && encode_block(w, &o, data, err) == 0) {
+    if (order_series(w, &o, err) == 0 && order_label_sets(w, &o, err) == 0 &&
+        order_strings(w, &o, err) == 0 && order_profiles(w, &o, err) == 0 &&
+        encode_block(w, &o, data, err) == 0) {
         rc = fill_meta(w, &o, data->len - base, meta, err);
         if (rc != 0) {
             block_meta_free(meta);

@@ -16,15 +16,23 @@
  *     integer (id 0 is the empty stack); a whole-stack cache (96-bit fingerprint of the location
  *     ids -> stack id) finds a stack seen before with one lookup, prefetched a pprof at a time;
  *   - series: (profile type, labels) -> series id;
- *   - samples: (stack id, value) pairs per profile, sorted by stack id, with identical stacks
- *     summed and zero values dropped; the profile's total is their sum.
+ *   - sample label sets: a pprof sample's string labels (pprof.Labels: endpoint=/checkout), as
+ *     a de-duplicated set of (name, value) string id pairs, id 0 for a sample without labels
+ *     (numeric labels are dropped, as Parca does: Go heap profiles put a numeric `bytes` label
+ *     on every sample, which would split every stack by allocation size);
+ *   - samples: (stack id, label set, value) triples per profile, sorted by (stack, label set),
+ *     with identical (stack, label set) pairs summed and zero values dropped; the profile's total
+ *     is their sum. The label set array is only filled once some sample has labels.
  *
  * At finish, series are ordered by (profile type, labels), profiles by (series, time), label and
- * type strings get the lowest string ids (so reading series never touches symbol string pages),
+ * type strings (sample label names and values too) get the lowest string ids (so reading series
+ * never touches symbol string pages),
  * and every table is written as zstd-compressed column pages with a footer index
  * (block_format.h, docs/block-format.md), followed by the per-series stack rollups
  * (block_rollup.h) that let merges over whole blocks skip the samples. meta is filled for
- * meta.json; the caller uploads the data object first and meta.json last.
+ * meta.json; the caller uploads the data object first and meta.json last. A block whose samples
+ * carry labels is written in format version 2 (label set tables and columns); any other block
+ * exactly as version 1, byte for byte as before labels existed.
  *
  * Three ways in: block_writer_add_profile takes a decoded pprof (the ingester); the begin / add
  * sample / end calls take already symbolized frames (the agent); the id path (intern string,
@@ -77,8 +85,10 @@ void block_writer_free(block_writer *w);
 
 /* Adds one profile: value column sample_type_index of p, for the series (type, labels). labels must
  * not contain __name__ (the type carries the name); labels with empty values are ignored. Samples
- * of value 0 are dropped and samples with identical stacks summed. INVALID_ARGUMENT for an
- * inconsistent pprof (undefined ids, index out of range, a total overflowing int64). */
+ * of value 0 are dropped and samples with identical stacks and sample labels summed. A sample's
+ * string labels are kept as its label set (numeric ones and empty keys or values dropped; of a
+ * key given twice the last value wins, as Parca). INVALID_ARGUMENT for an inconsistent pprof
+ * (undefined ids, index out of range, a total overflowing int64). */
 int block_writer_add_profile(block_writer *w, const label_set *labels, const profile_type *type,
                              int64_t time_ns, int64_t duration_ns, int64_t period,
                              const pprof_profile *p, size_t sample_type_index, strata_error *err);
@@ -112,6 +122,11 @@ int block_writer_begin_profile(block_writer *w, const label_set *labels, const p
                                strata_error *err);
 int block_writer_add_sample(block_writer *w, const block_frame *frames, size_t n_frames,
                             int64_t value, strata_error *err);
+/* As block_writer_add_sample, with the sample's pprof labels (NULL or empty: none; labels with an
+ * empty value are dropped; a name given twice is INVALID_ARGUMENT). */
+int block_writer_add_sample_labels(block_writer *w, const block_frame *frames, size_t n_frames,
+                                   const label_set *sample_labels, int64_t value,
+                                   strata_error *err);
 int block_writer_end_profile(block_writer *w, strata_error *err);
 /* Drops the open profile, if any. */
 void block_writer_abort_profile(block_writer *w);
@@ -164,6 +179,19 @@ int block_writer_add_profile_stacks(block_writer *w, const label_set *labels,
                                     const profile_type *type, int64_t time_ns, int64_t duration_ns,
                                     int64_t period, const uint32_t *stacks, const int64_t *values,
                                     size_t n, strata_error *err);
+/* The sample label set of n (name, value) pairs of this writer's string ids (pairs[2i] the name,
+ * pairs[2i+1] the value, none of them "" and names unique, in any order); n == 0 gives 0, the
+ * empty set. Sets are de-duplicated by content. */
+int block_writer_intern_label_set(block_writer *w, const uint32_t *pairs, size_t n, uint32_t *id,
+                                  strata_error *err);
+/* As block_writer_add_profile_stacks, with each sample's label set (ids from
+ * block_writer_intern_label_set; label_sets NULL means none has labels): identical (stack, label
+ * set) pairs are summed. */
+int block_writer_add_profile_samples(block_writer *w, const label_set *labels,
+                                     const profile_type *type, int64_t time_ns, int64_t duration_ns,
+                                     int64_t period, const uint32_t *stacks,
+                                     const uint32_t *label_sets, const int64_t *values, size_t n,
+                                     strata_error *err);
 
 /* Profiles added so far (open profile excluded). */
 size_t block_writer_profile_count(const block_writer *w);

@@ -94,10 +94,17 @@ static block_writer *writer_new(void) {
 }
 
 /* One profile of job=app at time_ns: main > work > leaf (value) and main > other (value2), with
- * `binary` as mapping and addresses that differ per binary, as two builds' do. */
-static void add_profile(block_writer *w, int64_t time_ns, const char *binary, const char *leaf,
-                        int64_t value, int64_t value2) {
+ * `binary` as mapping and addresses that differ per binary, as two builds' do; the two samples
+ * carry the pprof labels labels_a and labels_b (`{endpoint="/a"}`; NULL for none). */
+static void add_labelled_profile(block_writer *w, int64_t time_ns, const char *binary,
+                                 const char *leaf, int64_t value, int64_t value2,
+                                 const char *labels_a, const char *labels_b) {
     strata_error err;
+    label_set sa = LABEL_SET_INIT, sb = LABEL_SET_INIT;
+    if (labels_a != NULL)
+        assert_int_equal(label_set_from_text(labels_a, &sa, &err), 0);
+    if (labels_b != NULL)
+        assert_int_equal(label_set_from_text(labels_b, &sb, &err), 0);
     label_set l = LABEL_SET_INIT;
     assert_int_equal(label_set_add(&l, "job", 3, "app", 3, &err), 0);
     profile_type t = {"process_cpu", "samples", "count", "cpu", "nanoseconds", true};
@@ -108,18 +115,28 @@ static void add_profile(block_writer *w, int64_t time_ns, const char *binary, co
                         {"main", "main", "main.go", 32, 30, binary, binary, base + 0x100}};
     block_frame b[2] = {{"other", "other", "main.go", 42, 40, binary, binary, base + 0x400},
                         {"main", "main", "main.go", 33, 30, binary, binary, base + 0x108}};
-    assert_int_equal(block_writer_add_sample(w, a, 3, value, &err), 0);
-    assert_int_equal(block_writer_add_sample(w, b, 2, value2, &err), 0);
+    assert_int_equal(block_writer_add_sample_labels(w, a, 3, &sa, value, &err), 0);
+    assert_int_equal(block_writer_add_sample_labels(w, b, 2, &sb, value2, &err), 0);
     assert_int_equal(block_writer_end_profile(w, &err), 0);
     label_set_free(&l);
+    label_set_free(&sa);
+    label_set_free(&sb);
+}
+
+static void add_profile(block_writer *w, int64_t time_ns, const char *binary, const char *leaf,
+                        int64_t value, int64_t value2) {
+    add_labelled_profile(w, time_ns, binary, leaf, value, value2, NULL, NULL);
 }
 
 /* Finishes w into the bucket; returns the block's ULID text in id. */
+static int upload_level = 1; /* the compaction level upload() gives the next block */
+
 static void upload(fixture *f, block_writer *w, char id[ULID_STRING_LEN + 1]) {
     strata_buffer bytes = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
     block_meta meta;
     strata_error err;
     assert_int_equal(block_writer_finish(w, &bytes, &meta, &err), 0);
+    meta.compaction_level = upload_level;
     assert_int_equal(block_meta_encode(&meta, &json, &err), 0);
     char key[256];
     ulid_format(&meta.id, id);
@@ -204,6 +221,32 @@ static void test_twice_pushed_profile_counts_once(void **state) {
     assert_int_equal(value, want);
     assert_int_equal(count, 4);
     assert_int_equal(stats.duplicates, 2);
+    fixture_close(&f);
+}
+
+/* The duplicate rule includes pprof sample labels, as the compactor's: a retried labelled profile
+ * counts once, one that differs from it only in a sample's labels counts too. */
+static void test_labelled_copies_count_once(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    char id[ULID_STRING_LEN + 1];
+    block_writer *w = writer_new();
+    add_labelled_profile(w, T0, "/v1/app", "leaf", 5, 3, "{endpoint=\"/a\"}", "{endpoint=\"/c\"}");
+    upload(&f, w, id);
+    w = writer_new(); /* the retry, and a look-alike whose second sample has other labels */
+    add_labelled_profile(w, T0, "/v1/app", "leaf", 5, 3, "{endpoint=\"/a\"}", "{endpoint=\"/c\"}");
+    add_labelled_profile(w, T0, "/v1/app", "leaf", 5, 3, "{endpoint=\"/a\"}", "{endpoint=\"/d\"}");
+    upload(&f, w, id);
+    fixture_engine(&f);
+    merge_result res;
+    strata_error err;
+    calltree *t = merge(&f, CALLTREE_GROUP_DEFAULT, CPU, &res, &err);
+    assert_non_null(t);
+    assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, (8 + 8) * PERIOD);
+    assert_int_equal(res.profiles, 2);
+    assert_int_equal(res.stats.duplicates, 1);
+    calltree_free(t);
     fixture_close(&f);
 }
 
@@ -353,12 +396,46 @@ static void test_tree_memory_bounded(void **state) {
     fixture_close(&f);
 }
 
+/* Copies are looked for where they can be: compacted blocks whose time ranges overlap are
+ * compared (a late level-2 block beside another), a compacted block alone in its range is not
+ * (the compactor de-duplicated it: two copies inside it are taken as written). */
+static void test_copies_in_compacted_blocks(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    char id[ULID_STRING_LEN + 1];
+    upload_level = 2;
+    block_writer *w = writer_new(); /* [T0, T0 + 10 s] */
+    add_profile(w, T0, "/v1/app", "leaf", 5, 3);
+    add_profile(w, T0 + 10 * SEC, "/v1/app", "leaf", 7, 1);
+    upload(&f, w, id);
+    w = writer_new(); /* overlaps the first: the copy at T0 is found */
+    add_profile(w, T0, "/v1/app", "leaf", 5, 3);
+    upload(&f, w, id);
+    w = writer_new(); /* alone at T0 + 100 s: its two copies are not looked for */
+    add_profile(w, T0 + 100 * SEC, "/v1/app", "leaf", 1, 1);
+    add_profile(w, T0 + 100 * SEC, "/v1/app", "leaf", 1, 1);
+    upload(&f, w, id);
+    upload_level = 1;
+    fixture_engine(&f);
+    merge_result res;
+    strata_error err;
+    calltree *t = merge(&f, CALLTREE_GROUP_DEFAULT, CPU, &res, &err);
+    assert_non_null(t);
+    assert_int_equal(res.total, (8 + 8 + 2 + 2) * PERIOD);
+    assert_int_equal(res.stats.duplicates, 1);
+    calltree_free(t);
+    fixture_close(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_twice_pushed_profile_counts_once),
         cmocka_unit_test(test_two_builds_line_up_by_function),
         cmocka_unit_test(test_corrupt_block_left_out),
         cmocka_unit_test(test_tree_memory_bounded),
+        cmocka_unit_test(test_copies_in_compacted_blocks),
+        cmocka_unit_test(test_labelled_copies_count_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
