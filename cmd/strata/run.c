@@ -7,17 +7,36 @@
  * are flushed to the ingesters, which may be this process). SIGHUP reloads the config file and
  * hands its scrape_configs to the scraper; a file that does not load is logged with its file and
  * line, counted, and the running config stays.
+ *
+ * -check-config loads and validates the file (every bound, the mode's cross-section rules, the
+ * bucket section) and builds nothing else: no service, no thread, no listening socket.
+ *
+ * At start the soft RLIMIT_NOFILE is raised to the hard one: every HTTP connection (up to
+ * server.http_max_connections) takes a descriptor, and a flood must meet the server's own cap,
+ * not EMFILE.
+ *
+ * Readiness (/ready) is the AND of the services' own checks and, for the services that write the
+ * bucket (ingester, compactor), a write probe: every WRITE_PROBE_INTERVAL_S a thread uploads and
+ * deletes the object WRITE_PROBE_KEY_PREFIX<hostname> at the top of the bucket (under its prefix;
+ * an object, not a directory, so no listing takes it for a tenant) and keeps the result; /ready
+ * reads the cached result, so it never waits for the bucket. A bucket that refuses writes, or a
+ * probe that has not succeeded for WRITE_PROBE_STALE_S, makes /ready 503 with the reason. Queriers
+ * and scrapers never write the bucket and run no probe.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "announce/announce.h"
 #include "bucket/bucket.h"
 #include "cli.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "compactor.h"
 #include "http/http.h"
@@ -32,6 +51,26 @@ typedef struct run_args {
     const char *config_path;
     bool check_config;
 } run_args;
+
+#define WRITE_PROBE_INTERVAL_S 5
+#define WRITE_PROBE_STALE_S 60
+#define WRITE_PROBE_KEY_PREFIX ".strata-ready-"
+
+/* The bucket write probe of writing services; see the top comment. */
+typedef struct write_probe {
+    bucket *store;
+    char key[128];
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    bool stop;
+    bool started;
+    pthread_t thread;
+    bool probed;        /* a probe has completed */
+    bool ok;            /* the last probe wrote */
+    int64_t last_ok_ns; /* monotonic time of the last probe that wrote */
+    char error[sizeof(((strata_error *)0)->message)]; /* why the last probe failed */
+    bool delete_warned;                               /* a failed delete is logged once */
+} write_probe;
 
 typedef struct runtime {
     const char *mode;
@@ -53,6 +92,7 @@ typedef struct runtime {
     metrics_counter *announce_published;
     metrics_counter *announce_received;
     metrics_counter *announce_malformed;
+    write_probe probe; /* started when a writing service runs */
 } runtime;
 
 static volatile sig_atomic_t stop_requested;
@@ -82,6 +122,133 @@ static int parse_run_args(int argc, char **argv, run_args *a, strata_error *err)
     return 0;
 }
 
+/* --- the bucket write probe ------------------------------------------------------------------ */
+
+/* WRITE_PROBE_KEY_PREFIX + this host's name, with anything outside [A-Za-z0-9._-] replaced. */
+static void probe_key(char *out, size_t size) {
+    char host[64] = "";
+    if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0')
+        snprintf(host, sizeof host, "unknown");
+    for (char *p = host; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '_' || *p == '-'))
+            *p = '_';
+    snprintf(out, size, "%s%s", WRITE_PROBE_KEY_PREFIX, host);
+}
+
+/* One probe: upload a small object, then delete it (best effort: a bucket policy may allow
+ * writes without deletes, which an ingester never needs). */
+static void probe_once(write_probe *p) {
+    char body[64];
+    int len =
+        snprintf(body, sizeof body, "%lld\n", (long long)(strata_now_ns() / STRATA_NS_PER_SEC));
+    strata_error err;
+    strata_error_clear(&err);
+    bool ok = bucket_upload(p->store, p->key, body, (size_t)len, &err) == 0;
+    if (ok) {
+        strata_error derr;
+        if (bucket_delete(p->store, p->key, &derr) != 0 && !p->delete_warned) {
+            char quoted[600];
+            strata_log_warn("strata", "bucket write probe not deleted", "key=%s error=%s", p->key,
+                            strata_log_quote(derr.message, quoted, sizeof quoted));
+            p->delete_warned = true;
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    if (ok != p->ok || !p->probed) { /* changes, and a failure at start */
+        char quoted[600];
+        if (ok && p->probed)
+            strata_log_info("strata", "bucket writable again", "key=%s", p->key);
+        else if (!ok)
+            strata_log_warn("strata", "bucket not writable, not ready", "key=%s error=%s", p->key,
+                            strata_log_quote(err.message, quoted, sizeof quoted));
+    }
+    p->probed = true;
+    p->ok = ok;
+    if (ok)
+        p->last_ok_ns = strata_monotonic_ns();
+    else
+        snprintf(p->error, sizeof p->error, "%s", err.message);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void *probe_main(void *arg) {
+    write_probe *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->stop) {
+        int64_t next = strata_monotonic_ns() + WRITE_PROBE_INTERVAL_S * STRATA_NS_PER_SEC;
+        struct timespec ts = {(time_t)(next / STRATA_NS_PER_SEC), (long)(next % STRATA_NS_PER_SEC)};
+        while (!p->stop && pthread_cond_timedwait(&p->wake, &p->mu, &ts) != ETIMEDOUT) {
+        }
+        if (p->stop)
+            break;
+        pthread_mutex_unlock(&p->mu);
+        probe_once(p);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* Probes once now (so /ready is right from the start), then every WRITE_PROBE_INTERVAL_S. */
+static int probe_start(write_probe *p, bucket *store, strata_error *err) {
+    p->store = store;
+    probe_key(p->key, sizeof p->key);
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0)
+        return strata_error_set(err, STRATA_INTERNAL, "cannot create the write probe's condition");
+    int rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(&p->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    if (rc != 0)
+        return strata_error_set(err, STRATA_INTERNAL, "cannot create the write probe's condition");
+    if (pthread_mutex_init(&p->mu, NULL) != 0) {
+        pthread_cond_destroy(&p->wake);
+        return strata_error_set(err, STRATA_INTERNAL, "cannot create the write probe's mutex");
+    }
+    probe_once(p);
+    if (pthread_create(&p->thread, NULL, probe_main, p) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->wake);
+        return strata_error_set(err, STRATA_INTERNAL, "cannot start the bucket write probe");
+    }
+    p->started = true;
+    return 0;
+}
+
+static void probe_stop(write_probe *p) {
+    if (!p->started)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->wake);
+    p->started = false;
+}
+
+/* The cached verdict; never touches the bucket. */
+static bool probe_ready(write_probe *p, char *reason, size_t reason_size) {
+    if (!p->started)
+        return true;
+    pthread_mutex_lock(&p->mu);
+    int64_t age = strata_monotonic_ns() - p->last_ok_ns;
+    bool ready = p->ok && age <= WRITE_PROBE_STALE_S * STRATA_NS_PER_SEC;
+    if (!p->ok)
+        snprintf(reason, reason_size, "bucket not writable: %s", p->error);
+    else if (!ready)
+        snprintf(reason, reason_size, "bucket write probe has not succeeded for %llds",
+                 (long long)(age / STRATA_NS_PER_SEC));
+    pthread_mutex_unlock(&p->mu);
+    return ready;
+}
+
+/* --- readiness ------------------------------------------------------------------------------- */
+
+/* Runs on an HTTP I/O thread: only flags and cached results, never the bucket. */
 static bool ready_check(void *ctx, char *reason, size_t reason_size) {
     runtime *rt = ctx;
     const char *why = NULL;
@@ -97,6 +264,8 @@ static bool ready_check(void *ctx, char *reason, size_t reason_size) {
         snprintf(reason, reason_size, "%s", why);
         return false;
     }
+    if (!probe_ready(&rt->probe, reason, reason_size))
+        return false;
     if (stop_requested) {
         snprintf(reason, reason_size, "shutting down");
         return false;
@@ -221,9 +390,11 @@ static int start_announcements(runtime *rt, strata_error *err) {
     return 0;
 }
 
-/* Loads the config, opens the bucket and builds every service, without binding anything. */
+/* Loads and validates the config, opens the bucket and, unless only checking the config, builds
+ * every service, without binding anything. */
 static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
-    if (strata_config_load(a->config_path, &rt->config, err) != 0)
+    if (strata_config_load(a->config_path, &rt->config, err) != 0 ||
+        strata_config_validate(&rt->config, rt->mode, err) != 0)
         return -1;
     strata_log_level level;
     if (strata_log_parse_level(rt->config.server.log_level, &level) != 0)
@@ -231,8 +402,15 @@ static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
                                 "%s: server.log_level: want debug, info, warn or error, got \"%s\"",
                                 a->config_path, rt->config.server.log_level);
     strata_log_set_level(level);
+    if (strcmp(rt->mode, "scraper") == 0 && rt->config.scraper.ingester_addresses.count == 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "%s: scraper.ingester_addresses: strata scraper needs at least one "
+                                "ingester to push to",
+                                a->config_path);
     if (bucket_open_config(rt->config.bucket.node, &rt->store, err) != 0)
         return -1;
+    if (a->check_config)
+        return 0; /* validated; build nothing */
     if ((rt->registry = metrics_registry_new(err)) == NULL ||
         metrics_register_process_metrics(rt->registry, err) != 0 ||
         register_bucket_metrics(rt, err) != 0 || register_announce_metrics(rt, err) != 0 ||
@@ -252,11 +430,6 @@ static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
         ingester_set_block_listener(rt->ing, announce_block, rt);
     if (rt->cmp != NULL)
         compactor_set_block_listener(rt->cmp, announce_compacted_block, rt);
-    if (strcmp(rt->mode, "scraper") == 0 && rt->config.scraper.ingester_addresses.count == 0)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                "%s: scraper.ingester_addresses: strata scraper needs at least one "
-                                "ingester to push to",
-                                a->config_path);
     return 0;
 }
 
@@ -287,9 +460,38 @@ static int runtime_new_scraper(runtime *rt, strata_error *err) {
     return 0;
 }
 
+/* Raises the soft limit on open files to the hard one; returns the soft limit in effect. */
+static rlim_t raise_open_files_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) != 0)
+            return 0;
+    }
+    return rl.rlim_cur;
+}
+
+static rlim_t open_files_limit(void) {
+    struct rlimit rl;
+    return getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 0;
+}
+
 static int runtime_start(runtime *rt, strata_error *err) {
-    http_server_options hopts = {.bind = rt->config.server.http_listen_address,
-                                 .metrics = rt->registry};
+    const server_config *sc = &rt->config.server;
+    http_server_options hopts = {
+        .bind = sc->http_listen_address,
+        .connection_timeout_s = (unsigned)(sc->http_idle_timeout_ns / STRATA_NS_PER_SEC),
+        .header_timeout_ms = (unsigned)(sc->http_header_timeout_ns / STRATA_NS_PER_MS),
+        .read_timeout_ms = (unsigned)(sc->http_read_timeout_ns / STRATA_NS_PER_MS),
+        .max_connections = (unsigned)sc->http_max_connections,
+        .max_connections_per_address = sc->http_max_connections_per_address == 0
+                                           ? HTTP_UNLIMITED
+                                           : (unsigned)sc->http_max_connections_per_address,
+        .io_threads = (unsigned)sc->http_io_threads,
+        .handler_threads = (unsigned)sc->http_handler_threads,
+        .metrics = rt->registry};
     if ((rt->http = http_server_new(&hopts, err)) == NULL ||
         http_server_add_metrics(rt->http, rt->registry, err) != 0 ||
         http_server_add_ready(rt->http, ready_check, rt, err) != 0)
@@ -314,6 +516,8 @@ static int runtime_start(runtime *rt, strata_error *err) {
     if (rt->qr != NULL && ui != NULL && ui[0] != '\0' &&
         http_server_serve_static(rt->http, "/", ui, err) != 0)
         return strata_error_wrap(err, "server.ui_directory");
+    if ((rt->ing != NULL || rt->cmp != NULL) && probe_start(&rt->probe, rt->store, err) != 0)
+        return -1;
     if ((rt->grpc != NULL && rpc_server_start(rt->grpc, err) != 0) ||
         http_server_start(rt->http, err) != 0)
         return -1;
@@ -321,11 +525,16 @@ static int runtime_start(runtime *rt, strata_error *err) {
         return -1;
     if (rt->scr != NULL && scraper_start(rt->scr, err) != 0)
         return -1;
-    strata_log_info("strata", "started", "mode=%s http=%s grpc=%s grpc_port=%d http_port=%u",
-                    rt->mode, rt->config.server.http_listen_address,
-                    rt->grpc != NULL ? rt->config.server.grpc_listen_address : "off",
-                    rt->grpc != NULL ? rpc_server_port(rt->grpc) : 0,
-                    (unsigned)http_server_port(rt->http));
+    strata_log_info(
+        "strata", "started",
+        "mode=%s http=%s grpc=%s grpc_port=%d http_port=%u http_max_connections=%u "
+        "http_max_connections_per_address=%u open_files_limit=%llu",
+        rt->mode, rt->config.server.http_listen_address,
+        rt->grpc != NULL ? rt->config.server.grpc_listen_address : "off",
+        rt->grpc != NULL ? rpc_server_port(rt->grpc) : 0, (unsigned)http_server_port(rt->http),
+        hopts.max_connections,
+        hopts.max_connections_per_address == HTTP_UNLIMITED ? 0 : hopts.max_connections_per_address,
+        (unsigned long long)open_files_limit());
     return 0;
 }
 
@@ -338,6 +547,7 @@ static void runtime_shutdown(runtime *rt) {
         ingester_stop(rt->ing);
     if (rt->cmp != NULL)
         compactor_stop(rt->cmp); /* waits for the merge in progress */
+    probe_stop(&rt->probe);
     if (rt->http != NULL)
         http_server_stop(rt->http); /* no /metrics scrape reads the announcers after this */
     http_server_free(rt->http);
@@ -362,7 +572,10 @@ static void reload_config(runtime *rt, const char *path) {
     strata_config fresh;
     strata_error err;
     const char *result = "success";
-    if (strata_config_load(path, &fresh, &err) != 0) {
+    if (strata_config_load(path, &fresh, &err) != 0 ||
+        strata_config_validate(&fresh, rt->mode, &err) != 0) {
+        if (fresh.root.doc != NULL)
+            strata_config_free(&fresh);
         char quoted[600];
         strata_log_error("strata", "config reload rejected, keeping the running config",
                          "file=%s error=%s", path,
@@ -421,6 +634,13 @@ int cli_run_services(const char *mode, int argc, char **argv) {
         rc = 0;
         goto out;
     }
+    rlim_t files = raise_open_files_limit();
+    if (files != 0 && files != RLIM_INFINITY &&
+        files < (rlim_t)rt.config.server.http_max_connections + 256)
+        strata_log_warn("strata", "open files limit below the HTTP connection limit",
+                        "open_files_limit=%llu http_max_connections=%llu",
+                        (unsigned long long)files,
+                        (unsigned long long)rt.config.server.http_max_connections);
     if (runtime_start(&rt, &err) != 0)
         goto out;
     wait_for_signal(&rt, a.config_path);

@@ -4,7 +4,21 @@
 #include "strata_config.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "common/clock.h"
+
+/* Bounds of thread counts, intervals and delays (lib/config: CONFIG_DEFINE_BOUNDS). */
+CONFIG_DEFINE_BOUNDS(server_grpc_threads_bounds, CONFIG_INT64, "0", "1024")
+CONFIG_DEFINE_BOUNDS(server_shutdown_grace_bounds, CONFIG_DURATION, NULL, "1h")
+CONFIG_DEFINE_BOUNDS(server_http_max_connections_bounds, CONFIG_UINT64, "16", "1048576")
+CONFIG_DEFINE_BOUNDS(server_http_max_connections_per_address_bounds, CONFIG_UINT64, NULL, "1048576")
+CONFIG_DEFINE_BOUNDS(server_http_header_timeout_bounds, CONFIG_DURATION, "100ms", "10m")
+CONFIG_DEFINE_BOUNDS(server_http_read_timeout_bounds, CONFIG_DURATION, "1s", "1h")
+CONFIG_DEFINE_BOUNDS(server_http_idle_timeout_bounds, CONFIG_DURATION, "1s", "1h")
+CONFIG_DEFINE_BOUNDS(server_http_io_threads_bounds, CONFIG_INT64, "1", "64")
+CONFIG_DEFINE_BOUNDS(server_http_handler_threads_bounds, CONFIG_INT64, "1", "1024")
 
 static const config_field server_fields[] = {
     {.key = "http_listen_address",
@@ -26,11 +40,48 @@ static const config_field server_fields[] = {
     {.key = "grpc_threads",
      .kind = CONFIG_INT64,
      .offset = offsetof(server_config, grpc_threads),
-     .default_text = "0"},
+     .default_text = "0",
+     .decode = server_grpc_threads_bounds},
     {.key = "shutdown_grace",
      .kind = CONFIG_DURATION,
      .offset = offsetof(server_config, shutdown_grace_ns),
-     .default_text = "10s"},
+     .default_text = "10s",
+     .decode = server_shutdown_grace_bounds},
+    {.key = "http_max_connections",
+     .kind = CONFIG_UINT64,
+     .offset = offsetof(server_config, http_max_connections),
+     .default_text = "16384",
+     .decode = server_http_max_connections_bounds},
+    {.key = "http_max_connections_per_address",
+     .kind = CONFIG_UINT64,
+     .offset = offsetof(server_config, http_max_connections_per_address),
+     .default_text = "256",
+     .decode = server_http_max_connections_per_address_bounds},
+    {.key = "http_header_timeout",
+     .kind = CONFIG_DURATION,
+     .offset = offsetof(server_config, http_header_timeout_ns),
+     .default_text = "10s",
+     .decode = server_http_header_timeout_bounds},
+    {.key = "http_read_timeout",
+     .kind = CONFIG_DURATION,
+     .offset = offsetof(server_config, http_read_timeout_ns),
+     .default_text = "2m",
+     .decode = server_http_read_timeout_bounds},
+    {.key = "http_idle_timeout",
+     .kind = CONFIG_DURATION,
+     .offset = offsetof(server_config, http_idle_timeout_ns),
+     .default_text = "60s",
+     .decode = server_http_idle_timeout_bounds},
+    {.key = "http_io_threads",
+     .kind = CONFIG_INT64,
+     .offset = offsetof(server_config, http_io_threads),
+     .default_text = "2",
+     .decode = server_http_io_threads_bounds},
+    {.key = "http_handler_threads",
+     .kind = CONFIG_INT64,
+     .offset = offsetof(server_config, http_handler_threads),
+     .default_text = "16",
+     .decode = server_http_handler_threads_bounds},
     {.key = NULL},
 };
 
@@ -73,13 +124,101 @@ int strata_config_load(const char *path, strata_config *out, strata_error *err) 
     int rc = config_decode(config_document_root(doc), top_fields, out, err);
     if (rc == 0)
         rc = scrape_configs_decode(out->scrape_configs_node.node, &out->scrape, err);
-    config_document_free(doc); /* the bucket's raw node keeps its own reference */
+    if (rc == 0) {
+        out->root.node = config_document_root(doc);
+        out->root.doc = config_document_ref(doc);
+    }
+    config_document_free(doc); /* raw nodes keep their own references */
     if (rc != 0)
         strata_config_free(out);
     return rc;
 }
 
+/* The node at section.key, else section, else NULL (the document is empty). */
+static const config_node *node_at(const strata_config *c, const char *section, const char *key) {
+    const config_node *sec = c->root.node ? config_node_get(c->root.node, section) : NULL;
+    const config_node *n = sec && key ? config_node_get(sec, key) : NULL;
+    return n ? n : sec;
+}
+
+/* An error at the node, or naming the file when the section is absent. */
+static int error_at(const strata_config *c, const config_node *n, strata_error *err,
+                    const char *what, const char *message) {
+    if (n != NULL)
+        return config_node_error(err, n, "%s", message);
+    return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s: %s: %s",
+                            c->root.doc ? config_document_name(c->root.doc) : "config", what,
+                            message);
+}
+
+/* Writes ns as the largest whole unit it is a multiple of ("10s", "1500ms"). */
+static void format_duration(int64_t ns, char *out, size_t size) {
+    static const struct {
+        int64_t ns;
+        const char *unit;
+    } units[] = {{3600 * STRATA_NS_PER_SEC, "h"},
+                 {60 * STRATA_NS_PER_SEC, "m"},
+                 {STRATA_NS_PER_SEC, "s"},
+                 {STRATA_NS_PER_MS, "ms"},
+                 {1000, "us"},
+                 {1, "ns"}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (ns % units[i].ns == 0 || units[i].ns == 1) {
+            snprintf(out, size, "%lld%s", (long long)(ns / units[i].ns), units[i].unit);
+            return;
+        }
+}
+
+/* Queriers re-read deletion marks every tenth listing (docs/storage.md), so a block must stay at
+ * least ten sync_intervals after its mark or a querier may still read it when it goes. The
+ * queriers' interval is this file's querier.sync_interval (the default, 1s, when the compactor runs
+ * alone with no querier section): delete_delay >= 10 x sync_interval. 0 is allowed, as Thanos'
+ * --delete-delay=0: delete at the next cycle, for tests (a query holding the block retries). */
+static int check_delete_delay(const strata_config *c, strata_error *err) {
+    int64_t min = 10 * c->querier.sync_interval_ns;
+    if (c->compactor.delete_delay_ns >= min || c->compactor.delete_delay_ns == 0)
+        return 0;
+    char have[32], need[32], sync[32], message[256];
+    format_duration(c->compactor.delete_delay_ns, have, sizeof have);
+    format_duration(min, need, sizeof need);
+    format_duration(c->querier.sync_interval_ns, sync, sizeof sync);
+    const config_node *n = node_at(c, "compactor", "delete_delay");
+    if (n != NULL && config_node_get_kind(n) == CONFIG_NODE_SCALAR) {
+        snprintf(message, sizeof message,
+                 "%s is below the minimum %s (10 x querier.sync_interval %s: queriers must see "
+                 "a deletion mark before the block goes)",
+                 config_node_scalar(n, NULL), need, sync);
+        return error_at(c, n, err, "compactor.delete_delay", message);
+    }
+    snprintf(message, sizeof message,
+             "%s makes the minimum compactor.delete_delay %s, above its value %s", sync, need,
+             have);
+    return error_at(c, node_at(c, "querier", "sync_interval"), err, "querier.sync_interval",
+                    message);
+}
+
+int strata_config_validate(const strata_config *config, const char *mode, strata_error *err) {
+    bool all = strcmp(mode, "all") == 0;
+    if (!((all && config->compactor.enabled) || strcmp(mode, "compactor") == 0))
+        return 0;
+    if (compactor_config_validate(&config->compactor, err) != 0) {
+        const config_node *n = node_at(config, "compactor", "block_ranges");
+        char message[sizeof err->message];
+        snprintf(message, sizeof message, "%s", err->message);
+        if (n != NULL) /* "compactor.block_ranges[1]: ..." at the list's position */
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s:%u:%u: %s",
+                                    config_document_name(config->root.doc), config_node_line(n),
+                                    config_node_column(n), message);
+        return strata_error_set(
+            err, STRATA_INVALID_ARGUMENT, "%s: %s",
+            config->root.doc ? config_document_name(config->root.doc) : "config", message);
+    }
+    return check_delete_delay(config, err);
+}
+
 void strata_config_free(strata_config *config) {
     scrape_configs_free(&config->scrape);
+    config_document_free(config->root.doc);
+    config->root = (config_raw){0};
     config_free(top_fields, config);
 }

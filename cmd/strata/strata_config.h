@@ -2,7 +2,7 @@
  * strata_config.h - the configuration file of `strata all` and of each single service: one YAML
  * file with a section per concern, decoded strictly (unknown keys are errors with file:line:col).
  *
- *   server:    listen addresses, log level, shutdown grace
+ *   server:    listen addresses, log level, shutdown grace, gRPC threads, the HTTP server's limits
  *   bucket:    Thanos objstore config (type, config, prefix)
  *   ingester:  see services/ingester/ingester.h
  *   querier:   see services/querier/querier.h
@@ -10,10 +10,17 @@
  *   scraper:   see services/scraper/scrape_config.h (the service: where to push, limits)
  *   scrape_configs: Prometheus-style scrape jobs (services/scraper/scrape_config.h); decoded at
  *              load time in every mode, so -check-config and SIGHUP reloads reject a bad job
+ *
+ * Validation happens in two steps, neither of which starts anything: strata_config_load decodes
+ * the file with every field's bounds (thread counts, intervals, delays, connection limits), and
+ * strata_config_validate adds the rules that depend on the mode and on several sections (the
+ * compactor's block_ranges and its delete_delay against the queriers' sync_interval). Both report
+ * errors as file:line:col: key: problem.
  */
 #ifndef STRATA_CMD_CONFIG_H
 #define STRATA_CMD_CONFIG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -30,6 +37,14 @@ typedef struct server_config {
     char *ui_directory; /* static web UI served at "/" by the querier's HTTP port; "" = none */
     int64_t grpc_threads;
     int64_t shutdown_grace_ns;
+    /* The HTTP server's limits (lib/http/http.h) */
+    uint64_t http_max_connections;
+    uint64_t http_max_connections_per_address; /* 0 = no cap */
+    int64_t http_header_timeout_ns;
+    int64_t http_read_timeout_ns;
+    int64_t http_idle_timeout_ns;
+    int64_t http_io_threads;
+    int64_t http_handler_threads;
 } server_config;
 
 typedef struct strata_config {
@@ -41,10 +56,14 @@ typedef struct strata_config {
     scraper_config scraper;
     config_raw scrape_configs_node;
     scrape_configs scrape; /* decoded from scrape_configs_node */
+    config_raw root;       /* the document, for positions in strata_config_validate */
 } strata_config;
 
 /* Loads and decodes path; on failure err says where and why. */
 int strata_config_load(const char *path, strata_config *out, strata_error *err);
+/* The rules for running mode ("all", "ingester", "querier", "compactor", "scraper") that field
+ * bounds cannot express; INVALID_ARGUMENT with file:line:col. */
+int strata_config_validate(const strata_config *config, const char *mode, strata_error *err);
 void strata_config_free(strata_config *config);
 
 #endif
