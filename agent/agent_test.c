@@ -470,6 +470,12 @@ static void test_labels(void **state) {
     strata_buffer_free(&text);
     label_set_free(&ls);
 
+    /* A process name cut at 15 bytes in the middle of a character is repaired (U+FFFD), as the
+     * ingester refuses invalid UTF-8. */
+    assert_int_equal(agent_process_labels(NULL, 8, "caf\xc3", &o, &ls, &drop, NULL), 0);
+    assert_string_equal(label_set_get(&ls, "comm"), "caf\xef\xbf\xbd");
+    label_set_free(&ls);
+
     /* A process gone before /proc was read: pid and comm from the sample, no container. */
     assert_int_equal(agent_process_labels(NULL, 7, "short", &o, &ls, &drop, NULL), 0);
     assert_string_equal(label_set_get(&ls, "comm"), "short");

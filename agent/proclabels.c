@@ -1,13 +1,28 @@
 /*
  * proclabels.c - discovery labels, relabeling hook and finalisation. See proclabels.h.
+ *
+ * Values come from the kernel and the file system (process names cut at 15 bytes, possibly in
+ * the middle of a character; paths in any encoding), and the ingester refuses a push whose
+ * strings are not valid UTF-8: values are repaired (each bad byte becomes U+FFFD) as they are
+ * added, so one odd process never costs the node its whole push.
  */
 #include "proclabels.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "common/utf8.h"
+
 static int add(label_set *set, const char *name, const char *value, strata_error *err) {
-    return label_set_add(set, name, strlen(name), value, strlen(value), err);
+    size_t len = strlen(value);
+    if (strata_utf8_is_valid(value, len))
+        return label_set_add(set, name, strlen(name), value, len, err);
+    strata_buffer fixed = STRATA_BUFFER_INIT;
+    int rc = strata_utf8_append_sanitized(&fixed, value, len) == 0
+                 ? label_set_add(set, name, strlen(name), (const char *)fixed.data, fixed.len, err)
+                 : strata_error_oom(err);
+    strata_buffer_free(&fixed);
+    return rc;
 }
 
 static const char *basename_of(const char *path) {

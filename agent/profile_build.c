@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "pprof/pprof.h"
 
 #define KERNEL_MAPPING_KEY 1
@@ -35,12 +36,27 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elem, strata_error *er
     return 0;
 }
 
+/* Interns a string of the profile. Symbol names and paths come from arbitrary binaries and file
+ * systems, and the ingester refuses a pprof with a string that is not valid UTF-8, so such a
+ * string is repaired (each bad byte becomes U+FFFD) rather than costing the whole push. */
 static int intern(builder *b, const char *s, int64_t *id) {
     uint32_t v;
-    if (strata_intern_add(&b->strings, s, strlen(s), &v) != 0)
-        return strata_error_oom(b->err);
-    *id = v;
-    return 0;
+    size_t len = strlen(s);
+    if (strata_utf8_is_valid(s, len)) {
+        if (strata_intern_add(&b->strings, s, len, &v) != 0)
+            return strata_error_oom(b->err);
+        *id = v;
+        return 0;
+    }
+    strata_buffer fixed = STRATA_BUFFER_INIT;
+    int rc = strata_utf8_append_sanitized(&fixed, s, len) == 0 &&
+                     strata_intern_add(&b->strings, (const char *)fixed.data, fixed.len, &v) == 0
+                 ? 0
+                 : strata_error_oom(b->err);
+    strata_buffer_free(&fixed);
+    if (rc == 0)
+        *id = v;
+    return rc;
 }
 
 static int kernel_mapping(builder *b, uint64_t *id) {
