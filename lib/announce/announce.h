@@ -63,6 +63,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/tenant.h"
 
 /* Longest valid message: "strata-block v1 " + 150-character tenant + " " + 26 + "\n" = 194. */
 #define ANNOUNCE_MESSAGE_MAX 256
@@ -72,7 +73,7 @@
 #define ANNOUNCE_QUEUE_DEPTH 1024
 /* Dial URLs per subscriber. */
 #define ANNOUNCE_MAX_PUBLISHERS 64
-#define ANNOUNCE_TENANT_MAX 150
+#define ANNOUNCE_TENANT_MAX STRATA_TENANT_MAX_LENGTH
 #define ANNOUNCE_ULID_LEN 26
 
 /* ---- publisher ---------------------------------------------------------------------------- */
@@ -126,7 +127,7 @@ void announce_subscriber_free(announce_subscriber *sub);
 /* ---- validation (shared by both ends, exposed for tests and callers) --------------------------
  */
 
-/* 1-150 characters of [A-Za-z0-9_.-], not "." or "..". */
+/* The tenant rule of common/tenant.h (1-150 characters of [A-Za-z0-9_.-], not "." or ".."). */
 bool announce_tenant_is_valid(const char *tenant, size_t len);
 /* Exactly 26 upper-case Crockford base32 characters, the first 0-7. */
 bool announce_ulid_is_valid(const char *ulid, size_t len);

@@ -6,25 +6,14 @@
 
 #include "announce/announce.h"
 #include "announce_internal.h"
+#include "common/tenant.h"
 
 #define MAGIC "strata-block v1 "
 #define MAGIC_LEN (sizeof MAGIC - 1)
 
-static bool tenant_char_is_valid(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-' || c == '.';
-}
-
+/* The one tenant rule (common/tenant.h): announcements carry only tenants a write could create. */
 bool announce_tenant_is_valid(const char *tenant, size_t len) {
-    if (tenant == NULL || len == 0 || len > ANNOUNCE_TENANT_MAX)
-        return false;
-    if ((len == 1 && tenant[0] == '.') || (len == 2 && tenant[0] == '.' && tenant[1] == '.'))
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        if (!tenant_char_is_valid(tenant[i]))
-            return false;
-    }
-    return true;
+    return tenant != NULL && strata_tenant_is_valid(tenant, len);
 }
 
 /* Canonical Crockford base32 as ulid_format writes it: digits and upper case without I L O U. */

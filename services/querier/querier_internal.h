@@ -32,6 +32,4 @@ struct querier {
 /* Counts a finished query and its latency. */
 void querier_observe(querier *q, const char *operation, strata_status code, int64_t start_ns);
 
-#define QUERIER_DEFAULT_TENANT "anonymous"
-
 #endif
