@@ -38,6 +38,9 @@ static void usage(FILE *out) {
             "                                          SIGHUP reloads scrape_configs\n"
             "  compactor -config FILE [-check-config] run the compactor (merge levels, retention,\n"
             "                                          deletion of marked blocks)\n"
+            "  -check-config                           validate FILE for that service (bounds,\n"
+            "                                          cross-section rules, the bucket section)\n"
+            "                                          and start nothing\n"
 #ifdef STRATA_WITH_AGENT
             "  agent -remote-store HOST:PORT [...]    profile every process on this node with\n"
             "                                          eBPF and push (root; see docs/agent.md)\n"

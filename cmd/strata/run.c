@@ -525,16 +525,20 @@ static int runtime_start(runtime *rt, strata_error *err) {
         return -1;
     if (rt->scr != NULL && scraper_start(rt->scr, err) != 0)
         return -1;
+    http_server_options in_effect;
+    http_server_get_options(rt->http, &in_effect);
     strata_log_info(
         "strata", "started",
         "mode=%s http=%s grpc=%s grpc_port=%d http_port=%u http_max_connections=%u "
-        "http_max_connections_per_address=%u open_files_limit=%llu",
+        "http_max_connections_per_address=%u http_header_timeout_ms=%u open_files_limit=%llu",
         rt->mode, rt->config.server.http_listen_address,
         rt->grpc != NULL ? rt->config.server.grpc_listen_address : "off",
         rt->grpc != NULL ? rpc_server_port(rt->grpc) : 0, (unsigned)http_server_port(rt->http),
-        hopts.max_connections,
-        hopts.max_connections_per_address == HTTP_UNLIMITED ? 0 : hopts.max_connections_per_address,
-        (unsigned long long)open_files_limit());
+        in_effect.max_connections,
+        in_effect.max_connections_per_address == HTTP_UNLIMITED
+            ? 0
+            : in_effect.max_connections_per_address,
+        in_effect.header_timeout_ms, (unsigned long long)open_files_limit());
     return 0;
 }
 

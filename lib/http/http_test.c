@@ -658,9 +658,11 @@ static void *slow_client(void *p) {
     return NULL;
 }
 
-/* Handlers that block (long queries) delay nothing but their own connections: with more of them
- * blocked than the fixed pool of 4 workers this server once had, each still starts, and /ready and
- * another route answer at once on new connections and on a keep-alive connection opened before. */
+/* Handlers that block (long queries) delay nothing but their own connections: they hold handler
+ * threads, never the I/O threads. With more of them blocked than the fixed pool of 4 workers this
+ * server once had, each still starts, and /ready (on the I/O thread) and another route (on a free
+ * handler thread) answer at once, on new connections and on a keep-alive connection opened before.
+ * test_ready_answers_with_every_handler_busy covers the case of no free handler thread. */
 static void test_blocked_handlers_stall_nothing_else(void **state) {
     fixture *fx = *state;
     enum { BLOCKED = 6 };
