@@ -39,6 +39,7 @@ typedef struct agent_metrics {
     metrics_counter *address_pushes[PUSH_MAX_ADDRESSES];
     metrics_gauge *queue_requests;
     metrics_gauge *queue_bytes;
+    metrics_gauge *in_flight;
     metrics_gauge *processes;
     metrics_gauge *symcache_bytes;
 } agent_metrics;
@@ -153,6 +154,9 @@ static int register_metrics(agent *a, strata_error *err) {
         (m->queue_requests = gauge(a, "strata_agent_push_queue_requests",
                                    "Requests waiting to be pushed (in flight included).", err)) ==
             NULL ||
+        (m->in_flight = gauge(a, "strata_agent_push_in_flight_batches",
+                              "WriteRaw calls waiting for an ingester's acknowledgement.", err)) ==
+            NULL ||
         (m->processes = gauge(a, "strata_agent_processes", "Processes tracked.", err)) == NULL ||
         (m->symcache_bytes = gauge(a, "strata_agent_symbol_cache_bytes",
                                    "Memory held by cached symbol tables.", err)) == NULL)
@@ -177,10 +181,11 @@ static void collect(void *ctx) {
         metrics_counter_set(a->m.push_dropped[r], (int64_t)ps.dropped[r]);
     for (size_t i = 0; i < ps.n_addresses; i++) {
         metrics_counter_set(a->m.address_errors[i], (int64_t)ps.addresses[i].errors);
-        metrics_counter_set(a->m.address_pushes[i], (int64_t)ps.addresses[i].requests);
+        metrics_counter_set(a->m.address_pushes[i], (int64_t)ps.addresses[i].batches);
     }
     metrics_gauge_set(a->m.queue_requests, (int64_t)ps.queue_requests);
     metrics_gauge_set(a->m.queue_bytes, (int64_t)ps.queue_bytes);
+    metrics_gauge_set(a->m.in_flight, (int64_t)ps.in_flight_batches);
 }
 
 static bool ready(void *ctx, char *reason, size_t reason_size) {
@@ -402,7 +407,9 @@ static int start_pusher(agent *a, strata_error *err) {
     push_options po = {.addresses = addresses,
                        .n_addresses = n,
                        .tenant = a->o.tenant,
-                       .max_queue_bytes = a->o.max_queue_bytes};
+                       .max_queue_bytes = a->o.max_queue_bytes,
+                       .max_request_bytes = a->o.max_request_bytes,
+                       .max_in_flight = a->o.max_in_flight};
     a->pusher = pusher_new(&po, err);
     return a->pusher != NULL ? 0 : -1;
 }

@@ -21,8 +21,9 @@
  * strata_agent_push_dropped_total{reason},
  * strata_agent_push_address_requests_total{address},
  * strata_agent_push_address_errors_total{address}, strata_agent_push_queue_requests,
- * strata_agent_push_queue_bytes, strata_agent_processes, strata_agent_symbol_cache_bytes, plus
- * process_cpu_seconds_total and process_resident_memory_bytes for the agent's own CPU and memory.
+ * strata_agent_push_queue_bytes, strata_agent_push_in_flight_batches, strata_agent_processes,
+ * strata_agent_symbol_cache_bytes, plus process_cpu_seconds_total and process_resident_memory_bytes
+ * for the agent's own CPU and memory.
  */
 #ifndef STRATA_AGENT_AGENT_H
 #define STRATA_AGENT_AGENT_H
@@ -44,6 +45,8 @@ typedef struct agent_options {
     const char *http_address;  /* NULL = no HTTP server */
     const char *debug_dir;     /* NULL = /usr/lib/debug */
     size_t max_queue_bytes;    /* 0 = 16 MiB */
+    size_t max_request_bytes;  /* one WriteRaw's size (lib/push); 0 = 3 MiB */
+    unsigned max_in_flight;    /* WriteRaw calls in flight per ingester; 0 = 4 */
     size_t symbol_cache_bytes; /* 0 = 6 MiB */
     int64_t run_for_ns;        /* 0 = until stopped */
     agent_relabel_fn relabel;  /* NULL = no relabeling */

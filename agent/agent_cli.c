@@ -15,6 +15,7 @@
 #include "agent.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "push/push.h"
 #include "relabel/relabel.h"
 
 #define DEFAULT_HTTP_ADDRESS ":7072"
@@ -72,6 +73,10 @@ static void usage(FILE *out) {
             "  -kubeconfig FILE            pod labels from this cluster (default: in-cluster\n"
             "                              when KUBERNETES_SERVICE_HOST is set)\n"
             "  -push-queue-bytes N         memory for unpushed profiles (default 16 MiB)\n"
+            "  -push-max-in-flight N       WriteRaw calls in flight per ingester (default 4,\n"
+            "                              at most 64)\n"
+            "  -push-max-request-bytes N   windows ready at once ride in one WriteRaw up to\n"
+            "                              this size (default 3 MiB)\n"
             "  -symbol-cache-bytes N       memory for symbol tables (default 6 MiB)\n"
             "  -duration DURATION          stop after this long (default: run until signalled)\n"
             "  -log-level LEVEL            debug, info, warn or error\n");
@@ -117,7 +122,16 @@ static int set_flag(agent_options *o, const char *name, const char *value, strat
         return agent_parse_duration(value, &o->run_for_ns, err);
     else if (strcmp(name, "push-queue-bytes") == 0)
         return parse_size(value, &o->max_queue_bytes, err);
-    else if (strcmp(name, "symbol-cache-bytes") == 0)
+    else if (strcmp(name, "push-max-request-bytes") == 0)
+        return parse_size(value, &o->max_request_bytes, err);
+    else if (strcmp(name, "push-max-in-flight") == 0) {
+        size_t v = 0;
+        if (parse_size(value, &v, err) != 0 || v == 0 || v > PUSH_MAX_IN_FLIGHT)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "-push-max-in-flight wants 1..%d, got \"%s\"",
+                                    PUSH_MAX_IN_FLIGHT, value);
+        o->max_in_flight = (unsigned)v;
+    } else if (strcmp(name, "symbol-cache-bytes") == 0)
         return parse_size(value, &o->symbol_cache_bytes, err);
     else if (strcmp(name, "sampling-frequency") == 0) {
         size_t v = 0;

@@ -1,6 +1,14 @@
 /*
- * push.c - WriteRaw sender: bounded queue, round-robin over ingesters, failover and backoff. See
- * push.h.
+ * push.c - WriteRaw sender: bounded queue, batches of what is ready, several calls in flight per
+ * address, round-robin over ingesters, failover and backoff, per-series order. See push.h.
+ *
+ * Structures. A `request` is one push_enqueue call: its encoded WriteRawRequest and the keys of
+ * its series. The queue is a singly linked list in enqueue order (seq). A sender thread builds a
+ * `batch` by walking the queue (build_batch), moves the requests it takes out of the queue into
+ * the batch, links the batch into the in-flight list and sends it; afterwards finish_batch frees
+ * the requests, or merges them back into the queue by seq. A batch of several requests holds their
+ * bytes once, concatenated in its own buffer (each request keeps its offset there), so memory is
+ * counted the same in the queue and in flight; a failed batch copies each request's bytes back out.
  */
 #include "push/push.h"
 
@@ -13,24 +21,40 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/hash.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
 #include "rpc/rpc.h"
 
-#define MAX_SENDERS 64
+/* Waiting after an allocation failure in a sender before it tries again. */
+#define OOM_RETRY_NS (100 * STRATA_NS_PER_MS)
 
 typedef struct request {
-    strata_buffer bytes;
+    strata_buffer bytes; /* the encoding; empty while in a batch of several (see offset) */
+    size_t len;          /* encoded length */
+    size_t offset;       /* in the batch's bytes, while in a batch of several */
+    uint64_t *keys;      /* one per series, never 0 */
     size_t n_series;
-    bool started;          /* has been tried at least once */
-    size_t address;        /* where the next attempt goes */
-    size_t round_fails;    /* failed attempts since the last backoff */
+    uint64_t seq;
+    int64_t enqueued_ns;
     int64_t not_before_ns; /* backing off until then (CLOCK_MONOTONIC) */
+    uint32_t tried;        /* addresses that failed it in this round, a bit each */
+    bool alone;            /* a batch holding it was rejected: sent alone from now on */
     struct request *next;
 } request;
+
+typedef struct batch {
+    request *first, *last; /* by seq */
+    size_t n_requests, n_series, len;
+    strata_buffer bytes; /* the concatenation, for more than one request */
+    size_t address;
+    bool alone;
+    struct batch *prev, *next; /* the in-flight list */
+} batch;
 
 typedef struct push_address {
     char *target;
     rpc_channel *channel;
+    size_t in_flight;
 } push_address;
 
 struct pusher {
@@ -38,14 +62,17 @@ struct pusher {
     char *tenant;
     push_address addresses[PUSH_MAX_ADDRESSES];
     size_t n_addresses;
-    pthread_t threads[MAX_SENDERS];
+    pthread_t *threads;
     unsigned n_threads;
     pthread_mutex_t mu;
     pthread_cond_t wake;    /* queue changed or stop */
     pthread_cond_t drained; /* queue empty and nothing in flight */
     request *head, *tail;
     size_t queued_bytes, queued_requests;
-    size_t in_flight_bytes, in_flight_requests;
+    size_t in_flight_bytes, in_flight_requests, in_flight_batches;
+    batch *in_flight;       /* batches being sent */
+    strata_u64_map blocked; /* build_batch's scratch: keys that may not be taken */
+    uint64_t next_seq;
     size_t next_address; /* round-robin cursor */
     int64_t backoff_ns;  /* the next backoff; min_backoff after a success */
     bool stop;
@@ -131,6 +158,20 @@ out:
     return rc;
 }
 
+/* ---- series keys -------------------------------------------------------------------------- */
+
+/* A key for a label set whatever the order of its labels: the sum of one hash per label. */
+static uint64_t series_key(const label_set *labels) {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < labels->count; i++) {
+        const strata_label *l = &labels->labels[i];
+        uint64_t name = strata_hash_bytes(l->name, strlen(l->name), 0x5e71e5);
+        uint64_t value = strata_hash_bytes(l->value, strlen(l->value), 0x1abe1);
+        sum += strata_hash_combine(name, value);
+    }
+    return strata_hash_u64(sum ^ labels->count) | 1;
+}
+
 /* ---- the queue (mu held) ------------------------------------------------------------------ */
 
 static bool retryable(strata_status code) {
@@ -165,6 +206,7 @@ static void request_free(request *r) {
     if (r == NULL)
         return;
     strata_buffer_free(&r->bytes);
+    free(r->keys);
     free(r);
 }
 
@@ -182,28 +224,38 @@ static request *pop_head(pusher *p) {
     if (p->head == NULL)
         p->tail = NULL;
     r->next = NULL;
-    p->queued_bytes -= r->bytes.len;
+    p->queued_bytes -= r->len;
     p->queued_requests--;
     return r;
 }
 
-static void push_front(pusher *p, request *r) {
-    r->next = p->head;
-    p->head = r;
-    if (p->tail == NULL)
-        p->tail = r;
-    p->queued_bytes += r->bytes.len;
-    p->queued_requests++;
-}
-
 static void push_back(pusher *p, request *r) {
+    r->next = NULL;
     if (p->tail != NULL)
         p->tail->next = r;
     else
         p->head = r;
     p->tail = r;
-    p->queued_bytes += r->bytes.len;
+    p->queued_bytes += r->len;
     p->queued_requests++;
+}
+
+/* Puts a list of requests sorted by seq back into the queue, each in its place by seq. */
+static void merge_back(pusher *p, request *list) {
+    request **link = &p->head;
+    while (list != NULL) {
+        request *r = list;
+        list = r->next;
+        while (*link != NULL && (*link)->seq < r->seq)
+            link = &(*link)->next;
+        r->next = *link;
+        *link = r;
+        if (r->next == NULL)
+            p->tail = r;
+        link = &r->next;
+        p->queued_bytes += r->len;
+        p->queued_requests++;
+    }
 }
 
 /* Would one more request of len bytes exceed a bound? In-flight requests hold memory too. */
@@ -214,14 +266,149 @@ static bool over_bounds(const pusher *p, size_t len) {
            p->queued_requests + p->in_flight_requests + 1 > p->o.max_queue_requests;
 }
 
-/* ---- senders ------------------------------------------------------------------------------ */
+/* ---- building a batch (mu held) ----------------------------------------------------------- */
 
-/* Waits for a wake-up or until deadline_ns, whichever comes first (mu held). */
-static void wait_once(pusher *p, int64_t deadline_ns) {
-    struct timespec ts = {(time_t)(deadline_ns / STRATA_NS_PER_SEC),
-                          (long)(deadline_ns % STRATA_NS_PER_SEC)};
-    (void)pthread_cond_timedwait(&p->wake, &p->mu, &ts);
+static int block_keys(pusher *p, const request *r) {
+    for (size_t i = 0; i < r->n_series; i++)
+        if (strata_u64_map_upsert(&p->blocked, r->keys[i], 0, NULL) == NULL)
+            return -1;
+    return 0;
 }
+
+static bool keys_blocked(const pusher *p, const request *r) {
+    for (size_t i = 0; i < r->n_series; i++)
+        if (strata_u64_map_get(&p->blocked, r->keys[i]) != NULL)
+            return true;
+    return false;
+}
+
+/* The next address in round-robin order with a free slot that has not failed `tried`; -1 if
+ * none. */
+static int pick_address(const pusher *p, uint32_t tried) {
+    for (size_t i = 0; i < p->n_addresses; i++) {
+        size_t a = (p->next_address + i) % p->n_addresses;
+        if ((tried & (1u << a)) == 0 && p->addresses[a].in_flight < p->o.max_in_flight)
+            return (int)a;
+    }
+    return -1;
+}
+
+static bool fits(const pusher *p, const batch *b, const request *r) {
+    return b->len + r->len <= p->o.max_request_bytes &&
+           b->n_series + r->n_series <= p->o.max_request_series;
+}
+
+static bool batch_full(const pusher *p, const batch *b) {
+    return b->alone || b->len >= p->o.max_request_bytes || b->n_series >= p->o.max_request_series;
+}
+
+static void batch_append(batch *b, request *r) {
+    r->next = NULL;
+    if (b->last != NULL)
+        b->last->next = r;
+    else
+        b->first = r;
+    b->last = r;
+    b->n_requests++;
+    b->n_series += r->n_series;
+    b->len += r->len;
+}
+
+/* Walks the queue oldest first and moves into b the requests that may go now (push.h: the order
+ * rule), all to one address. Returns false when none may; *wake_at is then when a backoff ends
+ * (INT64_MAX: nothing to wait for but a change). Allocation failures only end the walk early. */
+static bool walk_queue(pusher *p, batch *b, int64_t now, int64_t *wake_at) {
+    strata_u64_map_clear(&p->blocked);
+    for (const batch *f = p->in_flight; f != NULL; f = f->next)
+        for (const request *r = f->first; r != NULL; r = r->next)
+            if (block_keys(p, r) != 0) {
+                *wake_at = now + OOM_RETRY_NS;
+                return false;
+            }
+    int address = -1;
+    request **link = &p->head, *prev = NULL;
+    while (*link != NULL && !batch_full(p, b)) {
+        request *r = *link;
+        bool take = false;
+        if (!keys_blocked(p, r)) {
+            if (r->not_before_ns > now) {
+                if (r->not_before_ns < *wake_at)
+                    *wake_at = r->not_before_ns;
+            } else if (address < 0) {
+                address = pick_address(p, r->tried);
+                take = address >= 0;
+            } else {
+                take = (r->tried & (1u << address)) == 0 && !r->alone && fits(p, b, r);
+            }
+        }
+        if (!take) {
+            if (block_keys(p, r) != 0) { /* cannot remember what r holds back: stop, safely */
+                if (now + OOM_RETRY_NS < *wake_at)
+                    *wake_at = now + OOM_RETRY_NS;
+                break;
+            }
+            prev = r;
+            link = &r->next;
+            continue;
+        }
+        *link = r->next;
+        if (p->tail == r)
+            p->tail = prev;
+        p->queued_bytes -= r->len;
+        p->queued_requests--;
+        b->alone = r->alone;
+        batch_append(b, r);
+    }
+    if (b->n_requests == 0)
+        return false;
+    b->address = (size_t)address;
+    if (b->first->tried == 0) /* a retry does not move the cursor that balances new batches */
+        p->next_address = ((size_t)address + 1) % p->n_addresses;
+    return true;
+}
+
+/* Concatenates a batch of several requests into its own buffer, freeing theirs. Without the
+ * memory, all but the first go back to the queue and the first goes alone. */
+static void concatenate(pusher *p, batch *b) {
+    if (b->n_requests < 2)
+        return;
+    if (strata_buffer_reserve(&b->bytes, b->len) != 0) {
+        request *rest = b->first->next;
+        b->first->next = NULL;
+        b->last = b->first;
+        b->n_requests = 1;
+        b->n_series = b->first->n_series;
+        b->len = b->first->len;
+        merge_back(p, rest);
+        return;
+    }
+    for (request *r = b->first; r != NULL; r = r->next) {
+        r->offset = b->bytes.len;
+        memcpy(b->bytes.data + b->bytes.len, r->bytes.data, r->len);
+        b->bytes.len += r->len;
+        strata_buffer_free(&r->bytes);
+    }
+}
+
+/* Takes the next batch to send, if any may go now, and counts it in flight. */
+static bool build_batch(pusher *p, batch *b, int64_t *wake_at) {
+    memset(b, 0, sizeof *b);
+    *wake_at = INT64_MAX;
+    if (p->head == NULL || !walk_queue(p, b, strata_monotonic_ns(), wake_at))
+        return false;
+    concatenate(p, b);
+    p->in_flight_bytes += b->len;
+    p->in_flight_requests += b->n_requests;
+    p->in_flight_batches++;
+    p->addresses[b->address].in_flight++;
+    b->next = p->in_flight;
+    if (p->in_flight != NULL)
+        p->in_flight->prev = b;
+    p->in_flight = b;
+    return true;
+}
+
+/* ---- finishing a batch (mu held) ---------------------------------------------------------- */
 
 static int64_t jittered(pusher *p, int64_t backoff) {
     p->rng = p->rng * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -241,82 +428,136 @@ static void record_error(pusher *p, size_t address, const strata_error *err) {
              strata_status_name(err->code), err->message);
 }
 
-/* A failed attempt: drop the request, or requeue it at the front for the next address; once
- * every address failed it, it waits out a backoff there (holding back the queue, which stays in
- * order) before the next round. */
-static void on_failure(pusher *p, request *r, size_t address, const strata_error *err) {
-    record_error(p, address, err);
-    if (!retryable(err->code)) {
-        drop(p, r, PUSH_DROP_REJECTED);
-        return;
+/* Gives each request of a batch of several its own bytes again. Returns the requests that got
+ * them, in order; one that cannot (out of memory) is dropped. */
+static request *take_back(pusher *p, batch *b) {
+    request *list = b->first, *kept = NULL, **tail = &kept;
+    b->first = b->last = NULL;
+    while (list != NULL) {
+        request *r = list;
+        list = r->next;
+        r->next = NULL;
+        if (b->n_requests > 1 &&
+            strata_buffer_append(&r->bytes, b->bytes.data + r->offset, r->len) != 0) {
+            snprintf(p->stats.last_error, sizeof p->stats.last_error,
+                     "RESOURCE_EXHAUSTED: out of memory keeping a failed request");
+            drop(p, r, PUSH_DROP_QUEUE_FULL);
+            continue;
+        }
+        *tail = r;
+        tail = &r->next;
     }
-    r->address = (address + 1) % p->n_addresses;
-    if (++r->round_fails >= p->n_addresses) {
-        r->round_fails = 0;
-        r->not_before_ns = strata_monotonic_ns() + jittered(p, p->backoff_ns);
-        p->backoff_ns =
-            p->backoff_ns * 2 > p->o.max_backoff_ns ? p->o.max_backoff_ns : p->backoff_ns * 2;
-    }
-    push_front(p, r);
-    pthread_cond_broadcast(&p->wake);
+    return kept;
 }
 
-static int send_one(pusher *p, const request *r, size_t address, strata_error *err) {
+/* A failed call: drop a request rejected alone; split a rejected batch into requests sent alone;
+ * otherwise mark the requests as failed by this address and put them back in the queue, each in
+ * its place, backing off those that every address failed in this round (push.h). */
+static void on_failure(pusher *p, batch *b, const strata_error *err) {
+    record_error(p, b->address, err);
+    if (!retryable(err->code) && b->n_requests == 1) {
+        drop(p, b->first, PUSH_DROP_REJECTED);
+        b->first = b->last = NULL;
+        return;
+    }
+    bool rejected = !retryable(err->code);
+    request *list = take_back(p, b);
+    uint32_t all = (uint32_t)((1ull << p->n_addresses) - 1);
+    int64_t not_before = 0;
+    for (request *r = list; r != NULL; r = r->next) {
+        if (rejected) {
+            r->alone = true;
+            r->tried = 0;
+            continue;
+        }
+        r->tried |= 1u << b->address;
+        if (r->tried != all)
+            continue;
+        if (not_before == 0) {
+            not_before = strata_monotonic_ns() + jittered(p, p->backoff_ns);
+            p->backoff_ns =
+                p->backoff_ns * 2 > p->o.max_backoff_ns ? p->o.max_backoff_ns : p->backoff_ns * 2;
+        }
+        r->tried = 0;
+        r->not_before_ns = not_before;
+    }
+    merge_back(p, list);
+}
+
+static void on_success(pusher *p, batch *b) {
+    p->stats.batches++;
+    p->stats.addresses[b->address].batches++;
+    p->stats.requests += b->n_requests;
+    p->stats.series += b->n_series;
+    p->backoff_ns = p->o.min_backoff_ns;
+    while (b->first != NULL) {
+        request *r = b->first;
+        b->first = r->next;
+        request_free(r);
+    }
+    b->last = NULL;
+}
+
+static void finish_batch(pusher *p, batch *b, int rc, const strata_error *err) {
+    if (b->prev != NULL)
+        b->prev->next = b->next;
+    else
+        p->in_flight = b->next;
+    if (b->next != NULL)
+        b->next->prev = b->prev;
+    p->in_flight_bytes -= b->len;
+    p->in_flight_requests -= b->n_requests;
+    p->in_flight_batches--;
+    p->addresses[b->address].in_flight--;
+    if (rc == 0)
+        on_success(p, b);
+    else
+        on_failure(p, b, err);
+    strata_buffer_free(&b->bytes);
+}
+
+/* ---- senders ------------------------------------------------------------------------------ */
+
+static int send_batch(pusher *p, const batch *b, strata_error *err) {
     rpc_metadata md = {"x-scope-orgid", p->tenant, p->tenant ? strlen(p->tenant) : 0};
+    const uint8_t *data = b->n_requests > 1 ? b->bytes.data : b->first->bytes.data;
     strata_buffer response = STRATA_BUFFER_INIT;
-    int rc = rpc_call_unary(p->addresses[address].channel, PUSH_WRITE_RAW_METHOD, r->bytes.data,
-                            r->bytes.len, &md, p->tenant != NULL ? 1 : 0, p->o.timeout_ns,
-                            &response, err);
+    int rc = rpc_call_unary(p->addresses[b->address].channel, PUSH_WRITE_RAW_METHOD, data, b->len,
+                            &md, p->tenant != NULL ? 1 : 0, p->o.timeout_ns, &response, err);
     strata_buffer_free(&response);
     return rc;
 }
 
-/* Takes the oldest request and picks its address (mu held). */
-static request *take(pusher *p, size_t *address) {
-    request *r = pop_head(p);
-    if (!r->started) {
-        r->started = true;
-        r->address = p->next_address;
-        p->next_address = (p->next_address + 1) % p->n_addresses;
+static void wait_until(pusher *p, int64_t deadline_ns) {
+    if (deadline_ns == INT64_MAX) {
+        pthread_cond_wait(&p->wake, &p->mu);
+        return;
     }
-    *address = r->address;
-    p->in_flight_bytes += r->bytes.len;
-    p->in_flight_requests++;
-    return r;
+    struct timespec ts = {(time_t)(deadline_ns / STRATA_NS_PER_SEC),
+                          (long)(deadline_ns % STRATA_NS_PER_SEC)};
+    (void)pthread_cond_timedwait(&p->wake, &p->mu, &ts);
 }
 
 static void *sender_main(void *arg) {
     pusher *p = arg;
+    batch b;
     pthread_mutex_lock(&p->mu);
     while (!p->stop) {
-        if (p->head == NULL) {
-            if (p->in_flight_requests == 0)
+        int64_t wake_at;
+        if (!build_batch(p, &b, &wake_at)) {
+            if (p->head == NULL && p->in_flight_batches == 0)
                 pthread_cond_broadcast(&p->drained);
-            pthread_cond_wait(&p->wake, &p->mu);
+            wait_until(p, wake_at);
             continue;
         }
-        if (p->head->not_before_ns > strata_monotonic_ns()) {
-            wait_once(p, p->head->not_before_ns);
-            continue;
-        }
-        size_t address;
-        request *r = take(p, &address);
+        if (p->head != NULL) /* another sender may take the rest to another address or slot */
+            pthread_cond_signal(&p->wake);
         pthread_mutex_unlock(&p->mu);
         strata_error err;
         strata_error_clear(&err);
-        int rc = send_one(p, r, address, &err);
+        int rc = send_batch(p, &b, &err);
         pthread_mutex_lock(&p->mu);
-        p->in_flight_bytes -= r->bytes.len;
-        p->in_flight_requests--;
-        if (rc == 0) {
-            p->stats.requests++;
-            p->stats.series += r->n_series;
-            p->stats.addresses[address].requests++;
-            p->backoff_ns = p->o.min_backoff_ns;
-            request_free(r);
-        } else {
-            on_failure(p, r, address, &err);
-        }
+        finish_batch(p, &b, rc, &err);
     }
     pthread_cond_broadcast(&p->drained);
     pthread_mutex_unlock(&p->mu);
@@ -341,6 +582,12 @@ static int init_sync(pusher *p, strata_error *err) {
 static void apply_defaults(push_options *o) {
     if (o->max_queue_bytes == 0)
         o->max_queue_bytes = (size_t)16 << 20;
+    if (o->max_request_bytes == 0)
+        o->max_request_bytes = PUSH_DEFAULT_MAX_REQUEST_BYTES;
+    if (o->max_request_series == 0)
+        o->max_request_series = PUSH_DEFAULT_MAX_REQUEST_SERIES;
+    if (o->max_in_flight == 0)
+        o->max_in_flight = PUSH_DEFAULT_MAX_IN_FLIGHT;
     if (o->timeout_ns == 0)
         o->timeout_ns = 30 * STRATA_NS_PER_SEC;
     if (o->min_backoff_ns == 0)
@@ -349,10 +596,6 @@ static void apply_defaults(push_options *o) {
         o->max_backoff_ns = 30 * STRATA_NS_PER_SEC;
     if (o->max_backoff_ns < o->min_backoff_ns)
         o->max_backoff_ns = o->min_backoff_ns;
-    if (o->senders == 0)
-        o->senders = (unsigned)o->n_addresses;
-    if (o->senders > MAX_SENDERS)
-        o->senders = MAX_SENDERS;
 }
 
 static int open_addresses(pusher *p, const push_options *options, strata_error *err) {
@@ -376,6 +619,22 @@ static int open_addresses(pusher *p, const push_options *options, strata_error *
     return 0;
 }
 
+static int start_senders(pusher *p, strata_error *err) {
+    if (p->o.max_in_flight > PUSH_MAX_IN_FLIGHT)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "max_in_flight is at most %d requests per address, got %u",
+                                PUSH_MAX_IN_FLIGHT, p->o.max_in_flight);
+    size_t n = p->n_addresses * p->o.max_in_flight;
+    if ((p->threads = calloc(n, sizeof *p->threads)) == NULL)
+        return strata_error_oom(err);
+    for (size_t i = 0; i < n; i++) {
+        if (pthread_create(&p->threads[i], NULL, sender_main, p) != 0)
+            return strata_error_set(err, STRATA_INTERNAL, "cannot start the push threads");
+        p->n_threads++;
+    }
+    return 0;
+}
+
 pusher *pusher_new(const push_options *options, strata_error *err) {
     pusher *p = calloc(1, sizeof *p);
     if (p == NULL)
@@ -388,61 +647,74 @@ pusher *pusher_new(const push_options *options, strata_error *err) {
         free(p);
         return NULL;
     }
-    if ((options->tenant != NULL && (p->tenant = strdup(options->tenant)) == NULL &&
-         strata_error_oom(err) != 0) ||
-        open_addresses(p, options, err) != 0) {
+    if (strata_u64_map_init(&p->blocked, 64) != 0) {
+        strata_error_oom(err);
         pusher_free(p);
         return NULL;
     }
-    for (unsigned i = 0; i < p->o.senders; i++) {
-        if (pthread_create(&p->threads[i], NULL, sender_main, p) != 0) {
-            strata_error_set(err, STRATA_INTERNAL, "cannot start the push threads");
-            pusher_free(p);
-            return NULL;
-        }
-        p->n_threads++;
+    if ((options->tenant != NULL && (p->tenant = strdup(options->tenant)) == NULL &&
+         strata_error_oom(err) != 0) ||
+        open_addresses(p, options, err) != 0 || start_senders(p, err) != 0) {
+        pusher_free(p);
+        return NULL;
     }
     return p;
 }
 
-int push_enqueue(pusher *p, const push_series *series, size_t n, strata_error *err) {
+/* A request of n series, encoded and keyed, outside the lock. */
+static request *request_new(const push_series *series, size_t n, strata_error *err) {
     request *r = calloc(1, sizeof *r);
-    if (r == NULL)
-        return strata_error_oom(err);
+    if (r == NULL || (r->keys = calloc(n ? n : 1, sizeof *r->keys)) == NULL) {
+        free(r);
+        return strata_error_oom(err), NULL;
+    }
     if (push_write_raw_encode(series, n, &r->bytes, err) != 0) {
         request_free(r);
-        return -1;
+        return NULL;
     }
+    for (size_t i = 0; i < n; i++)
+        r->keys[i] = series_key(series[i].labels);
     r->n_series = n;
+    r->len = r->bytes.len;
+    return r;
+}
+
+int push_enqueue(pusher *p, const push_series *series, size_t n, strata_error *err) {
+    request *r = request_new(series, n, err);
+    if (r == NULL)
+        return -1;
     pthread_mutex_lock(&p->mu);
+    r->seq = p->next_seq++;
+    r->enqueued_ns = strata_monotonic_ns();
     p->stats.enqueued_requests++;
     p->stats.enqueued_series += n;
-    if (r->bytes.len > p->o.max_queue_bytes) {
+    if (r->len > p->o.max_queue_bytes) {
         drop(p, r, PUSH_DROP_TOO_LARGE);
     } else {
         /* The newest data wins: push out the oldest until the new request fits. */
-        while (p->head != NULL && over_bounds(p, r->bytes.len))
+        while (p->head != NULL && over_bounds(p, r->len))
             drop(p, pop_head(p), PUSH_DROP_QUEUE_FULL);
-        if (over_bounds(p, r->bytes.len)) /* what is in flight alone leaves no room */
+        if (over_bounds(p, r->len)) { /* what is in flight alone leaves no room */
             drop(p, r, PUSH_DROP_QUEUE_FULL);
-        else
+        } else {
             push_back(p, r);
+            pthread_cond_signal(&p->wake);
+        }
     }
-    pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
 
 int push_flush(pusher *p, int64_t deadline_ns) {
     pthread_mutex_lock(&p->mu);
-    while ((p->head != NULL || p->in_flight_requests > 0) && !p->stop &&
+    while ((p->head != NULL || p->in_flight_batches > 0) && !p->stop &&
            strata_monotonic_ns() < deadline_ns) {
         struct timespec ts = {(time_t)(deadline_ns / STRATA_NS_PER_SEC),
                               (long)(deadline_ns % STRATA_NS_PER_SEC)};
         if (pthread_cond_timedwait(&p->drained, &p->mu, &ts) == ETIMEDOUT)
             break;
     }
-    int rc = p->head == NULL && p->in_flight_requests == 0 ? 0 : -1;
+    int rc = p->head == NULL && p->in_flight_batches == 0 ? 0 : -1;
     pthread_mutex_unlock(&p->mu);
     return rc;
 }
@@ -452,6 +724,14 @@ void push_stats_get(pusher *p, push_stats *out) {
     *out = p->stats;
     out->queue_bytes = p->queued_bytes + p->in_flight_bytes;
     out->queue_requests = p->queued_requests + p->in_flight_requests;
+    out->in_flight_batches = p->in_flight_batches;
+    for (size_t i = 0; i < p->n_addresses; i++)
+        out->addresses[i].in_flight = p->addresses[i].in_flight;
+    int64_t oldest = p->head != NULL ? p->head->enqueued_ns : INT64_MAX;
+    for (const batch *b = p->in_flight; b != NULL; b = b->next)
+        if (b->first->enqueued_ns < oldest)
+            oldest = b->first->enqueued_ns;
+    out->lag_ns = oldest == INT64_MAX ? 0 : strata_monotonic_ns() - oldest;
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -464,12 +744,14 @@ void pusher_free(pusher *p) {
     pthread_mutex_unlock(&p->mu);
     for (unsigned i = 0; i < p->n_threads; i++)
         pthread_join(p->threads[i], NULL);
+    free(p->threads);
     while (p->head != NULL)
         request_free(pop_head(p));
     for (size_t i = 0; i < p->n_addresses; i++) {
         rpc_channel_free(p->addresses[i].channel);
         free(p->addresses[i].target);
     }
+    strata_u64_map_free(&p->blocked);
     free(p->tenant);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->drained);
