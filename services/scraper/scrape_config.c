@@ -10,6 +10,10 @@
 
 #define DEFAULT_FILE_SD_REFRESH "5m"
 
+/* lib/push's bounds: calls in flight per address, and one WriteRaw under gRPC's 64 MiB. */
+CONFIG_DEFINE_BOUNDS(scraper_max_in_flight_bounds, CONFIG_UINT64, "1", "64")
+CONFIG_DEFINE_BOUNDS(scraper_max_request_bytes_bounds, CONFIG_BYTES, "1KiB", "64MiB")
+
 const config_field scraper_config_fields[] = {
     {.key = "ingester_addresses",
      .kind = CONFIG_STRING_LIST,
@@ -27,6 +31,16 @@ const config_field scraper_config_fields[] = {
      .kind = CONFIG_BYTES,
      .offset = offsetof(scraper_config, max_queue_bytes),
      .default_text = "64MiB"},
+    {.key = "max_in_flight",
+     .kind = CONFIG_UINT64,
+     .offset = offsetof(scraper_config, max_in_flight),
+     .default_text = "4",
+     .decode = scraper_max_in_flight_bounds},
+    {.key = "max_request_bytes",
+     .kind = CONFIG_BYTES,
+     .offset = offsetof(scraper_config, max_request_bytes),
+     .default_text = "3MiB",
+     .decode = scraper_max_request_bytes_bounds},
     {.key = NULL},
 };
 

@@ -119,8 +119,10 @@ typedef struct scrape_configs {
 typedef struct scraper_config {
     config_string_list ingester_addresses; /* empty: this process's gRPC address (strata all) */
     uint64_t max_response_bytes;
-    int64_t push_timeout_ns;  /* per WriteRaw attempt */
-    uint64_t max_queue_bytes; /* encoded requests waiting; the oldest are dropped beyond it */
+    int64_t push_timeout_ns;    /* per WriteRaw attempt */
+    uint64_t max_queue_bytes;   /* encoded requests waiting; the oldest are dropped beyond it */
+    uint64_t max_in_flight;     /* WriteRaw calls in flight per ingester address (lib/push) */
+    uint64_t max_request_bytes; /* profiles ready at once ride in one WriteRaw up to this size */
 } scraper_config;
 
 extern const config_field scraper_config_fields[];

@@ -486,9 +486,44 @@ static void test_kubernetes_sd_configs(void **state) {
     kubernetes_testserver_stop(&server);
 }
 
+/* The `scraper:` section's push keys: defaults, values and bounds. */
+static int decode_scraper(const char *yaml, scraper_config *out, strata_error *err) {
+    config_document *doc = NULL;
+    if (config_load_string("s.yaml", yaml, strlen(yaml), &doc, err) != 0)
+        return -1;
+    int rc = config_decode(config_node_get(config_document_root(doc), "scraper"),
+                           scraper_config_fields, out, err);
+    config_document_free(doc);
+    return rc;
+}
+
+static void test_scraper_push_keys(void **state) {
+    (void)state;
+    scraper_config c;
+    strata_error err;
+    assert_int_equal(decode_scraper("scraper: {}\n", &c, &err), 0);
+    assert_int_equal(c.max_in_flight, 4);
+    assert_int_equal(c.max_request_bytes, 3 << 20);
+    assert_int_equal(c.max_queue_bytes, 64 << 20);
+    config_free(scraper_config_fields, &c);
+    assert_int_equal(
+        decode_scraper("scraper: {max_in_flight: 16, max_request_bytes: 1MiB}\n", &c, &err), 0);
+    assert_int_equal(c.max_in_flight, 16);
+    assert_int_equal(c.max_request_bytes, 1 << 20);
+    config_free(scraper_config_fields, &c);
+    assert_int_equal(decode_scraper("scraper:\n  max_in_flight: 0\n", &c, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "s.yaml:2:18: scraper.max_in_flight: 0 is below"));
+    assert_int_equal(decode_scraper("scraper:\n  max_in_flight: 65\n", &c, &err), -1);
+    assert_non_null(strstr(err.message, "above the maximum 64"));
+    assert_int_equal(decode_scraper("scraper:\n  max_request_bytes: 100MiB\n", &c, &err), -1);
+    assert_non_null(strstr(err.message, "scraper.max_request_bytes"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_scraper_push_keys),
         cmocka_unit_test(test_timeout_defaults_to_short_interval),
         cmocka_unit_test(test_profiling_config_merge),
         cmocka_unit_test(test_auth_and_tls),

@@ -478,8 +478,25 @@ static int register_metrics(scraper *s, strata_error *err) {
     p.help = "Failed WriteRaw attempts (retried).";
     if ((s->push_errors = metrics_counter_new(s->registry, &p, err)) == NULL)
         return -1;
+    p.name = "strata_scraper_push_batches_total";
+    p.help = "WriteRaw calls acknowledged; each carries every scraped profile ready when it left.";
+    if ((s->push_batches = metrics_counter_new(s->registry, &p, err)) == NULL)
+        return -1;
+    metrics_opts q = {.name = "strata_scraper_push_in_flight_batches",
+                      .help = "WriteRaw calls waiting for an ingester's acknowledgement."};
+    if ((s->push_in_flight = metrics_gauge_new(s->registry, &q, err)) == NULL)
+        return -1;
+    q.name = "strata_scraper_push_queue_bytes";
+    q.help = "Scraped profiles not yet acknowledged, encoded (in flight included).";
+    if ((s->push_queue_bytes = metrics_gauge_new(s->registry, &q, err)) == NULL)
+        return -1;
+    q.name = "strata_scraper_push_lag_seconds";
+    q.help = "Age of the oldest scraped profile neither acknowledged nor dropped (0: none).";
+    if ((s->push_lag = metrics_gauge_new(s->registry, &q, err)) == NULL)
+        return -1;
     p.name = "strata_scraper_push_dropped_requests_total";
-    p.help = "WriteRaw requests dropped, by reason (queue_full, too_large, rejected).";
+    p.help = "Pushes (scraped profiles handed over together) dropped, by reason (queue_full, "
+             "too_large, rejected).";
     p.label_names = reason_label;
     p.n_labels = 1;
     if ((s->push_dropped = metrics_counter_vec_new(s->registry, &p, err)) == NULL)
@@ -496,6 +513,10 @@ static void collect_push_stats(void *ctx) {
     metrics_counter_set(s->push_enqueued, (int64_t)st.enqueued_series);
     metrics_counter_set(s->push_acked, (int64_t)st.series);
     metrics_counter_set(s->push_errors, (int64_t)st.errors);
+    metrics_counter_set(s->push_batches, (int64_t)st.batches);
+    metrics_gauge_set(s->push_in_flight, (int64_t)st.in_flight_batches);
+    metrics_gauge_set(s->push_queue_bytes, (int64_t)st.queue_bytes);
+    metrics_gauge_set_double(s->push_lag, (double)st.lag_ns / 1e9);
     for (int r = 0; r < PUSH_DROP_REASONS; r++) {
         const char *name = push_drop_reason_name((push_drop_reason)r);
         metrics_counter_set(metrics_counter_vec_with(s->push_dropped, &name),
@@ -521,6 +542,8 @@ static int start_pusher(scraper *s, const scraper_options *o, strata_error *err)
     push_options po = {.addresses = addresses,
                        .n_addresses = n,
                        .max_queue_bytes = (size_t)c->max_queue_bytes,
+                       .max_request_bytes = (size_t)c->max_request_bytes,
+                       .max_in_flight = (unsigned)c->max_in_flight,
                        .timeout_ns = c->push_timeout_ns};
     if ((s->push = pusher_new(&po, err)) == NULL)
         return strata_error_wrap(err, "scraper");

@@ -91,6 +91,10 @@ struct scraper {
     metrics_counter *push_acked;
     metrics_counter_vec *push_dropped;
     metrics_counter *push_errors;
+    metrics_counter *push_batches;
+    metrics_gauge *push_in_flight;
+    metrics_gauge *push_queue_bytes;
+    metrics_gauge *push_lag;
     /* scrape thread */
     void *multi;                       /* CURLM */
     struct scrape_transfer *transfers; /* in flight; only the scrape thread touches the list */
