@@ -15,9 +15,11 @@
  *      without candidates the query goes on at once;
  *   3. only candidates have their samples read: each sample's stack is hashed by content (the
  *      locations' addresses, mappings, lines and functions, walked through the block's stack tree
- *      and memoized per stack), values are summed per stack with zero sums dropped (as the
+ *      and memoized per stack) and so is its pprof sample label set (names and values, memoized
+ *      per set), values are summed per (stack, label set) with zero sums dropped (as the
  *      compactor's canonical form), and the profile's fingerprint is the wrapping sum of
- *      hash(stack, value) over its stacks, independent of row order;
+ *      hash(stack, label set, value) over those pairs, independent of row order; so profiles
+ *      that differ only in their samples' labels are not duplicates, as in the compactor;
  *   4. among candidates with equal key and fingerprint the first (block order, then row order)
  *      is counted and the others are marked dropped.
  * Only blocks where a copy can hide are looked at: a level-1 block (an ingester's flush may hold
@@ -168,6 +170,7 @@ static int location_hash(block_reader *r, uint32_t id, uint64_t *out, strata_err
 typedef struct stack_hasher {
     strata_u64_map stacks;    /* stack id + 1 -> content hash */
     strata_u64_map locations; /* location id + 1 -> content hash */
+    strata_u64_map sets;      /* sample label set id + 1 -> content hash */
     uint32_t *path;           /* scratch: unhashed ancestors, leaf first */
     size_t cap_path;
 } stack_hasher;
@@ -226,14 +229,42 @@ static int stack_hash(block_reader *r, stack_hasher *sh, uint32_t id, uint64_t *
     return 0;
 }
 
+/* The content hash of a sample label set: its (name, value) pairs, sorted by name in blocks; 0
+ * for the empty set. */
+static int label_set_content_hash(block_reader *r, stack_hasher *sh, uint32_t id, uint64_t *out,
+                                  strata_error *err) {
+    if (id == 0) {
+        *out = 0;
+        return 0;
+    }
+    const uint64_t *known = strata_u64_map_get(&sh->sets, (uint64_t)id + 1);
+    if (known != NULL) {
+        *out = *known;
+        return 0;
+    }
+    const label_set *set;
+    if (block_reader_label_set(r, id, &set, err) != 0)
+        return -1;
+    uint64_t h = 0x4c4142454c534554ULL;
+    for (size_t i = 0; i < set->count; i++)
+        h = hash_str(hash_str(h, set->labels[i].name), set->labels[i].value);
+    if (strata_u64_map_upsert(&sh->sets, (uint64_t)id + 1, h, NULL) == NULL)
+        return strata_error_oom(err);
+    *out = h;
+    return 0;
+}
+
 typedef struct hashed_row {
     uint64_t stack;
+    uint64_t set; /* content hash of the sample label set; 0 = none */
     int64_t value;
 } hashed_row;
 
 static int compare_rows(const void *a, const void *b) {
     const hashed_row *x = a, *y = b;
-    return (x->stack > y->stack) - (x->stack < y->stack);
+    if (x->stack != y->stack)
+        return x->stack > y->stack ? 1 : -1;
+    return (x->set > y->set) - (x->set < y->set);
 }
 
 static int fingerprint_profile(block_reader *r, stack_hasher *sh, const block_profile *p,
@@ -246,17 +277,22 @@ static int fingerprint_profile(block_reader *r, stack_hasher *sh, const block_pr
     for (size_t i = 0; rc == 0 && i < s.len; i++) {
         rows[i].value = s.values[i];
         rc = stack_hash(r, sh, s.stacks[i], &rows[i].stack, err);
+        if (rc == 0)
+            rc = label_set_content_hash(r, sh, s.label_sets != NULL ? s.label_sets[i] : 0,
+                                        &rows[i].set, err);
     }
     if (rc == 0) {
         qsort(rows, s.len, sizeof *rows, compare_rows);
         uint64_t fp = 0, distinct = 0;
         for (size_t i = 0; i < s.len;) {
-            uint64_t stack = rows[i].stack, sum = 0;
-            for (; i < s.len && rows[i].stack == stack; i++)
+            uint64_t stack = rows[i].stack, set = rows[i].set, sum = 0;
+            for (; i < s.len && rows[i].stack == stack && rows[i].set == set; i++)
                 sum += (uint64_t)rows[i].value;
             if (sum == 0)
                 continue; /* as the compactor's canonical form */
-            fp += strata_hash_combine(stack, sum);
+            /* without labels exactly as before labels were stored */
+            uint64_t key = set == 0 ? stack : strata_hash_combine(stack, set);
+            fp += strata_hash_combine(key, sum);
             distinct++;
         }
         *out = strata_hash_combine(fp, distinct);
@@ -283,7 +319,8 @@ static int fingerprint_block(indexed_block *b, size_t index, block_reader *r, vo
     stack_hasher sh;
     memset(&sh, 0, sizeof sh);
     int rc = fps != NULL && strata_u64_map_init(&sh.stacks, 256) == 0 &&
-                     strata_u64_map_init(&sh.locations, 256) == 0
+                     strata_u64_map_init(&sh.locations, 256) == 0 &&
+                     strata_u64_map_init(&sh.sets, 16) == 0
                  ? 0
                  : strata_error_oom(err);
     for (size_t i = 0; rc == 0 && i < sel->n; i++)
@@ -291,6 +328,7 @@ static int fingerprint_block(indexed_block *b, size_t index, block_reader *r, vo
             rc = fingerprint_profile(r, &sh, &sel->profiles[i], &fps[i], err);
     strata_u64_map_free(&sh.stacks);
     strata_u64_map_free(&sh.locations);
+    strata_u64_map_free(&sh.sets);
     free(sh.path);
     if (rc != 0) {
         free(fps);

@@ -94,10 +94,17 @@ static block_writer *writer_new(void) {
 }
 
 /* One profile of job=app at time_ns: main > work > leaf (value) and main > other (value2), with
- * `binary` as mapping and addresses that differ per binary, as two builds' do. */
-static void add_profile(block_writer *w, int64_t time_ns, const char *binary, const char *leaf,
-                        int64_t value, int64_t value2) {
+ * `binary` as mapping and addresses that differ per binary, as two builds' do; the two samples
+ * carry the pprof labels labels_a and labels_b (`{endpoint="/a"}`; NULL for none). */
+static void add_labelled_profile(block_writer *w, int64_t time_ns, const char *binary,
+                                 const char *leaf, int64_t value, int64_t value2,
+                                 const char *labels_a, const char *labels_b) {
     strata_error err;
+    label_set sa = LABEL_SET_INIT, sb = LABEL_SET_INIT;
+    if (labels_a != NULL)
+        assert_int_equal(label_set_from_text(labels_a, &sa, &err), 0);
+    if (labels_b != NULL)
+        assert_int_equal(label_set_from_text(labels_b, &sb, &err), 0);
     label_set l = LABEL_SET_INIT;
     assert_int_equal(label_set_add(&l, "job", 3, "app", 3, &err), 0);
     profile_type t = {"process_cpu", "samples", "count", "cpu", "nanoseconds", true};
@@ -108,10 +115,17 @@ static void add_profile(block_writer *w, int64_t time_ns, const char *binary, co
                         {"main", "main", "main.go", 32, 30, binary, binary, base + 0x100}};
     block_frame b[2] = {{"other", "other", "main.go", 42, 40, binary, binary, base + 0x400},
                         {"main", "main", "main.go", 33, 30, binary, binary, base + 0x108}};
-    assert_int_equal(block_writer_add_sample(w, a, 3, value, &err), 0);
-    assert_int_equal(block_writer_add_sample(w, b, 2, value2, &err), 0);
+    assert_int_equal(block_writer_add_sample_labels(w, a, 3, &sa, value, &err), 0);
+    assert_int_equal(block_writer_add_sample_labels(w, b, 2, &sb, value2, &err), 0);
     assert_int_equal(block_writer_end_profile(w, &err), 0);
     label_set_free(&l);
+    label_set_free(&sa);
+    label_set_free(&sb);
+}
+
+static void add_profile(block_writer *w, int64_t time_ns, const char *binary, const char *leaf,
+                        int64_t value, int64_t value2) {
+    add_labelled_profile(w, time_ns, binary, leaf, value, value2, NULL, NULL);
 }
 
 /* Finishes w into the bucket; returns the block's ULID text in id. */
@@ -207,6 +221,32 @@ static void test_twice_pushed_profile_counts_once(void **state) {
     assert_int_equal(value, want);
     assert_int_equal(count, 4);
     assert_int_equal(stats.duplicates, 2);
+    fixture_close(&f);
+}
+
+/* The duplicate rule includes pprof sample labels, as the compactor's: a retried labelled profile
+ * counts once, one that differs from it only in a sample's labels counts too. */
+static void test_labelled_copies_count_once(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    char id[ULID_STRING_LEN + 1];
+    block_writer *w = writer_new();
+    add_labelled_profile(w, T0, "/v1/app", "leaf", 5, 3, "{endpoint=\"/a\"}", "{endpoint=\"/c\"}");
+    upload(&f, w, id);
+    w = writer_new(); /* the retry, and a look-alike whose second sample has other labels */
+    add_labelled_profile(w, T0, "/v1/app", "leaf", 5, 3, "{endpoint=\"/a\"}", "{endpoint=\"/c\"}");
+    add_labelled_profile(w, T0, "/v1/app", "leaf", 5, 3, "{endpoint=\"/a\"}", "{endpoint=\"/d\"}");
+    upload(&f, w, id);
+    fixture_engine(&f);
+    merge_result res;
+    strata_error err;
+    calltree *t = merge(&f, CALLTREE_GROUP_DEFAULT, CPU, &res, &err);
+    assert_non_null(t);
+    assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, (8 + 8) * PERIOD);
+    assert_int_equal(res.profiles, 2);
+    assert_int_equal(res.stats.duplicates, 1);
+    calltree_free(t);
     fixture_close(&f);
 }
 
@@ -395,6 +435,7 @@ int main(void) {
         cmocka_unit_test(test_corrupt_block_left_out),
         cmocka_unit_test(test_tree_memory_bounded),
         cmocka_unit_test(test_copies_in_compacted_blocks),
+        cmocka_unit_test(test_labelled_copies_count_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
