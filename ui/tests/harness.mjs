@@ -132,22 +132,8 @@ export class Env {
     // Strata. Its scraper pulls goroutine profiles (as their own type, `scraped`, so the pushed
     // profiles the other tests count are untouched) from the Go target, which is healthy, and from
     // a port nobody listens on, which is not.
-    this.httpPort = await freePort();
-    this.grpcPort = await freePort();
     this.deadTarget = `127.0.0.1:${await freePort()}`;
-    const cfg = join(this.work, 'strata.yaml');
-    writeFileSync(cfg, `server:
-  http_listen_address: 127.0.0.1:${this.httpPort}
-  grpc_listen_address: 127.0.0.1:${this.grpcPort}
-  log_level: info
-  ui_directory: ${uiDir()}
-bucket:
-  type: FILESYSTEM
-  config:
-    directory: ${join(this.work, 'data')}
-ingester:
-  flush_interval: 1s
-scrape_configs:
+    const s = await this.startStrata('strata', `scrape_configs:
   - job_name: ui-scrape
     scrape_interval: 1s
     static_configs:
@@ -161,10 +147,43 @@ scrape_configs:
         process_cpu: {enabled: false}
         scraped: {path: /debug/pprof/goroutine}
 `);
-    this.spawn('strata', this.binary, ['all', '-config', cfg]);
-    this.base = `http://127.0.0.1:${this.httpPort}/`;
-    await waitFor(async () => (await fetch(`${this.base}ready`)).ok, 'strata to be ready');
+    this.httpPort = s.httpPort;
+    this.grpcPort = s.grpcPort;
+    this.base = s.base;
     return this;
+  }
+
+  // Starts a `strata all` of its own (`name`: its log, config and bucket directory in the work
+  // directory) on free ports, serving the UI, with `extra` (YAML: scrape_configs) added to the
+  // config; resolves once it is ready to {base, httpPort, grpcPort, proc}.
+  async startStrata(name, extra = '') {
+    const httpPort = await freePort();
+    const grpcPort = await freePort();
+    const cfg = join(this.work, `${name}.yaml`);
+    writeFileSync(cfg, `server:
+  http_listen_address: 127.0.0.1:${httpPort}
+  grpc_listen_address: 127.0.0.1:${grpcPort}
+  log_level: info
+  ui_directory: ${uiDir()}
+bucket:
+  type: FILESYSTEM
+  config:
+    directory: ${join(this.work, `${name}-data`)}
+ingester:
+  flush_interval: 1s
+${extra}`);
+    const proc = this.spawn(name, this.binary, ['all', '-config', cfg]);
+    const base = `http://127.0.0.1:${httpPort}/`;
+    try {
+      await waitFor(async () => proc.exitCode == null && (await fetch(`${base}ready`)).ok, `${name} to be ready`);
+    } catch (e) {
+      throw new Error(`${e.message}\n--- ${name}.log ---\n${this.log(name).slice(-5000)}`);
+    }
+    return { base, httpPort, grpcPort, proc };
+  }
+
+  log(name) {
+    try { return readFileSync(join(this.work, `${name}.log`), 'utf8'); } catch { return ''; }
   }
 
   spawn(name, cmd, args) {
@@ -241,14 +260,101 @@ scrape_configs:
 
   async stop() {
     if (this.ctx) await this.ctx.close().catch(() => {});
-    for (const p of this.procs) {
-      if (p.exitCode == null) {
-        p.kill('SIGTERM');
-        await new Promise((r) => { const t = setTimeout(() => { p.kill('SIGKILL'); r(); }, 10000); p.on('exit', () => { clearTimeout(t); r(); }); });
-      }
-    }
+    for (const p of this.procs) await stopProcess(p);
     if (!process.env.STRATA_UI_KEEP) rmSync(this.work, { recursive: true, force: true });
   }
+}
+
+// SIGTERM, then SIGKILL after 10 s; resolves once the process has exited.
+export async function stopProcess(p) {
+  if (p.exitCode != null || p.signalCode != null) return;
+  await new Promise((r) => {
+    const t = setTimeout(() => { p.kill('SIGKILL'); }, 10000);
+    p.on('exit', () => { clearTimeout(t); r(); });
+    p.kill('SIGTERM');
+  });
+}
+
+// ---- two builds of one Go program -------------------------------------------------------------
+
+// The real-program half of issue 14's compare: tests/goversions/app built against dep-v1
+// (dep.Addition wastes its time in dep.Fib) and dep-v2 (it does not), both run and scraped by a
+// `strata all` of their own (Env.startStrata) with the labels version=v1 and version=v2, CPU only,
+// every second for a second. start() resolves once each version has `profiles` CPU profiles and
+// the programs have been stopped, so the data no longer changes: every target failed a scrape
+// after the stop and every scraped profile was acknowledged. Then `window` ([from, to] in Unix ms)
+// holds all of them.
+export const GOVERSIONS_FIB = 'strata.dev/goversions/dep.Fib';
+
+export class GoVersions {
+  constructor(env) { this.env = env; }
+
+  async start({ profiles = 4 } = {}) {
+    const env = this.env;
+    mkdirSync(join(env.work, 'goversions'), { recursive: true });
+    this.binaries = { v1: join(env.work, 'goversions', 'app-v1'), v2: join(env.work, 'goversions', 'app-v2') };
+    execFileSync(join(SOURCE_DIR, 'tests', 'goversions', 'build.sh'), [this.binaries.v1, this.binaries.v2], { stdio: 'inherit' });
+    this.procs = {};
+    const address = {};
+    for (const v of ['v1', 'v2']) {
+      const portFile = join(env.work, 'goversions', `${v}.addr`);
+      this.procs[v] = env.spawn(`goversions-${v}`, this.binaries[v], ['-listen', '127.0.0.1:0', '-port-file', portFile, '-busy', '25']);
+      await waitFor(() => existsSync(portFile), `goversions ${v} to listen`);
+      address[v] = readFileSync(portFile, 'utf8').trim();
+    }
+    const from = Date.now() - 1000;
+    const s = await env.startStrata('strata-goversions', `scrape_configs:
+  - job_name: goversions
+    scrape_interval: 1s
+    static_configs:
+      - targets: ['${address.v1}']
+        labels: {version: v1}
+      - targets: ['${address.v2}']
+        labels: {version: v2}
+    profiling_config:
+      pprof_config:
+        memory: {enabled: false}
+        block: {enabled: false}
+        goroutine: {enabled: false}
+        mutex: {enabled: false}
+        process_cpu: {seconds: 1s}
+`);
+    this.base = s.base;
+    const count = async (v) => {
+      const r = await fetch(`${this.base}api/v1/query?${new URLSearchParams({
+        query: `${CPU}{version="${v}"}`, start: String(from), end: 'now', report: 'top', max_nodes: '1',
+      })}`);
+      return r.ok ? (await r.json()).profiles || 0 : 0;
+    };
+    await waitFor(async () => Math.min(await count('v1'), await count('v2')) >= profiles,
+      `${profiles} scraped CPU profiles of each version`, 60000);
+    const stopped = Date.now();
+    await Promise.all(Object.values(this.procs).map(stopProcess));
+    await waitFor(async () => {
+      const j = await (await fetch(`${this.base}api/v1/targets`)).json();
+      const ts = j.targets?.goversions?.targets || [];
+      return ts.length === 2 && ts.every((t) => t.health === 'HEALTH_BAD' && t.lastScrape && isoMs(t.lastScrape) > stopped);
+    }, 'both targets to fail a scrape after the programs stopped');
+    await waitFor(async () => {
+      const m = await (await fetch(`${this.base}metrics`)).text();
+      return metric(m, 'strata_scraper_push_enqueued_series_total') === metric(m, 'strata_scraper_push_acknowledged_series_total');
+    }, 'every scraped profile acknowledged');
+    this.window = { from, to: Date.now() + 1000 };
+    this.profiles = { v1: await count('v1'), v2: await count('v2') };
+    return this;
+  }
+}
+
+// "2025-12-02T15:04:05.123456789Z" (nanoseconds) to Unix ms.
+function isoMs(text) { return Date.parse(text.replace(/(\.\d{3})\d+/, '$1')); }
+
+// A sample's value (the sum over its label sets) in Prometheus's text format; 0 when absent.
+function metric(text, name) {
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (line.startsWith(`${name} `) || line.startsWith(`${name}{`)) sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return sum;
 }
 
 export async function shot(page, name, opts = {}) {
