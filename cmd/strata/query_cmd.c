@@ -12,9 +12,11 @@
  *
  * Times are as in the JSON API (Unix ms, RFC 3339, now, now-1h); the default range is the last
  * hour. Merges and diffs print the top functions; -o writes the profile as gzipped pprof for
- * `go tool pprof` (always exact: every location as stored). --group-by takes Parca's group_by
- * fields, comma-separated: function_name (the default), function_file_name, location_address,
- * mapping_file.
+ * `go tool pprof` (always exact: every location as stored, with the samples' pprof labels).
+ * --group-by takes Parca's group_by fields, comma-separated: function_name (the default),
+ * function_file_name, location_address, mapping_file, labels.<name> (a pprof sample label, e.g.
+ * labels.endpoint, or a series label) and labels (every sample label). A selector matcher on a
+ * pprof sample label (`{endpoint="/checkout"}`) keeps only the samples carrying it.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,9 @@
  * Frame lookup hashes the five interned string ids. The u64 map stores only the hash, so a hit is
  * confirmed against the stored tuple; on a genuine 64-bit collision the key is re-hashed with the
  * next seed, which keeps lookups exact without storing tuples in the map. Child lookup needs no
- * hashing of our own: (parent, frame) packs exactly into 64 bits.
+ * hashing of our own: (parent, frame) packs exactly into 64 bits. A label frame's key is its
+ * display name (`a="1", b="2"`, pairs sorted, values escaped: one text per label set) with a kind
+ * bit no code frame has, so label sets and functions never merge.
  */
 #include "calltree/calltree_internal.h"
 
@@ -78,6 +80,7 @@ int calltree_create(calltree **out, size_t expected_nodes, strata_error *err) {
     size_t expected = expected_nodes ? expected_nodes : DEFAULT_NODES;
     uint32_t root;
     t->group_by = CALLTREE_GROUP_EXACT;
+    t->grouping.mask = CALLTREE_GROUP_EXACT;
     if (strata_intern_init(&t->strings) != 0 ||
         strata_intern_add(&t->strings, "", 0, &t->empty_sid) != 0 ||
         strata_u64_map_init(&t->child_map, expected) != 0 ||
@@ -105,6 +108,8 @@ static void free_finalized(calltree *t) {
 void calltree_free(calltree *t) {
     if (t == NULL)
         return;
+    calltree_grouping_free(&t->grouping);
+    free(t->label_words);
     strata_intern_free(&t->strings);
     strata_u64_map_free(&t->frame_map);
     strata_u64_map_free(&t->child_map);
@@ -125,13 +130,27 @@ static int intern_str(calltree *t, calltree_str s, uint32_t *id) {
 }
 
 int calltree_set_group_by(calltree *t, unsigned mask, strata_error *err) {
+    calltree_grouping g = {mask, false, NULL, 0};
+    return calltree_set_grouping(t, &g, err);
+}
+
+int calltree_set_grouping(calltree *t, const calltree_grouping *g, strata_error *err) {
     if (t->n_frames > 0)
         return strata_error_set(err, STRATA_FAILED_PRECONDITION,
                                 "call tree: group-by is set before the first frame");
-    if (mask == 0 || (mask & ~(unsigned)CALLTREE_GROUP_EXACT) != 0)
+    if (g->mask == 0 || (g->mask & ~(unsigned)CALLTREE_GROUP_EXACT) != 0)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "call tree: bad group-by mask %#x",
-                                mask);
-    t->group_by = mask;
+                                g->mask);
+    calltree_grouping copy = {g->mask, g->all_labels, NULL, 0};
+    for (size_t i = 0; i < g->n_labels; i++) {
+        if (calltree_grouping_add_label(&copy, g->labels[i], err) != 0) {
+            calltree_grouping_free(&copy);
+            return -1;
+        }
+    }
+    calltree_grouping_free(&t->grouping);
+    t->grouping = copy;
+    t->group_by = g->mask;
     return 0;
 }
 
@@ -139,11 +158,18 @@ unsigned calltree_group_by(const calltree *t) {
     return t->group_by;
 }
 
+const calltree_grouping *calltree_get_grouping(const calltree *t) {
+    return &t->grouping;
+}
+
 /* A frame's identity under the tree's group-by: the chosen fields, every other one zero. Built
  * with memset so padding compares and hashes equal. */
+#define FRAME_KEY_LABELS (1u << 31) /* a label frame: only sid[FRAME_NAME] counts */
+
 typedef struct frame_key {
     uint32_t sid[FRAME_NSTR];
-    uint32_t flags; /* inlined | folded << 1 | lineless << 2 | mapping_flags << 3 */
+    uint32_t flags; /* inlined | folded << 1 | lineless << 2 | mapping_flags << 3, or
+                       FRAME_KEY_LABELS */
     uint64_t address;
     int64_t line;
     int64_t start_line;
@@ -155,6 +181,11 @@ typedef struct frame_key {
 static void make_key(unsigned group_by, const uint32_t sid[FRAME_NSTR],
                      const calltree_frame_extra *x, frame_key *k) {
     memset(k, 0, sizeof *k);
+    if (x->label_count > 0) { /* a label frame: its labels, as its display name */
+        k->sid[FRAME_NAME] = sid[FRAME_NAME];
+        k->flags = FRAME_KEY_LABELS;
+        return;
+    }
     if (group_by & CALLTREE_GROUP_LOCATION) { /* the exact location: everything */
         memcpy(k->sid, sid, sizeof k->sid);
         k->flags = (uint32_t)x->loc.inlined | (uint32_t)x->loc.folded << 1 |
@@ -225,7 +256,7 @@ static int find_or_add_frame(calltree *t, const uint32_t sid[FRAME_NSTR],
             if (memcmp(&other, &key, sizeof key) != 0)
                 continue; /* a 64-bit collision: try the next seed */
             *frame = (uint32_t)*slot;
-            if (t->group_by != CALLTREE_GROUP_EXACT)
+            if (t->group_by != CALLTREE_GROUP_EXACT && x->label_count == 0)
                 reconcile_frame(t, *frame, sid, x);
             return 0;
         }
@@ -246,8 +277,109 @@ int calltree_intern_frame(calltree *t, const calltree_frame_desc *d, uint32_t *f
         intern_str(t, d->mapping_file, &sid[FRAME_MAPPING_FILE]) != 0 ||
         intern_str(t, d->build_id, &sid[FRAME_BUILD_ID]) != 0)
         return strata_error_oom(err);
-    calltree_frame_extra x = {d->start_line, d->loc};
+    calltree_frame_extra x = {d->start_line, d->loc, 0, 0};
     return find_or_add_frame(t, sid, &x, frame, err);
+}
+
+/* Appends value quoted as a Prometheus label value: "...", with \\, \" and \n escaped. */
+static int append_quoted(strata_buffer *b, calltree_str v) {
+    if (strata_buffer_append_byte(b, '"') != 0)
+        return -1;
+    for (size_t i = 0; i < v.len; i++) {
+        char c = v.ptr[i];
+        const char *esc = c == '\\' ? "\\\\" : c == '"' ? "\\\"" : c == '\n' ? "\\n" : NULL;
+        if (esc != NULL ? strata_buffer_append_str(b, esc) != 0
+                        : strata_buffer_append_byte(b, (uint8_t)c) != 0)
+            return -1;
+    }
+    return strata_buffer_append_byte(b, '"');
+}
+
+static int compare_labels(const void *a, const void *b) {
+    const calltree_label *x = a, *y = b;
+    size_t n = x->name.len < y->name.len ? x->name.len : y->name.len;
+    int c = n > 0 ? memcmp(x->name.ptr, y->name.ptr, n) : 0;
+    if (c != 0)
+        return c;
+    return (x->name.len > y->name.len) - (x->name.len < y->name.len);
+}
+
+int calltree_intern_label_frame(calltree *t, const calltree_label *labels, size_t n,
+                                uint32_t *frame, strata_error *err) {
+    if (n == 0 || n > UINT32_MAX / 4)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "call tree: a label frame needs at least one label");
+    calltree_label *sorted = malloc(n * sizeof *sorted);
+    if (sorted == NULL)
+        return strata_error_oom(err);
+    memcpy(sorted, labels, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, compare_labels);
+    strata_buffer text = STRATA_BUFFER_INIT;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (sorted[i].name.len == 0 || (i > 0 && compare_labels(&sorted[i - 1], &sorted[i]) == 0))
+            rc = strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                  "call tree: label names must be non-empty and unique");
+        else if ((i > 0 && strata_buffer_append_str(&text, ", ") != 0) ||
+                 strata_buffer_append(&text, sorted[i].name.ptr, sorted[i].name.len) != 0 ||
+                 strata_buffer_append_byte(&text, '=') != 0 ||
+                 append_quoted(&text, sorted[i].value) != 0)
+            rc = strata_error_oom(err);
+    }
+    size_t words = t->n_label_words;
+    uint32_t sid[FRAME_NSTR] = {0};
+    if (rc == 0 && t->n_label_words + 2 * n > t->cap_label_words) {
+        size_t cap = t->cap_label_words ? t->cap_label_words * 2 : 64;
+        while (cap < t->n_label_words + 2 * n)
+            cap *= 2;
+        uint32_t *grown = realloc(t->label_words, cap * sizeof *grown);
+        if (grown == NULL)
+            rc = strata_error_oom(err);
+        else {
+            t->label_words = grown;
+            t->cap_label_words = cap;
+        }
+    }
+    for (int i = 0; rc == 0 && i < FRAME_NSTR; i++)
+        sid[i] = t->empty_sid;
+    if (rc == 0 && strata_intern_add(&t->strings, text.len > 0 ? (const char *)text.data : "",
+                                     text.len, &sid[FRAME_NAME]) != 0)
+        rc = strata_error_oom(err);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (intern_str(t, sorted[i].name, &t->label_words[t->n_label_words]) != 0 ||
+            intern_str(t, sorted[i].value, &t->label_words[t->n_label_words + 1]) != 0)
+            rc = strata_error_oom(err);
+        t->n_label_words += 2;
+    }
+    if (rc == 0) {
+        calltree_frame_extra x;
+        memset(&x, 0, sizeof x);
+        x.label_first = (uint32_t)words;
+        x.label_count = (uint32_t)n;
+        size_t before = t->n_frames;
+        rc = find_or_add_frame(t, sid, &x, frame, err);
+        if (rc != 0 || t->n_frames == before)
+            t->n_label_words = words; /* known already: its pairs are stored */
+    } else {
+        t->n_label_words = words;
+    }
+    strata_buffer_free(&text);
+    free(sorted);
+    return rc;
+}
+
+size_t calltree_frame_label_count(const calltree *t, uint32_t f) {
+    return f < t->n_frames ? t->frame_extra[f].label_count : 0;
+}
+
+void calltree_frame_label_at(const calltree *t, uint32_t f, size_t i, const char **name,
+                             const char **value) {
+    *name = *value = "";
+    if (f >= t->n_frames || i >= t->frame_extra[f].label_count)
+        return;
+    const uint32_t *pair = &t->label_words[t->frame_extra[f].label_first + 2 * i];
+    *name = calltree_string(t, pair[0]);
+    *value = calltree_string(t, pair[1]);
 }
 
 int calltree_child(calltree *t, uint32_t parent, uint32_t frame, uint32_t *node,
@@ -310,9 +442,32 @@ bool calltree_is_diff(const calltree *t) {
     return t->diff;
 }
 
+/* Interns label frame f of src into dst. */
+static int merge_label_frame(calltree *dst, const calltree *src, uint32_t f, uint32_t *out,
+                             strata_error *err) {
+    size_t n = src->frame_extra[f].label_count;
+    calltree_label *labels = malloc(n * sizeof *labels);
+    if (labels == NULL)
+        return strata_error_oom(err);
+    for (size_t i = 0; i < n; i++) {
+        const char *name, *value;
+        calltree_frame_label_at(src, f, i, &name, &value);
+        labels[i].name = calltree_cstr(name);
+        labels[i].value = calltree_cstr(value);
+    }
+    int rc = calltree_intern_label_frame(dst, labels, n, out, err);
+    free(labels);
+    return rc;
+}
+
 /* Interns every frame of src into dst; map[src frame] = dst frame. */
 static int merge_frames(calltree *dst, const calltree *src, uint32_t *map, strata_error *err) {
     for (size_t f = 0; f < src->n_frames; f++) {
+        if (calltree_frame_is_labels(src, (uint32_t)f)) {
+            if (merge_label_frame(dst, src, (uint32_t)f, &map[f], err) != 0)
+                return -1;
+            continue;
+        }
         calltree_frame fr = calltree_frame_get(src, (uint32_t)f);
         calltree_frame_desc d = {calltree_cstr(fr.name),
                                  calltree_cstr(fr.system_name),
@@ -574,6 +729,7 @@ size_t calltree_memory_bytes(const calltree *t) {
     size_t bytes = sizeof *t + map_bytes(&t->child_map) + map_bytes(&t->frame_map);
     bytes += t->nodes_cap * (2 * sizeof(uint32_t) + 2 * sizeof(int64_t));
     bytes += t->frames_cap * (FRAME_NSTR * sizeof(uint32_t) + sizeof(calltree_frame_extra));
+    bytes += t->cap_label_words * sizeof(uint32_t);
     bytes += in->cap * (sizeof(char *) + sizeof(uint32_t)) + in->total_bytes + in->count +
              (in->slots != NULL ? (in->slot_mask + 1) * (sizeof(uint32_t) + sizeof(uint64_t)) : 0);
     if (t->finalized)
@@ -657,45 +813,93 @@ static const struct {
     {"mapping_file", CALLTREE_GROUP_MAPPING_FILE},
 };
 
-static int group_by_field(const char *name, size_t len, unsigned *mask, strata_error *err) {
-    for (size_t i = 0; i < sizeof group_by_fields / sizeof group_by_fields[0]; i++) {
-        if (strlen(group_by_fields[i].name) == len &&
-            memcmp(group_by_fields[i].name, name, len) == 0) {
-            *mask |= group_by_fields[i].mask;
-            return 0;
-        }
-    }
-    if ((len == 6 && memcmp(name, "labels", 6) == 0) ||
-        (len > 7 && memcmp(name, "labels.", 7) == 0))
-        return strata_error_set(err, STRATA_UNIMPLEMENTED,
-                                "group_by %.*s: pprof sample labels are not stored yet", (int)len,
-                                name);
-    return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                            "group_by: unknown field \"%.*s\" (want function_name, "
-                            "function_file_name, location_address or mapping_file)",
-                            (int)(len > 64 ? 64 : len), name);
+void calltree_grouping_free(calltree_grouping *g) {
+    for (size_t i = 0; g->labels != NULL && i < g->n_labels; i++)
+        free(g->labels[i]);
+    free(g->labels);
+    g->labels = NULL;
+    g->n_labels = 0;
+    g->all_labels = false;
 }
 
-int calltree_group_by_parse(const char *const *fields, size_t n, unsigned *mask,
-                            strata_error *err) {
-    unsigned m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (group_by_field(fields[i], strlen(fields[i]), &m, err) != 0)
-            return -1;
-    *mask = m != 0 ? m : CALLTREE_GROUP_DEFAULT;
+bool calltree_grouping_has_labels(const calltree_grouping *g) {
+    return g->all_labels || g->n_labels > 0;
+}
+
+static int add_label_name(calltree_grouping *g, const char *name, size_t len, strata_error *err) {
+    if (len == 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "group_by labels.: the label name is empty");
+    for (size_t i = 0; i < g->n_labels; i++)
+        if (strlen(g->labels[i]) == len && memcmp(g->labels[i], name, len) == 0)
+            return 0;
+    char **grown = realloc(g->labels, (g->n_labels + 1) * sizeof *grown);
+    if (grown == NULL)
+        return strata_error_oom(err);
+    g->labels = grown;
+    char *copy = malloc(len + 1);
+    if (copy == NULL)
+        return strata_error_oom(err);
+    memcpy(copy, name, len);
+    copy[len] = '\0';
+    g->labels[g->n_labels++] = copy;
     return 0;
 }
 
-int calltree_group_by_parse_list(const char *list, unsigned *mask, strata_error *err) {
-    unsigned m = 0;
+int calltree_grouping_add_label(calltree_grouping *g, const char *name, strata_error *err) {
+    return add_label_name(g, name, name != NULL ? strlen(name) : 0, err);
+}
+
+static int group_by_field(const char *name, size_t len, calltree_grouping *g, strata_error *err) {
+    for (size_t i = 0; i < sizeof group_by_fields / sizeof group_by_fields[0]; i++) {
+        if (strlen(group_by_fields[i].name) == len &&
+            memcmp(group_by_fields[i].name, name, len) == 0) {
+            g->mask |= group_by_fields[i].mask;
+            return 0;
+        }
+    }
+    if (len == 6 && memcmp(name, "labels", 6) == 0) {
+        g->all_labels = true;
+        return 0;
+    }
+    if (len >= 7 && memcmp(name, "labels.", 7) == 0)
+        return add_label_name(g, name + 7, len - 7, err);
+    return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                            "group_by: unknown field \"%.*s\" (want function_name, "
+                            "function_file_name, location_address, mapping_file, labels or "
+                            "labels.<name>)",
+                            (int)(len > 64 ? 64 : len), name);
+}
+
+int calltree_group_by_parse(const char *const *fields, size_t n, calltree_grouping *out,
+                            strata_error *err) {
+    calltree_grouping g = {0, false, NULL, 0};
+    for (size_t i = 0; i < n; i++) {
+        if (group_by_field(fields[i], strlen(fields[i]), &g, err) != 0) {
+            calltree_grouping_free(&g);
+            return -1;
+        }
+    }
+    if (g.mask == 0)
+        g.mask = CALLTREE_GROUP_DEFAULT;
+    *out = g;
+    return 0;
+}
+
+int calltree_group_by_parse_list(const char *list, calltree_grouping *out, strata_error *err) {
+    calltree_grouping g = {0, false, NULL, 0};
     for (const char *p = list; p != NULL && *p != '\0';) {
         const char *end = strchr(p, ',');
         size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
-        if (len > 0 && group_by_field(p, len, &m, err) != 0)
+        if (len > 0 && group_by_field(p, len, &g, err) != 0) {
+            calltree_grouping_free(&g);
             return -1;
+        }
         p = end != NULL ? end + 1 : p + len;
     }
-    *mask = m != 0 ? m : CALLTREE_GROUP_DEFAULT;
+    if (g.mask == 0)
+        g.mask = CALLTREE_GROUP_DEFAULT;
+    *out = g;
     return 0;
 }
 

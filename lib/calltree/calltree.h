@@ -15,6 +15,15 @@
  *   on the order blocks were merged in. Strings are copied once into the tree's strata_intern
  *   arena, so callers may pass views into block pages that are released afterwards. Frame ids are
  *   dense, 0..n-1, in first-seen order.
+ * - pprof sample labels (Parca's `group_by` `labels.<name>`, or bare `labels` for every sample
+ *   label, as Parca before v0.23) put a *label frame* above the stacks: the querier inserts each
+ *   sample's stack under the label frame of its grouped labels, one frame per distinct
+ *   combination of them, named `name="value"` (pairs sorted by name, joined by ", "), as Parca's
+ *   flame graph puts one labels node per combination; a sample with none of the grouped labels
+ *   is not grouped: its stack starts at the root, as in Parca. A label frame is an ordinary frame
+ *   of the tree in every report (its cumulative is the combination's share; TOP and the table list
+ *   it with flat 0), identified by its labels whatever the group-by of code frames, and the PPROF
+ *   report turns it back into the sample labels of the samples below it.
  * - Nodes form a prefix tree of frames. Node 0 is the root (no frame). calltree_child() finds or
  *   creates the child of (parent, frame) through one strata_u64_map keyed by the exact pair, so a
  *   node costs a few array slots and no malloc of its own. Nodes are kept in creation order, which
@@ -124,12 +133,30 @@ typedef struct calltree_frame {
 #define CALLTREE_GROUP_EXACT 15u
 #define CALLTREE_GROUP_DEFAULT CALLTREE_GROUP_FUNCTION_NAME
 
-/* Parses Parca's group_by field names (fields[0..n)) into a mask; n == 0 gives the default
- * (function_name). `labels` and `labels.<name>` (pprof sample labels) are UNIMPLEMENTED: sample
- * labels are not stored yet. Unknown names are INVALID_ARGUMENT naming the field. */
-int calltree_group_by_parse(const char *const *fields, size_t n, unsigned *mask, strata_error *err);
-/* Parses a comma-separated list ("function_name,mapping_file"); NULL or "" gives the default. */
-int calltree_group_by_parse_list(const char *list, unsigned *mask, strata_error *err);
+/* Parca's group_by, parsed: which fields make a code frame's identity, and which pprof sample
+ * labels put label frames above the stacks. */
+typedef struct calltree_grouping {
+    unsigned mask;   /* CALLTREE_GROUP_*, never 0 (function_name when only labels are asked) */
+    bool all_labels; /* bare "labels": every pprof sample label of a sample */
+    char **labels;   /* "labels.<name>": the names, in request order, each once */
+    size_t n_labels;
+} calltree_grouping;
+
+/* Parses Parca's group_by field names (fields[0..n)) into *out (overwritten; free it with
+ * calltree_grouping_free); n == 0 gives the default (function_name). `labels.<name>` groups by
+ * one label (a pprof sample label, or a series label: Parca has one namespace), bare `labels` by
+ * every sample label. Unknown names, and `labels.` with an empty name, are INVALID_ARGUMENT
+ * naming the field. */
+int calltree_group_by_parse(const char *const *fields, size_t n, calltree_grouping *out,
+                            strata_error *err);
+/* Parses a comma-separated list ("function_name,labels.endpoint"); NULL or "" gives the
+ * default. */
+int calltree_group_by_parse_list(const char *list, calltree_grouping *out, strata_error *err);
+/* Adds label `name` (a copy) unless present; INVALID_ARGUMENT for "". */
+int calltree_grouping_add_label(calltree_grouping *g, const char *name, strata_error *err);
+/* True when g groups by any pprof label. */
+bool calltree_grouping_has_labels(const calltree_grouping *g);
+void calltree_grouping_free(calltree_grouping *g);
 
 /* One node's values, valid after calltree_finalize() (self values are valid at any time). */
 typedef struct calltree_node_values {
@@ -143,13 +170,35 @@ typedef struct calltree_node_values {
  * groups by CALLTREE_GROUP_EXACT. */
 int calltree_create(calltree **out, size_t expected_nodes, strata_error *err);
 void calltree_free(calltree *tree);
-/* Sets the group-by mask (CALLTREE_GROUP_*, non-zero); FAILED_PRECONDITION once frames exist. */
+/* Sets the group-by mask (CALLTREE_GROUP_*, non-zero) and groups by no label; FAILED_PRECONDITION
+ * once frames exist. */
 int calltree_set_group_by(calltree *tree, unsigned mask, strata_error *err);
+/* Sets the whole group-by (mask and labels, copied); FAILED_PRECONDITION once frames exist. */
+int calltree_set_grouping(calltree *tree, const calltree_grouping *group_by, strata_error *err);
 unsigned calltree_group_by(const calltree *tree);
+/* The tree's group-by (valid while the tree lives and its group-by is not set again). */
+const calltree_grouping *calltree_get_grouping(const calltree *tree);
 
 /* Interns a frame (copying its strings) and returns its id in *frame. */
 int calltree_intern_frame(calltree *tree, const calltree_frame_desc *desc, uint32_t *frame,
                           strata_error *err);
+
+/* One pprof label. */
+typedef struct calltree_label {
+    calltree_str name;
+    calltree_str value;
+} calltree_label;
+
+/* Interns the label frame of labels[0..n) (n >= 1, names non-empty and unique, any order; they
+ * are sorted by name): its name is `name="value", ...` with values quoted as Prometheus label
+ * values. Label frames are identified by their labels alone. */
+int calltree_intern_label_frame(calltree *tree, const calltree_label *labels, size_t n,
+                                uint32_t *frame, strata_error *err);
+/* Labels of a label frame (0 for a code frame); the i-th pair's strings, valid while the tree
+ * lives. */
+size_t calltree_frame_label_count(const calltree *tree, uint32_t frame);
+void calltree_frame_label_at(const calltree *tree, uint32_t frame, size_t i, const char **name,
+                             const char **value);
 /* Finds or creates the child of parent for frame. parent must be an existing node id. */
 int calltree_child(calltree *tree, uint32_t parent, uint32_t frame, uint32_t *node,
                    strata_error *err);
@@ -260,7 +309,8 @@ typedef struct calltree_report_options {
  * joined by `inlined` (innermost first, one Line each with the call site's line), with the
  * frames' address and mapping; one Mapping per distinct (file, build id, range, offset, flags);
  * one sample per node with non-zero self whose locations are the node's path leaf first and whose
- * value is self (B's value for a diff tree). No trimming. Ids are dense from 1.
+ * value is self (B's value for a diff tree); a label frame on the path is no location but gives
+ * the sample its labels (pprof Label key and str). No trimming. Ids are dense from 1.
  *
  * Other report types: UNIMPLEMENTED with a message naming the type.
  */

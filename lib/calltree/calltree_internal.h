@@ -22,16 +22,22 @@ enum {
     FRAME_NSTR
 };
 
-/* A frame's fields besides its strings. */
+/* A frame's fields besides its strings. A label frame (pprof sample labels grouped by) has
+ * label_count > 0 pairs at label_words[label_first..]; its name is their display text. */
 typedef struct calltree_frame_extra {
     int64_t start_line;
     calltree_frame_location loc;
+    uint32_t label_first; /* into label_words, in (name, value) string id pairs */
+    uint32_t label_count;
 } calltree_frame_extra;
 
 struct calltree {
     strata_intern strings;
-    unsigned group_by;  /* CALLTREE_GROUP_*: which fields make a frame's identity */
-    uint32_t empty_sid; /* the string id of "" */
+    unsigned group_by;          /* CALLTREE_GROUP_*: which fields make a frame's identity */
+    uint32_t empty_sid;         /* the string id of "" */
+    calltree_grouping grouping; /* group_by with the pprof labels grouped by (owned copies) */
+    uint32_t *label_words;      /* label frames' (name, value) string id pairs */
+    size_t n_label_words, cap_label_words;
 
     uint32_t *frame_str; /* FRAME_NSTR string ids per frame */
     calltree_frame_extra *frame_extra;
@@ -76,6 +82,10 @@ static inline const calltree_frame_location *calltree_frame_loc(const calltree *
 
 static inline int64_t calltree_frame_start_line(const calltree *t, uint32_t frame) {
     return t->frame_extra[frame].start_line;
+}
+
+static inline bool calltree_frame_is_labels(const calltree *t, uint32_t frame) {
+    return t->frame_extra[frame].label_count > 0;
 }
 
 /* FAILED_PRECONDITION unless finalized. */

@@ -467,6 +467,7 @@ typedef struct pprof_build {
 static void pprof_build_free(pprof_build *b) {
     free(b->p.sample_types);
     free(b->p.samples);
+    free(b->p.sample_labels);
     free(b->p.sample_location_ids);
     free(b->p.sample_values);
     free(b->p.mappings);
@@ -608,7 +609,7 @@ static int pprof_location_at(const calltree *t, pprof_build *b, uint32_t v) {
                 return -1;
         }
         uint32_t up = t->parent[u];
-        if (!ul->inlined || up == CALLTREE_ROOT)
+        if (!ul->inlined || up == CALLTREE_ROOT || calltree_frame_is_labels(t, t->frame[up]))
             break;
         u = up;
     }
@@ -645,20 +646,32 @@ static int pprof_location_at(const calltree *t, pprof_build *b, uint32_t v) {
  * node inside an inlined run is not a start for the samples that pass through it, so locations
  * are found by walking from each sample's leaf, memoized per start node. Node ids put ancestors
  * first, so depths are one forward pass. */
-static int pprof_add_locations(const calltree *t, pprof_build *b, size_t *n_samples,
-                               size_t *n_ids) {
-    *n_samples = *n_ids = 0;
+/* A label frame's node ends a sample's locations, as the root does: it is no location. */
+static bool is_label_node(const calltree *t, uint32_t v) {
+    return v != CALLTREE_ROOT && calltree_frame_is_labels(t, t->frame[v]);
+}
+
+/* The node where a sample's locations end: the root, or the label frame above its stack. */
+static uint32_t sample_top(const calltree *t, const pprof_build *b, uint32_t v) {
+    while (v != CALLTREE_ROOT && !is_label_node(t, v))
+        v = b->after_node[v];
+    return v;
+}
+
+static int pprof_add_locations(const calltree *t, pprof_build *b, size_t *n_samples, size_t *n_ids,
+                               size_t *n_labels) {
+    *n_samples = *n_ids = *n_labels = 0;
     b->after_node[CALLTREE_ROOT] = CALLTREE_ROOT;
     for (size_t i = 1; i < t->n_nodes; i++) {
         if (t->self[i] == 0)
             continue;
-        for (uint32_t v = (uint32_t)i; v != CALLTREE_ROOT && b->loc_of_node[v] == 0;
+        for (uint32_t v = (uint32_t)i;
+             v != CALLTREE_ROOT && !is_label_node(t, v) && b->loc_of_node[v] == 0;
              v = b->after_node[v])
             if (pprof_location_at(t, b, v) != 0)
                 return -1;
     }
-    b->depth[CALLTREE_ROOT] = 0;
-    for (size_t v = 1; v < t->n_nodes; v++)
+    for (size_t v = 1; v < t->n_nodes; v++) /* depth stays 0 at the root and label frames */
         if (b->loc_of_node[v] != 0)
             b->depth[v] = b->depth[b->after_node[v]] + 1;
     for (size_t v = 0; v < t->n_nodes; v++) {
@@ -666,11 +679,32 @@ static int pprof_add_locations(const calltree *t, pprof_build *b, size_t *n_samp
             continue;
         (*n_samples)++;
         *n_ids += v == CALLTREE_ROOT ? 0 : b->depth[v];
+        uint32_t top = sample_top(t, b, (uint32_t)v);
+        *n_labels += top == CALLTREE_ROOT ? 0 : calltree_frame_label_count(t, t->frame[top]);
     }
     return 0;
 }
 
-static void pprof_add_samples(const calltree *t, pprof_build *b) {
+/* The labels of the label frame at node top, as the sample's pprof labels. */
+static int pprof_add_sample_labels(const calltree *t, pprof_build *b, uint32_t top,
+                                   pprof_sample *s) {
+    s->label_offset = (uint32_t)b->p.n_sample_labels;
+    s->label_count = 0;
+    if (top == CALLTREE_ROOT)
+        return 0;
+    const calltree_frame_extra *x = &t->frame_extra[t->frame[top]];
+    for (uint32_t i = 0; i < x->label_count; i++) {
+        pprof_label *l = &b->p.sample_labels[b->p.n_sample_labels++];
+        memset(l, 0, sizeof *l);
+        if (pprof_tree_string(b, t, t->label_words[x->label_first + 2 * i], &l->key) != 0 ||
+            pprof_tree_string(b, t, t->label_words[x->label_first + 2 * i + 1], &l->str) != 0)
+            return -1;
+        s->label_count++;
+    }
+    return 0;
+}
+
+static int pprof_add_samples(const calltree *t, pprof_build *b) {
     size_t ids = 0;
     for (size_t i = 0; i < t->n_nodes; i++) {
         if (t->self[i] == 0)
@@ -680,11 +714,15 @@ static void pprof_add_samples(const calltree *t, pprof_build *b) {
         s->location_offset = (uint32_t)ids;
         s->location_count = b->depth[i];
         s->value_offset = (uint32_t)b->p.n_samples;
-        for (uint32_t v = (uint32_t)i; v != CALLTREE_ROOT; v = b->after_node[v])
+        uint32_t v = (uint32_t)i;
+        for (; v != CALLTREE_ROOT && !is_label_node(t, v); v = b->after_node[v])
             b->p.sample_location_ids[ids++] = b->loc_of_node[v];
+        if (pprof_add_sample_labels(t, b, v, s) != 0)
+            return -1;
         b->p.sample_values[b->p.n_samples++] = t->self[i];
     }
     b->p.n_sample_location_ids = ids;
+    return 0;
 }
 
 static int pprof_fill_meta(pprof_build *b, const calltree_pprof_meta *m) {
@@ -708,7 +746,7 @@ static int build_pprof(const calltree *t, const calltree_report_options *opts, p
     b->str_index = calloc(t->strings.count ? t->strings.count : 1, sizeof *b->str_index);
     b->loc_of_node = calloc(t->n_nodes, sizeof *b->loc_of_node);
     b->after_node = malloc(t->n_nodes * sizeof *b->after_node);
-    b->depth = malloc(t->n_nodes * sizeof *b->depth);
+    b->depth = calloc(t->n_nodes, sizeof *b->depth);
     b->p.sample_types = malloc(sizeof *b->p.sample_types);
     if (b->str_index == NULL || b->loc_of_node == NULL || b->after_node == NULL ||
         b->depth == NULL || b->p.sample_types == NULL)
@@ -720,17 +758,18 @@ static int build_pprof(const calltree *t, const calltree_report_options *opts, p
     b->p.n_strings = 1;
     if (pprof_fill_meta(b, &opts->pprof) != 0)
         return -1;
-    size_t n_samples, n_ids;
-    if (pprof_add_locations(t, b, &n_samples, &n_ids) != 0 || n_ids > UINT32_MAX ||
-        n_samples > UINT32_MAX)
+    size_t n_samples, n_ids, n_labels;
+    if (pprof_add_locations(t, b, &n_samples, &n_ids, &n_labels) != 0 || n_ids > UINT32_MAX ||
+        n_samples > UINT32_MAX || n_labels > UINT32_MAX)
         return -1;
     b->p.samples = malloc((n_samples ? n_samples : 1) * sizeof *b->p.samples);
     b->p.sample_location_ids = malloc((n_ids ? n_ids : 1) * sizeof *b->p.sample_location_ids);
     b->p.sample_values = malloc((n_samples ? n_samples : 1) * sizeof *b->p.sample_values);
-    if (b->p.samples == NULL || b->p.sample_location_ids == NULL || b->p.sample_values == NULL)
+    b->p.sample_labels = malloc((n_labels ? n_labels : 1) * sizeof *b->p.sample_labels);
+    if (b->p.samples == NULL || b->p.sample_location_ids == NULL || b->p.sample_values == NULL ||
+        b->p.sample_labels == NULL)
         return -1;
-    pprof_add_samples(t, b);
-    return 0;
+    return pprof_add_samples(t, b);
 }
 
 static int encode_pprof(const calltree *t, const calltree_report_options *opts, QueryResponse *resp,

@@ -754,24 +754,237 @@ static void test_group_by_merge_order(void **state) {
 
 static void test_group_by_parse(void **state) {
     (void)state;
-    unsigned m;
+    calltree_grouping g;
     strata_error err;
-    assert_int_equal(calltree_group_by_parse(NULL, 0, &m, &err), 0);
-    assert_int_equal(m, CALLTREE_GROUP_FUNCTION_NAME);
+    assert_int_equal(calltree_group_by_parse(NULL, 0, &g, &err), 0);
+    assert_int_equal(g.mask, CALLTREE_GROUP_FUNCTION_NAME);
+    assert_false(calltree_grouping_has_labels(&g));
+    calltree_grouping_free(&g);
     const char *both[] = {"function_name", "mapping_file"};
-    assert_int_equal(calltree_group_by_parse(both, 2, &m, &err), 0);
-    assert_int_equal(m, CALLTREE_GROUP_FUNCTION_NAME | CALLTREE_GROUP_MAPPING_FILE);
-    assert_int_equal(calltree_group_by_parse_list("location_address,function_file_name", &m, &err),
+    assert_int_equal(calltree_group_by_parse(both, 2, &g, &err), 0);
+    assert_int_equal(g.mask, CALLTREE_GROUP_FUNCTION_NAME | CALLTREE_GROUP_MAPPING_FILE);
+    calltree_grouping_free(&g);
+    assert_int_equal(calltree_group_by_parse_list("location_address,function_file_name", &g, &err),
                      0);
-    assert_int_equal(m, CALLTREE_GROUP_LOCATION | CALLTREE_GROUP_FILE_NAME);
-    assert_int_equal(calltree_group_by_parse_list("", &m, &err), 0);
-    assert_int_equal(m, CALLTREE_GROUP_DEFAULT);
-    assert_int_equal(calltree_group_by_parse_list("function_name,bogus", &m, &err), -1);
+    assert_int_equal(g.mask, CALLTREE_GROUP_LOCATION | CALLTREE_GROUP_FILE_NAME);
+    calltree_grouping_free(&g);
+    assert_int_equal(calltree_group_by_parse_list("", &g, &err), 0);
+    assert_int_equal(g.mask, CALLTREE_GROUP_DEFAULT);
+    calltree_grouping_free(&g);
+    assert_int_equal(calltree_group_by_parse_list("function_name,bogus", &g, &err), -1);
     assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
     assert_non_null(strstr(err.message, "bogus"));
-    const char *labels[] = {"labels.endpoint"};
-    assert_int_equal(calltree_group_by_parse(labels, 1, &m, &err), -1);
-    assert_int_equal(err.code, STRATA_UNIMPLEMENTED);
+    /* pprof labels: one name, repeated names once, bare labels; code frames by function name */
+    const char *labels[] = {"labels.endpoint", "labels.region", "labels.endpoint"};
+    assert_int_equal(calltree_group_by_parse(labels, 3, &g, &err), 0);
+    assert_int_equal(g.mask, CALLTREE_GROUP_FUNCTION_NAME);
+    assert_false(g.all_labels);
+    assert_int_equal(g.n_labels, 2);
+    assert_string_equal(g.labels[0], "endpoint");
+    assert_string_equal(g.labels[1], "region");
+    assert_true(calltree_grouping_has_labels(&g));
+    calltree_grouping_free(&g);
+    assert_int_equal(calltree_group_by_parse_list("labels,mapping_file", &g, &err), 0);
+    assert_true(g.all_labels);
+    assert_int_equal(g.n_labels, 0);
+    assert_int_equal(g.mask, CALLTREE_GROUP_MAPPING_FILE);
+    calltree_grouping_free(&g);
+    assert_int_equal(calltree_group_by_parse_list("labels.", &g, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(calltree_group_by_parse_list("labelsx", &g, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+}
+
+/* ---- pprof labels ---- */
+
+static uint32_t label_frame(calltree *t, const char *name, const char *value, const char *name2,
+                            const char *value2) {
+    calltree_label l[2] = {{calltree_cstr(name), calltree_cstr(value)},
+                           {calltree_cstr(name2), calltree_cstr(value2)}};
+    uint32_t f;
+    assert_int_equal(calltree_intern_label_frame(t, l, name2 != NULL ? 2 : 1, &f, NULL), 0);
+    return f;
+}
+
+/* Stacks under label frames: endpoint="/a" main;a;b x3, endpoint="/b" main;a;b x5 and main;d x2,
+ * endpoint="/b", region="eu" main;d x1, and main;d x4 without labels (directly under the root). */
+static calltree *tree_labels(unsigned group_by) {
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    calltree_grouping g = {group_by, false, NULL, 0};
+    assert_int_equal(calltree_grouping_add_label(&g, "endpoint", NULL), 0);
+    assert_int_equal(calltree_set_grouping(t, &g, NULL), 0);
+    calltree_grouping_free(&g);
+    const struct {
+        const char *v, *region, *stack;
+        int64_t value;
+    } rows[] = {{"/a", NULL, "main;a;b", 3},
+                {"/b", NULL, "main;a;b", 5},
+                {"/b", NULL, "main;d", 2},
+                {"/b", "eu", "main;d", 1},
+                {NULL, NULL, "main;d", 4}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        uint32_t top = CALLTREE_ROOT;
+        if (rows[i].v != NULL) {
+            /* given unsorted when two: region before endpoint */
+            uint32_t f = rows[i].region != NULL
+                             ? label_frame(t, "region", rows[i].region, "endpoint", rows[i].v)
+                             : label_frame(t, "endpoint", rows[i].v, NULL, NULL);
+            assert_int_equal(calltree_child(t, CALLTREE_ROOT, f, &top, NULL), 0);
+        }
+        uint32_t node = top;
+        for (const char *p = rows[i].stack; *p != '\0';) {
+            size_t len = strcspn(p, ";");
+            assert_int_equal(calltree_child(t, node, frame_for(t, p, len), &node, NULL), 0);
+            p += len + (p[len] == ';');
+        }
+        calltree_add(t, node, rows[i].value);
+    }
+    assert_int_equal(calltree_finalize(t, NULL), 0);
+    return t;
+}
+
+/* Label frames: one per label set, named by their labels, apart from code frames of any name, in
+ * the flame graph, TOP, the table and merges; their cumulative is their labels' share. */
+static void test_group_by_labels(void **state) {
+    (void)state;
+    calltree *t = tree_labels(CALLTREE_GROUP_DEFAULT);
+    assert_int_equal(calltree_get_grouping(t)->n_labels, 1);
+    assert_string_equal(calltree_get_grouping(t)->labels[0], "endpoint");
+    /* the same labels give the same frame; a code frame named alike is another frame */
+    uint32_t a = label_frame(t, "endpoint", "/a", NULL, NULL);
+    assert_int_equal(label_frame(t, "endpoint", "/a", NULL, NULL), a);
+    calltree_frame_desc d = {calltree_cstr("endpoint=\"/a\""),
+                             calltree_cstr(""),
+                             calltree_cstr(""),
+                             calltree_cstr(""),
+                             calltree_cstr(""),
+                             0,
+                             {0}};
+    uint32_t code;
+    assert_int_equal(calltree_intern_frame(t, &d, &code, NULL), 0);
+    assert_int_not_equal(code, a);
+    assert_int_equal(calltree_frame_label_count(t, a), 1);
+    assert_int_equal(calltree_frame_label_count(t, code), 0);
+    const char *name, *value;
+    calltree_frame_label_at(t, a, 0, &name, &value);
+    assert_string_equal(name, "endpoint");
+    assert_string_equal(value, "/a");
+    calltree_label bad[2] = {{calltree_cstr("x"), calltree_cstr("1")},
+                             {calltree_cstr("x"), calltree_cstr("2")}};
+    uint32_t f;
+    assert_int_equal(calltree_intern_label_frame(t, bad, 2, &f, NULL), -1);
+    assert_int_equal(calltree_intern_label_frame(t, bad, 0, &f, NULL), -1);
+    calltree_free(t);
+
+    t = tree_labels(CALLTREE_GROUP_DEFAULT);
+    QueryResponse *r = encode(t, REPORT(FLAMEGRAPH_TABLE), 0);
+    const Parca__Query__V1alpha1__Flamegraph *fg = r->flamegraph;
+    assert_int_equal(fg->root->cumulative, 15);
+    assert_int_equal(fg->height, 4);
+    assert_int_equal(fg->root->n_children, 4); /* children sorted by name */
+    expect_node(fg, fg->root->children[0], "endpoint=\"/a\"", 3, 0, 1);
+    expect_node(fg, fg->root->children[1], "endpoint=\"/b\"", 7, 0, 1);
+    expect_node(fg, fg->root->children[2], "endpoint=\"/b\", region=\"eu\"", 1, 0, 1);
+    expect_node(fg, fg->root->children[3], "main", 4, 0, 1);
+    expect_node(fg, fg->root->children[1]->children[0], "main", 7, 0, 2);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+
+    r = encode(t, REPORT(TOP), 0);
+    const Parca__Query__V1alpha1__Top *top = r->top;
+    assert_int_equal(top->n_list, 7); /* d, b, main, a and the three label frames */
+    expect_top(top->list[0], "b", 8, 8, 0);
+    expect_top(top->list[1], "d", 7, 7, 0);
+    expect_top(top->list[2], "main", 0, 15, 0);
+    bool seen_b = false;
+    for (size_t i = 0; i < top->n_list; i++)
+        if (strcmp(top->list[i]->meta->function->name, "endpoint=\"/b\"") == 0) {
+            expect_top(top->list[i], "endpoint=\"/b\"", 0, 7, 0);
+            seen_b = true;
+        }
+    assert_true(seen_b);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+
+    char *json = json_of(t, false, 0, 0);
+    assert_non_null(strstr(json, "{\"name\":\"endpoint=\\\"/b\\\"\",\"system_name\":\"\""));
+    assert_non_null(strstr(json, "\"label\":\"endpoint=\\\"/b\\\"\",\"flat\":0,\"cumulative\":7}"));
+    free(json);
+    json = json_of(t, true, 0, 0);
+    assert_non_null(strstr(json, "\"endpoint=\\\"/a\\\"\""));
+    free(json);
+
+    /* a merge re-interns label frames with their labels */
+    calltree *m;
+    assert_int_equal(calltree_create(&m, 0, NULL), 0);
+    assert_int_equal(calltree_set_grouping(m, calltree_get_grouping(t), NULL), 0);
+    assert_int_equal(calltree_merge(m, t, NULL), 0);
+    assert_int_equal(calltree_merge(m, t, NULL), 0);
+    assert_int_equal(calltree_finalize(m, NULL), 0);
+    assert_int_equal(calltree_node_get(m, CALLTREE_ROOT).total, 30);
+    assert_int_equal(calltree_child_count(m, CALLTREE_ROOT), 4);
+    uint32_t eu = calltree_node_frame(m, calltree_child_at(m, CALLTREE_ROOT, 2));
+    assert_int_equal(calltree_frame_label_count(m, eu), 2);
+    calltree_frame_label_at(m, eu, 1, &name, &value);
+    assert_string_equal(name, "region");
+    assert_string_equal(value, "eu");
+    assert_int_equal(calltree_node_get(m, calltree_child_at(m, CALLTREE_ROOT, 2)).total, 2);
+    calltree_free(m);
+    calltree_free(t);
+}
+
+/* The PPROF report puts a label frame's labels back on the samples below it, and a label frame
+ * is no location; values that need quoting in the frame's name keep their raw bytes in pprof. */
+static void test_pprof_sample_labels(void **state) {
+    (void)state;
+    calltree *t = tree_labels(CALLTREE_GROUP_EXACT);
+    uint32_t q = label_frame(t, "endpoint", "say \"hi\"\n", NULL, NULL);
+    uint32_t top, node;
+    assert_int_equal(calltree_child(t, CALLTREE_ROOT, q, &top, NULL), 0);
+    assert_int_equal(calltree_child(t, top, frame_for(t, "e", 1), &node, NULL), 0);
+    calltree_add(t, node, 6);
+    calltree_add(t, top, 2); /* an empty stack with labels */
+    assert_int_equal(calltree_finalize(t, NULL), 0);
+    assert_string_equal(calltree_frame_label(t, q), "endpoint=\"say \\\"hi\\\"\\n\"");
+    QueryResponse *r = encode(t, REPORT(PPROF), 0);
+    pprof_profile p;
+    strata_error err;
+    if (pprof_decode(r->pprof.data, r->pprof.len, NULL, &p, &err) != 0)
+        fail_msg("%s", err.message);
+    assert_int_equal(p.n_samples, 7);
+    assert_int_equal(p.n_functions, 5); /* main, a, b, d, e: no function for a label frame */
+    char seen[7][160];
+    for (size_t i = 0; i < p.n_samples; i++) {
+        char stack[128];
+        stack_string(&p, i, stack, sizeof stack);
+        const pprof_sample *s = &p.samples[i];
+        char labels[96] = "";
+        for (uint32_t k = 0; k < s->label_count; k++) {
+            const pprof_label *l = &p.sample_labels[s->label_offset + k];
+            pprof_string key = pprof_string_at(&p, l->key), str = pprof_string_at(&p, l->str);
+            size_t len = strlen(labels);
+            snprintf(labels + len, sizeof labels - len, "%s%.*s=%.*s", k ? "," : "", (int)key.len,
+                     key.ptr, (int)str.len, str.ptr);
+        }
+        snprintf(seen[i], sizeof seen[i], "%s [%s] %lld", stack, labels,
+                 (long long)pprof_sample_value(&p, i, 0));
+    }
+    const char *want[] = {"main;a;b [endpoint=/a] 3",
+                          "main;a;b [endpoint=/b] 5",
+                          "main;d [endpoint=/b] 2",
+                          "main;d [endpoint=/b,region=eu] 1",
+                          "main;d [] 4",
+                          "e [endpoint=say \"hi\"\n] 6",
+                          " [endpoint=say \"hi\"\n] 2"};
+    for (size_t w = 0; w < 7; w++) {
+        bool found = false;
+        for (size_t i = 0; i < 7 && !found; i++)
+            found = strcmp(seen[i], want[w]) == 0;
+        if (!found)
+            fail_msg("no pprof sample \"%s\" (first: \"%s\")", want[w], seen[0]);
+    }
+    pprof_profile_free(&p);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    calltree_free(t);
 }
 
 /* An exact tree exports the locations it was built from: addresses, call-site lines, inlined
@@ -890,6 +1103,8 @@ int main(void) {
         cmocka_unit_test(test_group_by_function_name),
         cmocka_unit_test(test_group_by_merge_order),
         cmocka_unit_test(test_group_by_parse),
+        cmocka_unit_test(test_group_by_labels),
+        cmocka_unit_test(test_pprof_sample_labels),
         cmocka_unit_test(test_pprof_faithful),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,6 +4,8 @@
  * Layout: a generic "for each matching block, in parallel" driver (for_each_block) runs a
  * per-block function with the block's reader locked; each operation has a per-block function that
  * fills a per-worker partial result, and a merge step that combines the partials in block order.
+ * pprof sample labels go through a per-block sample_view (filters and label frames per (series,
+ * label set)); merges sum rows grouped under a label frame in a map beside the per-stack array.
  */
 #include "engine.h"
 #include "engine_internal.h"
@@ -266,12 +268,104 @@ void query_profile_types_free(profile_type *types, size_t n) {
     free(types);
 }
 
+/* ---- pprof sample labels in the series' namespace ---------------------------------------- */
+
+/* Parca keeps a pprof sample's labels in the namespace of its series' labels, a sample label
+ * whose name the series also has being seen as exported_<name>. So the value of label `name` for
+ * a sample of series `series` with sample labels `set` is the series' own value if it has the
+ * label, else the sample's. */
+#define EXPORTED_PREFIX "exported_"
+
+/* The sample's own label `name` as seen in that namespace (NULL when absent), for a name the
+ * series lacks: exported_<x> is the sample's x when the series has x. */
+static const char *sample_label(const label_set *series, const label_set *set, const char *name) {
+    size_t prefix = sizeof EXPORTED_PREFIX - 1;
+    if (strncmp(name, EXPORTED_PREFIX, prefix) == 0 && label_set_get(series, name + prefix) != NULL)
+        return label_set_get(set, name + prefix);
+    if (label_set_get(series, name) != NULL)
+        return NULL; /* the sample's label of that name is exported_<name> */
+    return label_set_get(set, name);
+}
+
+static const char *label_value(const label_set *series, const label_set *set, const char *name) {
+    const char *v = label_set_get(series, name);
+    return v != NULL ? v : sample_label(series, set, name);
+}
+
+/* True when some matcher of sel names a label the series lacks: in a block with sample labels,
+ * such matchers are applied to each sample's labels. */
+static bool has_sample_matchers(const selector *sel, const label_set *series) {
+    for (size_t i = 0; sel != NULL && i < sel->n_matchers; i++)
+        if (label_set_get(series, sel->matchers[i].name) == NULL)
+            return true;
+    return false;
+}
+
+/* Whether a sample of the series with labels `set` passes the matchers naming labels the series
+ * lacks (the others were checked on the series). */
+static bool sample_matches(const selector *sel, const label_set *series, const label_set *set) {
+    for (size_t i = 0; sel != NULL && i < sel->n_matchers; i++) {
+        const label_matcher *m = &sel->matchers[i];
+        if (label_set_get(series, m->name) != NULL)
+            continue;
+        if (!label_matcher_matches(m, sample_label(series, set, m->name)))
+            return false;
+    }
+    return true;
+}
+
+/* Series selection in a block with sample labels: a series matches when its own labels pass the
+ * matchers naming them and some sample can pass the others (one of the series' label sets, or
+ * none: the series' list does not say whether it also has samples without labels). */
+static int select_with_sample_labels(block_reader *r, const selector *sel, uint32_t **ids,
+                                     size_t *n, strata_error *err) {
+    size_t count = block_reader_series_count(r);
+    *ids = malloc((count + 1) * sizeof **ids);
+    *n = 0;
+    if (*ids == NULL)
+        return strata_error_oom(err);
+    static const label_set none = LABEL_SET_INIT;
+    for (uint32_t s = 0; s < count; s++) {
+        const label_set *labels = block_reader_series_labels(r, s);
+        if (sel->has_profile_type &&
+            !profile_type_equal(&sel->profile_type, block_reader_series_type(r, s)))
+            continue;
+        bool ok = true;
+        for (size_t i = 0; ok && i < sel->n_matchers; i++) {
+            const char *v = label_set_get(labels, sel->matchers[i].name);
+            ok = v == NULL || label_matcher_matches(&sel->matchers[i], v);
+        }
+        if (ok && has_sample_matchers(sel, labels)) {
+            ok = sample_matches(sel, labels, &none);
+            const uint32_t *sets;
+            size_t n_sets;
+            if (!ok && block_reader_series_label_sets(r, s, &sets, &n_sets, err) != 0)
+                return -1;
+            for (size_t k = 0; !ok && k < n_sets; k++) {
+                const label_set *set;
+                if (block_reader_label_set(r, sets[k], &set, err) != 0)
+                    return -1;
+                ok = sample_matches(sel, labels, set);
+            }
+        }
+        if (ok)
+            (*ids)[(*n)++] = s;
+    }
+    return 0;
+}
+
 /* ---- series selection shared by every operation ------------------------------------------- */
 
 /* Series ids of r matching sel (and type when given), ascending. */
 int engine_select_series(block_reader *r, const selector *sel, const profile_type *type,
                          uint32_t **ids, size_t *n, strata_error *err) {
-    if (sel != NULL) {
+    if (sel != NULL && sel->n_matchers > 0 && block_reader_has_sample_labels(r)) {
+        if (select_with_sample_labels(r, sel, ids, n, err) != 0) {
+            free(*ids);
+            *ids = NULL;
+            return -1;
+        }
+    } else if (sel != NULL) {
         if (block_reader_select(r, sel, ids, n, err) != 0)
             return -1;
     } else {
@@ -290,6 +384,166 @@ int engine_select_series(block_reader *r, const selector *sel, const profile_typ
         if (profile_type_equal(block_reader_series_type(r, (*ids)[i]), type))
             (*ids)[kept++] = (*ids)[i];
     *n = kept;
+    return 0;
+}
+
+/* ---- per-sample view: sample-label filters and label frames -------------------------------- */
+
+/* What a block's samples need beyond their stack: whether they pass the selector's matchers on
+ * sample labels (in a block with sample labels, for series lacking a matcher's label), and
+ * which label frame they go under when the tree groups by labels. Both depend only on (series,
+ * label set), so each pair is worked out once per block and cached; a block and query with
+ * neither (the common case) skips all of it. */
+typedef struct sample_view {
+    block_reader *r;
+    const selector *sel;
+    const calltree_grouping *grouping; /* NULL, or labels grouped by */
+    calltree *tree;                    /* label frames are interned here */
+    bool filter;                       /* some selected series has sample matchers */
+    bool active;                       /* filter or grouping */
+    strata_u64_map cache;              /* (series << 32 | set) + 1 -> result << 1 | pass */
+    uint64_t *by_set;                  /* per label set: the cached result for stamp's series */
+    uint32_t *stamp;                   /* per label set: series + 1 whose result by_set holds */
+    size_t n_sets;
+    calltree_label *labels; /* scratch: a label frame's labels */
+    char **names;           /* scratch: exported_<name> names */
+    size_t cap_labels;
+} sample_view;
+
+#define VIEW_NO_FRAME UINT32_MAX
+
+static void sample_view_free(sample_view *v) {
+    strata_u64_map_free(&v->cache);
+    free(v->by_set);
+    free(v->stamp);
+    free(v->labels);
+    free(v->names);
+}
+
+/* Sets up the view for the given profiles of r (any order); tree may be NULL when not grouping. */
+static int sample_view_init(sample_view *v, block_reader *r, const selector *sel, calltree *tree,
+                            const block_profile *profiles, size_t n, strata_error *err) {
+    memset(v, 0, sizeof *v);
+    v->r = r;
+    v->sel = sel;
+    v->tree = tree;
+    if (tree != NULL && calltree_grouping_has_labels(calltree_get_grouping(tree)))
+        v->grouping = calltree_get_grouping(tree);
+    uint32_t last = UINT32_MAX;
+    for (size_t i = 0; block_reader_has_sample_labels(r) && !v->filter && i < n; i++) {
+        if (profiles[i].series_id == last)
+            continue;
+        last = profiles[i].series_id;
+        v->filter = has_sample_matchers(sel, block_reader_series_labels(r, last));
+    }
+    v->active = v->filter || v->grouping != NULL;
+    if (!v->active)
+        return 0;
+    v->n_sets = block_reader_label_set_count(r) + 1;
+    v->by_set = malloc(v->n_sets * sizeof *v->by_set);
+    v->stamp = calloc(v->n_sets, sizeof *v->stamp);
+    if (v->by_set == NULL || v->stamp == NULL || strata_u64_map_init(&v->cache, 64) != 0)
+        return strata_error_oom(err);
+    return 0;
+}
+
+static int view_add_label(sample_view *v, size_t *n, const char *name, const char *value,
+                          bool exported, strata_error *err) {
+    for (size_t i = 0; i < *n; i++)
+        if (exported ? (strncmp(v->labels[i].name.ptr, EXPORTED_PREFIX,
+                                sizeof EXPORTED_PREFIX - 1) == 0 &&
+                        strcmp(v->labels[i].name.ptr + sizeof EXPORTED_PREFIX - 1, name) == 0)
+                     : strcmp(v->labels[i].name.ptr, name) == 0)
+            return 0; /* named already */
+    if (*n == v->cap_labels) {
+        size_t cap = v->cap_labels ? v->cap_labels * 2 : 8;
+        calltree_label *labels = realloc(v->labels, cap * sizeof *labels);
+        if (labels == NULL)
+            return strata_error_oom(err);
+        v->labels = labels;
+        char **names = realloc(v->names, cap * sizeof *names);
+        if (names == NULL)
+            return strata_error_oom(err);
+        v->names = names;
+        v->cap_labels = cap;
+    }
+    v->names[*n] = NULL;
+    if (exported) {
+        size_t len = sizeof EXPORTED_PREFIX - 1 + strlen(name);
+        if ((v->names[*n] = malloc(len + 1)) == NULL)
+            return strata_error_oom(err);
+        snprintf(v->names[*n], len + 1, "%s%s", EXPORTED_PREFIX, name);
+    }
+    v->labels[*n].name = calltree_cstr(exported ? v->names[*n] : name);
+    v->labels[*n].value = calltree_cstr(value);
+    (*n)++;
+    return 0;
+}
+
+/* The label frame of a sample of the series with sample labels `set`: the labels grouped by
+ * that it has (every sample label for bare `labels`, named as in the namespace; `labels.<name>`
+ * from the series or the sample), or VIEW_NO_FRAME when it has none of them. */
+static int view_label_frame(sample_view *v, const label_set *series, const label_set *set,
+                            uint32_t *frame, strata_error *err) {
+    size_t n = 0;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && v->grouping->all_labels && i < set->count; i++) {
+        const strata_label *l = &set->labels[i];
+        rc = view_add_label(v, &n, l->name, l->value, label_set_get(series, l->name) != NULL, err);
+    }
+    for (size_t i = 0; rc == 0 && i < v->grouping->n_labels; i++) {
+        const char *name = v->grouping->labels[i];
+        const char *value = label_value(series, set, name);
+        if (value != NULL && value[0] != '\0')
+            rc = view_add_label(v, &n, name, value, false, err);
+    }
+    *frame = VIEW_NO_FRAME;
+    if (rc == 0 && n > 0)
+        rc = calltree_intern_label_frame(v->tree, v->labels, n, frame, err);
+    for (size_t i = 0; i < n; i++)
+        free(v->names[i]);
+    return rc;
+}
+
+/* Whether a sample of `series` with label set `set` passes, and its label frame (VIEW_NO_FRAME:
+ * none). */
+static int view_lookup(sample_view *v, uint32_t series, uint32_t set, bool *pass, uint32_t *frame,
+                       strata_error *err) {
+    uint64_t key = ((uint64_t)series << 32 | set) + 1;
+    const uint64_t *known = strata_u64_map_get(&v->cache, key);
+    if (known == NULL) {
+        const label_set *labels = block_reader_series_labels(v->r, series), *sample;
+        if (labels == NULL)
+            return strata_error_set(err, STRATA_DATA_LOSS, "series %u out of range", series);
+        if (block_reader_label_set(v->r, set, &sample, err) != 0)
+            return -1;
+        bool ok = !v->filter || sample_matches(v->sel, labels, sample);
+        uint32_t f = VIEW_NO_FRAME;
+        if (ok && v->grouping != NULL && view_label_frame(v, labels, sample, &f, err) != 0)
+            return -1;
+        uint64_t value = (uint64_t)f << 1 | (ok ? 1u : 0u);
+        if ((known = strata_u64_map_upsert(&v->cache, key, value, NULL)) == NULL)
+            return strata_error_oom(err);
+    }
+    *pass = (*known & 1) != 0;
+    *frame = (uint32_t)(*known >> 1);
+    return 0;
+}
+
+/* view_lookup through a per-set array for the series at hand (samples come by series). */
+static inline int view_get(sample_view *v, uint32_t series, uint32_t set, bool *pass,
+                           uint32_t *frame, strata_error *err) {
+    if (set >= v->n_sets)
+        return strata_error_set(err, STRATA_DATA_LOSS, "label set %u out of range", set);
+    if (v->stamp[set] != series + 1) {
+        if (view_lookup(v, series, set, pass, frame, err) != 0)
+            return -1;
+        v->stamp[set] = series + 1;
+        v->by_set[set] = (uint64_t)*frame << 1 | (*pass ? 1u : 0u);
+        return 0;
+    }
+    *pass = (v->by_set[set] & 1) != 0;
+    *frame = (uint32_t)(v->by_set[set] >> 1);
     return 0;
 }
 
@@ -324,6 +578,41 @@ static int add_series_labels(const labels_query *q, const label_set *labels, str
     return 0;
 }
 
+/* The pprof sample labels of a series' label sets that pass sel, as they appear in the series'
+ * namespace: a name the series has too is listed as exported_<name>. */
+static int add_sample_labels(const labels_query *q, block_reader *r, const selector *sel,
+                             uint32_t series, string_set *set, strata_error *err) {
+    const label_set *labels = block_reader_series_labels(r, series);
+    const uint32_t *sets;
+    size_t n_sets;
+    if (block_reader_series_label_sets(r, series, &sets, &n_sets, err) != 0)
+        return -1;
+    char name[512];
+    for (size_t k = 0; k < n_sets; k++) {
+        const label_set *sample;
+        if (block_reader_label_set(r, sets[k], &sample, err) != 0)
+            return -1;
+        if (!sample_matches(sel, labels, sample))
+            continue;
+        for (size_t l = 0; l < sample->count; l++) {
+            const strata_label *lab = &sample->labels[l];
+            bool exported = label_set_get(labels, lab->name) != NULL;
+            int len =
+                snprintf(name, sizeof name, "%s%s", exported ? EXPORTED_PREFIX : "", lab->name);
+            if (len < 0 || (size_t)len >= sizeof name)
+                continue; /* a name too long to select by */
+            if (q->name == NULL) {
+                if (string_set_add(set, name, (size_t)len, err) != 0)
+                    return -1;
+            } else if (strcmp(name, q->name) == 0 &&
+                       string_set_add(set, lab->value, strlen(lab->value), err) != 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 static int block_labels(indexed_block *b, size_t index, block_reader *r, void *partial,
                         strata_error *err) {
     labels_partial *p = partial;
@@ -334,12 +623,15 @@ static int block_labels(indexed_block *b, size_t index, block_reader *r, void *p
     for (size_t s = 0; s < n_passes; s++) {
         uint32_t *ids = NULL;
         size_t n = 0;
-        if (engine_select_series(r, q->n_sels > 0 ? &q->sels[s] : NULL, q->type, &ids, &n, err) !=
-            0)
+        const selector *sel = q->n_sels > 0 ? &q->sels[s] : NULL;
+        if (engine_select_series(r, sel, q->type, &ids, &n, err) != 0)
             return -1;
         int rc = 0;
-        for (size_t i = 0; rc == 0 && i < n; i++)
+        for (size_t i = 0; rc == 0 && i < n; i++) {
             rc = add_series_labels(q, block_reader_series_labels(r, ids[i]), &p->set, err);
+            if (rc == 0 && block_reader_has_sample_labels(r))
+                rc = add_sample_labels(q, r, sel, ids[i], &p->set, err);
+        }
         free(ids);
         if (rc != 0)
             return -1;
@@ -575,6 +867,30 @@ static int64_t bucket_of(int64_t time, int64_t step) {
     return b * step;
 }
 
+/* The sum of a profile's samples that pass the view's sample-label filter; *any says whether
+ * one did. */
+static int profile_sample_total(sample_view *view, const block_profile *bp, block_samples *samples,
+                                int64_t *total, bool *any, strata_error *err) {
+    samples->len = 0;
+    if (block_reader_read_samples(view->r, bp, 1, samples, err) != 0)
+        return -1;
+    uint64_t sum = 0;
+    *any = false;
+    for (size_t k = 0; k < samples->len; k++) {
+        bool pass = false;
+        uint32_t frame;
+        uint32_t set = samples->label_sets != NULL ? samples->label_sets[k] : 0;
+        if (view_get(view, bp->series_id, set, &pass, &frame, err) != 0)
+            return -1;
+        if (pass) {
+            sum += (uint64_t)samples->values[k];
+            *any = true;
+        }
+    }
+    memcpy(total, &sum, sizeof *total);
+    return 0;
+}
+
 static int block_range(indexed_block *b, size_t index, block_reader *r, void *partial,
                        strata_error *err) {
     range_partial *p = partial;
@@ -588,10 +904,23 @@ static int block_range(indexed_block *b, size_t index, block_reader *r, void *pa
     range_group *g = NULL;
     size_t last_cell = SIZE_MAX; /* profiles come sorted by (series, time): buckets repeat */
     int64_t last_bucket = 0;
+    sample_view view;
+    block_samples samples = {0};
+    if (sample_view_init(&view, r, q->sel, NULL, profiles, n_profiles, err) != 0)
+        goto out;
     for (size_t i = 0; i < n_profiles; i++) {
         const block_profile *bp = &profiles[i];
         if (selection->dropped != NULL && selection->dropped[i])
             continue; /* counted in another block (or earlier in this one) */
+        int64_t total = bp->total;
+        if (view.filter &&
+            has_sample_matchers(q->sel, block_reader_series_labels(r, bp->series_id))) {
+            bool any = false; /* only the samples whose labels match count */
+            if (profile_sample_total(&view, bp, &samples, &total, &any, err) != 0)
+                goto out;
+            if (!any)
+                continue;
+        }
         if (bp->series_id != last_series || g == NULL) {
             last_cell = SIZE_MAX;
             label_set labels = LABEL_SET_INIT;
@@ -613,11 +942,13 @@ static int block_range(indexed_block *b, size_t index, block_reader *r, void *pa
             last_cell = (size_t)(c - g->cells);
             last_bucket = time_bucket;
         }
-        int64_t value = q->samples_count ? bp->total * bp->period : bp->total;
+        int64_t value = q->samples_count ? total * bp->period : total;
         cell_add(c, q->delta, bp->time_ns, bp->duration_ns, value, 1, false);
     }
     rc = 0;
 out:
+    block_samples_free(&samples);
+    sample_view_free(&view);
     return rc;
 }
 
@@ -799,6 +1130,8 @@ typedef struct merge_partial {
     const merge_query *q;
     calltree *tree;
     merge_result result;
+    uint64_t passed; /* rows counted */
+    bool filtered;   /* some block filtered samples by their labels */
 } merge_partial;
 
 /* Per-block translation state: block location -> calltree frames (root-most first). */
@@ -960,30 +1293,63 @@ static int stack_node(block_reader *r, calltree *tree, frame_memo *m, uint32_t *
     return 0;
 }
 
-/* Adds (stack, value) rows to per_stack (indexed by stack id) in wrapping arithmetic, the
- * values multiplied by mult: the same sums whether rows come from samples or rollups. */
-static int add_rows(const block_samples *s, size_t from, size_t n, int64_t mult, int64_t *per_stack,
-                    size_t n_stacks, strata_error *err) {
-    uint64_t *sums = (uint64_t *)per_stack;
-    for (size_t i = from; i < from + n && i < s->len; i++) {
+/* Where a block's rows are summed: per stack id for rows shown from the root, per (label frame,
+ * stack) for rows grouped under a label frame; rows failing a sample-label filter are left out. */
+typedef struct row_sums {
+    int64_t *per_stack; /* indexed by stack id */
+    size_t n_stacks;
+    sample_view *view;      /* NULL when no sample needs more than its stack */
+    strata_u64_map grouped; /* ((label frame + 1) << 32 | stack) -> wrapping sum */
+    uint64_t passed;        /* rows counted */
+} row_sums;
+
+/* Adds (stack, value) rows of one series to the sums in wrapping arithmetic, the values
+ * multiplied by mult: the same sums whether rows come from samples or rollups. */
+static int add_rows(const block_samples *s, size_t from, size_t n, int64_t mult, uint32_t series,
+                    row_sums *sums, strata_error *err) {
+    uint64_t *per = (uint64_t *)sums->per_stack;
+    size_t end = from + n < s->len ? from + n : s->len;
+    for (size_t i = from; i < end; i++) {
         uint32_t stack = s->stacks[i];
-        if (stack >= n_stacks)
+        if (stack >= sums->n_stacks)
             return strata_error_set(err, STRATA_DATA_LOSS, "stack id %u out of range", stack);
-        sums[stack] += (uint64_t)s->values[i] * (uint64_t)mult;
+        uint64_t value = (uint64_t)s->values[i] * (uint64_t)mult;
+        if (sums->view == NULL) {
+            per[stack] += value;
+            continue;
+        }
+        bool pass = false;
+        uint32_t frame = VIEW_NO_FRAME;
+        uint32_t set = s->label_sets != NULL ? s->label_sets[i] : 0;
+        if (view_get(sums->view, series, set, &pass, &frame, err) != 0)
+            return -1;
+        if (!pass)
+            continue;
+        sums->passed++;
+        if (frame == VIEW_NO_FRAME) {
+            per[stack] += value;
+            continue;
+        }
+        uint64_t *sum =
+            strata_u64_map_upsert(&sums->grouped, ((uint64_t)frame + 1) << 32 | stack, 0, NULL);
+        if (sum == NULL)
+            return strata_error_oom(err);
+        *sum += value;
     }
+    if (sums->view == NULL && end > from)
+        sums->passed += end - from;
     return 0;
 }
 
-/* Sums the samples of profiles into per_stack (indexed by stack id). */
+/* Sums the samples of profiles into sums. */
 static int aggregate_samples(block_reader *r, const merge_query *q, const block_profile *profiles,
-                             size_t n, int64_t *per_stack, size_t n_stacks, merge_result *res,
-                             strata_error *err) {
+                             size_t n, row_sums *sums, merge_result *res, strata_error *err) {
     block_samples s = {0};
     int rc = block_reader_read_samples(r, profiles, n, &s, err);
     size_t at = 0;
     for (size_t p = 0; rc == 0 && p < n; p++) {
         int64_t mult = q->samples_count ? profiles[p].period : 1;
-        rc = add_rows(&s, at, profiles[p].sample_count, mult, per_stack, n_stacks, err);
+        rc = add_rows(&s, at, profiles[p].sample_count, mult, profiles[p].series_id, sums, err);
         at += profiles[p].sample_count;
     }
     if (rc == 0)
@@ -998,8 +1364,8 @@ static int aggregate_samples(block_reader *r, const merge_query *q, const block_
  * says whether it applied. The rollup's values are already scaled as aggregate_samples scales
  * them, so the sums are identical. Samples count the sample rows the profiles cover. */
 static int aggregate_rollup(block_reader *r, const merge_query *q, const block_profile *profiles,
-                            size_t n, int64_t *per_stack, size_t n_stacks, merge_result *res,
-                            bool *used, strata_error *err) {
+                            size_t n, row_sums *sums, merge_result *res, bool *used,
+                            strata_error *err) {
     *used = false;
     if (!q->use_rollups || n < BLOCK_ROLLUP_MIN_PROFILES || !block_reader_has_rollups(r))
         return 0;
@@ -1011,7 +1377,7 @@ static int aggregate_rollup(block_reader *r, const merge_query *q, const block_p
     block_samples s = {0};
     int rc = block_reader_series_rollup(r, profiles[0].series_id, &s, err);
     if (rc == 0)
-        rc = add_rows(&s, 0, s.len, 1, per_stack, n_stacks, err);
+        rc = add_rows(&s, 0, s.len, 1, profiles[0].series_id, sums, err);
     block_samples_free(&s);
     if (rc != 0)
         return -1;
@@ -1041,6 +1407,78 @@ static void note_profiles(merge_result *res, const block_profile *profiles, size
     }
 }
 
+/* The node of block stack `stack` under label frame `frame` (below the root), translating it on
+ * first use; nodes caches ((frame + 1) << 32 | stack id) -> node, the label frame's own node
+ * under stack id 0, so stacks sharing a prefix under one label frame translate it once. */
+static int grouped_stack_node(block_reader *r, calltree *tree, frame_memo *m, strata_u64_map *nodes,
+                              uint32_t frame, uint32_t stack, uint32_t *out, strata_error *err) {
+    uint64_t hi = ((uint64_t)frame + 1) << 32;
+    size_t n_pending = 0;
+    uint32_t id = stack;
+    const uint64_t *known;
+    while ((known = strata_u64_map_get(nodes, hi | id)) == NULL && id != 0) {
+        if (grow_u32(&m->path, &m->cap_path, n_pending + 1, err) != 0)
+            return -1;
+        m->path[n_pending++] = id;
+        uint32_t parent, loc;
+        if (block_reader_stack_node(r, id, &parent, &loc, err) != 0)
+            return -1;
+        id = parent;
+    }
+    uint32_t node;
+    if (known != NULL) {
+        node = (uint32_t)*known;
+    } else { /* the label frame's node */
+        if (calltree_child(tree, CALLTREE_ROOT, frame, &node, err) != 0)
+            return -1;
+        if (strata_u64_map_upsert(nodes, hi, node, NULL) == NULL)
+            return strata_error_oom(err);
+    }
+    while (n_pending > 0) {
+        uint32_t s_id = m->path[--n_pending], parent, loc;
+        if (block_reader_stack_node(r, s_id, &parent, &loc, err) != 0)
+            return -1;
+        if (m->offset[loc] == 0 && translate_location(r, tree, m, loc, err) != 0)
+            return -1;
+        const uint32_t *frames = m->frames + m->offset[loc] - 1;
+        for (uint16_t f = 0; f < m->count[loc]; f++)
+            if (calltree_child(tree, node, frames[f], &node, err) != 0)
+                return -1;
+        if (strata_u64_map_upsert(nodes, hi | s_id, node, NULL) == NULL)
+            return strata_error_oom(err);
+    }
+    *out = node;
+    return 0;
+}
+
+/* Adds the rows summed per (label frame, stack) to the partial tree, under their label frames. */
+static int add_grouped(block_reader *r, merge_partial *p, frame_memo *m,
+                       const strata_u64_map *grouped, strata_error *err) {
+    strata_u64_map nodes;
+    if (strata_u64_map_init(&nodes, grouped->count * 2) != 0)
+        return strata_error_oom(err);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i <= grouped->mask; i++) {
+        uint64_t key = grouped->keys[i];
+        int64_t value;
+        memcpy(&value, &grouped->values[i], sizeof value);
+        if (key == 0 || value == 0)
+            continue;
+        p->result.total += value;
+        uint32_t node = CALLTREE_ROOT;
+        rc = grouped_stack_node(r, p->tree, m, &nodes, (uint32_t)(key >> 32) - 1, (uint32_t)key,
+                                &node, err);
+        if (rc == 0 && p->q->base)
+            calltree_add_base(p->tree, node, value);
+        else if (rc == 0)
+            calltree_add(p->tree, node, value);
+        else if (err->code == STRATA_DATA_LOSS)
+            err->code = STRATA_INTERNAL; /* as in merge_profiles_into */
+    }
+    strata_u64_map_free(&nodes);
+    return rc;
+}
+
 /* Samples are read in batches of profiles so memory stays bounded by the stack table. */
 #define MERGE_BATCH_SAMPLES (1u << 20)
 
@@ -1067,6 +1505,17 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
         memset(node_of_stack, 0xff, n_stacks * sizeof *node_of_stack);
         node_of_stack[0] = CALLTREE_ROOT; /* the empty stack */
     }
+    sample_view view;
+    row_sums sums = {per_stack, n_stacks, NULL, {0}, 0};
+    if (rc == 0)
+        rc = sample_view_init(&view, r, q->sel, p->tree, profiles, n, err);
+    else
+        memset(&view, 0, sizeof view);
+    if (rc == 0 && view.active) {
+        sums.view = &view;
+        if (strata_u64_map_init(&sums.grouped, 256) != 0)
+            rc = strata_error_oom(err);
+    }
     /* Series the range covers go through their rollups; the profiles of the rest are scanned
      * in batches, as many series per batch as fit. */
     block_profile *scan = malloc((n + 1) * sizeof *scan);
@@ -1078,8 +1527,7 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
         while (end < n && profiles[end].series_id == profiles[i].series_id)
             end++;
         bool used = false;
-        rc = aggregate_rollup(r, q, profiles + i, end - i, per_stack, n_stacks, &p->result, &used,
-                              err);
+        rc = aggregate_rollup(r, q, profiles + i, end - i, &sums, &p->result, &used, err);
         if (rc == 0 && !used) {
             memcpy(scan + n_scan, profiles + i, (end - i) * sizeof *scan);
             n_scan += end - i;
@@ -1091,10 +1539,12 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
         uint64_t batch = 0;
         while (j < n_scan && (j == i || batch + scan[j].sample_count <= MERGE_BATCH_SAMPLES))
             batch += scan[j++].sample_count;
-        rc = aggregate_samples(r, q, scan + i, j - i, per_stack, n_stacks, &p->result, err);
+        rc = aggregate_samples(r, q, scan + i, j - i, &sums, &p->result, err);
         i = j;
     }
     free(scan);
+    p->passed += sums.passed;
+    p->filtered |= view.filter;
     for (size_t s = 0; rc == 0 && s < n_stacks; s++) {
         if (per_stack[s] == 0)
             continue;
@@ -1109,11 +1559,15 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
             err->code = STRATA_INTERNAL; /* part of the block is in the tree: it cannot be left
                                             out any more, so the query fails */
     }
+    if (rc == 0 && sums.grouped.count > 0)
+        rc = add_grouped(r, p, &m, &sums.grouped, err);
     if (rc == 0)
         note_profiles(&p->result, profiles, n);
     free(per_stack);
     free(node_of_stack);
     frame_memo_free(&m);
+    strata_u64_map_free(&sums.grouped);
+    sample_view_free(&view);
     return rc;
 }
 
@@ -1201,7 +1655,7 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
         ptrs[w] = &parts[w];
         rc = calltree_create(&parts[w].tree, 1024, err);
         if (rc == 0)
-            rc = calltree_set_group_by(parts[w].tree, calltree_group_by(tree), err);
+            rc = calltree_set_grouping(parts[w].tree, calltree_get_grouping(tree), err);
     }
     if (rc == 0)
         rc = engine_for_each_block(e, blocks, n_blocks, block_merge, ptrs, workers, skipped, &stats,
@@ -1211,6 +1665,12 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
     q->selections = NULL;
     free(skipped);
     result->stats = stats;
+    uint64_t passed = 0;
+    bool filtered = false;
+    for (size_t w = 0; parts != NULL && w < workers; w++) {
+        passed += parts[w].passed;
+        filtered |= parts[w].filtered;
+    }
     for (size_t w = 0; rc == 0 && w < workers; w++) {
         /* An empty caller's tree (not a diff's second side) takes the first partial as it is:
          * merging would copy every node of what is usually the biggest tree of the query. */
@@ -1227,6 +1687,9 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
     free(ptrs);
     if (rc == 0 && result->profiles == 0)
         return no_profiles(&result->stats, err);
+    if (rc == 0 && filtered && passed == 0)
+        return strata_error_set(err, STRATA_NOT_FOUND,
+                                "no samples match the query's pprof sample labels in that range");
     return rc;
 }
 

@@ -15,6 +15,16 @@
  * Values of `samples/count` profiles are multiplied by their period in ranges and merges, so CPU
  * shows as nanoseconds, as Parca does.
  *
+ * pprof sample labels (format version 2 blocks), as Parca: they share the series labels'
+ * namespace, a sample label whose name its series also has being seen as exported_<name>. A
+ * selector matcher naming a label a series lacks is applied to each sample's labels: the series
+ * is selected when one of its label sets (block_reader_series_label_sets) or an unlabelled
+ * sample can match, and merges, singles and ranges count only the matching samples. A tree that
+ * groups by labels (calltree_grouping: labels.<name>, or every sample label) gets each sample's
+ * stack under the label frame of its grouped labels (series labels included), rows without any
+ * of them under the root. Both are worked out once per (series, label set) in a block; a query
+ * with neither costs nothing more than before.
+ *
  * Memory per query is bounded by max_query_bytes (estimated from the samples and stacks a merge
  * holds); past it the query fails with RESOURCE_EXHAUSTED and a message instead of growing.
  * Blocks are processed in parallel by up to `parallelism` threads, each holding one block's reader.
@@ -52,7 +62,9 @@ void query_profile_types_free(profile_type *types, size_t n);
 
 /* Label names (or the values of label `name` when name is non-NULL) of series matching every
  * selector in sels (any of them when n_sels > 1; all series when 0) and, if type is non-NULL, of
- * that profile type. Sorted, unique. __name__ is never listed. */
+ * that profile type, with the pprof sample labels of their samples (exported_<name> where the
+ * series has the name too; only label sets matching the selector's sample matchers). Sorted,
+ * unique. __name__ is never listed. */
 int query_labels(query_engine *e, const char *tenant, const char *name, const selector *sels,
                  size_t n_sels, const profile_type *type, int64_t start_ns, int64_t end_ns,
                  char ***out, size_t *n, strata_error *err);
@@ -103,10 +115,12 @@ typedef struct merge_result {
 } merge_result;
 
 /* Adds every profile of sel's type matching sel with start <= time <= end into tree (into the
- * diff base side when base is true), with the tree's group-by. Identical profiles (same series,
- * time, duration, period and samples: a retried push) count once, as the compactor keeps one; a
- * block whose data fails its checksums is left out and named in result->stats. NOT_FOUND when
- * nothing matched. */
+ * diff base side when base is true), with the tree's group-by (calltree_get_grouping: frame
+ * fields, and pprof labels put above the stacks). Matchers on sample labels keep only the
+ * matching samples. Identical profiles (same series, time, duration, period and samples: a
+ * retried push) count once, as the compactor keeps one; a block whose data fails its checksums is
+ * left out and named in result->stats. NOT_FOUND when nothing matched (no profile, or no sample
+ * passing the sample-label matchers). */
 int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
                 int64_t end_ns, calltree *tree, bool base, merge_result *result, strata_error *err);
 /* The profiles at exactly time_ns (millisecond precision, as Parca). */

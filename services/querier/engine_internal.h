@@ -27,7 +27,8 @@ int engine_for_each_block(query_engine *e, indexed_block **blocks, size_t n, blo
 size_t engine_worker_count(const query_engine *e, size_t n_blocks);
 
 /* Series ids of r matching sel (all series when NULL) and type (when given), ascending; *ids is
- * malloc'd. */
+ * malloc'd. In a block with sample labels, a matcher naming a label a series lacks selects the
+ * series when some sample of it can match (engine.h). */
 int engine_select_series(block_reader *r, const selector *sel, const profile_type *type,
                          uint32_t **ids, size_t *n, strata_error *err);
 

@@ -5,7 +5,10 @@
  *     looks alike (same series, time and total, other stacks) still counts;
  *   - two builds of one program merge by function name (Parca's default group-by), so a diff of
  *     v1 against v2 lines up function by function, while an exact tree keeps them apart;
- *   - a block whose data fails its checksum is left out of merges and ranges, which say so.
+ *   - a block whose data fails its checksum is left out of merges and ranges, which say so;
+ *   - pprof sample labels (Go's pprof.Do): group_by labels.<name> puts each endpoint's stacks
+ *     under a `endpoint="/a"` frame, a selector matcher on a sample label keeps only its samples
+ *     (merge, single, range), and the Labels and Values APIs list them, as Parca does.
  * Blocks are written with block_writer into a FILESYSTEM bucket in a temporary directory.
  */
 #include <setjmp.h>
@@ -292,6 +295,190 @@ static void test_two_builds_line_up_by_function(void **state) {
     fixture_close(&f);
 }
 
+/* A merge with Parca's group_by (frame fields and labels); query the selector text. */
+static calltree *merge_grouped(fixture *f, const char *group_by, const char *query,
+                               merge_result *res, strata_error *err) {
+    selector sel;
+    assert_int_equal(selector_parse(query, &sel, err), 0);
+    calltree_grouping g;
+    assert_int_equal(calltree_group_by_parse_list(group_by, &g, err), 0);
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, err), 0);
+    assert_int_equal(calltree_set_grouping(t, &g, err), 0);
+    calltree_grouping_free(&g);
+    int rc =
+        query_merge(f->engine, TENANT, &sel, T0 - 60 * SEC, T0 + 600 * SEC, t, false, res, err);
+    selector_free(&sel);
+    if (rc != 0) {
+        calltree_free(t);
+        return NULL;
+    }
+    assert_int_equal(calltree_finalize(t, err), 0);
+    return t;
+}
+
+/* "name=total" for each child of the root, in order, joined by spaces. */
+static void root_children(const calltree *t, char *out, size_t cap) {
+    out[0] = '\0';
+    for (size_t i = 0; i < calltree_child_count(t, CALLTREE_ROOT); i++) {
+        uint32_t c = calltree_child_at(t, CALLTREE_ROOT, i);
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%s=%lld", i ? " " : "",
+                 calltree_frame_get(t, calltree_node_frame(t, c)).name,
+                 (long long)calltree_node_get(t, c).total);
+    }
+}
+
+static void labels_of(fixture *f, const char *name, const char *match, char *out, size_t cap) {
+    strata_error err;
+    selector sel;
+    assert_int_equal(selector_parse(match != NULL ? match : CPU, &sel, &err), 0);
+    char **list;
+    size_t n;
+    if (query_labels(f->engine, TENANT, name, &sel, 1, NULL, T0 - 60 * SEC, T0 + 600 * SEC, &list,
+                     &n, &err) != 0)
+        fail_msg("%s", err.message);
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%s", i ? "," : "", list[i]);
+    }
+    query_strings_free(list, n);
+    selector_free(&sel);
+}
+
+/* Blocks: two labelled profiles of job=app (leaf under endpoint=/a, other under endpoint=/b or
+ * none; one sample also labelled job=batch, which the series has too: exported_job), and a block
+ * written before labels existed (version 1) with one profile of job=app. */
+static void write_labelled_blocks(fixture *f) {
+    char id[ULID_STRING_LEN + 1];
+    block_writer *w = writer_new();
+    add_labelled_profile(w, T0, "/v1/app", "leaf", 5, 3, "{endpoint=\"/a\"}",
+                         "{endpoint=\"/b\", job=\"batch\"}");
+    add_labelled_profile(w, T0 + 10 * SEC, "/v1/app", "leaf", 2, 4, "{endpoint=\"/a\"}", NULL);
+    upload(f, w, id);
+    w = writer_new();
+    add_profile(w, T0 + 20 * SEC, "/v1/app", "leaf", 100, 0);
+    upload(f, w, id);
+    fixture_engine(f);
+}
+
+/* group_by labels.<name>: one frame per value above its stacks; samples without the label stay
+ * under the root (as Parca); a series label groups as well (one namespace); bare `labels` groups
+ * by every sample label. */
+static void test_group_by_sample_label(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    write_labelled_blocks(&f);
+    merge_result res;
+    strata_error err;
+    char text[512];
+    calltree *t = merge_grouped(&f, "labels.endpoint", CPU, &res, &err);
+    if (t == NULL)
+        fail_msg("%s", err.message);
+    root_children(t, text, sizeof text);
+    assert_string_equal(text, "endpoint=\"/a\"=70 endpoint=\"/b\"=30 main=1040");
+    assert_int_equal(res.total, (5 + 3 + 2 + 4 + 100) * PERIOD);
+    uint32_t a = calltree_child_at(t, CALLTREE_ROOT, 0);
+    uint32_t leaf = child_named(t, child_named(t, child_named(t, a, "main"), "work"), "leaf");
+    assert_int_equal(calltree_node_get(t, leaf).total, 7 * PERIOD);
+    assert_int_equal(calltree_child_count(t, a), 1);
+    calltree_free(t);
+
+    /* two names: one frame per combination present */
+    t = merge_grouped(&f, "labels.endpoint,labels.exported_job", CPU, &res, &err);
+    assert_non_null(t);
+    root_children(t, text, sizeof text);
+    assert_string_equal(text, "endpoint=\"/a\"=70 endpoint=\"/b\", exported_job=\"batch\"=30 "
+                              "main=1040");
+    calltree_free(t);
+    /* a series label: every sample has it */
+    t = merge_grouped(&f, "labels.job", CPU, &res, &err);
+    assert_non_null(t);
+    root_children(t, text, sizeof text);
+    assert_string_equal(text, "job=\"app\"=1140");
+    calltree_free(t);
+    /* bare labels: every sample label, clashing names as exported_ */
+    t = merge_grouped(&f, "labels", CPU, &res, &err);
+    assert_non_null(t);
+    root_children(t, text, sizeof text);
+    assert_string_equal(text, "endpoint=\"/a\"=70 endpoint=\"/b\", exported_job=\"batch\"=30 "
+                              "main=1040");
+    calltree_free(t);
+    /* the same through rows instead of rollups: one profile at a time */
+    selector sel;
+    assert_int_equal(selector_parse(CPU, &sel, &err), 0);
+    calltree_grouping g = {CALLTREE_GROUP_DEFAULT, false, NULL, 0};
+    assert_int_equal(calltree_grouping_add_label(&g, "endpoint", &err), 0);
+    assert_int_equal(calltree_create(&t, 0, &err), 0);
+    assert_int_equal(calltree_set_grouping(t, &g, &err), 0);
+    assert_int_equal(query_single(f.engine, TENANT, &sel, T0, t, false, &res, &err), 0);
+    assert_int_equal(calltree_finalize(t, &err), 0);
+    root_children(t, text, sizeof text);
+    assert_string_equal(text, "endpoint=\"/a\"=50 endpoint=\"/b\"=30");
+    calltree_free(t);
+    calltree_grouping_free(&g);
+    selector_free(&sel);
+    fixture_close(&f);
+}
+
+/* A matcher naming a sample label keeps only the samples it matches, in merges, singles and
+ * ranges; a series without the label (the version 1 block) has none; nothing matching is
+ * NOT_FOUND. The Labels and Values APIs list sample labels. */
+static void test_filter_by_sample_label(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    write_labelled_blocks(&f);
+    merge_result res;
+    strata_error err;
+    char text[512];
+    calltree *t = merge_grouped(&f, "function_name", CPU "{endpoint=\"/a\"}", &res, &err);
+    if (t == NULL)
+        fail_msg("%s", err.message);
+    assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, 7 * PERIOD);
+    uint32_t main = child_named(t, CALLTREE_ROOT, "main");
+    assert_int_equal(calltree_child_count(t, main), 1); /* work > leaf only, no other */
+    calltree_free(t);
+    t = merge_grouped(&f, "function_name", CPU "{endpoint!=\"/a\", job=\"app\"}", &res, &err);
+    assert_non_null(t);
+    assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, (3 + 4 + 100) * PERIOD);
+    calltree_free(t);
+    t = merge_grouped(&f, "function_name", CPU "{exported_job=\"batch\"}", &res, &err);
+    assert_non_null(t);
+    assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, 3 * PERIOD);
+    calltree_free(t);
+    assert_null(merge_grouped(&f, "function_name", CPU "{endpoint=\"/nowhere\"}", &res, &err));
+    assert_int_equal(err.code, STRATA_NOT_FOUND);
+
+    /* range: only the matching samples' values, only profiles with one */
+    selector sel;
+    assert_int_equal(selector_parse(CPU "{endpoint=\"/a\"}", &sel, &err), 0);
+    range_series *rs;
+    size_t n;
+    query_stats stats;
+    assert_int_equal(query_range(f.engine, TENANT, &sel, T0 - 60 * SEC, T0 + 600 * SEC, 3600 * SEC,
+                                 NULL, 0, &rs, &n, &stats, &err),
+                     0);
+    assert_int_equal(n, 1);
+    assert_int_equal(rs[0].n_points, 1);
+    assert_int_equal(rs[0].points[0].value, 7 * PERIOD);
+    assert_int_equal(rs[0].points[0].count, 2);
+    query_range_free(rs, n);
+    selector_free(&sel);
+
+    labels_of(&f, NULL, NULL, text, sizeof text);
+    assert_string_equal(text, "endpoint,exported_job,job");
+    labels_of(&f, "endpoint", NULL, text, sizeof text);
+    assert_string_equal(text, "/a,/b");
+    labels_of(&f, "exported_job", NULL, text, sizeof text);
+    assert_string_equal(text, "batch");
+    labels_of(&f, "endpoint", CPU "{exported_job=\"batch\"}", text, sizeof text);
+    assert_string_equal(text, "/b");
+    fixture_close(&f);
+}
+
 /* Flips a byte in the middle of the block's data object. */
 static void corrupt(fixture *f, const char *id) {
     char path[512];
@@ -436,6 +623,8 @@ int main(void) {
         cmocka_unit_test(test_tree_memory_bounded),
         cmocka_unit_test(test_copies_in_compacted_blocks),
         cmocka_unit_test(test_labelled_copies_count_once),
+        cmocka_unit_test(test_group_by_sample_label),
+        cmocka_unit_test(test_filter_by_sample_label),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

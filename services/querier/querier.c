@@ -246,12 +246,12 @@ static int add_selection(querier *q, const char *tenant, const profile_selection
 }
 
 int querier_build_tree(querier *q, const char *tenant, const profile_selection *a,
-                       const profile_selection *b, bool absolute, unsigned group_by,
+                       const profile_selection *b, bool absolute, const calltree_grouping *group_by,
                        query_tree_result *out, strata_error *err) {
     memset(out, 0, sizeof *out);
     if (calltree_create(&out->tree, 4096, err) != 0)
         return -1;
-    if (calltree_set_group_by(out->tree, group_by, err) != 0) {
+    if (calltree_set_grouping(out->tree, group_by, err) != 0) {
         query_tree_result_free(out);
         return -1;
     }

@@ -74,9 +74,10 @@ typedef struct query_tree_result {
 } query_tree_result;
 
 /* Builds the finalized tree of one selection, or of a diff of a (base) against b when a is given,
- * with frames grouped by group_by (CALLTREE_GROUP_*; CALLTREE_GROUP_EXACT for a PPROF export). */
+ * with frames grouped by group_by (Parca's group_by: frame fields and pprof labels;
+ * CALLTREE_GROUP_EXACT with every sample label for a PPROF export). */
 int querier_build_tree(querier *q, const char *tenant, const profile_selection *a,
-                       const profile_selection *b, bool absolute, unsigned group_by,
+                       const profile_selection *b, bool absolute, const calltree_grouping *group_by,
                        query_tree_result *out, strata_error *err);
 void query_tree_result_free(query_tree_result *r);
 /* Fills report options (unit, totals, pprof metadata) for a tree result. max_nodes is what the

@@ -447,20 +447,24 @@ static int request_selections(const query_request_pb *r, profile_selection *a, p
     }
 }
 
-/* Parca's group_by (function_name when absent); a PPROF export is always exact, so it keeps every
- * location, line and address as stored. */
+/* Parca's group_by (function_name when absent; labels.<name> and labels group by pprof labels);
+ * a PPROF export is always exact, so it keeps every location, line and address as stored, and
+ * carries every sample label (as `go tool pprof -proto` does). */
 static int request_group_by(const query_request_pb *r,
-                            Parca__Query__V1alpha1__QueryRequest__ReportType type, unsigned *mask,
-                            strata_error *err) {
-    if (type == PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PPROF) {
-        *mask = CALLTREE_GROUP_EXACT;
-        return 0;
-    }
+                            Parca__Query__V1alpha1__QueryRequest__ReportType type,
+                            calltree_grouping *group_by, strata_error *err) {
+    int rc;
     if (r->_group_by_case != PARCA__QUERY__V1ALPHA1__QUERY_REQUEST___GROUP_BY_GROUP_BY ||
         r->group_by == NULL)
-        return calltree_group_by_parse(NULL, 0, mask, err);
-    return calltree_group_by_parse((const char *const *)r->group_by->fields, r->group_by->n_fields,
-                                   mask, err);
+        rc = calltree_group_by_parse(NULL, 0, group_by, err);
+    else
+        rc = calltree_group_by_parse((const char *const *)r->group_by->fields,
+                                     r->group_by->n_fields, group_by, err);
+    if (rc == 0 && type == PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PPROF) {
+        group_by->mask = CALLTREE_GROUP_EXACT;
+        group_by->all_labels = true;
+    }
+    return rc;
 }
 
 static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *out,
@@ -474,6 +478,7 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     int rc = -1;
     query_tree_result tr;
     memset(&tr, 0, sizeof tr);
+    calltree_grouping group_by = {0, false, NULL, 0};
     strata_tenant tenant;
     if (call_tenant(call, &tenant, &err) != 0)
         goto out;
@@ -483,14 +488,13 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     }
     profile_selection a, b;
     bool is_diff, absolute;
-    unsigned group_by;
     Parca__Query__V1alpha1__QueryRequest__ReportType type = r->report_type;
     if (type ==
         PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_UNSPECIFIED)
         type = PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_TABLE;
     if (request_selections(r, &a, &b, &is_diff, &absolute, &err) != 0 ||
         request_group_by(r, type, &group_by, &err) != 0 ||
-        querier_build_tree(q, tenant.name, is_diff ? &a : NULL, &b, absolute, group_by, &tr,
+        querier_build_tree(q, tenant.name, is_diff ? &a : NULL, &b, absolute, &group_by, &tr,
                            &err) != 0)
         goto out;
     calltree_report_options opts;
@@ -503,6 +507,7 @@ out:
     if (r != NULL)
         parca__query__v1alpha1__query_request__free_unpacked(r, NULL);
     query_tree_result_free(&tr);
+    calltree_grouping_free(&group_by);
     querier_observe(q, "query", rc == 0 ? STRATA_OK : err.code, start);
     if (rc == 0) {
         *out = resp; /* hand the bytes over without copying */

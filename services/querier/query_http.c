@@ -524,16 +524,20 @@ static void answer_tree(querier *q, const http_request *req, http_response *resp
         rc = selection_param(req, "_a", now, &a, &err);
     if (rc == 0)
         rc = selection_param(req, diff ? "_b" : "", now, &b, &err);
-    unsigned group_by = CALLTREE_GROUP_EXACT; /* a pprof download keeps every location */
-    if (rc == 0 && kind != REPORT_PPROF)
+    calltree_grouping group_by = {0, false, NULL, 0};
+    if (rc == 0)
         rc = calltree_group_by_parse_list(http_request_query(req, "group_by"), &group_by, &err);
+    if (rc == 0 && kind == REPORT_PPROF) { /* a pprof download keeps every location and label */
+        group_by.mask = CALLTREE_GROUP_EXACT;
+        group_by.all_labels = true;
+    }
     const char *max_nodes = http_request_query(req, "max_nodes");
     uint64_t mn = 0;
     if (rc == 0 && max_nodes != NULL && !config_parse_uint64(max_nodes, &mn))
         rc = strata_error_set(&err, STRATA_INVALID_ARGUMENT, "max_nodes: want a number of nodes");
     if (rc == 0)
-        rc =
-            querier_build_tree(q, tenant.name, diff ? &a : NULL, &b, absolute, group_by, &tr, &err);
+        rc = querier_build_tree(q, tenant.name, diff ? &a : NULL, &b, absolute, &group_by, &tr,
+                                &err);
     if (rc == 0) {
         calltree_report_options opts;
         querier_report_options(q, &tr, trim, mn, &opts);
@@ -552,6 +556,7 @@ static void answer_tree(querier *q, const http_request *req, http_response *resp
         }
     }
     query_tree_result_free(&tr);
+    calltree_grouping_free(&group_by);
     if (rc != 0)
         send_error(q, resp, req, op, start, &err);
     else
