@@ -1,0 +1,3 @@
+module strata.dev/golabels
+
+go 1.19
