@@ -617,26 +617,33 @@ static void compute_totals(calltree *t) {
 /* The display name of frame f (see calltree_frame_label). */
 static int label_frame(calltree *t, uint32_t f, uint32_t *sid) {
     const calltree_frame_location *loc = &t->frame_extra[f].loc;
-    const char *base = calltree_frame_string(t, f, FRAME_NAME);
+    const char *name = calltree_frame_string(t, f, FRAME_NAME);
+    const char *file = calltree_frame_string(t, f, FRAME_FILENAME);
+    const char *mapping = calltree_frame_string(t, f, FRAME_MAPPING_FILE);
     char hex[24];
     snprintf(hex, sizeof hex, "0x%llx", (unsigned long long)loc->address);
+    const char *base = name;
     if (base[0] == '\0')
-        base = calltree_frame_string(t, f, FRAME_FILENAME);
+        base = file;
     if (base[0] == '\0')
-        base = calltree_frame_string(t, f, FRAME_MAPPING_FILE);
+        base = mapping;
     if (base[0] == '\0')
         base = loc->address != 0 ? hex : "unknown";
-    bool with_address =
-        (t->group_by & CALLTREE_GROUP_LOCATION) && loc->address != 0 && strcmp(base, hex) != 0;
-    if (!with_address)
-        return strata_intern_add(&t->strings, base, strlen(base), sid);
-    size_t len = strlen(base) + 1 + strlen(hex);
-    char *text = malloc(len + 1);
-    if (text == NULL)
-        return -1;
-    snprintf(text, len + 1, "%s %s", base, hex);
-    int rc = strata_intern_add(&t->strings, text, len, sid);
-    free(text);
+    strata_buffer text = STRATA_BUFFER_INIT;
+    int rc = strata_buffer_append_str(&text, base);
+    /* Frames of one name kept apart by the grouping get labels apart too, so the flame graph's
+     * names (and the table rows carrying them) say which binary, file or address each is. */
+    if (rc == 0 && name[0] != '\0' && (t->group_by & CALLTREE_GROUP_FILE_NAME) && file[0] != '\0')
+        rc = strata_buffer_appendf(&text, " (%s)", file);
+    if (rc == 0 && name[0] != '\0' && (t->group_by & CALLTREE_GROUP_MAPPING_FILE) &&
+        mapping[0] != '\0' && base != mapping)
+        rc = strata_buffer_appendf(&text, " [%s]", mapping);
+    if (rc == 0 && (t->group_by & CALLTREE_GROUP_LOCATION) && loc->address != 0 &&
+        strcmp(base, hex) != 0)
+        rc = strata_buffer_appendf(&text, " %s", hex);
+    if (rc == 0)
+        rc = strata_intern_add(&t->strings, (const char *)text.data, text.len, sid);
+    strata_buffer_free(&text);
     return rc;
 }
 

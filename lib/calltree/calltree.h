@@ -250,7 +250,10 @@ calltree_node_values calltree_node_get(const calltree *tree, uint32_t node);
 /* The stored frame; strings valid while the tree lives. */
 calltree_frame calltree_frame_get(const calltree *tree, uint32_t frame);
 /* The frame's display name after finalize (flame graph names): the function name, else the file,
- * the binary or the address; " 0x<address>" is appended when grouping by location. */
+ * the binary or the address; when the grouping keeps frames of one name apart, what tells them
+ * apart follows: " (<file>)" grouping by file, " [<binary>]" by binary, " 0x<address>" by
+ * location. So two builds grouped by binary are "main.main [/v1/app]" and "main.main [/v2/app]".
+ */
 const char *calltree_frame_label(const calltree *tree, uint32_t frame);
 /* After finalize: number of children and the i-th child in sorted order. */
 size_t calltree_child_count(const calltree *tree, uint32_t node);

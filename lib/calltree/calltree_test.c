@@ -720,6 +720,9 @@ static void test_group_by_function_name(void **state) {
     assert_int_equal(calltree_child_count(t, CALLTREE_ROOT), 2);
     f = calltree_frame_get(t, calltree_node_frame(t, calltree_child_at(t, CALLTREE_ROOT, 0)));
     assert_string_equal(f.mapping_file, "/v1/app");
+    assert_string_equal(
+        calltree_frame_label(t, calltree_node_frame(t, calltree_child_at(t, CALLTREE_ROOT, 1))),
+        "main.main [/v2/app]");
     assert_string_equal(f.build_id, "b1"); /* one binary per frame: its build id agrees */
     calltree_free(t);
 

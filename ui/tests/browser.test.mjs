@@ -510,7 +510,7 @@ describe('compare view on known profiles', () => {
       await waitEvent(page, 'profile', n0);
       assert.equal(diffs.slice(before).find((x) => x.get('report') === 'both').get('group_by'), 'function_name,mapping_file');
       nodes = await icicleNodes(page, 'compare');
-      const kinds = nodes.filter((n) => n.name === 'main.work').map((n) => n.kind).sort();
+      const kinds = nodes.filter((n) => n.name.startsWith('main.work [')).map((n) => n.kind).sort();
       assert.deepEqual(kinds, ['new', 'removed'], 'split by binary: v1\'s main.work went away, v2\'s is new');
       await shot(page, 'compare-groupby-binary');
     } finally {
@@ -642,7 +642,7 @@ describe('compare view on two builds of a real Go program', () => {
 
   it('splits the builds again when grouped by binary: main.main once per build', async () => {
     const { rows } = await jsonTable('function_name,mapping_file');
-    const mainsJson = rows.filter((x) => x.name === 'main.main');
+    const mainsJson = rows.filter((x) => x.name.startsWith('main.main ['));
     assert.deepEqual(mainsJson.map((x) => x.mapping_file).sort(), [gv.binaries.v1, gv.binaries.v2]);
     const n0 = await eventCount(page);
     const before = diffRequests.length;
@@ -654,7 +654,9 @@ describe('compare view on two builds of a real Go program', () => {
     await page.waitForSelector('[data-role="groupby-menu"]', { state: 'hidden' });
     assert.equal(diffRequests.slice(before).find((x) => x.get('report') === 'both').get('group_by'), 'function_name,mapping_file');
     const nodes = await icicleNodes(page, 'compare');
-    const mains = nodes.filter((n) => n.name === 'main.main').sort((x, y) => x.kind.localeCompare(y.kind));
+    // Split frames carry their binary in their name ("main.main [/path/app-v1]"), so each node
+    // (and its tooltip and table row) says which build it is.
+    const mains = nodes.filter((n) => n.name.startsWith('main.main [')).sort((x, y) => x.kind.localeCompare(y.kind));
     assert.deepEqual(mains.map((n) => n.kind), ['new', 'removed'], 'v2\'s main.main is new, v1\'s removed');
     const v1 = mainsJson.find((x) => x.mapping_file === gv.binaries.v1), v2 = mainsJson.find((x) => x.mapping_file === gv.binaries.v2);
     assert.equal(mains[1].totalA, v1.cumulative_base);
@@ -663,8 +665,8 @@ describe('compare view on two builds of a real Go program', () => {
     assert.ok(g1 > r1 + 60, `v1's main.main is green: ${r1},${g1}`);
     const [r2, g2] = await pixelAt(page, mains[0]);
     assert.ok(r2 > g2 + 60, `v2's main.main is red: ${r2},${g2}`);
-    const where = await page.$$eval('.pv-table tbody tr[data-name="main.main"]', (trs) => trs.map((t) => ({
-      where: t.querySelector('.where')?.textContent, change: t.dataset.change, base: Number(t.dataset.cumulativeBase), b: Number(t.dataset.cumulative),
+    const where = await page.$$eval('.pv-table tbody tr[data-name^="main.main ["]', (trs) => trs.map((t) => ({
+      where: t.dataset.name.match(/\[(.*)\]$/)[1].split('/').pop(), change: t.dataset.change, base: Number(t.dataset.cumulativeBase), b: Number(t.dataset.cumulative),
     })).sort((x, y) => x.where.localeCompare(y.where)));
     assert.deepEqual(where, [
       { where: 'app-v1', change: 'removed', base: v1.cumulative_base, b: 0 },
@@ -673,12 +675,11 @@ describe('compare view on two builds of a real Go program', () => {
     await shot(page, 'compare-goversions-by-binary');
   });
 
-  // Found by this test: the icicle tooltip takes a frame's file and binary from the first table
-  // row with the frame's name (ProfilePanel.show's byName in src/profileview.js), so when frames
-  // of one name are split by binary both tooltips name the same binary. A todo until fixed: it
-  // runs and reports, without failing the suite.
-  it('names each split frame\'s own binary in its tooltip', { todo: 'the tooltip names one binary for both main.main frames' }, async () => {
-    const mains = (await icicleNodes(page, 'compare')).filter((n) => n.name === 'main.main');
+  // Found by this test: the icicle tooltip takes a frame's file and binary from the table row
+  // with the frame's name (ProfilePanel.show's byName in src/profileview.js); split frames used to
+  // share one name, so both tooltips named one binary. The server now labels split frames apart.
+  it('names each split frame\'s own binary in its tooltip', async () => {
+    const mains = (await icicleNodes(page, 'compare')).filter((n) => n.name.startsWith('main.main ['));
     const v1 = mains.find((n) => n.kind === 'removed'), v2 = mains.find((n) => n.kind === 'new');
     const t1 = await tooltipOf(page, v1), t2 = await tooltipOf(page, v2);
     await page.mouse.move(0, 0);
