@@ -13,11 +13,12 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/tenant.h"
+#include "write_limits.h"
 #include "write_raw.h"
 
 /* Bounds of thread counts, intervals and delays (lib/config: CONFIG_DEFINE_BOUNDS). */
 CONFIG_DEFINE_BOUNDS(ingester_flush_interval_bounds, CONFIG_DURATION, "10ms", "10m")
-CONFIG_DEFINE_BOUNDS(ingester_upload_attempts_bounds, CONFIG_INT64, "1", "100")
+CONFIG_DEFINE_BOUNDS(ingester_upload_attempts_bounds, CONFIG_INT64, "1", NULL)
 
 const config_field ingester_config_fields[] = {
     {.key = "flush_interval",
@@ -62,6 +63,11 @@ const config_field ingester_config_fields[] = {
      .kind = CONFIG_STRING,
      .offset = offsetof(ingester_config, announce_listen_address),
      .default_text = "\"\""},
+    {.key = "limits",
+     .kind = CONFIG_STRUCT,
+     .offset = offsetof(ingester_config, limits),
+     .fields = limits_values_fields},
+    LIMITS_OVERRIDES_FIELD("overrides", ingester_config, overrides),
     {.key = NULL},
 };
 
@@ -106,12 +112,18 @@ typedef struct ingester_metrics {
     metrics_counter_vec *rejected;
     metrics_counter *raw_bytes;
     metrics_histogram *request_duration;
+    metrics_counter *limited_requests[3]; /* by limits_reason (LIMITS_RATE, LIMITS_SERIES) */
+    metrics_counter *limited_samples[3];
+    metrics_gauge *limits_tenants;
+    metrics_gauge *limits_series;
 } ingester_metrics;
 
 struct ingester {
     ingester_config config;
     batcher_options batch_options;
     ingest_limits limits;
+    limits_enforcer *tenant_limits; /* per-tenant rate and series limits_enforcer */
+    size_t n_overrides;             /* for the log */
     bucket *store;
     metrics_registry *registry;
     batcher *batch;
@@ -146,6 +158,20 @@ static void reject(ingester *ing, rpc_call *call, ingest_reject_reason reason, c
     strata_log_warn("ingester", "write rejected", "reason=%s code=%s peer=%s error=%s", reason_name,
                     strata_status_name(err->code), rpc_call_peer(call),
                     strata_log_quote(err->message, quoted, sizeof quoted));
+    rpc_call_finish(call, err->code, err->message, NULL, 0);
+}
+
+/* A request over its tenant's limit: refused whole, counted by reason, logged with the tenant. */
+static void limited(ingester *ing, rpc_call *call, limits_reason reason, const char *tenant,
+                    const ingest_request *req, int64_t start_ns, const strata_error *err) {
+    metrics_counter_inc(ing->metrics.limited_requests[reason]);
+    metrics_counter_add(ing->metrics.limited_samples[reason], (int64_t)req->n_pprof_samples);
+    record_agent(ing, req->node, rpc_call_peer(call), start_ns, err->message);
+    char quoted[600];
+    strata_log_warn(
+        "ingester", "write limited", "reason=%s tenant=%s samples=%zu code=%s peer=%s error=%s",
+        limits_reason_name(reason), tenant, req->n_pprof_samples, strata_status_name(err->code),
+        rpc_call_peer(call), strata_log_quote(err->message, quoted, sizeof quoted));
     rpc_call_finish(call, err->code, err->message, NULL, 0);
 }
 
@@ -210,6 +236,16 @@ static void handle_write_raw(rpc_call *call, const uint8_t *request, size_t requ
     if (ingest_request_parse(request, request_len, &ing->limits, strata_now_ns(), &req, &reason,
                              &err) != 0) {
         reject(ing, call, reason, NULL, start, &err);
+        return;
+    }
+    limits_reason over;
+    if (ingest_request_admit(ing->tenant_limits, tenant.name, &req, strata_monotonic_ns(), &over,
+                             &err) != 0) {
+        if (over != LIMITS_NONE)
+            limited(ing, call, over, tenant.name, &req, start, &err);
+        else
+            reject(ing, call, INGEST_REJECT_INTERNAL, req.node, start, &err);
+        ingest_request_free(&req);
         return;
     }
     pending_write *pw = pending_write_new(ing, call, req.node, start);
@@ -289,6 +325,33 @@ static int create_metrics(ingester *ing, strata_error *err) {
                                "(the block holding it is durable)."};
     if ((ing->metrics.request_duration = metrics_histogram_new(r, &o, err)) == NULL)
         return -1;
+    o = (metrics_opts){.name = "strata_ingester_limited_requests_total",
+                       .help = "WriteRaw requests refused whole for their tenant's limits, by "
+                               "limit (rate: ingestion_rate_samples, series: max_active_series).",
+                       .label_names = reason_label,
+                       .n_labels = 1};
+    metrics_counter_vec *requests = metrics_counter_vec_new(r, &o, err);
+    o.name = "strata_ingester_limited_samples_total";
+    o.help = "pprof samples in WriteRaw requests refused for their tenant's limits, by limit.";
+    metrics_counter_vec *samples = metrics_counter_vec_new(r, &o, err);
+    if (requests == NULL || samples == NULL)
+        return -1;
+    for (limits_reason why = LIMITS_RATE; why <= LIMITS_SERIES; why++) {
+        const char *name = limits_reason_name(why);
+        ing->metrics.limited_requests[why] = metrics_counter_vec_with(requests, &name);
+        ing->metrics.limited_samples[why] = metrics_counter_vec_with(samples, &name);
+        if (ing->metrics.limited_requests[why] == NULL || ing->metrics.limited_samples[why] == NULL)
+            return strata_error_oom(err);
+    }
+    o = (metrics_opts){.name = "strata_ingester_limits_tenants",
+                       .help = "Tenants whose limit state (bucket, active series) is held."};
+    if ((ing->metrics.limits_tenants = metrics_gauge_new(r, &o, err)) == NULL)
+        return -1;
+    o = (metrics_opts){.name = "strata_ingester_limits_active_series",
+                       .help = "Series counted against max_active_series, over every tenant with "
+                               "a series limit (expired ones until they are dropped)."};
+    if ((ing->metrics.limits_series = metrics_gauge_new(r, &o, err)) == NULL)
+        return -1;
     for (size_t i = 0; i < N_STAT_METRICS; i++) {
         o = (metrics_opts){.name = stat_metrics[i].name,
                            .help = stat_metrics[i].help,
@@ -301,6 +364,10 @@ static int create_metrics(ingester *ing, strata_error *err) {
 
 static void collect_batcher_stats(void *ctx) {
     ingester *ing = ctx;
+    limits_stats ls;
+    limits_get_stats(ing->tenant_limits, &ls);
+    metrics_gauge_set(ing->metrics.limits_tenants, (int64_t)ls.tenants);
+    metrics_gauge_set(ing->metrics.limits_series, (int64_t)ls.series);
     const batcher_stats *s = batcher_get_stats(ing->batch);
     for (size_t i = 0; i < N_STAT_METRICS; i++) {
         const atomic_uint_fast64_t *field =
@@ -332,6 +399,8 @@ int ingester_new(const ingester_config *config, bucket *store, metrics_registry 
     if (ing == NULL)
         return strata_error_oom(err);
     ing->config = *config;
+    ing->config.overrides = (limits_overrides){0}; /* the caller's; tenant_limits has a copy */
+    ing->n_overrides = config->overrides.count;
     ing->store = store;
     ing->registry = registry;
     limits_from_config(config, &ing->limits);
@@ -341,7 +410,9 @@ int ingester_new(const ingester_config *config, bucket *store, metrics_registry 
     bopts->max_block_bytes = config->max_block_bytes;
     bopts->max_symbol_bytes = config->max_symbol_bytes;
     bopts->upload_attempts = (int)config->upload_attempts;
-    if (agent_registry_new(&ing->agents, err) != 0 || create_metrics(ing, err) != 0) {
+    if (agent_registry_new(&ing->agents, err) != 0 ||
+        limits_new(&config->limits, &config->overrides, &ing->tenant_limits, err) != 0 ||
+        create_metrics(ing, err) != 0) {
         ingester_free(ing);
         return -1;
     }
@@ -368,9 +439,29 @@ int ingester_start(ingester *ing, strata_error *err) {
         batcher_start(ing->batch, err) != 0)
         return -1;
     ing->started = true;
-    strata_log_info("ingester", "started", "flush_interval_ms=%lld max_block_bytes=%llu",
+    const limits_values *lv = &ing->config.limits;
+    strata_log_info("ingester", "started",
+                    "flush_interval_ms=%lld max_block_bytes=%llu ingestion_rate_samples=%llu "
+                    "ingestion_burst_samples=%llu max_active_series=%llu limit_overrides=%zu",
                     (long long)(ing->config.flush_interval_ns / STRATA_NS_PER_MS),
-                    (unsigned long long)ing->config.max_block_bytes);
+                    (unsigned long long)ing->config.max_block_bytes,
+                    (unsigned long long)lv->ingestion_rate_samples,
+                    (unsigned long long)lv->ingestion_burst_samples,
+                    (unsigned long long)lv->max_active_series, ing->n_overrides);
+    return 0;
+}
+
+int ingester_apply_limits(ingester *ing, const ingester_config *config, strata_error *err) {
+    if (limits_apply(ing->tenant_limits, &config->limits, &config->overrides, err) != 0)
+        return -1;
+    ing->config.limits = config->limits;
+    ing->n_overrides = config->overrides.count;
+    strata_log_info("ingester", "limits applied",
+                    "ingestion_rate_samples=%llu ingestion_burst_samples=%llu "
+                    "max_active_series=%llu limit_overrides=%zu",
+                    (unsigned long long)config->limits.ingestion_rate_samples,
+                    (unsigned long long)config->limits.ingestion_burst_samples,
+                    (unsigned long long)config->limits.max_active_series, config->overrides.count);
     return 0;
 }
 
@@ -403,5 +494,6 @@ void ingester_free(ingester *ing) {
     }
     batcher_free(ing->batch);
     agent_registry_free(ing->agents);
+    limits_free(ing->tenant_limits);
     free(ing);
 }

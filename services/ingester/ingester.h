@@ -12,6 +12,15 @@
  * Every call (WriteRaw, Agents, GET /api/v1/agents) first resolves its tenant from x-scope-orgid
  * by the rule of common/tenant.h: absent means "anonymous", a value that breaks the rule is
  * INVALID_ARGUMENT (HTTP 400) and nothing is stored.
+ *
+ * Per-tenant limits (lib/limits: `limits` and `overrides` in this section). A WriteRaw that
+ * parsed is checked against its tenant's ingestion rate (pprof samples per second, with a burst)
+ * and active series (write_limits.h) before anything of it is stored; over a limit it is refused
+ * whole with RESOURCE_EXHAUSTED naming the tenant, the limit and its value, counted in
+ * strata_ingester_limited_requests_total{reason="rate"|"series"} and
+ * strata_ingester_limited_samples_total{reason}, and logged with the tenant. The metrics carry no
+ * tenant label: tenants are chosen by clients, unauthenticated, so a per-tenant label would let
+ * any client add series to /metrics.
  */
 #ifndef STRATA_INGESTER_H
 #define STRATA_INGESTER_H
@@ -23,6 +32,7 @@
 #include "common/error.h"
 #include "config/config.h"
 #include "http/http.h"
+#include "limits/limits.h"
 #include "metrics/metrics.h"
 #include "rpc/rpc.h"
 
@@ -40,6 +50,8 @@ typedef struct ingester_config {
     uint64_t max_stack_depth;
     uint64_t max_profile_bytes;    /* decompressed pprof size */
     char *announce_listen_address; /* nng URL to publish committed blocks on; "" = off */
+    limits_values limits;          /* every tenant's limits (0 = unlimited) */
+    limits_overrides overrides;    /* per tenant: the keys of `limits` that differ */
 } ingester_config;
 
 /* The `ingester:` section of a service config (config_decode descriptors). */
@@ -61,6 +73,9 @@ int ingester_register(ingester *ing, rpc_server *server, strata_error *err);
 /* Serves GET /api/v1/agents (JSON) on server (before it starts). */
 int ingester_register_http(ingester *ing, http_server *server, strata_error *err);
 int ingester_start(ingester *ing, strata_error *err);
+/* Replaces the per-tenant limits with config's `limits` and `overrides` (a reload; other keys are
+ * ignored): tenants keep their active series and tokens (limits_apply). Safe while serving. */
+int ingester_apply_limits(ingester *ing, const ingester_config *config, strata_error *err);
 /* True once started and not stopping; reason says why not. */
 bool ingester_ready(const ingester *ing, const char **reason);
 /* Flushes and acknowledges everything still open. Call after the gRPC server has shut down. */

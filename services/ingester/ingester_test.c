@@ -21,8 +21,13 @@
 #include "block/block_reader.h"
 #include "bucket/bucket.h"
 #include "common/clock.h"
+#include "config/config.h"
+#include "ingester.h"
+#include "metrics/metrics.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
 #include "pprof/pprof.h"
+#include "rpc/rpc.h"
+#include "write_limits.h"
 #include "write_raw.h"
 
 /* ---- building requests ------------------------------------------------------------------- */
@@ -708,6 +713,270 @@ static void test_batcher_keeps_dictionary_across_flushes(void **state) {
     run_blocks_across_flushes(1, 3);
 }
 
+/* ---- per-tenant limits --------------------------------------------------------------------- */
+
+typedef struct top_config {
+    ingester_config ingester;
+} top_config;
+
+static const config_field top_fields[] = {
+    {.key = "ingester",
+     .kind = CONFIG_STRUCT,
+     .offset = offsetof(top_config, ingester),
+     .fields = ingester_config_fields},
+    {.key = NULL},
+};
+
+static int decode_top(const char *yaml, top_config *out, strata_error *err) {
+    config_document *doc;
+    if (config_load_string("strata.yaml", yaml, strlen(yaml), &doc, err) != 0)
+        return -1;
+    int rc = config_decode_document(doc, top_fields, out, err);
+    config_document_free(doc);
+    return rc;
+}
+
+static void test_limits_config_keys(void **state) {
+    (void)state;
+    top_config c;
+    strata_error err;
+    assert_int_equal(decode_top("ingester: {}", &c, &err), 0);
+    assert_true(c.ingester.limits.ingestion_rate_samples == 0);
+    assert_true(c.ingester.limits.max_active_series == 0);
+    assert_true(c.ingester.limits.active_series_window_ns == 600 * STRATA_NS_PER_SEC);
+    assert_int_equal(c.ingester.overrides.count, 0);
+    config_free(top_fields, &c);
+    assert_int_equal(decode_top("ingester:\n"
+                                "  limits: {ingestion_rate_samples: 100000, max_active_series: 5}\n"
+                                "  overrides:\n"
+                                "    team-a: {ingestion_rate_samples: 10}\n",
+                                &c, &err),
+                     0);
+    limits_values v;
+    limits_resolve(&c.ingester.limits, &c.ingester.overrides, "team-a", &v);
+    assert_true(v.ingestion_rate_samples == 10 && v.ingestion_burst_samples == 100);
+    assert_true(v.max_active_series == 5);
+    config_free(top_fields, &c);
+    assert_int_equal(
+        decode_top("ingester:\n  overrides:\n    team a: {max_active_series: 1}\n", &c, &err), -1);
+    assert_string_equal(err.message,
+                        "strata.yaml:3:5: ingester.overrides: tenant \"team a\" is not valid: a "
+                        "tenant is 1-150 characters of [A-Za-z0-9_.-], not \".\" or \"..\"");
+    config_free(top_fields, &c);
+    assert_int_equal(decode_top("ingester:\n  limits: {ingestion_rate: 1}\n", &c, &err), -1);
+    assert_non_null(strstr(err.message, "strata.yaml:2:12: ingester.limits: unknown key "
+                                        "\"ingestion_rate\""));
+    config_free(top_fields, &c);
+}
+
+static limits_enforcer *enforcer(const char *yaml) {
+    top_config c;
+    strata_error err;
+    if (decode_top(yaml, &c, &err) != 0)
+        fail_msg("%s", err.message);
+    limits_enforcer *l;
+    assert_int_equal(limits_new(&c.ingester.limits, &c.ingester.overrides, &l, &err), 0);
+    config_free(top_fields, &c);
+    return l;
+}
+
+/* A request of n_series series (job=<job><i>, __name__ name), each with one CPU pprof of two
+ * samples, one of them all zeros. */
+static void parse_jobs(const char *name, const char *job, size_t n_series, ingest_request *req) {
+    strata_buffer raw = STRATA_BUFFER_INIT;
+    build_pprof(&raw, 10 * STRATA_NS_PER_SEC, true, 0);
+    char values[4][32];
+    const char *labels[4][5];
+    test_series s[4];
+    for (size_t i = 0; i < n_series; i++) {
+        snprintf(values[i], sizeof values[i], "%s%zu", job, i);
+        labels[i][0] = "__name__";
+        labels[i][1] = name;
+        labels[i][2] = "job";
+        labels[i][3] = values[i];
+        labels[i][4] = NULL;
+        s[i] = (test_series){labels[i], &raw, 1};
+    }
+    ingest_reject_reason reason;
+    strata_error err;
+    assert_int_equal(parse(s, n_series, req, &reason, &err), 0);
+    strata_buffer_free(&raw);
+}
+
+static void expect_admit(limits_enforcer *l, const char *tenant, const ingest_request *req,
+                         int64_t now, limits_reason want_reason, const char *want_message) {
+    limits_reason reason;
+    strata_error err;
+    strata_error_clear(&err);
+    int rc = ingest_request_admit(l, tenant, req, now, &reason, &err);
+    assert_int_equal(reason, want_reason);
+    if (want_message == NULL) {
+        if (rc != 0)
+            fail_msg("refused: %s", err.message);
+        return;
+    }
+    assert_int_equal(rc, -1);
+    assert_int_equal(err.code, STRATA_RESOURCE_EXHAUSTED);
+    assert_string_equal(err.message, want_message);
+}
+
+static void test_admit_counts_pprof_samples(void **state) {
+    (void)state;
+    ingest_request req;
+    parse_jobs("process_cpu", "api", 2, &req);
+    /* Two pprofs of two samples, one all zeros: 2 pprof samples (4 stored, one per type). */
+    assert_int_equal(req.n_pprof_samples, 2);
+    assert_int_equal(req.n_samples, 4);
+    limits_enforcer *l = enforcer("ingester: {limits: {ingestion_rate_samples: 1, "
+                                  "ingestion_burst_samples: 3}}");
+    int64_t t0 = 1000 * STRATA_NS_PER_SEC;
+    expect_admit(l, "team-a", &req, t0, LIMITS_NONE, NULL);
+    expect_admit(l, "team-a", &req, t0, LIMITS_RATE,
+                 "tenant team-a: ingestion rate limit 1 samples/s (burst 3) exceeded: the request "
+                 "has 2 samples, 1 are available (the rate refills them)");
+    expect_admit(l, "team-a", &req, t0 + STRATA_NS_PER_SEC, LIMITS_NONE, NULL);
+    expect_admit(l, "team-b", &req, t0, LIMITS_NONE, NULL);
+    limits_free(l);
+    ingest_request_free(&req);
+}
+
+static void test_admit_counts_series_per_profile_type(void **state) {
+    (void)state;
+    ingest_request two_jobs, other_job, other_name;
+    parse_jobs("process_cpu", "api", 2, &two_jobs);  /* job=api0, api1: 2 x 2 sample types */
+    parse_jobs("process_cpu", "web", 1, &other_job); /* job=web0 */
+    parse_jobs("memory", "api", 1, &other_name);     /* job=api0 under another profile name */
+    limits_enforcer *l = enforcer("ingester:\n"
+                                  "  limits: {max_active_series: 4, active_series_window: 1m}\n"
+                                  "  overrides: {big: {max_active_series: 0}}\n");
+    int64_t t0 = 1000 * STRATA_NS_PER_SEC;
+    expect_admit(l, "team-a", &two_jobs, t0, LIMITS_NONE, NULL);
+    assert_int_equal(limits_tenant_series(l, "team-a"), 4);
+    expect_admit(l, "team-a", &other_job, t0, LIMITS_SERIES,
+                 "tenant team-a: active series limit 4 exceeded: 4 series active within 1m, the "
+                 "request adds 2");
+    expect_admit(l, "team-a", &other_name, t0, LIMITS_SERIES,
+                 "tenant team-a: active series limit 4 exceeded: 4 series active within 1m, the "
+                 "request adds 2");
+    expect_admit(l, "team-a", &two_jobs, t0 + STRATA_NS_PER_SEC, LIMITS_NONE, NULL); /* known */
+    expect_admit(l, "big", &other_job, t0, LIMITS_NONE, NULL);
+    expect_admit(l, "big", &two_jobs, t0, LIMITS_NONE, NULL);
+    /* After the window the old series are gone and the new ones fit. */
+    expect_admit(l, "team-a", &other_job, t0 + 62 * STRATA_NS_PER_SEC, LIMITS_NONE, NULL);
+    expect_admit(l, "team-a", &other_name, t0 + 62 * STRATA_NS_PER_SEC, LIMITS_NONE, NULL);
+    assert_int_equal(limits_tenant_series(l, "team-a"), 4);
+    limits_free(l);
+    ingest_request_free(&two_jobs);
+    ingest_request_free(&other_job);
+    ingest_request_free(&other_name);
+}
+
+/* WriteRaw through gRPC: over its limit a tenant's request is refused with RESOURCE_EXHAUSTED,
+ * counted, and nothing of it is stored; another tenant writes on. */
+static void test_write_raw_over_limit_is_refused_and_counted(void **state) {
+    (void)state;
+    char *dir = make_temp_dir();
+    bucket *store;
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
+    metrics_registry *registry = metrics_registry_new(&err);
+    assert_non_null(registry);
+    top_config c;
+    assert_int_equal(decode_top("ingester:\n"
+                                "  flush_interval: 20ms\n"
+                                "  overrides:\n"
+                                "    low: {ingestion_rate_samples: 1, ingestion_burst_samples: 1}\n"
+                                "    few: {max_active_series: 2}\n",
+                                &c, &err),
+                     0);
+    ingester *ing;
+    assert_int_equal(ingester_new(&c.ingester, store, registry, &ing, &err), 0);
+    config_free(top_fields, &c); /* the ingester keeps its own copy of the limits */
+    rpc_server *server =
+        rpc_server_new(&(rpc_server_options){.listen_address = "127.0.0.1:0"}, &err);
+    assert_non_null(server);
+    assert_int_equal(ingester_register(ing, server, &err), 0);
+    assert_int_equal(ingester_start(ing, &err), 0);
+    assert_int_equal(rpc_server_start(server, &err), 0);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", rpc_server_port(server));
+    rpc_channel *ch = rpc_channel_new(target, NULL, &err);
+    assert_non_null(ch);
+
+    strata_buffer one = STRATA_BUFFER_INIT, two = STRATA_BUFFER_INIT, raw = STRATA_BUFFER_INIT;
+    build_pprof(&raw, 10 * STRATA_NS_PER_SEC, true, 0);
+    const char *a[] = {"__name__", "process_cpu", "job", "a", NULL};
+    const char *b[] = {"__name__", "process_cpu", "job", "b", NULL};
+    test_series sa = {a, &raw, 1}, sab[2] = {{a, &raw, 1}, {b, &raw, 1}};
+    build_request(&sa, 1, &one); /* 1 pprof sample, 2 series */
+    build_request(sab, 2, &two); /* 2 pprof samples, 4 series */
+    strata_buffer resp = STRATA_BUFFER_INIT;
+    rpc_metadata low = {"x-scope-orgid", "low", 3}, few = {"x-scope-orgid", "few", 3},
+                 other = {"x-scope-orgid", "other", 5};
+    int64_t timeout = 10 * STRATA_NS_PER_SEC;
+    /* "low": 2 samples against a burst of 1. */
+    assert_int_equal(rpc_call_unary(ch, INGESTER_WRITE_RAW_METHOD, two.data, two.len, &low, 1,
+                                    timeout, &resp, &err),
+                     -1);
+    assert_int_equal(err.code, STRATA_RESOURCE_EXHAUSTED);
+    assert_string_equal(err.message, "tenant low: ingestion rate limit 1 samples/s (burst 1) "
+                                     "exceeded: the request has 2 samples, more than the burst");
+    /* "few": 2 series fit, 4 do not. */
+    assert_int_equal(rpc_call_unary(ch, INGESTER_WRITE_RAW_METHOD, one.data, one.len, &few, 1,
+                                    timeout, &resp, &err),
+                     0);
+    assert_int_equal(rpc_call_unary(ch, INGESTER_WRITE_RAW_METHOD, two.data, two.len, &few, 1,
+                                    timeout, &resp, &err),
+                     -1);
+    assert_int_equal(err.code, STRATA_RESOURCE_EXHAUSTED);
+    assert_string_equal(err.message, "tenant few: active series limit 2 exceeded: 2 series active "
+                                     "within 10m, the request adds 2");
+    /* Another tenant is not limited. */
+    assert_int_equal(rpc_call_unary(ch, INGESTER_WRITE_RAW_METHOD, two.data, two.len, &other, 1,
+                                    timeout, &resp, &err),
+                     0);
+    assert_int_equal(count_meta_files(store, "low"), 0); /* nothing of the refused one */
+    assert_int_equal(count_meta_files(store, "few"), 1); /* only the admitted request */
+    assert_int_equal(count_meta_files(store, "other"), 1);
+
+    strata_buffer text = STRATA_BUFFER_INIT;
+    assert_int_equal(metrics_registry_render(registry, &text, &err), 0);
+    assert_int_equal(strata_buffer_append(&text, "", 1), 0);
+    const char *want[] = {
+        "strata_ingester_limited_requests_total{reason=\"rate\"} 1\n",
+        "strata_ingester_limited_requests_total{reason=\"series\"} 1\n",
+        "strata_ingester_limited_samples_total{reason=\"rate\"} 2\n",
+        "strata_ingester_limited_samples_total{reason=\"series\"} 2\n",
+        "strata_ingester_limits_tenants 2\n",       /* low, few; not other */
+        "strata_ingester_limits_active_series 2\n", /* few's */
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (strstr((const char *)text.data, want[i]) == NULL)
+            fail_msg("/metrics lacks %s", want[i]);
+
+    /* A reload that lifts "low"'s limit lets the request through. */
+    assert_int_equal(decode_top("ingester: {}", &c, &err), 0);
+    assert_int_equal(ingester_apply_limits(ing, &c.ingester, &err), 0);
+    config_free(top_fields, &c);
+    assert_int_equal(rpc_call_unary(ch, INGESTER_WRITE_RAW_METHOD, two.data, two.len, &low, 1,
+                                    timeout, &resp, &err),
+                     0);
+    assert_int_equal(count_meta_files(store, "low"), 1);
+
+    rpc_channel_free(ch);
+    rpc_server_shutdown(server, STRATA_NS_PER_SEC);
+    ingester_stop(ing);
+    ingester_free(ing);
+    metrics_registry_free(registry);
+    bucket_close(store);
+    strata_buffer_free(&text);
+    strata_buffer_free(&resp);
+    strata_buffer_free(&one);
+    strata_buffer_free(&two);
+    strata_buffer_free(&raw);
+    remove_temp_dir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_expands_sample_types),
@@ -720,6 +989,10 @@ int main(void) {
         cmocka_unit_test(test_batcher_acknowledges_after_durable),
         cmocka_unit_test(test_batcher_reports_failed_upload),
         cmocka_unit_test(test_batcher_keeps_dictionary_across_flushes),
+        cmocka_unit_test(test_limits_config_keys),
+        cmocka_unit_test(test_admit_counts_pprof_samples),
+        cmocka_unit_test(test_admit_counts_series_per_profile_type),
+        cmocka_unit_test(test_write_raw_over_limit_is_refused_and_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

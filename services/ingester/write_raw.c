@@ -295,6 +295,18 @@ static int expand_sample_types(ingest_request *req, size_t series_index, size_t 
     return 0;
 }
 
+/* Samples with at least one non-zero value (the others are dropped). */
+static size_t count_pprof_samples(const pprof_profile *p) {
+    size_t n = 0;
+    for (size_t s = 0; s < p->n_samples; s++)
+        for (size_t t = 0; t < p->n_sample_types; t++)
+            if (pprof_sample_value(p, s, t) != 0) {
+                n++;
+                break;
+            }
+    return n;
+}
+
 static size_t count_raw_samples(const write_raw_request_pb *pb) {
     size_t n = 0;
     for (size_t i = 0; i < pb->n_series; i++)
@@ -340,6 +352,7 @@ static int parse_series(ingest_request *req, const write_raw_request_pb *pb, siz
             *reason = INGEST_REJECT_INTERNAL;
             return -1;
         }
+        req->n_pprof_samples += count_pprof_samples(&req->pprofs[pprof_index]);
     }
     return 0;
 }

@@ -60,9 +60,11 @@ typedef struct ingest_request {
     size_t n_pprofs;
     ingest_profile *profiles;
     size_t n_profiles;
-    size_t n_samples; /* total non-zero samples over all profiles */
-    size_t raw_bytes; /* sum of raw pprof payload sizes */
-    char *node;       /* value of the `node` label of the first series, or NULL */
+    size_t n_samples;       /* total non-zero samples over all profiles (one per sample type) */
+    size_t n_pprof_samples; /* pprof samples with a non-zero value: DESIGN.md's unit, what the
+                               ingestion rate limit counts */
+    size_t raw_bytes;       /* sum of raw pprof payload sizes */
+    char *node;             /* value of the `node` label of the first series, or NULL */
 } ingest_request;
 
 /* Why a request was rejected, as a short metric label value. */
