@@ -13,7 +13,11 @@ a real client: Python grpcio for gRPC, urllib for the HTTP API.
   anonymous.
 - Metadata: a call with a 10 KiB x-scope-orgid on the same channel (one HTTP/2 connection) as good
   writes in flight is refused alone; the good writes succeed and are stored exactly once.
+- Limits (item 7): a tenant with a low override (ingestion rate, active series) is refused with
+  RESOURCE_EXHAUSTED naming the tenant, the limit and its value, nothing of the refused request is
+  stored, /metrics counts it, and another tenant sending the same requests is not limited.
 """
+import re
 import glob
 import json
 import os
@@ -127,6 +131,9 @@ bucket:
     directory: {cls.data_dir}
 ingester:
   flush_interval: 300ms
+  overrides:
+    limited-rate: {{ingestion_rate_samples: 1, ingestion_burst_samples: 10}}
+    limited-series: {{max_active_series: 4}}
 querier:
   sync_interval: 200ms
 """
@@ -307,7 +314,8 @@ querier:
         # Nothing was written under any other name (the bucket holds only the tenants the tests
         # wrote to), and the long tenants never read anonymous's data (refused above).
         self.assertTrue(set(os.listdir(self.data_dir)) <= {
-            "anonymous", "strings-labels", "strings-pprof", "same-connection"},
+            "anonymous", "strings-labels", "strings-pprof", "same-connection", "limited-rate",
+            "limited-series", "unlimited"},
             os.listdir(self.data_dir))
         self.assertFalse(os.path.exists(os.path.join(os.path.dirname(self.data_dir), "etc")))
         # The longest valid tenant works, and sees nothing of anonymous.
@@ -425,6 +433,64 @@ querier:
                            timeout=30)
         self.assertIn("process_cpu", [t.name for t in self.q.ProfileTypes(
             qpb.ProfileTypesRequest(), timeout=30).types])
+
+    # ---- 7. per-tenant limits ----
+
+    def metric(self, name):
+        status, body = http_get(self.base + "/metrics")
+        self.assertEqual(status, 200)
+        m = re.search("^" + re.escape(name) + r" (\d+)$", body.decode(), re.M)
+        self.assertIsNotNone(m, name)
+        return int(m.group(1))
+
+    def test_tenant_over_its_limits_is_refused_and_nothing_is_stored(self):
+        raw, _, _ = cpu_pprof(["main", "limitedWork"], self.now)  # one pprof sample
+        nine = write_request([({"__name__": "process_cpu", "job": f"r{i}"}, [raw])
+                              for i in range(9)])
+        eleven = write_request([({"__name__": "process_cpu", "job": f"x{i}"}, [raw])
+                                for i in range(11)])
+        rate_before = self.metric('strata_ingester_limited_requests_total{reason="rate"}')
+        series_before = self.metric('strata_ingester_limited_requests_total{reason="series"}')
+        # Rate: 1 pprof sample/s with a burst of 10. 9 samples pass; 9 more right after do not
+        # (they need 8 s of refill); 11 never fit the burst.
+        self.write_raw_bytes(nine, metadata=self.md("limited-rate"), timeout=30)
+        self.assert_refused(
+            lambda: self.write_raw_bytes(nine, metadata=self.md("limited-rate"), timeout=30),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "tenant limited-rate: ingestion rate limit 1 samples/s (burst 10) exceeded: the "
+            "request has 9 samples,")
+        self.assert_refused(
+            lambda: self.write_raw_bytes(eleven, metadata=self.md("limited-rate"), timeout=30),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "tenant limited-rate: ingestion rate limit 1 samples/s (burst 10) exceeded: the "
+            "request has 11 samples, more than the burst")
+        # Series: 4 active, each CPU pprof writing 2 (samples/count and cpu/nanoseconds).
+        def series(job):
+            return write_request([({"__name__": "process_cpu", "job": job}, [raw])])
+        for job in ["a", "b"]:
+            self.write_raw_bytes(series(job), metadata=self.md("limited-series"), timeout=30)
+        self.assert_refused(
+            lambda: self.write_raw_bytes(series("c"), metadata=self.md("limited-series"),
+                                         timeout=30),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "tenant limited-series: active series limit 4 exceeded: 4 series active within 10m, "
+            "the request adds 2")
+        self.write_raw_bytes(series("a"), metadata=self.md("limited-series"), timeout=30)
+        # Another tenant sends the same requests unhindered.
+        for req in [nine, nine, eleven, series("a"), series("b"), series("c")]:
+            self.write_raw_bytes(req, metadata=self.md("unlimited"), timeout=30)
+        # Nothing of a refused request was stored.
+        self.assertEqual(self.jobs_stored("limited-rate"), sorted(f"r{i}" for i in range(9)))
+        self.assertEqual(self.jobs_stored("limited-series"), ["a", "a", "b"])
+        self.assertEqual(len(self.jobs_stored("unlimited")), 9 + 9 + 11 + 3)
+        self.assertEqual(self.values("limited-series"), ["a", "b"])
+        # Counted in /metrics by limit (no tenant label: tenants are chosen by clients).
+        self.assertEqual(
+            self.metric('strata_ingester_limited_requests_total{reason="rate"}') - rate_before, 2)
+        self.assertEqual(
+            self.metric('strata_ingester_limited_requests_total{reason="series"}')
+            - series_before, 1)
+        self.assertGreaterEqual(self.metric("strata_ingester_limits_tenants"), 1)  # limited-series
 
 
 if __name__ == "__main__":
