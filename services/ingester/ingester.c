@@ -116,6 +116,7 @@ typedef struct ingester_metrics {
     metrics_counter *limited_samples[3];
     metrics_gauge *limits_tenants;
     metrics_gauge *limits_series;
+    metrics_gauge *limits_bytes;
 } ingester_metrics;
 
 struct ingester {
@@ -352,6 +353,10 @@ static int create_metrics(ingester *ing, strata_error *err) {
                                "a series limit (expired ones until they are dropped)."};
     if ((ing->metrics.limits_series = metrics_gauge_new(r, &o, err)) == NULL)
         return -1;
+    o = (metrics_opts){.name = "strata_ingester_limits_memory_bytes",
+                       .help = "Memory of the per-tenant limit states and series tables."};
+    if ((ing->metrics.limits_bytes = metrics_gauge_new(r, &o, err)) == NULL)
+        return -1;
     for (size_t i = 0; i < N_STAT_METRICS; i++) {
         o = (metrics_opts){.name = stat_metrics[i].name,
                            .help = stat_metrics[i].help,
@@ -368,6 +373,7 @@ static void collect_batcher_stats(void *ctx) {
     limits_get_stats(ing->tenant_limits, &ls);
     metrics_gauge_set(ing->metrics.limits_tenants, (int64_t)ls.tenants);
     metrics_gauge_set(ing->metrics.limits_series, (int64_t)ls.series);
+    metrics_gauge_set(ing->metrics.limits_bytes, (int64_t)ls.bytes);
     const batcher_stats *s = batcher_get_stats(ing->batch);
     for (size_t i = 0; i < N_STAT_METRICS; i++) {
         const atomic_uint_fast64_t *field =
