@@ -492,6 +492,7 @@ static int register_metrics(scraper *s, strata_error *err) {
         return -1;
     q.name = "strata_scraper_push_lag_seconds";
     q.help = "Age of the oldest scraped profile neither acknowledged nor dropped (0: none).";
+    q.kind = METRICS_DOUBLE;
     if ((s->push_lag = metrics_gauge_new(s->registry, &q, err)) == NULL)
         return -1;
     p.name = "strata_scraper_push_dropped_requests_total";
