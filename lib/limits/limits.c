@@ -642,12 +642,22 @@ void limits_get_stats(limits_enforcer *l, limits_stats *out) {
     memset(out, 0, sizeof *out);
     pthread_rwlock_rdlock(&l->lock);
     out->tenants = l->n_tenants;
+    out->bytes = l->n_buckets * sizeof *l->buckets;
     for (size_t i = 0; i < l->n_buckets; i++)
         for (tenant_state *t = l->buckets[i]; t != NULL; t = t->next) {
             pthread_mutex_lock(&t->mu);
             out->series += t->series.count;
+            out->bytes += sizeof *t + strlen(t->name) + 1;
+            if (t->series.keys != NULL)
+                out->bytes += (t->series.mask + 1) * 2 * sizeof(uint64_t);
             pthread_mutex_unlock(&t->mu);
         }
+    pthread_rwlock_unlock(&l->lock);
+}
+
+void limits_tenant_values(limits_enforcer *l, const char *tenant, limits_values *out) {
+    pthread_rwlock_rdlock(&l->lock);
+    limits_resolve(&l->defaults, &l->overrides, tenant, out);
     pthread_rwlock_unlock(&l->lock);
 }
 

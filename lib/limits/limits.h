@@ -130,8 +130,12 @@ int limits_apply(limits_enforcer *l, const limits_values *defaults,
                  const limits_overrides *overrides, strata_error *err);
 void limits_free(limits_enforcer *l);
 
-/* False when no tenant has any limit: callers may skip limits_admit and what they compute for it.
- */
+/* The tenant's limits now (limits_resolve on the current configuration), so a caller computes
+ * only what they need: no series hashes for a tenant without max_active_series. */
+void limits_tenant_values(limits_enforcer *l, const char *tenant, limits_values *out);
+
+/* False when no tenant has any limit: callers may skip limits_admit and what they compute for
+ * it. */
 bool limits_enabled(const limits_enforcer *l);
 
 /* Why a request was refused. */
@@ -165,6 +169,7 @@ void limits_sweep(limits_enforcer *l, int64_t now_ns);
 typedef struct limits_stats {
     uint64_t tenants; /* tenants whose state is held */
     uint64_t series;  /* entries of their series tables (active, or expired and not yet dropped) */
+    uint64_t bytes;   /* memory of the tenant table, the states and their series tables */
 } limits_stats;
 
 void limits_get_stats(limits_enforcer *l, limits_stats *out);

@@ -412,6 +412,11 @@ static void test_concurrent_admissions(void **state) {
     assert_int_equal(samples, 7000); /* the clock stands still: exactly the burst */
     assert_int_equal(series, 900);
     assert_int_equal(limits_tenant_series(l, "series"), 900);
+    limits_stats st;
+    limits_get_stats(l, &st);
+    /* 900 series in 2,048 slots of 16 bytes, plus two tenant states and the tenant table */
+    assert_true(st.tenants == 2 && st.series == 900);
+    assert_true(st.bytes >= 2048 * 16 + 64 * 8 && st.bytes < 2048 * 16 + 64 * 8 + 1024);
     limits_free(l);
 }
 

@@ -30,6 +30,12 @@ int ingest_request_admit(limits_enforcer *l, const char *tenant, const ingest_re
     *reason = LIMITS_NONE;
     if (!limits_enabled(l))
         return 0;
+    limits_values v;
+    limits_tenant_values(l, tenant, &v);
+    if (v.ingestion_rate_samples == 0 && v.max_active_series == 0)
+        return 0;
+    if (v.max_active_series == 0) /* no series to hash */
+        return limits_admit(l, tenant, now_ns, req->n_pprof_samples, NULL, 0, reason, err);
     uint64_t stack_series[STACK_HASHES], stack_labels[STACK_HASHES];
     uint64_t *series = stack_series, *labels = stack_labels;
     if (req->n_profiles > STACK_HASHES &&

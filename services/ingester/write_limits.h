@@ -6,7 +6,8 @@
  * unit, one stack with its values whatever the number of sample types; zero samples are dropped
  * and cost nothing stored). Series are the series the request writes as queries show them: one
  * per (profile type, label set), so a pprof with two sample types writes two; each is hashed from
- * the label set's hash (computed once per request series) and its profile type's strings. The
+ * the label set's hash (computed once per request series) and its profile type's strings, and
+ * only for a tenant with a series limit (hashing is most of the admission's cost). The
  * request is admitted or refused whole (limits_admit), after it parsed and before anything of it
  * is handed to the batcher, so a refused request has stored nothing.
  */
