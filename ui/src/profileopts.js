@@ -22,12 +22,39 @@ export const GROUP_BY = [
   ['location_address', 'Location address'],
   ['mapping_file', 'Binary (mapping file)'],
 ];
-export const GROUP_BY_SHORT = { function_name: 'function', function_file_name: 'file', location_address: 'address', mapping_file: 'binary' };
+const SHORT = { function_name: 'function', function_file_name: 'file', location_address: 'address', mapping_file: 'binary' };
 export const DEFAULT_GROUP_BY = 'function_name';
 
-// The group_by URL value, cleaned: known fields in canonical order, the default when none.
+// Grouping by a label (Parca's `labels.<name>`): the querier puts each sample's stack under a
+// frame `name="value"` (pprof sample labels such as Go's pprof.Do endpoint=/checkout, or a series
+// label: one namespace, as in Parca), so the icicle graph and the table split the CPU by value.
+export const LABEL_PREFIX = 'labels.';
+
+export function isLabelGroup(field) {
+  return typeof field === 'string' && field.startsWith(LABEL_PREFIX) && field.length > LABEL_PREFIX.length &&
+    !/[\s,]/.test(field);
+}
+
+// The short name of a group-by field, for the button: "function", or a label's name.
+export function groupByShort(field) {
+  return SHORT[field] ?? (isLabelGroup(field) ? field.slice(LABEL_PREFIX.length) : field);
+}
+// GROUP_BY_SHORT[field] as groupByShort(field), label fields included.
+export const GROUP_BY_SHORT = new Proxy(SHORT, { get: (t, k) => groupByShort(String(k)) });
+
+// The group_by URL value, cleaned: known fields in canonical order (the default when none), then
+// the labels grouped by, in the order given, each once.
 export function parseGroupBy(text) {
-  const want = new Set(String(text || '').split(',').map((x) => x.trim()));
+  const fields = String(text || '').split(',').map((x) => x.trim());
+  const want = new Set(fields);
   const out = GROUP_BY.map(([k]) => k).filter((k) => want.has(k));
-  return out.length ? out : [DEFAULT_GROUP_BY];
+  const labels = [...new Set(fields.filter(isLabelGroup))];
+  return [...(out.length ? out : [DEFAULT_GROUP_BY]), ...labels];
+}
+
+// Group-by menu entries for the label names the Labels API lists for a query (`__name__` and
+// names that cannot be a group_by field left out), sorted: [['labels.endpoint', 'Label: endpoint']].
+export function labelGroupOptions(names) {
+  return [...new Set(names || [])].filter((n) => n !== '__name__' && isLabelGroup(LABEL_PREFIX + n))
+    .sort().map((n) => [LABEL_PREFIX + n, `Label: ${n}`]);
 }
