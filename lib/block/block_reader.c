@@ -86,6 +86,8 @@ struct block_reader {
     size_t n_label_sets;
     uint32_t *series_sets;      /* series_label_sets' label set column */
     uint64_t *series_set_first; /* per series + 1: offsets into series_sets */
+    const char **sample_names;  /* the distinct label names of every set, sorted */
+    size_t n_sample_names;
 
     bool symbols_loaded;
     block_mapping *mappings;
@@ -1148,6 +1150,9 @@ static void free_label_sets(block_reader *r) {
     free(r->label_sets);
     free(r->series_sets);
     free(r->series_set_first);
+    free(r->sample_names);
+    r->sample_names = NULL;
+    r->n_sample_names = 0;
     r->label_sets = NULL;
     r->series_sets = NULL;
     r->series_set_first = NULL;
@@ -1200,6 +1205,31 @@ static int index_series_sets(block_reader *r, const uint64_t *series, const uint
     return 0;
 }
 
+static int compare_name_ptrs(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The distinct names of every label set, sorted. */
+static int collect_sample_names(block_reader *r, strata_error *err) {
+    size_t total = 0;
+    for (size_t i = 0; i < r->n_label_sets; i++)
+        total += r->label_sets[i].count;
+    r->sample_names = malloc((total + 1) * sizeof *r->sample_names);
+    if (r->sample_names == NULL)
+        return strata_error_oom(err);
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_label_sets; i++)
+        for (size_t l = 0; l < r->label_sets[i].count; l++)
+            r->sample_names[n++] = r->label_sets[i].labels[l].name;
+    qsort(r->sample_names, n, sizeof *r->sample_names, compare_name_ptrs);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || strcmp(r->sample_names[k - 1], r->sample_names[i]) != 0)
+            r->sample_names[k++] = r->sample_names[i];
+    r->n_sample_names = k;
+    return 0;
+}
+
 /* Reads tables 15-17 whole (one row per distinct label set and per series' set) and checks them. */
 static int load_label_sets(block_reader *r, strata_error *err) {
     if (r->label_sets_loaded)
@@ -1235,6 +1265,8 @@ static int load_label_sets(block_reader *r, strata_error *err) {
     if (rc == 0)
         rc = index_series_sets(r, pairs[BLOCK_COL_SERIES_LABEL_SETS_SERIES],
                                pairs[BLOCK_COL_SERIES_LABEL_SETS_LABEL_SET], n_pairs, err);
+    if (rc == 0)
+        rc = collect_sample_names(r, err);
     free_columns(sets, BLOCK_COL_LABEL_SETS_COUNT);
     free_columns(labels, BLOCK_COL_LABEL_SET_LABELS_COUNT);
     free_columns(pairs, BLOCK_COL_SERIES_LABEL_SETS_COUNT);
@@ -1262,6 +1294,18 @@ int block_reader_label_set(block_reader *r, uint32_t id, const label_set **out, 
                                 "block: label set %u is out of range (%zu sets)", id,
                                 r->n_label_sets);
     *out = id == 0 ? &empty : &r->label_sets[id - 1];
+    return 0;
+}
+
+int block_reader_has_sample_label_name(block_reader *r, const char *name, bool *out,
+                                       strata_error *err) {
+    *out = false;
+    if (!block_reader_has_sample_labels(r))
+        return 0;
+    if (load_label_sets(r, err) != 0)
+        return -1;
+    *out = bsearch(&name, r->sample_names, r->n_sample_names, sizeof *r->sample_names,
+                   compare_name_ptrs) != NULL;
     return 0;
 }
 
@@ -1513,6 +1557,7 @@ size_t block_reader_memory_bytes(const block_reader *r) {
     if (r->label_sets_loaded) {
         bytes += r->n_label_sets * sizeof *r->label_sets + (r->n_series + 1) * sizeof(uint64_t);
         bytes += (size_t)r->tables[BLOCK_TABLE_SERIES_LABEL_SETS].rows * sizeof(uint32_t);
+        bytes += r->n_sample_names * sizeof *r->sample_names;
         for (size_t i = 0; i < r->n_label_sets; i++)
             for (size_t l = 0; l < r->label_sets[i].count; l++)
                 bytes += sizeof(strata_label) + strlen(r->label_sets[i].labels[l].name) +

@@ -161,6 +161,9 @@ size_t block_reader_label_set_count(const block_reader *r);
 /* The labels of set id (sorted by name; id 0 gives the empty set), valid until close. The label
  * set tables are read and checked on first use. INVALID_ARGUMENT for an id out of range. */
 int block_reader_label_set(block_reader *r, uint32_t id, const label_set **out, strata_error *err);
+/* Whether some label set of the block has a label `name` (false for a version 1 block). */
+int block_reader_has_sample_label_name(block_reader *r, const char *name, bool *out,
+                                       strata_error *err);
 /* The non-empty label sets a series' samples (and rollup rows) use, ascending, valid until close;
  * none (n 0) for a version 1 block. INVALID_ARGUMENT for a series out of range. */
 int block_reader_series_label_sets(block_reader *r, uint32_t series_id, const uint32_t **ids,

@@ -314,6 +314,24 @@ static bool sample_matches(const selector *sel, const label_set *series, const l
     return true;
 }
 
+/* Whether sample labels can change what sel matches in r: some matcher names a sample label of
+ * the block (or exported_<x> for one). When none does, every sample lacks every matcher's label,
+ * and the series postings decide exactly as in a version 1 block. */
+static int matchers_name_sample_labels(block_reader *r, const selector *sel, bool *out,
+                                       strata_error *err) {
+    *out = false;
+    size_t prefix = sizeof EXPORTED_PREFIX - 1;
+    for (size_t i = 0; sel != NULL && !*out && i < sel->n_matchers; i++) {
+        const char *name = sel->matchers[i].name;
+        if (block_reader_has_sample_label_name(r, name, out, err) != 0)
+            return -1;
+        if (!*out && strncmp(name, EXPORTED_PREFIX, prefix) == 0 &&
+            block_reader_has_sample_label_name(r, name + prefix, out, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* Series selection in a block with sample labels: a series matches when its own labels pass the
  * matchers naming them and some sample can pass the others (one of the series' label sets, or
  * none: the series' list does not say whether it also has samples without labels). */
@@ -359,7 +377,10 @@ static int select_with_sample_labels(block_reader *r, const selector *sel, uint3
 /* Series ids of r matching sel (and type when given), ascending. */
 int engine_select_series(block_reader *r, const selector *sel, const profile_type *type,
                          uint32_t **ids, size_t *n, strata_error *err) {
-    if (sel != NULL && sel->n_matchers > 0 && block_reader_has_sample_labels(r)) {
+    bool by_samples = false;
+    if (matchers_name_sample_labels(r, sel, &by_samples, err) != 0)
+        return -1;
+    if (by_samples) {
         if (select_with_sample_labels(r, sel, ids, n, err) != 0) {
             free(*ids);
             *ids = NULL;
@@ -429,8 +450,11 @@ static int sample_view_init(sample_view *v, block_reader *r, const selector *sel
     v->tree = tree;
     if (tree != NULL && calltree_grouping_has_labels(calltree_get_grouping(tree)))
         v->grouping = calltree_get_grouping(tree);
+    bool by_samples = false;
+    if (matchers_name_sample_labels(r, sel, &by_samples, err) != 0)
+        return -1;
     uint32_t last = UINT32_MAX;
-    for (size_t i = 0; block_reader_has_sample_labels(r) && !v->filter && i < n; i++) {
+    for (size_t i = 0; by_samples && !v->filter && i < n; i++) {
         if (profiles[i].series_id == last)
             continue;
         last = profiles[i].series_id;
