@@ -22,14 +22,15 @@
  *  - Pipelining: up to max_in_flight WriteRaw calls per address at once (one sender thread per
  *    slot; rpc_call_unary blocks), so an address delivers max_in_flight batches per flush.
  *  - Order, the rule: the profiles of one series (one key) reach the ingesters in the order they
- *    were enqueued, and each is acknowledged before a later one of that series is sent. A sender
- *    walks the queue oldest first and takes a request only if none of its series is in a call in
- *    flight and none belongs to an older request it passed over (backing off, or not fitting
- *    this batch or its address). So a series is in at most one call at a time, wherever that call
- *    goes, and a request that fails is back in the queue, in its place, before anything newer of
- *    its series can be sent: retries and failover never let a later profile be stored before an
- *    earlier one, while other series go ahead. Several requests of one series may share a batch,
- *    in order: the ingester stores a request whole or not at all. Hash collisions only hold a
+ *    were enqueued, and none is sent while an earlier one of its series is in a call in flight
+ *    or waiting in the queue (to be retried, or backing off). A sender walks the queue oldest
+ *    first and takes a request only if none of its series is in a call in flight and none
+ *    belongs to an older request it passed over (backing off, or not fitting this batch or its
+ *    address). So a series is in at most one call at a time, wherever that call goes, and a
+ *    request that fails is back in the queue, in its place, before anything newer of its series
+ *    can be sent: retries and failover never let a later profile be stored before an earlier
+ *    one, while other series go ahead. Several requests of one series may share a batch, in
+ *    order: the ingester stores a request whole or not at all. Hash collisions only hold a
  *    request back longer.
  *  - Balancing: each batch goes to the next address in round-robin order that has a free slot
  *    and has not failed the batch's first request in this round.
