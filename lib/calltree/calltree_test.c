@@ -955,7 +955,7 @@ static void test_pprof_sample_labels(void **state) {
         fail_msg("%s", err.message);
     assert_int_equal(p.n_samples, 7);
     assert_int_equal(p.n_functions, 5); /* main, a, b, d, e: no function for a label frame */
-    char seen[7][160];
+    char seen[7][300];
     for (size_t i = 0; i < p.n_samples; i++) {
         char stack[128];
         stack_string(&p, i, stack, sizeof stack);
