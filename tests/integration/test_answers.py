@@ -733,6 +733,8 @@ bucket:
   type: FILESYSTEM
   config:
     directory: {os.path.join(self.work, "data")}
+querier:
+  sync_interval: 100ms
 compactor:
   compaction_interval: 200ms
   consistency_delay: 1m

@@ -232,7 +232,7 @@ compactor:
   compaction_interval: 2s
   block_ranges: [10s, 1m]
   consistency_delay: 2s
-  delete_delay: 5s
+  delete_delay: 10s
 """, http_port)
         for node in cls.nodes:
             node.start(ready_url=node.http + "/ready")

@@ -185,7 +185,9 @@ querier:
 """
         self.c_config = f"""server:
   http_listen_address: 127.0.0.1:{self.c_port}
-{bucket}compactor:
+{bucket}querier:
+  sync_interval: 100ms
+compactor:
   compaction_interval: 200ms
   consistency_delay: {consistency_delay}
   delete_delay: 2s

@@ -60,6 +60,8 @@ ingester:
   announce_listen_address: tcp://127.0.0.1:{ports[4]}
 querier:
   sync_interval: 1h
+compactor:
+  enabled: false
 """).start(ready_url=cls.all_http + "/ready")
         cls.querier = lib.Strata(cls.work, "querier", f"""
 server:
