@@ -149,16 +149,17 @@ typedef enum limits_reason {
 const char *limits_reason_name(limits_reason reason);
 
 /* Admits or refuses, as a whole, a request of n_samples pprof samples writing the series
- * series[0..n_series) (hashes in any order, repeats allowed; the array is reordered) for tenant at
- * now_ns. Admitted (0): its tokens are taken and its series are active as of now_ns. Refused (-1,
- * *reason LIMITS_RATE or LIMITS_SERIES): nothing changes, and err is RESOURCE_EXHAUSTED naming the
- * tenant, the limit and its value:
+ * series[0..n_series) (64-bit hashes in any order, repeats allowed; the array is overwritten;
+ * NULL when n_series is 0) for tenant at now_ns. Admitted (0): its tokens are taken and its series
+ * are active as of now_ns. Refused (-1, *reason LIMITS_RATE or LIMITS_SERIES): nothing changes,
+ * and err is RESOURCE_EXHAUSTED naming the tenant, the limit and its value:
  *   tenant team-a: ingestion rate limit 100000 samples/s (burst 1000000) exceeded: the request
  *     has 1200000 samples, more than the burst
  *   tenant team-a: ingestion rate limit 100 samples/s (burst 200) exceeded: the request has 150
  *     samples, 50 are available (the rate refills them)
  *   tenant team-a: active series limit 4 exceeded: 3 series active within 10m, the request adds 2
- * Out of memory: -1 with *reason LIMITS_NONE and nothing changed. */
+ * Out of memory: -1 with *reason LIMITS_NONE (some of the request's new series may then count as
+ * active; its tokens are not taken). */
 int limits_admit(limits_enforcer *l, const char *tenant, int64_t now_ns, uint64_t n_samples,
                  uint64_t *series, size_t n_series, limits_reason *reason, strata_error *err);
 

@@ -370,6 +370,8 @@ static int create_metrics(ingester *ing, strata_error *err) {
 static void collect_batcher_stats(void *ctx) {
     ingester *ing = ctx;
     limits_stats ls;
+    /* Idle tenants' limit state goes at each scrape too, even while no limited tenant writes. */
+    limits_sweep(ing->tenant_limits, strata_monotonic_ns());
     limits_get_stats(ing->tenant_limits, &ls);
     metrics_gauge_set(ing->metrics.limits_tenants, (int64_t)ls.tenants);
     metrics_gauge_set(ing->metrics.limits_series, (int64_t)ls.series);
