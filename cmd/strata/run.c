@@ -592,6 +592,11 @@ static void reload_config(runtime *rt, const char *path) {
             strata_log_error("strata", "scrape configs not applied", "file=%s error=%s", path,
                              strata_log_quote(err.message, quoted, sizeof quoted));
             result = "failure";
+        } else if (rt->ing != NULL && ingester_apply_limits(rt->ing, &fresh.ingester, &err) != 0) {
+            char quoted[600];
+            strata_log_error("strata", "ingester limits not applied", "file=%s error=%s", path,
+                             strata_log_quote(err.message, quoted, sizeof quoted));
+            result = "failure";
         } else {
             strata_log_info("strata", "config reloaded", "file=%s scrape_jobs=%zu", path, jobs);
         }

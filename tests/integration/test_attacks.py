@@ -18,6 +18,7 @@ a real client: Python grpcio for gRPC, urllib for the HTTP API.
   stored, /metrics counts it, and another tenant sending the same requests is not limited.
 """
 import re
+import signal
 import glob
 import json
 import os
@@ -313,10 +314,11 @@ querier:
                                               f"a tenant is {RULE}")
         # Nothing was written under any other name (the bucket holds only the tenants the tests
         # wrote to), and the long tenants never read anonymous's data (refused above).
-        self.assertTrue(set(os.listdir(self.data_dir)) <= {
+        # (.strata-ready-<host> is the writers' readiness probe, written and deleted every 5 s.)
+        names = {n for n in os.listdir(self.data_dir) if not n.startswith(".strata-ready-")}
+        self.assertTrue(names <= {
             "anonymous", "strings-labels", "strings-pprof", "same-connection", "limited-rate",
-            "limited-series", "unlimited"},
-            os.listdir(self.data_dir))
+            "limited-series", "unlimited", "reloaded"}, names)
         self.assertFalse(os.path.exists(os.path.join(os.path.dirname(self.data_dir), "etc")))
         # The longest valid tenant works, and sees nothing of anonymous.
         longest = "c" * 150
@@ -442,6 +444,43 @@ querier:
         m = re.search("^" + re.escape(name) + r" (\d+)$", body.decode(), re.M)
         self.assertIsNotNone(m, name)
         return int(m.group(1))
+
+    def reload_with(self, text):
+        """Rewrites the config file, sends SIGHUP and waits until the reload is counted."""
+        def reloads():  # the counter appears with the first reload
+            body = http_get(self.base + "/metrics")[1].decode()
+            m = re.search(r'^strata_config_reloads_total\{result="success"\} (\d+)$', body, re.M)
+            return int(m.group(1)) if m else 0
+        before = reloads()
+        with open(self.strata.config_path, "w") as f:
+            f.write(text)
+        self.strata.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while reloads() == before:
+            self.assertLess(time.monotonic(), deadline, "the reload was not counted")
+            time.sleep(0.05)
+
+    def test_limits_reload_on_sighup(self):
+        raw, _, _ = cpu_pprof(["main", "reloadedWork"], self.now)
+        nine = write_request([({"__name__": "process_cpu", "job": f"h{i}"}, [raw])
+                              for i in range(9)])
+        with open(self.strata.config_path) as f:
+            original = f.read()
+        limited = original.replace("    limited-series: {max_active_series: 4}\n",
+                                   "    limited-series: {max_active_series: 4}\n"
+                                   "    reloaded: {ingestion_rate_samples: 1, "
+                                   "ingestion_burst_samples: 5}\n")
+        self.assertNotEqual(limited, original)
+        try:
+            self.reload_with(limited)
+            self.assert_refused(
+                lambda: self.write_raw_bytes(nine, metadata=self.md("reloaded"), timeout=30),
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "tenant reloaded: ingestion rate limit 1 samples/s (burst 5) exceeded")
+        finally:
+            self.reload_with(original)
+        self.write_raw_bytes(nine, metadata=self.md("reloaded"), timeout=30)
+        self.assertEqual(self.jobs_stored("reloaded"), sorted(f"h{i}" for i in range(9)))
 
     def test_tenant_over_its_limits_is_refused_and_nothing_is_stored(self):
         raw, _, _ = cpu_pprof(["main", "limitedWork"], self.now)  # one pprof sample
