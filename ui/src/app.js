@@ -240,7 +240,11 @@ class ProfilesView {
 
   loadProfile(force) {
     const src = profileSource('a');
-    this.panel.load(src && { title: src.title, params: { query: src.query, start: src.start, end: src.end, group_by: groupByParam() } }, { force });
+    this.panel.load(src && {
+      title: src.title,
+      params: { query: src.query, start: src.start, end: src.end, group_by: groupByParam() },
+      sides: [src],
+    }, { force });
   }
 
   update(changed) {
@@ -279,6 +283,7 @@ class CompareView {
         query_a: a.query, start_a: a.start, end_a: a.end, query_b: b.query, start_b: b.start, end_b: b.end,
         absolute: abs ? 'true' : 'false', group_by: groupByParam(),
       },
+      sides: [a, b],
     }, { force });
   }
 

@@ -32,6 +32,16 @@ function hashString(s) {
   return h >>> 0;
 }
 
+// The colour key of a label frame, the frame a profile grouped by labels (group_by labels.<name>)
+// puts each sample's stack under: 'endpoint="/a"' or 'endpoint="/b", region="eu"' -> the label
+// names ('endpoint=' / 'endpoint=,region='), so the frames of one label share a colour whatever
+// their values hold (slashes and dots that would read as a package); '' for any other frame.
+export function labelFrameKey(name) {
+  if (!name || !/^[A-Za-z_][A-Za-z0-9_]*="/.test(name)) return '';
+  const names = [...name.matchAll(/(?:^|", )([A-Za-z_][A-Za-z0-9_]*)="/g)].map((x) => `${x[1]}=`);
+  return names.join(',');
+}
+
 // The package (namespace) of a function name, for colouring; '' when the name has none (a C
 // function), so the caller can fall back to the binary.
 //   Go    "net/http.(*conn).serve" -> "net/http", "github.com/x/y/z.F" -> "github.com/x/y/z",
@@ -301,6 +311,8 @@ export class Icicle {
     const by = this.effectiveColorBy();
     const keyOf = (nm) => {
       const bin = this.meta.binaryOf?.(nm) || '';
+      const label = labelFrameKey(nm);
+      if (label) return label;
       return (by === 'binary' ? bin || packageOf(nm) : packageOf(nm) || bin) || nm;
     };
     // Each key gets its hash's colour, or the next one free while any is, so the first keys (in

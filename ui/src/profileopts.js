@@ -58,3 +58,47 @@ export function labelGroupOptions(names) {
   return [...new Set(names || [])].filter((n) => n !== '__name__' && isLabelGroup(LABEL_PREFIX + n))
     .sort().map((n) => [LABEL_PREFIX + n, `Label: ${n}`]);
 }
+
+// The label names of a group_by value: 'function_name,labels.endpoint' -> ['endpoint'].
+export function groupByLabels(text) {
+  return parseGroupBy(text).filter(isLabelGroup).map((g) => g.slice(LABEL_PREFIX.length));
+}
+
+// The Group-by menu's label entries: the names the Labels API lists for the selection, and the
+// labels the URL groups by already (so a grouping the selection no longer has can be unchecked).
+export function groupByLabelOptions(names, current) {
+  return labelGroupOptions([...(names || []), ...groupByLabels(current)]);
+}
+
+// The Labels API requests that list the label names of what a profile panel shows: one per
+// side (its selector as `match`, its time range), a diff's two sides once each when they agree.
+// The API lists sample (pprof) label names and series label names together, without telling
+// them apart; group_by labels.<name> takes either (one namespace, as in Parca), so the menu
+// offers all of them (__name__ aside).
+export function labelNamesRequests(sides) {
+  const out = [], seen = new Set();
+  for (const s of sides || []) {
+    if (!s || !s.query) continue;
+    const r = { match: s.query, start: s.start ?? '', end: s.end ?? '' };
+    const key = JSON.stringify(r);
+    if (!seen.has(key)) { seen.add(key); out.push(r); }
+  }
+  return out;
+}
+
+// The union of the Labels API's answers, sorted.
+export function unionNames(lists) {
+  return [...new Set((lists || []).flat().filter((n) => typeof n === 'string' && n))].sort();
+}
+
+// The group_by after the Group-by menu's checkboxes changed: the frame fields checked, then the
+// labels grouped by: the current ones in their order while checked (or while the menu has no entry
+// for them, so a change of frame fields never drops a label), then newly checked ones. `picked`:
+// the values of the checked entries; `offered`: the values of all entries.
+export function nextGroupBy(current, picked, offered) {
+  const on = new Set(picked || []), shown = new Set(offered || []);
+  const cur = parseGroupBy(current).filter(isLabelGroup);
+  const labels = cur.filter((g) => on.has(g) || !shown.has(g));
+  for (const g of picked || []) if (isLabelGroup(g) && !labels.includes(g)) labels.push(g);
+  return parseGroupBy([...(picked || []).filter((g) => !isLabelGroup(g)), ...labels].join(',')).join(',');
+}

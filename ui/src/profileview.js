@@ -6,7 +6,10 @@ import { Icicle, parseFlamebearer, baseName, diffColor } from './icicle.js';
 import { ProfileTable, defaultSort } from './table.js';
 import { store } from './state.js';
 import { formatValue, escapeHtml } from './format.js';
-import { GROUP_BY, GROUP_BY_SHORT, DEFAULT_GROUP_BY, parseGroupBy, maxNodesFor } from './profileopts.js';
+import {
+  GROUP_BY, GROUP_BY_SHORT, DEFAULT_GROUP_BY, parseGroupBy, maxNodesFor, groupByLabelOptions, labelNamesRequests,
+  unionNames, nextGroupBy,
+} from './profileopts.js';
 
 export function groupByParam() { return parseGroupBy(store.get('group_by')).join(','); }
 
@@ -38,6 +41,12 @@ export class ProfilePanel {
               title="Merge frames that share these fields (function name: the same function in different binaries is one frame)">Group by: function</button>
             <div class="dropdown-menu" data-role="groupby-menu" role="menu" hidden>
               ${GROUP_BY.map(([k, l]) => `<label class="dropdown-item"><input type="checkbox" value="${k}"> ${l}</label>`).join('')}
+              <div class="dropdown-section" data-role="groupby-labels" data-state="none"
+                title="Put each sample's stack under a frame per value of the label (pprof labels such as Go's pprof.Do endpoint, or series labels)">
+                <div class="dropdown-heading">Group by pprof label</div>
+                <div class="dropdown-note muted" data-role="groupby-labels-note"></div>
+                <div data-role="groupby-labels-items"></div>
+              </div>
             </div>
           </div>
           ${diff ? '' : `<select data-role="colorby" aria-label="Colour by" title="Colour the icicle graph by package (one binary) or binary (several); or choose">
@@ -81,12 +90,17 @@ export class ProfilePanel {
     this.$('reset').addEventListener('click', () => store.set({ cur_path: null }));
     this.abort = null;
     this.key = null;
+    this.labelsAbort = null;
+    this.labelsKey = null;
+    this.labelNames = [];
     this.applyUi();
   }
 
   destroy() {
     if (this.abort) this.abort.abort();
+    if (this.labelsAbort) this.labelsAbort.abort();
     document.removeEventListener('mousedown', this.onOutside);
+    document.removeEventListener('keydown', this.onEscape);
     this.icicle.destroy();
   }
 
@@ -94,19 +108,82 @@ export class ProfilePanel {
     const menu = this.$('groupby-menu'), button = this.$('groupby-button');
     const open = (yes) => { menu.hidden = !yes; button.setAttribute('aria-expanded', String(yes)); };
     button.addEventListener('click', () => open(menu.hidden));
-    menu.addEventListener('keydown', (e) => { if (e.key === 'Escape') { open(false); button.focus(); } });
+    // Escape closes the open menu wherever the focus is (its button, a checkbox, the page).
+    this.onEscape = (e) => {
+      if (e.key !== 'Escape' || menu.hidden) return;
+      const inside = this.$('groupby').contains(document.activeElement);
+      open(false);
+      if (inside) button.focus();
+    };
+    document.addEventListener('keydown', this.onEscape);
     this.onOutside = (e) => { if (!this.$('groupby').contains(e.target)) open(false); };
     document.addEventListener('mousedown', this.onOutside);
     menu.addEventListener('change', () => {
-      const picked = [...menu.querySelectorAll('input:checked')].map((i) => i.value);
-      const g = parseGroupBy(picked.join(',')).join(',');
+      const inputs = [...menu.querySelectorAll('input')];
+      const picked = inputs.filter((i) => i.checked).map((i) => i.value);
+      // Label groups stay when frame fields change, including ones the menu does not list.
+      const g = nextGroupBy(store.get('group_by'), picked, inputs.map((i) => i.value));
       store.set({ group_by: g === DEFAULT_GROUP_BY ? null : g, cur_path: null });
       this.syncGroupBy(); // unchecking the last field leaves the default checked
     });
   }
 
+  // The label names of what the panel shows, for the Group-by menu: sides are [{query, start,
+  // end}] (a diff's A and B), asked of the Labels API when they change.
+  setLabelSides(sides) {
+    const reqs = labelNamesRequests(sides);
+    const key = JSON.stringify(reqs);
+    if (key === this.labelsKey) return;
+    this.labelsKey = key;
+    if (this.labelsAbort) this.labelsAbort.abort();
+    this.labelsAbort = null;
+    if (reqs.length === 0) {
+      this.labelNames = [];
+      this.labelsState = 'none';
+      this.renderLabelOptions();
+      return;
+    }
+    const ctrl = new AbortController();
+    this.labelsAbort = ctrl;
+    this.labelsState = 'loading';
+    this.renderLabelOptions();
+    Promise.all(reqs.map((r) => api.labels(r, ctrl.signal).then((j) => j.label_names || []))).then((lists) => {
+      if (ctrl.signal.aborted) return;
+      this.labelNames = unionNames(lists);
+      this.labelsState = 'ok';
+    }, (e) => {
+      if (ctrl.signal.aborted || e.name === 'AbortError') return;
+      this.labelNames = [];
+      this.labelsState = 'error';
+      this.labelsError = e.message;
+    }).then(() => {
+      if (ctrl.signal.aborted) return;
+      this.labelsAbort = null;
+      this.renderLabelOptions();
+      window.__strata?.emit?.('labels', { names: this.labelNames, state: this.labelsState });
+    });
+  }
+
+  // The Group-by menu's label entries: the selection's label names and the labels grouped by.
+  renderLabelOptions() {
+    const box = this.$('groupby-labels'), items = this.$('groupby-labels-items'), note = this.$('groupby-labels-note');
+    const opts = groupByLabelOptions(this.labelNames, store.get('group_by'));
+    const html = opts.map(([k, l]) =>
+      `<label class="dropdown-item"><input type="checkbox" value="${escapeHtml(k)}"> ${escapeHtml(l)}</label>`).join('');
+    if (items.innerHTML !== html) items.innerHTML = html;
+    const state = this.labelsState || 'none';
+    box.dataset.state = state;
+    note.textContent = state === 'loading' ? 'Loading label names…'
+      : state === 'error' ? `Label names unavailable: ${this.labelsError}`
+        : opts.length === 0 ? 'No labels in this selection' : '';
+    note.hidden = !note.textContent;
+    const groups = parseGroupBy(store.get('group_by'));
+    items.querySelectorAll('input').forEach((i) => { i.checked = groups.includes(i.value); });
+  }
+
   syncGroupBy() {
     const groups = parseGroupBy(store.get('group_by'));
+    this.renderLabelOptions();
     this.$('groupby-menu').querySelectorAll('input').forEach((i) => { i.checked = groups.includes(i.value); });
     this.$('groupby-button').textContent = `Group by: ${groups.map((g) => GROUP_BY_SHORT[g]).join(', ')}`;
   }
@@ -161,8 +238,11 @@ export class ProfilePanel {
     st.className = 'pv-status';
   }
 
-  // source: {title, params (for /query or /diff), pprofParams} or null (nothing to show).
+  // source: {title, params (for /query or /diff), sides ([{query, start, end}]: the selections
+  // whose label names the Group-by menu offers)} or null (nothing to show).
   async load(source, { force = false } = {}) {
+    if (force) this.labelsKey = null;
+    this.setLabelSides(source?.sides || []);
     const key = source ? JSON.stringify(source.params) : null;
     if (!force && key === this.key) { this.$('title').innerHTML = source?.title || this.$('title').innerHTML; return; }
     this.key = key;

@@ -523,6 +523,160 @@ describe('compare view on known profiles', () => {
   });
 });
 
+// Synthetic profiles whose samples carry pprof labels (as Go's pprof.Do writes them), with known
+// values (ms of CPU): version 1 spends 600 ms under endpoint=/a, 300 ms under endpoint=/b and
+// 100 ms without a label; version 2 200, 700 and 100. Grouped by the label, each endpoint is a
+// frame under the root and the unlabelled stack stays directly under the root.
+const LBL = (a, b) => [
+  { stack: ['main.main', 'main.handleA'], value: a * MS, labels: { endpoint: '/a' } },
+  { stack: ['main.main', 'main.handleB'], value: b * MS, labels: { endpoint: '/b' } },
+  { stack: ['main.main', 'main.idle'], value: 100 * MS },
+];
+const EP_A = 'endpoint="/a"', EP_B = 'endpoint="/b"';
+
+describe('group by pprof label', () => {
+  const requests = [];
+  const onRequest = (q) => { if (q.url().includes('/api/v1/')) requests.push(new URL(q.url())); };
+  const sent = (path, since) => requests.slice(since).filter((u) => u.pathname.endsWith(path)).map((u) => u.searchParams);
+  const lbl = (v) => `${SYN}{job="lbl", version="${v}"}`;
+  const profileUrl = (extra = '') => `?expression_a=${encodeURIComponent(lbl(1))}&from_a=now-15m&to_a=now${extra}`;
+  const labelInputs = () => page.$$eval('[data-role="groupby-labels"] input', (l) => l.map((i) => ({ value: i.value, checked: i.checked })));
+  const closeMenu = async () => {
+    await page.keyboard.press('Escape');
+    await page.waitForSelector('[data-role="groupby-menu"]', { state: 'hidden', timeout: 5000 });
+  };
+
+  before(async () => {
+    await env.pushSynthetic('synth', { job: 'lbl', version: '1' }, LBL(600, 300));
+    await env.pushSynthetic('synth', { job: 'lbl', version: '2' }, LBL(200, 700));
+    await waitFor(async () => {
+      const r = await fetch(`${env.base}api/v1/labels?${new URLSearchParams({ match: lbl(2), start: 'now-15m', end: 'now' })}`);
+      return r.ok && (await r.json()).label_names.includes('endpoint');
+    }, 'the labelled profiles to be queryable');
+    page.on('request', onRequest);
+  }, { timeout: 60000 });
+
+  after(() => { page.off('request', onRequest); });
+
+  it('lists the selection\'s label names in the Group-by menu and splits the icicle graph and table by endpoint', async () => {
+    const before = requests.length;
+    await open(page, profileUrl());
+    await waitEvent(page, 'profile');
+    const ev = await waitEvent(page, 'labels');
+    assert.equal(ev.state, 'ok');
+    // The Labels API was asked for the names of this selection: its selector and time range.
+    const asked = sent('/api/v1/labels', before).filter((q) => q.get('match'));
+    assert.equal(asked.length, 1, 'one Labels API request for the selection');
+    assert.equal(asked[0].get('match'), lbl(1));
+    assert.equal(asked[0].get('start'), 'now-15m');
+    assert.equal(asked[0].get('end'), 'now');
+    // Every name but __name__ (the API does not tell sample labels from series labels; as Parca).
+    await page.click('[data-role="groupby-button"]');
+    await page.waitForSelector('[data-role="groupby-labels"] input[value="labels.endpoint"]');
+    assert.deepEqual(await labelInputs(), [
+      { value: 'labels.endpoint', checked: false }, { value: 'labels.job', checked: false }, { value: 'labels.version', checked: false },
+    ]);
+    assert.match(await page.innerText('[data-role="groupby-labels"]'), /group by pprof label[\s\S]*Label: endpoint/i);
+    await shot(page, 'profiles-groupby-labels-menu');
+
+    const n0 = await eventCount(page);
+    const q0 = requests.length;
+    await page.check('[data-role="groupby-labels"] input[value="labels.endpoint"]');
+    await page.waitForFunction(() => new URL(location.href).searchParams.get('group_by') === 'function_name,labels.endpoint');
+    await waitEvent(page, 'profile', n0);
+    const query = sent('/api/v1/query', q0).find((q) => q.get('report') === 'both');
+    assert.equal(query.get('group_by'), 'function_name,labels.endpoint', 'the query groups by the label');
+    assert.match(await page.innerText('[data-role="groupby-button"]'), /Group by: function, endpoint/);
+    await closeMenu();
+
+    // The icicle graph: one frame per endpoint under the root, sized by its samples; the
+    // unlabelled stack directly under the root.
+    const nodes = await icicleNodes(page);
+    const root = nodes.find((n) => n.name === 'total');
+    assert.equal(root.total, 1000 * MS);
+    const first = nodes.filter((n) => n.level === 1).sort((x, y) => x.name.localeCompare(y.name));
+    assert.deepEqual(first.map((n) => [n.name, n.total]), [[EP_A, 600 * MS], [EP_B, 300 * MS], ['main.main', 100 * MS]]);
+    for (const [n, share] of [[first[0], 0.6], [first[1], 0.3], [first[2], 0.1]]) {
+      assert.ok(Math.abs(n.width / root.width - share) < 0.005, `${n.name} is ${share * 100}% wide: ${n.width / root.width}`);
+    }
+    assert.equal(first[0].color, first[1].color, 'the endpoints share their label\'s colour');
+    const within = (n, p) => n.x >= p.x - 0.5 && n.x + n.width <= p.x + p.width + 0.5;
+    const handleA = nodes.find((n) => n.name === 'main.handleA'), handleB = nodes.find((n) => n.name === 'main.handleB');
+    assert.equal(handleA.level, 3);
+    assert.ok(within(handleA, first[0]) && within(handleB, first[1]), 'each endpoint\'s stacks are under its frame');
+    assert.equal(nodes.find((n) => n.name === 'main.idle').level, 2, 'the unlabelled stack is under the root');
+    let t = await tooltipOf(page, first[0]);
+    assert.match(t, /endpoint="\/a"/);
+    assert.match(t, /Cumulative\s*600 ms \(60\.0%\)/);
+    t = await tooltipOf(page, first[1]);
+    assert.match(t, /Cumulative\s*300 ms \(30\.0%\)/);
+    await page.mouse.move(0, 0);
+    // The table: a row per endpoint with its value.
+    const rows = await page.$$eval('.pv-table tbody tr', (r) => r.map((x) => [x.dataset.name, Number(x.dataset.cumulative)]));
+    const byName = Object.fromEntries(rows);
+    assert.equal(byName[EP_A], 600 * MS);
+    assert.equal(byName[EP_B], 300 * MS);
+    assert.equal(byName['main.main'], 1000 * MS);
+    await shot(page, 'profiles-groupby-endpoint');
+
+    // Frame checkboxes keep the label.
+    await page.click('[data-role="groupby-button"]');
+    await page.check('[data-role="groupby-menu"] input[value="function_file_name"]');
+    await page.waitForFunction(() => new URL(location.href).searchParams.get('group_by') === 'function_name,function_file_name,labels.endpoint');
+    assert.ok(await page.isChecked('[data-role="groupby-labels"] input[value="labels.endpoint"]'));
+    await page.uncheck('[data-role="groupby-menu"] input[value="function_file_name"]');
+    await page.waitForFunction(() => new URL(location.href).searchParams.get('group_by') === 'function_name,labels.endpoint');
+    // Unchecking the label ungroups.
+    const n1 = await eventCount(page);
+    await page.uncheck('[data-role="groupby-labels"] input[value="labels.endpoint"]');
+    await page.waitForFunction(() => !new URL(location.href).searchParams.get('group_by'));
+    await waitEvent(page, 'profile', n1);
+    const flat = await icicleNodes(page);
+    assert.deepEqual(flat.filter((n) => n.level === 1).map((n) => n.name), ['main.main']);
+    await closeMenu();
+  });
+
+  it('keeps a label the selection does not have in the URL, listed and checked, when frame fields change', async () => {
+    await open(page, profileUrl('&group_by=function_name,labels.region'));
+    await waitEvent(page, 'labels');
+    await page.click('[data-role="groupby-button"]');
+    assert.deepEqual((await labelInputs()).filter((i) => i.checked).map((i) => i.value), ['labels.region']);
+    assert.match(await page.innerText('[data-role="groupby-button"]'), /Group by: function, region/);
+    await page.check('[data-role="groupby-menu"] input[value="mapping_file"]');
+    await page.waitForFunction(() => new URL(location.href).searchParams.get('group_by') === 'function_name,mapping_file,labels.region');
+    await closeMenu();
+  });
+
+  it('offers and applies the grouping in the compare view: each endpoint\'s change', async () => {
+    const before = requests.length;
+    await open(page, `${compareUrl('lbl')}&group_by=${encodeURIComponent('function_name,labels.endpoint')}`);
+    assert.equal((await waitEvent(page, 'profile')).diff, true);
+    await waitEvent(page, 'labels');
+    const diff = sent('/api/v1/diff', before).find((q) => q.get('report') === 'both');
+    assert.equal(diff.get('group_by'), 'function_name,labels.endpoint');
+    // The names of both sides.
+    const asked = sent('/api/v1/labels', before).filter((q) => q.get('match')).map((q) => q.get('match')).sort();
+    assert.deepEqual(asked, [lbl(1), lbl(2)]);
+    await page.click('[data-role="groupby-button"]');
+    assert.deepEqual(await labelInputs(), [
+      { value: 'labels.endpoint', checked: true }, { value: 'labels.job', checked: false }, { value: 'labels.version', checked: false },
+    ]);
+    await closeMenu();
+    const nodes = await icicleNodes(page, 'compare');
+    const a = nodes.find((n) => n.name === EP_A), b = nodes.find((n) => n.name === EP_B);
+    assert.ok(a && b, 'both endpoints are drawn');
+    assert.deepEqual([a.level, b.level], [1, 1]);
+    assert.deepEqual([a.totalA, a.totalB, a.kind], [600 * MS, 200 * MS, 'shrinkage']);
+    assert.deepEqual([b.totalA, b.totalB, b.kind], [300 * MS, 700 * MS, 'growth']);
+    const rows = await page.$$eval('.pv-table tbody tr', (r) => r.map((x) => ({
+      name: x.dataset.name, base: Number(x.dataset.cumulativeBase), b: Number(x.dataset.cumulative), change: x.dataset.change,
+    })));
+    assert.deepEqual(rows.find((x) => x.name === EP_A), { name: EP_A, base: 600 * MS, b: 200 * MS, change: 'shrinkage' });
+    assert.deepEqual(rows.find((x) => x.name === EP_B), { name: EP_B, base: 300 * MS, b: 700 * MS, change: 'growth' });
+    await shot(page, 'compare-groupby-endpoint');
+  });
+});
+
 // Two builds of one real Go program (tests/goversions; only a dependency changed between them:
 // v1's dep.Addition wastes its time in dep.Fib, v2's does not), scraped by a `strata all` of their
 // own with the labels version=v1 and version=v2, compared in the browser against what the JSON API

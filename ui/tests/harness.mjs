@@ -83,19 +83,24 @@ const fieldMsg = (field, parts) => fieldBytes(field, parts.flat());
 const packed = (field, nums) => fieldBytes(field, nums.flatMap((n) => varint(n)));
 
 // A gzipped pprof profile of one sample type (cpu/nanoseconds, a delta profile of 10 s) with the
-// given stacks: [{stack: ['main.main', 'dep.Fib'] (root first), value}], all in one binary
-// (mapping file `binary`, build id `buildId`).
+// given stacks: [{stack: ['main.main', 'dep.Fib'] (root first), value, labels}], all in one binary
+// (mapping file `binary`, build id `buildId`). `labels` (optional) are the sample's pprof labels,
+// as Go's pprof.Do writes them: {endpoint: '/a'} (a string: Label.str) or {bytes: 512} (a number:
+// Label.num).
 export function syntheticPprof(stacks, { binary = '/usr/local/bin/app', buildId = 'app-build', timeNanos = Date.now() * 1e6 } = {}) {
   const strings = [''];
   const str = (x) => { let i = strings.indexOf(x); if (i < 0) { i = strings.length; strings.push(x); } return i; };
   const fnIds = new Map();
   const sampleType = [fieldInt(1, str('cpu')), fieldInt(2, str('nanoseconds'))];
-  const samples = stacks.map(({ stack, value }) => {
+  const samples = stacks.map(({ stack, value, labels }) => {
     const locs = [...stack].reverse().map((name) => {
       if (!fnIds.has(name)) fnIds.set(name, fnIds.size + 1);
       return fnIds.get(name);
     });
-    return fieldMsg(2, [packed(1, locs), packed(2, [value])]);
+    // Sample.label (3): Label {key (1), str (2) | num (3)}, key and str as string-table indexes.
+    const label = Object.entries(labels || {}).map(([k, v]) =>
+      fieldMsg(3, [fieldInt(1, str(k)), typeof v === 'number' ? fieldInt(3, v) : fieldInt(2, str(String(v)))]));
+    return fieldMsg(2, [packed(1, locs), packed(2, [value]), ...label]);
   });
   const mapping = fieldMsg(3, [fieldInt(1, 1), fieldInt(2, 0x400000), fieldInt(3, 0x800000), fieldInt(5, str(binary)), fieldInt(6, str(buildId))]);
   const locations = [], functions = [];
