@@ -686,7 +686,7 @@ static void lin_write(lineage_fx *fx, lin_block *out, int level, int t0, int t1,
     block_writer *w = block_writer_new(&o, &err);
     assert_non_null(w);
     for (int p = p0; p < p1; p++) {
-        char pod[8];
+        char pod[16];
         snprintf(pod, sizeof pod, "p%d", p);
         label_set l = LABEL_SET_INIT;
         assert_int_equal(label_set_add(&l, "pod", 3, pod, strlen(pod), &err), 0);
