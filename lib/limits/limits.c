@@ -117,7 +117,8 @@ int limits_overrides_decode(const config_node *node, void *dst, strata_error *er
                 o->set |= UINT32_C(1) << f;
         }
     }
-    qsort(out->items, out->count, sizeof *out->items, compare_overrides);
+    if (out->count > 1) /* items is NULL without overrides: no qsort(NULL, 0) (UBSan) */
+        qsort(out->items, out->count, sizeof *out->items, compare_overrides);
     return 0;
 fail:
     limits_overrides_release(out);
@@ -469,7 +470,8 @@ static int copy_config(limits_enforcer *l, const limits_values *defaults,
         }
         copy.count++;
     }
-    qsort(copy.items, copy.count, sizeof *copy.items, compare_overrides);
+    if (copy.count > 1) /* items is NULL without overrides: no qsort(NULL, 0) (UBSan) */
+        qsort(copy.items, copy.count, sizeof *copy.items, compare_overrides);
     bool enabled = has_limit(defaults);
     for (size_t i = 0; i < copy.count && !enabled; i++) {
         limits_values v;
