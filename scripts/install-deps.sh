@@ -10,7 +10,7 @@ BUILD_PACKAGES=(
   build-essential cmake pkg-config git ca-certificates
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libprotobuf-dev
   protobuf-compiler-grpc
-  libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libnng-dev libzstd-dev libyaml-dev zlib1g-dev
+  libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev libssl-dev libnng-dev libzstd-dev libyaml-dev zlib1g-dev
   libdeflate-dev libre2-dev  # RE2: label matchers and relabel regexes as Prometheus has them
   libelf-dev libdw-dev libbpf-dev bpftool clang llvm
   nodejs

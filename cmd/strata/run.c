@@ -491,13 +491,19 @@ static int runtime_start(runtime *rt, strata_error *err) {
                                            : (unsigned)sc->http_max_connections_per_address,
         .io_threads = (unsigned)sc->http_io_threads,
         .handler_threads = (unsigned)sc->http_handler_threads,
-        .metrics = rt->registry};
+        .metrics = rt->registry,
+        .tls_cert_file = sc->tls.cert_file,
+        .tls_key_file = sc->tls.key_file,
+        .tls_client_ca_file = sc->tls.client_ca_file};
     if ((rt->http = http_server_new(&hopts, err)) == NULL ||
         http_server_add_metrics(rt->http, rt->registry, err) != 0 ||
         http_server_add_ready(rt->http, ready_check, rt, err) != 0)
         return -1;
     rpc_server_options ropts = {.listen_address = rt->config.server.grpc_listen_address,
-                                .threads = (int)rt->config.server.grpc_threads};
+                                .threads = (int)rt->config.server.grpc_threads,
+                                .tls_cert_file = sc->tls.cert_file,
+                                .tls_key_file = sc->tls.key_file,
+                                .tls_client_ca_file = sc->tls.client_ca_file};
     bool grpc = strcmp(rt->mode, "compactor") != 0; /* the compactor alone serves no gRPC */
     if ((grpc && (rt->grpc = rpc_server_new(&ropts, err)) == NULL) ||
         start_announcements(rt, err) != 0)

@@ -20,6 +20,15 @@ CONFIG_DEFINE_BOUNDS(server_http_idle_timeout_bounds, CONFIG_DURATION, "1s", "1h
 CONFIG_DEFINE_BOUNDS(server_http_io_threads_bounds, CONFIG_INT64, "1", "64")
 CONFIG_DEFINE_BOUNDS(server_http_handler_threads_bounds, CONFIG_INT64, "1", "1024")
 
+static const config_field server_tls_fields[] = {
+    {.key = "cert_file", .kind = CONFIG_STRING, .offset = offsetof(server_tls_config, cert_file)},
+    {.key = "key_file", .kind = CONFIG_STRING, .offset = offsetof(server_tls_config, key_file)},
+    {.key = "client_ca_file",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(server_tls_config, client_ca_file)},
+    {.key = NULL},
+};
+
 static const config_field server_fields[] = {
     {.key = "http_listen_address",
      .kind = CONFIG_STRING,
@@ -82,6 +91,10 @@ static const config_field server_fields[] = {
      .offset = offsetof(server_config, http_handler_threads),
      .default_text = "16",
      .decode = server_http_handler_threads_bounds},
+    {.key = "tls",
+     .kind = CONFIG_STRUCT,
+     .offset = offsetof(server_config, tls),
+     .fields = server_tls_fields},
     {.key = NULL},
 };
 

@@ -30,6 +30,13 @@
 #include "querier.h"
 #include "scrape_config.h"
 
+/* TLS on both ports (docs/security.md): all NULL = plaintext. */
+typedef struct server_tls_config {
+    char *cert_file;      /* PEM certificate (chain) */
+    char *key_file;       /* PEM private key */
+    char *client_ca_file; /* PEM CAs; set = mutual TLS, clients must present a certificate */
+} server_tls_config;
+
 typedef struct server_config {
     char *http_listen_address;
     char *grpc_listen_address;
@@ -45,6 +52,7 @@ typedef struct server_config {
     int64_t http_idle_timeout_ns;
     int64_t http_io_threads;
     int64_t http_handler_threads;
+    server_tls_config tls;
 } server_config;
 
 typedef struct strata_config {

@@ -120,6 +120,13 @@ typedef struct http_server_options {
     unsigned io_threads;                  /* libmicrohttpd's I/O threads */
     unsigned handler_threads;             /* most handlers running at once */
     metrics_registry *metrics;            /* access metrics; NULL = metrics_default_registry() */
+    /* TLS (HTTPS): PEM files of the certificate (chain) and key, both or neither; read by
+     * http_server_new. tls_client_ca_file, optional, makes it mutual TLS: a request from a
+     * connection without a client certificate verified against these CAs is answered 401 before
+     * any route sees it. */
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_client_ca_file;
 } http_server_options;
 
 typedef enum http_match {

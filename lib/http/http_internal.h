@@ -83,6 +83,7 @@ typedef struct http_workers {
 
 struct http_server {
     http_server_options opts;
+    char *tls_cert, *tls_key, *tls_client_ca; /* PEM text; NULL without TLS / client CA */
     int listen_fd;
     uint16_t port;
     struct MHD_Daemon *daemon;

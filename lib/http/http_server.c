@@ -10,6 +10,7 @@
  * live in http_conns.c, handler threads and deferred answers in http_handlers.c.
  */
 #include <errno.h>
+#include <gnutls/gnutls.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/textfile.h"
 #include "http/http_internal.h"
 
 static const char *const status_class_names[HTTP_STATUS_CLASSES] = {"other", "1xx", "2xx",
@@ -183,6 +185,36 @@ static void destroy_sync(http_server *s) {
     pthread_cond_destroy(&s->idle);
 }
 
+static bool is_set(const char *s) {
+    return s != NULL && s[0] != '\0';
+}
+
+/* Reads the TLS files named in the options (see http.h). */
+static int load_tls(http_server *s, strata_error *err) {
+    const http_server_options *o = &s->opts;
+    bool tls = is_set(o->tls_cert_file) || is_set(o->tls_key_file);
+    if (tls && !(is_set(o->tls_cert_file) && is_set(o->tls_key_file)))
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "http: tls needs both cert_file and key_file");
+    if (!tls && is_set(o->tls_client_ca_file))
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "http: tls client_ca_file needs cert_file and key_file");
+    if (!tls)
+        return 0;
+    if (!MHD_is_feature_supported(MHD_FEATURE_TLS))
+        return strata_error_set(err, STRATA_UNIMPLEMENTED,
+                                "http: this libmicrohttpd is built without TLS");
+    if (strata_textfile_read(o->tls_cert_file, "http: tls cert_file", &s->tls_cert, NULL, err) !=
+            0 ||
+        strata_textfile_read(o->tls_key_file, "http: tls key_file", &s->tls_key, NULL, err) != 0)
+        return -1;
+    if (is_set(o->tls_client_ca_file) &&
+        strata_textfile_read(o->tls_client_ca_file, "http: tls client_ca_file", &s->tls_client_ca,
+                             NULL, err) != 0)
+        return -1;
+    return 0;
+}
+
 http_server *http_server_new(const http_server_options *opts, strata_error *err) {
     http_server *s = calloc(1, sizeof *s);
     if (s == NULL) {
@@ -215,11 +247,13 @@ http_server *http_server_new(const http_server_options *opts, strata_error *err)
         free(s);
         return NULL;
     }
-    if (register_access_metrics(s, err) != 0 || open_listener(s, s->opts.bind, err) != 0) {
+    if (register_access_metrics(s, err) != 0 || load_tls(s, err) != 0 ||
+        open_listener(s, s->opts.bind, err) != 0) {
         http_server_free(s);
         return NULL;
     }
-    s->opts.bind = NULL; /* the caller's string may not outlive us */
+    s->opts.bind = NULL; /* the caller's strings may not outlive us */
+    s->opts.tls_cert_file = s->opts.tls_key_file = s->opts.tls_client_ca_file = NULL;
     return s;
 }
 
@@ -486,6 +520,19 @@ static bool refused_for_stop(const http_server *s, const http_request *r) {
            r->start_ns >= atomic_load_explicit(&s->stop_ns, memory_order_relaxed);
 }
 
+/* Mutual TLS: libmicrohttpd asks for a client certificate when it has a trust list but leaves
+ * the verdict to us; without a certificate, or with one that does not verify, no route runs. */
+static bool client_certificate_verified(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (info == NULL || info->tls_session == NULL)
+        return false;
+    unsigned status = 0;
+    if (gnutls_certificate_verify_peers2((gnutls_session_t)info->tls_session, &status) < 0)
+        return false;
+    return status == 0;
+}
+
 static enum MHD_Result on_headers(http_server *s, http_request *r, const char *method) {
     r->started = true;
     r->method = method;
@@ -493,6 +540,10 @@ static enum MHD_Result on_headers(http_server *s, http_request *r, const char *m
     http_request_set_peer(r);
     if (http_request_parse_uri(r) != 0)
         return respond_error(r, 400, "malformed request URI");
+    if (s->tls_client_ca != NULL && !client_certificate_verified(r->conn))
+        return respond_error(r, 401,
+                             "a client certificate signed by the server's client CA is "
+                             "required");
     if (refused_for_stop(s, r))
         return respond_error(r, 503, "server is shutting down");
     uint64_t length = 0;
@@ -602,17 +653,26 @@ int http_server_start(http_server *s, strata_error *err) {
     unsigned per_ip = s->opts.max_connections_per_address == HTTP_UNLIMITED
                           ? 0
                           : s->opts.max_connections_per_address;
+    struct MHD_OptionItem tls[4] = {{MHD_OPTION_END, 0, NULL}};
+    if (s->tls_cert != NULL) {
+        flags |= MHD_USE_TLS;
+        tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_cert};
+        tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_key};
+        if (s->tls_client_ca != NULL)
+            tls[2] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, s->tls_client_ca};
+    }
     s->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
         MHD_OPTION_THREAD_POOL_SIZE, s->opts.io_threads, MHD_OPTION_CONNECTION_TIMEOUT,
         s->opts.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, s->opts.max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
-        http_conns_notify, s, MHD_OPTION_END);
+        http_conns_notify, s, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
     if (s->daemon == NULL) {
         http_conns_stop_sweeper(s);
-        return strata_error_set(err, STRATA_INTERNAL, "cannot start the HTTP server on port %u",
-                                (unsigned)s->port);
+        return strata_error_set(
+            err, STRATA_INTERNAL, "cannot start the HTTP server on port %u%s", (unsigned)s->port,
+            s->tls_cert != NULL ? " (or the TLS certificate and key are not valid PEM)" : "");
     }
     s->listen_fd = -1; /* owned by libmicrohttpd until quiesced */
     s->state = HTTP_SERVER_RUNNING;
@@ -678,5 +738,8 @@ void http_server_free(http_server *s) {
     free(s->owned);
     http_conns_destroy(s);
     destroy_sync(s);
+    free(s->tls_cert);
+    free(s->tls_key);
+    free(s->tls_client_ca);
     free(s);
 }

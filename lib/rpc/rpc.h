@@ -58,8 +58,10 @@
  *                                       may call concurrently on one channel
  *
  * Limits. Only unary calls: server streaming, client streaming and bidirectional calls are not
- * supported. No TLS (insecure credentials only). Messages are limited to 64 MiB each way unless the
- * options say otherwise. Method lookup is a linear scan (services have a handful of methods).
+ * supported. TLS (and mutual TLS) on the server from PEM files in the options, on the client from a
+ * CA file (and a client certificate) in the channel options. Messages are limited to 64 MiB each
+ * way unless the options say otherwise. Method lookup is a linear scan (services have a handful of
+ * methods).
  */
 #ifndef STRATA_RPC_RPC_H
 #define STRATA_RPC_RPC_H
@@ -91,6 +93,13 @@ typedef struct rpc_server_options {
     /* Largest request and response message; 0 means RPC_DEFAULT_MAX_MESSAGE_BYTES. */
     size_t max_receive_message_bytes;
     size_t max_send_message_bytes;
+    /* TLS: PEM files of the server's certificate (chain) and key. Both set: the port speaks only
+     * TLS; both NULL or "": plaintext. tls_client_ca_file, optional, makes it mutual TLS: every
+     * client must present a certificate signed by one of these CAs, or the handshake fails. Read
+     * once, by rpc_server_new. */
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_client_ca_file;
 } rpc_server_options;
 
 /*
@@ -196,6 +205,15 @@ typedef struct rpc_channel_options {
     /* 0 means RPC_DEFAULT_MAX_MESSAGE_BYTES. */
     size_t max_receive_message_bytes;
     size_t max_send_message_bytes;
+    /* TLS: true, or any tls_* file set, makes the channel speak TLS. tls_ca_file: PEM CA
+     * certificates to verify the server with (NULL: grpc's default roots). tls_cert_file and
+     * tls_key_file, both or neither: the client certificate for mutual TLS. tls_server_name: the
+     * name to verify the server's certificate against instead of the target's host. */
+    bool tls;
+    const char *tls_ca_file;
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_server_name;
 } rpc_channel_options;
 
 typedef struct rpc_metadata {
@@ -205,7 +223,8 @@ typedef struct rpc_metadata {
 } rpc_metadata;
 
 /* Creates a channel to "host:port" (or any grpc target URI). Connects lazily, so an unreachable
- * target shows up as UNAVAILABLE from rpc_call_unary. options may be NULL. */
+ * target shows up as UNAVAILABLE from rpc_call_unary. options may be NULL. Fails (NULL, err set)
+ * only for a missing target or TLS files that cannot be read. */
 rpc_channel *rpc_channel_new(const char *target, const rpc_channel_options *options,
                              strata_error *err);
 /* Frees the channel; no call may be in progress on it. NULL is a no-op. */

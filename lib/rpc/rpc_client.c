@@ -15,12 +15,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/textfile.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
 
 struct rpc_channel {
     grpc_channel *grpc;
 };
+
+static bool is_set(const char *s) {
+    return s != NULL && s[0] != '\0';
+}
+
+/* TLS channel credentials from the options' PEM files. */
+static grpc_channel_credentials *tls_credentials(const rpc_channel_options *o, strata_error *err) {
+    if (is_set(o->tls_cert_file) != is_set(o->tls_key_file)) {
+        strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                         "rpc: a client certificate needs both tls cert and key files");
+        return NULL;
+    }
+    char *ca = NULL, *cert = NULL, *key = NULL;
+    grpc_channel_credentials *creds = NULL;
+    if ((is_set(o->tls_ca_file) &&
+         strata_textfile_read(o->tls_ca_file, "rpc: tls CA file", &ca, NULL, err) != 0) ||
+        (is_set(o->tls_cert_file) &&
+         (strata_textfile_read(o->tls_cert_file, "rpc: tls cert file", &cert, NULL, err) != 0 ||
+          strata_textfile_read(o->tls_key_file, "rpc: tls key file", &key, NULL, err) != 0)))
+        goto out;
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+    creds = grpc_ssl_credentials_create(ca, cert != NULL ? &pair : NULL, NULL, NULL);
+    if (creds == NULL)
+        strata_error_set(err, STRATA_INVALID_ARGUMENT, "rpc: grpc refused the TLS settings");
+out:
+    free(ca);
+    free(cert);
+    free(key);
+    return creds;
+}
 
 rpc_channel *rpc_channel_new(const char *target, const rpc_channel_options *options,
                              strata_error *err) {
@@ -34,11 +65,25 @@ rpc_channel *rpc_channel_new(const char *target, const rpc_channel_options *opti
         return NULL;
     }
     grpc_init();
-    grpc_arg args[2];
+    grpc_arg args[3];
     rpc_message_size_args(args, options != NULL ? options->max_receive_message_bytes : 0,
                           options != NULL ? options->max_send_message_bytes : 0);
     grpc_channel_args channel_args = {2, args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    bool tls = options != NULL && (options->tls || is_set(options->tls_ca_file) ||
+                                   is_set(options->tls_cert_file) || is_set(options->tls_key_file));
+    if (tls && is_set(options->tls_server_name)) {
+        args[2].type = GRPC_ARG_STRING;
+        args[2].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args[2].value.string = (char *)options->tls_server_name;
+        channel_args.num_args = 3;
+    }
+    grpc_channel_credentials *creds =
+        tls ? tls_credentials(options, err) : grpc_insecure_credentials_create();
+    if (creds == NULL) {
+        free(ch);
+        grpc_shutdown();
+        return NULL;
+    }
     ch->grpc = grpc_channel_create(target, creds, &channel_args);
     grpc_channel_credentials_release(creds);
     return ch;

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/textfile.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
 
@@ -505,12 +506,54 @@ static int create_queues(rpc_server *s, int threads, strata_error *err) {
     return 0;
 }
 
-static int bind_port(rpc_server *s, const char *address, strata_error *err) {
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    s->port = grpc_server_add_http2_port(s->grpc, address, creds);
+static bool is_set(const char *s) {
+    return s != NULL && s[0] != '\0';
+}
+
+/* TLS credentials from the options' PEM files (mutual TLS with a client CA file). */
+static grpc_server_credentials *tls_credentials(const rpc_server_options *o, strata_error *err) {
+    char *cert = NULL, *key = NULL, *ca = NULL;
+    grpc_server_credentials *creds = NULL;
+    if (strata_textfile_read(o->tls_cert_file, "rpc: tls cert_file", &cert, NULL, err) != 0 ||
+        strata_textfile_read(o->tls_key_file, "rpc: tls key_file", &key, NULL, err) != 0 ||
+        (is_set(o->tls_client_ca_file) &&
+         strata_textfile_read(o->tls_client_ca_file, "rpc: tls client_ca_file", &ca, NULL, err) !=
+             0))
+        goto out;
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+    creds = grpc_ssl_server_credentials_create_ex(
+        ca, &pair, 1,
+        ca != NULL ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                   : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+        NULL);
+    if (creds == NULL)
+        strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                         "rpc: tls: grpc refused the certificate, key or client CA");
+out:
+    free(cert);
+    free(key);
+    free(ca);
+    return creds;
+}
+
+static int bind_port(rpc_server *s, const rpc_server_options *o, strata_error *err) {
+    bool tls = is_set(o->tls_cert_file) || is_set(o->tls_key_file);
+    if (tls && !(is_set(o->tls_cert_file) && is_set(o->tls_key_file)))
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "rpc: tls needs both cert_file and key_file");
+    if (!tls && is_set(o->tls_client_ca_file))
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "rpc: tls client_ca_file needs cert_file and key_file");
+    grpc_server_credentials *creds =
+        tls ? tls_credentials(o, err) : grpc_insecure_server_credentials_create();
+    if (creds == NULL)
+        return -1;
+    s->port = grpc_server_add_http2_port(s->grpc, o->listen_address, creds);
     grpc_server_credentials_release(creds);
     if (s->port == 0)
-        return strata_error_set(err, STRATA_UNAVAILABLE, "rpc: cannot listen on %s", address);
+        return strata_error_set(err, STRATA_UNAVAILABLE, "rpc: cannot listen on %s%s",
+                                o->listen_address,
+                                tls ? " (or the TLS certificate and key do not match)" : "");
     return 0;
 }
 
@@ -547,7 +590,7 @@ rpc_server *rpc_server_new(const rpc_server_options *o, strata_error *err) {
     grpc_channel_args channel_args = {3, args};
     s->grpc = grpc_server_create(&channel_args, NULL);
     int threads = o->threads == 0 ? RPC_DEFAULT_THREADS : o->threads;
-    if (create_queues(s, threads, err) != 0 || bind_port(s, o->listen_address, err) != 0) {
+    if (create_queues(s, threads, err) != 0 || bind_port(s, o, err) != 0) {
         rpc_server_shutdown(s, 0);
         return NULL;
     }

@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""TLS on both ports of `strata all` (issue 15 item 6, docs/security.md), with certificates made by
+openssl at test time (tests/kubernetes/make_certs.sh: a CA, a server certificate for 127.0.0.1 and
+a client certificate CN=strata-test, and a second CA that signed nothing here), through real
+clients: Python grpcio and curl.
+
+- server.tls {cert_file, key_file}: grpcio with the CA calls every service; a plaintext gRPC client
+  and a plain-HTTP curl are refused; a client trusting another CA refuses the server.
+- server.tls.client_ca_file (mutual TLS): a client certificate signed by the CA is required on
+  both ports: grpcio without one fails the handshake, curl without one is answered 401, with one
+  200.
+"""
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import strata_testlib as lib  # noqa: E402
+
+lib.load_stubs()
+import grpc  # noqa: E402
+from parca.profilestore.v1alpha1 import profilestore_pb2 as ps  # noqa: E402
+from parca.profilestore.v1alpha1 import profilestore_pb2_grpc as ps_grpc  # noqa: E402
+from parca.query.v1alpha1 import query_pb2 as qpb  # noqa: E402
+from parca.query.v1alpha1 import query_pb2_grpc as q_grpc  # noqa: E402
+
+
+def make_certs(directory):
+    subprocess.run([os.path.join(lib.SOURCE_DIR, "tests", "kubernetes", "make_certs.sh"), directory],
+                   check=True)
+    return {name: os.path.join(directory, name) for name in os.listdir(directory)}
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def curl(url, *args):
+    """(HTTP status or 0 when no answer came, curl's exit code)."""
+    r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10",
+                        *args, url], capture_output=True, text=True)
+    return int(r.stdout or "0"), r.returncode
+
+
+class StrataTls:
+    def __init__(self, name, client_ca):
+        self.work = lib.make_workdir(name)
+        self.certs = make_certs(os.path.join(self.work, "certs"))
+        self.grpc_port = lib.free_port()
+        self.http_port = lib.free_port()
+        ca_line = f"\n    client_ca_file: {self.certs['ca.crt']}" if client_ca else ""
+        config = f"""
+server:
+  grpc_listen_address: 127.0.0.1:{self.grpc_port}
+  http_listen_address: 127.0.0.1:{self.http_port}
+  tls:
+    cert_file: {self.certs['server.crt']}
+    key_file: {self.certs['server.key']}{ca_line}
+bucket:
+  type: FILESYSTEM
+  config:
+    directory: {os.path.join(self.work, "data")}
+ingester:
+  flush_interval: 200ms
+"""
+        self.strata = lib.Strata(self.work, "all", config).start()
+        self.client_args = (["--cert", self.certs["client.crt"], "--key", self.certs["client.key"]]
+                            if client_ca else [])
+        lib.wait_for(lambda: curl(self.https("/ready"), "--cacert", self.certs["ca.crt"],
+                                  *self.client_args)[0] == 200, what="strata over https")
+
+    def https(self, path):
+        return f"https://127.0.0.1:{self.http_port}{path}"
+
+    def channel(self, ca="ca.crt", client=True):
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=read(self.certs[ca]),
+            private_key=read(self.certs["client.key"]) if client else None,
+            certificate_chain=read(self.certs["client.crt"]) if client else None)
+        return grpc.secure_channel(f"127.0.0.1:{self.grpc_port}", creds)
+
+    def stop(self):
+        rc = self.strata.stop()
+        if rc != 0:
+            print(self.strata.logs())
+        lib.remove_workdir(self.work)
+        return rc
+
+
+class TlsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.s = StrataTls("tls", client_ca=False)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.s.stop() == 0
+
+    def test_grpc_over_tls_writes_and_reads(self):
+        with self.s.channel(client=False) as ch:
+            ps_grpc.ProfileStoreServiceStub(ch).WriteRaw(ps.WriteRawRequest(), timeout=30)
+            q_grpc.QueryServiceStub(ch).ProfileTypes(qpb.ProfileTypesRequest(), timeout=30)
+
+    def test_plaintext_grpc_is_refused(self):
+        with grpc.insecure_channel(f"127.0.0.1:{self.s.grpc_port}") as ch:
+            with self.assertRaises(grpc.RpcError) as e:
+                q_grpc.QueryServiceStub(ch).ProfileTypes(qpb.ProfileTypesRequest(), timeout=5)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+
+    def test_client_trusting_another_ca_refuses_the_server(self):
+        with self.s.channel(ca="other-ca.crt", client=False) as ch:
+            with self.assertRaises(grpc.RpcError) as e:
+                q_grpc.QueryServiceStub(ch).ProfileTypes(qpb.ProfileTypesRequest(), timeout=5)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        status, rc = curl(self.s.https("/ready"), "--cacert", self.s.certs["other-ca.crt"])
+        self.assertEqual(status, 0)
+        self.assertNotEqual(rc, 0)
+
+    def test_https_answers_and_plain_http_does_not(self):
+        status, _ = curl(self.s.https("/metrics"), "--cacert", self.s.certs["ca.crt"])
+        self.assertEqual(status, 200)
+        status, _ = curl(f"http://127.0.0.1:{self.s.http_port}/ready")
+        self.assertNotEqual(status, 200)
+
+
+class MutualTlsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.s = StrataTls("mtls", client_ca=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.s.stop() == 0
+
+    def test_grpc_with_client_certificate(self):
+        with self.s.channel(client=True) as ch:
+            ps_grpc.ProfileStoreServiceStub(ch).WriteRaw(ps.WriteRawRequest(), timeout=30)
+            q_grpc.QueryServiceStub(ch).ProfileTypes(qpb.ProfileTypesRequest(), timeout=30)
+
+    def test_grpc_without_client_certificate_is_refused(self):
+        with self.s.channel(client=False) as ch:
+            with self.assertRaises(grpc.RpcError) as e:
+                q_grpc.QueryServiceStub(ch).ProfileTypes(qpb.ProfileTypesRequest(), timeout=5)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+
+    def test_http_requires_client_certificate(self):
+        ca = ["--cacert", self.s.certs["ca.crt"]]
+        self.assertEqual(curl(self.s.https("/ready"), *ca, *self.s.client_args)[0], 200)
+        self.assertEqual(curl(self.s.https("/ready"), *ca)[0], 401)
+        self.assertEqual(curl(self.s.https("/metrics"), *ca)[0], 401)
+        self.assertEqual(curl(self.s.https("/api/v1/profile_types"), *ca)[0], 401)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
