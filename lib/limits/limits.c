@@ -60,10 +60,14 @@ const config_field limits_values_fields[] = {
      .offset = offsetof(limits_values, active_series_window_ns),
      .default_text = "10m",
      .decode = window_bounds},
+    {.key = "max_query_bytes",
+     .kind = CONFIG_BYTES,
+     .offset = offsetof(limits_values, max_query_bytes),
+     .default_text = "0"},
     {.key = NULL},
 };
 
-_Static_assert(sizeof(limits_values) == 4 * sizeof(uint64_t),
+_Static_assert(sizeof(limits_values) == 5 * sizeof(uint64_t),
                "every limits_values member is 8 bytes (merge_override)");
 
 static int compare_overrides(const void *a, const void *b) {

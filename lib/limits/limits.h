@@ -4,13 +4,16 @@
  * Grafana Mimir's and Pyroscope's operators know them.
  *
  * Configuration. Two YAML mappings that a service embeds in its section (the ingester:
- * `ingester.limits` and `ingester.overrides`, docs/configuration.md):
+ * `ingester.limits` and `ingester.overrides`; the querier: `querier.limits` and
+ * `querier.overrides`; docs/configuration.md). Each service reads the keys it enforces and
+ * ignores the others (the ingester the first four, the querier max_query_bytes):
  *
  *     limits:                         # every tenant, unless overridden; 0 = unlimited
  *       ingestion_rate_samples: 0     # pprof samples per second
  *       ingestion_burst_samples: 0    # the bucket's size; 0 = 10 x the rate (10 s of it)
  *       max_active_series: 0          # series written within the window
  *       active_series_window: 10m
+ *       max_query_bytes: 0            # memory one merge may use; 0 = querier.max_query_bytes
  *     overrides:                      # tenant -> only the keys that differ
  *       team-a: {ingestion_rate_samples: 100000, max_active_series: 50000}
  *       team-b: {ingestion_rate_samples: 0}    # lifts the default
@@ -19,9 +22,10 @@
  * decodes `overrides:`, strictly: each tenant obeys common/tenant.h's rule and each override takes
  * only the keys of `limits:`, with the same types and bounds, errors naming file:line:col. An
  * override sets only the keys it names; the others are the tenant's defaults, so a reload that
- * changes a default changes it for overridden tenants too. A later limit (the querier's
- * max_query_bytes) is one more member of limits_values and one more row of limits_values_fields;
- * overrides then accept it with no other change.
+ * changes a default changes it for overridden tenants too. A limit is one member of
+ * limits_values and one row of limits_values_fields (8 bytes each); overrides accept it with no
+ * other change. max_query_bytes creates no tenant state here: the querier only resolves it
+ * (limits_resolve) per query.
  *
  * Rate. A token bucket per tenant: ingestion_burst_samples tokens, refilled continuously at
  * ingestion_rate_samples per second; a tenant seen for the first time starts with a full bucket.
@@ -82,6 +86,7 @@ typedef struct limits_values {
     uint64_t ingestion_burst_samples; /* token bucket size; 0 = 10 x ingestion_rate_samples */
     uint64_t max_active_series;       /* series written within active_series_window */
     int64_t active_series_window_ns;  /* default 10 min; 10s-24h */
+    uint64_t max_query_bytes;         /* querier, per merge; 0 = querier.max_query_bytes */
 } limits_values;
 
 /* The `limits:` mapping, with its defaults and bounds. */

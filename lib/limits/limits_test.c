@@ -105,12 +105,15 @@ static void test_config_defaults_and_overrides(void **state) {
     assert_true(c.limits.ingestion_burst_samples == 0);
     assert_true(c.limits.max_active_series == 0);
     assert_true(c.limits.active_series_window_ns == 600 * SEC);
+    assert_true(c.limits.max_query_bytes == 0);
     assert_int_equal(c.overrides.count, 0);
     config_free(test_fields, &c);
 
-    const char *yaml = "limits: {ingestion_rate_samples: 1000, max_active_series: 50}\n"
+    const char *yaml = "limits: {ingestion_rate_samples: 1000, max_active_series: 50,\n"
+                       "         max_query_bytes: 64MiB}\n"
                        "overrides:\n"
-                       "  team-b: {max_active_series: 7, active_series_window: 1m}\n"
+                       "  team-b: {max_active_series: 7, active_series_window: 1m,\n"
+                       "           max_query_bytes: 1MiB}\n"
                        "  team-a: {ingestion_rate_samples: 0}\n"
                        "  team-c: {ingestion_burst_samples: 5000}\n"
                        "  team-d:\n";
@@ -125,7 +128,9 @@ static void test_config_defaults_and_overrides(void **state) {
     limits_resolve(&c.limits, &c.overrides, "team-b", &v); /* the rate is the default's */
     assert_true(v.ingestion_rate_samples == 1000 && v.ingestion_burst_samples == 10000);
     assert_true(v.max_active_series == 7 && v.active_series_window_ns == 60 * SEC);
+    assert_true(v.max_query_bytes == (uint64_t)1 << 20);
     limits_resolve(&c.limits, &c.overrides, "team-c", &v);
+    assert_true(v.max_query_bytes == (uint64_t)64 << 20);
     assert_true(v.ingestion_rate_samples == 1000 && v.ingestion_burst_samples == 5000);
     limits_resolve(&c.limits, &c.overrides, "someone", &v); /* no override: the defaults */
     assert_true(v.ingestion_rate_samples == 1000 && v.ingestion_burst_samples == 10000);
@@ -144,7 +149,7 @@ static void test_config_errors(void **state) {
     expect_decode_error("overrides:\n  team-a: {max_series: 1}\n",
                         "limits.yaml:2:12: overrides.team-a: unknown key \"max_series\" (expected "
                         "one of: ingestion_rate_samples, ingestion_burst_samples, "
-                        "max_active_series, active_series_window)");
+                        "max_active_series, active_series_window, max_query_bytes)");
     expect_decode_error("overrides: [team-a]\n",
                         "limits.yaml:1:12: overrides: expected a mapping of tenant to limits, "
                         "like {team-a: {ingestion_rate_samples: 100000}}");

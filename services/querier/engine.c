@@ -1503,6 +1503,14 @@ static int add_grouped(block_reader *r, merge_partial *p, frame_memo *m,
     return rc;
 }
 
+/* Sizes in messages: "512 KiB" below 1 MiB (a tenant's small override), else MiB. */
+static void format_limit(uint64_t bytes, char *out, size_t size) {
+    if (bytes < ((uint64_t)1 << 20))
+        snprintf(out, size, "%llu KiB", (unsigned long long)(bytes >> 10));
+    else
+        snprintf(out, size, "%llu MiB", (unsigned long long)(bytes >> 20));
+}
+
 /* Samples are read in batches of profiles so memory stays bounded by the stack table. */
 #define MERGE_BATCH_SAMPLES (1u << 20)
 
@@ -1513,12 +1521,14 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
     size_t n_locations = (size_t)block_reader_row_count(r, BLOCK_TABLE_LOCATIONS) + 1;
     uint64_t need =
         (uint64_t)n_stacks * 12 + (uint64_t)n_locations * 6 + (uint64_t)MERGE_BATCH_SAMPLES * 12;
-    if (need > q->max_bytes)
+    if (need > q->max_bytes) {
+        char limit[32];
+        format_limit(q->max_bytes, limit, sizeof limit);
         return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
-                                "query needs about %llu MiB, more than the limit of %llu MiB; "
-                                "narrow the time range or the selector",
-                                (unsigned long long)(need >> 20),
-                                (unsigned long long)(q->max_bytes >> 20));
+                                "query needs about %llu MiB, more than the limit of %s "
+                                "(max_query_bytes); narrow the time range or the selector",
+                                (unsigned long long)(need >> 20), limit);
+    }
     int64_t *per_stack = calloc(n_stacks, sizeof *per_stack);
     uint32_t *node_of_stack = malloc(n_stacks * sizeof *node_of_stack);
     frame_memo m = {0};
@@ -1603,11 +1613,13 @@ static int check_tree_memory(const merge_partial *p, strata_error *err) {
     size_t bytes = calltree_memory_bytes(p->tree);
     if (bytes <= share)
         return 0;
+    char need[32], limit[32];
+    format_limit(bytes, need, sizeof need);
+    format_limit(p->q->max_bytes, limit, sizeof limit);
     return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
-                            "the merged call tree needs more than %llu MiB (max_query_bytes %llu "
-                            "MiB over %zu threads); narrow the time range or the selector",
-                            (unsigned long long)(bytes >> 20),
-                            (unsigned long long)(p->q->max_bytes >> 20), p->q->workers);
+                            "the merged call tree needs more than %s (max_query_bytes %s over %zu "
+                            "threads); narrow the time range or the selector",
+                            need, limit, p->q->workers);
 }
 
 static int merge_block_profiles(block_reader *r, merge_partial *p, const block_selection *selection,
@@ -1777,9 +1789,14 @@ static bool is_samples_count(const profile_type *t) {
     return block_rollup_scale(t->sample_type, t->sample_unit);
 }
 
-int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
-                int64_t end_ns, calltree *tree, bool base, merge_result *result,
-                strata_error *err) {
+static uint64_t max_bytes_of(const query_engine *e, const query_options *opts) {
+    return opts != NULL && opts->max_query_bytes != 0 ? opts->max_query_bytes
+                                                      : e->opts.max_query_bytes;
+}
+
+int query_merge_opts(query_engine *e, const char *tenant, const query_options *opts,
+                     const selector *sel, int64_t start_ns, int64_t end_ns, calltree *tree,
+                     bool base, merge_result *result, strata_error *err) {
     if (check_merge_selector(sel, err) != 0)
         return -1;
     if (end_ns < start_ns)
@@ -1789,15 +1806,16 @@ int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_
                      end_ns,
                      base,
                      is_samples_count(&sel->profile_type),
-                     e->opts.max_query_bytes,
+                     max_bytes_of(e, opts),
                      e->opts.use_rollups,
                      NULL,
                      0};
     return run_merge(e, tenant, &q, tree, result, err);
 }
 
-int query_single(query_engine *e, const char *tenant, const selector *sel, int64_t time_ns,
-                 calltree *tree, bool base, merge_result *result, strata_error *err) {
+int query_single_opts(query_engine *e, const char *tenant, const query_options *opts,
+                      const selector *sel, int64_t time_ns, calltree *tree, bool base,
+                      merge_result *result, strata_error *err) {
     if (check_merge_selector(sel, err) != 0)
         return -1;
     int64_t ms = time_ns / STRATA_NS_PER_MS;
@@ -1806,9 +1824,20 @@ int query_single(query_engine *e, const char *tenant, const selector *sel, int64
                      ms * STRATA_NS_PER_MS + STRATA_NS_PER_MS - 1,
                      base,
                      is_samples_count(&sel->profile_type),
-                     e->opts.max_query_bytes,
+                     max_bytes_of(e, opts),
                      false /* one profile per series: rows are as cheap as a rollup */,
                      NULL,
                      0};
     return run_merge(e, tenant, &q, tree, result, err);
+}
+
+int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
+                int64_t end_ns, calltree *tree, bool base, merge_result *result,
+                strata_error *err) {
+    return query_merge_opts(e, tenant, NULL, sel, start_ns, end_ns, tree, base, result, err);
+}
+
+int query_single(query_engine *e, const char *tenant, const selector *sel, int64_t time_ns,
+                 calltree *tree, bool base, merge_result *result, strata_error *err) {
+    return query_single_opts(e, tenant, NULL, sel, time_ns, tree, base, result, err);
 }

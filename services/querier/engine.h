@@ -26,7 +26,8 @@
  * with neither costs nothing more than before.
  *
  * Memory per query is bounded by max_query_bytes (estimated from the samples and stacks a merge
- * holds); past it the query fails with RESOURCE_EXHAUSTED and a message instead of growing.
+ * holds; the engine's, or one a caller passes per query in query_options); past it the query
+ * fails with RESOURCE_EXHAUSTED and a message instead of growing.
  * Blocks are processed in parallel by up to `parallelism` threads, each holding one block's reader.
  */
 #ifndef STRATA_QUERIER_ENGINE_H
@@ -126,5 +127,21 @@ int query_merge(query_engine *e, const char *tenant, const selector *sel, int64_
 /* The profiles at exactly time_ns (millisecond precision, as Parca). */
 int query_single(query_engine *e, const char *tenant, const selector *sel, int64_t time_ns,
                  calltree *tree, bool base, merge_result *result, strata_error *err);
+
+/* What one merge or single may differ in from the engine's options (the querier's per-tenant
+ * limits). A zero member takes the engine's value. */
+typedef struct query_options {
+    uint64_t max_query_bytes; /* this query's memory bound, instead of the engine's */
+} query_options;
+
+/* query_merge and query_single with per-query options (opts may be NULL: the engine's). A merge
+ * over opts->max_query_bytes fails with RESOURCE_EXHAUSTED naming max_query_bytes and its value,
+ * like one over the engine's. */
+int query_merge_opts(query_engine *e, const char *tenant, const query_options *opts,
+                     const selector *sel, int64_t start_ns, int64_t end_ns, calltree *tree,
+                     bool base, merge_result *result, strata_error *err);
+int query_single_opts(query_engine *e, const char *tenant, const query_options *opts,
+                      const selector *sel, int64_t time_ns, calltree *tree, bool base,
+                      merge_result *result, strata_error *err);
 
 #endif

@@ -8,7 +8,8 @@
  *   - a block whose data fails its checksum is left out of merges and ranges, which say so;
  *   - pprof sample labels (Go's pprof.Do): group_by labels.<name> puts each endpoint's stacks
  *     under a `endpoint="/a"` frame, a selector matcher on a sample label keeps only its samples
- *     (merge, single, range), and the Labels and Values APIs list them, as Parca does.
+ *     (merge, single, range), and the Labels and Values APIs list them, as Parca does;
+ *   - a tenant's max_query_bytes (querier.limits, querier.overrides) bounds its merges only.
  * Blocks are written with block_writer into a FILESYSTEM bucket in a temporary directory.
  */
 #include <setjmp.h>
@@ -30,7 +31,11 @@
 #include "bucket/bucket.h"
 #include "calltree/calltree.h"
 #include "common/clock.h"
+#include "config/config.h"
 #include "engine.h"
+#include "metrics/metrics.h"
+#include "querier.h"
+#include "querier_internal.h"
 
 #define TENANT "t1"
 #define SEC STRATA_NS_PER_SEC
@@ -134,7 +139,9 @@ static void add_profile(block_writer *w, int64_t time_ns, const char *binary, co
 /* Finishes w into the bucket; returns the block's ULID text in id. */
 static int upload_level = 1; /* the compaction level upload() gives the next block */
 
-static void upload(fixture *f, block_writer *w, char id[ULID_STRING_LEN + 1]) {
+/* Finishes w into the bucket as a block of each of tenants[0..n). */
+static void upload_for(fixture *f, block_writer *w, const char *const *tenants, size_t n,
+                       char id[ULID_STRING_LEN + 1]) {
     strata_buffer bytes = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
     block_meta meta;
     strata_error err;
@@ -143,14 +150,21 @@ static void upload(fixture *f, block_writer *w, char id[ULID_STRING_LEN + 1]) {
     assert_int_equal(block_meta_encode(&meta, &json, &err), 0);
     char key[256];
     ulid_format(&meta.id, id);
-    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_DATA_FILE);
-    assert_int_equal(bucket_upload(f->store, key, bytes.data, bytes.len, &err), 0);
-    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_META_FILE);
-    assert_int_equal(bucket_upload(f->store, key, json.data, json.len, &err), 0);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "%s/%s/%s", tenants[i], id, BLOCK_DATA_FILE);
+        assert_int_equal(bucket_upload(f->store, key, bytes.data, bytes.len, &err), 0);
+        snprintf(key, sizeof key, "%s/%s/%s", tenants[i], id, BLOCK_META_FILE);
+        assert_int_equal(bucket_upload(f->store, key, json.data, json.len, &err), 0);
+    }
     strata_buffer_free(&bytes);
     strata_buffer_free(&json);
     block_meta_free(&meta);
     block_writer_free(w);
+}
+
+static void upload(fixture *f, block_writer *w, char id[ULID_STRING_LEN + 1]) {
+    const char *tenant = TENANT;
+    upload_for(f, w, &tenant, 1, id);
 }
 
 static calltree *merge(fixture *f, unsigned group_by, const char *query, merge_result *res,
@@ -583,6 +597,105 @@ static void test_tree_memory_bounded(void **state) {
     fixture_close(&f);
 }
 
+/* A limit per query (query_options) replaces the engine's: a merge over 1 MiB is refused by its
+ * up-front estimate (a batch of samples alone is 12 MiB), naming max_query_bytes and its value;
+ * the same merge without options answers under the engine's 1 GiB. */
+static void test_per_query_limit(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    char id[ULID_STRING_LEN + 1];
+    block_writer *w = writer_new();
+    add_profile(w, T0, "/v1/app", "leaf", 5, 3);
+    upload(&f, w, id);
+    fixture_engine(&f);
+    strata_error err;
+    selector sel;
+    assert_int_equal(selector_parse(CPU, &sel, &err), 0);
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, &err), 0);
+    merge_result res;
+    query_options small = {.max_query_bytes = (uint64_t)1 << 20};
+    assert_int_equal(query_merge_opts(f.engine, TENANT, &small, &sel, T0 - 60 * SEC, T0 + 600 * SEC,
+                                      t, false, &res, &err),
+                     -1);
+    assert_int_equal(err.code, STRATA_RESOURCE_EXHAUSTED);
+    assert_string_equal(err.message,
+                        "query needs about 12 MiB, more than the limit of 1 MiB (max_query_bytes); "
+                        "narrow the time range or the selector");
+    small.max_query_bytes = 512 << 10; /* under a MiB: in KiB */
+    assert_int_equal(query_single_opts(f.engine, TENANT, &small, &sel, T0, t, false, &res, &err),
+                     -1);
+    assert_non_null(strstr(err.message, "more than the limit of 512 KiB (max_query_bytes)"));
+    query_options none = {0}; /* zero: the engine's */
+    assert_int_equal(query_merge_opts(f.engine, TENANT, &none, &sel, T0 - 60 * SEC, T0 + 600 * SEC,
+                                      t, false, &res, &err),
+                     0);
+    assert_int_equal(res.total, 8 * PERIOD);
+    assert_int_equal(query_single_opts(f.engine, TENANT, NULL, &sel, T0, t, false, &res, &err), 0);
+    assert_int_equal(res.total, 8 * PERIOD);
+    calltree_free(t);
+    selector_free(&sel);
+    fixture_close(&f);
+}
+
+/* querier.limits and querier.overrides: the same block for two tenants; the tenant whose
+ * override is 1 MiB is refused with its name and limit in the message, and counted in
+ * strata_querier_limited_queries_total; the other (querier.limits' 64 MiB) is answered. */
+static void test_querier_tenant_limit(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    char id[ULID_STRING_LEN + 1];
+    block_writer *w = writer_new();
+    add_profile(w, T0, "/v1/app", "leaf", 5, 3);
+    const char *tenants[] = {"small", "big"};
+    upload_for(&f, w, tenants, 2, id);
+    static const char yaml[] = "max_query_bytes: 1GiB\n"
+                               "limits: {max_query_bytes: 64MiB}\n"
+                               "overrides:\n"
+                               "  small: {max_query_bytes: 1MiB}\n"
+                               "  other: {ingestion_rate_samples: 5}\n";
+    strata_error err;
+    config_document *doc;
+    assert_int_equal(config_load_string("querier.yaml", yaml, strlen(yaml), &doc, &err), 0);
+    querier_config config;
+    assert_int_equal(config_decode_document(doc, querier_config_fields, &config, &err), 0);
+    config_document_free(doc);
+    metrics_registry *registry = metrics_registry_new(&err);
+    assert_non_null(registry);
+    querier *q;
+    assert_int_equal(querier_new(&config, f.store, registry, &q, &err), 0);
+    config_free(querier_config_fields, &config); /* the querier keeps its own copy */
+    assert_int_equal(block_index_sync(q->index, &err), 0);
+    assert_true(querier_tenant_max_query_bytes(q, "small") == (uint64_t)1 << 20);
+    assert_true(querier_tenant_max_query_bytes(q, "big") == (uint64_t)64 << 20);
+    assert_true(querier_tenant_max_query_bytes(q, "other") == (uint64_t)64 << 20);
+
+    profile_selection sel = {
+        .mode = SELECTION_MERGE, .query = CPU, .start_ns = T0 - 60 * SEC, .end_ns = T0 + 600 * SEC};
+    calltree_grouping group_by = {.mask = CALLTREE_GROUP_DEFAULT};
+    query_tree_result r;
+    assert_int_equal(querier_build_tree(q, "small", NULL, &sel, false, &group_by, &r, &err), -1);
+    assert_int_equal(err.code, STRATA_RESOURCE_EXHAUSTED);
+    assert_string_equal(err.message,
+                        "tenant small: query needs about 12 MiB, more than the limit of 1 MiB "
+                        "(max_query_bytes); narrow the time range or the selector");
+    assert_true(metrics_counter_value(q->limited) == 1.0);
+    /* A diff's side is bounded too. */
+    assert_int_equal(querier_build_tree(q, "small", &sel, &sel, false, &group_by, &r, &err), -1);
+    assert_int_equal(err.code, STRATA_RESOURCE_EXHAUSTED);
+    assert_true(metrics_counter_value(q->limited) == 2.0);
+
+    assert_int_equal(querier_build_tree(q, "big", NULL, &sel, false, &group_by, &r, &err), 0);
+    assert_int_equal(r.main.total, 8 * PERIOD);
+    query_tree_result_free(&r);
+    assert_true(metrics_counter_value(q->limited) == 2.0);
+    querier_free(q);
+    metrics_registry_free(registry);
+    fixture_close(&f);
+}
+
 /* Copies are looked for where they can be: compacted blocks whose time ranges overlap are
  * compared (a late level-2 block beside another), a compacted block alone in its range is not
  * (the compactor de-duplicated it: two copies inside it are taken as written). */
@@ -621,6 +734,8 @@ int main(void) {
         cmocka_unit_test(test_two_builds_line_up_by_function),
         cmocka_unit_test(test_corrupt_block_left_out),
         cmocka_unit_test(test_tree_memory_bounded),
+        cmocka_unit_test(test_per_query_limit),
+        cmocka_unit_test(test_querier_tenant_limit),
         cmocka_unit_test(test_copies_in_compacted_blocks),
         cmocka_unit_test(test_labelled_copies_count_once),
         cmocka_unit_test(test_group_by_sample_label),

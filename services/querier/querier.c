@@ -56,6 +56,11 @@ const config_field querier_config_fields[] = {
      .kind = CONFIG_UINT64,
      .offset = offsetof(querier_config, max_report_nodes),
      .default_text = "20000"},
+    {.key = "limits",
+     .kind = CONFIG_STRUCT,
+     .offset = offsetof(querier_config, limits),
+     .fields = limits_values_fields},
+    LIMITS_OVERRIDES_FIELD("overrides", querier_config, overrides),
     {.key = NULL},
 };
 
@@ -127,6 +132,12 @@ static int create_metrics(querier *q, strata_error *err) {
                                "checksums (each answer says so in its warnings)."};
     if ((q->skipped_blocks = metrics_counter_new(q->registry, &o, err)) == NULL)
         return -1;
+    o = (metrics_opts){.name = "strata_querier_limited_queries_total",
+                       .help = "Merges refused with RESOURCE_EXHAUSTED for needing more memory "
+                               "than their tenant's max_query_bytes (querier.limits, "
+                               "querier.overrides)."};
+    if ((q->limited = metrics_counter_new(q->registry, &o, err)) == NULL)
+        return -1;
     o = (metrics_opts){.name = "strata_querier_bucket_sync_failures_total",
                        .help = "Bucket listings that failed."};
     return (q->sync_failures = metrics_counter_new(q->registry, &o, err)) == NULL ? -1 : 0;
@@ -147,12 +158,35 @@ static void collect_index_stats(void *ctx) {
     metrics_counter_set(q->from_bucket_index, (int64_t)s.from_bucket_index);
 }
 
+/* The querier keeps its own copy: the configuration may be released or reloaded under it. */
+static int copy_overrides(const limits_overrides *src, limits_overrides *dst) {
+    if (src->count == 0)
+        return 0;
+    dst->items = calloc(src->count, sizeof *dst->items);
+    if (dst->items == NULL)
+        return -1;
+    for (size_t i = 0; i < src->count; i++) {
+        dst->items[i] = src->items[i];
+        if ((dst->items[i].tenant = strdup(src->items[i].tenant)) == NULL) {
+            limits_overrides_release(dst);
+            return -1;
+        }
+        dst->count++;
+    }
+    return 0;
+}
+
 int querier_new(const querier_config *config, bucket *store, metrics_registry *registry,
                 querier **out, strata_error *err) {
     querier *q = calloc(1, sizeof *q);
     if (q == NULL)
         return strata_error_oom(err);
     q->config = *config;
+    q->config.overrides = (limits_overrides){0};
+    if (copy_overrides(&config->overrides, &q->config.overrides) != 0) {
+        free(q);
+        return strata_error_oom(err);
+    }
     q->registry = registry;
     block_index_options iopts;
     block_index_options_default(&iopts);
@@ -204,6 +238,7 @@ void querier_free(querier *q) {
     query_pool_free(q->pool); /* finishes queued queries before the engine goes */
     query_engine_free(q->engine);
     block_index_free(q->index);
+    limits_overrides_release(&q->config.overrides);
     free(q);
 }
 
@@ -220,6 +255,12 @@ query_engine *querier_engine(querier *q) {
     return q->engine;
 }
 
+uint64_t querier_tenant_max_query_bytes(const querier *q, const char *tenant) {
+    limits_values v;
+    limits_resolve(&q->config.limits, &q->config.overrides, tenant, &v);
+    return v.max_query_bytes != 0 ? v.max_query_bytes : q->config.max_query_bytes;
+}
+
 void querier_observe(querier *q, const char *operation, strata_status code, int64_t start_ns) {
     const char *values[] = {operation, strata_status_name(code)};
     metrics_counter_inc(metrics_counter_vec_with(q->queries, values));
@@ -234,11 +275,22 @@ static int add_selection(querier *q, const char *tenant, const profile_selection
     selector sel;
     if (selector_parse(s->query, &sel, err) != 0)
         return strata_error_wrap(err, "invalid query");
+    query_options opts = {.max_query_bytes = querier_tenant_max_query_bytes(q, tenant)};
     int rc;
     if (s->mode == SELECTION_SINGLE)
-        rc = query_single(q->engine, tenant, &sel, s->time_ns, tree, base, res, err);
+        rc = query_single_opts(q->engine, tenant, &opts, &sel, s->time_ns, tree, base, res, err);
     else
-        rc = query_merge(q->engine, tenant, &sel, s->start_ns, s->end_ns, tree, base, res, err);
+        rc = query_merge_opts(q->engine, tenant, &opts, &sel, s->start_ns, s->end_ns, tree, base,
+                              res, err);
+    if (rc != 0 && err->code == STRATA_RESOURCE_EXHAUSTED) {
+        /* The engine's only refusals of this kind are max_query_bytes' (and the call tree's 2^32
+         * frames or nodes, far beyond any memory bound). */
+        metrics_counter_inc(q->limited);
+        strata_error_wrap(err, "tenant %s", tenant);
+        char quoted[600];
+        strata_log_info("querier", "query limited", "tenant=%s error=%s", tenant,
+                        strata_log_quote(err->message, quoted, sizeof quoted));
+    }
     if (rc == 0 && type_out != NULL)
         rc = profile_type_copy(type_out, &sel.profile_type, err);
     selector_free(&sel);

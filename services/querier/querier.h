@@ -8,6 +8,14 @@
  * `strata all`). In one process, the ingester's block announcements reach the querier through
  * querier_announce_block, so fresh blocks are visible at once; across processes the index's
  * periodic listing (sync_interval, default 1 s) finds them.
+ *
+ * Per-tenant limits (lib/limits: `limits` and `overrides` in this section, key max_query_bytes;
+ * the other keys of lib/limits are the ingester's and are ignored here). Each merge of a tree
+ * (querier_build_tree: merge, single and both sides of a diff) is bounded by its tenant's
+ * max_query_bytes, the override's or `limits`' (0: the section's max_query_bytes); over it the
+ * query fails with RESOURCE_EXHAUSTED, "tenant <t>: " before the engine's message, which names
+ * max_query_bytes and its value, and strata_querier_limited_queries_total counts it (no tenant
+ * label: tenants are chosen by clients). They take effect at start.
  */
 #ifndef STRATA_QUERIER_H
 #define STRATA_QUERIER_H
@@ -21,6 +29,7 @@
 #include "config/config.h"
 #include "engine.h"
 #include "http/http.h"
+#include "limits/limits.h"
 #include "metrics/metrics.h"
 #include "rpc/rpc.h"
 
@@ -35,6 +44,8 @@ typedef struct querier_config {
     uint64_t max_open_block_bytes; /* 0: cached readers bounded by count only */
     uint64_t max_report_nodes;     /* flame graph nodes and table rows per answer (default 20000) */
     config_string_list announce_addresses; /* nng URLs of ingesters' block announcements */
+    limits_values limits;       /* per tenant: max_query_bytes (0 = max_query_bytes above) */
+    limits_overrides overrides; /* tenant -> the keys of `limits` that differ */
 } querier_config;
 
 extern const config_field querier_config_fields[];
@@ -75,7 +86,8 @@ typedef struct query_tree_result {
 
 /* Builds the finalized tree of one selection, or of a diff of a (base) against b when a is given,
  * with frames grouped by group_by (Parca's group_by: frame fields and pprof labels;
- * CALLTREE_GROUP_EXACT with every sample label for a PPROF export). */
+ * CALLTREE_GROUP_EXACT with every sample label for a PPROF export). Each merge is bounded by the
+ * tenant's max_query_bytes (querier_tenant_max_query_bytes). */
 int querier_build_tree(querier *q, const char *tenant, const profile_selection *a,
                        const profile_selection *b, bool absolute, const calltree_grouping *group_by,
                        query_tree_result *out, strata_error *err);
@@ -97,5 +109,8 @@ void querier_warnings(querier *q, const query_stats *a, const query_stats *b, ch
                       size_t cap);
 
 query_engine *querier_engine(querier *q);
+
+/* The tenant's max_query_bytes: its override's, else `limits`', else the section's. */
+uint64_t querier_tenant_max_query_bytes(const querier *q, const char *tenant);
 
 #endif

@@ -27,6 +27,7 @@ struct querier {
     metrics_counter *from_bucket_index;
     metrics_counter *sync_failures;
     metrics_counter *skipped_blocks; /* corrupt blocks left out of answers */
+    metrics_counter *limited;        /* merges refused for the tenant's max_query_bytes */
 };
 
 /* Counts a finished query and its latency. */

@@ -137,6 +137,8 @@ ingester:
     limited-series: {{max_active_series: 4}}
 querier:
   sync_interval: 200ms
+  overrides:
+    limited-query: {{max_query_bytes: 1MiB}}
 """
         cls.strata = lib.Strata(cls.work, "all", config).start(ready_url=cls.base + "/ready")
         cls.channel = grpc.insecure_channel(f"127.0.0.1:{cls.grpc_port}")
@@ -318,7 +320,7 @@ querier:
         names = {n for n in os.listdir(self.data_dir) if not n.startswith(".strata-ready-")}
         self.assertTrue(names <= {
             "anonymous", "strings-labels", "strings-pprof", "same-connection", "limited-rate",
-            "limited-series", "unlimited", "reloaded"}, names)
+            "limited-series", "unlimited", "reloaded", "limited-query", "unlimited-query"}, names)
         self.assertFalse(os.path.exists(os.path.join(os.path.dirname(self.data_dir), "etc")))
         # The longest valid tenant works, and sees nothing of anonymous.
         longest = "c" * 150
@@ -530,6 +532,29 @@ querier:
             self.metric('strata_ingester_limited_requests_total{reason="series"}')
             - series_before, 1)
         self.assertGreaterEqual(self.metric("strata_ingester_limits_tenants"), 1)  # limited-series
+
+    def test_tenant_over_its_query_limit_is_refused_and_another_is_answered(self):
+        # The same profile for two tenants; a merge's up-front estimate is at least 12 MiB (a
+        # batch of samples), over limited-query's 1 MiB and under everyone else's 1 GiB.
+        raw, _, _ = cpu_pprof(["main", "queriedWork"], self.now)
+        body = write_request([({"__name__": "process_cpu", "job": "q"}, [raw])])
+        for tenant in ["limited-query", "unlimited-query"]:
+            self.write_raw_bytes(body, metadata=self.md(tenant), timeout=30)
+        before = self.metric("strata_querier_limited_queries_total")
+        fg = self.merge("unlimited-query", qpb.QueryRequest.REPORT_TYPE_FLAMEGRAPH_TABLE)
+        self.assertEqual(fg.flamegraph.total, 30_000_000)  # 3 samples of 10 ms
+        message = ("tenant limited-query: query needs about 12 MiB, more than the limit of 1 MiB "
+                   "(max_query_bytes)")
+        self.assert_refused(
+            lambda: self.merge("limited-query", qpb.QueryRequest.REPORT_TYPE_FLAMEGRAPH_TABLE),
+            grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+        # The HTTP API answers the same (429), and metadata of the tenant is not limited.
+        status, answer = http_get(self.base + "/api/v1/query?query=" + CPU_TYPE
+                                  + "&start=now-1h", "limited-query")
+        self.assertEqual(status, 429, answer)
+        self.assertIn(message, answer.decode())
+        self.assertEqual(self.values("limited-query"), ["q"])
+        self.assertEqual(self.metric("strata_querier_limited_queries_total") - before, 2)
 
 
 if __name__ == "__main__":
