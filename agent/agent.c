@@ -409,7 +409,8 @@ static int start_pusher(agent *a, strata_error *err) {
                        .tenant = a->o.tenant,
                        .max_queue_bytes = a->o.max_queue_bytes,
                        .max_request_bytes = a->o.max_request_bytes,
-                       .max_in_flight = a->o.max_in_flight};
+                       .max_in_flight = a->o.max_in_flight,
+                       .channel = &a->o.push_channel};
     a->pusher = pusher_new(&po, err);
     return a->pusher != NULL ? 0 : -1;
 }

@@ -34,6 +34,7 @@
 
 #include "common/error.h"
 #include "proclabels.h"
+#include "rpc/rpc.h"
 
 typedef struct agent_options {
     const char *remote_store;  /* ingester host:port[,host:port...]; required */
@@ -53,6 +54,7 @@ typedef struct agent_options {
     void *relabel_ctx;
     const char *kubeconfig; /* Kubernetes labels from this kubeconfig; NULL = in-cluster when
                                KUBERNETES_SERVICE_HOST is set, else none (see kubepods.h) */
+    rpc_channel_options push_channel; /* TLS and bearer token of the pushes (lib/rpc) */
 } agent_options;
 
 /* Runs until *stop becomes non-zero or run_for_ns passes. Returns 0 after a clean stop, -1 with

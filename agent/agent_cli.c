@@ -62,6 +62,14 @@ static void usage(FILE *out) {
             "\n"
             "  -remote-store HOST:PORT     ingester to push to (required); several, comma-\n"
             "                              separated, are balanced with failover\n"
+            "  -remote-store-tls BOOL      push over TLS (with the system CAs unless\n"
+            "                              -remote-store-ca-file says otherwise)\n"
+            "  -remote-store-ca-file FILE  PEM CAs to verify the ingesters with (TLS)\n"
+            "  -remote-store-cert-file FILE, -remote-store-key-file FILE\n"
+            "                              client certificate and key (mutual TLS)\n"
+            "  -remote-store-server-name NAME\n"
+            "                              name to verify the ingesters' certificate against\n"
+            "  -bearer-token-file FILE     send this file's token as \"authorization: Bearer\"\n"
             "  -relabel-config FILE        YAML with relabel_configs: (Prometheus relabeling of\n"
             "                              __meta_process_* labels; drop/keep select processes)\n"
             "  -node NAME                  node label (default: hostname)\n"
@@ -104,6 +112,21 @@ static int set_flag(agent_options *o, const char *name, const char *value, strat
     int64_t hz;
     if (strcmp(name, "remote-store") == 0)
         o->remote_store = value;
+    else if (strcmp(name, "remote-store-tls") == 0) {
+        if (strcmp(value, "true") != 0 && strcmp(value, "false") != 0)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "-remote-store-tls wants true or false, got \"%s\"", value);
+        o->push_channel.tls = strcmp(value, "true") == 0;
+    } else if (strcmp(name, "remote-store-ca-file") == 0)
+        o->push_channel.tls_ca_file = value;
+    else if (strcmp(name, "remote-store-cert-file") == 0)
+        o->push_channel.tls_cert_file = value;
+    else if (strcmp(name, "remote-store-key-file") == 0)
+        o->push_channel.tls_key_file = value;
+    else if (strcmp(name, "remote-store-server-name") == 0)
+        o->push_channel.tls_server_name = value;
+    else if (strcmp(name, "bearer-token-file") == 0)
+        o->push_channel.bearer_token_file = value;
     else if (strcmp(name, "node") == 0)
         o->node = value;
     else if (strcmp(name, "tenant") == 0)

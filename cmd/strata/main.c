@@ -7,6 +7,7 @@
  *   strata block dump PATH           print a block's meta, series, profiles and top stacks
  *   strata version
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,6 +25,32 @@ bool cli_flag_is(const char *arg, const char *name) {
         return false;
     arg += arg[1] == '-' ? 2 : 1;
     return strcmp(arg, name) == 0;
+}
+
+int cli_channel_flag(const char *arg, const char *value, rpc_channel_options *o,
+                     strata_error *err) {
+    if (cli_flag_is(arg, "tls")) {
+        o->tls = true;
+        return 1;
+    }
+    static const struct {
+        const char *name;
+        size_t offset;
+    } flags[] = {
+        {"tls-ca", offsetof(rpc_channel_options, tls_ca_file)},
+        {"tls-cert", offsetof(rpc_channel_options, tls_cert_file)},
+        {"tls-key", offsetof(rpc_channel_options, tls_key_file)},
+        {"tls-server-name", offsetof(rpc_channel_options, tls_server_name)},
+        {"bearer-token-file", offsetof(rpc_channel_options, bearer_token_file)},
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (cli_flag_is(arg, flags[i].name)) {
+            if (value == NULL)
+                return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s needs a value", arg);
+            *(const char **)((char *)o + flags[i].offset) = value;
+            return 2;
+        }
+    return 0;
 }
 
 static void usage(FILE *out) {
@@ -49,6 +76,9 @@ static void usage(FILE *out) {
             "tools:\n"
             "  push FILE... --name NAME [--label K=V]... [--address HOST:PORT] [--tenant T]\n"
             "                                          push pprof files through WriteRaw\n"
+            "  push, query: [--tls] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]\n"
+            "               [--tls-server-name NAME] [--bearer-token-file FILE]\n"
+            "                                          TLS (--tls: system CAs) and a bearer token\n"
             "  query types|labels|values|range|merge|diff ...\n"
             "                                          query a querier over gRPC (see\n"
             "                                          `strata query` for the flags)\n"

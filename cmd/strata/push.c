@@ -1,5 +1,6 @@
 /*
- * push.c - `strata push FILE... [--label k=v]... [--address HOST:PORT] [--tenant T]`: sends pprof
+ * push.c - `strata push FILE... [--label k=v]... [--address HOST:PORT] [--tenant T]` (and the TLS
+ * and token flags of cli_channel_flag): sends pprof
  * files to an ingester through WriteRaw, one series holding all the files. The series needs a
  * profile name: --label __name__=NAME, or --name NAME (default "process_cpu" for CPU profiles is
  * not guessed: the name is required so nothing lands under a surprising type).
@@ -26,6 +27,7 @@ typedef struct push_args {
     char **label_values;
     size_t n_labels;
     int64_t timeout_ns;
+    rpc_channel_options channel; /* --tls... and --bearer-token-file */
 } push_args;
 
 static int read_file(const char *path, strata_buffer *out, strata_error *err) {
@@ -86,6 +88,13 @@ static int parse_push_args(int argc, char **argv, push_args *a, strata_error *er
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        int took = cli_channel_flag(arg, value, &a->channel, err);
+        if (took < 0)
+            return -1;
+        if (took > 0) {
+            i += took - 1;
+            continue;
+        }
         if (cli_flag_is(arg, "label") || cli_flag_is(arg, "address") ||
             cli_flag_is(arg, "tenant") || cli_flag_is(arg, "name")) {
             if (value == NULL)
@@ -169,7 +178,7 @@ out:
 }
 
 static int send_request(const push_args *a, const strata_buffer *request, strata_error *err) {
-    rpc_channel *ch = rpc_channel_new(a->address, NULL, err);
+    rpc_channel *ch = rpc_channel_new(a->address, &a->channel, err);
     if (ch == NULL)
         return -1;
     rpc_metadata md = {"x-scope-orgid", a->tenant, a->tenant != NULL ? strlen(a->tenant) : 0};

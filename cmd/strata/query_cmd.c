@@ -9,6 +9,8 @@
  *   strata query diff QUERY_A QUERY_B [--start-a T --end-a T --start-b T --end-b T]
  *                     [--absolute] [--group-by FIELDS] [--top N] [-o FILE.pb.gz]
  *   common: [--address HOST:PORT] (default 127.0.0.1:7071) [--tenant T]
+ *           [--tls] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]
+ *           [--bearer-token-file FILE]
  *
  * Times are as in the JSON API (Unix ms, RFC 3339, now, now-1h); the default range is the last
  * hour. Merges and diffs print the top functions; -o writes the profile as gzipped pprof for
@@ -45,6 +47,7 @@ typedef struct query_args {
     const char *start, *end, *start_a, *end_a, *start_b, *end_b, *step, *output, *group_by;
     bool absolute;
     int top;
+    rpc_channel_options channel; /* --tls... and --bearer-token-file */
 } query_args;
 
 typedef struct flag_spec {
@@ -65,6 +68,13 @@ static const flag_spec value_flags[] = {
 static int parse_flag(query_args *a, int argc, char **argv, int *i, strata_error *err) {
     const char *arg = argv[*i];
     const char *value = *i + 1 < argc ? argv[*i + 1] : NULL;
+    int took = cli_channel_flag(arg, value, &a->channel, err);
+    if (took < 0)
+        return -1;
+    if (took > 0) {
+        *i += took - 1;
+        return 0;
+    }
     if (cli_flag_is(arg, "absolute")) {
         a->absolute = true;
         return 0;
@@ -117,7 +127,7 @@ static int call(const query_args *a, const char *method, const ProtobufCMessage 
     if (strata_buffer_reserve(&packed, size) != 0)
         return strata_error_oom(err);
     packed.len = protobuf_c_message_pack(req, packed.data);
-    rpc_channel *ch = rpc_channel_new(a->address, NULL, err);
+    rpc_channel *ch = rpc_channel_new(a->address, &a->channel, err);
     int rc = -1;
     if (ch != NULL) {
         char path[128];

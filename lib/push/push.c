@@ -611,7 +611,7 @@ static int open_addresses(pusher *p, const push_options *options, strata_error *
         if ((a->target = strdup(target)) == NULL)
             return strata_error_oom(err);
         p->n_addresses++;
-        if ((a->channel = rpc_channel_new(target, NULL, err)) == NULL)
+        if ((a->channel = rpc_channel_new(target, options->channel, err)) == NULL)
             return -1;
         snprintf(p->stats.addresses[i].address, sizeof p->stats.addresses[i].address, "%s", target);
     }

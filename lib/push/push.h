@@ -64,6 +64,7 @@
 #include "common/buffer.h"
 #include "common/error.h"
 #include "labels/labels.h"
+#include "rpc/rpc.h"
 
 #define PUSH_MAX_ADDRESSES 16
 #define PUSH_MAX_IN_FLIGHT 64
@@ -86,6 +87,9 @@ typedef struct push_options {
     int64_t timeout_ns;        /* per attempt; 0 = 30 s */
     int64_t min_backoff_ns;    /* 0 = 500 ms */
     int64_t max_backoff_ns;    /* 0 = 30 s */
+    /* TLS and bearer token of the channels (rpc.h; read when the pusher starts); NULL =
+     * plaintext, no token. Message size limits in it are used as given. */
+    const rpc_channel_options *channel;
 } push_options;
 
 typedef struct push_series {

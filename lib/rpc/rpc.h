@@ -214,6 +214,9 @@ typedef struct rpc_channel_options {
     const char *tls_cert_file;
     const char *tls_key_file;
     const char *tls_server_name;
+    /* A file holding a bearer token (surrounding whitespace ignored), read once by
+     * rpc_channel_new: every call then carries "authorization: Bearer <token>". */
+    const char *bearer_token_file;
 } rpc_channel_options;
 
 typedef struct rpc_metadata {

@@ -21,6 +21,7 @@
 
 struct rpc_channel {
     grpc_channel *grpc;
+    char *authorization; /* "Bearer <token>", sent with every call; NULL = none */
 };
 
 static bool is_set(const char *s) {
@@ -53,6 +54,38 @@ out:
     return creds;
 }
 
+/* Reads the token file into ch->authorization ("Bearer <token>", whitespace around it dropped). */
+static int read_bearer_token(rpc_channel *ch, const char *path, strata_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    if (strata_textfile_read(path, "rpc: bearer token file", &text, &len, err) != 0)
+        return -1;
+    const char *start = text;
+    while (len > 0 && isspace((unsigned char)start[0]))
+        start++, len--;
+    while (len > 0 && isspace((unsigned char)start[len - 1]))
+        len--;
+    bool printable = len > 0;
+    for (size_t i = 0; i < len; i++)
+        printable = printable && start[i] > ' ' && start[i] < 0x7f;
+    if (!printable) {
+        free(text);
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "rpc: bearer token file %s: want one token of printable ASCII",
+                                path);
+    }
+    ch->authorization = malloc(len + sizeof "Bearer ");
+    if (ch->authorization == NULL) {
+        free(text);
+        return strata_error_oom(err);
+    }
+    memcpy(ch->authorization, "Bearer ", 7);
+    memcpy(ch->authorization + 7, start, len);
+    ch->authorization[7 + len] = '\0';
+    free(text);
+    return 0;
+}
+
 rpc_channel *rpc_channel_new(const char *target, const rpc_channel_options *options,
                              strata_error *err) {
     if (target == NULL || target[0] == '\0') {
@@ -77,9 +110,16 @@ rpc_channel *rpc_channel_new(const char *target, const rpc_channel_options *opti
         args[2].value.string = (char *)options->tls_server_name;
         channel_args.num_args = 3;
     }
+    if (options != NULL && is_set(options->bearer_token_file) &&
+        read_bearer_token(ch, options->bearer_token_file, err) != 0) {
+        free(ch);
+        grpc_shutdown();
+        return NULL;
+    }
     grpc_channel_credentials *creds =
         tls ? tls_credentials(options, err) : grpc_insecure_credentials_create();
     if (creds == NULL) {
+        free(ch->authorization);
         free(ch);
         grpc_shutdown();
         return NULL;
@@ -93,6 +133,7 @@ void rpc_channel_free(rpc_channel *ch) {
     if (ch == NULL)
         return;
     grpc_channel_destroy(ch->grpc);
+    free(ch->authorization);
     free(ch);
     grpc_shutdown();
 }
@@ -139,21 +180,27 @@ static grpc_slice lowercase_slice(const char *s) {
     return slice;
 }
 
-static int build_metadata(unary_call *u, const rpc_metadata *md, size_t n, strata_error *err) {
-    if (n == 0)
+static int build_metadata(unary_call *u, const rpc_metadata *md, size_t n,
+                          const char *authorization, strata_error *err) {
+    if (n == 0 && authorization == NULL)
         return 0;
-    u->metadata = calloc(n, sizeof(*u->metadata));
+    u->metadata = calloc(n + 1, sizeof(*u->metadata));
     if (u->metadata == NULL)
         return strata_error_oom(err);
-    for (size_t i = 0; i < n; i++) {
-        u->metadata[i].key = lowercase_slice(md[i].key);
-        u->metadata[i].value = grpc_slice_from_copied_buffer(md[i].value, md[i].value_len);
+    if (authorization != NULL) {
+        u->metadata[0].key = grpc_slice_from_static_string("authorization");
+        u->metadata[0].value = grpc_slice_from_copied_string(authorization);
         u->metadata_count++;
-        if (!grpc_header_key_is_legal(u->metadata[i].key))
+    }
+    for (size_t i = 0; i < n; i++) {
+        grpc_metadata *m = &u->metadata[u->metadata_count];
+        m->key = lowercase_slice(md[i].key);
+        m->value = grpc_slice_from_copied_buffer(md[i].value, md[i].value_len);
+        u->metadata_count++;
+        if (!grpc_header_key_is_legal(m->key))
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "rpc: illegal metadata key \"%s\"", md[i].key);
-        if (!grpc_is_binary_header(u->metadata[i].key) &&
-            !grpc_header_nonbin_value_is_legal(u->metadata[i].value))
+        if (!grpc_is_binary_header(m->key) && !grpc_header_nonbin_value_is_legal(m->value))
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "rpc: illegal value for metadata key \"%s\"", md[i].key);
     }
@@ -234,7 +281,7 @@ int rpc_call_unary(rpc_channel *ch, const char *method, const void *request, siz
     grpc_metadata_array_init(&u.initial_metadata);
     grpc_metadata_array_init(&u.trailing_metadata);
     u.details = grpc_empty_slice();
-    int rc = build_metadata(&u, metadata, metadata_count, err);
+    int rc = build_metadata(&u, metadata, metadata_count, ch->authorization, err);
     if (rc == 0) {
         grpc_slice path = grpc_slice_from_copied_string(method);
         u.call = grpc_channel_create_call(ch->grpc, NULL, GRPC_PROPAGATE_DEFAULTS, u.cq, path, NULL,

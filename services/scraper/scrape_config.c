@@ -14,7 +14,32 @@
 CONFIG_DEFINE_BOUNDS(scraper_max_in_flight_bounds, CONFIG_UINT64, "1", "64")
 CONFIG_DEFINE_BOUNDS(scraper_max_request_bytes_bounds, CONFIG_BYTES, "1KiB", "64MiB")
 
+static const config_field scraper_push_tls_fields[] = {
+    {.key = "enabled",
+     .kind = CONFIG_BOOL,
+     .offset = offsetof(scraper_push_tls_config, enabled),
+     .default_text = "false"},
+    {.key = "ca_file", .kind = CONFIG_STRING, .offset = offsetof(scraper_push_tls_config, ca_file)},
+    {.key = "cert_file",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(scraper_push_tls_config, cert_file)},
+    {.key = "key_file",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(scraper_push_tls_config, key_file)},
+    {.key = "server_name",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(scraper_push_tls_config, server_name)},
+    {.key = NULL},
+};
+
 const config_field scraper_config_fields[] = {
+    {.key = "push_tls",
+     .kind = CONFIG_STRUCT,
+     .offset = offsetof(scraper_config, push_tls),
+     .fields = scraper_push_tls_fields},
+    {.key = "bearer_token_file",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(scraper_config, bearer_token_file)},
     {.key = "ingester_addresses",
      .kind = CONFIG_STRING_LIST,
      .offset = offsetof(scraper_config, ingester_addresses),

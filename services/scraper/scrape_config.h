@@ -116,8 +116,20 @@ typedef struct scrape_configs {
 } scrape_configs;
 
 /* The `scraper:` section. */
+/* How the scraper's pushes reach the ingesters (Prometheus' tls_config names): plaintext unless
+ * enabled or ca_file / cert_file is set. */
+typedef struct scraper_push_tls_config {
+    bool enabled;    /* TLS with the system CAs when no ca_file */
+    char *ca_file;   /* PEM CAs to verify the ingesters with */
+    char *cert_file; /* client certificate (mutual TLS), with key_file */
+    char *key_file;
+    char *server_name; /* verify the certificate against this name, not the address's host */
+} scraper_push_tls_config;
+
 typedef struct scraper_config {
     config_string_list ingester_addresses; /* empty: this process's gRPC address (strata all) */
+    scraper_push_tls_config push_tls;
+    char *bearer_token_file; /* sent as "authorization: Bearer" with every push; NULL = none */
     uint64_t max_response_bytes;
     int64_t push_timeout_ns;    /* per WriteRaw attempt */
     uint64_t max_queue_bytes;   /* encoded requests waiting; the oldest are dropped beyond it */

@@ -545,7 +545,15 @@ static int start_pusher(scraper *s, const scraper_options *o, strata_error *err)
                        .max_queue_bytes = (size_t)c->max_queue_bytes,
                        .max_request_bytes = (size_t)c->max_request_bytes,
                        .max_in_flight = (unsigned)c->max_in_flight,
-                       .timeout_ns = c->push_timeout_ns};
+                       .timeout_ns = c->push_timeout_ns,
+                       .channel = &(rpc_channel_options){
+                           .tls = c->push_tls.enabled,
+                           .tls_ca_file = c->push_tls.ca_file,
+                           .tls_cert_file = c->push_tls.cert_file,
+                           .tls_key_file = c->push_tls.key_file,
+                           .tls_server_name = c->push_tls.server_name,
+                           .bearer_token_file = c->bearer_token_file,
+                       }};
     if ((s->push = pusher_new(&po, err)) == NULL)
         return strata_error_wrap(err, "scraper");
     s->sink = push_sink;

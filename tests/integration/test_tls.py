@@ -8,7 +8,8 @@ clients: Python grpcio and curl.
   and a plain-HTTP curl are refused; a client trusting another CA refuses the server.
 - server.tls.client_ca_file (mutual TLS): a client certificate signed by the CA is required on
   both ports: grpcio without one fails the handshake, curl without one is answered 401, with one
-  200.
+  200. `strata push` and `strata query` with --tls-ca, --tls-cert, --tls-key and --tls-server-name
+  write a profile and read its type back; without the client certificate they fail.
 """
 import os
 import subprocess
@@ -25,6 +26,25 @@ from parca.profilestore.v1alpha1 import profilestore_pb2 as ps  # noqa: E402
 from parca.profilestore.v1alpha1 import profilestore_pb2_grpc as ps_grpc  # noqa: E402
 from parca.query.v1alpha1 import query_pb2 as qpb  # noqa: E402
 from parca.query.v1alpha1 import query_pb2_grpc as q_grpc  # noqa: E402
+from perftools.profiles import profile_pb2  # noqa: E402
+
+
+def cpu_pprof_file(path):
+    p = profile_pb2.Profile()
+    p.string_table.extend(["", "samples", "count", "cpu", "nanoseconds", "main", "tlsOnly"])
+    p.sample_type.add(type=1, unit=2)
+    p.sample_type.add(type=3, unit=4)
+    p.period_type.type = 3
+    p.period_type.unit = 4
+    p.period = 10_000_000
+    p.time_nanos = time.time_ns()
+    p.duration_nanos = 10_000_000_000
+    for i, name in ((1, 5), (2, 6)):
+        p.function.add(id=i, name=name, system_name=name)
+        p.location.add(id=i, address=0x1000 * i).line.add(function_id=i, line=i)
+    p.sample.add(location_id=[2, 1], value=[3, 30_000_000])
+    with open(path, "wb") as f:
+        f.write(p.SerializeToString())
 
 
 def make_certs(directory):
@@ -152,6 +172,32 @@ class MutualTlsTest(unittest.TestCase):
         self.assertEqual(curl(self.s.https("/ready"), *ca)[0], 401)
         self.assertEqual(curl(self.s.https("/metrics"), *ca)[0], 401)
         self.assertEqual(curl(self.s.https("/api/v1/profile_types"), *ca)[0], 401)
+
+    def strata_cli(self, *args):
+        return subprocess.run([lib.BINARY, *args], capture_output=True, text=True, timeout=60)
+
+    def test_cli_push_and_query_over_mutual_tls(self):
+        pprof = os.path.join(self.s.work, "cpu.pb")
+        cpu_pprof_file(pprof)
+        address = ["--address", f"localhost:{self.s.grpc_port}"]
+        # The certificate names 127.0.0.1, localhost and kubernetes.test; --tls-server-name picks
+        # the name to check, whatever host the address has.
+        tls = ["--tls-ca", self.s.certs["ca.crt"], "--tls-server-name", "kubernetes.test"]
+        client = ["--tls-cert", self.s.certs["client.crt"], "--tls-key", self.s.certs["client.key"]]
+        r = self.strata_cli("push", pprof, "--name", "process_cpu", *address, *tls, *client)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.strata_cli("push", pprof, "--name", "process_cpu", *address, *tls)
+        self.assertNotEqual(r.returncode, 0)
+        r = self.strata_cli("push", pprof, "--name", "process_cpu", *address)
+        self.assertNotEqual(r.returncode, 0)
+
+        def has_type():
+            r = self.strata_cli("query", "types", *address, *tls, *client)
+            return r.returncode == 0 and "process_cpu:samples:count:cpu:nanoseconds" in r.stdout
+        lib.wait_for(has_type, what="the pushed profile's type")
+        r = self.strata_cli("query", "types", *address, "--tls-ca", self.s.certs["other-ca.crt"],
+                            *client)
+        self.assertNotEqual(r.returncode, 0)
 
 
 if __name__ == "__main__":
