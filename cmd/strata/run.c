@@ -23,6 +23,7 @@
  * probe that has not succeeded for WRITE_PROBE_STALE_S, makes /ready 503 with the reason. Queriers
  * and scrapers never write the bucket and run no probe.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -36,8 +37,10 @@
 #include "announce/announce.h"
 #include "bucket/bucket.h"
 #include "cli.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/textfile.h"
 #include "compactor.h"
 #include "http/http.h"
 #include "ingester.h"
@@ -93,6 +96,7 @@ typedef struct runtime {
     metrics_counter *announce_received;
     metrics_counter *announce_malformed;
     write_probe probe; /* started when a writing service runs */
+    strata_auth *auth; /* server.auth; NULL without credentials */
 } runtime;
 
 static volatile sig_atomic_t stop_requested;
@@ -478,8 +482,66 @@ static rlim_t open_files_limit(void) {
     return getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 0;
 }
 
+/* A token file's token: the text without the whitespace around it. */
+static int read_token_file(const char *path, char **out, strata_error *err) {
+    size_t len = 0;
+    if (strata_textfile_read(path, "server.auth.tokens[].token_file", out, &len, err) != 0)
+        return -1;
+    char *t = *out;
+    size_t start = 0;
+    while (start < len && isspace((unsigned char)t[start]))
+        start++;
+    while (len > start && isspace((unsigned char)t[len - 1]))
+        len--;
+    memmove(t, t + start, len - start);
+    t[len - start] = '\0';
+    return 0;
+}
+
+/* server.auth into rt->auth (common/auth.h); none configured leaves it NULL. */
+static int build_auth(runtime *rt, strata_error *err) {
+    const server_auth_config *ac = &rt->config.server.auth;
+    size_t n = ac->tokens.count + ac->client_certificates.count;
+    if (n == 0)
+        return 0;
+    strata_auth_credential *creds = calloc(n, sizeof *creds);
+    char **files = calloc(ac->tokens.count + 1, sizeof *files);
+    int rc = creds != NULL && files != NULL ? 0 : strata_error_oom(err);
+    const server_auth_token *tokens = ac->tokens.items;
+    for (size_t i = 0; rc == 0 && i < ac->tokens.count; i++) {
+        const server_auth_token *t = &tokens[i];
+        if ((t->token != NULL) == (t->token_file != NULL)) {
+            rc = strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                  "server.auth.tokens[%zu]: want one of token and token_file", i);
+            break;
+        }
+        if (t->token_file != NULL && read_token_file(t->token_file, &files[i], err) != 0) {
+            rc = -1;
+            break;
+        }
+        creds[i] = (strata_auth_credential){.token = t->token != NULL ? t->token : files[i],
+                                            .tenants = (const char *const *)t->tenants.items,
+                                            .n_tenants = t->tenants.count};
+    }
+    const server_auth_certificate *certs = ac->client_certificates.items;
+    for (size_t i = 0; rc == 0 && i < ac->client_certificates.count; i++)
+        creds[ac->tokens.count + i] =
+            (strata_auth_credential){.subject = certs[i].subject,
+                                     .tenants = (const char *const *)certs[i].tenants.items,
+                                     .n_tenants = certs[i].tenants.count};
+    if (rc == 0 && (rt->auth = strata_auth_new(creds, n, err)) == NULL)
+        rc = strata_error_wrap(err, "server.auth");
+    for (size_t i = 0; files != NULL && i < ac->tokens.count; i++)
+        free(files[i]);
+    free(files);
+    free(creds);
+    return rc;
+}
+
 static int runtime_start(runtime *rt, strata_error *err) {
     const server_config *sc = &rt->config.server;
+    if (build_auth(rt, err) != 0)
+        return -1;
     http_server_options hopts = {
         .bind = sc->http_listen_address,
         .connection_timeout_s = (unsigned)(sc->http_idle_timeout_ns / STRATA_NS_PER_SEC),
@@ -494,7 +556,8 @@ static int runtime_start(runtime *rt, strata_error *err) {
         .metrics = rt->registry,
         .tls_cert_file = sc->tls.cert_file,
         .tls_key_file = sc->tls.key_file,
-        .tls_client_ca_file = sc->tls.client_ca_file};
+        .tls_client_ca_file = sc->tls.client_ca_file,
+        .auth = rt->auth};
     if ((rt->http = http_server_new(&hopts, err)) == NULL ||
         http_server_add_metrics(rt->http, rt->registry, err) != 0 ||
         http_server_add_ready(rt->http, ready_check, rt, err) != 0)
@@ -503,7 +566,8 @@ static int runtime_start(runtime *rt, strata_error *err) {
                                 .threads = (int)rt->config.server.grpc_threads,
                                 .tls_cert_file = sc->tls.cert_file,
                                 .tls_key_file = sc->tls.key_file,
-                                .tls_client_ca_file = sc->tls.client_ca_file};
+                                .tls_client_ca_file = sc->tls.client_ca_file,
+                                .auth = rt->auth};
     bool grpc = strcmp(rt->mode, "compactor") != 0; /* the compactor alone serves no gRPC */
     if ((grpc && (rt->grpc = rpc_server_new(&ropts, err)) == NULL) ||
         start_announcements(rt, err) != 0)
@@ -574,6 +638,8 @@ static void runtime_shutdown(runtime *rt) {
     }
     metrics_registry_free(rt->registry);
     bucket_close(rt->store);
+    strata_auth_free(rt->auth); /* after both servers, which check with it */
+    rt->auth = NULL;
     strata_config_free(&rt->config);
 }
 

@@ -29,6 +29,42 @@ static const config_field server_tls_fields[] = {
     {.key = NULL},
 };
 
+static const config_field server_auth_token_fields[] = {
+    {.key = "token", .kind = CONFIG_STRING, .offset = offsetof(server_auth_token, token)},
+    {.key = "token_file", .kind = CONFIG_STRING, .offset = offsetof(server_auth_token, token_file)},
+    {.key = "tenants",
+     .kind = CONFIG_STRING_LIST,
+     .offset = offsetof(server_auth_token, tenants),
+     .required = true},
+    {.key = NULL},
+};
+
+static const config_field server_auth_certificate_fields[] = {
+    {.key = "subject",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(server_auth_certificate, subject),
+     .required = true},
+    {.key = "tenants",
+     .kind = CONFIG_STRING_LIST,
+     .offset = offsetof(server_auth_certificate, tenants),
+     .required = true},
+    {.key = NULL},
+};
+
+static const config_field server_auth_fields[] = {
+    {.key = "tokens",
+     .kind = CONFIG_STRUCT_LIST,
+     .offset = offsetof(server_auth_config, tokens),
+     .fields = server_auth_token_fields,
+     .elem_size = sizeof(server_auth_token)},
+    {.key = "client_certificates",
+     .kind = CONFIG_STRUCT_LIST,
+     .offset = offsetof(server_auth_config, client_certificates),
+     .fields = server_auth_certificate_fields,
+     .elem_size = sizeof(server_auth_certificate)},
+    {.key = NULL},
+};
+
 static const config_field server_fields[] = {
     {.key = "http_listen_address",
      .kind = CONFIG_STRING,
@@ -95,6 +131,10 @@ static const config_field server_fields[] = {
      .kind = CONFIG_STRUCT,
      .offset = offsetof(server_config, tls),
      .fields = server_tls_fields},
+    {.key = "auth",
+     .kind = CONFIG_STRUCT,
+     .offset = offsetof(server_config, auth),
+     .fields = server_auth_fields},
     {.key = NULL},
 };
 

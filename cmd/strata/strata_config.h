@@ -37,6 +37,23 @@ typedef struct server_tls_config {
     char *client_ca_file; /* PEM CAs; set = mutual TLS, clients must present a certificate */
 } server_tls_config;
 
+/* server.auth (docs/security.md): credentials and the tenants each allows. */
+typedef struct server_auth_token {
+    char *token;      /* the token itself, or */
+    char *token_file; /* a file holding it (whitespace around it ignored) */
+    config_string_list tenants;
+} server_auth_token;
+
+typedef struct server_auth_certificate {
+    char *subject; /* the verified client certificate's subject, "CN=agent" (RFC 4514) */
+    config_string_list tenants;
+} server_auth_certificate;
+
+typedef struct server_auth_config {
+    config_struct_list tokens;              /* server_auth_token */
+    config_struct_list client_certificates; /* server_auth_certificate */
+} server_auth_config;
+
 typedef struct server_config {
     char *http_listen_address;
     char *grpc_listen_address;
@@ -53,6 +70,7 @@ typedef struct server_config {
     int64_t http_io_threads;
     int64_t http_handler_threads;
     server_tls_config tls;
+    server_auth_config auth; /* no entries: no authentication */
 } server_config;
 
 typedef struct strata_config {

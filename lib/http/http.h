@@ -127,6 +127,11 @@ typedef struct http_server_options {
     const char *tls_cert_file;
     const char *tls_key_file;
     const char *tls_client_ca_file;
+    /* Authentication (common/auth.h) before every route but GET /ready and /metrics (probes and
+     * Prometheus scrapes stay open): no known bearer token ("Authorization: Bearer") or
+     * verified client certificate is 401, a tenant (X-Scope-OrgID) outside the credential's list
+     * 403. NULL: none. Must outlive the server. */
+    const struct strata_auth *auth;
 } http_server_options;
 
 typedef enum http_match {

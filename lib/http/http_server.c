@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -21,7 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/auth.h"
 #include "common/clock.h"
+#include "common/tenant.h"
 #include "common/textfile.h"
 #include "http/http_internal.h"
 
@@ -533,6 +536,55 @@ static bool client_certificate_verified(struct MHD_Connection *conn) {
     return status == 0;
 }
 
+/* Paths served without authentication: the readiness probe and Prometheus' scrapes. */
+static bool open_path(const char *path) {
+    return strcmp(path, "/ready") == 0 || strcmp(path, "/metrics") == 0;
+}
+
+/* The subject (RFC 4514) of the client's first certificate, already verified; false if none. */
+static bool client_subject(struct MHD_Connection *conn, char *out, size_t size) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (info == NULL || info->tls_session == NULL)
+        return false;
+    unsigned n = 0;
+    const gnutls_datum_t *certs =
+        gnutls_certificate_get_peers((gnutls_session_t)info->tls_session, &n);
+    if (certs == NULL || n == 0)
+        return false;
+    gnutls_x509_crt_t crt;
+    if (gnutls_x509_crt_init(&crt) < 0)
+        return false;
+    size_t len = size;
+    bool ok = gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER) >= 0 &&
+              gnutls_x509_crt_get_dn(crt, out, &len) >= 0;
+    gnutls_x509_crt_deinit(crt);
+    return ok;
+}
+
+/* Authentication (common/auth.h) before any route sees the request. */
+static bool authorized(http_server *s, http_request *r, strata_error *err) {
+    const char *authorization =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *tenant_value =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, STRATA_TENANT_HTTP_HEADER);
+    char subject[1024];
+    bool has_subject = s->tls_client_ca != NULL && client_subject(r->conn, subject, sizeof subject);
+    strata_tenant tenant;
+    strata_error tenant_err;
+    strata_error_clear(err);
+    bool tenant_ok =
+        strata_tenant_from_header(tenant_value, tenant_value != NULL ? strlen(tenant_value) : 0,
+                                  &tenant, &tenant_err) == 0;
+    if (strata_auth_check(s->opts.auth, authorization,
+                          authorization != NULL ? strlen(authorization) : 0,
+                          has_subject ? subject : NULL, tenant_ok ? tenant.name : "", err) == 0)
+        return true;
+    if (!tenant_ok && err->code == STRATA_PERMISSION_DENIED)
+        *err = tenant_err;
+    return false;
+}
+
 static enum MHD_Result on_headers(http_server *s, http_request *r, const char *method) {
     r->started = true;
     r->method = method;
@@ -544,6 +596,11 @@ static enum MHD_Result on_headers(http_server *s, http_request *r, const char *m
         return respond_error(r, 401,
                              "a client certificate signed by the server's client CA is "
                              "required");
+    if (s->opts.auth != NULL && !open_path(r->path)) {
+        strata_error aerr;
+        if (!authorized(s, r, &aerr))
+            return respond_error(r, http_status_from_strata(aerr.code), aerr.message);
+    }
     if (refused_for_stop(s, r))
         return respond_error(r, 503, "server is shutting down");
     uint64_t length = 0;

@@ -100,6 +100,11 @@ typedef struct rpc_server_options {
     const char *tls_cert_file;
     const char *tls_key_file;
     const char *tls_client_ca_file;
+    /* Authentication (common/auth.h), checked before every handler: a call without a known
+     * bearer token or verified client certificate is answered UNAUTHENTICATED, one whose
+     * x-scope-orgid its credential does not allow PERMISSION_DENIED. NULL: none. Must outlive
+     * the server. */
+    const struct strata_auth *auth;
 } rpc_server_options;
 
 /*

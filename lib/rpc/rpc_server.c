@@ -16,7 +16,9 @@
 #include <strings.h>
 #include <time.h>
 
+#include "common/auth.h"
 #include "common/clock.h"
+#include "common/tenant.h"
 #include "common/textfile.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
@@ -65,6 +67,7 @@ struct rpc_server {
     size_t n_methods;
     int port;
     bool started;
+    const strata_auth *auth; /* NULL: no authentication */
     atomic_uint_fast64_t unimplemented;
 
     pthread_mutex_t lock;  /* guards draining, live and handled */
@@ -319,10 +322,51 @@ static void run_sync_handler(rpc_call *c, const uint8_t *req, size_t len) {
     rpc_call_finish(c, err.code == STRATA_OK ? STRATA_UNKNOWN : err.code, err.message, NULL, 0);
 }
 
+/* The subject of the client certificate mutual TLS verified, into out; false when none. */
+static bool client_subject(rpc_call *c, char *out, size_t size) {
+    grpc_auth_context *ctx = grpc_call_auth_context(c->grpc);
+    if (ctx == NULL)
+        return false;
+    grpc_auth_property_iterator it =
+        grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_SUBJECT_PROPERTY_NAME);
+    const grpc_auth_property *p = grpc_auth_property_iterator_next(&it);
+    bool found = p != NULL && p->value_length < size;
+    if (found) {
+        memcpy(out, p->value, p->value_length);
+        out[p->value_length] = '\0';
+    }
+    grpc_auth_context_release(ctx);
+    return found;
+}
+
+/* Authentication (common/auth.h) before any handler; false when the call was refused. */
+static bool authorized(rpc_call *c, const strata_auth *auth) {
+    const char *authorization = NULL, *tenant_value = NULL;
+    size_t authorization_len = 0, tenant_len = 0;
+    (void)rpc_call_metadata(c, "authorization", &authorization, &authorization_len);
+    (void)rpc_call_metadata(c, STRATA_TENANT_HEADER, &tenant_value, &tenant_len);
+    char subject[1024];
+    bool has_subject = client_subject(c, subject, sizeof subject);
+    strata_tenant tenant;
+    strata_error tenant_err, err;
+    strata_error_clear(&err);
+    bool tenant_ok = strata_tenant_from_header(tenant_value, tenant_len, &tenant, &tenant_err) == 0;
+    if (strata_auth_check(auth, authorization, authorization_len, has_subject ? subject : NULL,
+                          tenant_ok ? tenant.name : "", &err) == 0)
+        return true;
+    if (!tenant_ok && err.code == STRATA_PERMISSION_DENIED)
+        err = tenant_err; /* a known credential, a malformed tenant: say what is wrong with it */
+    rpc_call_finish(c, err.code, err.message, NULL, 0);
+    return false;
+}
+
 static void dispatch(rpc_call *c) {
     const uint8_t *req = GRPC_SLICE_START_PTR(c->request);
     size_t len = GRPC_SLICE_LENGTH(c->request);
     c->peer = grpc_call_get_peer(c->grpc);
+    const strata_auth *auth = c->worker->server->auth;
+    if (auth != NULL && !authorized(c, auth))
+        return;
     if (c->method->sync_handler != NULL)
         run_sync_handler(c, req, len);
     else
@@ -589,6 +633,7 @@ rpc_server *rpc_server_new(const rpc_server_options *o, strata_error *err) {
     args[2].value.integer = RPC_SERVER_MAX_METADATA_BYTES;
     grpc_channel_args channel_args = {3, args};
     s->grpc = grpc_server_create(&channel_args, NULL);
+    s->auth = o->auth;
     int threads = o->threads == 0 ? RPC_DEFAULT_THREADS : o->threads;
     if (create_queues(s, threads, err) != 0 || bind_port(s, o, err) != 0) {
         rpc_server_shutdown(s, 0);

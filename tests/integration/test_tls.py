@@ -66,7 +66,7 @@ def curl(url, *args):
 
 
 class StrataTls:
-    def __init__(self, name, client_ca):
+    def __init__(self, name, client_ca, extra_server=""):
         self.work = lib.make_workdir(name)
         self.certs = make_certs(os.path.join(self.work, "certs"))
         self.grpc_port = lib.free_port()
@@ -78,7 +78,7 @@ server:
   http_listen_address: 127.0.0.1:{self.http_port}
   tls:
     cert_file: {self.certs['server.crt']}
-    key_file: {self.certs['server.key']}{ca_line}
+    key_file: {self.certs['server.key']}{ca_line}{extra_server}
 bucket:
   type: FILESYSTEM
   config:
