@@ -123,7 +123,8 @@ typedef struct http_server_options {
     /* TLS (HTTPS): PEM files of the certificate (chain) and key, both or neither; read by
      * http_server_new. tls_client_ca_file, optional, makes it mutual TLS: a request from a
      * connection without a client certificate verified against these CAs is answered 401 before
-     * any route sees it. */
+     * any route sees it, except GET /ready and /metrics (kubelet probes and Prometheus scrapes
+     * carry no client certificate). */
     const char *tls_cert_file;
     const char *tls_key_file;
     const char *tls_client_ca_file;

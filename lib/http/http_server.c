@@ -592,7 +592,7 @@ static enum MHD_Result on_headers(http_server *s, http_request *r, const char *m
     http_request_set_peer(r);
     if (http_request_parse_uri(r) != 0)
         return respond_error(r, 400, "malformed request URI");
-    if (s->tls_client_ca != NULL && !client_certificate_verified(r->conn))
+    if (s->tls_client_ca != NULL && !open_path(r->path) && !client_certificate_verified(r->conn))
         return respond_error(r, 401,
                              "a client certificate signed by the server's client CA is "
                              "required");

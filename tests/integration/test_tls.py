@@ -7,8 +7,8 @@ clients: Python grpcio and curl.
 - server.tls {cert_file, key_file}: grpcio with the CA calls every service; a plaintext gRPC client
   and a plain-HTTP curl are refused; a client trusting another CA refuses the server.
 - server.tls.client_ca_file (mutual TLS): a client certificate signed by the CA is required on
-  both ports: grpcio without one fails the handshake, curl without one is answered 401, with one
-  200. `strata push` and `strata query` with --tls-ca, --tls-cert, --tls-key and --tls-server-name
+  both ports: grpcio without one fails the handshake, curl without one is answered 401 (but on
+  /ready and /metrics, left open for probes and Prometheus), with one 200. `strata push` and `strata query` with --tls-ca, --tls-cert, --tls-key and --tls-server-name
   write a profile and read its type back; without the client certificate they fail.
 """
 import os
@@ -168,10 +168,13 @@ class MutualTlsTest(unittest.TestCase):
 
     def test_http_requires_client_certificate(self):
         ca = ["--cacert", self.s.certs["ca.crt"]]
-        self.assertEqual(curl(self.s.https("/ready"), *ca, *self.s.client_args)[0], 200)
-        self.assertEqual(curl(self.s.https("/ready"), *ca)[0], 401)
-        self.assertEqual(curl(self.s.https("/metrics"), *ca)[0], 401)
-        self.assertEqual(curl(self.s.https("/api/v1/profile_types"), *ca)[0], 401)
+        url = self.s.https("/api/v1/profile_types")
+        self.assertEqual(curl(url, *ca, *self.s.client_args)[0], 200)
+        self.assertEqual(curl(url, *ca)[0], 401)
+        self.assertEqual(curl(self.s.https("/"), *ca)[0], 401)
+        # Probes and Prometheus scrapes carry no client certificate: /ready and /metrics stay open.
+        self.assertEqual(curl(self.s.https("/ready"), *ca)[0], 200)
+        self.assertEqual(curl(self.s.https("/metrics"), *ca)[0], 200)
 
     def strata_cli(self, *args):
         return subprocess.run([lib.BINARY, *args], capture_output=True, text=True, timeout=60)
