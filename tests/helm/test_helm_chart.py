@@ -44,6 +44,7 @@ SCENARIOS = {
     "filesystem-pvc": (["filesystem-pvc-values.yaml"], "strata", "profiling"),
     "monitoring": (["monitoring-values.yaml"], "prof", "observability"),
     "agent-off": (["agent-off-values.yaml"], "strata", "default"),
+    "tls-auth": (["tls-auth-values.yaml"], "strata", "profiling"),
 }
 BUCKET_SERVICES = ("ingester", "querier", "compactor")
 AGENT_CAPABILITIES = {"BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE", "SYSLOG", "DAC_READ_SEARCH"}
@@ -399,7 +400,8 @@ class HelmChartTest(unittest.TestCase):
 
     def test_bucket_secret_is_thanos_objstore(self):
         want_type = {"default": "FILESYSTEM", "s3": "S3", "azure": "AZURE", "filesystem-pvc": "FILESYSTEM",
-                     "monitoring": "FILESYSTEM", "agent-off": "FILESYSTEM"}
+                     "monitoring": "FILESYSTEM", "agent-off": "FILESYSTEM",
+                     "tls-auth": "FILESYSTEM"}
         for scenario, r in self.renders.items():
             with self.subTest(scenario=scenario):
                 objstore = r.configs["objstore.yaml"]
@@ -492,6 +494,62 @@ class HelmChartTest(unittest.TestCase):
         self.assertIn("ReadWriteOnce", out)
         rc, out, err = render([ci_file("s3-values.yaml")], notes=True)
         self.assertNotIn("ReadWriteOnce", out)
+
+    def test_tls_and_tokens_from_secrets(self):
+        """tls.secretName and auth.tokenSecretName: the Secrets mounted read-only in every service
+        and the agent, server.tls / server.auth in every service config, the scrapers' push_tls and
+        bearer_token_file, the agent's flags, probes over HTTPS; and nothing of it by default."""
+        r = self.renders["tls-auth"]
+        for kind, name, d in r.workloads():
+            spec = d["spec"]["template"]["spec"]
+            c = spec["containers"][0]
+            with self.subTest(workload=name):
+                volumes = {v["name"]: v for v in spec["volumes"]}
+                self.assertEqual(volumes["tls"]["secret"]["secretName"], "strata-tls")
+                self.assertEqual(volumes["tokens"]["secret"]["secretName"], "strata-tokens")
+                mounts = {m["name"]: m for m in c["volumeMounts"]}
+                self.assertEqual(mounts["tls"]["mountPath"], "/etc/strata/tls")
+                self.assertEqual(mounts["tokens"]["mountPath"], "/etc/strata/tokens")
+                self.assertTrue(mounts["tls"]["readOnly"] and mounts["tokens"]["readOnly"])
+                if kind == "DaemonSet":
+                    args = c["args"]
+                    self.assertEqual(flag_value(args, "-remote-store-ca-file"), "/etc/strata/tls/ca.crt")
+                    self.assertEqual(flag_value(args, "-remote-store-cert-file"), "/etc/strata/tls/tls.crt")
+                    self.assertEqual(flag_value(args, "-remote-store-key-file"), "/etc/strata/tls/tls.key")
+                    self.assertEqual(flag_value(args, "-remote-store-server-name"),
+                                     "strata-ingester.profiling.svc")
+                    self.assertEqual(flag_value(args, "-bearer-token-file"), "/etc/strata/tokens/pushers")
+                    self.assertNotIn("scheme", c["readinessProbe"]["httpGet"])  # the agent's own port
+                else:
+                    self.assertEqual(c["readinessProbe"]["httpGet"]["scheme"], "HTTPS")
+        for key, config in r.configs.items():
+            if key == "objstore.yaml":
+                continue
+            with self.subTest(config=key):
+                self.assertEqual(config["server"]["tls"], {
+                    "cert_file": "/etc/strata/tls/tls.crt", "key_file": "/etc/strata/tls/tls.key",
+                    "client_ca_file": "/etc/strata/tls/ca.crt"})
+                self.assertEqual(config["server"]["auth"], {"tokens": [
+                    {"token_file": "/etc/strata/tokens/team-a", "tenants": ["team-a"]},
+                    {"token_file": "/etc/strata/tokens/pushers", "tenants": ["*"]}]})
+                if "scrape_configs" in config:
+                    self.assertEqual(config["scraper"]["push_tls"], {
+                        "ca_file": "/etc/strata/tls/ca.crt", "cert_file": "/etc/strata/tls/tls.crt",
+                        "key_file": "/etc/strata/tls/tls.key",
+                        "server_name": "strata-ingester.profiling.svc"})
+                    self.assertEqual(config["scraper"]["bearer_token_file"], "/etc/strata/tokens/pushers")
+        d = self.renders["default"]
+        for kind, name, w in d.workloads():
+            spec = w["spec"]["template"]["spec"]
+            self.assertNotIn("tls", [v["name"] for v in spec.get("volumes", [])])
+        for key, config in d.configs.items():
+            if key != "objstore.yaml":
+                self.assertNotIn("tls", config["server"])
+                self.assertNotIn("auth", config["server"])
+        rc, _, err = render([self.overlay("tokens-without-secret",
+                                          "auth:\n  tokens: [{key: a, tenants: [a]}]\n")])
+        self.assertNotEqual(rc, 0)
+        self.assertIn("auth.tokens needs auth.tokenSecretName", err)
 
     def test_configs_pass_check_config(self):
         """Each rendered service config through `strata <service> -config F -check-config`. The

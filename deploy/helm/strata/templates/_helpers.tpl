@@ -102,7 +102,77 @@ without checked here, so a bad values file fails at `helm install` rather than i
 {{- if and (eq .component "querier") .root.Values.querier.uiDirectory }}
 {{- $_ := set $server "ui_directory" .root.Values.querier.uiDirectory }}
 {{- end }}
+{{- with .root.Values.tls }}
+{{- if .secretName }}
+{{- $tls := dict "cert_file" "/etc/strata/tls/tls.crt" "key_file" "/etc/strata/tls/tls.key" }}
+{{- if .clientAuth }}
+{{- $_ := set $tls "client_ca_file" "/etc/strata/tls/ca.crt" }}
+{{- end }}
+{{- $_ := set $server "tls" $tls }}
+{{- end }}
+{{- end }}
+{{- with .root.Values.auth }}
+{{- if .tokens }}
+{{- if not .tokenSecretName }}
+{{- fail "auth.tokens needs auth.tokenSecretName" }}
+{{- end }}
+{{- $tokens := list }}
+{{- range .tokens }}
+{{- $tokens = append $tokens (dict "token_file" (printf "/etc/strata/tokens/%s" .key) "tenants" .tenants) }}
+{{- end }}
+{{- $_ := set $server "auth" (dict "tokens" $tokens) }}
+{{- end }}
+{{- end }}
 {{- toYaml $server }}
+{{- end }}
+
+{{/* How scrapers and agents reach the ingesters: push_tls and bearer_token_file of a scraper. */}}
+{{- define "strata.pushClient" -}}
+{{- $out := dict }}
+{{- with .Values.tls }}
+{{- if .secretName }}
+{{- $tls := dict "ca_file" "/etc/strata/tls/ca.crt" }}
+{{- if .clientAuth }}
+{{- $_ := set $tls "cert_file" "/etc/strata/tls/tls.crt" }}
+{{- $_ := set $tls "key_file" "/etc/strata/tls/tls.key" }}
+{{- end }}
+{{- if .serverName }}
+{{- $_ := set $tls "server_name" .serverName }}
+{{- end }}
+{{- $_ := set $out "push_tls" $tls }}
+{{- end }}
+{{- end }}
+{{- if .Values.auth.clientTokenKey }}
+{{- $_ := set $out "bearer_token_file" (printf "/etc/strata/tokens/%s" .Values.auth.clientTokenKey) }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/* volumeMounts of the TLS and token Secrets (root context); empty when neither is set. */}}
+{{- define "strata.securityMounts" -}}
+{{- if .Values.tls.secretName }}
+- name: tls
+  mountPath: /etc/strata/tls
+  readOnly: true
+{{- end }}
+{{- if .Values.auth.tokenSecretName }}
+- name: tokens
+  mountPath: /etc/strata/tokens
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "strata.securityVolumes" -}}
+{{- if .Values.tls.secretName }}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.secretName }}
+{{- end }}
+{{- if .Values.auth.tokenSecretName }}
+- name: tokens
+  secret:
+    secretName: {{ .Values.auth.tokenSecretName }}
+{{- end }}
 {{- end }}
 
 {{/* Config file of the ingester, querier or compactor: server, bucket and its own section. */}}
@@ -120,7 +190,7 @@ hashmod), so the replicas share the targets without overlap.
 */}}
 {{- define "strata.scraperConfig" -}}
 {{- $root := .root }}
-{{- $scraper := deepCopy ($root.Values.scraper.config | default dict) }}
+{{- $scraper := merge (deepCopy ($root.Values.scraper.config | default dict)) (include "strata.pushClient" $root | fromYaml) }}
 {{- if not (hasKey $scraper "ingester_addresses") }}
 {{- $_ := set $scraper "ingester_addresses" (list (include "strata.ingesterAddress" $root)) }}
 {{- end }}
@@ -146,18 +216,27 @@ readinessProbe:
   httpGet:
     path: /ready
     port: http
+    {{- if .Values.tls.secretName }}
+    scheme: HTTPS
+    {{- end }}
   periodSeconds: {{ .Values.probes.readiness.periodSeconds }}
   failureThreshold: {{ .Values.probes.readiness.failureThreshold }}
 livenessProbe:
   httpGet:
     path: /ready
     port: http
+    {{- if .Values.tls.secretName }}
+    scheme: HTTPS
+    {{- end }}
   periodSeconds: {{ .Values.probes.liveness.periodSeconds }}
   failureThreshold: {{ .Values.probes.liveness.failureThreshold }}
 startupProbe:
   httpGet:
     path: /ready
     port: http
+    {{- if .Values.tls.secretName }}
+    scheme: HTTPS
+    {{- end }}
   periodSeconds: {{ .Values.probes.startup.periodSeconds }}
   failureThreshold: {{ .Values.probes.startup.failureThreshold }}
 {{- end }}
@@ -240,6 +319,9 @@ spec:
             - name: bucket
               mountPath: {{ $root.Values.bucket.filesystem.mountPath }}
             {{- end }}
+            {{- with (include "strata.securityMounts" $root) }}
+            {{- . | trim | nindent 12 }}
+            {{- end }}
       volumes:
         - name: config
           secret:
@@ -247,6 +329,9 @@ spec:
             items:
               - key: {{ $c }}.yaml
                 path: {{ $c }}.yaml
+        {{- with (include "strata.securityVolumes" $root) }}
+        {{- . | trim | nindent 8 }}
+        {{- end }}
         {{- if include "strata.filesystemBucket" $root }}
         - name: bucket
           persistentVolumeClaim:
