@@ -538,6 +538,12 @@ class HelmChartTest(unittest.TestCase):
                         "key_file": "/etc/strata/tls/tls.key",
                         "server_name": "strata-ingester.profiling.svc"})
                     self.assertEqual(config["scraper"]["bearer_token_file"], "/etc/strata/tokens/pushers")
+        sm = r.kind("ServiceMonitor")["strata"]["spec"]["endpoints"][0]
+        self.assertEqual(sm["scheme"], "https")
+        self.assertEqual(sm["tlsConfig"], {"ca": {"secret": {"name": "strata-tls", "key": "ca.crt"}},
+                                           "serverName": "strata-ingester.profiling.svc"})
+        self.assertNotIn("scheme", self.renders["monitoring"].kind("ServiceMonitor")["prof-strata"]
+                         ["spec"]["endpoints"][0])
         d = self.renders["default"]
         for kind, name, w in d.workloads():
             spec = w["spec"]["template"]["spec"]
