@@ -11,12 +11,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "common/auth.h"
 #include "common/buffer.h"
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/tenant.h"
+#include "common/textfile.h"
 #include "common/utf8.h"
 
 static void test_error_set_and_wrap(void **state) {
@@ -335,6 +338,97 @@ static void test_tenant_rule(void **state) {
     }
 }
 
+static int check(const strata_auth *a, const char *authorization, const char *subject,
+                 const char *tenant, strata_error *err) {
+    return strata_auth_check(a, authorization, authorization ? strlen(authorization) : 0, subject,
+                             tenant, err);
+}
+
+static void test_auth_tenant_map(void **state) {
+    (void)state;
+    const char *ab[] = {"team-a", "team-b"}, *star[] = {"*"}, *c[] = {"team-c"};
+    strata_auth_credential creds[] = {
+        {.token = "secret-a", .tenants = ab, .n_tenants = 2},
+        {.token = "secret-all", .tenants = star, .n_tenants = 1},
+        {.subject = "CN=agent", .tenants = c, .n_tenants = 1},
+    };
+    strata_error err;
+    strata_auth *a = strata_auth_new(creds, 3, &err);
+    assert_non_null(a);
+    assert_int_equal(check(a, "Bearer secret-a", NULL, "team-a", &err), 0);
+    assert_int_equal(check(a, "bearer secret-a", NULL, "team-b", &err), 0);
+    assert_int_equal(check(a, "Bearer secret-all", NULL, "anyone", &err), 0);
+    assert_int_equal(check(a, NULL, "CN=agent", "team-c", &err), 0);
+    /* either credential of a request may allow the tenant */
+    assert_int_equal(check(a, "Bearer secret-a", "CN=agent", "team-c", &err), 0);
+    const struct {
+        const char *authorization, *subject, *tenant;
+        strata_status code;
+    } refused[] = {
+        {NULL, NULL, "team-a", STRATA_UNAUTHENTICATED},
+        {"Bearer secret-", NULL, "team-a", STRATA_UNAUTHENTICATED},       /* a prefix */
+        {"Bearer secret-aa", NULL, "team-a", STRATA_UNAUTHENTICATED},     /* longer */
+        {"Bearer Secret-a", NULL, "team-a", STRATA_UNAUTHENTICATED},      /* case */
+        {"Basic secret-a", NULL, "team-a", STRATA_UNAUTHENTICATED},       /* scheme */
+        {"secret-a", NULL, "team-a", STRATA_UNAUTHENTICATED},             /* no scheme */
+        {"Bearer ", NULL, "team-a", STRATA_UNAUTHENTICATED},              /* empty */
+        {NULL, "CN=agent2", "team-c", STRATA_UNAUTHENTICATED},            /* other subject */
+        {"Bearer secret-a", NULL, "team-c", STRATA_PERMISSION_DENIED},    /* not its tenant */
+        {"Bearer secret-a", NULL, "anonymous", STRATA_PERMISSION_DENIED}, /* the default */
+        {NULL, "CN=agent", "team-a", STRATA_PERMISSION_DENIED},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        strata_error_clear(&err);
+        assert_int_equal(
+            check(a, refused[i].authorization, refused[i].subject, refused[i].tenant, &err), -1);
+        assert_int_equal(err.code, refused[i].code);
+    }
+    assert_non_null(strstr(err.message, "team-a"));
+    strata_auth_free(a);
+
+    /* bad credentials */
+    const char *bad_tenant[] = {"../x"};
+    strata_auth_credential bad[] = {
+        {.token = "", .tenants = ab, .n_tenants = 2},
+        {.token = "t", .subject = "CN=x", .tenants = ab, .n_tenants = 2},
+        {.tenants = ab, .n_tenants = 2},
+        {.token = "t", .tenants = ab, .n_tenants = 0},
+        {.token = "t", .tenants = bad_tenant, .n_tenants = 1},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_null(strata_auth_new(&bad[i], 1, &err));
+        assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    }
+    assert_null(strata_auth_new(creds, 0, &err));
+}
+
+static void test_textfile_read(void **state) {
+    (void)state;
+    char path[] = "/tmp/strata-textfile-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fputs("token\n", f);
+    fclose(f);
+    char *text = NULL;
+    size_t len = 0;
+    strata_error err;
+    assert_int_equal(strata_textfile_read(path, "t", &text, &len, &err), 0);
+    assert_string_equal(text, "token\n");
+    assert_int_equal(len, 6);
+    free(text);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(strata_textfile_read(path, "t", &text, &len, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_null(text);
+    unlink(path);
+    assert_int_equal(strata_textfile_read(path, "t", &text, &len, &err), -1);
+    assert_int_equal(err.code, STRATA_NOT_FOUND);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_set_and_wrap), cmocka_unit_test(test_buffer_append_and_varints),
@@ -342,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_u64_map_large),      cmocka_unit_test(test_intern),
         cmocka_unit_test(test_log_quote),          cmocka_unit_test(test_utf8_sequences),
         cmocka_unit_test(test_utf8_check_text),    cmocka_unit_test(test_tenant_rule),
+        cmocka_unit_test(test_auth_tenant_map),    cmocka_unit_test(test_textfile_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
