@@ -453,6 +453,21 @@ static int runtime_new_scraper(runtime *rt, strata_error *err) {
     char self[300];
     snprintf(self, sizeof self, "%.*s:%d", wildcard ? 9 : (int)host_len,
              wildcard ? "127.0.0.1" : listen, rpc_server_port(rt->grpc));
+    const scraper_config *sc = &rt->config.scraper;
+    const server_config *server = &rt->config.server;
+    if (all && sc->ingester_addresses.count == 0) { /* pushes to this process's own gRPC port */
+        const scraper_push_tls_config *pt = &sc->push_tls;
+        if (server->tls.cert_file != NULL && !pt->enabled && pt->ca_file == NULL)
+            strata_log_warn("scraper",
+                            "server.tls is set but scraper.push_tls is not: the scraper's pushes "
+                            "to this process will fail",
+                            "grpc=%s", self);
+        if (rt->auth != NULL && sc->bearer_token_file == NULL && pt->cert_file == NULL)
+            strata_log_warn("scraper",
+                            "server.auth is set but scraper.bearer_token_file is not: the "
+                            "scraper's pushes to this process will be refused",
+                            "grpc=%s", self);
+    }
     scraper_options o = {.config = &rt->config.scraper,
                          .default_ingester = all ? self : NULL,
                          .registry = rt->registry};

@@ -10,6 +10,8 @@ clients: Python grpcio and curl.
   both ports: grpcio without one fails the handshake, curl without one is answered 401 (but on
   /ready and /metrics, left open for probes and Prometheus), with one 200. `strata push` and `strata query` with --tls-ca, --tls-cert, --tls-key and --tls-server-name
   write a profile and read its type back; without the client certificate they fail.
+- The scraper of `strata all` with scraper.push_tls (CA, client certificate, server_name) and
+  bearer_token_file pushes what it scrapes to its own mutual-TLS port with server.auth on.
 """
 import os
 import subprocess
@@ -66,11 +68,13 @@ def curl(url, *args):
 
 
 class StrataTls:
-    def __init__(self, name, client_ca, extra_server=""):
+    def __init__(self, name, client_ca, extra_server="", extra=""):
         self.work = lib.make_workdir(name)
         self.certs = make_certs(os.path.join(self.work, "certs"))
         self.grpc_port = lib.free_port()
         self.http_port = lib.free_port()
+        if callable(extra):  # config that names the certificates
+            extra = extra(self.certs)
         ca_line = f"\n    client_ca_file: {self.certs['ca.crt']}" if client_ca else ""
         config = f"""
 server:
@@ -85,7 +89,7 @@ bucket:
     directory: {os.path.join(self.work, "data")}
 ingester:
   flush_interval: 200ms
-"""
+{extra}"""
         self.strata = lib.Strata(self.work, "all", config).start()
         self.client_args = (["--cert", self.certs["client.crt"], "--key", self.certs["client.key"]]
                             if client_ca else [])
@@ -201,6 +205,54 @@ class MutualTlsTest(unittest.TestCase):
         r = self.strata_cli("query", "types", *address, "--tls-ca", self.s.certs["other-ca.crt"],
                             *client)
         self.assertNotEqual(r.returncode, 0)
+
+
+class ScraperPushOverTlsTest(unittest.TestCase):
+    def test_scraper_pushes_over_mutual_tls_with_a_token(self):
+        import test_scraper  # its fake pprof target
+        target = test_scraper.FakeTarget("good")
+        work = lib.make_workdir("scraper-push-tls")
+        token = os.path.join(work, "token")
+        with open(token, "w") as f:
+            f.write("scraper-token\n")
+        s = None
+        try:
+            s = StrataTls("scraper-push", client_ca=True, extra_server=f"""
+  auth:
+    tokens:
+      - token_file: {token}
+        tenants: [anonymous]
+""", extra=lambda c: f"""scraper:
+  push_tls:
+    ca_file: {c['ca.crt']}
+    cert_file: {c['client.crt']}
+    key_file: {c['client.key']}
+    server_name: localhost
+  bearer_token_file: {token}
+scrape_configs:
+  - job_name: fake
+    scrape_interval: 1s
+    static_configs: [{{targets: ['{target.address}']}}]
+    profiling_config:
+      pprof_config:
+        block: {{enabled: false}}
+        goroutine: {{enabled: false}}
+        mutex: {{enabled: false}}
+        process_cpu: {{enabled: false}}
+""")
+            with s.channel(client=True) as ch:
+                q = q_grpc.QueryServiceStub(ch)
+                md = [("authorization", "Bearer scraper-token")]
+
+                def stored():
+                    types = q.ProfileTypes(qpb.ProfileTypesRequest(), metadata=md, timeout=10)
+                    return any(t.name == "memory" for t in types.types)
+                lib.wait_for(stored, timeout=60, what="scraped profiles pushed over mutual TLS")
+        finally:
+            target.stop()
+            if s is not None:
+                self.assertEqual(s.stop(), 0)
+            lib.remove_workdir(work)
 
 
 if __name__ == "__main__":
