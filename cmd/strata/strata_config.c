@@ -250,7 +250,32 @@ static int check_delete_delay(const strata_config *c, strata_error *err) {
                     message);
 }
 
+/* server.tls and server.auth: what can be checked without reading the files they name. */
+static int check_tls_and_auth(const strata_config *c, strata_error *err) {
+    const server_tls_config *tls = &c->server.tls;
+    if ((tls->cert_file != NULL) != (tls->key_file != NULL))
+        return error_at(c, node_at(c, "server", "tls"), err, "server.tls",
+                        "cert_file and key_file go together");
+    if (tls->client_ca_file != NULL && tls->cert_file == NULL)
+        return error_at(c, node_at(c, "server", "tls"), err, "server.tls",
+                        "client_ca_file needs cert_file and key_file");
+    const server_auth_config *auth = &c->server.auth;
+    const server_auth_token *tokens = auth->tokens.items;
+    for (size_t i = 0; i < auth->tokens.count; i++)
+        if ((tokens[i].token != NULL) == (tokens[i].token_file != NULL)) {
+            char message[96];
+            snprintf(message, sizeof message, "tokens[%zu]: want one of token and token_file", i);
+            return error_at(c, node_at(c, "server", "auth"), err, "server.auth", message);
+        }
+    if (auth->client_certificates.count > 0 && tls->client_ca_file == NULL)
+        return error_at(c, node_at(c, "server", "auth"), err, "server.auth",
+                        "client_certificates need server.tls.client_ca_file (mutual TLS)");
+    return 0;
+}
+
 int strata_config_validate(const strata_config *config, const char *mode, strata_error *err) {
+    if (check_tls_and_auth(config, err) != 0)
+        return -1;
     bool all = strcmp(mode, "all") == 0;
     if (!((all && config->compactor.enabled) || strcmp(mode, "compactor") == 0))
         return 0;

@@ -158,6 +158,34 @@ scraper:
         lib.wait_for(has_type, what="the pushed profile's type")
 
 
+class CheckConfigTest(unittest.TestCase):
+    def test_check_config_refuses_bad_tls_and_auth(self):
+        work = lib.make_workdir("auth-check")
+        cases = {
+            "tls:\n    cert_file: /c.pem\n": "cert_file and key_file go together",
+            "tls:\n    client_ca_file: /ca.pem\n": "client_ca_file needs cert_file and key_file",
+            "auth:\n    tokens: [{token: a, token_file: /t, tenants: [a]}]\n":
+                "tokens[0]: want one of token and token_file",
+            "auth:\n    tokens: [{tenants: [a]}]\n": "tokens[0]: want one of token and token_file",
+            "auth:\n    client_certificates: [{subject: CN=a, tenants: [a]}]\n":
+                "client_certificates need server.tls.client_ca_file",
+            "auth:\n    tokens: [{token: a}]\n": "tenants",
+        }
+        try:
+            for server, needle in cases.items():
+                with self.subTest(server=server):
+                    path = os.path.join(work, "c.yaml")
+                    with open(path, "w") as f:
+                        f.write(f"server:\n  {server}bucket:\n  type: FILESYSTEM\n"
+                                f"  config: {{directory: {work}/data}}\n")
+                    r = subprocess.run([lib.BINARY, "all", "-config", path, "-check-config"],
+                                       capture_output=True, text=True, timeout=60)
+                    self.assertNotEqual(r.returncode, 0)
+                    self.assertIn(needle, r.stdout + r.stderr)
+        finally:
+            lib.remove_workdir(work)
+
+
 class CertificateAuthTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
