@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/auth.h"
 #include "common/clock.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_test_services.h"
@@ -521,6 +522,60 @@ static void test_registration_errors(void **state) {
     rpc_server_shutdown(s, SECOND);
 }
 
+/* server auth (common/auth.h) before every handler, and the client's bearer_token_file. */
+static void test_auth_before_handlers(void **state) {
+    (void)state;
+    strata_error err;
+    const char *tenants[] = {"team-a"};
+    strata_auth_credential cred = {.token = "tok", .tenants = tenants, .n_tenants = 1};
+    strata_auth *auth = strata_auth_new(&cred, 1, &err);
+    assert_non_null(auth);
+    rpc_server_options options = {.listen_address = "127.0.0.1:0", .auth = auth};
+    rpc_server *s = rpc_server_new(&options, &err);
+    assert_non_null(s);
+    test_delayer delayer;
+    assert_int_equal(test_delayer_start(&delayer), 0);
+    assert_int_equal(test_register_services(s, &delayer, &err), 0);
+    assert_int_equal(rpc_server_start(s, &err), 0);
+    char target[64], token_file[] = "/tmp/strata-rpc-token-XXXXXX";
+    snprintf(target, sizeof target, "127.0.0.1:%d", rpc_server_port(s));
+    int fd = mkstemp(token_file);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, " tok\n", 5), 5);
+    close(fd);
+    rpc_channel *plain = rpc_channel_new(target, NULL, &err);
+    rpc_channel_options with_token = {.bearer_token_file = token_file};
+    rpc_channel *tok = rpc_channel_new(target, &with_token, &err);
+    assert_non_null(plain);
+    assert_non_null(tok);
+    rpc_metadata team_a = {"x-scope-orgid", "team-a", 6}, team_b = {"x-scope-orgid", "team-b", 6};
+    strata_buffer resp = STRATA_BUFFER_INIT;
+    assert_int_equal(
+        rpc_call_unary(plain, "/test.Echo/Echo", "x", 1, &team_a, 1, 10 * SECOND, &resp, &err), -1);
+    assert_int_equal(err.code, STRATA_UNAUTHENTICATED);
+    assert_int_equal(
+        rpc_call_unary(tok, "/test.Echo/Echo", "x", 1, &team_b, 1, 10 * SECOND, &resp, &err), -1);
+    assert_int_equal(err.code, STRATA_PERMISSION_DENIED);
+    assert_int_equal(
+        rpc_call_unary(tok, "/test.Echo/Echo", "x", 1, &team_a, 1, 10 * SECOND, &resp, &err), 0);
+    assert_int_equal(resp.len, 1);
+    /* the token travels as metadata a handler can see */
+    assert_int_equal(rpc_call_unary(tok, "/test.Echo/Metadata", "authorization", 13, &team_a, 1,
+                                    10 * SECOND, &resp, &err),
+                     0);
+    assert_memory_equal(resp.data, "Bearer tok", 10);
+    strata_buffer_free(&resp);
+    rpc_channel_free(plain);
+    rpc_channel_free(tok);
+    /* a token file that cannot be read fails the channel at once */
+    unlink(token_file);
+    assert_null(rpc_channel_new(target, &with_token, &err));
+    assert_int_equal(err.code, STRATA_NOT_FOUND);
+    rpc_server_shutdown(s, SECOND);
+    test_delayer_stop(&delayer);
+    strata_auth_free(auth);
+}
+
 static void test_bad_options(void **state) {
     strata_error err;
     rpc_server_options options = {.listen_address = NULL};
@@ -541,6 +596,7 @@ static void test_bad_options(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_auth_before_handlers),
         cmocka_unit_test_setup_teardown(test_echo_several_services, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_and_message, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unimplemented, setup, teardown),
