@@ -339,7 +339,8 @@ static bool client_subject(rpc_call *c, char *out, size_t size) {
     return found;
 }
 
-/* Authentication (common/auth.h) before any handler; false when the call was refused. */
+/* Authentication (common/auth.h) when a call arrives, before its message is read or any handler
+ * runs; false when the call was refused (and finished). */
 static bool authorized(rpc_call *c, const strata_auth *auth) {
     const char *authorization = NULL, *tenant_value = NULL;
     size_t authorization_len = 0, tenant_len = 0;
@@ -364,9 +365,6 @@ static void dispatch(rpc_call *c) {
     const uint8_t *req = GRPC_SLICE_START_PTR(c->request);
     size_t len = GRPC_SLICE_LENGTH(c->request);
     c->peer = grpc_call_get_peer(c->grpc);
-    const strata_auth *auth = c->worker->server->auth;
-    if (auth != NULL && !authorized(c, auth))
-        return;
     if (c->method->sync_handler != NULL)
         run_sync_handler(c, req, len);
     else
@@ -454,6 +452,8 @@ static void on_accepted(rpc_call *c, bool ok) {
         answer_unimplemented(c);
     else if (!c->handled)
         answer_now(c, STRATA_UNAVAILABLE, "server is shutting down");
+    else if (w->server->auth != NULL && !authorized(c, w->server->auth))
+        return; /* refused before its message is read */
     else
         start_receive(c);
 }
