@@ -134,8 +134,11 @@ struct http_request {
     struct MHD_Connection *conn;
     http_conn *conn_rec; /* NULL if it could not be allocated: no deadlines then */
     int64_t start_ns;
-    bool started;    /* the access handler has seen this request */
-    bool too_large;  /* body over the limit: being discarded */
+    bool started;     /* the access handler has seen this request */
+    bool too_large;   /* body over the limit, or refused (below): being discarded */
+    unsigned refused; /* 401/403/400 decided at the headers (auth), answered once the body is
+                         discarded; 0: not refused */
+    char refused_message[256];
     bool dispatched; /* given to its handler */
     bool deferred;   /* the handler deferred the answer */
     bool returned;   /* the handler has returned (answer_lock) */

@@ -536,6 +536,20 @@ static bool client_certificate_verified(struct MHD_Connection *conn) {
     return status == 0;
 }
 
+/* Refuses a request at its headers. A client waiting for "100 Continue" is answered at once;
+ * otherwise its body is read and discarded first, as for a 413, so that the answer is not lost
+ * to a reset. */
+static enum MHD_Result refuse(http_request *r, unsigned status, const char *message) {
+    if (expects_continue(r->conn))
+        return respond_error(r, status, message);
+    r->refused = status;
+    snprintf(r->refused_message, sizeof r->refused_message, "%s", message);
+    r->too_large = true;
+    r->discarded = 0;
+    strata_buffer_free(&r->body);
+    return MHD_YES;
+}
+
 /* Paths served without authentication: the readiness probe and Prometheus' scrapes. */
 static bool open_path(const char *path) {
     return strcmp(path, "/ready") == 0 || strcmp(path, "/metrics") == 0;
@@ -593,13 +607,11 @@ static enum MHD_Result on_headers(http_server *s, http_request *r, const char *m
     if (http_request_parse_uri(r) != 0)
         return respond_error(r, 400, "malformed request URI");
     if (s->tls_client_ca != NULL && !open_path(r->path) && !client_certificate_verified(r->conn))
-        return respond_error(r, 401,
-                             "a client certificate signed by the server's client CA is "
-                             "required");
+        return refuse(r, 401, "a client certificate signed by the server's client CA is required");
     if (s->opts.auth != NULL && !open_path(r->path)) {
         strata_error aerr;
         if (!authorized(s, r, &aerr))
-            return respond_error(r, http_status_from_strata(aerr.code), aerr.message);
+            return refuse(r, http_status_from_strata(aerr.code), aerr.message);
     }
     if (refused_for_stop(s, r))
         return respond_error(r, 503, "server is shutting down");
@@ -654,6 +666,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return on_headers(s, r, method);
     if (*upload_data_size > 0)
         return on_body(s, r, upload_data, upload_data_size);
+    if (r->refused != 0)
+        return respond_error(r, r->refused, r->refused_message);
     if (r->too_large)
         return respond_error(r, 413, "request body exceeds the size limit");
     return dispatch(s, r);

@@ -131,6 +131,14 @@ scraper:
                 self.assertEqual(curl(url, "-H", "Authorization: Bearer nope")[0], 401)
                 self.assertEqual(curl(url, *a)[0], 403)
                 self.assertEqual(curl(url, *a, "-H", "X-Scope-OrgID: team-c")[0], 403)
+        # A refused request with a body still gets its answer (the body is read and discarded).
+        body = os.path.join(self.work, "body")
+        with open(body, "wb") as f:
+            f.write(b"x" * (4 << 20))
+        for expect in ([], ["-H", "Expect: 100-continue"], ["-H", "Expect:"]):
+            with self.subTest(expect=expect):
+                self.assertEqual(curl(self.base + "/ingest?name=x", "--data-binary", "@" + body,
+                                      *expect)[0], 401)
         url = self.base + "/api/v1/profile_types"
         self.assertEqual(curl(url, *a, "-H", "X-Scope-OrgID: team-a")[0], 200)
         self.assertEqual(curl(url, "-H", "Authorization: Bearer " + TOKEN_ALL)[0], 200)
