@@ -43,6 +43,7 @@ if [ -z "${STRATA_SKIP_ASAN:-}" ]; then
   cmake --build build-asan -j "$jobs"
   echo "== tests (sanitizer build)"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+     LSAN_OPTIONS=suppressions="$root/scripts/lsan.supp" \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$jobs" -LE "ui|storage" -E "^(test_agent|test_agent_compaction)$")
 fi
 
