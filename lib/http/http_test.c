@@ -1037,8 +1037,10 @@ static void test_flood_of_idle_and_trickling_connections(void **state) {
         skip(); /* RLIMIT_NOFILE too low here for a flood beyond a thread per connection */
     strata_error err;
     metrics_registry *reg = metrics_registry_new(&err);
-    http_server *s =
-        http_server_new(&(http_server_options){.header_timeout_ms = 60000, .metrics = reg}, &err);
+    http_server *s = http_server_new(&(http_server_options){.header_timeout_ms = 60000,
+                                                            .connection_timeout_s = 30,
+                                                            .metrics = reg},
+                                     &err);
     assert_non_null(s);
     assert_int_equal(http_server_route_nonblocking(s, "GET", "/later", HTTP_MATCH_EXACT,
                                                    handle_later, NULL, &err),
@@ -1094,10 +1096,21 @@ static void test_flood_of_idle_and_trickling_connections(void **state) {
         close(fds[i]);
     }
     free(fds);
-    /* every close is seen: the records go with the connections */
-    deadline = strata_monotonic_ns() + 30 * STRATA_NS_PER_SEC;
+    /* Every record goes with its connection. Closes are normally seen at once; one lost by the
+     * I/O layer (seen once in CI after 3,000 closes, not reproduced since) must still end at the
+     * connection's deadline, which the sweeper enforces: the header deadline for the flood, the
+     * idle timeout for the fetches' connections. */
+    deadline = strata_monotonic_ns() + 10 * STRATA_NS_PER_SEC;
     while (metric_of(reg, "http_open_connections") > 0 && strata_monotonic_ns() < deadline)
         sleep_ms(10);
+    if (metric_of(reg, "http_open_connections") > 0) {
+        print_message("%.0f connection(s) still open 10 s after the flood closed; waiting for "
+                      "their deadlines\n",
+                      metric_of(reg, "http_open_connections"));
+        deadline += 65 * STRATA_NS_PER_SEC; /* both deadlines are 60 s */
+        while (metric_of(reg, "http_open_connections") > 0 && strata_monotonic_ns() < deadline)
+            sleep_ms(50);
+    }
     assert_true(metric_of(reg, "http_open_connections") == 0);
     http_server_free(s);
     metrics_registry_free(reg);
