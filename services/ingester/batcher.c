@@ -381,10 +381,22 @@ static void wait_for_flush_time(batcher *b, int64_t deadline) {
     pthread_mutex_unlock(&b->mu);
 }
 
+/* Flushes start on a fixed beat, flush_interval apart, not flush_interval after the last one
+ * ended: a write that arrives just after a cut waits at most one interval for the next cut (plus
+ * that block's upload), however long the previous upload took. An upload longer than the
+ * interval makes the next flush start at once; the beat is not caught up with a burst. Everything
+ * that arrives while a block is uploading goes into the next one (group commit). */
 static void *flush_thread_main(void *arg) {
     batcher *b = arg;
+    int64_t next = strata_monotonic_ns() + b->opts.flush_interval_ns;
     for (;;) {
-        wait_for_flush_time(b, strata_monotonic_ns() + b->opts.flush_interval_ns);
+        wait_for_flush_time(b, next);
+        int64_t started = strata_monotonic_ns();
+        if (started >= next) { /* on the beat, not an early flush for size */
+            next += b->opts.flush_interval_ns;
+            if (next <= started)
+                next = started + b->opts.flush_interval_ns;
+        }
         pthread_mutex_lock(&b->mu);
         bool stopping = b->stopping;
         pthread_mutex_unlock(&b->mu);

@@ -4,15 +4,18 @@
  *
  * Design. Request threads call batcher_submit with a fully validated request: under one mutex its
  * profiles are added to the tenant's long-lived block writer and its acknowledgement callback is
- * queued with it. The flush thread wakes every flush_interval (or at once when a writer's block
- * grows past max_block_bytes) and, under the mutex, cuts each tenant's block off its writer
+ * queued with it. The flush thread wakes on a fixed beat, every flush_interval from its start
+ * (not an interval after the last flush ended, so a write waits at most one interval for its cut
+ * plus its block's upload), or at once when a writer's block grows past max_block_bytes, and,
+ * under the mutex, cuts each tenant's block off its writer
  * (block_writer_detach: the writer keeps its dictionary of symbols and stacks, which agents'
  * next pushes mostly repeat, until it outgrows max_symbol_bytes or the tenant goes idle). Then,
  * outside the mutex: it finishes each block, uploads the data object, uploads meta.json last (the
  * commit point), and calls every queued callback: with success once meta.json is stored, or with
  * UNAVAILABLE after upload_attempts failed tries. So an acknowledged profile is always durable in
  * the bucket, and a failed one is reported so the client can retry. Submitting keeps working
- * while a flush uploads.
+ * while a flush uploads: every request that arrives meanwhile rides in the next block (group
+ * commit), so the number of bucket writes does not grow with the number of clients.
  *
  * A block's data and meta are uploaded under <tenant>/<ULID>/; a failed upload may leave a data
  * object without meta.json, which readers ignore and the compactor cleans up after a delay.
