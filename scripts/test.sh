@@ -24,6 +24,10 @@ echo "== web UI (npm ci, build)"
 echo "== release build"
 cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-ci -j "$jobs"
+# The benchmarks' build (-O3): its inlining finds warnings (-Werror) that -O2 does not.
+echo "== Release build (-O3, no tests)"
+cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_TESTS=OFF >/dev/null
+cmake --build build-release -j "$jobs"
 echo "== tests (release build)"
 (cd build-ci && ctest --output-on-failure -j "$jobs")
 

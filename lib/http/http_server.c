@@ -543,7 +543,9 @@ static enum MHD_Result refuse(http_request *r, unsigned status, const char *mess
     if (expects_continue(r->conn))
         return respond_error(r, status, message);
     r->refused = status;
-    snprintf(r->refused_message, sizeof r->refused_message, "%s", message);
+    /* a longer message is cut: the precision says so to the compiler */
+    snprintf(r->refused_message, sizeof r->refused_message, "%.*s",
+             (int)sizeof r->refused_message - 1, message);
     r->too_large = true;
     r->discarded = 0;
     strata_buffer_free(&r->body);
