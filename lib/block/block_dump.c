@@ -42,8 +42,8 @@ static void dump_tables(const block_reader *r, FILE *out) {
             fprintf(out, "  %-17s     absent (%s)\n", block_table_name(id),
                     id >= BLOCK_TABLE_LABEL_SETS ? "no sample labels" : "optional");
         else
-            fprintf(out, "  %-17s %10" PRIu64 " rows\n", block_table_name(id),
-                    block_reader_row_count(r, id));
+            fprintf(out, "  %-17s %10" PRIu64 " rows %12" PRIu64 " bytes\n", block_table_name(id),
+                    block_reader_row_count(r, id), block_reader_table_stored_bytes(r, id));
     }
 }
 

@@ -1576,6 +1576,16 @@ uint64_t block_reader_table_bytes_fetched(const block_reader *r, int table_id) {
     return r->tables[table_id].bytes_fetched;
 }
 
+uint64_t block_reader_table_stored_bytes(const block_reader *r, int table_id) {
+    if (table_id < 1 || table_id > BLOCK_TABLE_MAX || !r->tables[table_id].present)
+        return 0;
+    const r_table *t = &r->tables[table_id];
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < t->n_groups * (uint64_t)t->n_columns; i++)
+        sum += t->pages[i].stored_len;
+    return sum;
+}
+
 uint64_t block_reader_row_count(const block_reader *r, int table_id) {
     if (table_id < 1 || table_id > BLOCK_TABLE_MAX)
         return 0;

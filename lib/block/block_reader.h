@@ -77,6 +77,8 @@ int block_memory_fetch(void *ctx, uint64_t offset, uint64_t length, strata_buffe
 /* Bytes fetched so far: in total, and for pages of one table (block_table_id). */
 uint64_t block_reader_bytes_fetched(const block_reader *r);
 uint64_t block_reader_table_bytes_fetched(const block_reader *r, int table_id);
+/* Bytes the table's pages take in the object (compressed, page headers excluded); 0 if absent. */
+uint64_t block_reader_table_stored_bytes(const block_reader *r, int table_id);
 
 /* Approximate bytes the reader holds: decoded pages (cached and pinned), decoded symbol tables
  * and I/O buffers. */

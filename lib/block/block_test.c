@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1271,6 +1272,18 @@ static void test_block_without_rollups(void **state) {
     fclose(out);
     assert_non_null(strstr(text, "rollups: none"));
     assert_non_null(strstr(text, "rollup_stacks         absent (optional)"));
+    /* each present table's stored bytes, which add up to less than the object */
+    uint64_t stored = 0;
+    for (int id = 1; id <= BLOCK_TABLE_MAX; id++)
+        stored += block_reader_table_stored_bytes(r, id);
+    assert_true(block_reader_table_stored_bytes(r, BLOCK_TABLE_SAMPLES) > 0);
+    assert_int_equal(block_reader_table_stored_bytes(r, BLOCK_TABLE_ROLLUP_STACKS), 0);
+    assert_true(stored > 0 && stored < data.len);
+    char line[128];
+    snprintf(line, sizeof line, "samples           %10" PRIu64 " rows %12" PRIu64 " bytes",
+             block_reader_row_count(r, BLOCK_TABLE_SAMPLES),
+             block_reader_table_stored_bytes(r, BLOCK_TABLE_SAMPLES));
+    assert_non_null(strstr(text, line));
     free(text);
     block_samples_free(&s);
     free(p);
