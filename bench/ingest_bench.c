@@ -42,47 +42,12 @@
 #include "pprof/pprof.h"
 #include "write_raw.h"
 
+/* The real Go CPU profile of lib/pprof/testdata, one per request, over 50 instances. */
 static void build_go_requests(const char *source_dir, size_t copies, request_set *set) {
     char path[4096];
     snprintf(path, sizeof path, "%s/lib/pprof/testdata/go_cpu.pb.gz", source_dir);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        fprintf(stderr,
-                "ingest_bench: cannot open %s (run from the source tree or set "
-                "STRATA_SOURCE_DIR)\n",
-                path);
-        exit(1);
-    }
-    strata_buffer raw = STRATA_BUFFER_INIT;
-    uint8_t chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        if (strata_buffer_append(&raw, chunk, n) != 0)
-            die("out of memory", NULL);
-    fclose(f);
-    strata_error err;
-    pprof_profile prof;
-    if (pprof_decode(raw.data, raw.len, NULL, &prof, &err) != 0)
-        die("decode go profile", &err);
-    uint64_t per = count_samples(&prof), per_pprof = count_pprof_samples(&prof);
-    pprof_profile_free(&prof);
-    set->requests = calloc(copies, sizeof *set->requests);
-    if (set->requests == NULL)
-        die("out of memory", NULL);
-    for (size_t i = 0; i < copies; i++) {
-        label_set labels = LABEL_SET_INIT;
-        char instance[32];
-        snprintf(instance, sizeof instance, "go-%zu", i % 50);
-        if (label_set_add(&labels, "instance", 8, instance, strlen(instance), &err) != 0)
-            die("labels", &err);
-        encode_request(&labels, "process_cpu", &raw, 1, &set->requests[i]);
-        label_set_free(&labels);
-        set->samples += per;
-        set->pprof_samples += per_pprof;
-        set->pprof_bytes += raw.len;
-    }
-    set->n = copies;
-    strata_buffer_free(&raw);
+    pprof_file file = {path, "process_cpu"};
+    build_file_requests(&file, 1, 50, 1, copies, set);
 }
 
 static atomic_uint_fast64_t acks;

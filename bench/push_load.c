@@ -3,13 +3,16 @@
  *
  * It builds agent-like requests before the clock starts (bench/agentgen: one request per 10 s
  * window holding --processes processes' gzipped CPU profiles, as one node's agent sends them),
- * then --threads threads send them round-robin over the --address list for --seconds, each
- * call waiting for its acknowledgement (the ingester acknowledges once the block holding the write
- * is durable in the bucket). The load generator does little work per request (the bytes are
+ * or, with --pprof FILE:TYPE (repeatable), requests of --series series each cut from those
+ * files as a scraper batches a fleet's profiles (--targets instances; bench/testdata holds real Go
+ * profiles), then --threads threads send them round-robin over the --address list for --seconds,
+ * each call waiting for its acknowledgement (the ingester acknowledges once the block holding the
+ * write is durable in the bucket). The load generator does little work per request (the bytes are
  * ready), so the figures are the ingesters'.
  *
  *   build/bench/push_load --address HOST:PORT [--address ...] [--seconds N] [--threads N]
  *                         [--windows N] [--processes N]
+ *                         [--pprof FILE:TYPE ... [--targets N] [--series N]]
  *
  * Prints one line of key=value pairs: requests, profiles, samples acknowledged (pprof samples,
  * DESIGN.md's unit; stored_samples counts one per sample type), errors, seconds.
@@ -27,6 +30,7 @@
 
 #define MAX_ADDRESSES 16
 #define MAX_THREADS 64
+#define MAX_FILES 16
 #define WRITE_RAW "/parca.profilestore.v1alpha1.ProfileStoreService/WriteRaw"
 
 typedef struct load {
@@ -62,7 +66,10 @@ int main(int argc, char **argv) {
     load l;
     memset(&l, 0, sizeof l);
     const char *addresses[MAX_ADDRESSES];
-    size_t n_addresses = 0, windows = 30, processes = 10, threads = 4;
+    pprof_file files[MAX_FILES];
+    char *file_args[MAX_FILES];
+    size_t n_addresses = 0, windows = 30, processes = 10, threads = 4, n_files = 0;
+    size_t targets = 100, series = 50;
     double seconds = 20;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--address") == 0 && n_addresses < MAX_ADDRESSES)
@@ -75,17 +82,37 @@ int main(int argc, char **argv) {
             windows = (size_t)atol(argv[i + 1]);
         else if (strcmp(argv[i], "--processes") == 0)
             processes = (size_t)atol(argv[i + 1]);
+        else if (strcmp(argv[i], "--pprof") == 0 && n_files < MAX_FILES &&
+                 strchr(argv[i + 1], ':') != NULL) {
+            file_args[n_files] = strdup(argv[i + 1]);
+            if (file_args[n_files] == NULL)
+                die("out of memory", NULL);
+            char *colon = strrchr(file_args[n_files], ':');
+            *colon = '\0';
+            files[n_files] = (pprof_file){file_args[n_files], colon + 1};
+            n_files++;
+        } else if (strcmp(argv[i], "--targets") == 0)
+            targets = (size_t)atol(argv[i + 1]);
+        else if (strcmp(argv[i], "--series") == 0)
+            series = (size_t)atol(argv[i + 1]);
         else {
             fprintf(stderr, "push_load: unknown argument %s\n", argv[i]);
             return 2;
         }
     }
-    if (n_addresses == 0 || threads == 0 || threads > MAX_THREADS || windows == 0) {
+    if (n_addresses == 0 || threads == 0 || threads > MAX_THREADS || windows == 0 || targets == 0 ||
+        series == 0) {
         fprintf(stderr, "usage: push_load --address HOST:PORT [--address ...] [--seconds N] "
-                        "[--threads 1-64] [--windows N] [--processes N]\n");
+                        "[--threads 1-64] [--windows N] [--processes N] "
+                        "[--pprof FILE:TYPE ... [--targets N] [--series N]]\n");
         return 2;
     }
-    build_agent_requests(windows, processes, &l.set);
+    if (n_files > 0) {
+        build_file_requests(files, n_files, targets, series, windows, &l.set);
+        processes = series; /* profiles per request */
+    } else {
+        build_agent_requests(windows, processes, &l.set);
+    }
     l.samples_per_request = l.set.pprof_samples / l.set.n;
     l.stored_samples_per_request = l.set.samples / l.set.n;
     strata_error err;
@@ -109,5 +136,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < l.n_channels; i++)
         rpc_channel_free(l.channels[i]);
     free_set(&l.set);
+    for (size_t i = 0; i < n_files; i++)
+        free(file_args[i]);
     return 0;
 }

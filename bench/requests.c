@@ -18,9 +18,9 @@ void die(const char *what, const strata_error *err) {
     exit(1);
 }
 
-/* Serializes one WriteRawRequest with one series per (labels, pprof). */
-void encode_request(label_set *labels, const char *name, strata_buffer *pprofs, size_t n,
-                    strata_buffer *out) {
+/* Serializes one WriteRawRequest with one series per (labels, name, pprof). */
+static void encode_request_named(label_set *labels, const char *const *names, strata_buffer *pprofs,
+                                 size_t n, strata_buffer *out) {
     Parca__Profilestore__V1alpha1__RawProfileSeries *series = calloc(n, sizeof *series);
     Parca__Profilestore__V1alpha1__RawProfileSeries **series_ptrs = calloc(n, sizeof *series_ptrs);
     Parca__Profilestore__V1alpha1__LabelSet *sets = calloc(n, sizeof *sets);
@@ -39,7 +39,7 @@ void encode_request(label_set *labels, const char *name, strata_buffer *pprofs, 
         Parca__Profilestore__V1alpha1__Label **lp = &lab_ptrs[i * max_labels];
         parca__profilestore__v1alpha1__label__init(&l[0]);
         l[0].name = "__name__";
-        l[0].value = (char *)name;
+        l[0].value = (char *)names[i];
         lp[0] = &l[0];
         for (size_t k = 0; k < labels[i].count; k++) {
             parca__profilestore__v1alpha1__label__init(&l[k + 1]);
@@ -75,6 +75,82 @@ void encode_request(label_set *labels, const char *name, strata_buffer *pprofs, 
     free(sample_ptrs);
     free(lab);
     free(lab_ptrs);
+}
+
+void encode_request(label_set *labels, const char *name, strata_buffer *pprofs, size_t n,
+                    strata_buffer *out) {
+    const char **names = calloc(n, sizeof *names);
+    if (names == NULL)
+        die("out of memory", NULL);
+    for (size_t i = 0; i < n; i++)
+        names[i] = name;
+    encode_request_named(labels, names, pprofs, n, out);
+    free(names);
+}
+
+static void read_whole_file(const char *path, strata_buffer *out) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "%s: cannot open %s: %s\n", program_invocation_short_name, path,
+                strerror(errno));
+        exit(1);
+    }
+    uint8_t chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        if (strata_buffer_append(out, chunk, n) != 0)
+            die("out of memory", NULL);
+    fclose(f);
+}
+
+void build_file_requests(const pprof_file *files, size_t n_files, size_t targets,
+                         size_t series_per_request, size_t n_requests, request_set *set) {
+    strata_buffer *raw = calloc(n_files, sizeof *raw);
+    uint64_t *per = calloc(n_files, sizeof *per), *per_pprof = calloc(n_files, sizeof *per_pprof);
+    label_set *labels = calloc(series_per_request, sizeof *labels);
+    strata_buffer *pprofs = calloc(series_per_request, sizeof *pprofs);
+    const char **names = calloc(series_per_request, sizeof *names);
+    set->requests = calloc(n_requests, sizeof *set->requests);
+    if (!raw || !per || !per_pprof || !labels || !pprofs || !names || !set->requests)
+        die("out of memory", NULL);
+    strata_error err;
+    for (size_t f = 0; f < n_files; f++) {
+        read_whole_file(files[f].path, &raw[f]);
+        pprof_profile prof;
+        if (pprof_decode(raw[f].data, raw[f].len, NULL, &prof, &err) != 0)
+            die(files[f].path, &err);
+        per[f] = count_samples(&prof);
+        per_pprof[f] = count_pprof_samples(&prof);
+        pprof_profile_free(&prof);
+    }
+    for (size_t r = 0; r < n_requests; r++) {
+        for (size_t j = 0; j < series_per_request; j++) {
+            size_t g = r * series_per_request + j, f = g % n_files;
+            char instance[32];
+            snprintf(instance, sizeof instance, "target-%zu", (g / n_files) % targets);
+            labels[j] = (label_set)LABEL_SET_INIT;
+            if (label_set_add(&labels[j], "job", 3, "fleet", 5, &err) != 0 ||
+                label_set_add(&labels[j], "instance", 8, instance, strlen(instance), &err) != 0)
+                die("labels", &err);
+            names[j] = files[f].name;
+            pprofs[j] = raw[f]; /* borrowed: encode_request_named only reads it */
+            set->samples += per[f];
+            set->pprof_samples += per_pprof[f];
+            set->pprof_bytes += raw[f].len;
+        }
+        encode_request_named(labels, names, pprofs, series_per_request, &set->requests[r]);
+        for (size_t j = 0; j < series_per_request; j++)
+            label_set_free(&labels[j]);
+    }
+    set->n = n_requests;
+    for (size_t f = 0; f < n_files; f++)
+        strata_buffer_free(&raw[f]);
+    free(raw);
+    free(per);
+    free(per_pprof);
+    free(labels);
+    free(pprofs);
+    free(names);
 }
 
 uint64_t count_samples(const pprof_profile *p) {

@@ -1,7 +1,7 @@
 /*
  * requests.h - WriteRaw requests for benchmarks: serialized exactly as agents send them (one
- * series per process, gzipped pprof inside), built before any clock starts. Shared by
- * ingest_bench and bucket_bench.
+ * series per process, gzipped pprof inside), or from pprof files as a scraper batches them, built
+ * before any clock starts. Shared by ingest_bench, bucket_bench and push_load.
  */
 #ifndef STRATA_BENCH_REQUESTS_H
 #define STRATA_BENCH_REQUESTS_H
@@ -36,6 +36,16 @@ uint64_t count_samples(const pprof_profile *p);
 uint64_t count_pprof_samples(const pprof_profile *p);
 /* One request per 10 s window holding every process's agent-like profile (bench/agentgen). */
 void build_agent_requests(size_t windows, size_t processes, request_set *set);
+/* A pprof file pushed as profile type `name` (e.g. "process_cpu", "memory"). */
+typedef struct pprof_file {
+    const char *path;
+    const char *name;
+} pprof_file;
+/* n_requests requests of series_per_request series each, as a scraper batches them: series g
+ * (counted across requests) is file g % n_files of target (g / n_files) % targets, labelled
+ * job="fleet", instance="target-N". Exits on a file that cannot be read or decoded. */
+void build_file_requests(const pprof_file *files, size_t n_files, size_t targets,
+                         size_t series_per_request, size_t n_requests, request_set *set);
 void free_set(request_set *set);
 
 #endif
