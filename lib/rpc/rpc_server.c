@@ -23,14 +23,15 @@
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
 
-/* The request metadata (headers) one call may carry. grpc core 1.51 defaults to 8 KiB, and a call
- * over it is failed inside the transport, before any handler sees it; at that size a legitimate
- * client with a few large headers (a bearer token, tracing baggage, cookies through a proxy) is
- * refused, and grpc-go, the clients Parca users run, accepts up to 16 MiB. 64 KiB admits every such
- * client while bounding what one stream's headers hold in memory; a header that
- * fits but is wrong, such as a 10 KiB x-scope-orgid, reaches the handler, which refuses that call
- * alone with INVALID_ARGUMENT (common/tenant.h) and leaves the connection's other calls alone. */
-#define RPC_SERVER_MAX_METADATA_BYTES (64 * 1024)
+/* The request metadata (headers) one call may carry: 16 MiB, what grpc-go (the clients Parca users
+ * run) accepts. grpc core 1.51 defaults to 8 KiB, which refuses legitimate clients with a few large
+ * headers (a bearer token, tracing baggage, cookies through a proxy), and a limit anywhere below
+ * what clients may send makes grpc core fail such calls in its transport, where at 64 KiB it was
+ * seen closing the connection under the other calls on it. Under this limit every header reaches
+ * the handler, and one that is wrong, such as a 10 MiB x-scope-orgid, is refused for that call
+ * alone with INVALID_ARGUMENT (common/tenant.h). A call over it gets RESOURCE_EXHAUSTED from the
+ * transport; the other calls on its connection carry on (integration_attacks). */
+#define RPC_SERVER_MAX_METADATA_BYTES (16 * 1024 * 1024)
 
 /* Accept slots kept posted per completion queue. A slot is re-posted as soon as its call arrives,
  * so this bounds only the accept burst, not the number of calls in flight. */
