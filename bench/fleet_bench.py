@@ -351,7 +351,8 @@ def lag_table(events, seen, t_start, t_end, delta_kinds, by_kind=None):
         lags.append(lag)
         if by_kind is not None:
             by_kind.setdefault(kind, []).append(lag)
-        per_minute.setdefault(int((t - t_start) // 60), []).append(lag)
+        last_minute = max(0, math.ceil((t_end - t_start) / 60 - 0.01) - 1)
+        per_minute.setdefault(min(int((t - t_start) // 60), last_minute), []).append(lag)
     return lags, per_minute, unseen
 
 

@@ -14,7 +14,9 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
+	"unsafe"
 )
 
 var sink []byte
@@ -44,6 +46,32 @@ func cpuHotLoop(stop <-chan struct{}) {
 	}
 }
 
+// threadCPU is the CPU time of the calling OS thread (clock_gettime CLOCK_THREAD_CPUTIME_ID, exact
+// unlike getrusage, which lags by up to a scheduler tick).
+func threadCPU() time.Duration {
+	var ts syscall.Timespec
+	const clockThreadCPUTimeID = 3
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockThreadCPUTimeID, uintptr(unsafe.Pointer(&ts)), 0)
+	return time.Duration(ts.Nano())
+}
+
+// cpuSliceLoop burns slice of CPU time every second on one locked OS thread. Go's CPU profiler
+// times each thread apart (per-thread timers on Linux), so a profile of N seconds samples this
+// thread about N x slice / 10ms times whatever else runs on the machine, while the process stays
+// mostly idle: a fleet of such targets never serves an empty CPU profile.
+//
+//go:noinline
+func cpuSliceLoop(slice time.Duration) {
+	runtime.LockOSThread()
+	for {
+		start, deadline := threadCPU(), time.Now().Add(time.Second)
+		for threadCPU()-start < slice {
+			fibonacci(16)
+		}
+		time.Sleep(time.Until(deadline))
+	}
+}
+
 //go:noinline
 func allocateBuffers() {
 	for i := 0; i < 64; i++ {
@@ -61,6 +89,10 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to serve /debug/pprof on")
 	burn := flag.Bool("burn", true, "burn CPU continuously in cpuHotLoop")
 	portFile := flag.String("port-file", "", "write the bound address here once listening")
+	burnSlice := flag.Duration("burn-slice", 0,
+		"with -burn=false: burn this much CPU time every second on one thread (mostly idle targets whose CPU profiles are never empty)")
+	workInterval := flag.Duration("work-interval", 50*time.Millisecond,
+		"pause between rounds of allocations and mutex contention")
 	flag.Parse()
 
 	runtime.SetBlockProfileRate(1)
@@ -69,6 +101,8 @@ func main() {
 	stop := make(chan struct{})
 	if *burn {
 		go cpuHotLoop(stop)
+	} else if *burnSlice > 0 && *burnSlice < time.Second {
+		go cpuSliceLoop(*burnSlice)
 	}
 	go func() {
 		var mu sync.Mutex
@@ -80,7 +114,7 @@ func main() {
 				go func() { defer wg.Done(); contendMutex(&mu) }()
 			}
 			wg.Wait()
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(*workInterval)
 		}
 	}()
 	http.HandleFunc("/burn", func(w http.ResponseWriter, r *http.Request) {
