@@ -207,9 +207,13 @@ class Cluster:
                 if querier:
                     _, self.query_http, _ = self._start("querier", bucket, ("querier",))
                 if scrape:
-                    _, self.scraper_http, _ = self._start(
-                        "scraper", bucket + f"scraper:\n  ingester_addresses: ['{g}']\n" + scrape,
-                        ("scraper",))
+                    # The scraper section (if any) leads the scrape text; add the ingester to it.
+                    section = f"scraper:\n  ingester_addresses: ['{g}']\n"
+                    if scrape.startswith("scraper:\n"):
+                        scrape = section + scrape[len("scraper:\n"):]
+                    else:
+                        scrape = section + scrape
+                    _, self.scraper_http, _ = self._start("scraper", bucket + scrape, ("scraper",))
         except BaseException:
             self.stop()
             raise
@@ -484,7 +488,10 @@ def run_scrape(args, mode, work):
         if not m:
             raise SystemExit(f"fleet_targets did not start; see {fleet.log_path}")
         port = int(m.group(1))
-        cluster = Cluster(args, work, mode, scrape=scrape_yaml(args.targets, port))
+        scrape = scrape_yaml(args.targets, port)
+        if args.scraper_max_in_flight:
+            scrape = f"scraper:\n  max_in_flight: {args.scraper_max_in_flight}\n" + scrape
+        cluster = Cluster(args, work, mode, scrape=scrape)
         t_ready = time.time()
         # The goroutine profile type (what Go's heap profile becomes under that name).
         types = []
@@ -512,7 +519,9 @@ def run_scrape(args, mode, work):
         delta_kinds = {"process_cpu"} | ({"goroutine"} if gor_delta else set())
         prober = Prober(cluster.query_http, queries, args.probe_window)
         prober.start()
-        print(f"scrape/{mode}: {args.targets} targets x 5 profiles every 10 s; probing "
+        mif = args.scraper_max_in_flight or "default"
+        print(f"scrape/{mode}: {args.targets} targets x 5 profiles every 10 s (scraper "
+              f"max_in_flight {mif}); probing "
               f"{len(sample)} targets x {{process_cpu, {gor_type}}}; warm-up {args.warmup:.0f} s, "
               f"window {args.seconds:.0f} s", flush=True)
         sleep_checked(cluster, [fleet], t_ready + args.warmup - time.time())
@@ -772,6 +781,8 @@ def main():
     ap.add_argument("--ack-seconds", type=float, default=30)
     ap.add_argument("--ack-agents", type=int, default=100)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 10, 100])
+    ap.add_argument("--scraper-max-in-flight", type=int, default=0,
+                    help="scraper.max_in_flight (default: not set, the config default 4)")
     ap.add_argument("--build", default="build-rel")
     ap.add_argument("--json", help="write the results as JSON to this file")
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs (printed)")
