@@ -19,12 +19,12 @@ static const block_column_schema mappings_cols[] = {{"memory_start", U, 0}, {"me
 static const block_column_schema functions_cols[] = {
     {"name", U, 0}, {"system_name", U, 0}, {"filename", U, 0}, {"start_line", S, 0}};
 static const block_column_schema locations_cols[] = {{"mapping", U, 0},
-                                                     {"address", U, 0},
+                                                     {"address", D, 0},
                                                      {"first_line", D, 0},
                                                      {"line_count", U, 0},
                                                      {"flags", U, 0}};
-static const block_column_schema lines_cols[] = {{"function", U, 0}, {"line", S, 0}};
-static const block_column_schema stacks_cols[] = {{"parent_delta", U, 0}, {"location", U, 0}};
+static const block_column_schema lines_cols[] = {{"function", D, 0}, {"line", S, 0}};
+static const block_column_schema stacks_cols[] = {{"parent_delta", U, 0}, {"location", D, 0}};
 static const block_column_schema series_cols[] = {
     {"name", U, 0},        {"sample_type", U, 0}, {"sample_unit", U, 0}, {"period_type", U, 0},
     {"period_unit", U, 0}, {"delta", U, 0},       {"first_label", D, 0}, {"label_count", U, 0}};

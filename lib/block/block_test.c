@@ -1891,9 +1891,38 @@ static void test_sample_labels_roundtrip(void **state) {
     block_meta_free(&meta);
 }
 
+/* block_dump's text without the lines that count bytes (tables' stored sizes). */
+static char *dump_without_bytes(block_reader *r) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    assert_non_null(out);
+    strata_error err;
+    assert_int_equal(block_dump(r, NULL, out, NULL, &err), 0);
+    fclose(out);
+    char *kept = malloc(len + 1), *w = kept;
+    assert_non_null(kept);
+    for (char *line = text; *line != '\0';) {
+        char *end = strchr(line, '\n');
+        size_t n = end == NULL ? strlen(line) : (size_t)(end - line + 1);
+        char saved = line[n];
+        line[n] = '\0';
+        if (strstr(line, " bytes") == NULL) {
+            memcpy(w, line, n);
+            w += n;
+        }
+        line[n] = saved;
+        line += n;
+    }
+    *w = '\0';
+    free(text);
+    return kept;
+}
+
 /* A block written by the version 1 writer (lib/block/testdata/v1-fixture.strata, the fixture block
  * with rollups as written before sample labels existed) reads as before, and today's writer writes
- * the same profiles, which have no sample labels, byte for byte the same: version 1, no cost. */
+ * the same profiles, which have no sample labels, as the same version 1 content: no cost. (Until
+ * the writer chose DELTA for three columns it wrote them byte for byte the same.) */
 static void test_version1_block_readable_and_unchanged(void **state) {
     (void)state;
     const char *root = getenv("STRATA_SOURCE_DIR");
@@ -1933,13 +1962,22 @@ static void test_version1_block_readable_and_unchanged(void **state) {
     assert_null(s.label_sets);
     block_samples_free(&s);
     free(p);
-    block_reader_close(r);
 
+    /* Today's writer writes the same content as version 1: the same dump, but for the tables'
+     * byte counts (its column encodings, a writer's choice, have changed since). */
     fixture fx;
     write_fixture(&fx, 64 * 1024);
     assert_int_equal(fx.meta.format_version, 1);
-    assert_int_equal(fx.data.len, len);
-    assert_memory_equal(fx.data.data, old, len);
+    block_memory_source now_src = {fx.data.data, fx.data.len};
+    block_reader *now = NULL;
+    assert_int_equal(block_reader_open(block_memory_fetch, &now_src, fx.data.len, NULL, &now, &err),
+                     0);
+    char *then_text = dump_without_bytes(r), *now_text = dump_without_bytes(now);
+    assert_string_equal(now_text, then_text);
+    free(then_text);
+    free(now_text);
+    block_reader_close(now);
+    block_reader_close(r);
     fixture_free(&fx);
 }
 
