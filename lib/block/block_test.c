@@ -1566,6 +1566,28 @@ static uint64_t table_rows(const strata_buffer *data, int table) {
     return n;
 }
 
+/* A detached block's locations are numbered by (mapping, address); returns how many there are. */
+static uint64_t assert_locations_sorted(const strata_buffer *data) {
+    block_memory_source src = {data->data, data->len};
+    block_reader *r = NULL;
+    strata_error err;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, src.len, NULL, &r, &err), 0);
+    uint64_t n = block_reader_row_count(r, BLOCK_TABLE_LOCATIONS), prev_mapping = 0, prev = 0;
+    for (uint32_t id = 0; id < n; id++) {
+        block_location l;
+        assert_int_equal(block_reader_location(r, id, &l, &err), 0);
+        uint64_t mapping = l.has_mapping ? (uint64_t)l.mapping_id + 1 : 0;
+        if (id > 0 && (mapping < prev_mapping || (mapping == prev_mapping && l.address < prev)))
+            fail_msg("location %u (mapping %" PRIu64 ", address %#" PRIx64
+                     ") after mapping %" PRIu64 ", address %#" PRIx64,
+                     id, mapping, l.address, prev_mapping, prev);
+        prev_mapping = mapping;
+        prev = l.address;
+    }
+    block_reader_close(r);
+    return n;
+}
+
 typedef struct detach_round {
     const tsample *samples;
     size_t n;
@@ -1646,6 +1668,7 @@ static void test_detach_keeps_dictionary(void **state) {
         block_writer_free(f);
         char *a = block_text(&detached), *b = block_text(&fresh);
         assert_string_equal(a, b);
+        assert_true(assert_locations_sorted(&detached) >= 2);
         assert_true(strlen(a) > 50);
         free(a);
         free(b);
