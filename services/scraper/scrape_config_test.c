@@ -502,7 +502,7 @@ static void test_scraper_push_keys(void **state) {
     scraper_config c;
     strata_error err;
     assert_int_equal(decode_scraper("scraper: {}\n", &c, &err), 0);
-    assert_int_equal(c.max_in_flight, 4);
+    assert_int_equal(c.max_in_flight, 16);
     assert_int_equal(c.max_request_bytes, 3 << 20);
     assert_int_equal(c.max_queue_bytes, 64 << 20);
     config_free(scraper_config_fields, &c);
