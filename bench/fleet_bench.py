@@ -782,7 +782,7 @@ def main():
     ap.add_argument("--ack-agents", type=int, default=100)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 10, 100])
     ap.add_argument("--scraper-max-in-flight", type=int, default=0,
-                    help="scraper.max_in_flight (default: not set, the config default 4)")
+                    help="scraper.max_in_flight (default: not set, the config default, 16)")
     ap.add_argument("--build", default="build-rel")
     ap.add_argument("--json", help="write the results as JSON to this file")
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs (printed)")
