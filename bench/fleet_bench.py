@@ -52,7 +52,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -61,25 +60,14 @@ import time
 import urllib.parse
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_bench import ROOT, cpu_seconds, free_port  # noqa: E402
+
 AGENT_TYPE = "parca_agent:samples:count:cpu:nanoseconds:delta"
 CPU_TYPE = "process_cpu:samples:count:cpu:nanoseconds:delta"
 
 
 # ---- processes --------------------------------------------------------------------------------
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
 
 def status_kib(pid, key):
     with open(f"/proc/{pid}/status") as f:
