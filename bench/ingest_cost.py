@@ -55,6 +55,14 @@ def peak_rss_mib(pid):
     return 0.0
 
 
+def metric(http, name):
+    """Sum of a metric's samples on the server's /metrics (0 when absent)."""
+    with urllib.request.urlopen(http + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name) and line[len(name)] in " {")
+
+
 def start_server(binary, mode, work):
     grpc_port, http_port = free_port(), free_port()
     cfg = os.path.join(work, "strata.yaml")
@@ -77,7 +85,7 @@ bucket:
         try:
             with urllib.request.urlopen(http + "/ready", timeout=1) as r:
                 if r.status == 200:
-                    return proc, f"127.0.0.1:{grpc_port}"
+                    return proc, f"127.0.0.1:{grpc_port}", http
         except OSError:
             time.sleep(0.1)
     proc.kill()
@@ -88,7 +96,7 @@ def run(args, name):
     work = tempfile.mkdtemp(prefix="strata-ingest-cost-")
     binary = os.path.join(ROOT, args.build, "cmd", "strata", "strata")
     load = os.path.join(ROOT, args.build, "bench", "push_load")
-    proc, addr = start_server(binary, args.mode, work)
+    proc, addr, http = start_server(binary, args.mode, work)
     try:
         cmd = [load, "--address", addr, "--seconds", str(args.seconds),
                "--threads", str(args.threads)] + DATASETS[name]
@@ -98,6 +106,7 @@ def run(args, name):
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
         cpu = cpu_seconds(proc.pid) - cpu0
         rss = peak_rss_mib(proc.pid)
+        resets = metric(http, "strata_ingester_symbol_resets_total")
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -107,7 +116,8 @@ def run(args, name):
     print(f"{name:9s} strata {args.mode}: {samples / cpu / 1e6:5.2f} M pprof samples per CPU-s, "
           f"{profiles / cpu:8.0f} profiles per CPU-s | acknowledged {samples / wall / 1e6:5.2f} M "
           f"samples/s, {profiles / wall:6.0f} profiles/s | server CPU {cpu:5.1f} s over "
-          f"{wall:4.1f} s, peak RSS {rss:6.0f} MiB | errors {r['errors']}", flush=True)
+          f"{wall:4.1f} s, peak RSS {rss:6.0f} MiB | dictionary resets {resets:.0f} | "
+          f"errors {r['errors']}", flush=True)
 
 
 def main():

@@ -12,6 +12,7 @@
 #include "block/block_rollup.h"
 #include "common/clock.h"
 #include "common/hash.h"
+#include "common/radix_sort.h"
 
 #define DEFAULT_PAGE_SIZE (64u * 1024u)
 #define MAX_PAGE_SIZE (16u << 20)
@@ -60,11 +61,27 @@ typedef struct w_profile {
     uint32_t series;
 } w_profile;
 
-typedef struct w_pair {
-    uint32_t stack;
-    uint32_t label_set; /* 0 = no sample labels */
-    int64_t value;
-} w_pair;
+/* A sample of the open profile: key = stack << 32 | label set (0 = no sample labels), so one
+ * radix sort by key orders by (stack, label set); payload = the value's bits. */
+typedef strata_sort_record w_pair;
+
+static inline w_pair make_pair(uint32_t stack, uint32_t set, int64_t value) {
+    return (w_pair){(uint64_t)stack << 32 | set, (uint64_t)value};
+}
+
+static inline uint32_t pair_stack(const w_pair *p) {
+    return (uint32_t)(p->key >> 32);
+}
+
+static inline uint32_t pair_label_set(const w_pair *p) {
+    return (uint32_t)p->key;
+}
+
+static inline int64_t pair_value(const w_pair *p) {
+    int64_t v;
+    memcpy(&v, &p->payload, sizeof v);
+    return v;
+}
 
 /* A pprof sample label set (format version 2): its (name, value) string id pairs in set_words,
  * sorted by name. Set id = row + 1; 0 is the empty set. */
@@ -915,69 +932,14 @@ static int start_profile(block_writer *w, const label_set *labels, const profile
 static int push_pair(block_writer *w, uint32_t stack, uint32_t set, int64_t value,
                      strata_error *err) {
     ENSURE_OR_OOM(w->pairs, w->cap_pairs, w->n_pairs + 1);
-    w->pairs[w->n_pairs].stack = stack;
-    w->pairs[w->n_pairs].label_set = set;
-    w->pairs[w->n_pairs].value = value;
-    w->n_pairs++;
+    w->pairs[w->n_pairs++] = make_pair(stack, set, value);
     return 0;
 }
 
-static int compare_pairs(const void *a, const void *b) {
-    const w_pair *x = a, *y = b;
-    if (x->stack != y->stack)
-        return x->stack < y->stack ? -1 : 1;
-    return x->label_set < y->label_set ? -1 : x->label_set > y->label_set;
-}
-
-#define RADIX_BITS 11
-#define RADIX_BUCKETS (1u << RADIX_BITS)
-
-/* Sorts the open profile's pairs by (stack, label set): a least-significant-digit radix sort
- * (11-bit digits of the label set, then of the stack, skipping digits every pair shares, so
- * profiles without sample labels sort by stack alone) for the thousands of pairs a pprof brings,
- * qsort for few. */
+/* Sorts the open profile's pairs by (stack, label set). */
 static int sort_pairs(block_writer *w, strata_error *err) {
-    size_t n = w->n_pairs;
-    if (n < 256) {
-        qsort(w->pairs, n, sizeof *w->pairs, compare_pairs);
-        return 0;
-    }
-    ENSURE_OR_OOM(w->pairs_tmp, w->cap_pairs_tmp, n);
-    uint32_t all_or[2] = {0, 0}, all_and[2] = {UINT32_MAX, UINT32_MAX};
-    for (size_t i = 0; i < n; i++) {
-        all_or[0] |= w->pairs[i].label_set;
-        all_and[0] &= w->pairs[i].label_set;
-        all_or[1] |= w->pairs[i].stack;
-        all_and[1] &= w->pairs[i].stack;
-    }
-    w_pair *from = w->pairs, *to = w->pairs_tmp;
-    for (int key = 0; key < 2; key++) { /* label set first: the stack is the major key */
-        uint32_t varying = all_or[key] ^ all_and[key];
-        for (unsigned shift = 0; shift < 32; shift += RADIX_BITS) {
-            if (((varying >> shift) & (RADIX_BUCKETS - 1)) == 0)
-                continue; /* every pair has the same digit here */
-            size_t count[RADIX_BUCKETS] = {0};
-            for (size_t i = 0; i < n; i++) {
-                uint32_t k = key == 0 ? from[i].label_set : from[i].stack;
-                count[(k >> shift) & (RADIX_BUCKETS - 1)]++;
-            }
-            size_t at = 0;
-            for (size_t d = 0; d < RADIX_BUCKETS; d++) {
-                size_t c = count[d];
-                count[d] = at;
-                at += c;
-            }
-            for (size_t i = 0; i < n; i++) {
-                uint32_t k = key == 0 ? from[i].label_set : from[i].stack;
-                to[count[(k >> shift) & (RADIX_BUCKETS - 1)]++] = from[i];
-            }
-            w_pair *t = from;
-            from = to;
-            to = t;
-        }
-    }
-    if (from != w->pairs)
-        memcpy(w->pairs, from, n * sizeof *w->pairs);
+    ENSURE_OR_OOM(w->pairs_tmp, w->cap_pairs_tmp, w->n_pairs);
+    strata_radix_sort(w->pairs, w->pairs_tmp, w->n_pairs);
     return 0;
 }
 
@@ -990,10 +952,11 @@ static int commit_profile(block_writer *w, strata_error *err) {
     int64_t total = 0;
     bool labelled = false;
     for (size_t i = 0; i < w->n_pairs;) {
-        uint32_t stack = w->pairs[i].stack, set = w->pairs[i].label_set;
+        uint64_t key = w->pairs[i].key;
+        uint32_t stack = pair_stack(&w->pairs[i]), set = pair_label_set(&w->pairs[i]);
         int64_t sum = 0;
-        for (; i < w->n_pairs && w->pairs[i].stack == stack && w->pairs[i].label_set == set; i++) {
-            if (__builtin_add_overflow(sum, w->pairs[i].value, &sum))
+        for (; i < w->n_pairs && w->pairs[i].key == key; i++) {
+            if (__builtin_add_overflow(sum, pair_value(&w->pairs[i]), &sum))
                 return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                         "block writer: sample values of stack %u overflow int64",
                                         stack);
@@ -1003,9 +966,7 @@ static int commit_profile(block_writer *w, strata_error *err) {
         if (__builtin_add_overflow(total, sum, &total))
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                     "block writer: the profile's total overflows int64");
-        w->pairs[kept].stack = stack;
-        w->pairs[kept].label_set = set;
-        w->pairs[kept].value = sum;
+        w->pairs[kept] = make_pair(stack, set, sum);
         labelled |= set != 0;
         kept++;
     }
@@ -1018,11 +979,11 @@ static int commit_profile(block_writer *w, strata_error *err) {
             memset(w->sample_label_sets, 0, w->n_samples * sizeof *w->sample_label_sets);
         w->samples_labelled = true;
         for (size_t i = 0; i < kept; i++)
-            w->sample_label_sets[w->n_samples + i] = w->pairs[i].label_set;
+            w->sample_label_sets[w->n_samples + i] = pair_label_set(&w->pairs[i]);
     }
     for (size_t i = 0; i < kept; i++) {
-        w->sample_stacks[w->n_samples + i] = w->pairs[i].stack;
-        w->sample_values[w->n_samples + i] = w->pairs[i].value;
+        w->sample_stacks[w->n_samples + i] = pair_stack(&w->pairs[i]);
+        w->sample_values[w->n_samples + i] = pair_value(&w->pairs[i]);
     }
     w->current.first_sample = w->n_samples;
     w->current.sample_count = (uint32_t)kept;
@@ -1749,11 +1710,8 @@ int block_writer_add_profile_samples(block_writer *w, const label_set *labels,
     ENSURE_OR_OOM(w->pairs, w->cap_pairs, n);
     if (start_profile(w, labels, type, time_ns, duration_ns, period, err) != 0)
         return -1;
-    for (size_t i = 0; i < n; i++) {
-        w->pairs[i].stack = stacks[i];
-        w->pairs[i].label_set = label_sets != NULL ? label_sets[i] : 0;
-        w->pairs[i].value = values[i];
-    }
+    for (size_t i = 0; i < n; i++)
+        w->pairs[i] = make_pair(stacks[i], label_sets != NULL ? label_sets[i] : 0, values[i]);
     w->n_pairs = n;
     if (commit_profile(w, err) != 0) {
         block_writer_abort_profile(w);
@@ -2914,20 +2872,6 @@ static int fill_meta(const block_writer *w, const block_order *o, uint64_t objec
     return meta_profile_types(w, o, meta, err) != 0 ? -1 : meta_label_names(w, o, meta, err);
 }
 
-typedef struct location_key {
-    uint64_t address;
-    uint32_t mapping, index;
-} location_key;
-
-static int compare_location_keys(const void *a, const void *b) {
-    const location_key *x = a, *y = b;
-    if (x->mapping != y->mapping)
-        return x->mapping < y->mapping ? -1 : 1;
-    if (x->address != y->address)
-        return x->address < y->address ? -1 : 1;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
 /* Renumbers a detached block's locations by (mapping, address) and its functions by first use in
  * that order, so that the DELTA-encoded address and function columns hold small steps (fresh
  * agent blocks about 16% smaller than in first-seen order; block-format.md 6.4). A detached
@@ -2936,7 +2880,7 @@ static int compare_location_keys(const void *a, const void *b) {
  * the block is the same, only larger. */
 static void renumber_symbols_by_address(block_writer *w) {
     size_t n = w->n_locations, nf = w->n_functions;
-    location_key *keys = malloc(n * sizeof *keys + 1);
+    strata_sort_record *keys = malloc(2 * n * sizeof *keys + 1);
     uint32_t *new_location = malloc(n * sizeof *new_location + 1);
     uint32_t *new_function = malloc(nf * sizeof *new_function + 1);
     w_location *locations = malloc(n * sizeof *locations + 1);
@@ -2952,15 +2896,19 @@ static void renumber_symbols_by_address(block_writer *w) {
         free(functions);
         return;
     }
+    /* by (mapping, address, id): stable sorts by the address, then by the mapping */
     for (size_t i = 0; i < n; i++)
-        keys[i] = (location_key){w->locations[i].address, w->locations[i].mapping, (uint32_t)i};
-    qsort(keys, n, sizeof *keys, compare_location_keys);
+        keys[i] = (strata_sort_record){w->locations[i].address, i};
+    strata_radix_sort(keys, keys + n, n);
+    for (size_t k = 0; k < n; k++)
+        keys[k].key = w->locations[keys[k].payload].mapping;
+    strata_radix_sort(keys, keys + n, n);
     memset(new_function, 0xff, nf * sizeof *new_function);
     uint32_t n_functions = 0;
     size_t n_lines = 0;
     for (size_t k = 0; k < n; k++) {
-        w_location l = w->locations[keys[k].index];
-        new_location[keys[k].index] = (uint32_t)k;
+        w_location l = w->locations[keys[k].payload];
+        new_location[keys[k].payload] = (uint32_t)k;
         for (uint32_t j = 0; j < l.line_count; j++) {
             w_line line = w->lines[l.first_line + j];
             if (new_function[line.function] == UINT32_MAX) {

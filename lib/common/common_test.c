@@ -1,6 +1,6 @@
 /*
  * common_test.c - tests for errors, buffers, varints, hashing, the u64 map, the interner, the UTF-8
- * validator and the tenant rule.
+ * validator, the tenant rule and the radix sort.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/radix_sort.h"
 #include "common/tenant.h"
 #include "common/textfile.h"
 #include "common/utf8.h"
@@ -123,6 +124,50 @@ static void test_u64_map(void **state) {
     strata_u64_map_clear(&m);
     assert_null(strata_u64_map_get(&m, 7919));
     strata_u64_map_free(&m);
+}
+
+static int compare_records(const void *a, const void *b) {
+    const strata_sort_record *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->payload < y->payload ? -1 : x->payload > y->payload; /* payload = input position */
+}
+
+/* The radix sort against qsort on keys of every shape it special-cases: few records (insertion
+ * sort), keys that vary only in high bits, in low bits, in every bit, and all equal. The payload
+ * is the input position, so equal keys must come out in input order (stability). */
+static void test_radix_sort(void **state) {
+    (void)state;
+    const size_t sizes[] = {0, 1, 2, 63, 64, 65, 1000, 100000};
+    const uint64_t masks[] = {UINT64_MAX, 0xffff, 0xff00000000000000ULL, 0x7ff800, 0, 0x3};
+    uint64_t rng = 88172645463325252ULL;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        for (size_t mi = 0; mi < sizeof masks / sizeof *masks; mi++) {
+            size_t n = sizes[si];
+            strata_sort_record *r = malloc((n + 1) * sizeof *r);
+            strata_sort_record *want = malloc((n + 1) * sizeof *want);
+            strata_sort_record *tmp = malloc((n + 1) * sizeof *tmp);
+            assert_non_null(r);
+            assert_non_null(want);
+            assert_non_null(tmp);
+            for (size_t i = 0; i < n; i++) {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                r[i] = (strata_sort_record){(rng & masks[mi]) | 0x100000000ULL, i};
+            }
+            memcpy(want, r, n * sizeof *r);
+            qsort(want, n, sizeof *want, compare_records);
+            strata_radix_sort(r, tmp, n);
+            for (size_t i = 0; i < n; i++) {
+                assert_true(r[i].key == want[i].key);
+                assert_true(r[i].payload == want[i].payload);
+            }
+            free(r);
+            free(want);
+            free(tmp);
+        }
+    }
 }
 
 /* Past 4 MiB per array the map uses huge-page-advised arrays: the same answers, zeroed keys. */
@@ -431,12 +476,19 @@ static void test_textfile_read(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_error_set_and_wrap), cmocka_unit_test(test_buffer_append_and_varints),
-        cmocka_unit_test(test_hash_is_stable),     cmocka_unit_test(test_u64_map),
-        cmocka_unit_test(test_u64_map_large),      cmocka_unit_test(test_intern),
-        cmocka_unit_test(test_log_quote),          cmocka_unit_test(test_utf8_sequences),
-        cmocka_unit_test(test_utf8_check_text),    cmocka_unit_test(test_tenant_rule),
-        cmocka_unit_test(test_auth_tenant_map),    cmocka_unit_test(test_textfile_read),
+        cmocka_unit_test(test_error_set_and_wrap),
+        cmocka_unit_test(test_buffer_append_and_varints),
+        cmocka_unit_test(test_hash_is_stable),
+        cmocka_unit_test(test_u64_map),
+        cmocka_unit_test(test_u64_map_large),
+        cmocka_unit_test(test_radix_sort),
+        cmocka_unit_test(test_intern),
+        cmocka_unit_test(test_log_quote),
+        cmocka_unit_test(test_utf8_sequences),
+        cmocka_unit_test(test_utf8_check_text),
+        cmocka_unit_test(test_tenant_rule),
+        cmocka_unit_test(test_auth_tenant_map),
+        cmocka_unit_test(test_textfile_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
