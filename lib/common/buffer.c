@@ -100,23 +100,6 @@ int strata_buffer_append_u64le(strata_buffer *b, uint64_t v) {
     return 0;
 }
 
-size_t strata_uvarint_put(uint8_t *out, uint64_t v) {
-    size_t n = 0;
-    while (v >= 0x80) {
-        out[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    out[n++] = (uint8_t)v;
-    return n;
-}
-
-int strata_buffer_append_uvarint(strata_buffer *b, uint64_t v) {
-    if (b->cap - b->len < 10 && strata_buffer_reserve(b, 10) != 0)
-        return -1;
-    b->len += strata_uvarint_put(b->data + b->len, v);
-    return 0;
-}
-
 int strata_buffer_append_svarint(strata_buffer *b, int64_t v) {
     return strata_buffer_append_uvarint(b, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
 }
@@ -130,25 +113,6 @@ char *strata_buffer_detach(strata_buffer *b, size_t *len_out) {
         *len_out = b->len;
     strata_buffer_init(b);
     return s;
-}
-
-bool strata_uvarint_get(const uint8_t **p, const uint8_t *end, uint64_t *out) {
-    const uint8_t *q = *p;
-    uint64_t v = 0;
-    for (unsigned shift = 0; shift < 64; shift += 7) {
-        if (q >= end)
-            return false;
-        uint8_t byte = *q++;
-        if (shift == 63 && byte > 1)
-            return false;
-        v |= (uint64_t)(byte & 0x7f) << shift;
-        if (byte < 0x80) {
-            *p = q;
-            *out = v;
-            return true;
-        }
-    }
-    return false;
 }
 
 bool strata_svarint_get(const uint8_t **p, const uint8_t *end, int64_t *out) {

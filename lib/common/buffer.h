@@ -35,17 +35,53 @@ int strata_buffer_appendf(strata_buffer *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 int strata_buffer_append_u32le(strata_buffer *b, uint32_t v);
 int strata_buffer_append_u64le(strata_buffer *b, uint64_t v);
-int strata_buffer_append_uvarint(strata_buffer *b, uint64_t v);
+/* strata_buffer_append_uvarint (a varint) is defined inline below. */
 /* Zig-zag encoded signed varint. */
 int strata_buffer_append_svarint(strata_buffer *b, int64_t v);
 /* Gives the caller ownership of the bytes (NUL-terminated for convenience, not counted in len) and
  * leaves the buffer empty. Returns NULL only if allocating the terminator fails. */
 char *strata_buffer_detach(strata_buffer *b, size_t *len_out);
 
-/* Writes v as a varint into out (at least 10 bytes); returns the byte count. */
-size_t strata_uvarint_put(uint8_t *out, uint64_t v);
-/* Reads a varint from [*p, end); advances *p. Returns false on truncation or overlong input. */
-bool strata_uvarint_get(const uint8_t **p, const uint8_t *end, uint64_t *out);
+/* Writes v as a varint into out (at least 10 bytes); returns the byte count. Inline, as the
+ * varint helpers below: block encoding and decoding call them once per value. */
+static inline size_t strata_uvarint_put(uint8_t *out, uint64_t v) {
+    size_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+static inline int strata_buffer_append_uvarint(strata_buffer *b, uint64_t v) {
+    if (b->cap - b->len < 10 && strata_buffer_reserve(b, 10) != 0)
+        return -1;
+    b->len += strata_uvarint_put(b->data + b->len, v);
+    return 0;
+}
+
+/* Reads a varint from [*p, end); advances *p. Returns false (and *out = 0) on truncation or
+ * overlong input. */
+static inline bool strata_uvarint_get(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    const uint8_t *q = *p;
+    uint64_t v = 0;
+    for (unsigned shift = 0; shift < 64; shift += 7) {
+        if (q >= end)
+            break;
+        uint8_t byte = *q++;
+        if (shift == 63 && byte > 1)
+            break;
+        v |= (uint64_t)(byte & 0x7f) << shift;
+        if (byte < 0x80) {
+            *p = q;
+            *out = v;
+            return true;
+        }
+    }
+    *out = 0; /* never read by callers; set so that inlined callers are seen to initialise */
+    return false;
+}
 bool strata_svarint_get(const uint8_t **p, const uint8_t *end, int64_t *out);
 
 static inline uint32_t strata_load_u32le(const uint8_t *p) {

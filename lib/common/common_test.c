@@ -89,15 +89,48 @@ static void test_hash_is_stable(void **state) {
     assert_true(strata_hash_bytes("hello world, strata", 19, 0) == h2);
     assert_true(strata_hash_bytes("hello world, strata", 19, 1) != h2);
     assert_true(strata_hash_bytes("abc", 3, 0) != strata_hash_bytes("abd", 3, 0));
-    /* the pair is the two single hashes, at every length around the 8-byte steps */
-    const char *text = "a fingerprint of twenty-three bytes and more";
+    /* the pair: deterministic, two different chains, and every byte and the length count, at
+     * every length around its 16-byte blocks */
+    const char *text = "a fingerprint of thirty-odd bytes and then some more";
+    uint64_t seen_a[64], seen_b[64];
+    size_t n_seen = 0;
     for (size_t len = 0; len <= strlen(text); len++) {
-        uint64_t a, b;
+        uint64_t a, b, a2, b2;
         strata_hash_bytes_pair(text, len, 7, 1234567, &a, &b);
-        assert_true(a == strata_hash_bytes(text, len, 7));
-        assert_true(b == strata_hash_bytes(text, len, 1234567));
+        strata_hash_bytes_pair(text, len, 7, 1234567, &a2, &b2);
+        assert_true(a == a2 && b == b2);
         assert_true(a != b);
+        for (size_t i = 0; i < n_seen; i++)
+            assert_true(seen_a[i] != a && seen_b[i] != b);
+        seen_a[n_seen] = a;
+        seen_b[n_seen++] = b;
+        char flipped[64];
+        memcpy(flipped, text, len);
+        for (size_t i = 0; i < len; i++) {
+            flipped[i] ^= 1;
+            strata_hash_bytes_pair(flipped, len, 7, 1234567, &a2, &b2);
+            assert_true(a2 != a && b2 != b);
+            flipped[i] ^= 1;
+        }
     }
+    /* zero bytes are not padding: "", "\0" and "\0\0" differ */
+    uint64_t z[3][2];
+    for (size_t len = 0; len < 3; len++)
+        strata_hash_bytes_pair("\0\0", len, 0, 0, &z[len][0], &z[len][1]);
+    assert_true(z[0][0] != z[1][0] && z[1][0] != z[2][0] && z[0][0] != z[2][0]);
+    /* word fingerprints: order and every word count */
+    strata_fingerprint f1, f2;
+    strata_fingerprint_init(&f1, 2);
+    strata_fingerprint_add(&f1, 1);
+    strata_fingerprint_add(&f1, 2);
+    strata_fingerprint_init(&f2, 2);
+    strata_fingerprint_add(&f2, 2);
+    strata_fingerprint_add(&f2, 1);
+    uint64_t k1, k2;
+    uint32_t c1, c2;
+    strata_fingerprint_finish(&f1, &k1, &c1);
+    strata_fingerprint_finish(&f2, &k2, &c2);
+    assert_true(k1 != k2 && c1 != c2);
 }
 
 static void test_u64_map(void **state) {

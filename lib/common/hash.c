@@ -29,24 +29,31 @@ uint64_t strata_hash_bytes(const void *data, size_t len, uint64_t seed) {
     return strata_hash_u64(h);
 }
 
+/* One 64x64->128-bit multiply per 16 bytes and chain (the wyhash construction): four times
+ * fewer multiplies than strata_hash_bytes' word-at-a-time chain, for in-memory fingerprints that
+ * are never stored. Each chain folds its own state into one operand and a secret into the
+ * other, so the chains differ from the first block on. */
 void strata_hash_bytes_pair(const void *data, size_t len, uint64_t seed_a, uint64_t seed_b,
                             uint64_t *a, uint64_t *b) {
     const uint8_t *p = data;
-    uint64_t ha = seed_a ^ (len * 0x9e3779b97f4a7c15ULL);
-    uint64_t hb = seed_b ^ (len * 0x9e3779b97f4a7c15ULL);
-    while (len >= 8) {
-        uint64_t m = strata_hash_u64(load_u64(p));
-        ha = strata_hash_step(ha, m);
-        hb = strata_hash_step(hb, m);
-        p += 8;
-        len -= 8;
+    uint64_t ha = strata_fold_mul(seed_a ^ STRATA_HASH_K0, len ^ STRATA_HASH_K1);
+    uint64_t hb = strata_fold_mul(seed_b ^ STRATA_HASH_K2, len ^ STRATA_HASH_K3);
+    size_t left = len;
+    while (left > 16) {
+        uint64_t w0 = load_u64(p), w1 = load_u64(p + 8);
+        ha = strata_fold_mul(w0 ^ STRATA_HASH_K1, w1 ^ ha);
+        hb = strata_fold_mul(w1 ^ STRATA_HASH_K3, w0 ^ hb);
+        p += 16;
+        left -= 16;
     }
-    uint64_t tail = 0;
-    for (size_t i = 0; i < len; i++)
-        tail |= (uint64_t)p[i] << (8 * i);
-    uint64_t m = strata_hash_u64(tail + len);
-    *a = strata_hash_u64(ha ^ m);
-    *b = strata_hash_u64(hb ^ m);
+    /* the last 1-16 bytes, zero-padded (the length was folded in first) */
+    uint8_t last[16] = {0};
+    memcpy(last, p, left);
+    uint64_t w0 = load_u64(last), w1 = load_u64(last + 8);
+    ha = strata_fold_mul(w0 ^ STRATA_HASH_K1, w1 ^ ha);
+    hb = strata_fold_mul(w1 ^ STRATA_HASH_K3, w0 ^ hb);
+    *a = strata_fold_mul(ha ^ STRATA_HASH_K2, STRATA_HASH_K0 ^ len);
+    *b = strata_fold_mul(hb ^ STRATA_HASH_K0, STRATA_HASH_K2 ^ len);
 }
 
 static size_t capacity_for(size_t expected) {

@@ -458,7 +458,7 @@ static int decode_label(reader *r, pprof_label *label, strata_error *err) {
 
 static int append_sample_location_ids(decoder *d, reader *r, uint32_t wire) {
     pprof_profile *p = d->p;
-    reader run;
+    reader run = {0};
     size_t count = 0;
     if (open_varint_run(r, wire, "location_id", &run, d->err) != 0 ||
         reserve_sample_location_ids(d, p->n_sample_location_ids + run_max_count(&run)) != 0)
@@ -473,7 +473,7 @@ static int append_sample_location_ids(decoder *d, reader *r, uint32_t wire) {
 
 static int append_sample_values(decoder *d, reader *r, uint32_t wire) {
     pprof_profile *p = d->p;
-    reader run;
+    reader run = {0};
     size_t count = 0;
     /* int64 values are stored through their unsigned variant: the bits are protobuf's. */
     if (open_varint_run(r, wire, "value", &run, d->err) != 0 ||
@@ -888,7 +888,7 @@ static int add_string(decoder *d, reader *r, uint32_t wire) {
 
 static int add_comments(decoder *d, reader *r, uint32_t wire) {
     pprof_profile *p = d->p;
-    reader run;
+    reader run = {0};
     size_t count = 0;
     if (open_varint_run(r, wire, "comment", &run, d->err) != 0 ||
         reserve_comments(d, p->n_comments + run_max_count(&run)) != 0 ||
