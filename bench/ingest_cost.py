@@ -21,7 +21,7 @@ Prints pprof samples (DESIGN.md's unit: one stack with its values) and profiles 
 CPU-second, the acknowledged rate, and the server's peak RSS. The load generator's own CPU is
 not counted (its requests are built before the clock starts).
 
-  bench/ingest_cost.py [--build build-perf] [--seconds 30] [--threads 8] [--mode all|ingester]
+  bench/ingest_cost.py [--build build-perf] [--seconds 90] [--threads 8] [--mode all|ingester]
                        [--only agent|go|go-small]
 """
 import argparse
@@ -123,7 +123,7 @@ def run(args, name):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default="build-perf")
-    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--seconds", type=float, default=90)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--mode", choices=["all", "ingester"], default="all")
     ap.add_argument("--only", choices=sorted(DATASETS))
