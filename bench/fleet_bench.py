@@ -15,8 +15,8 @@ Scenarios (each on a fresh Strata and a fresh FILESYSTEM bucket in a temp dir):
            (fleet_agents --mode closed, one agent profile per call), a short phase each.
 
 Modes: `all` runs `strata all` (every service, compactor included, one process); `split` runs
-`strata ingester`, `strata querier` and `strata scraper` (scrape scenario only) as separate
-processes on one bucket. Configs are the defaults except listen addresses, the bucket directory,
+`strata ingester`, `strata querier`, `strata compactor` and `strata scraper` (scrape scenario
+only) as separate processes on one bucket. Configs are the defaults except listen addresses, the bucket directory,
 the scrape job and, in split mode, the scraper's ingester_addresses.
 
 Measured, over a window of --seconds after --warmup:
@@ -194,6 +194,9 @@ class Cluster:
                 self.query_http = self.scraper_http = None
                 if querier:
                     _, self.query_http, _ = self._start("querier", bucket, ("querier",))
+                    # a split deployment runs a compactor too: without one, level-1 blocks pile
+                    # up and every listing and query grows with them
+                    self._start("compactor", bucket, ("compactor",))
                 if scrape:
                     # The scraper section (if any) leads the scrape text; add the ingester to it.
                     section = f"scraper:\n  ingester_addresses: ['{g}']\n"

@@ -223,10 +223,15 @@ static const relabel_case keep_drop_cases[] = {
      NULL},
     {"drop keeps on no match", "- {action: drop, source_labels: [job], regex: \"db\"}\n",
      "{job=\"api\"}", "{job=\"api\"}"},
-    {"drop stops processing",
+    {"a drop that does not match lets later rules run",
      "- {action: drop, source_labels: [job], regex: \"db\"}\n"
      "- {target_label: never, replacement: x}\n",
      "{job=\"api\"}", "{job=\"api\", never=\"x\"}"},
+    {"a drop that matches stops processing: later rules do not bring the target back",
+     "- {action: drop, source_labels: [job], regex: \"db\"}\n"
+     "- {target_label: job, replacement: api}\n"
+     "- {action: keep, source_labels: [job], regex: api}\n",
+     "{job=\"db\"}", NULL},
     {"drop on joined sources", "- {action: drop, source_labels: [a, b], regex: \"1;2\"}\n",
      "{a=\"1\", b=\"2\"}", NULL},
     {"keepequal keeps equal values",
