@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/curl_global.h"
 
 /* ---- http_config ------------------------------------------------------------------------------
  */
@@ -127,13 +128,6 @@ struct bucket_http_client {
     atomic_uint_fast64_t retries;
 };
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc = CURLE_OK;
-
-static void init_curl(void) {
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
 static int dup_opt(const char *s, char **owned, const char **view) {
     *owned = NULL;
     *view = NULL;
@@ -147,9 +141,8 @@ static int dup_opt(const char *s, char **owned, const char **view) {
 int bucket_http_client_new(const bucket_http_options *options, bucket_http_client **out,
                            strata_error *err) {
     *out = NULL;
-    if (pthread_once(&curl_once, init_curl) != 0 || curl_init_rc != CURLE_OK)
-        return strata_error_set(err, STRATA_INTERNAL, "cannot initialise libcurl: %s",
-                                curl_easy_strerror(curl_init_rc));
+    if (strata_curl_global_init(err) != 0)
+        return -1;
     bucket_http_client *c = calloc(1, sizeof *c);
     if (c == NULL)
         return strata_error_oom(err);

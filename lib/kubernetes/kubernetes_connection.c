@@ -14,20 +14,6 @@
 
 const char *kubernetes_service_account_dir = KUBERNETES_DEFAULT_SERVICE_ACCOUNT_DIR;
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc = CURLE_OK;
-
-static void init_curl(void) {
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
-int kubernetes_curl_init(strata_error *err) {
-    if (pthread_once(&curl_once, init_curl) != 0 || curl_init_rc != CURLE_OK)
-        return strata_error_set(err, STRATA_INTERNAL, "cannot initialise libcurl: %s",
-                                curl_easy_strerror(curl_init_rc));
-    return 0;
-}
-
 int kubernetes_read_file(const char *path, bool trim, char **out, strata_error *err) {
     *out = NULL;
     FILE *f = fopen(path, "rb");

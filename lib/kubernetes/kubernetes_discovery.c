@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/curl_global.h"
 #include "kubernetes/kubernetes_internal.h"
 
 size_t kubernetes_max_list_bytes = 64u << 20;
@@ -741,7 +742,7 @@ static int copy_selectors(kubernetes_discovery *d, const kubernetes_sd_config *c
 kubernetes_discovery *kubernetes_discovery_new(const kubernetes_sd_config *config,
                                                discovery_update_fn update, void *ctx,
                                                strata_error *err) {
-    if (kubernetes_curl_init(err) != 0)
+    if (strata_curl_global_init(err) != 0)
         return NULL;
     if (config->role != NULL && strcmp(config->role, "pod") != 0) {
         strata_error_set(err, STRATA_UNIMPLEMENTED, "role \"%s\" is not supported (only pod)",

@@ -46,7 +46,4 @@ int kubernetes_read_file(const char *path, bool trim, char **out, strata_error *
 /* Strict base64 (RFC 4648, padding optional, whitespace ignored) appended to out. */
 int kubernetes_base64_decode(const char *text, strata_buffer *out, strata_error *err);
 
-/* One-time libcurl initialisation; 0 or -1 with err set. */
-int kubernetes_curl_init(strata_error *err);
-
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/curl_global.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "pprof/pprof.h"
@@ -561,13 +562,9 @@ static int start_pusher(scraper *s, const scraper_options *o, strata_error *err)
     return metrics_registry_add_collector(s->registry, collect_push_stats, s, err);
 }
 
-static void curl_init_once(void) {
-    curl_global_init(CURL_GLOBAL_ALL);
-}
-
 scraper *scraper_new(const scraper_options *o, strata_error *err) {
-    static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-    pthread_once(&curl_once, curl_init_once);
+    if (strata_curl_global_init(err) != 0)
+        return NULL;
     scraper *s = calloc(1, sizeof *s);
     if (s == NULL) {
         strata_error_oom(err);
