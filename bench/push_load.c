@@ -11,8 +11,17 @@
  * ready), so the figures are the ingesters'.
  *
  *   build/bench/push_load --address HOST:PORT [--address ...] [--seconds N] [--threads N]
- *                         [--windows N] [--processes N]
+ *                         [--windows N] [--processes N] [--per-request N] [--dump-dir DIR]
+ *                         [--start-unix S] [--once [--windows-per-second R]]
  *                         [--pprof FILE:TYPE ... [--targets N] [--series N]]
+ *
+ * --per-request N splits each window's processes into requests of at most N profiles;
+ * --dump-dir DIR also writes every agent profile there as a gzipped pprof file (for a peer such
+ * as `go tool pprof` to read the same data); --start-unix S puts window w at S + 10 w seconds
+ * (default 0: the first window at time 0, which an ingester stamps with its clock); --once sends
+ * each request exactly once, in time order, and stops (data for query benchmarks) instead of
+ * cycling for --seconds, at most R windows per second with --windows-per-second (0.1 is real time;
+ * the ingester cuts a block per flush, so the pace sets how many fresh blocks the data lands in).
  *
  * Prints one line of key=value pairs: requests, profiles, samples acknowledged (pprof samples,
  * DESIGN.md's unit; stored_samples counts one per sample type), errors, seconds.
@@ -23,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "requests.h"
@@ -40,6 +50,9 @@ typedef struct load {
     uint64_t samples_per_request;        /* pprof samples */
     uint64_t stored_samples_per_request; /* one per sample type */
     int64_t deadline_ns;
+    bool once;                  /* send each request exactly once, then stop */
+    double requests_per_second; /* --once: request i is not sent before start + i / rate */
+    int64_t start_ns;
     atomic_uint_fast64_t next;
     atomic_uint_fast64_t requests, errors;
 } load;
@@ -49,6 +62,17 @@ static void *sender(void *arg) {
     strata_buffer response = STRATA_BUFFER_INIT;
     while (strata_monotonic_ns() < l->deadline_ns) {
         uint64_t i = atomic_fetch_add(&l->next, 1);
+        if (l->once && i >= l->set.n)
+            break;
+        if (l->requests_per_second > 0) {
+            int64_t due = l->start_ns + (int64_t)((double)i / l->requests_per_second * 1e9);
+            int64_t now = strata_monotonic_ns();
+            if (due > now) {
+                struct timespec ts = {(time_t)((due - now) / 1000000000),
+                                      (long)((due - now) % 1000000000)};
+                nanosleep(&ts, NULL);
+            }
+        }
         const strata_buffer *req = &l->set.requests[i % l->set.n];
         strata_error err;
         if (rpc_call_unary(l->channels[i % l->n_channels], WRITE_RAW, req->data, req->len, NULL, 0,
@@ -69,9 +93,21 @@ int main(int argc, char **argv) {
     pprof_file files[MAX_FILES];
     char *file_args[MAX_FILES];
     size_t n_addresses = 0, windows = 30, processes = 10, threads = 4, n_files = 0;
-    size_t targets = 100, series = 50;
+    size_t targets = 100, series = 50, per_request = 0;
+    const char *dump_dir = NULL;
+    int64_t start_unix = 0;
+    double windows_per_second = 0;
     double seconds = 20;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
+        if (strcmp(argv[i], "--once") == 0) {
+            l.once = true;
+            i--; /* a flag without a value */
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "push_load: %s needs a value\n", argv[i]);
+            return 2;
+        }
         if (strcmp(argv[i], "--address") == 0 && n_addresses < MAX_ADDRESSES)
             addresses[n_addresses++] = argv[i + 1];
         else if (strcmp(argv[i], "--seconds") == 0)
@@ -95,6 +131,14 @@ int main(int argc, char **argv) {
             targets = (size_t)atol(argv[i + 1]);
         else if (strcmp(argv[i], "--series") == 0)
             series = (size_t)atol(argv[i + 1]);
+        else if (strcmp(argv[i], "--per-request") == 0)
+            per_request = (size_t)atol(argv[i + 1]);
+        else if (strcmp(argv[i], "--dump-dir") == 0)
+            dump_dir = argv[i + 1];
+        else if (strcmp(argv[i], "--start-unix") == 0)
+            start_unix = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--windows-per-second") == 0)
+            windows_per_second = atof(argv[i + 1]);
         else {
             fprintf(stderr, "push_load: unknown argument %s\n", argv[i]);
             return 2;
@@ -104,15 +148,26 @@ int main(int argc, char **argv) {
         series == 0) {
         fprintf(stderr, "usage: push_load --address HOST:PORT [--address ...] [--seconds N] "
                         "[--threads 1-64] [--windows N] [--processes N] "
+                        "[--per-request N] [--dump-dir DIR] [--start-unix S] [--once] "
+                        "[--windows-per-second R] "
                         "[--pprof FILE:TYPE ... [--targets N] [--series N]]\n");
         return 2;
     }
     if (n_files > 0) {
         build_file_requests(files, n_files, targets, series, windows, &l.set);
         processes = series; /* profiles per request */
+        per_request = series;
     } else {
-        build_agent_requests(windows, processes, &l.set);
+        build_agent_requests_split(windows, processes, per_request,
+                                   start_unix * INT64_C(1000000000), dump_dir, &l.set);
     }
+    /* profiles in all the requests, and per request (the last of a window's may be shorter) */
+    uint64_t total_profiles =
+        n_files > 0 ? (uint64_t)l.set.n * series : (uint64_t)windows * processes;
+    if (n_files == 0 && (per_request == 0 || per_request > processes))
+        per_request = processes;
+    l.requests_per_second = windows_per_second *
+                            (double)(n_files > 0 ? 1 : (processes + per_request - 1) / per_request);
     l.samples_per_request = l.set.pprof_samples / l.set.n;
     l.stored_samples_per_request = l.set.samples / l.set.n;
     strata_error err;
@@ -121,7 +176,8 @@ int main(int argc, char **argv) {
             die("channel", &err);
     pthread_t tids[MAX_THREADS];
     int64_t start = strata_monotonic_ns();
-    l.deadline_ns = start + (int64_t)(seconds * 1e9);
+    l.deadline_ns = l.once ? INT64_MAX : start + (int64_t)(seconds * 1e9);
+    l.start_ns = start;
     for (size_t t = 0; t < threads; t++)
         if (pthread_create(&tids[t], NULL, sender, &l) != 0)
             die("pthread_create", NULL);
@@ -131,8 +187,9 @@ int main(int argc, char **argv) {
     uint64_t requests = atomic_load(&l.requests);
     printf("requests=%" PRIu64 " profiles=%" PRIu64 " samples=%" PRIu64 " stored_samples=%" PRIu64
            " errors=%" PRIu64 " seconds=%.2f\n",
-           requests, requests * processes, requests * l.samples_per_request,
-           requests * l.stored_samples_per_request, (uint64_t)atomic_load(&l.errors), wall);
+           requests, l.once && requests == l.set.n ? total_profiles : requests * per_request,
+           requests * l.samples_per_request, requests * l.stored_samples_per_request,
+           (uint64_t)atomic_load(&l.errors), wall);
     for (size_t i = 0; i < l.n_channels; i++)
         rpc_channel_free(l.channels[i]);
     free_set(&l.set);

@@ -172,16 +172,28 @@ uint64_t count_pprof_samples(const pprof_profile *p) {
     return n;
 }
 
-/* One request per 10 s window holding every process's profile, as a node's agents would send. */
-void build_agent_requests(size_t windows, size_t processes, request_set *set) {
+/* Writes a gzipped pprof to DIR/w<window>-p<process>.pb.gz (for `go tool pprof`). */
+static void dump_pprof(const char *dir, size_t window, size_t process, const strata_buffer *gz) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/w%05zu-p%04zu.pb.gz", dir, window, process);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(gz->data, 1, gz->len, f) != gz->len || fclose(f) != 0)
+        die(path, NULL);
+}
+
+void build_agent_requests_split(size_t windows, size_t processes, size_t per_request,
+                                int64_t start_ns, const char *dump_dir, request_set *set) {
     strata_error err;
     agentgen_options o;
     agentgen_options_default(&o);
     o.n_processes = processes;
+    if (per_request == 0 || per_request > processes)
+        per_request = processes;
     agentgen *g = agentgen_new(&o, &err);
     if (g == NULL)
         die("agentgen", &err);
-    set->requests = calloc(windows, sizeof *set->requests);
+    size_t chunks = (processes + per_request - 1) / per_request;
+    set->requests = calloc(windows * chunks, sizeof *set->requests);
     label_set *labels = calloc(processes, sizeof *labels);
     strata_buffer *pprofs = calloc(processes, sizeof *pprofs);
     if (set->requests == NULL || labels == NULL || pprofs == NULL)
@@ -189,11 +201,13 @@ void build_agent_requests(size_t windows, size_t processes, request_set *set) {
     for (size_t p = 0; p < processes; p++)
         if (agentgen_labels(g, p, &labels[p], &err) != 0)
             die("labels", &err);
+    profile_type t = agentgen_profile_type();
     for (size_t w = 0; w < windows; w++) {
         for (size_t p = 0; p < processes; p++) {
             pprof_profile prof;
             if (agentgen_profile(g, p, w, &prof, &err) != 0)
                 die("profile", &err);
+            prof.time_nanos += start_ns;
             set->samples += count_samples(&prof);
             set->pprof_samples += count_pprof_samples(&prof);
             strata_buffer_reset(&pprofs[p]);
@@ -201,11 +215,17 @@ void build_agent_requests(size_t windows, size_t processes, request_set *set) {
                 die("encode", &err);
             set->pprof_bytes += pprofs[p].len;
             pprof_profile_free(&prof);
+            if (dump_dir != NULL)
+                dump_pprof(dump_dir, w, p, &pprofs[p]);
         }
-        profile_type t = agentgen_profile_type();
-        encode_request(labels, t.name, pprofs, processes, &set->requests[w]);
+        for (size_t c = 0; c < chunks; c++) {
+            size_t first = c * per_request;
+            size_t n = processes - first < per_request ? processes - first : per_request;
+            encode_request(labels + first, t.name, pprofs + first, n,
+                           &set->requests[w * chunks + c]);
+        }
     }
-    set->n = windows;
+    set->n = windows * chunks;
     for (size_t p = 0; p < processes; p++) {
         label_set_free(&labels[p]);
         strata_buffer_free(&pprofs[p]);
@@ -213,6 +233,11 @@ void build_agent_requests(size_t windows, size_t processes, request_set *set) {
     free(labels);
     free(pprofs);
     agentgen_free(g);
+}
+
+/* One request per 10 s window holding every process's profile, as a node's agents would send. */
+void build_agent_requests(size_t windows, size_t processes, request_set *set) {
+    build_agent_requests_split(windows, processes, processes, 0, NULL, set);
 }
 
 void free_set(request_set *set) {

@@ -36,6 +36,13 @@ uint64_t count_samples(const pprof_profile *p);
 uint64_t count_pprof_samples(const pprof_profile *p);
 /* One request per 10 s window holding every process's agent-like profile (bench/agentgen). */
 void build_agent_requests(size_t windows, size_t processes, request_set *set);
+/* The same profiles in requests of at most per_request processes (window by window, so the
+ * requests are in time order), window w at start_ns + 10 w seconds (build_agent_requests: at
+ * 10 w seconds from the epoch, the first at 0, which an ingester reads as "no time" and stamps
+ * with its clock), each profile also written to dump_dir (when not NULL) as
+ * w<window>-p<process>.pb.gz. */
+void build_agent_requests_split(size_t windows, size_t processes, size_t per_request,
+                                int64_t start_ns, const char *dump_dir, request_set *set);
 /* A pprof file pushed as profile type `name` (e.g. "process_cpu", "memory"). */
 typedef struct pprof_file {
     const char *path;
