@@ -590,10 +590,10 @@ static int draw_ranks(agentgen *g, size_t process, uint64_t window) {
             return -1;
         (*v)++;
     }
-    for (size_t i = 0; i <= g->draws.mask && g->draws.keys != NULL; i++) {
-        if (g->draws.keys[i] != 0)
+    for (size_t i = 0; i <= g->draws.mask && g->draws.slots != NULL; i++) {
+        if (g->draws.slots[i].key != 0)
             g->draw_list[g->n_draws++] =
-                (agentgen_draw){g->draws.keys[i] - 1, (int64_t)g->draws.values[i]};
+                (agentgen_draw){g->draws.slots[i].key - 1, (int64_t)g->draws.slots[i].value};
     }
     return 0;
 }

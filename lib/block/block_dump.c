@@ -231,12 +231,12 @@ static int dump_top_for_type(block_reader *r, const block_profile *p, size_t n,
         return strata_error_oom(err);
     }
     size_t k = 0;
-    for (size_t i = 0; sums.keys != NULL && i <= sums.mask; i++) {
-        if (sums.keys[i] != 0) {
-            totals[k].stack = (uint32_t)(sums.keys[i] - 1);
-            totals[k].label_set = (uint32_t)((sums.keys[i] - 1) >> 32);
+    for (size_t i = 0; sums.slots != NULL && i <= sums.mask; i++) {
+        if (sums.slots[i].key != 0) {
+            totals[k].stack = (uint32_t)(sums.slots[i].key - 1);
+            totals[k].label_set = (uint32_t)((sums.slots[i].key - 1) >> 32);
             int64_t v;
-            memcpy(&v, &sums.values[i], sizeof v);
+            memcpy(&v, &sums.slots[i].value, sizeof v);
             totals[k++].value = v;
         }
     }

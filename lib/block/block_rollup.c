@@ -44,7 +44,7 @@ static int touch(rollup_state *st, uint64_t key, strata_error *err) {
 static int add_labelled(rollup_state *st, uint32_t stack, uint32_t set, uint64_t value,
                         strata_error *err) {
     uint64_t key = (uint64_t)stack << 32 | set;
-    if (st->labelled.keys == NULL && strata_u64_map_init(&st->labelled, 1024) != 0)
+    if (st->labelled.slots == NULL && strata_u64_map_init(&st->labelled, 1024) != 0)
         return strata_error_oom(err);
     bool inserted;
     uint64_t *sum = strata_u64_map_upsert(&st->labelled, key, 0, &inserted);

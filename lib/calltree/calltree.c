@@ -728,7 +728,7 @@ int calltree_apply_diff_mode(calltree *t, bool absolute, strata_error *err) {
 /* ---- accessors ---- */
 
 static size_t map_bytes(const strata_u64_map *m) {
-    return m->keys != NULL ? (m->mask + 1) * 2 * sizeof(uint64_t) : 0;
+    return m->slots != NULL ? (m->mask + 1) * sizeof *m->slots : 0;
 }
 
 size_t calltree_memory_bytes(const calltree *t) {

@@ -63,116 +63,101 @@ static size_t capacity_for(size_t expected) {
     return cap;
 }
 
+/* Slots of a big map (a merge's call tree reaches millions of keys, probed at random) are
+ * backed by transparent huge pages where the kernel allows it: with 4 KiB pages nearly every
+ * probe of a 100 MB table also misses the TLB. */
+#define HUGE_PAGE_BYTES ((size_t)2 << 20)
+
+static strata_u64_slot *map_slots(size_t n) {
+    size_t bytes = n * sizeof(strata_u64_slot);
+    if (bytes < 2 * HUGE_PAGE_BYTES)
+        return calloc(n, sizeof(strata_u64_slot));
+    strata_u64_slot *a = aligned_alloc(HUGE_PAGE_BYTES, bytes); /* bytes is a power of two */
+    if (a == NULL)
+        return NULL;
+    (void)madvise(a, bytes, MADV_HUGEPAGE); /* advice only: fine if refused */
+    memset(a, 0, bytes);
+    return a;
+}
+
 int strata_u64_map_init(strata_u64_map *m, size_t expected) {
     size_t cap = capacity_for(expected);
-    m->keys = calloc(cap, sizeof *m->keys);
-    m->values = malloc(cap * sizeof *m->values);
-    if (m->keys == NULL || m->values == NULL) {
-        free(m->keys);
-        free(m->values);
-        m->keys = NULL;
-        m->values = NULL;
+    m->slots = map_slots(cap);
+    if (m->slots == NULL)
         return -1;
-    }
     m->count = 0;
     m->mask = cap - 1;
     return 0;
 }
 
 void strata_u64_map_free(strata_u64_map *m) {
-    free(m->keys);
-    free(m->values);
+    free(m->slots);
     memset(m, 0, sizeof *m);
 }
 
 void strata_u64_map_clear(strata_u64_map *m) {
-    if (m->keys != NULL)
-        memset(m->keys, 0, (m->mask + 1) * sizeof *m->keys);
+    if (m->slots != NULL)
+        memset(m->slots, 0, (m->mask + 1) * sizeof *m->slots);
     m->count = 0;
 }
 
 uint64_t *strata_u64_map_get(const strata_u64_map *m, uint64_t key) {
-    if (m->keys == NULL)
+    if (m->slots == NULL)
         return NULL;
     size_t i = strata_hash_u64(key) & m->mask;
     for (;;) {
-        uint64_t k = m->keys[i];
+        uint64_t k = m->slots[i].key;
         if (k == key)
-            return &m->values[i];
+            return &m->slots[i].value;
         if (k == 0)
             return NULL;
         i = (i + 1) & m->mask;
     }
 }
 
-/* Arrays of a big map (a merge's call tree reaches millions of keys, probed at random) are
- * backed by transparent huge pages where the kernel allows it: with 4 KiB pages nearly every
- * probe of a 100 MB table also misses the TLB. */
-#define HUGE_PAGE_BYTES ((size_t)2 << 20)
-
-static uint64_t *map_array(size_t n, bool zero) {
-    size_t bytes = n * sizeof(uint64_t);
-    if (bytes < 2 * HUGE_PAGE_BYTES)
-        return zero ? calloc(n, sizeof(uint64_t)) : malloc(bytes);
-    uint64_t *a = aligned_alloc(HUGE_PAGE_BYTES, bytes); /* bytes is a power of two here */
-    if (a == NULL)
-        return NULL;
-    (void)madvise(a, bytes, MADV_HUGEPAGE); /* advice only: fine if refused */
-    if (zero)
-        memset(a, 0, bytes);
-    return a;
-}
-
 static int u64_map_grow(strata_u64_map *m) {
     size_t cap = (m->mask + 1) * 2;
-    uint64_t *keys = map_array(cap, true);
-    uint64_t *values = map_array(cap, false);
-    if (keys == NULL || values == NULL) {
-        free(keys);
-        free(values);
+    strata_u64_slot *slots = map_slots(cap);
+    if (slots == NULL)
         return -1;
-    }
     for (size_t i = 0; i <= m->mask; i++) {
-        uint64_t k = m->keys[i];
+        uint64_t k = m->slots[i].key;
         if (k == 0)
             continue;
         size_t j = strata_hash_u64(k) & (cap - 1);
-        while (keys[j] != 0)
+        while (slots[j].key != 0)
             j = (j + 1) & (cap - 1);
-        keys[j] = k;
-        values[j] = m->values[i];
+        slots[j] = m->slots[i];
     }
-    free(m->keys);
-    free(m->values);
-    m->keys = keys;
-    m->values = values;
+    free(m->slots);
+    m->slots = slots;
     m->mask = cap - 1;
     return 0;
 }
 
 uint64_t *strata_u64_map_upsert(strata_u64_map *m, uint64_t key, uint64_t initial, bool *inserted) {
-    if (m->keys == NULL && strata_u64_map_init(m, 16) != 0)
+    if (m->slots == NULL && strata_u64_map_init(m, 16) != 0)
         return NULL;
     if ((m->count + 1) * 2 > m->mask + 1 && u64_map_grow(m) != 0)
         return NULL;
     size_t i = strata_hash_u64(key) & m->mask;
     for (;;) {
-        uint64_t k = m->keys[i];
+        uint64_t k = m->slots[i].key;
         if (k == key) {
             if (inserted != NULL)
                 *inserted = false;
-            return &m->values[i];
+            return &m->slots[i].value;
         }
         if (k == 0)
             break;
         i = (i + 1) & m->mask;
     }
-    m->keys[i] = key;
-    m->values[i] = initial;
+    m->slots[i].key = key;
+    m->slots[i].value = initial;
     m->count++;
     if (inserted != NULL)
         *inserted = true;
-    return &m->values[i];
+    return &m->slots[i].value;
 }
 
 #define INTERN_CHUNK (64 * 1024)

@@ -83,9 +83,15 @@ static inline void strata_fingerprint_finish(const strata_fingerprint *f, uint64
     *check = (uint32_t)(strata_hash_u64(f->b) >> 32);
 }
 
+/* A key and its value side by side: a probe that finds its key reads the value from the same
+ * cache line (a call tree's child map is probed at random, millions of times per merge). */
+typedef struct strata_u64_slot {
+    uint64_t key; /* 0 = empty */
+    uint64_t value;
+} strata_u64_slot;
+
 typedef struct strata_u64_map {
-    uint64_t *keys;
-    uint64_t *values;
+    strata_u64_slot *slots;
     size_t count;
     size_t mask; /* capacity - 1; capacity is a power of two */
 } strata_u64_map;

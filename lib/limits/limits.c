@@ -314,15 +314,15 @@ static void purge_series(tenant_state *t, int64_t now_ns) {
     int64_t cutoff = now_ns - window_of(t);
     t->last_purge_ns = now_ns;
     t->next_purge_ns = now_ns + window_of(t) / 10;
-    if (t->series.keys == NULL || t->oldest_ns > cutoff)
+    if (t->series.slots == NULL || t->oldest_ns > cutoff)
         return; /* nothing can have expired */
     size_t live = 0;
     int64_t oldest = now_ns;
     for (size_t i = 0; i <= t->series.mask; i++)
-        if (t->series.keys[i] != 0 && (int64_t)t->series.values[i] > cutoff) {
+        if (t->series.slots[i].key != 0 && (int64_t)t->series.slots[i].value > cutoff) {
             live++;
-            if ((int64_t)t->series.values[i] < oldest)
-                oldest = (int64_t)t->series.values[i];
+            if ((int64_t)t->series.slots[i].value < oldest)
+                oldest = (int64_t)t->series.slots[i].value;
         }
     if (live == t->series.count) {
         t->oldest_ns = oldest;
@@ -332,8 +332,9 @@ static void purge_series(tenant_state *t, int64_t now_ns) {
     if (strata_u64_map_init(&fresh, live > 16 ? live : 16) != 0)
         return;
     for (size_t i = 0; i <= t->series.mask; i++)
-        if (t->series.keys[i] != 0 && (int64_t)t->series.values[i] > cutoff &&
-            strata_u64_map_upsert(&fresh, t->series.keys[i], t->series.values[i], NULL) == NULL) {
+        if (t->series.slots[i].key != 0 && (int64_t)t->series.slots[i].value > cutoff &&
+            strata_u64_map_upsert(&fresh, t->series.slots[i].key, t->series.slots[i].value, NULL) ==
+                NULL) {
             strata_u64_map_free(&fresh); /* not reached: init made room for every live entry */
             return;
         }
@@ -654,7 +655,7 @@ void limits_get_stats(limits_enforcer *l, limits_stats *out) {
             pthread_mutex_lock(&t->mu);
             out->series += t->series.count;
             out->bytes += sizeof *t + strlen(t->name) + 1;
-            if (t->series.keys != NULL)
+            if (t->series.slots != NULL)
                 out->bytes += (t->series.mask + 1) * 2 * sizeof(uint64_t);
             pthread_mutex_unlock(&t->mu);
         }

@@ -1483,9 +1483,9 @@ static int add_grouped(block_reader *r, merge_partial *p, frame_memo *m,
         return strata_error_oom(err);
     int rc = 0;
     for (size_t i = 0; rc == 0 && i <= grouped->mask; i++) {
-        uint64_t key = grouped->keys[i];
+        uint64_t key = grouped->slots[i].key;
         int64_t value;
-        memcpy(&value, &grouped->values[i], sizeof value);
+        memcpy(&value, &grouped->slots[i].value, sizeof value);
         if (key == 0 || value == 0)
             continue;
         p->result.total += value;
