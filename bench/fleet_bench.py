@@ -189,11 +189,19 @@ class Cluster:
                 self.write_address, self.query_http = g, h
                 self.ingester_http = self.scraper_http = h
             else:
-                p, h, g = self._start("ingester", bucket, ("ingester",))
+                ingester_extra = querier_extra = ""
+                if getattr(args, "announce", False):
+                    # the ingester announces each committed block; the querier sees it at once
+                    # instead of at its next listing
+                    url = f"tcp://127.0.0.1:{free_port()}"
+                    ingester_extra = f"ingester:\n  announce_listen_address: {url}\n"
+                    querier_extra = f"querier:\n  announce_addresses: ['{url}']\n"
+                p, h, g = self._start("ingester", bucket + ingester_extra, ("ingester",))
                 self.write_address, self.ingester_http = g, h
                 self.query_http = self.scraper_http = None
                 if querier:
-                    _, self.query_http, _ = self._start("querier", bucket, ("querier",))
+                    _, self.query_http, _ = self._start("querier", bucket + querier_extra,
+                                                        ("querier",))
                     # a split deployment runs a compactor too: without one, level-1 blocks pile
                     # up and every listing and query grows with them
                     self._start("compactor", bucket, ("compactor",))
@@ -758,6 +766,9 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", choices=["scrape", "agents", "ackload", "all"], default="all")
     ap.add_argument("--mode", choices=["all", "split"], default="all")
+    ap.add_argument("--announce", action="store_true",
+                    help="split mode: the querier follows the ingester's block announcements "
+                         "(ingester.announce_listen_address, querier.announce_addresses)")
     ap.add_argument("--seconds", type=float, default=600, help="measured window per scenario")
     ap.add_argument("--warmup", type=float, default=25)
     ap.add_argument("--grace", type=float, default=20,
