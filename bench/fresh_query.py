@@ -43,18 +43,11 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_bench import ROOT, cpu_seconds, free_port  # noqa: E402
+from fleet_bench import status_kib  # noqa: E402
 
 TYPE = "parca_agent:samples:count:cpu:nanoseconds:delta"
 START_UNIX = 1767225600  # 2026-01-01T00:00:00Z: window w of the data is at START + 10 w s
 START = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(START_UNIX))
-
-
-def status_kib(pid, key):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
 
 
 def reset_peak_rss(pid):

@@ -48,7 +48,8 @@ void strata_hash_bytes_pair(const void *data, size_t len, uint64_t seed_a, uint6
     }
     /* the last 1-16 bytes, zero-padded (the length was folded in first) */
     uint8_t last[16] = {0};
-    memcpy(last, p, left);
+    if (left > 0) /* data may be NULL when len is 0 */
+        memcpy(last, p, left);
     uint64_t w0 = load_u64(last), w1 = load_u64(last + 8);
     ha = strata_fold_mul(w0 ^ STRATA_HASH_K1, w1 ^ ha);
     hb = strata_fold_mul(w1 ^ STRATA_HASH_K3, w0 ^ hb);
