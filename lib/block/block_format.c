@@ -44,6 +44,8 @@ static const block_column_schema rollup_stacks_cols[] = {
 static const block_column_schema label_sets_cols[] = {{"first_label", D, 0}, {"label_count", U, 0}};
 static const block_column_schema label_set_labels_cols[] = {{"name", U, 0}, {"value", U, 0}};
 static const block_column_schema series_label_sets_cols[] = {{"series", D, 0}, {"label_set", D, 0}};
+static const block_column_schema stack_origins_cols[] = {{"origin", D, 0}};
+static const block_column_schema dictionary_cols[] = {{"id", B, 0}, {"stack_count", U, 0}};
 
 #define TABLE(name, cols)                                                                          \
     { name, (int)(sizeof cols / sizeof cols[0]), cols, (int)(sizeof cols / sizeof cols[0]) }
@@ -69,6 +71,8 @@ static const block_table_schema tables[BLOCK_TABLE_MAX + 1] = {
     [BLOCK_TABLE_LABEL_SETS] = TABLE("label_sets", label_sets_cols),
     [BLOCK_TABLE_LABEL_SET_LABELS] = TABLE("label_set_labels", label_set_labels_cols),
     [BLOCK_TABLE_SERIES_LABEL_SETS] = TABLE("series_label_sets", series_label_sets_cols),
+    [BLOCK_TABLE_STACK_ORIGINS] = TABLE("stack_origins", stack_origins_cols),
+    [BLOCK_TABLE_DICTIONARY] = TABLE("dictionary", dictionary_cols),
 };
 
 const block_table_schema *block_table_schema_get(int table_id) {

@@ -101,6 +101,10 @@ struct block_reader {
     uint32_t *stack_parent; /* index = stack id; [0] unused */
     uint32_t *stack_location;
     size_t n_stacks;
+
+    bool origins_loaded; /* tables stack_origins and dictionary, loaded on first use */
+    uint32_t *stack_origin;
+    block_stack_origins origins;
 };
 
 static int data_loss(strata_error *err, int table, int column, uint64_t page, const char *what) {
@@ -420,6 +424,16 @@ static int parse_footer(block_reader *r, const uint8_t *p, size_t len, strata_er
                                     "block: footer of a version %u block lacks table %s",
                                     r->version, block_table_name(id));
     }
+    if (r->tables[BLOCK_TABLE_STACK_ORIGINS].present != r->tables[BLOCK_TABLE_DICTIONARY].present)
+        return strata_error_set(
+            err, STRATA_DATA_LOSS,
+            "block: footer has only one of tables stack_origins and dictionary");
+    if (r->tables[BLOCK_TABLE_STACK_ORIGINS].present &&
+        (r->tables[BLOCK_TABLE_STACK_ORIGINS].rows != r->tables[BLOCK_TABLE_STACKS].rows ||
+         r->tables[BLOCK_TABLE_DICTIONARY].rows != 1))
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: footer: table stack_origins must have a row per stack and "
+                                "table dictionary one row");
     r->tables[BLOCK_TABLE_PROFILES].evictable = true;
     r->tables[BLOCK_TABLE_SAMPLES].evictable = true;
     r->tables[BLOCK_TABLE_ROLLUP_STACKS].evictable = true;
@@ -1514,6 +1528,62 @@ int block_reader_stack_node(block_reader *r, uint32_t stack_id, uint32_t *parent
     return 0;
 }
 
+static int load_stack_origins(block_reader *r, strata_error *err) {
+    const r_decoded *d;
+    if (load_page(r, BLOCK_TABLE_DICTIONARY, BLOCK_COL_DICTIONARY_ID, 0, &d, err) != 0)
+        return -1;
+    if (d->offsets[1] - d->offsets[0] - 1 != BLOCK_DICTIONARY_ID_BYTES)
+        return data_loss(err, BLOCK_TABLE_DICTIONARY, BLOCK_COL_DICTIONARY_ID, 0,
+                         "the id is not 16 bytes");
+    memcpy(r->origins.dictionary, d->text, BLOCK_DICTIONARY_ID_BYTES);
+    if (load_page(r, BLOCK_TABLE_DICTIONARY, BLOCK_COL_DICTIONARY_STACK_COUNT, 0, &d, err) != 0)
+        return -1;
+    if (d->values[0] > UINT32_MAX - 1)
+        return data_loss(err, BLOCK_TABLE_DICTIONARY, BLOCK_COL_DICTIONARY_STACK_COUNT, 0,
+                         "stack count out of range");
+    r->origins.dictionary_stacks = (uint32_t)d->values[0];
+    uint64_t *c = NULL;
+    size_t n = (size_t)r->tables[BLOCK_TABLE_STACK_ORIGINS].rows;
+    if (read_column(r, BLOCK_TABLE_STACK_ORIGINS, BLOCK_COL_STACK_ORIGINS_ORIGIN, &c, err) != 0)
+        return -1;
+    r->stack_origin = malloc((n + 1) * sizeof *r->stack_origin);
+    int rc = r->stack_origin == NULL ? strata_error_oom(err) : 0;
+    uint64_t previous = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (c[i] <= previous || c[i] > r->origins.dictionary_stacks) {
+            rc = strata_error_set(err, STRATA_DATA_LOSS,
+                                  "block: table stack_origins, row %zu: origin %llu is not above "
+                                  "the previous one or beyond the dictionary's %u stacks",
+                                  i, (unsigned long long)c[i], r->origins.dictionary_stacks);
+            break;
+        }
+        r->stack_origin[i + 1] = (uint32_t)c[i];
+        previous = c[i];
+    }
+    free(c);
+    drop_pages(r, BLOCK_TABLE_STACK_ORIGINS);
+    drop_pages(r, BLOCK_TABLE_DICTIONARY);
+    if (rc != 0) {
+        free(r->stack_origin);
+        r->stack_origin = NULL;
+        return -1;
+    }
+    r->stack_origin[0] = 0;
+    r->origins.origin = r->stack_origin;
+    r->origins.n_stacks = n;
+    return 0;
+}
+
+int block_reader_stack_origins(block_reader *r, block_stack_origins *out, strata_error *err) {
+    if (!r->origins_loaded && r->tables[BLOCK_TABLE_STACK_ORIGINS].present) {
+        if (load_stack_origins(r, err) != 0)
+            return -1;
+    }
+    r->origins_loaded = true;
+    *out = r->origins;
+    return 0;
+}
+
 int block_reader_location(block_reader *r, uint32_t id, block_location *out, strata_error *err) {
     if (load_symbols(r, err) != 0)
         return -1;
@@ -1554,6 +1624,8 @@ size_t block_reader_memory_bytes(const block_reader *r) {
     bytes += r->n_mappings * sizeof *r->mappings + r->n_functions * sizeof *r->functions;
     bytes += r->n_locations * sizeof *r->locations + r->n_lines * sizeof *r->lines;
     bytes += (r->n_stacks + 1) * 2 * sizeof(uint32_t);
+    if (r->stack_origin != NULL)
+        bytes += (r->origins.n_stacks + 1) * sizeof *r->stack_origin;
     if (r->label_sets_loaded) {
         bytes += r->n_label_sets * sizeof *r->label_sets + (r->n_series + 1) * sizeof(uint64_t);
         bytes += (size_t)r->tables[BLOCK_TABLE_SERIES_LABEL_SETS].rows * sizeof(uint32_t);
@@ -1635,5 +1707,6 @@ void block_reader_close(block_reader *r) {
     free(r->rollups);
     free_label_sets(r);
     free_symbols(r);
+    free(r->stack_origin);
     free(r);
 }

@@ -212,6 +212,25 @@ int block_reader_stack(block_reader *r, uint32_t stack_id, uint32_t *locations, 
  * each distinct stack once, reusing its parent's translation. */
 int block_reader_stack_node(block_reader *r, uint32_t stack_id, uint32_t *parent,
                             uint32_t *location, strata_error *err);
+
+/* Where a block's stacks come from in the writer's dictionary (docs/block-format.md 6.12). The
+ * ingester cuts each flush's block from one long-lived dictionary per tenant; every such block
+ * names the dictionary (a 16-byte id) and, per stack, the dictionary's stack id (its origin). Two
+ * blocks of one dictionary hold the same stack content under the same origin, so a reader that
+ * translates stacks (a merge) translates each origin once over all of them. Origins are strictly
+ * increasing in stack id and within 1..dictionary_stacks (checked); origin[0] = 0 (the empty
+ * stack). */
+typedef struct block_stack_origins {
+    uint8_t dictionary[16];
+    uint32_t dictionary_stacks;
+    const uint32_t *origin; /* index = stack id; NULL: the block has no origins */
+    size_t n_stacks;
+} block_stack_origins;
+
+/* Fills out (origin NULL for a block without the tables, which is no error); the array lives
+ * until close. Loads only the two small tables, not the stack tree. */
+int block_reader_stack_origins(block_reader *r, block_stack_origins *out, strata_error *err);
+
 int block_reader_location(block_reader *r, uint32_t location_id, block_location *out,
                           strata_error *err);
 int block_reader_function(block_reader *r, uint32_t function_id, block_function *out,

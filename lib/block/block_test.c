@@ -1701,6 +1701,92 @@ static void test_detach_keeps_dictionary(void **state) {
     block_writer_free(w);
 }
 
+/* Blocks cut from one writer name one dictionary and, per stack, its origin there: stacks of two
+ * blocks with one origin have the same frames, every block's origins rise with its stack ids, the
+ * writer finishing itself names its own stacks, and a writer that never detached names none. */
+static void test_detached_blocks_share_stack_origins(void **state) {
+    (void)state;
+    static const tsample extra[] = {{{"flush", "storage", "main", NULL}, 6}};
+    const detach_round rounds[][2] = {
+        {{profile_a, 4, 0, "api-1", 1000, 0}, {profile_b, 2, 100, "api-2", 1001, 0}},
+        {{profile_b, 2, 300, "api-2", 1010, 0}, {extra, 1, 50, "api-3", 1011, 0}},
+        {{profile_a, 4, 7, "api-1", 1020, 0}, {profile_b, 2, 9, "api-3", 1021, 0}},
+    };
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    strata_buffer data[4];
+    block_memory_source src[4];
+    block_reader *r[4];
+    block_stack_origins o[4];
+    for (size_t b = 0; b < 4; b++) {
+        if (b < 3) {
+            add_round(w, rounds[b], 2);
+            block_writer *d = NULL;
+            assert_int_equal(block_writer_detach(w, &d, &err), 0);
+            finish_to(d, &data[b]);
+            block_writer_free(d);
+        } else { /* the dictionary writer itself, as the ingester finishes one that grew too big */
+            add_round(w, rounds[0], 1);
+            finish_to(w, &data[b]);
+        }
+        src[b] = (block_memory_source){data[b].data, data[b].len};
+        assert_int_equal(
+            block_reader_open(block_memory_fetch, &src[b], data[b].len, NULL, &r[b], &err), 0);
+        assert_int_equal(block_reader_stack_origins(r[b], &o[b], &err), 0);
+        assert_non_null(o[b].origin);
+        assert_int_equal(o[b].n_stacks, block_reader_row_count(r[b], BLOCK_TABLE_STACKS));
+        assert_memory_equal(o[b].dictionary, o[0].dictionary, 16);
+        assert_int_equal(o[b].origin[0], 0);
+        for (size_t s = 1; s <= o[b].n_stacks; s++) {
+            assert_true(o[b].origin[s] > o[b].origin[s - 1]);
+            assert_true(o[b].origin[s] <= o[b].dictionary_stacks);
+        }
+    }
+    assert_true(o[1].dictionary_stacks > o[0].dictionary_stacks); /* the dictionary grew */
+    for (size_t s = 1; s <= o[3].n_stacks; s++)
+        assert_int_equal(o[3].origin[s], s); /* its own stacks */
+    /* equal origins, equal frames; and blocks 0 and 2 (the same profiles) share every stack */
+    size_t shared = 0;
+    for (size_t a = 0; a < 4; a++) {
+        for (size_t b = a + 1; b < 4; b++) {
+            for (size_t i = 1; i <= o[a].n_stacks; i++) {
+                for (size_t j = 1; j <= o[b].n_stacks; j++) {
+                    if (o[a].origin[i] != o[b].origin[j])
+                        continue;
+                    char x[512], y[512];
+                    stack_frames(r[a], (uint32_t)i, x, sizeof x);
+                    stack_frames(r[b], (uint32_t)j, y, sizeof y);
+                    assert_string_equal(x, y);
+                    shared += a == 0 && b == 2;
+                }
+            }
+        }
+    }
+    assert_int_equal(shared, o[0].n_stacks);
+    assert_int_equal(o[2].n_stacks, o[0].n_stacks);
+    for (size_t b = 0; b < 4; b++) {
+        block_reader_close(r[b]);
+        strata_buffer_free(&data[b]);
+    }
+    block_writer_free(w);
+    /* a writer that never detached: no origins */
+    w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    add_round(w, rounds[0], 2);
+    strata_buffer plain;
+    finish_to(w, &plain);
+    block_writer_free(w);
+    block_reader *pr;
+    assert_int_equal(open_bytes(plain.data, plain.len, &pr, &err), 0);
+    block_stack_origins po;
+    assert_int_equal(block_reader_stack_origins(pr, &po, &err), 0);
+    assert_null(po.origin);
+    assert_int_equal(block_reader_row_count(pr, BLOCK_TABLE_STACK_ORIGINS), 0);
+    block_reader_close(pr);
+    strata_buffer_free(&plain);
+}
+
 /* ---- sample labels (format version 2) ------------------------------------------------------ */
 
 /* Gives pprof sample i the labels kv: key, value pairs (a NULL value makes a numeric label
@@ -2214,6 +2300,7 @@ int main(void) {
         cmocka_unit_test(test_rollup_reads_only_its_pages),
         cmocka_unit_test(test_rollup_build),
         cmocka_unit_test(test_detach_keeps_dictionary),
+        cmocka_unit_test(test_detached_blocks_share_stack_origins),
         cmocka_unit_test(test_many_samples_sorted_and_summed),
         cmocka_unit_test(test_sample_labels_roundtrip),
         cmocka_unit_test(test_version1_block_readable_and_unchanged),

@@ -10,6 +10,7 @@
 
 #include "block/block_format.h"
 #include "block/block_rollup.h"
+#include "block/ulid.h"
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/radix_sort.h"
@@ -222,6 +223,14 @@ struct block_writer {
     w_profile current;
     bool finished;
     bool detached; /* made by block_writer_detach: it only finishes */
+
+    /* The dictionary's id (docs/block-format.md 6.12), drawn at the first detach: every block cut
+     * from this writer, and the writer itself when it finishes, says which of the dictionary's
+     * stacks its own stacks are, so a reader translates each stack once over all of them. */
+    bool has_dictionary;
+    ulid dictionary;
+    uint32_t dictionary_stacks; /* a detached block: the dictionary's stack count at the cut */
+    uint32_t *stack_origins;    /* a detached block: per stack row, the dictionary's stack id */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -865,6 +874,7 @@ void block_writer_free(block_writer *w) {
     free(w->location_index.slots);
     free(w->lines);
     free(w->stacks);
+    free(w->stack_origins);
     free(w->stack_index.slots);
     free(w->chain_locations);
     free(w->chain_nodes);
@@ -1940,6 +1950,9 @@ static int detach_copy_symbols(const block_writer *w, const detach_maps *m, bloc
     ENSURE_OR_OOM(d->functions, d->cap_functions, counts[1]);
     ENSURE_OR_OOM(d->locations, d->cap_locations, counts[0]);
     ENSURE_OR_OOM(d->stacks, d->cap_stacks, n_stacks);
+    d->stack_origins = malloc(((size_t)n_stacks + 1) * sizeof *d->stack_origins);
+    if (d->stack_origins == NULL)
+        return strata_error_oom(err);
     for (size_t i = 0; i < w->n_mappings; i++) {
         if (m->mappings[i] == DETACH_UNUSED)
             continue;
@@ -1979,6 +1992,7 @@ static int detach_copy_symbols(const block_writer *w, const detach_maps *m, bloc
         w_stack s = w->stacks[i];
         s.parent = s.parent == 0 ? 0 : m->stacks[s.parent - 1];
         s.location = m->locations[s.location];
+        d->stack_origins[d->n_stacks] = (uint32_t)i + 1;
         d->stacks[d->n_stacks++] = s;
     }
     return 0;
@@ -2045,6 +2059,11 @@ int block_writer_detach(block_writer *w, block_writer **block, strata_error *err
     if (w->n_profiles == 0)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "block writer: no profiles were added; nothing to detach");
+    if (!w->has_dictionary) {
+        if (ulid_new(&w->dictionary, err) != 0)
+            return -1;
+        w->has_dictionary = true;
+    }
     detach_maps m;
     if (detach_maps_init(w, &m, err) != 0)
         return -1;
@@ -2066,6 +2085,9 @@ int block_writer_detach(block_writer *w, block_writer **block, strata_error *err
         return -1;
     }
     d->detached = true;
+    d->has_dictionary = true;
+    d->dictionary = w->dictionary;
+    d->dictionary_stacks = (uint32_t)w->n_stacks;
     w->n_profiles = 0;
     w->n_samples = 0;
     w->samples_labelled = false;
@@ -2406,6 +2428,30 @@ static int order_profiles(block_writer *w, block_order *o, strata_error *err) {
     return 0;
 }
 
+/* Tables stack_origins and dictionary (docs/block-format.md 6.12), for a writer with a dictionary
+ * id: a detached block maps its stacks to the dictionary's, a dictionary writer finishing itself
+ * holds the dictionary's own stacks (origin = stack id). */
+static int write_dictionary_tables(encoder *e) {
+    block_writer *w = e->w;
+    if (!w->has_dictionary || w->n_stacks == 0)
+        return 0;
+    enc_begin_table(e, BLOCK_TABLE_STACK_ORIGINS);
+    for (size_t i = 0; i < w->n_stacks; i++) {
+        enc_put(e, BLOCK_COL_STACK_ORIGINS_ORIGIN,
+                w->stack_origins != NULL ? w->stack_origins[i] : (uint64_t)i + 1);
+        enc_end_row(e);
+    }
+    if (enc_end_table(e) != 0)
+        return -1;
+    enc_begin_table(e, BLOCK_TABLE_DICTIONARY);
+    enc_put_bytes(e, BLOCK_COL_DICTIONARY_ID, (const char *)w->dictionary.bytes,
+                  sizeof w->dictionary.bytes);
+    enc_put(e, BLOCK_COL_DICTIONARY_STACK_COUNT,
+            w->stack_origins != NULL ? w->dictionary_stacks : w->n_stacks);
+    enc_end_row(e);
+    return enc_end_table(e);
+}
+
 static int write_symbol_tables(encoder *e, const block_order *o) {
     block_writer *w = e->w;
     enc_begin_table(e, BLOCK_TABLE_STRINGS);
@@ -2467,7 +2513,9 @@ static int write_symbol_tables(encoder *e, const block_order *o) {
         enc_put(e, BLOCK_COL_STACKS_LOCATION, w->stacks[i].location);
         enc_end_row(e);
     }
-    return enc_end_table(e);
+    if (enc_end_table(e) != 0)
+        return -1;
+    return write_dictionary_tables(e);
 }
 
 typedef struct posting_entry {

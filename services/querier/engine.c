@@ -1150,13 +1150,75 @@ typedef struct merge_query {
     size_t workers;              /* threads merging partial trees, set by run_merge_attempt */
 } merge_query;
 
+/* A worker's translations of one writer dictionary's stacks (docs/block-format.md 6.12): the
+ * call tree node of each dictionary stack translated so far, UINT32_MAX where not yet. The blocks
+ * the ingester cuts from one dictionary name each stack's origin in it, so a merge over minutes of
+ * fresh blocks translates a stack once instead of once per block, as over one compacted block. */
+typedef struct dictionary_memo {
+    uint8_t id[16];
+    uint32_t *node; /* index = dictionary stack id */
+    size_t n;       /* entries in node */
+} dictionary_memo;
+
 typedef struct merge_partial {
     const merge_query *q;
     calltree *tree;
     merge_result result;
     uint64_t passed; /* rows counted */
     bool filtered;   /* some block filtered samples by their labels */
+    dictionary_memo *memos;
+    size_t n_memos;
+    uint64_t memo_bytes;
 } merge_partial;
+
+static void merge_partial_free_memos(merge_partial *p) {
+    for (size_t i = 0; i < p->n_memos; i++)
+        free(p->memos[i].node);
+    free(p->memos);
+    p->memos = NULL;
+    p->n_memos = 0;
+    p->memo_bytes = 0;
+}
+
+/* The worker's memo for the block's dictionary, grown to its stack count; *out NULL (no error)
+ * when it would take more than a quarter of the worker's share of max_query_bytes: the block is
+ * then translated on its own, as a block without origins is. */
+static int dictionary_memo_for(merge_partial *p, const block_stack_origins *o, uint32_t **out,
+                               strata_error *err) {
+    *out = NULL;
+    dictionary_memo *m = NULL;
+    for (size_t i = 0; i < p->n_memos && m == NULL; i++)
+        if (memcmp(p->memos[i].id, o->dictionary, sizeof o->dictionary) == 0)
+            m = &p->memos[i];
+    size_t need = (size_t)o->dictionary_stacks + 1;
+    size_t grow = m == NULL ? need : (need > m->n ? need - m->n : 0);
+    uint64_t budget = p->q->max_bytes / (p->q->workers ? p->q->workers : 1) / 4;
+    if (p->memo_bytes + (uint64_t)grow * sizeof(uint32_t) > budget)
+        return 0;
+    if (m == NULL) {
+        dictionary_memo *grown = realloc(p->memos, (p->n_memos + 1) * sizeof *grown);
+        if (grown == NULL)
+            return strata_error_oom(err);
+        p->memos = grown;
+        m = &p->memos[p->n_memos++];
+        memcpy(m->id, o->dictionary, sizeof m->id);
+        m->node = NULL;
+        m->n = 0;
+    }
+    if (grow > 0) {
+        uint32_t *node = realloc(m->node, need * sizeof *node);
+        if (node == NULL)
+            return strata_error_oom(err);
+        memset(node + m->n, 0xff, grow * sizeof *node);
+        if (m->n == 0)
+            node[0] = CALLTREE_ROOT; /* the empty stack */
+        m->node = node;
+        m->n = need;
+        p->memo_bytes += (uint64_t)grow * sizeof *node;
+    }
+    *out = m->node;
+    return 0;
+}
 
 /* Per-block translation state: block location -> calltree frames (root-most first). */
 typedef struct frame_memo {
@@ -1288,10 +1350,11 @@ static int grow_u32(uint32_t **p, size_t *cap, size_t need, strata_error *err) {
  * first use. node_of_stack caches the answer per stack id (UINT32_MAX = not yet), so each stack
  * tree node costs one translation per block however many samples and descendants share it. */
 static int stack_node(block_reader *r, calltree *tree, frame_memo *m, uint32_t *node_of_stack,
-                      uint32_t stack, uint32_t *out, strata_error *err) {
+                      const uint32_t *origin, uint32_t stack, uint32_t *out, strata_error *err) {
+#define SLOT(id) (origin != NULL ? origin[id] : (id))
     size_t n_pending = 0;
     uint32_t id = stack;
-    while (node_of_stack[id] == UINT32_MAX) { /* collect untranslated ancestors, leaf first */
+    while (node_of_stack[SLOT(id)] == UINT32_MAX) { /* collect untranslated ancestors, leaf first */
         if (grow_u32(&m->path, &m->cap_path, n_pending + 1, err) != 0)
             return -1;
         m->path[n_pending++] = id;
@@ -1300,7 +1363,7 @@ static int stack_node(block_reader *r, calltree *tree, frame_memo *m, uint32_t *
             return -1;
         id = parent;
     }
-    uint32_t node = node_of_stack[id];
+    uint32_t node = node_of_stack[SLOT(id)];
     while (n_pending > 0) { /* translate them root first */
         uint32_t s_id = m->path[--n_pending], parent, loc;
         if (block_reader_stack_node(r, s_id, &parent, &loc, err) != 0)
@@ -1311,10 +1374,11 @@ static int stack_node(block_reader *r, calltree *tree, frame_memo *m, uint32_t *
         for (uint16_t f = 0; f < m->count[loc]; f++)
             if (calltree_child(tree, node, frames[f], &node, err) != 0)
                 return -1;
-        node_of_stack[s_id] = node;
+        node_of_stack[SLOT(s_id)] = node;
     }
     *out = node;
     return 0;
+#undef SLOT
 }
 
 /* Where a block's rows are summed: per stack id for rows shown from the root, per (label frame,
@@ -1529,16 +1593,30 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
                                 "(max_query_bytes); narrow the time range or the selector",
                                 (unsigned long long)(need >> 20), limit);
     }
+    /* A block cut from a writer dictionary translates its stacks through the worker's memo of
+     * that dictionary (its stacks' origins index it), any other through a memo of its own. */
+    block_stack_origins origins;
+    uint32_t *memo = NULL, *node_of_stack = NULL;
+    int rc = block_reader_stack_origins(r, &origins, err);
+    if (rc == 0 && origins.origin != NULL && origins.n_stacks + 1 == n_stacks)
+        rc = dictionary_memo_for(p, &origins, &memo, err);
+    const uint32_t *origin = memo != NULL ? origins.origin : NULL;
+    if (rc == 0 && memo == NULL) {
+        node_of_stack = malloc(n_stacks * sizeof *node_of_stack);
+        if (node_of_stack == NULL)
+            rc = strata_error_oom(err);
+        else {
+            memset(node_of_stack, 0xff, n_stacks * sizeof *node_of_stack);
+            node_of_stack[0] = CALLTREE_ROOT; /* the empty stack */
+            memo = node_of_stack;
+        }
+    }
     int64_t *per_stack = calloc(n_stacks, sizeof *per_stack);
-    uint32_t *node_of_stack = malloc(n_stacks * sizeof *node_of_stack);
     frame_memo m = {0};
     m.offset = calloc(n_locations, sizeof *m.offset);
     m.count = calloc(n_locations, sizeof *m.count);
-    int rc = (per_stack && node_of_stack && m.offset && m.count) ? 0 : strata_error_oom(err);
-    if (rc == 0) {
-        memset(node_of_stack, 0xff, n_stacks * sizeof *node_of_stack);
-        node_of_stack[0] = CALLTREE_ROOT; /* the empty stack */
-    }
+    if (rc == 0 && (per_stack == NULL || m.offset == NULL || m.count == NULL))
+        rc = strata_error_oom(err);
     sample_view view;
     row_sums sums = {per_stack, n_stacks, NULL, {0}, 0};
     if (rc == 0)
@@ -1584,7 +1662,7 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
             continue;
         p->result.total += per_stack[s];
         uint32_t node;
-        rc = stack_node(r, p->tree, &m, node_of_stack, (uint32_t)s, &node, err);
+        rc = stack_node(r, p->tree, &m, memo, origin, (uint32_t)s, &node, err);
         if (rc == 0 && q->base)
             calltree_add_base(p->tree, node, per_stack[s]);
         else if (rc == 0)
@@ -1717,8 +1795,10 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
             rc = calltree_merge(tree, parts[w].tree, err);
         merge_results_add(result, &parts[w].result);
     }
-    for (size_t w = 0; parts != NULL && w < workers; w++)
+    for (size_t w = 0; parts != NULL && w < workers; w++) {
         calltree_free(parts[w].tree);
+        merge_partial_free_memos(&parts[w]);
+    }
     free(parts);
     free(ptrs);
     if (rc == 0 && result->profiles == 0)

@@ -9,6 +9,11 @@
  * checked against sums kept while writing. Which path a block took is read from its reader's
  * byte counters: a block whose series the range covers completely reads rollup pages and no
  * sample page; a block the range cuts reads samples.
+ *
+ * Tenant t2 holds the same profiles cut as the ingester cuts them: one long-lived writer whose
+ * dictionary every block comes from (block_writer_detach), so its blocks carry stack origins
+ * (docs/block-format.md 6.12) and a merge translates each dictionary stack once across blocks;
+ * every merge over t2 must equal the same merge over t1, node for node.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,6 +37,7 @@
 #include "engine.h"
 
 #define TENANT "t1"
+#define TENANT_DICTIONARY "t2"
 #define SEC STRATA_NS_PER_SEC
 #define T0 (INT64_C(1700000000) * SEC)
 #define N_PODS 3
@@ -50,6 +56,7 @@ typedef struct test_data {
     int64_t cpu_pod_total[N_PODS];     /* per pod */
     int64_t cpu_block_total[N_BLOCKS]; /* per block */
     int64_t mem_total;
+    block_writer *dictionary; /* tenant t2's long-lived writer */
 } test_data;
 
 static test_data data;
@@ -90,7 +97,7 @@ static int64_t add_profile(block_writer *w, const label_set *labels, const profi
     return sum;
 }
 
-static void upload_block(block_writer *w) {
+static void upload_block(block_writer *w, const char *tenant) {
     strata_buffer bytes = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
     block_meta meta;
     strata_error err;
@@ -98,9 +105,9 @@ static void upload_block(block_writer *w) {
     assert_int_equal(block_meta_encode(&meta, &json, &err), 0);
     char id[ULID_STRING_LEN + 1], key[256];
     ulid_format(&meta.id, id);
-    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_DATA_FILE);
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_DATA_FILE);
     assert_int_equal(bucket_upload(data.store, key, bytes.data, bytes.len, &err), 0);
-    snprintf(key, sizeof key, "%s/%s/%s", TENANT, id, BLOCK_META_FILE);
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_META_FILE);
     assert_int_equal(bucket_upload(data.store, key, json.data, json.len, &err), 0);
     strata_buffer_free(&bytes);
     strata_buffer_free(&json);
@@ -132,17 +139,27 @@ static void write_block(int b, uint64_t *seed) {
             label_set l = LABEL_SET_INIT;
             assert_int_equal(label_set_add(&l, "pod", 3, pod_names[p], 2, &err), 0);
             int64_t period = 1000 + 7 * ((t + p) % 3); /* varies per profile */
+            uint64_t replay = *seed;
             int64_t v = add_profile(w, &l, &cpu, time_ns, period, seed) * period;
+            assert_int_equal(add_profile(data.dictionary, &l, &cpu, time_ns, period, &replay),
+                             v / period);
             data.cpu_total += v;
             data.cpu_pod_total[p] += v;
             data.cpu_block_total[b] += v;
-            if (p == 0)
+            if (p == 0) {
+                replay = *seed;
                 data.mem_total += add_profile(w, &l, &mem, time_ns, 512, seed);
+                add_profile(data.dictionary, &l, &mem, time_ns, 512, &replay);
+            }
             label_set_free(&l);
         }
     }
-    upload_block(w);
+    upload_block(w, TENANT);
     block_writer_free(w);
+    block_writer *cut;
+    assert_int_equal(block_writer_detach(data.dictionary, &cut, &err), 0);
+    upload_block(cut, TENANT_DICTIONARY);
+    block_writer_free(cut);
 }
 
 static int setup(void **state) {
@@ -152,9 +169,17 @@ static int setup(void **state) {
     assert_non_null(mkdtemp(data.dir));
     strata_error err;
     assert_int_equal(bucket_open_filesystem(data.dir, NULL, &data.store, &err), 0);
+    block_writer_options o;
+    block_writer_options_default(&o);
+    o.tenant = TENANT_DICTIONARY;
+    o.page_size = 1024;
+    data.dictionary = block_writer_new(&o, &err);
+    assert_non_null(data.dictionary);
     uint64_t seed = 42;
     for (int b = 0; b < N_BLOCKS; b++)
         write_block(b, &seed);
+    block_writer_free(data.dictionary);
+    data.dictionary = NULL;
     return 0;
 }
 
@@ -247,27 +272,48 @@ typedef struct merge_case {
     int64_t want_period; /* the result's period (the earliest profile's), when non-zero */
 } merge_case;
 
-static void run_case(query_engine *e, const merge_case *c, calltree **tree, merge_result *res) {
+static void run_case(query_engine *e, const char *tenant, const merge_case *c, calltree **tree,
+                     merge_result *res) {
     strata_error err;
     selector sel;
     assert_int_equal(selector_parse(c->selector, &sel, &err), 0);
     assert_int_equal(calltree_create(tree, 0, &err), 0);
     int rc = c->single
-                 ? query_single(e, TENANT, &sel, c->start_ns, *tree, c->base, res, &err)
-                 : query_merge(e, TENANT, &sel, c->start_ns, c->end_ns, *tree, c->base, res, &err);
+                 ? query_single(e, tenant, &sel, c->start_ns, *tree, c->base, res, &err)
+                 : query_merge(e, tenant, &sel, c->start_ns, c->end_ns, *tree, c->base, res, &err);
     if (rc != 0)
         fail_msg("%s: %s", c->selector, err.message);
     assert_int_equal(calltree_finalize(*tree, &err), 0);
     selector_free(&sel);
 }
 
-/* Runs c on both engines, checks they agree exactly, and returns the rollup side's root total. */
+static void expect_same_results(const merge_result *ra, const merge_result *rb) {
+    assert_int_equal(ra->profiles, rb->profiles);
+    assert_int_equal(ra->samples, rb->samples);
+    assert_int_equal(ra->total, rb->total);
+    assert_int_equal(ra->min_time_ns, rb->min_time_ns);
+    assert_int_equal(ra->max_time_ns, rb->max_time_ns);
+    assert_int_equal(ra->period, rb->period);
+    assert_int_equal(ra->duration_ns, rb->duration_ns);
+}
+
+/* Runs c on both engines, checks they agree exactly, and with the same merge over the dictionary
+ * tenant's blocks on each, and returns the rollup side's root total. */
 static int64_t expect_same_merge(engine_fixture *rollups, engine_fixture *rows,
                                  const merge_case *c) {
     calltree *ta, *tb;
     merge_result ra, rb;
-    run_case(rollups->engine, c, &ta, &ra);
-    run_case(rows->engine, c, &tb, &rb);
+    engine_fixture *engines[] = {rollups, rows};
+    for (int i = 0; i < 2; i++) {
+        run_case(engines[i]->engine, TENANT, c, &ta, &ra);
+        run_case(engines[i]->engine, TENANT_DICTIONARY, c, &tb, &rb);
+        expect_same_results(&ra, &rb);
+        expect_same_trees(ta, tb);
+        calltree_free(ta);
+        calltree_free(tb);
+    }
+    run_case(rollups->engine, TENANT, c, &ta, &ra);
+    run_case(rows->engine, TENANT, c, &tb, &rb);
     assert_int_equal(ra.profiles, rb.profiles);
     assert_int_equal(ra.samples, rb.samples);
     assert_int_equal(ra.total, rb.total);
