@@ -28,7 +28,7 @@ server CPU-second.
 
   bench/fresh_query.py [--build build-perf] [--minutes 6] [--processes 100] [--runs 3]
                        [--per-request 10] [--threads 4] [--windows-per-second 1]
-                       [--no-peer] [--keep]
+                       [--no-peer] [--fresh-only] [--keep]
 """
 import argparse
 import json
@@ -208,6 +208,9 @@ def main():
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--windows-per-second", type=float, default=1.0)
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--fresh-only", action="store_true",
+                    help="stop after the fresh queries (with --keep: a bucket of fresh blocks to "
+                         "profile queries on)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
     binary = os.path.join(ROOT, args.build, "cmd", "strata", "strata")
@@ -243,6 +246,8 @@ def main():
         print_rows("fresh", fresh, n_fresh)
         srv.stop()
         srv = None
+        if args.fresh_only:
+            return
         levels = compact(binary, work)
         srv = Server(binary, work, "all", no_compactor)
         compacted_total = wait_profiles(srv, end, want)

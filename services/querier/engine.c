@@ -1139,6 +1139,37 @@ void query_range_free(range_series *series, size_t n) {
 
 /* ---- merge and single --------------------------------------------------------------------- */
 
+/* Translations of one writer dictionary's stacks (docs/block-format.md 6.12): the call tree node
+ * of each dictionary stack translated so far, UINT32_MAX where not yet. The blocks the ingester
+ * cuts from one dictionary name each stack's origin in it, so a merge over minutes of fresh
+ * blocks translates a stack once instead of once per block, as over one compacted block. */
+typedef struct dictionary_memo {
+    uint8_t id[16];
+    uint32_t *node; /* index = dictionary stack id */
+    size_t n;       /* entries in node */
+} dictionary_memo;
+
+typedef struct memo_set {
+    dictionary_memo *memos;
+    size_t n;
+    uint64_t bytes;
+} memo_set;
+
+static void memo_set_free(memo_set *set) {
+    for (size_t i = 0; i < set->n; i++)
+        free(set->memos[i].node);
+    free(set->memos);
+    memset(set, 0, sizeof *set);
+}
+
+/* The query's tree for blocks with stack origins (translate_sums), shared by the workers. */
+typedef struct shared_tree {
+    pthread_mutex_t mu;
+    calltree *tree;
+    memo_set memos;
+    uint64_t bytes; /* tree and memos, as of the last block */
+} shared_tree;
+
 typedef struct merge_query {
     const selector *sel;
     int64_t start_ns, end_ns;
@@ -1148,17 +1179,8 @@ typedef struct merge_query {
     bool use_rollups;            /* add a fully covered series' rollup instead of its sample rows */
     block_selection *selections; /* per block, set by run_merge_attempt */
     size_t workers;              /* threads merging partial trees, set by run_merge_attempt */
+    shared_tree *shared;         /* set by run_merge_attempt */
 } merge_query;
-
-/* A worker's translations of one writer dictionary's stacks (docs/block-format.md 6.12): the
- * call tree node of each dictionary stack translated so far, UINT32_MAX where not yet. The blocks
- * the ingester cuts from one dictionary name each stack's origin in it, so a merge over minutes of
- * fresh blocks translates a stack once instead of once per block, as over one compacted block. */
-typedef struct dictionary_memo {
-    uint8_t id[16];
-    uint32_t *node; /* index = dictionary stack id */
-    size_t n;       /* entries in node */
-} dictionary_memo;
 
 typedef struct merge_partial {
     const merge_query *q;
@@ -1166,41 +1188,29 @@ typedef struct merge_partial {
     merge_result result;
     uint64_t passed; /* rows counted */
     bool filtered;   /* some block filtered samples by their labels */
-    dictionary_memo *memos;
-    size_t n_memos;
-    uint64_t memo_bytes;
+    memo_set memos;  /* for blocks with origins that cannot go to the shared tree */
 } merge_partial;
 
-static void merge_partial_free_memos(merge_partial *p) {
-    for (size_t i = 0; i < p->n_memos; i++)
-        free(p->memos[i].node);
-    free(p->memos);
-    p->memos = NULL;
-    p->n_memos = 0;
-    p->memo_bytes = 0;
-}
-
-/* The worker's memo for the block's dictionary, grown to its stack count; *out NULL (no error)
- * when it would take more than a quarter of the worker's share of max_query_bytes: the block is
- * then translated on its own, as a block without origins is. */
-static int dictionary_memo_for(merge_partial *p, const block_stack_origins *o, uint32_t **out,
-                               strata_error *err) {
+/* The memo for the block's dictionary in set, grown to its stack count; *out NULL (no error) when
+ * the set would outgrow budget bytes: the block is then translated on its own, as a block without
+ * origins is. */
+static int dictionary_memo_for(memo_set *set, uint64_t budget, const block_stack_origins *o,
+                               uint32_t **out, strata_error *err) {
     *out = NULL;
     dictionary_memo *m = NULL;
-    for (size_t i = 0; i < p->n_memos && m == NULL; i++)
-        if (memcmp(p->memos[i].id, o->dictionary, sizeof o->dictionary) == 0)
-            m = &p->memos[i];
+    for (size_t i = 0; i < set->n && m == NULL; i++)
+        if (memcmp(set->memos[i].id, o->dictionary, sizeof o->dictionary) == 0)
+            m = &set->memos[i];
     size_t need = (size_t)o->dictionary_stacks + 1;
     size_t grow = m == NULL ? need : (need > m->n ? need - m->n : 0);
-    uint64_t budget = p->q->max_bytes / (p->q->workers ? p->q->workers : 1) / 4;
-    if (p->memo_bytes + (uint64_t)grow * sizeof(uint32_t) > budget)
+    if (set->bytes + (uint64_t)grow * sizeof(uint32_t) > budget)
         return 0;
     if (m == NULL) {
-        dictionary_memo *grown = realloc(p->memos, (p->n_memos + 1) * sizeof *grown);
+        dictionary_memo *grown = realloc(set->memos, (set->n + 1) * sizeof *grown);
         if (grown == NULL)
             return strata_error_oom(err);
-        p->memos = grown;
-        m = &p->memos[p->n_memos++];
+        set->memos = grown;
+        m = &set->memos[set->n++];
         memcpy(m->id, o->dictionary, sizeof m->id);
         m->node = NULL;
         m->n = 0;
@@ -1214,7 +1224,7 @@ static int dictionary_memo_for(merge_partial *p, const block_stack_origins *o, u
             node[0] = CALLTREE_ROOT; /* the empty stack */
         m->node = node;
         m->n = need;
-        p->memo_bytes += (uint64_t)grow * sizeof *node;
+        set->bytes += (uint64_t)grow * sizeof *node;
     }
     *out = m->node;
     return 0;
@@ -1578,6 +1588,123 @@ static void format_limit(uint64_t bytes, char *out, size_t size) {
 /* Samples are read in batches of profiles so memory stays bounded by the stack table. */
 #define MERGE_BATCH_SAMPLES (1u << 20)
 
+/* Series the range covers go through their rollups; the profiles of the rest are scanned in
+ * batches, as many series per batch as fit. */
+static int sum_rows(block_reader *r, merge_partial *p, const block_profile *profiles, size_t n,
+                    row_sums *sums, strata_error *err) {
+    block_profile *scan = malloc((n + 1) * sizeof *scan);
+    if (scan == NULL)
+        return strata_error_oom(err);
+    size_t n_scan = 0;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n;) {
+        size_t end = i; /* profiles are ordered by series: [i, end) is one series */
+        while (end < n && profiles[end].series_id == profiles[i].series_id)
+            end++;
+        bool used = false;
+        rc = aggregate_rollup(r, p->q, profiles + i, end - i, sums, &p->result, &used, err);
+        if (rc == 0 && !used) {
+            memcpy(scan + n_scan, profiles + i, (end - i) * sizeof *scan);
+            n_scan += end - i;
+        }
+        i = end;
+    }
+    for (size_t i = 0; rc == 0 && i < n_scan;) {
+        size_t j = i;
+        uint64_t batch = 0;
+        while (j < n_scan && (j == i || batch + scan[j].sample_count <= MERGE_BATCH_SAMPLES))
+            batch += scan[j++].sample_count;
+        rc = aggregate_samples(r, p->q, scan + i, j - i, sums, &p->result, err);
+        i = j;
+    }
+    free(scan);
+    return rc;
+}
+
+/* Adds the per-stack sums to tree, each stack translated through memo (indexed by origin[stack]
+ * when origin is given, else by stack id). */
+static int add_stack_sums(block_reader *r, const merge_query *q, calltree *tree, frame_memo *m,
+                          uint32_t *memo, const uint32_t *origin, const row_sums *sums,
+                          merge_result *res, strata_error *err) {
+    for (size_t s = 0; s < sums->n_stacks; s++) {
+        int64_t value = sums->per_stack[s];
+        if (value == 0)
+            continue;
+        res->total += value;
+        uint32_t node;
+        if (stack_node(r, tree, m, memo, origin, (uint32_t)s, &node, err) != 0) {
+            if (err->code == STRATA_DATA_LOSS)
+                err->code = STRATA_INTERNAL; /* part of the block is in the tree: it cannot be
+                                                left out any more, so the query fails */
+            return -1;
+        }
+        if (q->base)
+            calltree_add_base(tree, node, value);
+        else
+            calltree_add(tree, node, value);
+    }
+    return 0;
+}
+
+/* Puts a block's sums into a tree. A block cut from a writer dictionary (its stacks have
+ * origins) whose rows need nothing but their stacks goes into the query's shared tree, under its
+ * lock, through the query's memo of that dictionary: each dictionary stack is translated once per
+ * query however many blocks hold it, and the workers' trees do not repeat it (the lock is held
+ * only to translate; summing rows, the bulk of a block, runs unlocked). Any other block goes into
+ * the worker's own tree, through a memo of its stacks (of the worker's for its dictionary, when
+ * sample labels make rows need more than their stacks). */
+static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, strata_error *err) {
+    const merge_query *q = p->q;
+    size_t n_locations = (size_t)block_reader_row_count(r, BLOCK_TABLE_LOCATIONS) + 1;
+    block_stack_origins origins;
+    if (block_reader_stack_origins(r, &origins, err) != 0)
+        return -1;
+    if (origins.origin != NULL && origins.n_stacks + 1 != sums->n_stacks)
+        origins.origin = NULL;
+    frame_memo m = {0};
+    m.offset = calloc(n_locations, sizeof *m.offset);
+    m.count = calloc(n_locations, sizeof *m.count);
+    uint32_t *memo = NULL, *own = NULL;
+    int rc = m.offset != NULL && m.count != NULL ? 0 : strata_error_oom(err);
+    shared_tree *shared = origins.origin != NULL && sums->view == NULL ? q->shared : NULL;
+    if (rc == 0 && shared != NULL) {
+        pthread_mutex_lock(&shared->mu);
+        rc = dictionary_memo_for(&shared->memos, q->max_bytes / 4, &origins, &memo, err);
+        if (rc == 0 && memo != NULL)
+            rc = add_stack_sums(r, q, shared->tree, &m, memo, origins.origin, sums, &p->result,
+                                err);
+        shared->bytes = calltree_memory_bytes(shared->tree) + shared->memos.bytes;
+        pthread_mutex_unlock(&shared->mu);
+        if (rc != 0 || memo != NULL) {
+            frame_memo_free(&m);
+            return rc;
+        }
+    }
+    if (rc == 0 && origins.origin != NULL) {
+        uint64_t budget = q->max_bytes / (q->workers ? q->workers : 1) / 4;
+        rc = dictionary_memo_for(&p->memos, budget, &origins, &memo, err);
+    }
+    if (rc == 0 && memo == NULL) {
+        own = malloc(sums->n_stacks * sizeof *own);
+        if (own == NULL) {
+            rc = strata_error_oom(err);
+        } else {
+            memset(own, 0xff, sums->n_stacks * sizeof *own);
+            own[0] = CALLTREE_ROOT; /* the empty stack */
+            memo = own;
+        }
+    }
+    if (rc == 0)
+        rc = add_stack_sums(r, q, p->tree, &m, memo, own == NULL ? origins.origin : NULL, sums,
+                            &p->result, err);
+    if (rc == 0 && sums->grouped.count > 0)
+        rc = add_grouped(r, p, &m, &sums->grouped, err);
+    free(own);
+    frame_memo_free(&m);
+    return rc;
+}
+
+
 static int merge_profiles_into(block_reader *r, merge_partial *p, const block_profile *profiles,
                                size_t n, strata_error *err) {
     const merge_query *q = p->q;
@@ -1593,30 +1720,8 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
                                 "(max_query_bytes); narrow the time range or the selector",
                                 (unsigned long long)(need >> 20), limit);
     }
-    /* A block cut from a writer dictionary translates its stacks through the worker's memo of
-     * that dictionary (its stacks' origins index it), any other through a memo of its own. */
-    block_stack_origins origins;
-    uint32_t *memo = NULL, *node_of_stack = NULL;
-    int rc = block_reader_stack_origins(r, &origins, err);
-    if (rc == 0 && origins.origin != NULL && origins.n_stacks + 1 == n_stacks)
-        rc = dictionary_memo_for(p, &origins, &memo, err);
-    const uint32_t *origin = memo != NULL ? origins.origin : NULL;
-    if (rc == 0 && memo == NULL) {
-        node_of_stack = malloc(n_stacks * sizeof *node_of_stack);
-        if (node_of_stack == NULL)
-            rc = strata_error_oom(err);
-        else {
-            memset(node_of_stack, 0xff, n_stacks * sizeof *node_of_stack);
-            node_of_stack[0] = CALLTREE_ROOT; /* the empty stack */
-            memo = node_of_stack;
-        }
-    }
     int64_t *per_stack = calloc(n_stacks, sizeof *per_stack);
-    frame_memo m = {0};
-    m.offset = calloc(n_locations, sizeof *m.offset);
-    m.count = calloc(n_locations, sizeof *m.count);
-    if (rc == 0 && (per_stack == NULL || m.offset == NULL || m.count == NULL))
-        rc = strata_error_oom(err);
+    int rc = per_stack == NULL ? strata_error_oom(err) : 0;
     sample_view view;
     row_sums sums = {per_stack, n_stacks, NULL, {0}, 0};
     if (rc == 0)
@@ -1628,56 +1733,15 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
         if (strata_u64_map_init(&sums.grouped, 256) != 0)
             rc = strata_error_oom(err);
     }
-    /* Series the range covers go through their rollups; the profiles of the rest are scanned
-     * in batches, as many series per batch as fit. */
-    block_profile *scan = malloc((n + 1) * sizeof *scan);
-    size_t n_scan = 0;
-    if (rc == 0 && scan == NULL)
-        rc = strata_error_oom(err);
-    for (size_t i = 0; rc == 0 && i < n;) {
-        size_t end = i; /* profiles are ordered by series: [i, end) is one series */
-        while (end < n && profiles[end].series_id == profiles[i].series_id)
-            end++;
-        bool used = false;
-        rc = aggregate_rollup(r, q, profiles + i, end - i, &sums, &p->result, &used, err);
-        if (rc == 0 && !used) {
-            memcpy(scan + n_scan, profiles + i, (end - i) * sizeof *scan);
-            n_scan += end - i;
-        }
-        i = end;
-    }
-    for (size_t i = 0; rc == 0 && i < n_scan;) {
-        size_t j = i;
-        uint64_t batch = 0;
-        while (j < n_scan && (j == i || batch + scan[j].sample_count <= MERGE_BATCH_SAMPLES))
-            batch += scan[j++].sample_count;
-        rc = aggregate_samples(r, q, scan + i, j - i, &sums, &p->result, err);
-        i = j;
-    }
-    free(scan);
+    if (rc == 0)
+        rc = sum_rows(r, p, profiles, n, &sums, err);
     p->passed += sums.passed;
     p->filtered |= view.filter;
-    for (size_t s = 0; rc == 0 && s < n_stacks; s++) {
-        if (per_stack[s] == 0)
-            continue;
-        p->result.total += per_stack[s];
-        uint32_t node;
-        rc = stack_node(r, p->tree, &m, memo, origin, (uint32_t)s, &node, err);
-        if (rc == 0 && q->base)
-            calltree_add_base(p->tree, node, per_stack[s]);
-        else if (rc == 0)
-            calltree_add(p->tree, node, per_stack[s]);
-        else if (err->code == STRATA_DATA_LOSS)
-            err->code = STRATA_INTERNAL; /* part of the block is in the tree: it cannot be left
-                                            out any more, so the query fails */
-    }
-    if (rc == 0 && sums.grouped.count > 0)
-        rc = add_grouped(r, p, &m, &sums.grouped, err);
+    if (rc == 0)
+        rc = translate_sums(r, p, &sums, err);
     if (rc == 0)
         note_profiles(&p->result, profiles, n);
     free(per_stack);
-    free(node_of_stack);
-    frame_memo_free(&m);
     strata_u64_map_free(&sums.grouped);
     sample_view_free(&view);
     return rc;
@@ -1687,10 +1751,16 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
  * against its share after every block, so a merge of millions of distinct functions fails with a
  * message instead of growing the process past the limit. */
 static int check_tree_memory(const merge_partial *p, strata_error *err) {
-    uint64_t share = p->q->max_bytes / (p->q->workers ? p->q->workers : 1);
-    size_t bytes = calltree_memory_bytes(p->tree);
-    if (bytes <= share)
+    shared_tree *shared = p->q->shared;
+    pthread_mutex_lock(&shared->mu);
+    uint64_t shared_bytes = shared->bytes;
+    pthread_mutex_unlock(&shared->mu);
+    uint64_t room = p->q->max_bytes > shared_bytes ? p->q->max_bytes - shared_bytes : 0;
+    uint64_t share = room / (p->q->workers ? p->q->workers : 1);
+    size_t bytes = calltree_memory_bytes(p->tree) + p->memos.bytes;
+    if (bytes <= share && shared_bytes <= p->q->max_bytes)
         return 0;
+    bytes += shared_bytes;
     char need[32], limit[32];
     format_limit(bytes, need, sizeof need);
     format_limit(p->q->max_bytes, limit, sizeof limit);
@@ -1752,12 +1822,23 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
         return -1;
     size_t workers = engine_worker_count(e, n_blocks);
     q->workers = workers;
+    shared_tree shared = {.tree = NULL};
+    q->shared = &shared;
     merge_partial *parts = calloc(workers, sizeof *parts);
     void **ptrs = calloc(workers, sizeof *ptrs);
     bool *skipped = calloc(n_blocks + 1, sizeof *skipped);
     q->selections = calloc(n_blocks + 1, sizeof *q->selections);
     query_stats stats = {0};
     int rc = (parts && ptrs && skipped && q->selections) ? 0 : strata_error_oom(err);
+    bool mutex_made = false;
+    if (rc == 0 && pthread_mutex_init(&shared.mu, NULL) != 0)
+        rc = strata_error_set(err, STRATA_INTERNAL, "query: cannot create a mutex");
+    else if (rc == 0)
+        mutex_made = true;
+    if (rc == 0)
+        rc = calltree_create(&shared.tree, 1024, err);
+    if (rc == 0)
+        rc = calltree_set_grouping(shared.tree, calltree_get_grouping(tree), err);
     if (rc == 0)
         rc = engine_select_profiles(e, blocks, n_blocks, q->sel, q->start_ns, q->end_ns,
                                     q->selections, skipped, &stats, err);
@@ -1785,20 +1866,31 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
         passed += parts[w].passed;
         filtered |= parts[w].filtered;
     }
-    for (size_t w = 0; rc == 0 && w < workers; w++) {
-        /* An empty caller's tree (not a diff's second side) takes the first partial as it is:
-         * merging would copy every node of what is usually the biggest tree of the query. */
-        if (w == 0 && calltree_node_count(tree) == 1 && calltree_frame_count(tree) == 0 &&
+    /* The shared tree first: over fresh blocks it is usually the biggest. An empty caller's
+     * tree (not a diff's second side) takes a tree as it is: merging would copy every node. */
+    for (size_t t = 0; rc == 0 && t <= workers; t++) {
+        calltree *from = t == 0 ? shared.tree : parts[t - 1].tree;
+        calltree_node_values root = calltree_node_get(from, CALLTREE_ROOT);
+        if (calltree_node_count(from) == 1 && calltree_frame_count(from) == 0 && root.self == 0 &&
+            root.self_base == 0)
+            continue; /* nothing went there */
+        if (calltree_node_count(tree) == 1 && calltree_frame_count(tree) == 0 &&
             !calltree_is_diff(tree))
-            calltree_swap(tree, parts[w].tree);
+            calltree_swap(tree, from);
         else
-            rc = calltree_merge(tree, parts[w].tree, err);
-        merge_results_add(result, &parts[w].result);
+            rc = calltree_merge(tree, from, err);
     }
+    for (size_t w = 0; rc == 0 && w < workers; w++)
+        merge_results_add(result, &parts[w].result);
     for (size_t w = 0; parts != NULL && w < workers; w++) {
         calltree_free(parts[w].tree);
-        merge_partial_free_memos(&parts[w]);
+        memo_set_free(&parts[w].memos);
     }
+    calltree_free(shared.tree);
+    memo_set_free(&shared.memos);
+    if (mutex_made)
+        pthread_mutex_destroy(&shared.mu);
+    q->shared = NULL;
     free(parts);
     free(ptrs);
     if (rc == 0 && result->profiles == 0)
@@ -1889,7 +1981,8 @@ int query_merge_opts(query_engine *e, const char *tenant, const query_options *o
                      max_bytes_of(e, opts),
                      e->opts.use_rollups,
                      NULL,
-                     0};
+                     0,
+                     NULL};
     return run_merge(e, tenant, &q, tree, result, err);
 }
 
@@ -1907,7 +2000,8 @@ int query_single_opts(query_engine *e, const char *tenant, const query_options *
                      max_bytes_of(e, opts),
                      false /* one profile per series: rows are as cheap as a rollup */,
                      NULL,
-                     0};
+                     0,
+                     NULL};
     return run_merge(e, tenant, &q, tree, result, err);
 }
 
