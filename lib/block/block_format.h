@@ -68,11 +68,12 @@ typedef enum block_table_id {
     BLOCK_TABLE_SERIES_LABEL_SETS = 17,
     /* Optional (docs/block-format.md 6.12): where the block's stacks come from in the writer's
      * dictionary, so a reader translates a stack the blocks cut from one dictionary share once.
-     * A block has both or neither; readers that do not know them skip them. */
+     * A block has all three or none; readers that do not know them skip them. */
     BLOCK_TABLE_STACK_ORIGINS = 18,
     BLOCK_TABLE_DICTIONARY = 19,
+    BLOCK_TABLE_LOCATION_ORIGINS = 20,
     BLOCK_TABLE_REQUIRED_MAX = 12, /* tables 1..12 must be present */
-    BLOCK_TABLE_MAX = 19,
+    BLOCK_TABLE_MAX = 20,
 } block_table_id;
 
 /* Series with fewer profiles than this in a block have no rollup rows (docs 6.10). */
@@ -201,7 +202,13 @@ enum {
     BLOCK_COL_SERIES_LABEL_SETS_COUNT
 };
 enum { BLOCK_COL_STACK_ORIGINS_ORIGIN = 0, BLOCK_COL_STACK_ORIGINS_COUNT };
-enum { BLOCK_COL_DICTIONARY_ID = 0, BLOCK_COL_DICTIONARY_STACK_COUNT, BLOCK_COL_DICTIONARY_COUNT };
+enum {
+    BLOCK_COL_DICTIONARY_ID = 0,
+    BLOCK_COL_DICTIONARY_STACK_COUNT,
+    BLOCK_COL_DICTIONARY_LOCATION_COUNT,
+    BLOCK_COL_DICTIONARY_COUNT
+};
+enum { BLOCK_COL_LOCATION_ORIGINS_ORIGIN = 0, BLOCK_COL_LOCATION_ORIGINS_COUNT };
 
 /* Bytes of a dictionary id (table dictionary, column id). */
 #define BLOCK_DICTIONARY_ID_BYTES 16

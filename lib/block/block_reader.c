@@ -102,8 +102,9 @@ struct block_reader {
     uint32_t *stack_location;
     size_t n_stacks;
 
-    bool origins_loaded; /* tables stack_origins and dictionary, loaded on first use */
+    bool origins_loaded; /* tables dictionary, stack_origins and location_origins, on first use */
     uint32_t *stack_origin;
+    uint32_t *location_origin;
     block_stack_origins origins;
 };
 
@@ -424,16 +425,19 @@ static int parse_footer(block_reader *r, const uint8_t *p, size_t len, strata_er
                                     "block: footer of a version %u block lacks table %s",
                                     r->version, block_table_name(id));
     }
-    if (r->tables[BLOCK_TABLE_STACK_ORIGINS].present != r->tables[BLOCK_TABLE_DICTIONARY].present)
-        return strata_error_set(
-            err, STRATA_DATA_LOSS,
-            "block: footer has only one of tables stack_origins and dictionary");
-    if (r->tables[BLOCK_TABLE_STACK_ORIGINS].present &&
+    bool origins = r->tables[BLOCK_TABLE_DICTIONARY].present;
+    if (r->tables[BLOCK_TABLE_STACK_ORIGINS].present != origins ||
+        r->tables[BLOCK_TABLE_LOCATION_ORIGINS].present != origins)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: footer has some but not all of tables dictionary, "
+                                "stack_origins and location_origins");
+    if (origins &&
         (r->tables[BLOCK_TABLE_STACK_ORIGINS].rows != r->tables[BLOCK_TABLE_STACKS].rows ||
+         r->tables[BLOCK_TABLE_LOCATION_ORIGINS].rows != r->tables[BLOCK_TABLE_LOCATIONS].rows ||
          r->tables[BLOCK_TABLE_DICTIONARY].rows != 1))
         return strata_error_set(err, STRATA_DATA_LOSS,
-                                "block: footer: table stack_origins must have a row per stack and "
-                                "table dictionary one row");
+                                "block: footer: tables stack_origins and location_origins must "
+                                "have a row per stack and per location, table dictionary one row");
     r->tables[BLOCK_TABLE_PROFILES].evictable = true;
     r->tables[BLOCK_TABLE_SAMPLES].evictable = true;
     r->tables[BLOCK_TABLE_ROLLUP_STACKS].evictable = true;
@@ -1528,7 +1532,8 @@ int block_reader_stack_node(block_reader *r, uint32_t stack_id, uint32_t *parent
     return 0;
 }
 
-static int load_stack_origins(block_reader *r, strata_error *err) {
+/* The dictionary table's one row: id, stack count, location count. */
+static int load_dictionary_row(block_reader *r, strata_error *err) {
     const r_decoded *d;
     if (load_page(r, BLOCK_TABLE_DICTIONARY, BLOCK_COL_DICTIONARY_ID, 0, &d, err) != 0)
         return -1;
@@ -1536,41 +1541,71 @@ static int load_stack_origins(block_reader *r, strata_error *err) {
         return data_loss(err, BLOCK_TABLE_DICTIONARY, BLOCK_COL_DICTIONARY_ID, 0,
                          "the id is not 16 bytes");
     memcpy(r->origins.dictionary, d->text, BLOCK_DICTIONARY_ID_BYTES);
-    if (load_page(r, BLOCK_TABLE_DICTIONARY, BLOCK_COL_DICTIONARY_STACK_COUNT, 0, &d, err) != 0)
-        return -1;
-    if (d->values[0] > UINT32_MAX - 1)
-        return data_loss(err, BLOCK_TABLE_DICTIONARY, BLOCK_COL_DICTIONARY_STACK_COUNT, 0,
-                         "stack count out of range");
-    r->origins.dictionary_stacks = (uint32_t)d->values[0];
+    const int cols[2] = {BLOCK_COL_DICTIONARY_STACK_COUNT, BLOCK_COL_DICTIONARY_LOCATION_COUNT};
+    uint32_t *counts[2] = {&r->origins.dictionary_stacks, &r->origins.dictionary_locations};
+    for (int c = 0; c < 2; c++) {
+        if (load_page(r, BLOCK_TABLE_DICTIONARY, cols[c], 0, &d, err) != 0)
+            return -1;
+        if (d->values[0] > UINT32_MAX - 1)
+            return data_loss(err, BLOCK_TABLE_DICTIONARY, cols[c], 0, "count out of range");
+        *counts[c] = (uint32_t)d->values[0];
+    }
+    return 0;
+}
+
+/* One origin column into out[first..first + rows): each in 1..limit, and strictly increasing
+ * when increasing is set. */
+static int load_origin_column(block_reader *r, int table, int column, uint32_t limit,
+                              bool increasing, uint32_t *out, size_t first, strata_error *err) {
     uint64_t *c = NULL;
-    size_t n = (size_t)r->tables[BLOCK_TABLE_STACK_ORIGINS].rows;
-    if (read_column(r, BLOCK_TABLE_STACK_ORIGINS, BLOCK_COL_STACK_ORIGINS_ORIGIN, &c, err) != 0)
+    if (read_column(r, table, column, &c, err) != 0)
         return -1;
-    r->stack_origin = malloc((n + 1) * sizeof *r->stack_origin);
-    int rc = r->stack_origin == NULL ? strata_error_oom(err) : 0;
+    size_t n = (size_t)r->tables[table].rows;
     uint64_t previous = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        if (c[i] <= previous || c[i] > r->origins.dictionary_stacks) {
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (c[i] == 0 || c[i] > limit || (increasing && c[i] <= previous)) {
             rc = strata_error_set(err, STRATA_DATA_LOSS,
-                                  "block: table stack_origins, row %zu: origin %llu is not above "
-                                  "the previous one or beyond the dictionary's %u stacks",
-                                  i, (unsigned long long)c[i], r->origins.dictionary_stacks);
+                                  "block: table %s, row %zu: origin %llu is %s",
+                                  block_table_name(table), i, (unsigned long long)c[i],
+                                  c[i] == 0 || c[i] > limit ? "outside the dictionary"
+                                                            : "not above the previous one");
             break;
         }
-        r->stack_origin[i + 1] = (uint32_t)c[i];
+        out[first + i] = (uint32_t)c[i];
         previous = c[i];
     }
     free(c);
-    drop_pages(r, BLOCK_TABLE_STACK_ORIGINS);
+    drop_pages(r, table);
+    return rc;
+}
+
+static int load_stack_origins(block_reader *r, strata_error *err) {
+    size_t n = (size_t)r->tables[BLOCK_TABLE_STACK_ORIGINS].rows;
+    size_t nl = (size_t)r->tables[BLOCK_TABLE_LOCATION_ORIGINS].rows;
+    r->stack_origin = malloc((n + 1) * sizeof *r->stack_origin);
+    r->location_origin = malloc((nl + 1) * sizeof *r->location_origin);
+    int rc = r->stack_origin == NULL || r->location_origin == NULL ? strata_error_oom(err) : 0;
+    if (rc == 0)
+        rc = load_dictionary_row(r, err);
     drop_pages(r, BLOCK_TABLE_DICTIONARY);
+    if (rc == 0)
+        rc = load_origin_column(r, BLOCK_TABLE_STACK_ORIGINS, BLOCK_COL_STACK_ORIGINS_ORIGIN,
+                                r->origins.dictionary_stacks, true, r->stack_origin, 1, err);
+    if (rc == 0)
+        rc = load_origin_column(r, BLOCK_TABLE_LOCATION_ORIGINS, BLOCK_COL_LOCATION_ORIGINS_ORIGIN,
+                                r->origins.dictionary_locations, false, r->location_origin, 0, err);
     if (rc != 0) {
         free(r->stack_origin);
-        r->stack_origin = NULL;
+        free(r->location_origin);
+        r->stack_origin = r->location_origin = NULL;
         return -1;
     }
     r->stack_origin[0] = 0;
     r->origins.origin = r->stack_origin;
     r->origins.n_stacks = n;
+    r->origins.location_origin = r->location_origin;
+    r->origins.n_locations = nl;
     return 0;
 }
 
@@ -1625,7 +1660,7 @@ size_t block_reader_memory_bytes(const block_reader *r) {
     bytes += r->n_locations * sizeof *r->locations + r->n_lines * sizeof *r->lines;
     bytes += (r->n_stacks + 1) * 2 * sizeof(uint32_t);
     if (r->stack_origin != NULL)
-        bytes += (r->origins.n_stacks + 1) * sizeof *r->stack_origin;
+        bytes += (r->origins.n_stacks + r->origins.n_locations + 2) * sizeof *r->stack_origin;
     if (r->label_sets_loaded) {
         bytes += r->n_label_sets * sizeof *r->label_sets + (r->n_series + 1) * sizeof(uint64_t);
         bytes += (size_t)r->tables[BLOCK_TABLE_SERIES_LABEL_SETS].rows * sizeof(uint32_t);
@@ -1708,5 +1743,6 @@ void block_reader_close(block_reader *r) {
     free_label_sets(r);
     free_symbols(r);
     free(r->stack_origin);
+    free(r->location_origin);
     free(r);
 }

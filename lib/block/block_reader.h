@@ -217,14 +217,19 @@ int block_reader_stack_node(block_reader *r, uint32_t stack_id, uint32_t *parent
  * ingester cuts each flush's block from one long-lived dictionary per tenant; every such block
  * names the dictionary (a 16-byte id) and, per stack, the dictionary's stack id (its origin). Two
  * blocks of one dictionary hold the same stack content under the same origin, so a reader that
- * translates stacks (a merge) translates each origin once over all of them. Origins are strictly
- * increasing in stack id and within 1..dictionary_stacks (checked); origin[0] = 0 (the empty
- * stack). */
+ * translates stacks (a merge) translates each origin once over all of them; locations likewise.
+ * Stack origins are strictly increasing in stack id and within 1..dictionary_stacks, location
+ * origins within 1..dictionary_locations (checked); origin[0] = 0 (the empty stack). */
 typedef struct block_stack_origins {
     uint8_t dictionary[16];
     uint32_t dictionary_stacks;
+    uint32_t dictionary_locations;
     const uint32_t *origin; /* index = stack id; NULL: the block has no origins */
     size_t n_stacks;
+    /* index = location id: the dictionary's location, 1..dictionary_locations (locations are
+     * reordered per block, so these are not ordered; they are distinct in a well-formed block) */
+    const uint32_t *location_origin;
+    size_t n_locations;
 } block_stack_origins;
 
 /* Fills out (origin NULL for a block without the tables, which is no error); the array lives

@@ -1765,6 +1765,38 @@ static void test_detached_blocks_share_stack_origins(void **state) {
     }
     assert_int_equal(shared, o[0].n_stacks);
     assert_int_equal(o[2].n_stacks, o[0].n_stacks);
+    /* locations: in range, distinct within a block, equal content under one origin */
+    size_t shared_locations = 0;
+    for (size_t a = 0; a < 4; a++) {
+        assert_int_equal(o[a].n_locations, block_reader_row_count(r[a], BLOCK_TABLE_LOCATIONS));
+        for (size_t b = a; b < 4; b++) {
+            for (size_t i = 0; i < o[a].n_locations; i++) {
+                assert_true(o[a].location_origin[i] >= 1);
+                assert_true(o[a].location_origin[i] <= o[a].dictionary_locations);
+                for (size_t j = a == b ? i + 1 : 0; j < o[b].n_locations; j++) {
+                    if (o[a].location_origin[i] != o[b].location_origin[j])
+                        continue;
+                    assert_true(a != b); /* distinct within a block */
+                    block_location x, y;
+                    assert_int_equal(block_reader_location(r[a], (uint32_t)i, &x, &err), 0);
+                    assert_int_equal(block_reader_location(r[b], (uint32_t)j, &y, &err), 0);
+                    assert_int_equal(x.address, y.address);
+                    assert_int_equal(x.n_lines, y.n_lines);
+                    for (uint32_t l = 0; l < x.n_lines; l++) {
+                        block_function fx, fy;
+                        assert_int_equal(x.lines[l].line, y.lines[l].line);
+                        assert_int_equal(
+                            block_reader_function(r[a], x.lines[l].function_id, &fx, &err), 0);
+                        assert_int_equal(
+                            block_reader_function(r[b], y.lines[l].function_id, &fy, &err), 0);
+                        assert_string_equal(fx.name, fy.name);
+                    }
+                    shared_locations += a == 0 && b == 2;
+                }
+            }
+        }
+    }
+    assert_int_equal(shared_locations, o[0].n_locations);
     for (size_t b = 0; b < 4; b++) {
         block_reader_close(r[b]);
         strata_buffer_free(&data[b]);

@@ -229,8 +229,10 @@ struct block_writer {
      * stacks its own stacks are, so a reader translates each stack once over all of them. */
     bool has_dictionary;
     ulid dictionary;
-    uint32_t dictionary_stacks; /* a detached block: the dictionary's stack count at the cut */
-    uint32_t *stack_origins;    /* a detached block: per stack row, the dictionary's stack id */
+    uint32_t dictionary_stacks;    /* a detached block: the dictionary's stack count at the cut */
+    uint32_t dictionary_locations; /* and its location count */
+    uint32_t *stack_origins;       /* a detached block: per stack row, the dictionary's stack id */
+    uint32_t *location_origins;    /* and per location row, the dictionary's location id + 1 */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -875,6 +877,7 @@ void block_writer_free(block_writer *w) {
     free(w->lines);
     free(w->stacks);
     free(w->stack_origins);
+    free(w->location_origins);
     free(w->stack_index.slots);
     free(w->chain_locations);
     free(w->chain_nodes);
@@ -1951,7 +1954,8 @@ static int detach_copy_symbols(const block_writer *w, const detach_maps *m, bloc
     ENSURE_OR_OOM(d->locations, d->cap_locations, counts[0]);
     ENSURE_OR_OOM(d->stacks, d->cap_stacks, n_stacks);
     d->stack_origins = malloc(((size_t)n_stacks + 1) * sizeof *d->stack_origins);
-    if (d->stack_origins == NULL)
+    d->location_origins = malloc(((size_t)counts[0] + 1) * sizeof *d->location_origins);
+    if (d->stack_origins == NULL || d->location_origins == NULL)
         return strata_error_oom(err);
     for (size_t i = 0; i < w->n_mappings; i++) {
         if (m->mappings[i] == DETACH_UNUSED)
@@ -1984,6 +1988,7 @@ static int detach_copy_symbols(const block_writer *w, const detach_maps *m, bloc
         d->n_lines += l.line_count;
         if (l.mapping != 0)
             l.mapping = m->mappings[l.mapping - 1] + 1;
+        d->location_origins[d->n_locations] = (uint32_t)i + 1;
         d->locations[d->n_locations++] = l;
     }
     for (size_t i = 0; i < w->n_stacks; i++) {
@@ -2088,6 +2093,7 @@ int block_writer_detach(block_writer *w, block_writer **block, strata_error *err
     d->has_dictionary = true;
     d->dictionary = w->dictionary;
     d->dictionary_stacks = (uint32_t)w->n_stacks;
+    d->dictionary_locations = (uint32_t)w->n_locations;
     w->n_profiles = 0;
     w->n_samples = 0;
     w->samples_labelled = false;
@@ -2443,11 +2449,21 @@ static int write_dictionary_tables(encoder *e) {
     }
     if (enc_end_table(e) != 0)
         return -1;
+    enc_begin_table(e, BLOCK_TABLE_LOCATION_ORIGINS);
+    for (size_t i = 0; i < w->n_locations; i++) {
+        enc_put(e, BLOCK_COL_LOCATION_ORIGINS_ORIGIN,
+                w->location_origins != NULL ? w->location_origins[i] : (uint64_t)i + 1);
+        enc_end_row(e);
+    }
+    if (enc_end_table(e) != 0)
+        return -1;
     enc_begin_table(e, BLOCK_TABLE_DICTIONARY);
     enc_put_bytes(e, BLOCK_COL_DICTIONARY_ID, (const char *)w->dictionary.bytes,
                   sizeof w->dictionary.bytes);
     enc_put(e, BLOCK_COL_DICTIONARY_STACK_COUNT,
             w->stack_origins != NULL ? w->dictionary_stacks : w->n_stacks);
+    enc_put(e, BLOCK_COL_DICTIONARY_LOCATION_COUNT,
+            w->location_origins != NULL ? w->dictionary_locations : w->n_locations);
     enc_end_row(e);
     return enc_end_table(e);
 }
@@ -2975,6 +2991,12 @@ static void renumber_symbols_by_address(block_writer *w) {
             functions[n_functions++] = w->functions[i];
     for (size_t i = 0; i < w->n_stacks; i++)
         w->stacks[i].location = new_location[w->stacks[i].location];
+    if (w->location_origins != NULL) { /* keys[k].payload is now location k's old row */
+        for (size_t k = 0; k < n; k++)
+            keys[k].key = w->location_origins[keys[k].payload];
+        for (size_t k = 0; k < n; k++)
+            w->location_origins[k] = (uint32_t)keys[k].key;
+    }
     free(w->locations);
     free(w->lines);
     free(w->functions);

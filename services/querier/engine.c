@@ -1143,10 +1143,25 @@ void query_range_free(range_series *series, size_t n) {
  * of each dictionary stack translated so far, UINT32_MAX where not yet. The blocks the ingester
  * cuts from one dictionary name each stack's origin in it, so a merge over minutes of fresh
  * blocks translates a stack once instead of once per block, as over one compacted block. */
+/* Per-block translation state: block location -> calltree frames (root-most first). */
+typedef struct frame_memo {
+    const uint32_t *slot; /* location id -> index into offset and count; NULL: the id itself */
+    uint32_t *offset;     /* per slot: offset+1 into frames, 0 = not translated yet */
+    uint16_t *count;
+    uint32_t *frames;
+    size_t n_frames, cap_frames;
+    uint32_t *path; /* scratch: stack ids waiting for translation */
+    size_t cap_path;
+} frame_memo;
+
+static void frame_memo_free(frame_memo *m);
+
 typedef struct dictionary_memo {
     uint8_t id[16];
-    uint32_t *node; /* index = dictionary stack id */
-    size_t n;       /* entries in node */
+    uint32_t *node;     /* index = dictionary stack id */
+    size_t n;           /* entries in node */
+    frame_memo *frames; /* indexed by dictionary location id (slot = the block's origins) */
+    size_t n_locations; /* entries in frames' offset and count */
 } dictionary_memo;
 
 typedef struct memo_set {
@@ -1156,8 +1171,12 @@ typedef struct memo_set {
 } memo_set;
 
 static void memo_set_free(memo_set *set) {
-    for (size_t i = 0; i < set->n; i++)
+    for (size_t i = 0; i < set->n; i++) {
         free(set->memos[i].node);
+        if (set->memos[i].frames != NULL)
+            frame_memo_free(set->memos[i].frames);
+        free(set->memos[i].frames);
+    }
     free(set->memos);
     memset(set, 0, sizeof *set);
 }
@@ -1189,21 +1208,35 @@ typedef struct merge_partial {
     uint64_t passed; /* rows counted */
     bool filtered;   /* some block filtered samples by their labels */
     memo_set memos;  /* for blocks with origins that cannot go to the shared tree */
+    /* per stack id sums, reused from block to block (all zero between blocks: add_stack_sums
+     * clears what it reads), so a block costs no fresh pages to fault in and zero */
+    int64_t *per_stack;
+    size_t cap_per_stack;
 } merge_partial;
 
-/* The memo for the block's dictionary in set, grown to its stack count; *out NULL (no error) when
- * the set would outgrow budget bytes: the block is then translated on its own, as a block without
- * origins is. */
+/* Grows an array of n elements of size elem to need elements, the new ones zeroed. */
+static void *grow_zeroed(void *p, size_t n, size_t need, size_t elem) {
+    void *grown = realloc(p, need * elem);
+    if (grown != NULL)
+        memset((char *)grown + n * elem, 0, (need - n) * elem);
+    return grown;
+}
+
+/* The memo for the block's dictionary in set, grown to its stack and location counts; *out NULL
+ * (no error) when the set would outgrow budget bytes: the block is then translated on its own, as
+ * a block without origins is. */
 static int dictionary_memo_for(memo_set *set, uint64_t budget, const block_stack_origins *o,
-                               uint32_t **out, strata_error *err) {
+                               dictionary_memo **out, strata_error *err) {
     *out = NULL;
     dictionary_memo *m = NULL;
     for (size_t i = 0; i < set->n && m == NULL; i++)
         if (memcmp(set->memos[i].id, o->dictionary, sizeof o->dictionary) == 0)
             m = &set->memos[i];
-    size_t need = (size_t)o->dictionary_stacks + 1;
-    size_t grow = m == NULL ? need : (need > m->n ? need - m->n : 0);
-    if (set->bytes + (uint64_t)grow * sizeof(uint32_t) > budget)
+    size_t need = (size_t)o->dictionary_stacks + 1, need_l = (size_t)o->dictionary_locations + 1;
+    size_t have = m != NULL ? m->n : 0, have_l = m != NULL ? m->n_locations : 0;
+    size_t grow = need > have ? need - have : 0, grow_l = need_l > have_l ? need_l - have_l : 0;
+    uint64_t more = (uint64_t)grow * sizeof(uint32_t) + (uint64_t)grow_l * 6;
+    if (set->bytes + more > budget)
         return 0;
     if (m == NULL) {
         dictionary_memo *grown = realloc(set->memos, (set->n + 1) * sizeof *grown);
@@ -1211,9 +1244,11 @@ static int dictionary_memo_for(memo_set *set, uint64_t budget, const block_stack
             return strata_error_oom(err);
         set->memos = grown;
         m = &set->memos[set->n++];
+        memset(m, 0, sizeof *m);
         memcpy(m->id, o->dictionary, sizeof m->id);
-        m->node = NULL;
-        m->n = 0;
+        m->frames = calloc(1, sizeof *m->frames);
+        if (m->frames == NULL)
+            return strata_error_oom(err);
     }
     if (grow > 0) {
         uint32_t *node = realloc(m->node, need * sizeof *node);
@@ -1224,27 +1259,32 @@ static int dictionary_memo_for(memo_set *set, uint64_t budget, const block_stack
             node[0] = CALLTREE_ROOT; /* the empty stack */
         m->node = node;
         m->n = need;
-        set->bytes += (uint64_t)grow * sizeof *node;
     }
-    *out = m->node;
+    if (grow_l > 0) {
+        uint32_t *offset = grow_zeroed(m->frames->offset, have_l, need_l, sizeof *offset);
+        if (offset != NULL)
+            m->frames->offset = offset;
+        uint16_t *count = grow_zeroed(m->frames->count, have_l, need_l, sizeof *count);
+        if (count != NULL)
+            m->frames->count = count;
+        if (offset == NULL || count == NULL)
+            return strata_error_oom(err);
+        m->n_locations = need_l;
+    }
+    set->bytes += more;
+    *out = m;
     return 0;
 }
-
-/* Per-block translation state: block location -> calltree frames (root-most first). */
-typedef struct frame_memo {
-    uint32_t *offset; /* per location: offset+1 into frames, 0 = not translated yet */
-    uint16_t *count;
-    uint32_t *frames;
-    size_t n_frames, cap_frames;
-    uint32_t *path; /* scratch: stack ids waiting for translation */
-    size_t cap_path;
-} frame_memo;
 
 static void frame_memo_free(frame_memo *m) {
     free(m->offset);
     free(m->count);
     free(m->frames);
     free(m->path);
+}
+
+static inline uint32_t frame_slot(const frame_memo *m, uint32_t location) {
+    return m->slot != NULL ? m->slot[location] : location;
 }
 
 static int push_frame(frame_memo *m, uint32_t frame, strata_error *err) {
@@ -1337,8 +1377,8 @@ static int translate_location(block_reader *r, calltree *tree, frame_memo *m, ui
         if (calltree_intern_frame(tree, &d, &frame, err) != 0 || push_frame(m, frame, err) != 0)
             return -1;
     }
-    m->offset[loc_id] = (uint32_t)start + 1;
-    m->count[loc_id] = (uint16_t)(m->n_frames - start);
+    m->offset[frame_slot(m, loc_id)] = (uint32_t)start + 1;
+    m->count[frame_slot(m, loc_id)] = (uint16_t)(m->n_frames - start);
     return 0;
 }
 
@@ -1378,10 +1418,11 @@ static int stack_node(block_reader *r, calltree *tree, frame_memo *m, uint32_t *
         uint32_t s_id = m->path[--n_pending], parent, loc;
         if (block_reader_stack_node(r, s_id, &parent, &loc, err) != 0)
             return -1;
-        if (m->offset[loc] == 0 && translate_location(r, tree, m, loc, err) != 0)
+        uint32_t ls = frame_slot(m, loc);
+        if (m->offset[ls] == 0 && translate_location(r, tree, m, loc, err) != 0)
             return -1;
-        const uint32_t *frames = m->frames + m->offset[loc] - 1;
-        for (uint16_t f = 0; f < m->count[loc]; f++)
+        const uint32_t *frames = m->frames + m->offset[ls] - 1;
+        for (uint16_t f = 0; f < m->count[ls]; f++)
             if (calltree_child(tree, node, frames[f], &node, err) != 0)
                 return -1;
         node_of_stack[SLOT(s_id)] = node;
@@ -1536,10 +1577,11 @@ static int grouped_stack_node(block_reader *r, calltree *tree, frame_memo *m, st
         uint32_t s_id = m->path[--n_pending], parent, loc;
         if (block_reader_stack_node(r, s_id, &parent, &loc, err) != 0)
             return -1;
-        if (m->offset[loc] == 0 && translate_location(r, tree, m, loc, err) != 0)
+        uint32_t ls = frame_slot(m, loc);
+        if (m->offset[ls] == 0 && translate_location(r, tree, m, loc, err) != 0)
             return -1;
-        const uint32_t *frames = m->frames + m->offset[loc] - 1;
-        for (uint16_t f = 0; f < m->count[loc]; f++)
+        const uint32_t *frames = m->frames + m->offset[ls] - 1;
+        for (uint16_t f = 0; f < m->count[ls]; f++)
             if (calltree_child(tree, node, frames[f], &node, err) != 0)
                 return -1;
         if (strata_u64_map_upsert(nodes, hi | s_id, node, NULL) == NULL)
@@ -1622,14 +1664,15 @@ static int sum_rows(block_reader *r, merge_partial *p, const block_profile *prof
 }
 
 /* Adds the per-stack sums to tree, each stack translated through memo (indexed by origin[stack]
- * when origin is given, else by stack id). */
+ * when origin is given, else by stack id), and clears them. */
 static int add_stack_sums(block_reader *r, const merge_query *q, calltree *tree, frame_memo *m,
-                          uint32_t *memo, const uint32_t *origin, const row_sums *sums,
-                          merge_result *res, strata_error *err) {
+                          uint32_t *memo, const uint32_t *origin, row_sums *sums, merge_result *res,
+                          strata_error *err) {
     for (size_t s = 0; s < sums->n_stacks; s++) {
         int64_t value = sums->per_stack[s];
         if (value == 0)
             continue;
+        sums->per_stack[s] = 0;
         res->total += value;
         uint32_t node;
         if (stack_node(r, tree, m, memo, origin, (uint32_t)s, &node, err) != 0) {
@@ -1655,55 +1698,62 @@ static int add_stack_sums(block_reader *r, const merge_query *q, calltree *tree,
  * sample labels make rows need more than their stacks). */
 static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, strata_error *err) {
     const merge_query *q = p->q;
-    size_t n_locations = (size_t)block_reader_row_count(r, BLOCK_TABLE_LOCATIONS) + 1;
     block_stack_origins origins;
     if (block_reader_stack_origins(r, &origins, err) != 0)
         return -1;
-    if (origins.origin != NULL && origins.n_stacks + 1 != sums->n_stacks)
-        origins.origin = NULL;
-    frame_memo m = {0};
-    m.offset = calloc(n_locations, sizeof *m.offset);
-    m.count = calloc(n_locations, sizeof *m.count);
-    uint32_t *memo = NULL, *own = NULL;
-    int rc = m.offset != NULL && m.count != NULL ? 0 : strata_error_oom(err);
-    shared_tree *shared = origins.origin != NULL && sums->view == NULL ? q->shared : NULL;
-    if (rc == 0 && shared != NULL) {
+    bool has_origins = origins.origin != NULL && origins.n_stacks + 1 == sums->n_stacks &&
+                       origins.n_locations == block_reader_row_count(r, BLOCK_TABLE_LOCATIONS);
+    dictionary_memo *dm = NULL;
+    int rc = 0;
+    if (has_origins && sums->view == NULL) {
+        shared_tree *shared = q->shared;
         pthread_mutex_lock(&shared->mu);
-        rc = dictionary_memo_for(&shared->memos, q->max_bytes / 4, &origins, &memo, err);
-        if (rc == 0 && memo != NULL)
-            rc = add_stack_sums(r, q, shared->tree, &m, memo, origins.origin, sums, &p->result,
-                                err);
+        rc = dictionary_memo_for(&shared->memos, q->max_bytes / 4, &origins, &dm, err);
+        if (rc == 0 && dm != NULL) {
+            dm->frames->slot = origins.location_origin;
+            rc = add_stack_sums(r, q, shared->tree, dm->frames, dm->node, origins.origin, sums,
+                                &p->result, err);
+            dm->frames->slot = NULL;
+        }
         shared->bytes = calltree_memory_bytes(shared->tree) + shared->memos.bytes;
         pthread_mutex_unlock(&shared->mu);
-        if (rc != 0 || memo != NULL) {
-            frame_memo_free(&m);
+        if (rc != 0 || dm != NULL)
             return rc;
-        }
     }
-    if (rc == 0 && origins.origin != NULL) {
+    if (has_origins) {
         uint64_t budget = q->max_bytes / (q->workers ? q->workers : 1) / 4;
-        rc = dictionary_memo_for(&p->memos, budget, &origins, &memo, err);
+        rc = dictionary_memo_for(&p->memos, budget, &origins, &dm, err);
     }
-    if (rc == 0 && memo == NULL) {
+    size_t n_locations = (size_t)block_reader_row_count(r, BLOCK_TABLE_LOCATIONS) + 1;
+    frame_memo m = {0};
+    uint32_t *own = NULL;
+    if (rc == 0 && (dm == NULL || sums->grouped.count > 0)) {
+        m.offset = calloc(n_locations, sizeof *m.offset);
+        m.count = calloc(n_locations, sizeof *m.count);
+        if (m.offset == NULL || m.count == NULL)
+            rc = strata_error_oom(err);
+    }
+    if (rc == 0 && dm == NULL) {
         own = malloc(sums->n_stacks * sizeof *own);
         if (own == NULL) {
             rc = strata_error_oom(err);
         } else {
             memset(own, 0xff, sums->n_stacks * sizeof *own);
             own[0] = CALLTREE_ROOT; /* the empty stack */
-            memo = own;
+            rc = add_stack_sums(r, q, p->tree, &m, own, NULL, sums, &p->result, err);
         }
+    } else if (rc == 0) {
+        dm->frames->slot = origins.location_origin;
+        rc = add_stack_sums(r, q, p->tree, dm->frames, dm->node, origins.origin, sums, &p->result,
+                            err);
+        dm->frames->slot = NULL;
     }
-    if (rc == 0)
-        rc = add_stack_sums(r, q, p->tree, &m, memo, own == NULL ? origins.origin : NULL, sums,
-                            &p->result, err);
     if (rc == 0 && sums->grouped.count > 0)
         rc = add_grouped(r, p, &m, &sums->grouped, err);
     free(own);
     frame_memo_free(&m);
     return rc;
 }
-
 
 static int merge_profiles_into(block_reader *r, merge_partial *p, const block_profile *profiles,
                                size_t n, strata_error *err) {
@@ -1720,7 +1770,12 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
                                 "(max_query_bytes); narrow the time range or the selector",
                                 (unsigned long long)(need >> 20), limit);
     }
-    int64_t *per_stack = calloc(n_stacks, sizeof *per_stack);
+    if (n_stacks > p->cap_per_stack) {
+        free(p->per_stack);
+        p->per_stack = calloc(n_stacks, sizeof *p->per_stack);
+        p->cap_per_stack = p->per_stack != NULL ? n_stacks : 0;
+    }
+    int64_t *per_stack = p->per_stack;
     int rc = per_stack == NULL ? strata_error_oom(err) : 0;
     sample_view view;
     row_sums sums = {per_stack, n_stacks, NULL, {0}, 0};
@@ -1741,7 +1796,8 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
         rc = translate_sums(r, p, &sums, err);
     if (rc == 0)
         note_profiles(&p->result, profiles, n);
-    free(per_stack);
+    if (rc != 0 && per_stack != NULL) /* the sums may be left half read */
+        memset(per_stack, 0, n_stacks * sizeof *per_stack);
     strata_u64_map_free(&sums.grouped);
     sample_view_free(&view);
     return rc;
@@ -1885,6 +1941,7 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
     for (size_t w = 0; parts != NULL && w < workers; w++) {
         calltree_free(parts[w].tree);
         memo_set_free(&parts[w].memos);
+        free(parts[w].per_stack);
     }
     calltree_free(shared.tree);
     memo_set_free(&shared.memos);
