@@ -35,12 +35,10 @@ static void dump_tables(const block_reader *r, FILE *out) {
     fprintf(out, "data object format version: %u\n", block_reader_format_version(r));
     fprintf(out, "tables:\n");
     for (int id = 1; id <= BLOCK_TABLE_MAX; id++) {
-        bool absent = id >= BLOCK_TABLE_LABEL_SETS
-                          ? !block_reader_has_sample_labels(r)
-                          : id > BLOCK_TABLE_REQUIRED_MAX && !block_reader_has_rollups(r);
-        if (absent)
+        bool labels = id >= BLOCK_TABLE_LABEL_SETS && id <= BLOCK_TABLE_SERIES_LABEL_SETS;
+        if (!block_reader_has_table(r, id))
             fprintf(out, "  %-17s     absent (%s)\n", block_table_name(id),
-                    id >= BLOCK_TABLE_LABEL_SETS ? "no sample labels" : "optional");
+                    labels ? "no sample labels" : "optional");
         else
             fprintf(out, "  %-17s %10" PRIu64 " rows %12" PRIu64 " bytes\n", block_table_name(id),
                     block_reader_row_count(r, id), block_reader_table_stored_bytes(r, id));

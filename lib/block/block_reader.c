@@ -1693,6 +1693,10 @@ uint64_t block_reader_table_stored_bytes(const block_reader *r, int table_id) {
     return sum;
 }
 
+bool block_reader_has_table(const block_reader *r, int table_id) {
+    return table_id >= 1 && table_id <= BLOCK_TABLE_MAX && r->tables[table_id].present;
+}
+
 uint64_t block_reader_row_count(const block_reader *r, int table_id) {
     if (table_id < 1 || table_id > BLOCK_TABLE_MAX)
         return 0;

@@ -84,6 +84,8 @@ uint64_t block_reader_table_stored_bytes(const block_reader *r, int table_id);
  * and I/O buffers. */
 size_t block_reader_memory_bytes(const block_reader *r);
 
+/* Whether the footer lists the table (a known id; tables 15-17 only in version 2 blocks). */
+bool block_reader_has_table(const block_reader *r, int table_id);
 /* Row counts from the footer. */
 uint64_t block_reader_row_count(const block_reader *r, int table_id);
 

@@ -83,6 +83,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             walk_stack(r, rollup.stacks[k]);
     }
     block_samples_free(&rollup);
+    block_stack_origins origins;
+    if (block_reader_stack_origins(r, &origins, &err) == 0 && origins.origin != NULL) {
+        uint64_t sum = 0; /* read every origin: the reader promised n_stacks + 1 and n_locations */
+        for (size_t i = 0; i <= origins.n_stacks; i++)
+            sum += origins.origin[i];
+        for (size_t i = 0; i < origins.n_locations; i++)
+            sum += origins.location_origin[i];
+        (void)sum;
+    }
     block_reader_close(r);
     return 0;
 }

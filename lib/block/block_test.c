@@ -2304,6 +2304,27 @@ static void write_seeds(const char *dir) {
     }
     strata_buffer_free(&data);
     block_meta_free(&meta);
+    /* a block cut from a dictionary (tables 18-20), and the dictionary finished itself */
+    static const detach_round round[] = {{profile_a, 4, 0, "api-1", 1000, 0},
+                                         {profile_b, 2, 100, "api-2", 1001, 0}};
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    block_writer *d = NULL;
+    if (w == NULL)
+        return;
+    add_round(w, round, 2);
+    if (block_writer_detach(w, &d, &err) == 0) {
+        finish_to(d, &data);
+        snprintf(path, sizeof path, "%s/fixture-detached-65536.strata", dir);
+        f = fopen(path, "wb");
+        if (f != NULL) {
+            fwrite(data.data, 1, data.len, f);
+            fclose(f);
+        }
+        strata_buffer_free(&data);
+        block_writer_free(d);
+    }
+    block_writer_free(w);
 }
 
 int main(void) {
