@@ -101,6 +101,8 @@ struct block_reader {
     uint32_t *stack_parent; /* index = stack id; [0] unused */
     uint32_t *stack_location;
     size_t n_stacks;
+    uint8_t *stack_group_loaded; /* per row group of stacks: decoded into the arrays */
+    size_t stack_rows_loaded;
 
     bool origins_loaded; /* tables dictionary, stack_origins and location_origins, on first use */
     uint32_t *stack_origin;
@@ -520,6 +522,14 @@ static void evict_pages(block_reader *r) {
         }
     }
     r->cache_used = 0;
+}
+
+size_t block_reader_page_cache_bytes(const block_reader *r) {
+    return r->cache_used;
+}
+
+void block_reader_drop_page_cache(block_reader *r) {
+    evict_pages(r);
 }
 
 /* Call only while holding no decoded page pointers. */
@@ -1448,30 +1458,75 @@ static int load_locations(block_reader *r, strata_error *err) {
     return rc;
 }
 
+/* The stack tree is decoded a row group at a time, on first use (ensure_stacks): a merge over
+ * blocks cut from one dictionary translates only the stacks no earlier block showed it, which sit
+ * at the end of each block's table (stacks are in dictionary order), so most of a fresh block's
+ * stack pages are never decoded. The arrays are allocated whole but filled (and so, for large
+ * ones, paged in) only where a group is decoded. */
 static int load_stacks(block_reader *r, strata_error *err) {
-    uint64_t *c[BLOCK_COL_STACKS_COUNT] = {0};
-    size_t n = (size_t)r->tables[BLOCK_TABLE_STACKS].rows;
-    r->stack_parent = calloc(n + 1, sizeof *r->stack_parent);
-    r->stack_location = calloc(n + 1, sizeof *r->stack_location);
-    int rc = r->stack_parent == NULL || r->stack_location == NULL ? strata_error_oom(err) : 0;
-    for (int i = 0; i < BLOCK_COL_STACKS_COUNT && rc == 0; i++)
-        rc = read_column(r, BLOCK_TABLE_STACKS, i, &c[i], err);
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        uint64_t id = i + 1, delta = c[BLOCK_COL_STACKS_PARENT_DELTA][i];
-        uint64_t location = c[BLOCK_COL_STACKS_LOCATION][i];
+    const r_table *t = &r->tables[BLOCK_TABLE_STACKS];
+    size_t n = (size_t)t->rows;
+    r->stack_parent = malloc((n + 1) * sizeof *r->stack_parent);
+    r->stack_location = malloc((n + 1) * sizeof *r->stack_location);
+    r->stack_group_loaded = calloc((size_t)t->n_groups + 1, sizeof *r->stack_group_loaded);
+    if (r->stack_parent == NULL || r->stack_location == NULL || r->stack_group_loaded == NULL)
+        return strata_error_oom(err);
+    r->stack_parent[0] = r->stack_location[0] = 0;
+    r->n_stacks = n;
+    r->stack_rows_loaded = 0;
+    return 0;
+}
+
+/* Frees the decoded pages of one row group of a table whose contents were copied out. */
+static void drop_group_pages(block_reader *r, int table, uint64_t g) {
+    r_table *t = &r->tables[table];
+    for (int col = 0; col < t->n_columns; col++) {
+        size_t cell = (size_t)g * (size_t)t->n_columns + (size_t)col;
+        r_decoded *d = t->decoded[cell];
+        if (d == NULL)
+            continue;
+        if (!t->evictable)
+            r->pinned_used -= d->bytes;
+        free(d->values);
+        free(d->offsets);
+        free(d->text);
+        free(d);
+        t->decoded[cell] = NULL;
+    }
+}
+
+static int decode_stack_group(block_reader *r, uint64_t g, strata_error *err) {
+    const r_table *t = &r->tables[BLOCK_TABLE_STACKS];
+    const r_decoded *parents, *locations;
+    int rc = load_page(r, BLOCK_TABLE_STACKS, BLOCK_COL_STACKS_PARENT_DELTA, g, &parents, err);
+    if (rc == 0)
+        rc = load_page(r, BLOCK_TABLE_STACKS, BLOCK_COL_STACKS_LOCATION, g, &locations, err);
+    uint64_t first = t->groups[g].first_row, rows = t->groups[g].rows;
+    for (uint64_t i = 0; rc == 0 && i < rows; i++) {
+        uint64_t id = first + i + 1, delta = parents->values[i];
+        uint64_t location = locations->values[i];
         if (delta == 0 || delta > id || location >= r->n_locations) {
             rc = strata_error_set(err, STRATA_DATA_LOSS,
-                                  "block: table stacks, row %zu: parent or location out of range",
-                                  i);
+                                  "block: table stacks, row %llu: parent or location out of range",
+                                  (unsigned long long)(first + i));
             break;
         }
         r->stack_parent[id] = (uint32_t)(id - delta);
         r->stack_location[id] = (uint32_t)location;
     }
-    r->n_stacks = n;
-    free_columns(c, BLOCK_COL_STACKS_COUNT);
-    drop_pages(r, BLOCK_TABLE_STACKS);
-    return rc;
+    drop_group_pages(r, BLOCK_TABLE_STACKS, g);
+    if (rc != 0)
+        return -1;
+    r->stack_group_loaded[g] = 1;
+    r->stack_rows_loaded += rows;
+    return 0;
+}
+
+/* Makes stack id (1..n_stacks) readable from the arrays. */
+static inline int ensure_stack(block_reader *r, uint32_t id, strata_error *err) {
+    const r_table *t = &r->tables[BLOCK_TABLE_STACKS];
+    uint64_t g = group_of(t, (uint64_t)id - 1);
+    return r->stack_group_loaded[g] ? 0 : decode_stack_group(r, g, err);
 }
 
 static void free_symbols(block_reader *r) {
@@ -1481,6 +1536,9 @@ static void free_symbols(block_reader *r) {
     free(r->lines);
     free(r->stack_parent);
     free(r->stack_location);
+    free(r->stack_group_loaded);
+    r->stack_group_loaded = NULL;
+    r->stack_rows_loaded = 0;
     r->mappings = NULL;
     r->functions = NULL;
     r->locations = NULL;
@@ -1511,6 +1569,8 @@ int block_reader_stack(block_reader *r, uint32_t stack_id, uint32_t *locations, 
                                 r->n_stacks);
     size_t d = 0;
     for (uint32_t id = stack_id; id != 0; id = r->stack_parent[id]) {
+        if (ensure_stack(r, id, err) != 0)
+            return -1;
         if (d < cap)
             locations[d] = r->stack_location[id];
         d++;
@@ -1527,6 +1587,8 @@ int block_reader_stack_node(block_reader *r, uint32_t stack_id, uint32_t *parent
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "block: stack id %u has no node (%zu stacks)", stack_id,
                                 r->n_stacks);
+    if (ensure_stack(r, stack_id, err) != 0)
+        return -1;
     *parent = r->stack_parent[stack_id];
     *location = r->stack_location[stack_id];
     return 0;
@@ -1658,7 +1720,7 @@ size_t block_reader_memory_bytes(const block_reader *r) {
     size_t bytes = sizeof *r + r->cache_used + r->pinned_used + r->io.cap + r->raw.cap;
     bytes += r->n_mappings * sizeof *r->mappings + r->n_functions * sizeof *r->functions;
     bytes += r->n_locations * sizeof *r->locations + r->n_lines * sizeof *r->lines;
-    bytes += (r->n_stacks + 1) * 2 * sizeof(uint32_t);
+    bytes += (r->stack_rows_loaded + 1) * 2 * sizeof(uint32_t) + r->n_stacks / 512;
     if (r->stack_origin != NULL)
         bytes += (r->origins.n_stacks + r->origins.n_locations + 2) * sizeof *r->stack_origin;
     if (r->label_sets_loaded) {

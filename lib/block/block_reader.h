@@ -83,6 +83,11 @@ uint64_t block_reader_table_stored_bytes(const block_reader *r, int table_id);
 /* Approximate bytes the reader holds: decoded pages (cached and pinned), decoded symbol tables
  * and I/O buffers. */
 size_t block_reader_memory_bytes(const block_reader *r);
+/* Of that, the decoded pages of profiles, samples and rollups kept for the next read (bounded by
+ * options.cache_bytes), and dropping them: a cache of many readers sheds these before it closes
+ * a reader, whose symbol tables cost more to decode again. */
+size_t block_reader_page_cache_bytes(const block_reader *r);
+void block_reader_drop_page_cache(block_reader *r);
 
 /* Whether the footer lists the table (a known id; tables 15-17 only in version 2 blocks). */
 bool block_reader_has_table(const block_reader *r, int table_id);

@@ -1047,12 +1047,40 @@ static indexed_block *idle_lru_locked(block_index *ix, uint64_t min_last_used) {
     return victim;
 }
 
+/* Over the byte bound, idle readers first give up their page caches (sample and profile pages,
+ * decoded again by the next query that reads them anyway), least recently used first, before
+ * any reader is closed: a reader's symbol tables and stack origins cost far more to decode again,
+ * and closing readers in LRU order thrashes when a query spans more blocks than the bound holds
+ * (every query would reopen every block). Called with ix->mu held. */
+static void shed_page_caches_locked(block_index *ix) {
+    for (;;) {
+        if (ix->opts.max_open_reader_bytes == 0 ||
+            ix->open_reader_bytes <= ix->opts.max_open_reader_bytes)
+            return;
+        indexed_block *victim = NULL;
+        for (size_t i = 0; i < ix->n_blocks; i++) {
+            indexed_block *b = ix->blocks[i];
+            if (b->refs > 1 || b->reader == NULL || block_reader_page_cache_bytes(b->reader) == 0)
+                continue;
+            if (victim == NULL || b->last_used < victim->last_used)
+                victim = b;
+        }
+        if (victim == NULL || pthread_mutex_trylock(&victim->mu) != 0)
+            return;
+        block_reader_drop_page_cache(victim->reader);
+        account_reader_locked(ix, victim);
+        pthread_mutex_unlock(&victim->mu);
+        ix->stats.page_cache_sheds++;
+    }
+}
+
 /* Closes least recently used idle readers while the cache exceeds a bound (see over_bound_locked)
  * and idle readers remain; called with ix->mu held. Only entries with the index's reference alone
  * are closed, so no query loses a reader it holds; one whose mutex is busy anyway is skipped. */
 static void evict_readers_locked(block_index *ix, bool opening) {
     uint64_t min_last_used = 0;
     eviction_reason reason;
+    shed_page_caches_locked(ix);
     while ((reason = over_bound_locked(ix, opening)) != EVICT_NONE) {
         indexed_block *victim = idle_lru_locked(ix, min_last_used);
         if (victim == NULL)

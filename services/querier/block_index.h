@@ -103,6 +103,7 @@ typedef struct block_index_stats {
     uint64_t reader_bytes;           /* held by open readers, as last accounted */
     uint64_t reader_evictions_count; /* readers closed for max_open_readers */
     uint64_t reader_evictions_bytes; /* readers closed for max_open_reader_bytes */
+    uint64_t page_cache_sheds;       /* idle readers' page caches dropped for it, first */
     uint64_t meta_reads;             /* meta.json fetches */
     uint64_t from_bucket_index;      /* blocks added from bucket-index.json */
     uint64_t hidden;                 /* indexed blocks that another indexed block covers */

@@ -409,6 +409,53 @@ static void test_byte_bound_holds(void **state) {
     fixture_close(&f);
 }
 
+/* Sum of the page caches of the index's open readers. */
+static uint64_t page_cache_bytes(fixture *f) {
+    strata_error err;
+    indexed_block **blocks;
+    size_t n;
+    assert_int_equal(block_index_acquire(f->index, TENANT, T0, END, &blocks, &n, &err), 0);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        pthread_mutex_lock(&blocks[i]->mu);
+        if (blocks[i]->reader != NULL)
+            sum += block_reader_page_cache_bytes(blocks[i]->reader);
+        pthread_mutex_unlock(&blocks[i]->mu);
+    }
+    block_index_release_all(f->index, blocks, n);
+    return sum;
+}
+
+/* Over the byte bound, idle readers drop their cached pages before any reader is closed: a bound
+ * that holds every reader's symbols but not every page cache keeps every reader open, and the
+ * answers stay the same. */
+static void test_page_caches_shed_before_readers_close(void **state) {
+    (void)state;
+    fixture all, shed;
+    fixture_open(&all, 0, 0);
+    calltree *tree;
+    merge_result want = merge(&all, "", T0, END, &tree);
+    calltree_free(tree);
+    uint64_t held = stats_of(&all).reader_bytes, caches = page_cache_bytes(&all);
+    assert_true(caches > 0 && caches < held);
+    uint64_t budget = held - caches / 2;
+    fixture_open(&shed, 0, budget);
+    for (int round = 0; round < 2; round++) {
+        merge_result got = merge(&shed, "", T0, END, &tree);
+        calltree_free(tree);
+        assert_int_equal(got.total, want.total);
+        assert_int_equal(got.samples, want.samples);
+        block_index_stats s = stats_of(&shed);
+        assert_int_equal(s.readers_open, N_BLOCKS);
+        assert_int_equal(s.reader_evictions_bytes, 0);
+        assert_true(s.page_cache_sheds > 0);
+        assert_true(s.reader_bytes <= budget);
+    }
+    assert_int_equal(stats_of(&all).page_cache_sheds, 0);
+    fixture_close(&all);
+    fixture_close(&shed);
+}
+
 /* A bound below one reader closes every reader once its query ends; the next queries reopen them
  * and answer exactly as an index that keeps them all. */
 static void test_evicted_readers_reopen_with_same_answers(void **state) {
@@ -1383,6 +1430,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_growth_is_accounted),
         cmocka_unit_test(test_byte_bound_holds),
+        cmocka_unit_test(test_page_caches_shed_before_readers_close),
         cmocka_unit_test(test_evicted_readers_reopen_with_same_answers),
         cmocka_unit_test(test_held_readers_are_not_closed),
         cmocka_unit_test(test_count_bound_holds),

@@ -1437,16 +1437,32 @@ static int stack_node(block_reader *r, calltree *tree, frame_memo *m, uint32_t *
 typedef struct row_sums {
     int64_t *per_stack; /* indexed by stack id */
     size_t n_stacks;
+    /* The stacks whose sums were made non-zero, in that order (a stack may repeat), so a query
+     * of one series in a block of many reads its own stacks, not the whole array; when more than
+     * cap_touched go in, touched_all is set and the whole array is read. */
+    uint32_t *touched;
+    size_t n_touched, cap_touched;
+    bool touched_all;
     sample_view *view;      /* NULL when no sample needs more than its stack */
     strata_u64_map grouped; /* ((label frame + 1) << 32 | stack) -> wrapping sum */
     uint64_t passed;        /* rows counted */
 } row_sums;
 
+static inline void add_to_stack(row_sums *sums, uint32_t stack, uint64_t value) {
+    uint64_t *sum = (uint64_t *)&sums->per_stack[stack];
+    if (*sum == 0 && !sums->touched_all) {
+        if (sums->n_touched < sums->cap_touched)
+            sums->touched[sums->n_touched++] = stack;
+        else
+            sums->touched_all = true;
+    }
+    *sum += value;
+}
+
 /* Adds (stack, value) rows of one series to the sums in wrapping arithmetic, the values
  * multiplied by mult: the same sums whether rows come from samples or rollups. */
 static int add_rows(const block_samples *s, size_t from, size_t n, int64_t mult, uint32_t series,
                     row_sums *sums, strata_error *err) {
-    uint64_t *per = (uint64_t *)sums->per_stack;
     size_t end = from + n < s->len ? from + n : s->len;
     for (size_t i = from; i < end; i++) {
         uint32_t stack = s->stacks[i];
@@ -1454,7 +1470,7 @@ static int add_rows(const block_samples *s, size_t from, size_t n, int64_t mult,
             return strata_error_set(err, STRATA_DATA_LOSS, "stack id %u out of range", stack);
         uint64_t value = (uint64_t)s->values[i] * (uint64_t)mult;
         if (sums->view == NULL) {
-            per[stack] += value;
+            add_to_stack(sums, stack, value);
             continue;
         }
         bool pass = false;
@@ -1466,7 +1482,7 @@ static int add_rows(const block_samples *s, size_t from, size_t n, int64_t mult,
             continue;
         sums->passed++;
         if (frame == VIEW_NO_FRAME) {
-            per[stack] += value;
+            add_to_stack(sums, stack, value);
             continue;
         }
         uint64_t *sum =
@@ -1668,14 +1684,16 @@ static int sum_rows(block_reader *r, merge_partial *p, const block_profile *prof
 static int add_stack_sums(block_reader *r, const merge_query *q, calltree *tree, frame_memo *m,
                           uint32_t *memo, const uint32_t *origin, row_sums *sums, merge_result *res,
                           strata_error *err) {
-    for (size_t s = 0; s < sums->n_stacks; s++) {
+    size_t n = sums->touched_all ? sums->n_stacks : sums->n_touched;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t s = sums->touched_all ? (uint32_t)i : sums->touched[i];
         int64_t value = sums->per_stack[s];
         if (value == 0)
-            continue;
+            continue; /* never touched, or summed to zero, or a repeat already read */
         sums->per_stack[s] = 0;
         res->total += value;
         uint32_t node;
-        if (stack_node(r, tree, m, memo, origin, (uint32_t)s, &node, err) != 0) {
+        if (stack_node(r, tree, m, memo, origin, s, &node, err) != 0) {
             if (err->code == STRATA_DATA_LOSS)
                 err->code = STRATA_INTERNAL; /* part of the block is in the tree: it cannot be
                                                 left out any more, so the query fails */
@@ -1778,7 +1796,11 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
     int64_t *per_stack = p->per_stack;
     int rc = per_stack == NULL ? strata_error_oom(err) : 0;
     sample_view view;
-    row_sums sums = {per_stack, n_stacks, NULL, {0}, 0};
+    row_sums sums = {.per_stack = per_stack, .n_stacks = n_stacks};
+    sums.cap_touched = n_stacks / 4 + 64;
+    sums.touched = malloc(sums.cap_touched * sizeof *sums.touched);
+    if (rc == 0 && sums.touched == NULL)
+        rc = strata_error_oom(err);
     if (rc == 0)
         rc = sample_view_init(&view, r, q->sel, p->tree, profiles, n, err);
     else
@@ -1798,6 +1820,7 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
         note_profiles(&p->result, profiles, n);
     if (rc != 0 && per_stack != NULL) /* the sums may be left half read */
         memset(per_stack, 0, n_stacks * sizeof *per_stack);
+    free(sums.touched);
     strata_u64_map_free(&sums.grouped);
     sample_view_free(&view);
     return rc;

@@ -87,7 +87,11 @@ static int create_reader_cache_metrics(querier *q, strata_error *err) {
     q->evictions_for_bytes = metrics_counter_vec_with(evictions, bytes_reason);
     if (q->evictions_for_count == NULL || q->evictions_for_bytes == NULL)
         return strata_error_oom(err);
-    return 0;
+    o = (metrics_opts){.name = "strata_querier_block_page_cache_sheds_total",
+                       .help = "Idle block readers whose cached sample and profile pages were "
+                               "dropped to stay within max_open_block_bytes (before any reader "
+                               "is closed for it)."};
+    return (q->page_cache_sheds = metrics_counter_new(q->registry, &o, err)) == NULL ? -1 : 0;
 }
 
 static int create_metrics(querier *q, strata_error *err) {
@@ -152,6 +156,7 @@ static void collect_index_stats(void *ctx) {
     metrics_gauge_set(q->open_bytes_gauge, (int64_t)s.reader_bytes);
     metrics_counter_set(q->evictions_for_count, (int64_t)s.reader_evictions_count);
     metrics_counter_set(q->evictions_for_bytes, (int64_t)s.reader_evictions_bytes);
+    metrics_counter_set(q->page_cache_sheds, (int64_t)s.page_cache_sheds);
     metrics_counter_set(q->syncs, (int64_t)s.syncs);
     metrics_counter_set(q->sync_failures, (int64_t)s.sync_failures);
     metrics_counter_set(q->meta_reads, (int64_t)s.meta_reads);

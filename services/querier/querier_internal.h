@@ -22,6 +22,7 @@ struct querier {
     metrics_gauge *open_bytes_gauge;
     metrics_counter *evictions_for_count;
     metrics_counter *evictions_for_bytes;
+    metrics_counter *page_cache_sheds;
     metrics_counter *syncs;
     metrics_counter *meta_reads;
     metrics_counter *from_bucket_index;
