@@ -1140,7 +1140,7 @@ void query_range_free(range_series *series, size_t n) {
 /* ---- merge and single --------------------------------------------------------------------- */
 
 /* Translations of one writer dictionary's stacks (docs/block-format.md 6.12): the call tree node
- * of each dictionary stack translated so far, UINT32_MAX where not yet. The blocks the ingester
+ * of each dictionary stack translated so far, plus one (0 where not yet). The blocks the ingester
  * cuts from one dictionary name each stack's origin in it, so a merge over minutes of fresh
  * blocks translates a stack once instead of once per block, as over one compacted block. */
 /* Per-block translation state: block location -> calltree frames (root-most first). */
@@ -1158,7 +1158,7 @@ static void frame_memo_free(frame_memo *m);
 
 typedef struct dictionary_memo {
     uint8_t id[16];
-    uint32_t *node;     /* index = dictionary stack id */
+    uint32_t *node;     /* index = dictionary stack id: node + 1, 0 = not yet */
     size_t n;           /* entries in node */
     frame_memo *frames; /* indexed by dictionary location id (slot = the block's origins) */
     size_t n_locations; /* entries in frames' offset and count */
@@ -1212,6 +1212,8 @@ typedef struct merge_partial {
      * clears what it reads), so a block costs no fresh pages to fault in and zero */
     int64_t *per_stack;
     size_t cap_per_stack;
+    uint32_t *touched; /* row_sums.touched, reused likewise */
+    size_t cap_touched;
 } merge_partial;
 
 /* Grows an array of n elements of size elem to need elements, the new ones zeroed. */
@@ -1251,12 +1253,12 @@ static int dictionary_memo_for(memo_set *set, uint64_t budget, const block_stack
             return strata_error_oom(err);
     }
     if (grow > 0) {
-        uint32_t *node = realloc(m->node, need * sizeof *node);
+        uint32_t *node =
+            m->n == 0 ? calloc(need, sizeof *node) : grow_zeroed(m->node, m->n, need, sizeof *node);
         if (node == NULL)
             return strata_error_oom(err);
-        memset(node + m->n, 0xff, grow * sizeof *node);
         if (m->n == 0)
-            node[0] = CALLTREE_ROOT; /* the empty stack */
+            node[0] = CALLTREE_ROOT + 1; /* the empty stack */
         m->node = node;
         m->n = need;
     }
@@ -1397,14 +1399,15 @@ static int grow_u32(uint32_t **p, size_t *cap, size_t need, strata_error *err) {
 }
 
 /* The calltree node of block stack `stack`, translating it (and any untranslated ancestors) on
- * first use. node_of_stack caches the answer per stack id (UINT32_MAX = not yet), so each stack
- * tree node costs one translation per block however many samples and descendants share it. */
+ * first use. node_of_stack caches the answer per stack id as node + 1 (0 = not yet, so a memo is
+ * a calloc whose untouched pages cost nothing), so each stack tree node costs one translation
+ * however many samples and descendants share it. */
 static int stack_node(block_reader *r, calltree *tree, frame_memo *m, uint32_t *node_of_stack,
                       const uint32_t *origin, uint32_t stack, uint32_t *out, strata_error *err) {
 #define SLOT(id) (origin != NULL ? origin[id] : (id))
     size_t n_pending = 0;
     uint32_t id = stack;
-    while (node_of_stack[SLOT(id)] == UINT32_MAX) { /* collect untranslated ancestors, leaf first */
+    while (node_of_stack[SLOT(id)] == 0) { /* collect untranslated ancestors, leaf first */
         if (grow_u32(&m->path, &m->cap_path, n_pending + 1, err) != 0)
             return -1;
         m->path[n_pending++] = id;
@@ -1413,7 +1416,7 @@ static int stack_node(block_reader *r, calltree *tree, frame_memo *m, uint32_t *
             return -1;
         id = parent;
     }
-    uint32_t node = node_of_stack[SLOT(id)];
+    uint32_t node = node_of_stack[SLOT(id)] - 1;
     while (n_pending > 0) { /* translate them root first */
         uint32_t s_id = m->path[--n_pending], parent, loc;
         if (block_reader_stack_node(r, s_id, &parent, &loc, err) != 0)
@@ -1425,7 +1428,7 @@ static int stack_node(block_reader *r, calltree *tree, frame_memo *m, uint32_t *
         for (uint16_t f = 0; f < m->count[ls]; f++)
             if (calltree_child(tree, node, frames[f], &node, err) != 0)
                 return -1;
-        node_of_stack[SLOT(s_id)] = node;
+        node_of_stack[SLOT(s_id)] = node + 1;
     }
     *out = node;
     return 0;
@@ -1752,12 +1755,11 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
             rc = strata_error_oom(err);
     }
     if (rc == 0 && dm == NULL) {
-        own = malloc(sums->n_stacks * sizeof *own);
+        own = calloc(sums->n_stacks, sizeof *own);
         if (own == NULL) {
             rc = strata_error_oom(err);
         } else {
-            memset(own, 0xff, sums->n_stacks * sizeof *own);
-            own[0] = CALLTREE_ROOT; /* the empty stack */
+            own[0] = CALLTREE_ROOT + 1; /* the empty stack */
             rc = add_stack_sums(r, q, p->tree, &m, own, NULL, sums, &p->result, err);
         }
     } else if (rc == 0) {
@@ -1797,8 +1799,13 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
     int rc = per_stack == NULL ? strata_error_oom(err) : 0;
     sample_view view;
     row_sums sums = {.per_stack = per_stack, .n_stacks = n_stacks};
-    sums.cap_touched = n_stacks / 4 + 64;
-    sums.touched = malloc(sums.cap_touched * sizeof *sums.touched);
+    if (n_stacks / 4 + 64 > p->cap_touched) {
+        free(p->touched);
+        p->touched = malloc((n_stacks / 4 + 64) * sizeof *p->touched);
+        p->cap_touched = p->touched != NULL ? n_stacks / 4 + 64 : 0;
+    }
+    sums.touched = p->touched;
+    sums.cap_touched = p->cap_touched;
     if (rc == 0 && sums.touched == NULL)
         rc = strata_error_oom(err);
     if (rc == 0)
@@ -1820,7 +1827,6 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
         note_profiles(&p->result, profiles, n);
     if (rc != 0 && per_stack != NULL) /* the sums may be left half read */
         memset(per_stack, 0, n_stacks * sizeof *per_stack);
-    free(sums.touched);
     strata_u64_map_free(&sums.grouped);
     sample_view_free(&view);
     return rc;
@@ -1965,6 +1971,7 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
         calltree_free(parts[w].tree);
         memo_set_free(&parts[w].memos);
         free(parts[w].per_stack);
+        free(parts[w].touched);
     }
     calltree_free(shared.tree);
     memo_set_free(&shared.memos);
