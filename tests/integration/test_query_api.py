@@ -413,6 +413,7 @@ querier:
         self.assertGreater(value("strata_querier_open_block_bytes"), 0)
         self.assertEqual(value('strata_querier_block_reader_evictions_total{reason="count"}'), 0)
         self.assertEqual(value('strata_querier_block_reader_evictions_total{reason="bytes"}'), 0)
+        self.assertEqual(value("strata_querier_block_page_cache_sheds_total"), 0)
 
     def test_merge_trimming(self):
         # 1 %: children of main with cumulative <= 1.52 samples go (app.tiny); 10 %: <= 15.2 samples
