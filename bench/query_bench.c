@@ -37,7 +37,7 @@
  *      comparison; finalize is timed separately.
  *   2. selective merge: the same with {pod="<process 0's pod>"} (1 series of N), showing pruning.
  *   3. range: query_range over the day of 100 series, step 60 s, with sum_by pid (100 series
- *      out: one per process) and with sum_by node (10 series out; an empty sum_by would give one
+ *      out: one per process), with sum_by node (10 series out) and with an empty sum_by (one
  *      series, as Parca sums a delta type over everything then); p50/p90/p99 of wall latency over R
  * runs (default 20) after one warm-up run, and the mean CPU per query.
  *   4. peer: `go tool pprof -proto FILE... > merged.pb` over the M minutes of pprof files (CPU and
@@ -818,6 +818,7 @@ int main(int argc, char **argv) {
     bench_range(e, &all, by_pid, 1, a.range_runs, "range sum_by pid");
     const char *by_node[] = {"node"};
     bench_range(e, &all, by_node, 1, a.range_runs, "range sum_by node");
+    bench_range(e, &all, NULL, 0, a.range_runs, "range sum_by (none)");
     double rss_queries = peak_rss_mib();
 
     /* 4. peer */
