@@ -943,6 +943,8 @@ static int scan_profile_group(block_reader *r, uint64_t g, const uint32_t *ids, 
             return -1;
     }
     uint64_t n_samples = r->tables[BLOCK_TABLE_SAMPLES].rows;
+    uint64_t last_series = UINT64_MAX; /* profiles come in series order: decide once per run */
+    bool last_selected = false;
     for (uint64_t i = 0; i < t->groups[g].rows; i++) {
         block_profile p;
         uint64_t series = cols[BLOCK_COL_PROFILES_SERIES]->values[i];
@@ -954,7 +956,11 @@ static int scan_profile_group(block_reader *r, uint64_t g, const uint32_t *ids, 
                              "series id or sample range out of bounds");
         p.series_id = (uint32_t)series;
         p.time_ns = as_signed(cols[BLOCK_COL_PROFILES_TIME]->values[i]);
-        if ((ids != NULL && !contains(ids, n_ids, series)) || p.time_ns < start || p.time_ns > end)
+        if (ids != NULL && series != last_series) {
+            last_selected = contains(ids, n_ids, series);
+            last_series = series;
+        }
+        if ((ids != NULL && !last_selected) || p.time_ns < start || p.time_ns > end)
             continue;
         p.duration_ns = as_signed(cols[BLOCK_COL_PROFILES_DURATION]->values[i]);
         p.period = as_signed(cols[BLOCK_COL_PROFILES_PERIOD]->values[i]);
