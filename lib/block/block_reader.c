@@ -659,22 +659,26 @@ static int read_column(block_reader *r, int table, int scol, uint64_t **out, str
     return 0;
 }
 
+/* Frees one decoded page of a table whose contents were copied out, if it is loaded. */
+static void drop_page(block_reader *r, r_table *t, size_t cell) {
+    r_decoded *d = t->decoded[cell];
+    if (d == NULL)
+        return;
+    if (!t->evictable)
+        r->pinned_used -= d->bytes;
+    free(d->values);
+    free(d->offsets);
+    free(d->text);
+    free(d);
+    t->decoded[cell] = NULL;
+}
+
 /* Frees the decoded pages of a table whose contents were copied out. */
 static void drop_pages(block_reader *r, int table) {
     r_table *t = &r->tables[table];
     size_t cells = (size_t)t->n_groups * (size_t)t->n_columns;
-    for (size_t i = 0; i < cells; i++) {
-        r_decoded *d = t->decoded[i];
-        if (d == NULL)
-            continue;
-        if (!t->evictable)
-            r->pinned_used -= d->bytes;
-        free(d->values);
-        free(d->offsets);
-        free(d->text);
-        free(d);
-        t->decoded[i] = NULL;
-    }
+    for (size_t i = 0; i < cells; i++)
+        drop_page(r, t, i);
 }
 
 int block_reader_string(block_reader *r, uint32_t id, const char **out, size_t *len,
@@ -1495,19 +1499,8 @@ static int load_stacks(block_reader *r, strata_error *err) {
 /* Frees the decoded pages of one row group of a table whose contents were copied out. */
 static void drop_group_pages(block_reader *r, int table, uint64_t g) {
     r_table *t = &r->tables[table];
-    for (int col = 0; col < t->n_columns; col++) {
-        size_t cell = (size_t)g * (size_t)t->n_columns + (size_t)col;
-        r_decoded *d = t->decoded[cell];
-        if (d == NULL)
-            continue;
-        if (!t->evictable)
-            r->pinned_used -= d->bytes;
-        free(d->values);
-        free(d->offsets);
-        free(d->text);
-        free(d);
-        t->decoded[cell] = NULL;
-    }
+    for (int col = 0; col < t->n_columns; col++)
+        drop_page(r, t, (size_t)g * (size_t)t->n_columns + (size_t)col);
 }
 
 static int decode_stack_group(block_reader *r, uint64_t g, strata_error *err) {

@@ -2434,28 +2434,27 @@ static int order_profiles(block_writer *w, block_order *o, strata_error *err) {
     return 0;
 }
 
-/* Tables stack_origins and dictionary (docs/block-format.md 6.12), for a writer with a dictionary
- * id: a detached block maps its stacks to the dictionary's, a dictionary writer finishing itself
- * holds the dictionary's own stacks (origin = stack id). */
+/* One origin table (its column 0): origins[i], or i + 1 (the dictionary's own rows) without them.
+ */
+static int write_origin_table(encoder *e, int table, const uint32_t *origins, size_t n) {
+    enc_begin_table(e, table);
+    for (size_t i = 0; i < n; i++) {
+        enc_put(e, 0, origins != NULL ? origins[i] : (uint64_t)i + 1);
+        enc_end_row(e);
+    }
+    return enc_end_table(e);
+}
+
+/* Tables stack_origins, location_origins and dictionary (docs/block-format.md 6.12), for a writer
+ * with a dictionary id: a detached block maps its stacks to the dictionary's, a dictionary writer
+ * finishing itself holds the dictionary's own stacks (origin = stack id). */
 static int write_dictionary_tables(encoder *e) {
     block_writer *w = e->w;
     if (!w->has_dictionary || w->n_stacks == 0)
         return 0;
-    enc_begin_table(e, BLOCK_TABLE_STACK_ORIGINS);
-    for (size_t i = 0; i < w->n_stacks; i++) {
-        enc_put(e, BLOCK_COL_STACK_ORIGINS_ORIGIN,
-                w->stack_origins != NULL ? w->stack_origins[i] : (uint64_t)i + 1);
-        enc_end_row(e);
-    }
-    if (enc_end_table(e) != 0)
-        return -1;
-    enc_begin_table(e, BLOCK_TABLE_LOCATION_ORIGINS);
-    for (size_t i = 0; i < w->n_locations; i++) {
-        enc_put(e, BLOCK_COL_LOCATION_ORIGINS_ORIGIN,
-                w->location_origins != NULL ? w->location_origins[i] : (uint64_t)i + 1);
-        enc_end_row(e);
-    }
-    if (enc_end_table(e) != 0)
+    if (write_origin_table(e, BLOCK_TABLE_STACK_ORIGINS, w->stack_origins, w->n_stacks) != 0 ||
+        write_origin_table(e, BLOCK_TABLE_LOCATION_ORIGINS, w->location_origins, w->n_locations) !=
+            0)
         return -1;
     enc_begin_table(e, BLOCK_TABLE_DICTIONARY);
     enc_put_bytes(e, BLOCK_COL_DICTIONARY_ID, (const char *)w->dictionary.bytes,
