@@ -1731,6 +1731,7 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
         pthread_mutex_lock(&shared->mu);
         rc = dictionary_memo_for(&shared->memos, q->max_bytes / 4, &origins, &dm, err);
         if (rc == 0 && dm != NULL) {
+            p->result.dictionary_blocks++;
             dm->frames->slot = origins.location_origin;
             rc = add_stack_sums(r, q, shared->tree, dm->frames, dm->node, origins.origin, sums,
                                 &p->result, err);
@@ -1763,6 +1764,7 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
             rc = add_stack_sums(r, q, p->tree, &m, own, NULL, sums, &p->result, err);
         }
     } else if (rc == 0) {
+        p->result.dictionary_blocks++;
         dm->frames->slot = origins.location_origin;
         rc = add_stack_sums(r, q, p->tree, dm->frames, dm->node, origins.origin, sums, &p->result,
                             err);
@@ -1896,6 +1898,7 @@ static void merge_results_add(merge_result *dst, const merge_result *src) {
     dst->samples += src->samples;
     dst->total += src->total;
     dst->duration_ns += src->duration_ns;
+    dst->dictionary_blocks += src->dictionary_blocks;
 }
 
 static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q, calltree *tree,

@@ -112,7 +112,10 @@ typedef struct merge_result {
     int64_t max_time_ns;
     int64_t period;      /* of the earliest profile (the smallest at a tie) */
     int64_t duration_ns; /* sum of profile durations */
-    query_stats stats;   /* duplicates not counted, blocks left out */
+    /* blocks whose stacks were translated through their writer dictionary's memo (fresh blocks
+     * cut from one dictionary, docs/block-format.md 6.12) rather than one by one */
+    uint64_t dictionary_blocks;
+    query_stats stats; /* duplicates not counted, blocks left out */
 } merge_result;
 
 /* Adds every profile of sel's type matching sel with start <= time <= end into tree (into the

@@ -308,6 +308,9 @@ static int64_t expect_same_merge(engine_fixture *rollups, engine_fixture *rows,
         run_case(engines[i]->engine, TENANT, c, &ta, &ra);
         run_case(engines[i]->engine, TENANT_DICTIONARY, c, &tb, &rb);
         expect_same_results(&ra, &rb);
+        /* the dictionary tenant's blocks went through the dictionary memo, t1's did not */
+        assert_int_equal(ra.dictionary_blocks, 0);
+        assert_true(rb.dictionary_blocks >= 1 && rb.dictionary_blocks <= N_BLOCKS);
         expect_same_trees(ta, tb);
         calltree_free(ta);
         calltree_free(tb);
