@@ -174,11 +174,22 @@ describe('profiles view', () => {
   });
 
   it('zooms the time range by dragging over the graph', async () => {
-    // A drag that lands while the chart is being redrawn (a slow, loaded machine) is lost, so the
-    // gesture is retried a few times; the assertions below are about its effect.
+    // The earlier tests typed into the profile panel below the graph, which may have scrolled the
+    // graph out of the viewport: mouse events at its old box would land on nothing. So the graph is
+    // brought into view and the test waits until the point the drag starts at is the graph itself
+    // (no loading overlay). A drag that lands while the chart is being redrawn (a slow, loaded
+    // machine) is lost, so the gesture is retried a few times; the assertions are about its effect.
     let zoomed = false;
+    const start = await eventCount(page);
     for (let attempt = 0; attempt < 3 && !zoomed; attempt++) {
       const over = page.locator('.metrics .u-over');
+      await over.scrollIntoViewIfNeeded();
+      await page.waitForFunction(() => {
+        const o = document.querySelector('.metrics .u-over');
+        const r = o && o.getBoundingClientRect();
+        if (!r || r.width < 10 || r.top < 0 || r.bottom > innerHeight) return false;
+        return document.elementFromPoint(r.left + r.width * 0.5, r.top + r.height / 2) === o;
+      });
       const b = await over.boundingBox();
       const n0 = await eventCount(page);
       await page.mouse.move(b.x + b.width * 0.5, b.y + b.height / 2);
@@ -186,9 +197,14 @@ describe('profiles view', () => {
       await page.mouse.move(b.x + b.width * 0.7, b.y + b.height / 2, { steps: 10 });
       await page.mouse.move(b.x + b.width * 0.98, b.y + b.height / 2, { steps: 10 });
       await page.mouse.up();
-      zoomed = await waitEvent(page, 'series', n0, 15000).then(() => true, () => false);
+      zoomed = await page.waitForFunction((s) => window.__strata.events.slice(s).some((e) => e.type === 'series' || e.type === 'series-error'),
+        n0, { timeout: 15000 }).then(() => true, () => false);
     }
-    assert.ok(zoomed, 'dragging over the graph loads the zoomed range');
+    const events = await page.evaluate(() => window.__strata.events.map((e) => e.type));
+    if (!zoomed) await shot(page, 'drag-zoom-failed');
+    assert.ok(zoomed, `dragging over the graph loads the zoomed range (events: ${events.slice(-8).join(', ')})`);
+    const failed = await page.evaluate((s) => window.__strata.events.slice(s).filter((e) => e.type === 'series-error').pop()?.detail, start);
+    assert.equal(failed, undefined, 'the zoomed range loads without an error');
     const u = new URL(page.url()).searchParams;
     assert.match(u.get('from_a'), /^\d+$/, 'absolute start');
     assert.match(u.get('to_a'), /^\d+$/, 'absolute end');
