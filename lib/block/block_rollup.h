@@ -71,4 +71,22 @@ int block_rollup_build(const block_rollup_profile *profiles, size_t n_profiles, 
                        size_t n_stacks, block_rollup_row_fn row, void *ctx,
                        block_rollup_series *series, strata_error *err);
 
+/* Incremental building, one series at a time, for a writer that streams its tables (block_writer
+ * with a spool): profiles are added as they come, and each series is ended before the next one
+ * starts. The builder sizes its per-stack arrays to the largest stack id seen, so the stack table
+ * may grow while it runs. block_rollup_build is this builder run over a whole array. */
+typedef struct block_rollup_builder block_rollup_builder;
+
+block_rollup_builder *block_rollup_builder_new(strata_error *err);
+void block_rollup_builder_free(block_rollup_builder *b);
+/* Adds one profile of the current series. */
+int block_rollup_builder_add(block_rollup_builder *b, const block_rollup_profile *p,
+                             strata_error *err);
+/* Ends the current series: fills *s (its profiles, its first row, its rows) and, when it has at
+ * least BLOCK_ROLLUP_MIN_PROFILES profiles, emits its rows through row; then starts the next. */
+int block_rollup_builder_end_series(block_rollup_builder *b, block_rollup_row_fn row, void *ctx,
+                                    block_rollup_series *s, strata_error *err);
+/* Bytes the builder holds. */
+size_t block_rollup_builder_memory_bytes(const block_rollup_builder *b);
+
 #endif

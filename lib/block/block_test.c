@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -2253,6 +2255,190 @@ static void test_label_sets_id_path(void **state) {
 }
 
 /* The builder keeps (stack, label set) rows apart, sorted, and sums each across profiles. */
+/* ---- spooled writer ---------------------------------------------------------------------- */
+
+/* Adds the same input to w: three series in block order (job=a, b, c), each with profiles in time
+ * order (one of them twice at one time), some with sample labels when labelled. */
+static void add_spool_input(block_writer *w, bool labelled) {
+    const char *jobs[] = {"a", "b", "c"};
+    profile_type cpu = cpu_type();
+    strata_error err;
+    for (int j = 0; j < 3; j++) {
+        label_set l;
+        labels2(&l, "job", jobs[j], NULL, NULL);
+        for (int t = 0; t < 5; t++) {
+            pprof_profile p;
+            if (labelled && (t + j) % 2 == 0)
+                build_labelled_pprof(&p, (uint64_t)t * 100);
+            else
+                build_pprof(&p, t % 2 ? profile_a : profile_b, t % 2 ? 4 : 2, (uint64_t)t * 100);
+            int64_t at = (1000 + (t < 4 ? t : 3)) * SEC;
+            assert_int_equal(block_writer_add_profile(w, &l, &cpu, at, 10 * SEC, 7, &p, 0, &err),
+                             0);
+            pprof_profile_free(&p);
+        }
+    }
+}
+
+static void read_file(int fd, strata_buffer *out) {
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    assert_int_equal(strata_buffer_reserve(out, (size_t)st.st_size), 0);
+    assert_int_equal(pread(fd, out->data, (size_t)st.st_size, 0), st.st_size);
+    out->len = (size_t)st.st_size;
+}
+
+static void assert_same_samples(const block_samples *a, const block_samples *b) {
+    assert_int_equal(a->len, b->len);
+    assert_memory_equal(a->stacks, b->stacks, a->len * sizeof *a->stacks);
+    assert_memory_equal(a->values, b->values, a->len * sizeof *a->values);
+    assert_int_equal(a->label_sets == NULL, b->label_sets == NULL);
+    if (a->label_sets != NULL)
+        assert_memory_equal(a->label_sets, b->label_sets, a->len * sizeof *a->label_sets);
+}
+
+/* Everything a reader can see of the two blocks is the same. */
+static void assert_same_blocks(block_reader *x, block_reader *y) {
+    strata_error err;
+    assert_int_equal(block_reader_format_version(x), block_reader_format_version(y));
+    assert_int_equal(block_reader_series_count(x), block_reader_series_count(y));
+    assert_int_equal(block_reader_label_set_count(x), block_reader_label_set_count(y));
+    block_profile *px = NULL, *py = NULL;
+    size_t nx = 0, ny = 0;
+    assert_int_equal(block_reader_profiles(x, NULL, 0, INT64_MIN, INT64_MAX, &px, &nx, &err), 0);
+    assert_int_equal(block_reader_profiles(y, NULL, 0, INT64_MIN, INT64_MAX, &py, &ny, &err), 0);
+    assert_int_equal(nx, ny);
+    assert_memory_equal(px, py, nx * sizeof *px);
+    block_samples sx = {0}, sy = {0};
+    assert_int_equal(block_reader_read_samples(x, px, nx, &sx, &err), 0);
+    assert_int_equal(block_reader_read_samples(y, py, ny, &sy, &err), 0);
+    assert_same_samples(&sx, &sy);
+    for (uint32_t i = 0; i < block_reader_series_count(x); i++) {
+        assert_int_equal(
+            label_set_compare(block_reader_series_labels(x, i), block_reader_series_labels(y, i)),
+            0);
+        sx.len = sy.len = 0;
+        assert_int_equal(block_reader_series_rollup(x, i, &sx, &err), 0);
+        assert_int_equal(block_reader_series_rollup(y, i, &sy, &err), 0);
+        assert_same_samples(&sx, &sy);
+        const uint32_t *ix, *iy;
+        size_t kx = 0, ky = 0;
+        assert_int_equal(block_reader_series_label_sets(x, i, &ix, &kx, &err), 0);
+        assert_int_equal(block_reader_series_label_sets(y, i, &iy, &ky, &err), 0);
+        assert_int_equal(kx, ky);
+        if (kx > 0)
+            assert_memory_equal(ix, iy, kx * sizeof *ix);
+    }
+    for (uint32_t id = 1; id <= block_reader_label_set_count(x); id++) {
+        char tx[256], ty[256];
+        set_text(x, id, tx, sizeof tx);
+        set_text(y, id, ty, sizeof ty);
+        assert_string_equal(tx, ty);
+    }
+    char *dx = dump_without_bytes(x), *dy = dump_without_bytes(y);
+    assert_string_equal(dx, dy);
+    free(dx);
+    free(dy);
+    block_samples_free(&sx);
+    block_samples_free(&sy);
+    free(px);
+    free(py);
+}
+
+/* A spooled writer (small pages, so every table has many row groups) writes a block a reader
+ * cannot tell from the one the in-memory writer writes of the same input, with and without
+ * sample labels; without them it is version 1 although its label_set pages were spooled. */
+static void test_spooled_writer_writes_the_same_block(void **state) {
+    (void)state;
+    for (int labelled = 0; labelled <= 1; labelled++) {
+        strata_error err;
+        block_writer_options o;
+        block_writer_options_default(&o);
+        o.page_size = 256;
+        block_writer *mem = block_writer_new(&o, &err);
+        assert_non_null(mem);
+        FILE *spool = tmpfile();
+        assert_non_null(spool);
+        block_writer *sp = block_writer_new_spooled(&o, fileno(spool), &err);
+        assert_non_null(sp);
+        add_spool_input(mem, labelled);
+        add_spool_input(sp, labelled);
+        strata_buffer a = STRATA_BUFFER_INIT, b = STRATA_BUFFER_INIT;
+        block_meta ma, mb;
+        assert_int_equal(block_writer_finish(mem, &a, &ma, &err), 0);
+        assert_int_equal(block_writer_finish(sp, &b, &mb, &err), 0);
+        assert_int_equal(b.len, 0); /* the spooled block is in the file */
+        read_file(fileno(spool), &b);
+        assert_int_equal(mb.files[0].size_bytes, b.len);
+        assert_int_equal(mb.format_version, labelled ? 2 : 1);
+        assert_int_equal(ma.format_version, mb.format_version);
+        assert_int_equal(ma.num_samples, mb.num_samples);
+        assert_int_equal(ma.num_profiles, mb.num_profiles);
+        assert_int_equal(ma.num_series, mb.num_series);
+        assert_int_equal(ma.min_time_ms, mb.min_time_ms);
+        assert_int_equal(ma.max_time_ms, mb.max_time_ms);
+        block_memory_source sa = {a.data, a.len}, sb = {b.data, b.len};
+        block_reader *ra = NULL, *rb = NULL;
+        assert_int_equal(block_reader_open(block_memory_fetch, &sa, a.len, NULL, &ra, &err), 0);
+        assert_int_equal(block_reader_open(block_memory_fetch, &sb, b.len, NULL, &rb, &err), 0);
+        assert_same_blocks(ra, rb);
+        block_reader_close(ra);
+        block_reader_close(rb);
+        block_meta_free(&ma);
+        block_meta_free(&mb);
+        strata_buffer_free(&a);
+        strata_buffer_free(&b);
+        block_writer_free(mem);
+        block_writer_free(sp);
+        fclose(spool);
+    }
+}
+
+/* A spooled writer refuses profiles out of (series, time) order, and stays usable. */
+static void test_spooled_writer_refuses_disorder(void **state) {
+    (void)state;
+    strata_error err;
+    FILE *spool = tmpfile();
+    assert_non_null(spool);
+    block_writer *w = block_writer_new_spooled(NULL, fileno(spool), &err);
+    assert_non_null(w);
+    pprof_profile p;
+    build_pprof(&p, profile_a, 4, 0);
+    profile_type cpu = cpu_type();
+    label_set a, b;
+    labels2(&a, "job", "a", NULL, NULL);
+    labels2(&b, "job", "b", NULL, NULL);
+    assert_int_equal(block_writer_add_profile(w, &b, &cpu, 2 * SEC, 0, 1, &p, 0, &err), 0);
+    assert_int_equal(block_writer_add_profile(w, &b, &cpu, 1 * SEC, 0, 1, &p, 0, &err), -1);
+    assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.message, "time order"));
+    assert_int_equal(block_writer_add_profile(w, &a, &cpu, 3 * SEC, 0, 1, &p, 0, &err), -1);
+    assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.message, "order"));
+    label_set c;
+    labels2(&c, "job", "c", NULL, NULL);
+    assert_int_equal(block_writer_add_profile(w, &c, &cpu, 1 * SEC, 0, 1, &p, 0, &err), 0);
+    assert_int_equal(block_writer_add_profile(w, &b, &cpu, 9 * SEC, 0, 1, &p, 0, &err), -1);
+    block_writer *d = NULL;
+    assert_int_equal(block_writer_detach(w, &d, &err), -1);
+    strata_buffer data = STRATA_BUFFER_INIT;
+    block_meta meta;
+    assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
+    assert_int_equal(meta.num_profiles, 2);
+    assert_int_equal(meta.num_series, 2);
+    read_file(fileno(spool), &data);
+    block_memory_source src = {data.data, data.len};
+    block_reader *r = NULL;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, data.len, NULL, &r, &err), 0);
+    assert_int_equal(block_reader_series_count(r), 2);
+    block_reader_close(r);
+    block_meta_free(&meta);
+    strata_buffer_free(&data);
+    pprof_profile_free(&p);
+    block_writer_free(w);
+    fclose(spool);
+}
+
 static void test_rollup_build_with_label_sets(void **state) {
     (void)state;
     const uint32_t st[] = {2, 2, 1, 2}, sets_a[] = {5, 0, 3, 5};
@@ -2360,6 +2546,8 @@ int main(void) {
         cmocka_unit_test(test_detach_with_sample_labels),
         cmocka_unit_test(test_label_sets_id_path),
         cmocka_unit_test(test_rollup_build_with_label_sets),
+        cmocka_unit_test(test_spooled_writer_writes_the_same_block),
+        cmocka_unit_test(test_spooled_writer_refuses_disorder),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "block/block_encoder.h"
 #include "block/block_format.h"
 #include "block/block_rollup.h"
 #include "block/ulid.h"
@@ -233,6 +234,25 @@ struct block_writer {
     uint32_t dictionary_locations; /* and its location count */
     uint32_t *stack_origins;       /* a detached block: per stack row, the dictionary's stack id */
     uint32_t *location_origins;    /* and per location row, the dictionary's location id + 1 */
+
+    /* A spooled writer (block_writer_new_spooled) encodes its profiles, samples, rollup_stacks
+     * and series_label_sets tables into the spool file as profiles come, in (series, time) order,
+     * and holds no sample: the profile's samples pass through sample_* (as scratch), the rollups
+     * are summed one series at a time. */
+    block_object *spool;
+    block_table_encoder spool_profiles, spool_samples, spool_rollups, spool_series_sets;
+    block_rollup_builder *spool_rollup;
+    block_rollup_series *spool_rollup_series; /* per block series */
+    size_t cap_spool_rollup_series;
+    uint32_t spool_series;     /* the writer's id of the series being written; UINT32_MAX: none */
+    uint32_t spool_series_out; /* its id in the block (the series written before it) */
+    bool spool_scale;          /* its rollups multiply values by the period */
+    int64_t spool_last_time, spool_min_time, spool_max_time;
+    uint32_t *spool_set_stamp; /* per label set id: spool_series_out + 1 that last used it */
+    size_t cap_spool_set_stamp;
+    uint32_t *spool_sets; /* the distinct label sets of the current series */
+    size_t n_spool_sets, cap_spool_sets;
+    bool spool_broken; /* a profile failed half-written into the spool: only freeing is left */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -909,10 +929,189 @@ void block_writer_free(block_writer *w) {
     free(w->location_checks);
     free(w->line_scratch);
     free(w->label_scratch);
+    block_table_encoder_free(&w->spool_profiles);
+    block_table_encoder_free(&w->spool_samples);
+    block_table_encoder_free(&w->spool_rollups);
+    block_table_encoder_free(&w->spool_series_sets);
+    block_rollup_builder_free(w->spool_rollup);
+    block_object_free(w->spool);
+    free(w->spool_rollup_series);
+    free(w->spool_set_stamp);
+    free(w->spool_sets);
     free(w);
 }
 
+block_writer *block_writer_new_spooled(const block_writer_options *options, int fd,
+                                       strata_error *err) {
+    block_writer *w = block_writer_new(options, err);
+    if (w == NULL)
+        return NULL;
+    w->spool_series = UINT32_MAX;
+    w->spool = block_object_new_file(fd, w->options.page_size, w->options.zstd_level, err);
+    if (w->spool == NULL ||
+        (w->options.write_rollups && (w->spool_rollup = block_rollup_builder_new(err)) == NULL)) {
+        block_writer_free(w);
+        return NULL;
+    }
+    /* every column, the label_set ones too: a version 1 footer leaves them out (block_encoder.h) */
+    block_table_encoder_begin(&w->spool_profiles, w->spool, BLOCK_TABLE_PROFILES,
+                              block_table_schema_get(BLOCK_TABLE_PROFILES)->n_columns);
+    block_table_encoder_begin(&w->spool_samples, w->spool, BLOCK_TABLE_SAMPLES,
+                              block_table_schema_get(BLOCK_TABLE_SAMPLES)->n_columns);
+    block_table_encoder_begin(&w->spool_rollups, w->spool, BLOCK_TABLE_ROLLUP_STACKS,
+                              block_table_schema_get(BLOCK_TABLE_ROLLUP_STACKS)->n_columns);
+    block_table_encoder_begin(&w->spool_series_sets, w->spool, BLOCK_TABLE_SERIES_LABEL_SETS,
+                              block_table_schema_get(BLOCK_TABLE_SERIES_LABEL_SETS)->n_columns);
+    return w;
+}
+
+/* ---- spooling (block_writer_new_spooled) ------------------------------------------------- */
+
+static int compare_series(const void *a, const void *b, void *ctx);
+
+/* A spooled writer takes the profiles of one series after another, in the block's series order,
+ * and each series' profiles in time order. */
+static int spool_check_order(block_writer *w, uint32_t series, int64_t time_ns, strata_error *err) {
+    if (w->spool_series == UINT32_MAX)
+        return 0;
+    if (series == w->spool_series) {
+        if (time_ns < w->spool_last_time)
+            return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                    "block writer: a spooled block takes a series' profiles in "
+                                    "time order (%lld after %lld)",
+                                    (long long)time_ns, (long long)w->spool_last_time);
+        return 0;
+    }
+    if (w->series[series].n_profiles == 0 && compare_series(&w->spool_series, &series, w) < 0)
+        return 0;
+    return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                            "block writer: a spooled block takes series in (profile type, "
+                            "labels) order, each series once");
+}
+
+static int spool_rollup_row(void *ctx, uint32_t stack, uint32_t set, int64_t value,
+                            strata_error *err) {
+    block_writer *w = ctx;
+    (void)err; /* encoder allocation failures are reported when the table ends */
+    block_table_encoder *t = &w->spool_rollups;
+    block_table_encoder_put(t, BLOCK_COL_ROLLUP_STACKS_STACK, stack);
+    block_table_encoder_put(t, BLOCK_COL_ROLLUP_STACKS_VALUE, (uint64_t)value);
+    block_table_encoder_put(t, BLOCK_COL_ROLLUP_STACKS_LABEL_SET, set);
+    block_table_encoder_end_row(t);
+    return 0;
+}
+
+static int compare_u32(const void *a, const void *b);
+
+/* Ends the series being written: its rollup rows and rollup_series entry, its series_label_sets
+ * rows. */
+static int spool_end_series(block_writer *w, strata_error *err) {
+    if (w->spool_series == UINT32_MAX)
+        return 0;
+    uint32_t out = w->spool_series_out;
+    ENSURE_OR_OOM(w->spool_rollup_series, w->cap_spool_rollup_series, (size_t)out + 1);
+    if (w->options.write_rollups &&
+        block_rollup_builder_end_series(w->spool_rollup, spool_rollup_row, w,
+                                        &w->spool_rollup_series[out], err) != 0)
+        return -1;
+    qsort(w->spool_sets, w->n_spool_sets, sizeof *w->spool_sets, compare_u32);
+    for (size_t i = 0; i < w->n_spool_sets; i++) {
+        block_table_encoder_put(&w->spool_series_sets, BLOCK_COL_SERIES_LABEL_SETS_SERIES, out);
+        block_table_encoder_put(&w->spool_series_sets, BLOCK_COL_SERIES_LABEL_SETS_LABEL_SET,
+                                w->spool_sets[i]);
+        block_table_encoder_end_row(&w->spool_series_sets);
+    }
+    w->n_spool_sets = 0;
+    w->spool_series_out++;
+    w->spool_series = UINT32_MAX;
+    return 0;
+}
+
+/* Notes the label sets of the open profile's kept samples (pairs[0, kept)) for its series. */
+static int spool_note_sets(block_writer *w, size_t kept, strata_error *err) {
+    size_t need = w->n_label_sets + 1;
+    if (need > w->cap_spool_set_stamp) {
+        size_t old = w->cap_spool_set_stamp;
+        ENSURE_OR_OOM(w->spool_set_stamp, w->cap_spool_set_stamp, need);
+        memset(w->spool_set_stamp + old, 0, (w->cap_spool_set_stamp - old) * sizeof(uint32_t));
+    }
+    uint32_t stamp = w->spool_series_out + 1;
+    for (size_t i = 0; i < kept; i++) {
+        uint32_t set = pair_label_set(&w->pairs[i]);
+        if (set == 0 || w->spool_set_stamp[set] == stamp)
+            continue;
+        w->spool_set_stamp[set] = stamp;
+        ENSURE_OR_OOM(w->spool_sets, w->cap_spool_sets, w->n_spool_sets + 1);
+        w->spool_sets[w->n_spool_sets++] = set;
+    }
+    return 0;
+}
+
+/* commit_profile for a spooled writer: the open profile's kept samples (pairs[0, kept)) and its
+ * row go straight into the spool. */
+static int spool_commit(block_writer *w, size_t kept, int64_t total, bool labelled,
+                        strata_error *err) {
+    w_profile *p = &w->current;
+    if (p->series != w->spool_series) {
+        if (spool_end_series(w, err) != 0)
+            return -1;
+        const w_series *s = &w->series[p->series];
+        w->spool_series = p->series;
+        w->spool_scale =
+            block_rollup_scale(w->strings.strings[s->type[1]], w->strings.strings[s->type[2]]);
+    }
+    if (labelled && spool_note_sets(w, kept, err) != 0)
+        return -1;
+    ENSURE_OR_OOM(w->sample_stacks, w->cap_sample_stacks, kept + 1);
+    ENSURE_OR_OOM(w->sample_values, w->cap_sample_values, kept + 1);
+    ENSURE_OR_OOM(w->sample_label_sets, w->cap_sample_label_sets, kept + 1);
+    w->spool_broken = true; /* until the profile is written whole */
+    block_table_encoder *t = &w->spool_samples;
+    for (size_t i = 0; i < kept; i++) {
+        w->sample_stacks[i] = pair_stack(&w->pairs[i]);
+        w->sample_values[i] = pair_value(&w->pairs[i]);
+        w->sample_label_sets[i] = pair_label_set(&w->pairs[i]);
+        block_table_encoder_put(t, BLOCK_COL_SAMPLES_STACK, w->sample_stacks[i]);
+        block_table_encoder_put(t, BLOCK_COL_SAMPLES_VALUE, (uint64_t)w->sample_values[i]);
+        block_table_encoder_put(t, BLOCK_COL_SAMPLES_LABEL_SET, w->sample_label_sets[i]);
+        block_table_encoder_end_row(t);
+    }
+    t = &w->spool_profiles;
+    block_table_encoder_put(t, BLOCK_COL_PROFILES_SERIES, w->spool_series_out);
+    block_table_encoder_put(t, BLOCK_COL_PROFILES_TIME, (uint64_t)p->time_ns);
+    block_table_encoder_put(t, BLOCK_COL_PROFILES_DURATION, (uint64_t)p->duration_ns);
+    block_table_encoder_put(t, BLOCK_COL_PROFILES_PERIOD, (uint64_t)p->period);
+    block_table_encoder_put(t, BLOCK_COL_PROFILES_TOTAL, (uint64_t)total);
+    block_table_encoder_put(t, BLOCK_COL_PROFILES_FIRST_SAMPLE, w->n_samples);
+    block_table_encoder_put(t, BLOCK_COL_PROFILES_SAMPLE_COUNT, kept);
+    block_table_encoder_end_row(t);
+    if (w->options.write_rollups) {
+        block_rollup_profile rp = {w->spool_series_out, w->spool_scale ? p->period : 1,
+                                   w->sample_stacks,    labelled ? w->sample_label_sets : NULL,
+                                   w->sample_values,    (uint32_t)kept};
+        if (block_rollup_builder_add(w->spool_rollup, &rp, err) != 0)
+            return -1;
+    }
+    if (w->n_profiles == 0 || p->time_ns < w->spool_min_time)
+        w->spool_min_time = p->time_ns;
+    if (w->n_profiles == 0 || p->time_ns > w->spool_max_time)
+        w->spool_max_time = p->time_ns;
+    w->spool_last_time = p->time_ns;
+    w->spool_broken = false;
+    w->samples_labelled |= labelled;
+    w->n_samples += kept;
+    w->n_profiles++;
+    w->series[p->series].n_profiles++;
+    w->open = false;
+    w->n_pairs = 0;
+    return 0;
+}
+
 static int check_writable(const block_writer *w, strata_error *err) {
+    if (w->spool_broken)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "block writer: a profile failed half-way into the spool; the "
+                                "block cannot be finished");
     if (w->finished)
         return strata_error_set(err, STRATA_FAILED_PRECONDITION, "block writer: already finished");
     if (w->detached)
@@ -933,6 +1132,8 @@ static int start_profile(block_writer *w, const label_set *labels, const profile
                                 "block writer: too many profiles for one block");
     memset(&w->current, 0, sizeof w->current);
     if (intern_series(w, labels, type, &w->current.series, err) != 0)
+        return -1;
+    if (w->spool != NULL && spool_check_order(w, w->current.series, time_ns, err) != 0)
         return -1;
     w->current.time_ns = time_ns;
     w->current.duration_ns = duration_ns;
@@ -983,6 +1184,8 @@ static int commit_profile(block_writer *w, strata_error *err) {
         labelled |= set != 0;
         kept++;
     }
+    if (w->spool != NULL)
+        return spool_commit(w, kept, total, labelled, err);
     ENSURE_OR_OOM(w->sample_stacks, w->cap_sample_stacks, w->n_samples + kept);
     ENSURE_OR_OOM(w->sample_values, w->cap_sample_values, w->n_samples + kept);
     ENSURE_OR_OOM(w->profiles, w->cap_profiles, w->n_profiles + 1);
@@ -1782,6 +1985,15 @@ size_t block_writer_memory_bytes(const block_writer *w) {
     bytes += w->cap_location_keys * sizeof *w->location_keys;
     bytes += w->cap_block_location_by_id * sizeof *w->block_location_by_id;
     bytes += w->cap_line_scratch * sizeof *w->line_scratch + w->cap_label_scratch * 4;
+    if (w->spool != NULL) {
+        bytes += block_table_encoder_memory_bytes(&w->spool_profiles) +
+                 block_table_encoder_memory_bytes(&w->spool_samples) +
+                 block_table_encoder_memory_bytes(&w->spool_rollups) +
+                 block_table_encoder_memory_bytes(&w->spool_series_sets);
+        bytes += w->spool_rollup != NULL ? block_rollup_builder_memory_bytes(w->spool_rollup) : 0;
+        bytes += w->cap_spool_rollup_series * sizeof *w->spool_rollup_series;
+        bytes += (w->cap_spool_set_stamp + w->cap_spool_sets) * 4;
+    }
     return bytes;
 }
 
@@ -2061,6 +2273,9 @@ int block_writer_detach(block_writer *w, block_writer **block, strata_error *err
     if (w->open)
         return strata_error_set(err, STRATA_FAILED_PRECONDITION,
                                 "block writer: a profile is still open; end it before detaching");
+    if (w->spool != NULL)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "block writer: a spooled block cannot be detached");
     if (w->n_profiles == 0)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "block writer: no profiles were added; nothing to detach");
@@ -2105,170 +2320,36 @@ int block_writer_detach(block_writer *w, block_writer **block, strata_error *err
 
 /* ---- encoding (finish) ------------------------------------------------------------------ */
 
-typedef struct column_state {
-    strata_buffer raw;
-    uint64_t prev;
-    int64_t min, max;
-} column_state;
-
+/* A table being encoded at finish: the writer, the object, the format version (which decides
+ * whether version 2 columns are written) and the table encoder (block_encoder.h). */
 typedef struct encoder {
     block_writer *w;
-    strata_buffer *data;
-    size_t base;          /* where the object starts in data */
-    strata_buffer tables; /* footer body: the encoded tables */
-    uint64_t n_tables;
-    ZSTD_CCtx *cctx;
-    strata_buffer compressed;
-    int version; /* format version of the block being written */
-    /* the table being written */
-    int table_id;
-    const block_table_schema *schema;
-    int n_cols; /* columns written: the schema's, less the label_set column in version 1 */
-    column_state cols[MAX_COLUMNS];
-    uint64_t rows, group_first, group_rows, n_pages;
-    strata_buffer pages; /* page entries of the current table */
-    bool failed;         /* an allocation failed; reported at the end of the table */
+    block_object *object;
+    int version;
+    block_table_encoder table;
     strata_error *err;
 } encoder;
 
-static inline uint64_t zigzag(uint64_t v) {
-    return (v << 1) ^ (0 - (v >> 63));
-}
-
-static inline int64_t as_signed(uint64_t v) {
-    int64_t s;
-    memcpy(&s, &v, sizeof s);
-    return s;
-}
-
 static void enc_begin_table(encoder *e, int table_id) {
-    e->table_id = table_id;
-    e->schema = block_table_schema_get(table_id);
-    e->n_cols =
-        e->version >= BLOCK_FORMAT_VERSION_LABELS ? e->schema->n_columns : e->schema->n_required;
-    e->rows = e->group_first = e->group_rows = e->n_pages = 0;
-    strata_buffer_reset(&e->pages);
-    for (int c = 0; c < e->n_cols; c++) {
-        strata_buffer_reset(&e->cols[c].raw);
-        e->cols[c].prev = 0;
-        e->cols[c].min = INT64_MAX;
-        e->cols[c].max = INT64_MIN;
-    }
+    const block_table_schema *schema = block_table_schema_get(table_id);
+    int n_cols = e->version >= BLOCK_FORMAT_VERSION_LABELS ? schema->n_columns : schema->n_required;
+    block_table_encoder_begin(&e->table, e->object, table_id, n_cols);
 }
 
 static inline void enc_put(encoder *e, int col, uint64_t v) {
-    if (col >= e->n_cols)
-        return; /* the label_set column of a version 1 block */
-    column_state *c = &e->cols[col];
-    uint64_t word;
-    switch (e->schema->columns[col].encoding) {
-        case BLOCK_ENC_SVARINT:
-            word = zigzag(v);
-            break;
-        case BLOCK_ENC_DELTA:
-            word = zigzag(v - c->prev);
-            c->prev = v;
-            break;
-        default:
-            word = v;
-            break;
-    }
-    if (strata_buffer_append_uvarint(&c->raw, word) != 0)
-        e->failed = true;
-    int64_t s = as_signed(v);
-    if (s < c->min)
-        c->min = s;
-    if (s > c->max)
-        c->max = s;
+    block_table_encoder_put(&e->table, col, v);
 }
 
 static void enc_put_bytes(encoder *e, int col, const char *s, size_t len) {
-    column_state *c = &e->cols[col];
-    if (strata_buffer_append_uvarint(&c->raw, len) != 0 ||
-        strata_buffer_append(&c->raw, s, len) != 0)
-        e->failed = true;
-}
-
-/* Compresses one column page, appends it to the object and its entry to the page index. */
-static void enc_write_page(encoder *e, int col) {
-    column_state *c = &e->cols[col];
-    size_t bound = ZSTD_compressBound(c->raw.len);
-    strata_buffer_reset(&e->compressed);
-    if (strata_buffer_reserve(&e->compressed, bound) != 0) {
-        e->failed = true;
-        return;
-    }
-    size_t n = ZSTD_compressCCtx(e->cctx, e->compressed.data, bound, c->raw.data, c->raw.len,
-                                 e->w->options.zstd_level);
-    const uint8_t *stored = e->compressed.data;
-    uint64_t codec = BLOCK_CODEC_ZSTD;
-    if (ZSTD_isError(n) || n >= c->raw.len) {
-        stored = c->raw.data;
-        n = c->raw.len;
-        codec = BLOCK_CODEC_NONE;
-    }
-    uint32_t crc = (uint32_t)crc32_z(0, stored, n);
-    uint64_t offset = e->data->len - e->base;
-    if (strata_buffer_append(e->data, stored, n) != 0 ||
-        strata_buffer_append_uvarint(&e->pages, offset) != 0 ||
-        strata_buffer_append_uvarint(&e->pages, n) != 0 ||
-        strata_buffer_append_uvarint(&e->pages, c->raw.len) != 0 ||
-        strata_buffer_append_uvarint(&e->pages, codec) != 0 ||
-        strata_buffer_append_u32le(&e->pages, crc) != 0)
-        e->failed = true;
-    if (e->schema->columns[col].flags & BLOCK_COLUMN_HAS_MINMAX) {
-        if (strata_buffer_append_svarint(&e->pages, c->min) != 0 ||
-            strata_buffer_append_svarint(&e->pages, c->max) != 0)
-            e->failed = true;
-    }
-    strata_buffer_reset(&c->raw);
-    c->prev = 0;
-    c->min = INT64_MAX;
-    c->max = INT64_MIN;
-}
-
-static void enc_flush_group(encoder *e) {
-    if (e->group_rows == 0 || e->failed)
-        return;
-    if (strata_buffer_append_uvarint(&e->pages, e->group_first) != 0 ||
-        strata_buffer_append_uvarint(&e->pages, e->group_rows) != 0)
-        e->failed = true;
-    for (int c = 0; c < e->n_cols && !e->failed; c++)
-        enc_write_page(e, c);
-    e->n_pages++;
-    e->group_first += e->group_rows;
-    e->group_rows = 0;
+    block_table_encoder_put_bytes(&e->table, col, s, len);
 }
 
 static inline void enc_end_row(encoder *e) {
-    e->rows++;
-    e->group_rows++;
-    for (int c = 0; c < e->n_cols; c++) {
-        if (e->cols[c].raw.len >= e->w->options.page_size) {
-            enc_flush_group(e);
-            return;
-        }
-    }
+    block_table_encoder_end_row(&e->table);
 }
 
 static int enc_end_table(encoder *e) {
-    enc_flush_group(e);
-    strata_buffer *t = &e->tables;
-    int rc = strata_buffer_append_uvarint(t, (uint64_t)e->table_id);
-    rc |= strata_buffer_append_uvarint(t, e->rows);
-    rc |= strata_buffer_append_uvarint(t, (uint64_t)e->n_cols);
-    for (int c = 0; c < e->n_cols; c++) {
-        rc |= strata_buffer_append_uvarint(t, (uint64_t)c);
-        rc |= strata_buffer_append_uvarint(t, e->schema->columns[c].encoding);
-        rc |= strata_buffer_append_uvarint(t, e->schema->columns[c].flags);
-    }
-    rc |= strata_buffer_append_uvarint(t, e->n_pages);
-    rc |= strata_buffer_append(t, e->pages.data, e->pages.len);
-    if (rc != 0 || e->failed)
-        return strata_error_set(e->err, STRATA_RESOURCE_EXHAUSTED,
-                                "block writer: out of memory encoding table %s", e->schema->name);
-    e->n_tables++;
-    return 0;
+    return block_table_encoder_end(&e->table, e->table.n_cols, e->err);
 }
 
 /* The finish-time orderings: series by (type, labels), strings with label/type strings first,
@@ -2361,7 +2442,11 @@ static int order_label_sets(block_writer *w, block_order *o, strata_error *err) 
     if (o->set_new == NULL)
         return strata_error_oom(err);
     o->n_sets = 0;
-    if (w->samples_labelled) {
+    if (w->samples_labelled && w->spool != NULL) { /* spooled samples keep the writer's ids */
+        for (size_t id = 1; id <= w->n_label_sets; id++)
+            o->set_new[id] = (uint32_t)id;
+        o->n_sets = w->n_label_sets;
+    } else if (w->samples_labelled) {
         for (size_t i = 0; i < w->n_samples; i++)
             o->set_new[w->sample_label_sets[i]] = 1;
         o->set_new[0] = 0;
@@ -2677,6 +2762,8 @@ static int write_label_set_tables(encoder *e, const block_order *o) {
     }
     if (enc_end_table(e) != 0)
         return -1;
+    if (w->spool != NULL) /* spooled: series_label_sets was written as the series came */
+        return 0;
     /* profiles come sorted by series: collect each series' distinct sets with a stamp per set */
     uint32_t *stamp = calloc(o->n_sets + 1, sizeof *stamp);
     uint32_t *sets = malloc((o->n_sets + 1) * sizeof *sets);
@@ -2779,54 +2866,26 @@ static int write_rollup_tables(encoder *e, const block_order *o) {
     return rc;
 }
 
-static int write_footer(encoder *e) {
-    strata_buffer footer = STRATA_BUFFER_INIT;
-    int rc = strata_buffer_append_uvarint(&footer, e->n_tables);
-    rc |= strata_buffer_append(&footer, e->tables.data, e->tables.len);
-    uint32_t crc = (uint32_t)crc32_z(0, footer.data, footer.len);
-    rc |= strata_buffer_append(e->data, footer.data, footer.len);
-    rc |= strata_buffer_append_u64le(e->data, footer.len);
-    rc |= strata_buffer_append_u32le(e->data, crc);
-    rc |= strata_buffer_append_u32le(e->data, (uint32_t)e->version);
-    rc |= strata_buffer_append(e->data, BLOCK_MAGIC, BLOCK_MAGIC_LEN);
-    strata_buffer_free(&footer);
-    return rc != 0 ? strata_error_oom(e->err) : 0;
-}
-
-static void encoder_free(encoder *e) {
-    strata_buffer_free(&e->tables);
-    strata_buffer_free(&e->compressed);
-    strata_buffer_free(&e->pages);
-    for (int c = 0; c < MAX_COLUMNS; c++)
-        strata_buffer_free(&e->cols[c].raw);
-    ZSTD_freeCCtx(e->cctx);
-}
-
 static int encode_block(block_writer *w, const block_order *o, strata_buffer *data,
                         strata_error *err) {
     encoder e;
     memset(&e, 0, sizeof e);
     e.w = w;
-    e.data = data;
-    e.base = data->len;
     e.err = err;
     e.version = o->version;
-    e.cctx = ZSTD_createCCtx();
+    size_t base = data->len;
+    e.object = block_object_new_buffer(data, w->options.page_size, w->options.zstd_level, err);
+    if (e.object == NULL)
+        return -1;
     int rc = -1;
-    if (e.cctx == NULL) {
-        strata_error_oom(err);
-    } else if (strata_buffer_append(data, BLOCK_MAGIC, BLOCK_MAGIC_LEN) != 0 ||
-               strata_buffer_append_u32le(data, (uint32_t)o->version) != 0 ||
-               strata_buffer_append_u32le(data, 0) != 0) {
-        strata_error_oom(err);
-    } else if (write_symbol_tables(&e, o) == 0 && write_series_tables(&e, o) == 0 &&
-               write_label_set_tables(&e, o) == 0 && write_profile_tables(&e, o) == 0 &&
-               write_rollup_tables(&e, o) == 0) {
-        rc = write_footer(&e);
-    }
-    encoder_free(&e);
+    if (write_symbol_tables(&e, o) == 0 && write_series_tables(&e, o) == 0 &&
+        write_label_set_tables(&e, o) == 0 && write_profile_tables(&e, o) == 0 &&
+        write_rollup_tables(&e, o) == 0)
+        rc = block_object_finish(e.object, o->version, err);
+    block_table_encoder_free(&e.table);
+    block_object_free(e.object);
     if (rc != 0)
-        data->len = e.base;
+        data->len = base;
     return rc;
 }
 
@@ -2905,8 +2964,9 @@ static int fill_meta(const block_writer *w, const block_order *o, uint64_t objec
     block_meta_init(meta);
     if (ulid_new(&meta->id, err) != 0)
         return -1;
-    int64_t min_ns = INT64_MAX, max_ns = INT64_MIN;
-    for (size_t i = 0; i < w->n_profiles; i++) {
+    int64_t min_ns = w->spool != NULL ? w->spool_min_time : INT64_MAX;
+    int64_t max_ns = w->spool != NULL ? w->spool_max_time : INT64_MIN;
+    for (size_t i = 0; w->spool == NULL && i < w->n_profiles; i++) {
         if (w->profiles[i].time_ns < min_ns)
             min_ns = w->profiles[i].time_ns;
         if (w->profiles[i].time_ns > max_ns)
@@ -3010,6 +3070,77 @@ static void renumber_symbols_by_address(block_writer *w) {
     free(new_function);
 }
 
+/* The spooled tables, ended with the columns of the block's version. */
+static int end_spooled_tables(block_writer *w, int version, strata_error *err) {
+    bool v2 = version >= BLOCK_FORMAT_VERSION_LABELS;
+    int samples_cols = v2 ? block_table_schema_get(BLOCK_TABLE_SAMPLES)->n_columns
+                          : block_table_schema_get(BLOCK_TABLE_SAMPLES)->n_required;
+    int rollup_cols = v2 ? block_table_schema_get(BLOCK_TABLE_ROLLUP_STACKS)->n_columns
+                         : block_table_schema_get(BLOCK_TABLE_ROLLUP_STACKS)->n_required;
+    if (block_table_encoder_end(&w->spool_profiles, w->spool_profiles.n_cols, err) != 0 ||
+        block_table_encoder_end(&w->spool_samples, samples_cols, err) != 0)
+        return -1;
+    if (w->options.write_rollups &&
+        block_table_encoder_end(&w->spool_rollups, rollup_cols, err) != 0)
+        return -1;
+    if (v2 && block_table_encoder_end(&w->spool_series_sets, w->spool_series_sets.n_cols, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* rollup_series of a spooled block: the entries its series got as they ended. */
+static int write_spooled_rollup_series(encoder *e, const block_order *o) {
+    block_writer *w = e->w;
+    if (!w->options.write_rollups)
+        return 0;
+    enc_begin_table(e, BLOCK_TABLE_ROLLUP_SERIES);
+    for (size_t i = 0; i < o->n_series; i++) {
+        const block_rollup_series *r = &w->spool_rollup_series[i];
+        enc_put(e, BLOCK_COL_ROLLUP_SERIES_PROFILE_COUNT, r->profile_count);
+        enc_put(e, BLOCK_COL_ROLLUP_SERIES_FIRST_STACK, r->first_stack);
+        enc_put(e, BLOCK_COL_ROLLUP_SERIES_STACK_COUNT, r->stack_count);
+        enc_end_row(e);
+    }
+    return enc_end_table(e);
+}
+
+/* block_writer_finish of a spooled writer: the spooled tables are ended, the others (symbols,
+ * series, label sets, rollup_series) written after them, then the footer. Series came in block
+ * order (spool_check_order), so the ids the spooled rows carry are the ones order_series gives. */
+static int finish_spooled(block_writer *w, block_meta *meta, strata_error *err) {
+    block_order o;
+    memset(&o, 0, sizeof o);
+    encoder e;
+    memset(&e, 0, sizeof e);
+    int rc = -1;
+    if (spool_end_series(w, err) != 0 || order_series(w, &o, err) != 0 ||
+        order_label_sets(w, &o, err) != 0 || order_strings(w, &o, err) != 0)
+        goto done;
+    if (o.n_series != w->spool_series_out) {
+        strata_error_set(err, STRATA_INTERNAL, "block writer: %zu series spooled, %zu to write",
+                         (size_t)w->spool_series_out, o.n_series);
+        goto done;
+    }
+    e.w = w;
+    e.err = err;
+    e.version = o.version;
+    e.object = w->spool;
+    if (end_spooled_tables(w, o.version, err) == 0 && write_symbol_tables(&e, &o) == 0 &&
+        write_series_tables(&e, &o) == 0 && write_label_set_tables(&e, &o) == 0 &&
+        write_spooled_rollup_series(&e, &o) == 0 &&
+        block_object_finish(w->spool, o.version, err) == 0) {
+        rc = fill_meta(w, &o, block_object_size(w->spool), meta, err);
+        if (rc != 0)
+            block_meta_free(meta);
+    }
+done:
+    block_table_encoder_free(&e.table);
+    block_order_free(&o);
+    if (rc == 0)
+        w->finished = true;
+    return rc;
+}
+
 int block_writer_finish(block_writer *w, strata_buffer *data, block_meta *meta, strata_error *err) {
     if (w->finished)
         return strata_error_set(err, STRATA_FAILED_PRECONDITION, "block writer: already finished");
@@ -3020,6 +3151,10 @@ int block_writer_finish(block_writer *w, strata_buffer *data, block_meta *meta, 
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "block writer: no profiles were added; an empty block is not "
                                 "written");
+    if (w->spool_broken)
+        return check_writable(w, err);
+    if (w->spool != NULL)
+        return finish_spooled(w, meta, err);
     if (w->detached)
         renumber_symbols_by_address(w);
     block_order o;

@@ -81,6 +81,19 @@ typedef struct block_writer block_writer;
 
 /* options may be NULL for the defaults. Returns NULL on allocation failure. */
 block_writer *block_writer_new(const block_writer_options *options, strata_error *err);
+/* A writer that streams the block into fd (a file the caller opened for writing, empty; written
+ * from offset 0 with pwrite) instead of holding it: the profiles, samples, rollup_stacks and
+ * series_label_sets tables are encoded into it page by page as profiles are added, so the writer
+ * holds the dictionaries (strings, symbols, stacks, series, label sets) and one series' rollup
+ * sums, never the samples. The price is order: profiles must come series after series in the
+ * block's series order (profile type, then labels, as block_writer_finish sorts them), and each
+ * series' profiles in time order; anything else is FAILED_PRECONDITION (the block merger walks
+ * its sources in exactly that order). block_writer_finish then writes the other tables and the
+ * footer to fd and leaves *data untouched; meta says the object's size. A spooled writer cannot
+ * be detached. When writing a profile fails half-way (out of memory, a failed write), the writer
+ * can only be freed. */
+block_writer *block_writer_new_spooled(const block_writer_options *options, int fd,
+                                       strata_error *err);
 void block_writer_free(block_writer *w);
 
 /* Adds one profile: value column sample_type_index of p, for the series (type, labels). labels must
@@ -212,10 +225,11 @@ size_t block_writer_memory_bytes(const block_writer *w);
  * detached; INVALID_ARGUMENT if w has no profiles. */
 int block_writer_detach(block_writer *w, block_writer **block, strata_error *err);
 
-/* Encodes the block: appends the data object to *data and fills *meta (a new ULID, times, stats,
- * compaction level, sources = [ulid], files, profile types and label names; free it with
- * block_meta_free). The writer can only be freed afterwards. FAILED_PRECONDITION if a profile is
- * still open or finish was already called; INVALID_ARGUMENT if the block is empty. */
+/* Encodes the block: appends the data object to *data (a spooled writer: to its file) and fills
+ * *meta (a new ULID, times, stats, compaction level, sources = [ulid], files, profile types and
+ * label names; free it with block_meta_free). The writer can only be freed afterwards.
+ * FAILED_PRECONDITION if a profile is still open or finish was already called; INVALID_ARGUMENT if
+ * the block is empty. */
 int block_writer_finish(block_writer *w, strata_buffer *data, block_meta *meta, strata_error *err);
 
 #endif
