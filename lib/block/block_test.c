@@ -2277,6 +2277,7 @@ static void add_spool_input(block_writer *w, bool labelled) {
                              0);
             pprof_profile_free(&p);
         }
+        label_set_free(&l);
     }
 }
 
@@ -2435,6 +2436,9 @@ static void test_spooled_writer_refuses_disorder(void **state) {
     block_meta_free(&meta);
     strata_buffer_free(&data);
     pprof_profile_free(&p);
+    label_set_free(&a);
+    label_set_free(&b);
+    label_set_free(&c);
     block_writer_free(w);
     fclose(spool);
 }
