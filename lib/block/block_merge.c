@@ -3,10 +3,13 @@
  */
 #include "block/block_merge.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "block/block_format.h"
 #include "block/block_reader.h"
@@ -14,10 +17,9 @@
 
 #define DEFAULT_MEMORY_LIMIT ((size_t)1 << 30)
 #define DEFAULT_READER_CACHE ((size_t)4 << 20)
-/* Writer bytes per output sample (stack id and value arrays) and per profile row, used to predict
- * a merge's memory from the sources' meta.json before reading anything. */
-#define WRITER_BYTES_PER_SAMPLE 12
-#define WRITER_BYTES_PER_PROFILE 48
+/* Bytes per source series (the merger's series_ref, the writer's series entry and its index
+ * slot), used to predict a merge's memory from the sources' meta.json before reading anything. */
+#define MERGE_BYTES_PER_SERIES 96
 /* Longest tenant name (tenant ids are short; this keeps every key far below BUCKET_KEY_MAX). */
 #define TENANT_MAX 512
 
@@ -79,6 +81,7 @@ typedef struct merge_state {
     merge_source *sources;
     size_t n_sources;
     block_writer *writer;
+    int spool_fd; /* the writer's spool file (open_spool); -1 before */
     block_merge_stats *stats;
     bool *bucket_error; /* the result's bucket_error */
 
@@ -262,19 +265,18 @@ static int check_memory(merge_state *m, size_t extra, const char *when, strata_e
     return 0;
 }
 
-/* Before reading any data: the writer alone needs about this much for the sources' samples. */
+/* Before reading any data: the merger holds an entry per source series and the writer one per
+ * output series at least (the samples go to the spool, so they do not count). */
 static int predict_memory(merge_state *m, strata_error *err) {
-    uint64_t samples = 0, profiles = 0;
-    for (size_t i = 0; i < m->n_sources; i++) {
-        samples += m->sources[i].meta.num_samples;
-        profiles += m->sources[i].meta.num_profiles;
-    }
-    uint64_t predicted = samples * WRITER_BYTES_PER_SAMPLE + profiles * WRITER_BYTES_PER_PROFILE;
+    uint64_t series = 0;
+    for (size_t i = 0; i < m->n_sources; i++)
+        series += m->sources[i].meta.num_series;
+    uint64_t predicted = series * MERGE_BYTES_PER_SERIES;
     if (predicted > m->opts.memory_limit)
         return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
-                                "block merge: %llu samples in %zu blocks need about %llu bytes, "
+                                "block merge: %llu series in %zu blocks need about %llu bytes, "
                                 "over the limit of %zu bytes; merge fewer blocks",
-                                (unsigned long long)samples, m->n_sources,
+                                (unsigned long long)series, m->n_sources,
                                 (unsigned long long)predicted, m->opts.memory_limit);
     return 0;
 }
@@ -733,8 +735,7 @@ out:
     return rc;
 }
 
-static int upload_block(merge_state *m, const strata_buffer *data, const block_meta *meta,
-                        strata_error *err) {
+static int upload_block(merge_state *m, const block_meta *meta, strata_error *err) {
     strata_buffer json = STRATA_BUFFER_INIT;
     if (block_meta_encode(meta, &json, err) != 0) {
         strata_buffer_free(&json);
@@ -745,12 +746,13 @@ static int upload_block(merge_state *m, const strata_buffer *data, const block_m
     snprintf(data_key, sizeof data_key, "%s/%s/%s", m->tenant, text, BLOCK_DATA_FILE);
     snprintf(meta_key, sizeof meta_key, "%s/%s/%s", m->tenant, text, BLOCK_META_FILE);
     int rc = -1;
-    if (bucket_upload(m->store, data_key, data->data, data->len, err) != 0) {
+    uint64_t size = meta->files[0].size_bytes;
+    if (bucket_upload_file(m->store, data_key, m->spool_fd, size, err) != 0) {
         *m->bucket_error = true;
         strata_error_wrap(err, "uploading %s", data_key);
         goto out;
     }
-    m->stats->bytes_written += data->len;
+    m->stats->bytes_written += size;
     if (bucket_upload(m->store, meta_key, json.data, json.len, err) != 0) {
         *m->bucket_error = true;
         strata_error_wrap(err, "uploading %s", meta_key);
@@ -770,23 +772,17 @@ static int finish_block(merge_state *m, block_merge_result *out, strata_error *e
     if (block_writer_profile_count(m->writer) == 0)
         return strata_error_set(err, STRATA_FAILED_PRECONDITION,
                                 "block merge: the sources hold no profiles; nothing to write");
-    /* Encoding needs the tables plus the object; the object is at most about the sources' size. */
-    uint64_t sources_bytes = 0;
-    for (size_t i = 0; i < m->n_sources; i++)
-        sources_bytes += m->sources[i].data_size;
-    if (check_memory(m, (size_t)sources_bytes, "to encode the block", err) != 0)
+    /* The samples are in the spool already; finishing orders and encodes the dictionaries, about
+     * a third more than they hold. */
+    if (check_memory(m, block_writer_memory_bytes(m->writer) / 3, "to encode the block", err) != 0)
         return -1;
-    strata_buffer data = STRATA_BUFFER_INIT;
-    int rc = -1;
-    if (block_writer_finish(m->writer, &data, &out->meta, err) != 0)
-        goto out;
-    if (fill_lineage(m, &out->meta, err) != 0 || upload_block(m, &data, &out->meta, err) != 0)
-        goto out;
+    strata_buffer unused = STRATA_BUFFER_INIT; /* a spooled writer writes to its file */
+    if (block_writer_finish(m->writer, &unused, &out->meta, err) != 0)
+        return -1;
+    if (fill_lineage(m, &out->meta, err) != 0 || upload_block(m, &out->meta, err) != 0)
+        return -1;
     out->id = out->meta.id;
-    rc = 0;
-out:
-    strata_buffer_free(&data);
-    return rc;
+    return 0;
 }
 
 /* ---- entry point ------------------------------------------------------------------------- */
@@ -838,6 +834,30 @@ static int open_all(merge_state *m, const ulid *ids, strata_error *err) {
     return 0;
 }
 
+/* The output block's spool: an anonymous file in dir (NULL: $TMPDIR, else /tmp). O_TMPFILE makes
+ * a file no crash can leave behind; where the filesystem lacks it, a named file is unlinked at
+ * once. */
+static int open_spool(const char *dir, int *fd, strata_error *err) {
+    if (dir == NULL || dir[0] == '\0')
+        dir = getenv("TMPDIR");
+    if (dir == NULL || dir[0] == '\0')
+        dir = "/tmp";
+    *fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (*fd >= 0)
+        return 0;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/strata-merge-XXXXXX", dir) >= (int)sizeof path)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "block merge: spool directory path too long");
+    *fd = mkostemp(path, O_CLOEXEC);
+    if (*fd < 0)
+        return strata_error_set(err, STRATA_UNAVAILABLE,
+                                "block merge: cannot create a spool file in %s: %s", dir,
+                                strerror(errno));
+    unlink(path);
+    return 0;
+}
+
 static int new_writer(merge_state *m, strata_error *err) {
     block_writer_options wo;
     block_writer_options_default(&wo);
@@ -847,7 +867,9 @@ static int new_writer(merge_state *m, strata_error *err) {
         wo.zstd_level = m->opts.zstd_level;
     wo.tenant = m->tenant;
     wo.compaction_level = m->opts.compaction_level;
-    m->writer = block_writer_new(&wo, err);
+    if (open_spool(m->opts.spool_directory, &m->spool_fd, err) != 0)
+        return -1;
+    m->writer = block_writer_new_spooled(&wo, m->spool_fd, err);
     return m->writer == NULL ? -1 : 0;
 }
 
@@ -856,6 +878,8 @@ static void free_state(merge_state *m) {
         close_source(&m->sources[i]);
     free(m->sources);
     block_writer_free(m->writer);
+    if (m->spool_fd >= 0)
+        close(m->spool_fd);
     free(m->refs);
     free(m->fetched);
     free(m->cands);
@@ -878,6 +902,7 @@ int block_merge(bucket *store, const char *tenant, const ulid *sources, size_t n
         return -1;
     merge_state m;
     memset(&m, 0, sizeof m);
+    m.spool_fd = -1;
     m.store = store;
     m.tenant = tenant;
     m.stats = &out->stats;

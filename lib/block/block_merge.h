@@ -31,18 +31,22 @@
  * first, stopping at the nearest translated ancestor. Symbols no kept sample uses are not copied.
  *
  * Memory. The merger holds one output series' profile list, one timestamp run's samples, the
- * translation tables and each source reader's bounded page cache. The block writer (block_writer.h)
- * keeps the output block's tables in memory until it encodes them (12 bytes per output sample plus
- * the stack tree and its indexes, 40-80 bytes per stack node; on agent-like data 70-200 bytes per
- * sample in all, see bench/README.md), and then the encoded object: that is the bulk of a merge's
- * memory. The merger estimates all of it after every series and fails with RESOURCE_EXHAUSTED,
- * naming the estimate and the limit, as soon as the estimate passes options.memory_limit, and
- * before reading any data when the sources' meta.json stats alone (12 bytes per sample, a lower
- * bound) predict more: the compactor then splits the job into smaller ones instead of being
- * killed for memory.
+ * translation tables and each source reader's bounded page cache. The output block is streamed:
+ * the merger walks series in the block's order and each series' profiles in time order, exactly
+ * the order a spooled block writer (block_writer_new_spooled) needs, so the profiles, samples and
+ * rollup rows are compressed into a spool file (options.spool_directory, an unnamed file that no
+ * crash leaves behind) as they are produced, and the writer holds only the output's dictionaries
+ * (strings, symbols, the stack tree and its indexes: 40-80 bytes per stack node) and one series'
+ * rollup sums. A merge's memory therefore grows with the distinct stacks and symbols of its
+ * sources, not with their samples or time span. The merger estimates all of it after every series
+ * and fails with RESOURCE_EXHAUSTED, naming the estimate and the limit, as soon as the estimate
+ * passes options.memory_limit, and before reading any data when the sources' meta.json series
+ * counts alone predict more: the compactor then splits the job into smaller ones instead of being
+ * killed for memory. The spool needs disk space for the output block (about its sources' size).
  *
- * Output. The data object is uploaded first, meta.json last (the commit rule of
- * docs/block-format.md), under <tenant>/<new ULID>/. meta.json records compaction.level (the
+ * Output. The data object is uploaded from the spool first (bucket_upload_file: in parts, one in
+ * memory at a time), meta.json last (the commit rule of docs/block-format.md), under
+ * <tenant>/<new ULID>/. meta.json records compaction.level (the
  * sources' maximum plus one unless given), sources (the sorted union of the sources' sources),
  * parents (the merged blocks with their time ranges), stats and the time range of the profiles
  * kept. Nothing is uploaded before the merge has succeeded; if meta.json cannot be uploaded the
@@ -94,11 +98,12 @@ typedef void (*block_merge_progress_fn)(void *ctx, const block_merge_stats *stat
                                         uint64_t series_done, uint64_t series_total);
 
 typedef struct block_merge_options {
-    int compaction_level;      /* level of the new block; 0 (default) = max of the sources + 1 */
-    size_t memory_limit;       /* bytes the merge may hold (estimate); default 1 GiB */
-    size_t page_size;          /* the writer's page size; 0 = the writer's default */
-    int zstd_level;            /* the writer's zstd level; 0 = the writer's default */
-    size_t reader_cache_bytes; /* per source page cache; 0 = default (4 MiB) */
+    int compaction_level;        /* level of the new block; 0 (default) = max of the sources + 1 */
+    size_t memory_limit;         /* bytes the merge may hold (estimate); default 1 GiB */
+    size_t page_size;            /* the writer's page size; 0 = the writer's default */
+    int zstd_level;              /* the writer's zstd level; 0 = the writer's default */
+    size_t reader_cache_bytes;   /* per source page cache; 0 = default (4 MiB) */
+    const char *spool_directory; /* where the output is spooled; NULL or "" = $TMPDIR or /tmp */
     block_merge_progress_fn progress; /* optional */
     void *progress_ctx;
 } block_merge_options;

@@ -1,5 +1,6 @@
 /*
- * block_writer.h - builds one immutable block (data object + meta) in memory.
+ * block_writer.h - builds one immutable block (data object + meta), in memory or streamed to a
+ * spool file (block_writer_new_spooled).
  *
  * Design. The writer accumulates profiles into de-duplicated tables and encodes them only at
  * block_writer_finish, so adding a profile is a handful of hash lookups per distinct symbol and one

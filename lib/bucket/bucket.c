@@ -7,9 +7,11 @@
  */
 #include "bucket/bucket_backend.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* prefix + '/' + key + NUL */
 #define FULL_KEY_MAX (2 * BUCKET_KEY_MAX + 2)
@@ -164,9 +166,53 @@ int bucket_upload(bucket *b, const char *key, const void *data, size_t len, stra
             strata_error_set(&local, STRATA_INVALID_ARGUMENT, "upload of \"%.200s\": no data", key);
     if (rc == 0) {
         full_key(b, key, full);
-        rc = b->ops->upload(b->impl, full, data != NULL ? data : "", len, &local);
+        bucket_upload_body body = {data != NULL ? data : (const uint8_t *)"", -1, len};
+        rc = b->ops->upload(b->impl, full, &body, &local);
     }
     return finish(b, BUCKET_OP_UPLOAD, rc, &local, err);
+}
+
+int bucket_upload_file(bucket *b, const char *key, int fd, uint64_t size, strata_error *err) {
+    strata_error local = {0};
+    char full[FULL_KEY_MAX];
+    int rc = bucket_validate_key(key, &local);
+    if (rc == 0 && fd < 0)
+        rc =
+            strata_error_set(&local, STRATA_INVALID_ARGUMENT, "upload of \"%.200s\": no file", key);
+    if (rc == 0) {
+        full_key(b, key, full);
+        bucket_upload_body body = {NULL, fd, size};
+        rc = b->ops->upload(b->impl, full, &body, &local);
+    }
+    return finish(b, BUCKET_OP_UPLOAD, rc, &local, err);
+}
+
+int bucket_upload_body_read(const bucket_upload_body *body, uint64_t offset, size_t len,
+                            strata_buffer *scratch, const uint8_t **out, strata_error *err) {
+    if (offset > body->size || len > body->size - offset)
+        return strata_error_set(err, STRATA_INTERNAL,
+                                "upload: range %llu+%zu outside the body's %llu bytes",
+                                (unsigned long long)offset, len, (unsigned long long)body->size);
+    if (body->data != NULL) {
+        *out = body->data + offset;
+        return 0;
+    }
+    strata_buffer_reset(scratch);
+    if (strata_buffer_reserve(scratch, len + 1) != 0)
+        return strata_error_oom(err);
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(body->fd, scratch->data + got, len - got, (off_t)(offset + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return strata_error_set(err, STRATA_INTERNAL, "upload: reading the file to send: %s",
+                                    n < 0 ? strerror(errno) : "shorter than its size");
+        got += (size_t)n;
+    }
+    scratch->len = len;
+    *out = scratch->data;
+    return 0;
 }
 
 static int read_range(bucket *b, bucket_op op, const char *key, uint64_t offset, uint64_t length,

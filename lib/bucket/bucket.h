@@ -102,6 +102,11 @@ void bucket_close(bucket *b);
  */
 
 int bucket_upload(bucket *b, const char *key, const void *data, size_t len, strata_error *err);
+/* bucket_upload of the first size bytes of the open file fd (read with pread; the file offset is
+ * not used), holding at most one part of it in memory at a time: S3 and AZURE upload in parts
+ * above their part size, FILESYSTEM copies it in pieces. For objects too large to hold (merged
+ * blocks, written to a spool file first). */
+int bucket_upload_file(bucket *b, const char *key, int fd, uint64_t size, strata_error *err);
 int bucket_get(bucket *b, const char *key, strata_buffer *out, strata_error *err);
 int bucket_get_range(bucket *b, const char *key, uint64_t offset, uint64_t length,
                      strata_buffer *out, strata_error *err);

@@ -287,24 +287,26 @@ static int put_block_list(az_bucket *az, const char *key, const strata_buffer *x
     return simple_call(az, "upload (put block list)", key, &r, 0, err);
 }
 
-static int block_upload(az_bucket *az, const char *key, const uint8_t *data, size_t len,
+static int block_upload(az_bucket *az, const char *key, const bucket_upload_body *body,
                         strata_error *err) {
+    uint64_t len = body->size;
     size_t block = bucket_azure_block_size > 0 ? bucket_azure_block_size : (size_t)16 << 20;
     if ((len + block - 1) / block > AZ_MAX_BLOCKS)
         block = (len + AZ_MAX_BLOCKS - 1) / AZ_MAX_BLOCKS;
     uint8_t nonce[12];
     arc4random_buf(nonce, sizeof nonce);
-    strata_buffer id = STRATA_BUFFER_INIT, xml = STRATA_BUFFER_INIT;
+    strata_buffer id = STRATA_BUFFER_INIT, xml = STRATA_BUFFER_INIT, scratch = STRATA_BUFFER_INIT;
     int rc =
         strata_buffer_append_str(&xml, "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
     uint32_t index = 0;
-    for (size_t off = 0; rc == 0 && off < len; off += block, index++) {
-        size_t n = len - off < block ? len - off : block;
+    for (uint64_t off = 0; rc == 0 && off < len; off += block, index++) {
+        size_t n = len - off < block ? (size_t)(len - off) : block;
+        const uint8_t *data = NULL;
         if (block_id(nonce, index, &id) != 0 ||
             strata_buffer_appendf(&xml, "<Latest>%s</Latest>", (const char *)id.data) != 0)
             rc = strata_error_oom(err);
-        else
-            rc = put_block(az, key, (const char *)id.data, data + off, n, err);
+        else if ((rc = bucket_upload_body_read(body, off, n, &scratch, &data, err)) == 0)
+            rc = put_block(az, key, (const char *)id.data, data, n, err);
     }
     if (rc == 0 && strata_buffer_append_str(&xml, "</BlockList>") != 0)
         rc = strata_error_oom(err);
@@ -313,14 +315,22 @@ static int block_upload(az_bucket *az, const char *key, const uint8_t *data, siz
     /* Uncommitted blocks of a failed upload are garbage-collected by the service after a week. */
     strata_buffer_free(&id);
     strata_buffer_free(&xml);
+    strata_buffer_free(&scratch);
     return rc;
 }
 
-static int az_upload(void *impl, const char *key, const void *data, size_t len, strata_error *err) {
+static int az_upload(void *impl, const char *key, const bucket_upload_body *body,
+                     strata_error *err) {
     az_bucket *az = impl;
-    if (len > bucket_azure_put_blob_max)
-        return block_upload(az, key, data, len, err);
-    return put_blob(az, key, data, len, err);
+    if (body->size > bucket_azure_put_blob_max)
+        return block_upload(az, key, body, err);
+    strata_buffer scratch = STRATA_BUFFER_INIT;
+    const uint8_t *data = NULL;
+    int rc = bucket_upload_body_read(body, 0, (size_t)body->size, &scratch, &data, err);
+    if (rc == 0)
+        rc = put_blob(az, key, data, (size_t)body->size, err);
+    strata_buffer_free(&scratch);
+    return rc;
 }
 
 /* ---- Properties and reads ---------------------------------------------------------------------

@@ -15,9 +15,23 @@
 
 #include "bucket/bucket.h"
 
+/* What an upload sends: size bytes in memory (data), or the first size bytes of an open file (fd,
+ * read with pread), so that a large object never has to sit in memory whole. */
+typedef struct bucket_upload_body {
+    const uint8_t *data; /* NULL for a file body */
+    int fd;
+    uint64_t size;
+} bucket_upload_body;
+
+/* Points *out at the body's bytes [offset, offset + len), which must lie within it: in place for
+ * a memory body, read into scratch (reset first) for a file body. INTERNAL when the file cannot
+ * be read or is shorter than its size. */
+int bucket_upload_body_read(const bucket_upload_body *body, uint64_t offset, size_t len,
+                            strata_buffer *scratch, const uint8_t **out, strata_error *err);
+
 typedef struct bucket_backend_ops {
     const char *type; /* "FILESYSTEM" */
-    int (*upload)(void *impl, const char *key, const void *data, size_t len, strata_error *err);
+    int (*upload)(void *impl, const char *key, const bucket_upload_body *body, strata_error *err);
     int (*get_range)(void *impl, const char *key, uint64_t offset, uint64_t length,
                      strata_buffer *out, strata_error *err);
     int (*attributes)(void *impl, const char *key, bucket_object_attributes *out,

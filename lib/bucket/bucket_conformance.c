@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bucket/bucket_conformance.h"
 #include "common/clock.h"
@@ -493,6 +494,52 @@ static void test_concurrent_writers(void **state) {
     key_list_free(&got);
 }
 
+/* A temporary file holding len pattern bytes (also returned in *bytes). */
+static int pattern_file(size_t len, uint8_t **bytes) {
+    uint8_t *p = malloc(len + 1);
+    assert_non_null(p);
+    for (size_t i = 0; i < len; i++)
+        p[i] = (uint8_t)((i * 2654435761u) >> 13);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    int fd = dup(fileno(f));
+    fclose(f);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, p, len, 0), (ssize_t)len);
+    *bytes = p;
+    return fd;
+}
+
+/* bucket_upload_file sends the file's first `size` bytes (in pieces on the FILESYSTEM backend,
+ * in one request or in parts remotely); a file shorter than its size fails and leaves no object. */
+static void test_upload_file(void **state) {
+    bucket *b = *state;
+    size_t len = ((size_t)3 << 20) + 7;
+    uint8_t *bytes;
+    int fd = pattern_file(len, &bytes);
+    strata_error err;
+    if (bucket_upload_file(b, "files/whole", fd, len, &err) != 0)
+        fail_msg("upload_file: %s", err.message);
+    strata_buffer buf = STRATA_BUFFER_INIT;
+    assert_int_equal(bucket_get(b, "files/whole", &buf, &err), 0);
+    assert_int_equal(buf.len, len);
+    assert_memory_equal(buf.data, bytes, len);
+    strata_buffer_reset(&buf);
+    assert_int_equal(bucket_upload_file(b, "files/head", fd, 1000, &err), 0);
+    assert_int_equal(bucket_get(b, "files/head", &buf, &err), 0);
+    assert_int_equal(buf.len, 1000);
+    assert_memory_equal(buf.data, bytes, 1000);
+    assert_int_equal(bucket_upload_file(b, "files/short", fd, len + 100, &err), -1);
+    bool exists = true;
+    assert_int_equal(bucket_exists(b, "files/short", &exists, &err), 0);
+    assert_false(exists);
+    assert_int_equal(bucket_upload_file(b, "files/nofile", -1, 10, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    strata_buffer_free(&buf);
+    free(bytes);
+    close(fd);
+}
+
 int bucket_conformance_run(const bucket_conformance_backend *backend) {
     current = backend;
     const struct CMUnitTest tests[] = {
@@ -508,6 +555,7 @@ int bucket_conformance_run(const bucket_conformance_backend *backend) {
         cmocka_unit_test_setup_teardown(test_key_validation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_writers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upload_file, setup, teardown),
     };
     return _cmocka_run_group_tests(backend->name, tests, sizeof tests / sizeof tests[0], NULL,
                                    NULL);

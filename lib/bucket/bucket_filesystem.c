@@ -116,6 +116,38 @@ static int write_all(int fd, const uint8_t *data, size_t len) {
     return 0;
 }
 
+/* Writes the body to fd: a file body in 1 MiB pieces. -1 with errno set on failure (EIO when the
+ * body's file is shorter than its size). */
+static int write_body(int fd, const bucket_upload_body *body) {
+    if (body->data != NULL)
+        return write_all(fd, body->data, body->size);
+    size_t piece = (size_t)1 << 20;
+    uint8_t *buf = malloc(piece);
+    if (buf == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    int rc = 0;
+    for (uint64_t off = 0; rc == 0 && off < body->size;) {
+        size_t want = body->size - off < piece ? (size_t)(body->size - off) : piece;
+        ssize_t n = pread(body->fd, buf, want, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0)
+                errno = EIO;
+            rc = -1;
+        } else {
+            rc = write_all(fd, buf, (size_t)n);
+            off += (uint64_t)n;
+        }
+    }
+    int saved = errno;
+    free(buf);
+    errno = saved;
+    return rc;
+}
+
 /* Opens directory `path` (relative to the root, "" for the root), creating missing components
  * and making each creation durable. Returns an fd or -1 with errno set. */
 static int open_dir_creating(const fs_bucket *fs, const char *path) {
@@ -142,14 +174,14 @@ static int open_dir_creating(const fs_bucket *fs, const char *path) {
 }
 
 /* Writes data to a new temporary file in dir_fd and makes it durable; fills tmp_name. */
-static int write_temp(fs_bucket *fs, int dir_fd, const void *data, size_t len, char *tmp_name,
+static int write_temp(fs_bucket *fs, int dir_fd, const bucket_upload_body *body, char *tmp_name,
                       size_t tmp_len) {
     uint64_t n = atomic_fetch_add_explicit(&fs->tmp_counter, 1, memory_order_relaxed);
     snprintf(tmp_name, tmp_len, "%s%ld.%llu", TMP_MARKER, (long)getpid(), (unsigned long long)n);
     int fd = openat(dir_fd, tmp_name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
         return -1;
-    if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+    if (write_body(fd, body) != 0 || fsync(fd) != 0) {
         int saved = errno;
         close(fd);
         unlinkat(dir_fd, tmp_name, 0);
@@ -168,15 +200,15 @@ static int write_temp(fs_bucket *fs, int dir_fd, const void *data, size_t len, c
 typedef enum upload_step { STEP_DIR, STEP_WRITE, STEP_RENAME, STEP_SYNC } upload_step;
 
 /* One attempt; on failure *step says where and errno why. */
-static int upload_once(fs_bucket *fs, const char *dir, const char *base, const void *data,
-                       size_t len, upload_step *step) {
+static int upload_once(fs_bucket *fs, const char *dir, const char *base,
+                       const bucket_upload_body *body, upload_step *step) {
     *step = STEP_DIR;
     int dir_fd = open_dir_creating(fs, dir);
     if (dir_fd < 0)
         return -1;
     char tmp_name[64];
     *step = STEP_WRITE;
-    int rc = write_temp(fs, dir_fd, data, len, tmp_name, sizeof tmp_name);
+    int rc = write_temp(fs, dir_fd, body, tmp_name, sizeof tmp_name);
     if (rc == 0) {
         *step = STEP_RENAME;
         rc = renameat(dir_fd, tmp_name, dir_fd, base);
@@ -216,7 +248,8 @@ static int upload_error(const fs_bucket *fs, const char *key, upload_step step, 
     return rc;
 }
 
-static int fs_upload(void *impl, const char *key, const void *data, size_t len, strata_error *err) {
+static int fs_upload(void *impl, const char *key, const bucket_upload_body *body,
+                     strata_error *err) {
     fs_bucket *fs = impl;
     if (check_key(key, err) != 0)
         return -1;
@@ -228,7 +261,7 @@ static int fs_upload(void *impl, const char *key, const void *data, size_t len, 
     const char *base = slash != NULL ? slash + 1 : key;
     upload_step step = STEP_DIR;
     for (int attempt = 0; attempt < UPLOAD_ATTEMPTS; attempt++) {
-        if (upload_once(fs, dir, base, data, len, &step) == 0)
+        if (upload_once(fs, dir, base, body, &step) == 0)
             return 0;
         /* ENOENT: a concurrent delete removed the (empty) directory; create it again. */
         if (errno != ENOENT || step == STEP_RENAME || step == STEP_SYNC)

@@ -141,6 +141,18 @@ static void test_large_object(void **state) {
     assert_int_equal(buf.len, 0);
     assert_int_equal(bucket_get_range(b, "large/object", len + 1, 5, &buf, &err), -1);
     assert_int_equal(err.code, STRATA_OUT_OF_RANGE);
+    /* The same object sent from a file, in parts read one at a time. */
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fflush(f), 0);
+    if (bucket_upload_file(b, "large/from-file", fileno(f), len, &err) != 0)
+        fail_msg("upload_file: %s", err.message);
+    fclose(f);
+    strata_buffer_reset(&buf);
+    assert_int_equal(bucket_get(b, "large/from-file", &buf, &err), 0);
+    assert_int_equal(buf.len, len);
+    assert_memory_equal(buf.data, data, len);
     /* Replacing a large object with a small one leaves only the small one. */
     assert_int_equal(bucket_upload(b, "large/object", "small", 5, &err), 0);
     strata_buffer_reset(&buf);

@@ -321,35 +321,50 @@ static void abort_multipart(s3_bucket *s3, const char *key, const char *upload_i
     call_free(&c);
 }
 
-static int multipart_upload(s3_bucket *s3, const char *key, const uint8_t *data, size_t len,
+/* Parts are read from the body one at a time (a file body: into one part-sized buffer). */
+static int multipart_upload(s3_bucket *s3, const char *key, const bucket_upload_body *body,
                             strata_error *err) {
+    uint64_t len = body->size;
     uint64_t part_size = s3->part_size;
     if ((len + part_size - 1) / part_size > S3_MAX_PARTS)
         part_size = (len + S3_MAX_PARTS - 1) / S3_MAX_PARTS;
     char *upload_id = NULL;
     if (create_multipart(s3, key, &upload_id, err) != 0)
         return -1;
-    strata_buffer parts = STRATA_BUFFER_INIT;
+    strata_buffer parts = STRATA_BUFFER_INIT, scratch = STRATA_BUFFER_INIT;
     int rc = 0;
     int part = 1;
-    for (size_t off = 0; rc == 0 && off < len; off += part_size, part++) {
-        size_t n = len - off < part_size ? len - off : (size_t)part_size;
-        rc = upload_part(s3, key, upload_id, part, data + off, n, &parts, err);
+    for (uint64_t off = 0; rc == 0 && off < len; off += part_size, part++) {
+        size_t n = len - off < part_size ? (size_t)(len - off) : (size_t)part_size;
+        const uint8_t *data = NULL;
+        rc = bucket_upload_body_read(body, off, n, &scratch, &data, err);
+        if (rc == 0)
+            rc = upload_part(s3, key, upload_id, part, data, n, &parts, err);
     }
     if (rc == 0)
         rc = complete_multipart(s3, key, upload_id, &parts, err);
     if (rc != 0)
         abort_multipart(s3, key, upload_id);
     strata_buffer_free(&parts);
+    strata_buffer_free(&scratch);
     free(upload_id);
     return rc;
 }
 
-static int s3_upload(void *impl, const char *key, const void *data, size_t len, strata_error *err) {
+static int s3_upload(void *impl, const char *key, const bucket_upload_body *body,
+                     strata_error *err) {
     s3_bucket *s3 = impl;
-    if (!s3->disable_multipart && len > s3->part_size)
-        return multipart_upload(s3, key, data, len, err);
-    return put_object(s3, key, data, len, err);
+    if (!s3->disable_multipart && body->size > s3->part_size)
+        return multipart_upload(s3, key, body, err);
+    strata_buffer scratch = STRATA_BUFFER_INIT;
+    const uint8_t *data = NULL;
+    int rc = body->size > SIZE_MAX
+                 ? strata_error_oom(err)
+                 : bucket_upload_body_read(body, 0, (size_t)body->size, &scratch, &data, err);
+    if (rc == 0)
+        rc = put_object(s3, key, data, (size_t)body->size, err);
+    strata_buffer_free(&scratch);
+    return rc;
 }
 
 /* ---- HEAD -------------------------------------------------------------------------------------

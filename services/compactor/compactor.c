@@ -98,6 +98,9 @@ const config_field compactor_config_fields[] = {
      .kind = CONFIG_DURATION,
      .offset = offsetof(compactor_config, progress_interval_ns),
      .default_text = "10s"},
+    {.key = "spool_directory",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(compactor_config, spool_directory)},
     {.key = NULL},
 };
 
@@ -926,6 +929,7 @@ static bool merge_sources(job_ctx *j, const ulid *ids, size_t n, int level, bool
     opts.compaction_level = level;
     opts.memory_limit = (size_t)c->config.max_job_memory;
     opts.reader_cache_bytes = reader_cache_for(c->config.max_job_memory, n);
+    opts.spool_directory = c->config.spool_directory;
     opts.progress = on_progress;
     opts.progress_ctx = j;
     block_merge_result res;

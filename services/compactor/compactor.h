@@ -63,6 +63,7 @@ typedef struct compactor_config {
     config_struct_list tenant_overrides; /* compactor_tenant_override */
     uint64_t max_job_memory;
     int64_t progress_interval_ns;
+    char *spool_directory; /* where merges spool their output block; NULL = $TMPDIR or /tmp */
 } compactor_config;
 
 extern const config_field compactor_config_fields[];

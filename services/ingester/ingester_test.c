@@ -609,11 +609,11 @@ typedef struct slow_bucket {
     int upload_ms;
 } slow_bucket;
 
-static int slow_upload(void *impl, const char *key, const void *data, size_t len,
+static int slow_upload(void *impl, const char *key, const bucket_upload_body *body,
                        strata_error *err) {
     slow_bucket *sb = impl;
     usleep((useconds_t)sb->upload_ms * 1000);
-    return bucket_filesystem_ops.upload(sb->fs, key, data, len, err);
+    return bucket_filesystem_ops.upload(sb->fs, key, body, err);
 }
 
 static int slow_iterate(void *impl, const char *dir, bool recursive, bucket_iter_fn fn, void *ctx,
