@@ -37,16 +37,27 @@ static void upload_block(bucket *store, const char *tenant, block_writer *w) {
     block_meta_free(&meta);
 }
 
-/* One second of data: the processes sub, sub + 10, ... of window w. */
-static void write_second(bucket *store, const char *tenant, agentgen *g, const label_set *labels,
-                         size_t processes, uint64_t w, size_t sub, int64_t time_ns) {
+/* The ingester's default max_symbol_bytes: a dictionary larger than this is dropped after a cut. */
+#define MAX_SYMBOL_BYTES ((size_t)256 << 20)
+
+static block_writer *new_dictionary(const char *tenant) {
     strata_error err;
     block_writer_options wo;
     block_writer_options_default(&wo);
     wo.tenant = tenant;
-    block_writer *bw = block_writer_new(&wo, &err);
-    if (bw == NULL)
+    block_writer *w = block_writer_new(&wo, &err);
+    if (w == NULL)
         fail("writer", &err);
+    return w;
+}
+
+/* One second of data: the processes sub, sub + 10, ... of window w, added to the tenant's
+ * long-lived dictionary writer and cut off as one block, as the ingester does at each flush. */
+static void write_second(bucket *store, const char *tenant, agentgen *g, const label_set *labels,
+                         size_t processes, uint64_t w, size_t sub, int64_t time_ns,
+                         block_writer **dictionary) {
+    strata_error err;
+    block_writer *bw = *dictionary;
     profile_type type = agentgen_profile_type();
     for (size_t i = sub; i < processes; i += 10) {
         pprof_profile p;
@@ -58,9 +69,17 @@ static void write_second(bucket *store, const char *tenant, agentgen *g, const l
             fail("add_profile", &err);
         pprof_profile_free(&p);
     }
-    if (block_writer_profile_count(bw) > 0)
-        upload_block(store, tenant, bw);
-    block_writer_free(bw);
+    if (block_writer_profile_count(bw) == 0)
+        return;
+    block_writer *cut = NULL;
+    if (block_writer_detach(bw, &cut, &err) != 0)
+        fail("detach", &err);
+    upload_block(store, tenant, cut);
+    block_writer_free(cut);
+    if (block_writer_memory_bytes(bw) > MAX_SYMBOL_BYTES) {
+        block_writer_free(bw);
+        *dictionary = new_dictionary(tenant);
+    }
 }
 
 void write_level1_blocks(bucket *store, const char *tenant, size_t processes, uint64_t seed,
@@ -80,10 +99,12 @@ void write_level1_blocks(bucket *store, const char *tenant, size_t processes, ui
         if (agentgen_labels(g, i, &labels[i], &err) != 0)
             fail("labels", &err);
     uint64_t windows = (uint64_t)(minutes * 6.0 + 0.5);
+    block_writer *dictionary = new_dictionary(tenant);
     for (uint64_t w = 0; w < windows; w++)
         for (size_t sub = 0; sub < 10; sub++)
             write_second(store, tenant, g, labels, processes, w, sub,
-                         base_ns + (int64_t)(w * 10 + sub) * STRATA_NS_PER_SEC);
+                         base_ns + (int64_t)(w * 10 + sub) * STRATA_NS_PER_SEC, &dictionary);
+    block_writer_free(dictionary);
     for (size_t i = 0; i < processes; i++)
         label_set_free(&labels[i]);
     free(labels);

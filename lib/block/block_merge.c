@@ -23,6 +23,19 @@
 /* Longest tenant name (tenant ids are short; this keeps every key far below BUCKET_KEY_MAX). */
 #define TENANT_MAX 512
 
+/* The translation of one ingester dictionary's stacks and locations into the output, shared by
+ * every source cut from it (docs/block-format.md 6.12: one dictionary id and origin, one content),
+ * so a stack or location that 300 one-second blocks repeat is translated once, not 300 times. */
+typedef struct merge_dictionary {
+    uint8_t id[16];
+    uint32_t *stacks;    /* dictionary stack id -> output stack id (0 = not yet; 0 is the root) */
+    size_t n_stacks;     /* entries */
+    uint32_t *locations; /* dictionary location origin (1-based) -> output location + 1 */
+    size_t n_locations;
+    uint64_t source_stacks; /* stack rows of the sources that could share it */
+    size_t sources;
+} merge_dictionary;
+
 /* One source block: its meta.json, reader, and the translation of its symbols into the output. */
 typedef struct merge_source {
     char name[TENANT_MAX + ULID_STRING_LEN + 2]; /* "<tenant>/<ULID>", for errors */
@@ -45,6 +58,11 @@ typedef struct merge_source {
     uint32_t *label_set_map; /* indexed by sample label set id (0 = none; maps to 0) */
     size_t n_label_sets;
     bool whole_stacks; /* translate whole stacks (see translate_stack) */
+    /* A source cut from a shared dictionary translates its stacks and locations through it
+     * (stack_map and location_map then stay NULL): origins give each row's dictionary id. */
+    merge_dictionary *dict;
+    const uint32_t *stack_origin;    /* index = stack id */
+    const uint32_t *location_origin; /* index = location id */
 } merge_source;
 
 /* One series of one source, in the global series order. */
@@ -109,6 +127,8 @@ typedef struct merge_state {
     size_t cap_pairs;
     kept_profile *kept;
     size_t n_kept, cap_kept;
+    merge_dictionary *dicts;
+    size_t n_dicts;
 } merge_state;
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -208,11 +228,9 @@ static int open_source(merge_state *m, merge_source *s, strata_error *err) {
     if (block_reader_open(fetch_range, s, s->data_size, &ro, &s->reader, err) != 0)
         return -1;
     block_reader *r = s->reader;
-    if (alloc_map(&s->stack_map, &s->n_stacks, block_reader_row_count(r, BLOCK_TABLE_STACKS),
-                  err) != 0 ||
-        alloc_map(&s->location_map, &s->n_locations,
-                  block_reader_row_count(r, BLOCK_TABLE_LOCATIONS), err) != 0 ||
-        alloc_map(&s->function_map, &s->n_functions,
+    s->n_stacks = block_reader_row_count(r, BLOCK_TABLE_STACKS);
+    s->n_locations = block_reader_row_count(r, BLOCK_TABLE_LOCATIONS);
+    if (alloc_map(&s->function_map, &s->n_functions,
                   block_reader_row_count(r, BLOCK_TABLE_FUNCTIONS), err) != 0 ||
         alloc_map(&s->mapping_map, &s->n_mappings, block_reader_row_count(r, BLOCK_TABLE_MAPPINGS),
                   err) != 0 ||
@@ -241,10 +259,12 @@ static size_t memory_estimate(const merge_state *m) {
         const merge_source *s = &m->sources[i];
         if (s->reader != NULL)
             bytes += block_reader_memory_bytes(s->reader);
-        bytes +=
-            (s->n_stacks + s->n_locations + s->n_functions + s->n_mappings + s->n_label_sets + 5) *
-            4;
+        bytes += (s->n_functions + s->n_mappings + s->n_label_sets + 5) * 4;
+        if (s->dict == NULL)
+            bytes += (s->n_stacks + s->n_locations) * 4;
     }
+    for (size_t i = 0; i < m->n_dicts; i++)
+        bytes += (m->dicts[i].n_stacks + m->dicts[i].n_locations) * 4;
     bytes += m->n_refs * sizeof *m->refs + m->cap_cands * sizeof *m->cands;
     bytes += m->samples.cap * (m->samples.label_sets != NULL ? 16 : 12) + m->cap_run * 16 +
              m->cap_pairs * sizeof *m->pairs;
@@ -279,6 +299,93 @@ static int predict_memory(merge_state *m, strata_error *err) {
                                 (unsigned long long)series, m->n_sources,
                                 (unsigned long long)predicted, m->opts.memory_limit);
     return 0;
+}
+
+/* ---- shared dictionaries ---------------------------------------------------------------- */
+
+/* Where a source stack's (id 1..n_stacks) output stack id is kept: its dictionary's entry or the
+ * source's own. */
+static inline uint32_t *stack_slot(merge_source *s, uint32_t id) {
+    return s->dict != NULL ? &s->dict->stacks[s->stack_origin[id]] : &s->stack_map[id];
+}
+
+/* Where a source location's output location + 1 is kept. */
+static inline uint32_t *location_slot(merge_source *s, uint32_t id) {
+    return s->dict != NULL ? &s->dict->locations[s->location_origin[id]] : &s->location_map[id];
+}
+
+static merge_dictionary *find_dictionary(merge_state *m, const uint8_t id[16]) {
+    for (size_t i = 0; i < m->n_dicts; i++)
+        if (memcmp(m->dicts[i].id, id, 16) == 0)
+            return &m->dicts[i];
+    return NULL;
+}
+
+/* Groups the sources by the dictionary they were cut from. A dictionary is shared when its map
+ * (4 bytes per dictionary stack and location) is no larger than the per-source maps it replaces,
+ * i.e. when its sources hold together at least as many stack rows as it has stacks; other sources
+ * get maps of their own. */
+static int assign_dictionaries(merge_state *m, strata_error *err) {
+    m->dicts = calloc(m->n_sources + 1, sizeof *m->dicts);
+    block_stack_origins *origins = calloc(m->n_sources + 1, sizeof *origins);
+    int rc = (m->dicts != NULL && origins != NULL) ? 0 : strata_error_oom(err);
+    for (size_t i = 0; rc == 0 && i < m->n_sources; i++) {
+        merge_source *s = &m->sources[i];
+        if (block_reader_stack_origins(s->reader, &origins[i], err) != 0) {
+            rc = source_error(s, err);
+            break;
+        }
+        if (origins[i].origin == NULL)
+            continue;
+        merge_dictionary *d = find_dictionary(m, origins[i].dictionary);
+        if (d == NULL) {
+            d = &m->dicts[m->n_dicts++];
+            memcpy(d->id, origins[i].dictionary, 16);
+        }
+        if (origins[i].dictionary_stacks + (size_t)1 > d->n_stacks)
+            d->n_stacks = origins[i].dictionary_stacks + (size_t)1;
+        if (origins[i].dictionary_locations + (size_t)1 > d->n_locations)
+            d->n_locations = origins[i].dictionary_locations + (size_t)1;
+        d->source_stacks += s->n_stacks;
+        d->sources++;
+    }
+    for (size_t i = 0; rc == 0 && i < m->n_sources; i++) {
+        merge_source *s = &m->sources[i];
+        merge_dictionary *d =
+            origins[i].origin != NULL ? find_dictionary(m, origins[i].dictionary) : NULL;
+        if (d != NULL && d->sources >= 2 && d->source_stacks >= d->n_stacks) {
+            s->dict = d;
+            s->stack_origin = origins[i].origin;
+            s->location_origin = origins[i].location_origin;
+            m->stats->dictionary_sources++;
+            continue;
+        }
+        if (alloc_map(&s->stack_map, &s->n_stacks, s->n_stacks, err) != 0 ||
+            alloc_map(&s->location_map, &s->n_locations, s->n_locations, err) != 0)
+            rc = -1;
+    }
+    /* the shared maps, only for dictionaries that are used */
+    for (size_t i = 0; rc == 0 && i < m->n_dicts; i++) {
+        merge_dictionary *d = &m->dicts[i];
+        if (d->sources < 2 || d->source_stacks < d->n_stacks) {
+            d->n_stacks = d->n_locations = 0;
+            continue;
+        }
+        d->stacks = calloc(d->n_stacks, sizeof *d->stacks);
+        d->locations = calloc(d->n_locations, sizeof *d->locations);
+        if (d->stacks == NULL || d->locations == NULL)
+            rc = strata_error_oom(err);
+    }
+    free(origins);
+    return rc;
+}
+
+static void free_dictionaries(merge_state *m) {
+    for (size_t i = 0; i < m->n_dicts; i++) {
+        free(m->dicts[i].stacks);
+        free(m->dicts[i].locations);
+    }
+    free(m->dicts);
 }
 
 /* ---- symbol translation ------------------------------------------------------------------ */
@@ -333,8 +440,9 @@ static int translate_location(merge_state *m, merge_source *s, uint32_t id, uint
     if (id >= s->n_locations)
         return strata_error_set(err, STRATA_DATA_LOSS, "block %s: location id %u out of range",
                                 s->name, id);
-    if (s->location_map[id] != 0) {
-        *out = s->location_map[id] - 1;
+    uint32_t *done = location_slot(s, id);
+    if (*done != 0) {
+        *out = *done - 1;
         return 0;
     }
     block_location bl;
@@ -361,7 +469,7 @@ static int translate_location(merge_state *m, merge_source *s, uint32_t id, uint
                                      bl.is_folded ? BLOCK_LOCATION_IS_FOLDED : 0, m->lines,
                                      bl.n_lines, out, err) != 0)
         return -1;
-    s->location_map[id] = *out + 1;
+    *location_slot(s, id) = *out + 1;
     return 0;
 }
 
@@ -417,7 +525,7 @@ static int translate_stack_path(merge_state *m, merge_source *s, uint32_t id, ui
     }
     if (block_writer_intern_stack_path(m->writer, m->chain, n, out, err) != 0)
         return -1;
-    s->stack_map[id] = *out;
+    *stack_slot(s, id) = *out;
     return 0;
 }
 
@@ -430,15 +538,15 @@ static int translate_stack(merge_state *m, merge_source *s, uint32_t id, uint32_
     if (id > s->n_stacks)
         return strata_error_set(err, STRATA_DATA_LOSS, "block %s: stack id %u out of range",
                                 s->name, id);
-    if (id == 0 || s->stack_map[id] != 0) {
-        *out = id == 0 ? 0 : s->stack_map[id];
+    if (id == 0 || *stack_slot(s, id) != 0) {
+        *out = id == 0 ? 0 : *stack_slot(s, id);
         return 0;
     }
-    if (s->whole_stacks)
+    if (s->whole_stacks && s->dict == NULL)
         return translate_stack_path(m, s, id, out, err);
     size_t n = 0;
     uint32_t at = id;
-    while (at != 0 && s->stack_map[at] == 0) {
+    while (at != 0 && *stack_slot(s, at) == 0) {
         if (grow((void **)&m->chain, &m->cap_chain, n + 1, sizeof *m->chain, err) != 0)
             return -1;
         m->chain[n++] = at;
@@ -451,7 +559,7 @@ static int translate_stack(merge_state *m, merge_source *s, uint32_t id, uint32_
                                     s->name, at, parent);
         at = parent;
     }
-    uint32_t base = at == 0 ? 0 : s->stack_map[at];
+    uint32_t base = at == 0 ? 0 : *stack_slot(s, at);
     while (n > 0) {
         uint32_t node = m->chain[--n], parent, location, loc;
         if (block_reader_stack_node(s->reader, node, &parent, &location, err) != 0)
@@ -459,7 +567,7 @@ static int translate_stack(merge_state *m, merge_source *s, uint32_t id, uint32_
         if (translate_location(m, s, location, &loc, err) != 0 ||
             block_writer_intern_stack(m->writer, base, loc, &base, err) != 0)
             return -1;
-        s->stack_map[node] = base;
+        *stack_slot(s, node) = base;
     }
     *out = base;
     return 0;
@@ -892,6 +1000,7 @@ static void free_state(merge_state *m) {
     free(m->set_pairs);
     free(m->pairs);
     free(m->kept);
+    free_dictionaries(m);
 }
 
 int block_merge(bucket *store, const char *tenant, const ulid *sources, size_t n,
@@ -925,8 +1034,8 @@ int block_merge(bucket *store, const char *tenant, const ulid *sources, size_t n
     m.n_sources = n;
     for (size_t i = 0; i < n; i++)
         block_meta_init(&m.sources[i].meta);
-    if (open_all(&m, sources, err) != 0 || new_writer(&m, err) != 0 || order_series(&m, err) != 0 ||
-        merge_all_series(&m, err) != 0)
+    if (open_all(&m, sources, err) != 0 || assign_dictionaries(&m, err) != 0 ||
+        new_writer(&m, err) != 0 || order_series(&m, err) != 0 || merge_all_series(&m, err) != 0)
         goto out;
     rc = finish_block(&m, out, err);
 out:

@@ -89,7 +89,8 @@ typedef struct block_merge_stats {
     uint64_t samples_out;   /* sample rows written */
     uint64_t bytes_read;    /* fetched from the bucket: meta.json files and data object ranges */
     uint64_t bytes_written; /* uploaded: the data object and meta.json */
-    size_t peak_memory_bytes; /* the merger's largest memory estimate (what the limit checks) */
+    size_t peak_memory_bytes;  /* the merger's largest memory estimate (what the limit checks) */
+    size_t dictionary_sources; /* sources translated through a dictionary shared with others */
 } block_merge_stats;
 
 /* Called after each output series (at most about every series_total / 100 series, and at the

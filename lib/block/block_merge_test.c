@@ -1322,6 +1322,66 @@ static void test_samples_do_not_count_against_memory(void **state) {
     assert_true(peak < peak_half + peak_half / 4);
 }
 
+/* Writes k blocks cut (block_writer_detach) from one long-lived dictionary writer, as the ingester
+ * does: block i holds the profiles sets[i][0, ns[i]). */
+static void write_detached_sources(bucket *store, const tprofile *const *sets, const size_t *ns,
+                                   size_t k, ulid *ids) {
+    strata_error err;
+    block_writer *dict = block_writer_new(NULL, &err);
+    assert_non_null(dict);
+    for (size_t i = 0; i < k; i++) {
+        for (size_t j = 0; j < ns[i]; j++)
+            add_tprofile(dict, &sets[i][j]);
+        block_writer *cut = NULL;
+        assert_int_equal(block_writer_detach(dict, &cut, &err), 0);
+        upload_writer(store, cut, &ids[i]);
+    }
+    block_writer_free(dict);
+}
+
+static const tprofile block_d[] = {
+    {CPU, "{job=\"api\", pod=\"a-2\"}", 3000, {{{"leaf", "work", "main", NULL}, 2}}},
+    {CPU, "{job=\"db\", pod=\"d-1\"}", 31000, {{{"scan", "query", "serve", "main", NULL}, 4}}},
+};
+
+/* Sources cut from one ingester dictionary share one translation of its stacks and locations
+ * (block-format 6.12 origins); a plain source beside them keeps its own. The merged block answers
+ * exactly as the sources do. */
+static void test_dictionary_sources_share_translation(void **state) {
+    (void)state;
+    fixture fx;
+    fixture_open(&fx);
+    const tprofile *sets[] = {block_a, block_b, block_c};
+    const size_t ns[] = {4, 4, 2};
+    ulid ids[4];
+    write_detached_sources(fx.store, sets, ns, 3, ids);
+    ids[3] = write_source(fx.store, block_d, 2);
+    char *before = summarize(fx.store, ids, 4);
+    block_merge_result result;
+    merge_ok(fx.store, ids, 4, NULL, &result);
+    assert_int_equal(result.stats.dictionary_sources, 3);
+    char *after = summarize(fx.store, &result.id, 1);
+    assert_string_equal(after, before);
+    assert_int_equal(summary_value(after, "T " API_CPU), 8 + 7 + 10 + 1 + 2);
+    assert_int_equal(summary_value(after, "S " API_CPU " main:12@/usr/bin/app;work:11@/usr/bin/"
+                                          "app;leaf:10@/usr/bin/app"),
+                     5 + 7 + 6 + 1);
+    block_merge_result_free(&result);
+
+    /* The same data from plain blocks merges to the same answers, without a shared dictionary. */
+    ulid plain[4] = {write_source(fx.store, block_a, 4), write_source(fx.store, block_b, 4),
+                     write_source(fx.store, block_c, 2), ids[3]};
+    merge_ok(fx.store, plain, 4, NULL, &result);
+    assert_int_equal(result.stats.dictionary_sources, 0);
+    char *again = summarize(fx.store, &result.id, 1);
+    assert_string_equal(again, after);
+    free(before);
+    free(after);
+    free(again);
+    block_merge_result_free(&result);
+    fixture_close(&fx);
+}
+
 /* ---- the querier on sources vs the merged block ------------------------------------------ */
 
 /* Renders a calltree as "frame;frame;...=total" lines (finalized tree, all nodes). */
@@ -1454,6 +1514,7 @@ int main(void) {
         cmocka_unit_test(test_other_tenant_rejected),
         cmocka_unit_test(test_memory_limit_and_progress),
         cmocka_unit_test(test_samples_do_not_count_against_memory),
+        cmocka_unit_test(test_dictionary_sources_share_translation),
         cmocka_unit_test(test_querier_answers_same_on_merged_block),
         cmocka_unit_test(test_merge_keeps_sample_labels),
     };
