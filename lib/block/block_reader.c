@@ -113,6 +113,9 @@ struct block_reader {
     size_t n_stacks;
     uint8_t *stack_group_loaded; /* per row group of stacks: decoded into the arrays */
     size_t stack_rows_loaded;
+    /* functions, lines and locations are decoded a row group at a time too (ensure_*) */
+    uint8_t *function_group_loaded, *line_group_loaded, *location_group_loaded;
+    size_t function_rows_loaded, line_rows_loaded, location_rows_loaded;
 
     bool origins_loaded; /* tables dictionary, stack_origins and location_origins, on first use */
     uint32_t *stack_origin;
@@ -1404,77 +1407,128 @@ static int load_mappings(block_reader *r, strata_error *err) {
     return rc;
 }
 
-static int load_functions(block_reader *r, strata_error *err) {
-    uint64_t *c[BLOCK_COL_FUNCTIONS_COUNT] = {0};
-    size_t n = (size_t)r->tables[BLOCK_TABLE_FUNCTIONS].rows;
-    int rc =
-        (r->functions = calloc(n + 1, sizeof *r->functions)) == NULL ? strata_error_oom(err) : 0;
+static void drop_group_pages(block_reader *r, int table, uint64_t g);
+
+/* Functions, lines and locations, like the stack tree below, are decoded a row group at a time
+ * on first use: a merge over blocks cut from one dictionary (block_merge.h) asks a block only for
+ * the symbols no earlier block translated, and a querier reader only for those its matching
+ * samples use, so most groups of most blocks are never decoded (nor their strings pinned). The
+ * arrays are allocated whole and filled where a group is decoded; each group's rows are checked
+ * when it is. */
+static int decode_function_group(block_reader *r, uint64_t g, strata_error *err) {
+    const r_table *t = &r->tables[BLOCK_TABLE_FUNCTIONS];
+    const r_decoded *c[BLOCK_COL_FUNCTIONS_COUNT];
+    int rc = 0;
     for (int i = 0; i < BLOCK_COL_FUNCTIONS_COUNT && rc == 0; i++)
-        rc = read_column(r, BLOCK_TABLE_FUNCTIONS, i, &c[i], err);
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        block_function *f = &r->functions[i];
-        f->start_line = as_signed(c[BLOCK_COL_FUNCTIONS_START_LINE][i]);
-        if (symbol_string(r, c[BLOCK_COL_FUNCTIONS_NAME][i], BLOCK_TABLE_FUNCTIONS, i, &f->name,
-                          err) != 0 ||
-            symbol_string(r, c[BLOCK_COL_FUNCTIONS_SYSTEM_NAME][i], BLOCK_TABLE_FUNCTIONS, i,
-                          &f->system_name, err) != 0 ||
-            symbol_string(r, c[BLOCK_COL_FUNCTIONS_FILE][i], BLOCK_TABLE_FUNCTIONS, i, &f->file,
-                          err) != 0)
+        rc = load_page(r, BLOCK_TABLE_FUNCTIONS, i, g, &c[i], err);
+    uint64_t first = t->groups[g].first_row, rows = t->groups[g].rows;
+    for (uint64_t i = 0; rc == 0 && i < rows; i++) {
+        block_function *f = &r->functions[first + i];
+        f->start_line = as_signed(c[BLOCK_COL_FUNCTIONS_START_LINE]->values[i]);
+        if (symbol_string(r, c[BLOCK_COL_FUNCTIONS_NAME]->values[i], BLOCK_TABLE_FUNCTIONS,
+                          first + i, &f->name, err) != 0 ||
+            symbol_string(r, c[BLOCK_COL_FUNCTIONS_SYSTEM_NAME]->values[i], BLOCK_TABLE_FUNCTIONS,
+                          first + i, &f->system_name, err) != 0 ||
+            symbol_string(r, c[BLOCK_COL_FUNCTIONS_FILE]->values[i], BLOCK_TABLE_FUNCTIONS,
+                          first + i, &f->file, err) != 0)
             rc = -1;
     }
-    r->n_functions = n;
-    free_columns(c, BLOCK_COL_FUNCTIONS_COUNT);
-    drop_pages(r, BLOCK_TABLE_FUNCTIONS);
-    return rc;
+    drop_group_pages(r, BLOCK_TABLE_FUNCTIONS, g);
+    if (rc != 0)
+        return -1;
+    r->function_group_loaded[g] = 1;
+    r->function_rows_loaded += rows;
+    return 0;
 }
 
-static int load_lines(block_reader *r, strata_error *err) {
-    uint64_t *c[BLOCK_COL_LINES_COUNT] = {0};
-    size_t n = (size_t)r->tables[BLOCK_TABLE_LINES].rows;
-    int rc = (r->lines = calloc(n + 1, sizeof *r->lines)) == NULL ? strata_error_oom(err) : 0;
-    for (int i = 0; i < BLOCK_COL_LINES_COUNT && rc == 0; i++)
-        rc = read_column(r, BLOCK_TABLE_LINES, i, &c[i], err);
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        if (c[BLOCK_COL_LINES_FUNCTION][i] >= r->n_functions)
+static int decode_line_group(block_reader *r, uint64_t g, strata_error *err) {
+    const r_table *t = &r->tables[BLOCK_TABLE_LINES];
+    const r_decoded *function, *line;
+    int rc = load_page(r, BLOCK_TABLE_LINES, BLOCK_COL_LINES_FUNCTION, g, &function, err);
+    if (rc == 0)
+        rc = load_page(r, BLOCK_TABLE_LINES, BLOCK_COL_LINES_LINE, g, &line, err);
+    uint64_t first = t->groups[g].first_row, rows = t->groups[g].rows;
+    for (uint64_t i = 0; rc == 0 && i < rows; i++) {
+        if (function->values[i] >= r->n_functions) {
             rc = strata_error_set(err, STRATA_DATA_LOSS,
-                                  "block: table lines, row %zu: function id out of range", i);
-        r->lines[i].function_id = (uint32_t)c[BLOCK_COL_LINES_FUNCTION][i];
-        r->lines[i].line = as_signed(c[BLOCK_COL_LINES_LINE][i]);
-    }
-    r->n_lines = n;
-    free_columns(c, BLOCK_COL_LINES_COUNT);
-    drop_pages(r, BLOCK_TABLE_LINES);
-    return rc;
-}
-
-static int load_locations(block_reader *r, strata_error *err) {
-    uint64_t *c[BLOCK_COL_LOCATIONS_COUNT] = {0};
-    size_t n = (size_t)r->tables[BLOCK_TABLE_LOCATIONS].rows;
-    int rc =
-        (r->locations = calloc(n + 1, sizeof *r->locations)) == NULL ? strata_error_oom(err) : 0;
-    for (int i = 0; i < BLOCK_COL_LOCATIONS_COUNT && rc == 0; i++)
-        rc = read_column(r, BLOCK_TABLE_LOCATIONS, i, &c[i], err);
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        r_location *l = &r->locations[i];
-        uint64_t mapping = c[BLOCK_COL_LOCATIONS_MAPPING][i];
-        uint64_t first = c[BLOCK_COL_LOCATIONS_FIRST_LINE][i];
-        uint64_t count = c[BLOCK_COL_LOCATIONS_LINE_COUNT][i];
-        if (mapping > r->n_mappings || first > r->n_lines || count > r->n_lines - first) {
-            rc = strata_error_set(err, STRATA_DATA_LOSS,
-                                  "block: table locations, row %zu: mapping or lines out of range",
-                                  i);
+                                  "block: table lines, row %llu: function id out of range",
+                                  (unsigned long long)(first + i));
             break;
         }
-        l->address = c[BLOCK_COL_LOCATIONS_ADDRESS][i];
+        r->lines[first + i].function_id = (uint32_t)function->values[i];
+        r->lines[first + i].line = as_signed(line->values[i]);
+    }
+    drop_group_pages(r, BLOCK_TABLE_LINES, g);
+    if (rc != 0)
+        return -1;
+    r->line_group_loaded[g] = 1;
+    r->line_rows_loaded += rows;
+    return 0;
+}
+
+static int decode_location_group(block_reader *r, uint64_t g, strata_error *err) {
+    const r_table *t = &r->tables[BLOCK_TABLE_LOCATIONS];
+    const r_decoded *c[BLOCK_COL_LOCATIONS_COUNT];
+    int rc = 0;
+    for (int i = 0; i < BLOCK_COL_LOCATIONS_COUNT && rc == 0; i++)
+        rc = load_page(r, BLOCK_TABLE_LOCATIONS, i, g, &c[i], err);
+    uint64_t first = t->groups[g].first_row, rows = t->groups[g].rows;
+    for (uint64_t i = 0; rc == 0 && i < rows; i++) {
+        r_location *l = &r->locations[first + i];
+        uint64_t mapping = c[BLOCK_COL_LOCATIONS_MAPPING]->values[i];
+        uint64_t line = c[BLOCK_COL_LOCATIONS_FIRST_LINE]->values[i];
+        uint64_t count = c[BLOCK_COL_LOCATIONS_LINE_COUNT]->values[i];
+        if (mapping > r->n_mappings || line > r->n_lines || count > r->n_lines - line) {
+            rc = strata_error_set(err, STRATA_DATA_LOSS,
+                                  "block: table locations, row %llu: mapping or lines out of range",
+                                  (unsigned long long)(first + i));
+            break;
+        }
+        l->address = c[BLOCK_COL_LOCATIONS_ADDRESS]->values[i];
         l->mapping = (uint32_t)mapping;
-        l->is_folded = (c[BLOCK_COL_LOCATIONS_FLAGS][i] & BLOCK_LOCATION_IS_FOLDED) != 0;
-        l->first_line = (uint32_t)first;
+        l->is_folded = (c[BLOCK_COL_LOCATIONS_FLAGS]->values[i] & BLOCK_LOCATION_IS_FOLDED) != 0;
+        l->first_line = (uint32_t)line;
         l->n_lines = (uint32_t)count;
     }
-    r->n_locations = n;
-    free_columns(c, BLOCK_COL_LOCATIONS_COUNT);
-    drop_pages(r, BLOCK_TABLE_LOCATIONS);
-    return rc;
+    drop_group_pages(r, BLOCK_TABLE_LOCATIONS, g);
+    if (rc != 0)
+        return -1;
+    r->location_group_loaded[g] = 1;
+    r->location_rows_loaded += rows;
+    return 0;
+}
+
+/* Makes function id (< n_functions) readable. */
+static int ensure_function(block_reader *r, uint32_t id, strata_error *err) {
+    uint64_t g = group_of(&r->tables[BLOCK_TABLE_FUNCTIONS], id);
+    return r->function_group_loaded[g] ? 0 : decode_function_group(r, g, err);
+}
+
+/* Makes lines [first, first + count) readable (they may span groups). */
+static int ensure_lines(block_reader *r, uint64_t first, uint64_t count, strata_error *err) {
+    if (count == 0)
+        return 0;
+    const r_table *t = &r->tables[BLOCK_TABLE_LINES];
+    for (uint64_t g = group_of(t, first); g < t->n_groups && t->groups[g].first_row < first + count;
+         g++)
+        if (!r->line_group_loaded[g] && decode_line_group(r, g, err) != 0)
+            return -1;
+    return 0;
+}
+
+static int ensure_location(block_reader *r, uint32_t id, strata_error *err) {
+    uint64_t g = group_of(&r->tables[BLOCK_TABLE_LOCATIONS], id);
+    return r->location_group_loaded[g] ? 0 : decode_location_group(r, g, err);
+}
+
+/* Allocates a lazily decoded table's array (elem bytes per row) and group flags. */
+static int lazy_table(block_reader *r, int table, size_t elem, void **rows, uint8_t **loaded,
+                      size_t *n, strata_error *err) {
+    const r_table *t = &r->tables[table];
+    *n = (size_t)t->rows;
+    *rows = malloc((*n + 1) * elem);
+    *loaded = calloc((size_t)t->n_groups + 1, 1);
+    return (*rows == NULL || *loaded == NULL) ? strata_error_oom(err) : 0;
 }
 
 /* The stack tree is decoded a row group at a time, on first use (ensure_stacks): a merge over
@@ -1545,8 +1599,13 @@ static void free_symbols(block_reader *r) {
     free(r->stack_parent);
     free(r->stack_location);
     free(r->stack_group_loaded);
-    r->stack_group_loaded = NULL;
-    r->stack_rows_loaded = 0;
+    free(r->function_group_loaded);
+    free(r->line_group_loaded);
+    free(r->location_group_loaded);
+    r->stack_group_loaded = r->function_group_loaded = NULL;
+    r->line_group_loaded = r->location_group_loaded = NULL;
+    r->stack_rows_loaded = r->function_rows_loaded = 0;
+    r->line_rows_loaded = r->location_rows_loaded = 0;
     r->mappings = NULL;
     r->functions = NULL;
     r->locations = NULL;
@@ -1558,8 +1617,14 @@ static void free_symbols(block_reader *r) {
 static int load_symbols(block_reader *r, strata_error *err) {
     if (r->symbols_loaded)
         return 0;
-    if (load_mappings(r, err) != 0 || load_functions(r, err) != 0 || load_lines(r, err) != 0 ||
-        load_locations(r, err) != 0 || load_stacks(r, err) != 0) {
+    if (load_mappings(r, err) != 0 ||
+        lazy_table(r, BLOCK_TABLE_FUNCTIONS, sizeof *r->functions, (void **)&r->functions,
+                   &r->function_group_loaded, &r->n_functions, err) != 0 ||
+        lazy_table(r, BLOCK_TABLE_LINES, sizeof *r->lines, (void **)&r->lines,
+                   &r->line_group_loaded, &r->n_lines, err) != 0 ||
+        lazy_table(r, BLOCK_TABLE_LOCATIONS, sizeof *r->locations, (void **)&r->locations,
+                   &r->location_group_loaded, &r->n_locations, err) != 0 ||
+        load_stacks(r, err) != 0) {
         free_symbols(r); /* a later call retries from scratch */
         return -1;
     }
@@ -1696,7 +1761,11 @@ int block_reader_location(block_reader *r, uint32_t id, block_location *out, str
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "block: location id %u is out of range (%zu locations)", id,
                                 r->n_locations);
+    if (ensure_location(r, id, err) != 0)
+        return -1;
     const r_location *l = &r->locations[id];
+    if (ensure_lines(r, l->first_line, l->n_lines, err) != 0)
+        return -1;
     *out = (block_location){.address = l->address,
                             .has_mapping = l->mapping != 0,
                             .mapping_id = l->mapping != 0 ? l->mapping - 1 : 0,
@@ -1713,6 +1782,8 @@ int block_reader_function(block_reader *r, uint32_t id, block_function *out, str
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "block: function id %u is out of range (%zu functions)", id,
                                 r->n_functions);
+    if (ensure_function(r, id, err) != 0)
+        return -1;
     *out = r->functions[id];
     return 0;
 }
@@ -1732,8 +1803,11 @@ int block_reader_mapping(block_reader *r, uint32_t id, block_mapping *out, strat
 
 size_t block_reader_memory_bytes(const block_reader *r) {
     size_t bytes = sizeof *r + r->cache_used + r->pinned_used + r->io.cap + r->raw.cap;
-    bytes += r->n_mappings * sizeof *r->mappings + r->n_functions * sizeof *r->functions;
-    bytes += r->n_locations * sizeof *r->locations + r->n_lines * sizeof *r->lines;
+    bytes += r->n_mappings * sizeof *r->mappings;
+    bytes += r->function_rows_loaded * sizeof *r->functions;
+    bytes += r->location_rows_loaded * sizeof *r->locations;
+    bytes += r->line_rows_loaded * sizeof *r->lines;
+    bytes += (r->n_functions + r->n_locations + r->n_lines) / 512; /* group flags, about */
     bytes += (r->stack_rows_loaded + 1) * 2 * sizeof(uint32_t) + r->n_stacks / 512;
     if (r->stack_origin != NULL)
         bytes += (r->origins.n_stacks + r->origins.n_locations + 2) * sizeof *r->stack_origin;
