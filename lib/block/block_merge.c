@@ -62,7 +62,8 @@ typedef struct merge_source {
      * (stack_map and location_map then stay NULL): origins give each row's dictionary id. */
     merge_dictionary *dict;
     const uint32_t *stack_origin;    /* index = stack id */
-    const uint32_t *location_origin; /* index = location id */
+    const uint32_t *location_origin; /* index = location id; NULL once stacks_translated */
+    bool stacks_translated;          /* every stack is in dict (translate_all_stacks) */
 } merge_source;
 
 /* One series of one source, in the global series order. */
@@ -529,6 +530,37 @@ static int translate_stack_path(merge_state *m, merge_source *s, uint32_t id, ui
     return 0;
 }
 
+/* A source cut from a shared dictionary has its whole stack tree translated the first time one of
+ * its samples is, in id order (a parent is always an earlier stack, so each node costs one intern
+ * under its translated parent), and then the reader's decoded symbols and stack tree are freed:
+ * the source keeps only its stack origins (4 bytes per stack), and a sample's stack costs one
+ * lookup. 300 one-second sources of a window are thus translated one after another instead of
+ * all holding their decoded trees at once. The ingester cuts a block with exactly the stacks its
+ * samples use, so nothing is translated in vain. */
+static int translate_all_stacks(merge_state *m, merge_source *s, strata_error *err) {
+    for (uint32_t id = 1; id <= s->n_stacks; id++) {
+        uint32_t *slot = stack_slot(s, id);
+        if (*slot != 0)
+            continue;
+        uint32_t parent, location, loc;
+        if (block_reader_stack_node(s->reader, id, &parent, &location, err) != 0)
+            return source_error(s, err);
+        if (parent >= id)
+            return strata_error_set(err, STRATA_DATA_LOSS,
+                                    "block %s: stack %u has parent %u (not an earlier stack)",
+                                    s->name, id, parent);
+        uint32_t base = parent == 0 ? 0 : *stack_slot(s, parent);
+        if (translate_location(m, s, location, &loc, err) != 0 ||
+            block_writer_intern_stack(m->writer, base, loc, &base, err) != 0)
+            return -1;
+        *stack_slot(s, id) = base;
+    }
+    block_reader_drop_symbols(s->reader);
+    s->location_origin = NULL;
+    s->stacks_translated = true;
+    return 0;
+}
+
 /* Translates a source stack. Blocks with more stack nodes than samples (small blocks: every sample
  * brings its own deep suffix) translate whole stacks through the writer's stack cache, so stacks
  * that many sources share cost one lookup each; larger blocks translate node by node, walking up
@@ -538,6 +570,8 @@ static int translate_stack(merge_state *m, merge_source *s, uint32_t id, uint32_
     if (id > s->n_stacks)
         return strata_error_set(err, STRATA_DATA_LOSS, "block %s: stack id %u out of range",
                                 s->name, id);
+    if (s->dict != NULL && !s->stacks_translated && translate_all_stacks(m, s, err) != 0)
+        return -1;
     if (id == 0 || *stack_slot(s, id) != 0) {
         *out = id == 0 ? 0 : *stack_slot(s, id);
         return 0;

@@ -1744,6 +1744,17 @@ static int load_stack_origins(block_reader *r, strata_error *err) {
     return 0;
 }
 
+void block_reader_drop_symbols(block_reader *r) {
+    free_symbols(r);
+    r->symbols_loaded = false;
+    if (r->location_origin != NULL) {
+        free(r->location_origin);
+        r->location_origin = NULL;
+        r->origins.location_origin = NULL;
+        r->origins.n_locations = 0;
+    }
+}
+
 int block_reader_stack_origins(block_reader *r, block_stack_origins *out, strata_error *err) {
     if (!r->origins_loaded && r->tables[BLOCK_TABLE_STACK_ORIGINS].present) {
         if (load_stack_origins(r, err) != 0)

@@ -88,6 +88,11 @@ size_t block_reader_memory_bytes(const block_reader *r);
  * a reader, whose symbol tables cost more to decode again. */
 size_t block_reader_page_cache_bytes(const block_reader *r);
 void block_reader_drop_page_cache(block_reader *r);
+/* Frees the decoded symbol tables and stack tree (mappings, functions, lines, locations, stacks)
+ * and the location origins; they are decoded again if asked for. For a caller that has copied
+ * what it needs (a merge that translated a block's stacks): pointers into them from earlier
+ * calls are invalid afterwards. Strings and the stack origins stay. */
+void block_reader_drop_symbols(block_reader *r);
 
 /* Whether the footer lists the table (a known id; tables 15-17 only in version 2 blocks). */
 bool block_reader_has_table(const block_reader *r, int table_id);

@@ -302,6 +302,12 @@ static void test_roundtrip_series_and_profiles(void **state) {
     stack_names(r, s.stacks[0], names, sizeof names);
     assert_string_equal(names, "malloc;alloc;main");
     assert_int_equal(s.values[0], 4096);
+    /* dropped symbols are decoded again when asked for, and the memory goes with them */
+    size_t with_symbols = block_reader_memory_bytes(r);
+    block_reader_drop_symbols(r);
+    assert_true(block_reader_memory_bytes(r) < with_symbols);
+    stack_names(r, s.stacks[0], names, sizeof names);
+    assert_string_equal(names, "malloc;alloc;main");
     block_samples_free(&s);
     free(p);
     block_reader_close(r);
