@@ -176,19 +176,23 @@ describe('profiles view', () => {
   it('zooms the time range by dragging over the graph', async () => {
     // The earlier tests typed into the profile panel below the graph, which may have scrolled the
     // graph out of the viewport: mouse events at its old box would land on nothing. So the graph is
-    // brought into view and the test waits until the point the drag starts at is the graph itself
-    // (no loading overlay). A drag that lands while the chart is being redrawn (a slow, loaded
+    // brought into view and the test waits until the point the drag starts at is on the graph (no
+    // loading overlay above it). A drag that lands while the chart is being redrawn (a slow, loaded
     // machine) is lost, so the gesture is retried a few times; the assertions are about its effect.
     let zoomed = false;
     const start = await eventCount(page);
     for (let attempt = 0; attempt < 3 && !zoomed; attempt++) {
       const over = page.locator('.metrics .u-over');
       await over.scrollIntoViewIfNeeded();
+      // hover where the drag starts first, as a user does (uPlot then draws its cursor there)
+      const b0 = await over.boundingBox();
+      await page.mouse.move(b0.x + b0.width * 0.5, b0.y + b0.height / 2);
       await page.waitForFunction(() => {
         const o = document.querySelector('.metrics .u-over');
         const r = o && o.getBoundingClientRect();
         if (!r || r.width < 10 || r.top < 0 || r.bottom > innerHeight) return false;
-        return document.elementFromPoint(r.left + r.width * 0.5, r.top + r.height / 2) === o;
+        // the graph or one of its parts (uPlot draws the cursor line and the selection inside it)
+        return o.contains(document.elementFromPoint(r.left + r.width * 0.5, r.top + r.height / 2));
       });
       const b = await over.boundingBox();
       const n0 = await eventCount(page);
