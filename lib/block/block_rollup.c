@@ -141,7 +141,8 @@ static void next_series(block_rollup_builder *b) {
     b->labelled_used = false;
     b->profiles = 0;
     if (++b->series == 0) { /* stamps wrapped: every stamp must read as "not this series" */
-        memset(b->stamp, 0, b->n_stacks * sizeof *b->stamp);
+        if (b->n_stacks > 0)
+            memset(b->stamp, 0, b->n_stacks * sizeof *b->stamp);
         b->series = 1;
     }
 }
@@ -152,7 +153,8 @@ int block_rollup_builder_end_series(block_rollup_builder *b, block_rollup_row_fn
     s->first_stack = b->next_row;
     s->stack_count = 0;
     if (b->profiles >= BLOCK_ROLLUP_MIN_PROFILES) { /* else its sample rows are as short */
-        qsort(b->touched, b->n_touched, sizeof *b->touched, compare_u64);
+        if (b->n_touched > 1)
+            qsort(b->touched, b->n_touched, sizeof *b->touched, compare_u64);
         for (size_t i = 0; i < b->n_touched; i++) {
             uint32_t stack = (uint32_t)(b->touched[i] >> 32), set = (uint32_t)b->touched[i];
             uint64_t sum =

@@ -1014,7 +1014,8 @@ static int spool_end_series(block_writer *w, strata_error *err) {
         block_rollup_builder_end_series(w->spool_rollup, spool_rollup_row, w,
                                         &w->spool_rollup_series[out], err) != 0)
         return -1;
-    qsort(w->spool_sets, w->n_spool_sets, sizeof *w->spool_sets, compare_u32);
+    if (w->n_spool_sets > 1)
+        qsort(w->spool_sets, w->n_spool_sets, sizeof *w->spool_sets, compare_u32);
     for (size_t i = 0; i < w->n_spool_sets; i++) {
         block_table_encoder_put(&w->spool_series_sets, BLOCK_COL_SERIES_LABEL_SETS_SERIES, out);
         block_table_encoder_put(&w->spool_series_sets, BLOCK_COL_SERIES_LABEL_SETS_LABEL_SET,
