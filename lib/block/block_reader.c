@@ -926,15 +926,25 @@ static bool group_may_match(const r_table *t, uint64_t g, const uint32_t *ids, s
     return true;
 }
 
-/* Appends to an array whose capacity is 16, then each power of two as it fills. */
-static int append_profile(block_profile **out, size_t *n, const block_profile *p,
+/* Arrays of profiles handed out are allocated in powers of two, at least 16 entries, so the
+ * capacity of an array of n entries from an earlier call is at least this. */
+static size_t profile_capacity(size_t n) {
+    size_t cap = 16;
+    while (cap < n)
+        cap *= 2;
+    return cap;
+}
+
+/* Appends to an array of capacity *cap (doubled when full). */
+static int append_profile(block_profile **out, size_t *n, size_t *cap, const block_profile *p,
                           strata_error *err) {
-    if (*n == 0 || (*n >= 16 && (*n & (*n - 1)) == 0)) {
-        size_t cap = *n == 0 ? 16 : *n * 2;
-        block_profile *grown = realloc(*out, cap * sizeof *grown);
+    if (*n == *cap) {
+        size_t grown_cap = *cap < 16 ? 16 : *cap * 2;
+        block_profile *grown = realloc(*out, grown_cap * sizeof *grown);
         if (grown == NULL)
             return strata_error_oom(err);
         *out = grown;
+        *cap = grown_cap;
     }
     (*out)[(*n)++] = *p;
     return 0;
@@ -942,7 +952,7 @@ static int append_profile(block_profile **out, size_t *n, const block_profile *p
 
 static int scan_profile_group(block_reader *r, uint64_t g, const uint32_t *ids, size_t n_ids,
                               int64_t start, int64_t end, block_profile **out, size_t *n,
-                              strata_error *err) {
+                              size_t *cap, strata_error *err) {
     const r_table *t = &r->tables[BLOCK_TABLE_PROFILES];
     const r_decoded *cols[BLOCK_COL_PROFILES_COUNT];
     for (int c = 0; c < BLOCK_COL_PROFILES_COUNT; c++) {
@@ -974,7 +984,7 @@ static int scan_profile_group(block_reader *r, uint64_t g, const uint32_t *ids, 
         p.total = as_signed(cols[BLOCK_COL_PROFILES_TOTAL]->values[i]);
         p.first_sample = first;
         p.sample_count = (uint32_t)count;
-        if (append_profile(out, n, &p, err) != 0)
+        if (append_profile(out, n, cap, &p, err) != 0)
             return -1;
     }
     return 0;
@@ -999,11 +1009,34 @@ int block_reader_profiles(block_reader *r, const uint32_t *series_ids, size_t n_
         qsort(ids, n_series, sizeof *ids, compare_u32);
     }
     const r_table *t = &r->tables[BLOCK_TABLE_PROFILES];
+    /* Room for every row of the groups that may match, at once: a range query selects hundreds of
+     * thousands of profiles, and growing the array by doubling copied and faulted them in again
+     * and again. The capacity stays the power of two append_profile expects. */
+    uint64_t bound = *n;
+    for (uint64_t g = 0; g < t->n_groups; g++)
+        if (group_may_match(t, g, ids, n_series, start_ns, end_ns))
+            bound += t->groups[g].rows;
+    size_t cap = *out == NULL ? 0 : profile_capacity(*n);
     int rc = 0;
+    if (bound > cap && bound <= SIZE_MAX / 2 / sizeof **out) {
+        size_t want = profile_capacity((size_t)bound);
+        block_profile *grown = realloc(*out, want * sizeof *grown);
+        if (grown == NULL)
+            rc = strata_error_oom(err);
+        else {
+            *out = grown;
+            cap = want;
+        }
+    }
+    bool was_empty = *n == 0;
     for (uint64_t g = 0; g < t->n_groups && rc == 0; g++) {
         maybe_evict(r);
         if (group_may_match(t, g, ids, n_series, start_ns, end_ns))
-            rc = scan_profile_group(r, g, ids, n_series, start_ns, end_ns, out, n, err);
+            rc = scan_profile_group(r, g, ids, n_series, start_ns, end_ns, out, n, &cap, err);
+    }
+    if (was_empty && *n == 0) { /* as before the reservation: nothing selected, nothing held */
+        free(*out);
+        *out = NULL;
     }
     free(ids);
     return rc;

@@ -725,14 +725,23 @@ typedef struct range_cell {
     bool several_times; /* profiles at more than one timestamp */
 } range_cell;
 
+/* A group's points: dense (cells[i] is bucket first_bucket + i * step, count 0 while empty; the
+ * common case, one array index per profile) when the query has few enough buckets, else sparse
+ * (cells in arrival order, found through cell_index). */
 typedef struct range_group {
     label_set labels;
     uint64_t hash;
     range_cell *cells;
-    size_t n_cells;
+    size_t n_cells; /* dense: the query's bucket count */
     size_t cap_cells;
-    strata_u64_map cell_index; /* bucket+1 -> cell index (buckets are >= 0 after offset) */
+    bool dense;
+    strata_u64_map cell_index; /* sparse: bucket+1 -> cell index (buckets are >= 0 after offset) */
 } range_group;
+
+/* Dense groups while a query has at most this many buckets, and while a partial's dense cells
+ * stay under RANGE_DENSE_CELLS (40 bytes each: 40 MiB); groups beyond that are sparse. */
+#define RANGE_DENSE_BUCKETS 16384
+#define RANGE_DENSE_CELLS ((size_t)1 << 20)
 
 typedef struct range_query {
     block_selection *selections; /* per block */
@@ -741,7 +750,9 @@ typedef struct range_query {
     const char *const *sum_by;
     size_t n_sum_by;
     bool delta;
-    bool samples_count; /* multiply by period */
+    bool samples_count;   /* multiply by period */
+    int64_t first_bucket; /* bucket of start_ns */
+    size_t n_buckets;     /* buckets from start_ns to end_ns; 0 when too many for dense groups */
 } range_query;
 
 typedef struct range_partial {
@@ -750,6 +761,7 @@ typedef struct range_partial {
     size_t n_groups;
     size_t cap_groups;
     strata_u64_map group_index; /* hash -> group index + 1 chain via rehash */
+    size_t dense_cells;         /* cells of its dense groups */
 } range_partial;
 
 static void range_group_free(range_group *g) {
@@ -814,15 +826,41 @@ static range_group *find_group(range_partial *p, label_set *labels, strata_error
             p->groups = grown;
             p->cap_groups = cap;
         }
-        range_group *g = &p->groups[p->n_groups++];
+        range_group *g = &p->groups[p->n_groups];
         memset(g, 0, sizeof *g);
+        size_t buckets = p->q->n_buckets;
+        if (buckets > 0 && p->dense_cells + buckets <= RANGE_DENSE_CELLS) {
+            if ((g->cells = calloc(buckets, sizeof *g->cells)) == NULL) {
+                label_set_free(labels);
+                strata_error_oom(err);
+                return NULL;
+            }
+            g->dense = true;
+            g->n_cells = g->cap_cells = buckets;
+            p->dense_cells += buckets;
+        }
+        p->n_groups++;
         g->labels = *labels;
         g->hash = h;
         return g;
     }
 }
 
-static range_cell *find_cell(range_group *g, int64_t time_bucket, strata_error *err) {
+static range_cell *find_cell(const range_query *q, range_group *g, int64_t time_bucket,
+                             strata_error *err) {
+    if (g->dense) {
+        uint64_t i = ((uint64_t)time_bucket - (uint64_t)q->first_bucket) / (uint64_t)q->step_ns;
+        if (time_bucket < q->first_bucket || i >= g->n_cells) {
+            strata_error_set(err, STRATA_INTERNAL, "range: bucket outside the query's range");
+            return NULL;
+        }
+        range_cell *c = &g->cells[i];
+        if (c->count == 0) {
+            c->bucket = time_bucket;
+            c->first_time = INT64_MAX;
+        }
+        return c;
+    }
     bool inserted;
     uint64_t *slot = strata_u64_map_upsert(
         &g->cell_index, (uint64_t)time_bucket ^ 0x8000000000000000ULL, g->n_cells, &inserted);
@@ -961,7 +999,7 @@ static int block_range(indexed_block *b, size_t index, block_reader *r, void *pa
         if (last_cell != SIZE_MAX && time_bucket == last_bucket) {
             c = &g->cells[last_cell];
         } else {
-            if ((c = find_cell(g, time_bucket, err)) == NULL)
+            if ((c = find_cell(q, g, time_bucket, err)) == NULL)
                 goto out;
             last_cell = (size_t)(c - g->cells);
             last_bucket = time_bucket;
@@ -988,7 +1026,9 @@ static int range_partial_merge(range_partial *dst, range_partial *src, bool delt
             return -1;
         for (size_t c = 0; c < sg->n_cells; c++) {
             range_cell *sc = &sg->cells[c];
-            range_cell *dc = find_cell(dg, sc->bucket, err);
+            if (sc->count == 0)
+                continue; /* an empty dense cell */
+            range_cell *dc = find_cell(dst->q, dg, sc->bucket, err);
             if (dc == NULL)
                 return -1;
             cell_add(dc, delta, sc->first_time, sc->first_duration, sc->value, sc->count,
@@ -1033,11 +1073,14 @@ static int series_from_group(const range_query *q, range_group *g, range_series 
     s->points = calloc(g->n_cells + 1, sizeof *s->points);
     if (!s->sample_type || !s->sample_unit || !s->period_type || !s->period_unit || !s->points)
         return strata_error_oom(err);
-    qsort(g->cells, g->n_cells, sizeof *g->cells, compare_cells);
+    if (!g->dense) /* dense cells are in bucket order already */
+        qsort(g->cells, g->n_cells, sizeof *g->cells, compare_cells);
     bool per_ns = strcmp(s->sample_unit, "nanoseconds") == 0;
+    size_t n = 0;
     for (size_t c = 0; c < g->n_cells; c++)
-        fill_point(q, &g->cells[c], per_ns, &s->points[c]);
-    s->n_points = g->n_cells;
+        if (g->cells[c].count > 0)
+            fill_point(q, &g->cells[c], per_ns, &s->points[n++]);
+    s->n_points = n;
     return 0;
 }
 
@@ -1056,16 +1099,21 @@ static int query_range_attempt(query_engine *e, const char *tenant, const select
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "step must be positive and end not before start");
     const profile_type *t = &sel->profile_type;
-    range_query q = {
-        NULL,
-        sel,
-        start_ns,
-        end_ns,
-        step_ns,
-        sum_by,
-        n_sum_by,
-        t->delta,
-        strcmp(t->sample_type, "samples") == 0 && strcmp(t->sample_unit, "count") == 0};
+    range_query q = {NULL,
+                     sel,
+                     start_ns,
+                     end_ns,
+                     step_ns,
+                     sum_by,
+                     n_sum_by,
+                     t->delta,
+                     strcmp(t->sample_type, "samples") == 0 && strcmp(t->sample_unit, "count") == 0,
+                     bucket_of(start_ns, step_ns),
+                     0};
+    uint64_t span =
+        ((uint64_t)bucket_of(end_ns, step_ns) - (uint64_t)q.first_bucket) / (uint64_t)step_ns;
+    if (span < RANGE_DENSE_BUCKETS)
+        q.n_buckets = (size_t)span + 1;
     indexed_block **blocks;
     size_t n_blocks;
     if (block_index_acquire(e->index, tenant, start_ns, end_ns, &blocks, &n_blocks, err) != 0)

@@ -205,6 +205,54 @@ static void range(fixture *f, int64_t *value, int32_t *count, query_stats *stats
     selector_free(&sel);
 }
 
+/* The points of a range query over [T0 - 60 s, T0 + 600 s] at step, as "time=value/count" lines. */
+static void range_points(fixture *f, int64_t step, char *out, size_t cap) {
+    strata_error err;
+    selector sel;
+    assert_int_equal(selector_parse(CPU, &sel, &err), 0);
+    range_series *s;
+    size_t n;
+    query_stats stats;
+    if (query_range(f->engine, TENANT, &sel, T0 - 60 * SEC, T0 + 600 * SEC, step, NULL, 0, &s, &n,
+                    &stats, &err) != 0)
+        fail_msg("%s", err.message);
+    assert_int_equal(n, 1);
+    out[0] = '\0';
+    for (size_t i = 0; i < s[0].n_points; i++) {
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%lld=%lld/%d\n",
+                 (long long)((s[0].points[i].time_ns - T0) / 1000000),
+                 (long long)(s[0].points[i].value / PERIOD), (int)s[0].points[i].count);
+    }
+    query_range_free(s, n);
+    selector_free(&sel);
+}
+
+/* Few buckets (dense cells, one per step) and very many (sparse: 660,001 of 1 ms) give the points
+ * of the same profiles, in time order, across two blocks written out of time order. */
+static void test_range_points_dense_and_sparse(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    char id[ULID_STRING_LEN + 1];
+    block_writer *w = writer_new();
+    add_profile(w, T0 + 70 * SEC, "/v1/app", "leaf", 5, 3);
+    add_profile(w, T0 + 130 * SEC, "/v1/app", "leaf", 2, 2);
+    upload(&f, w, id);
+    w = writer_new();
+    add_profile(w, T0, "/v1/app", "leaf", 1, 1);
+    add_profile(w, T0 + 10 * SEC, "/v1/app", "leaf", 7, 1);
+    upload(&f, w, id);
+    fixture_engine(&f);
+    char dense[512], sparse[512];
+    range_points(&f, 60 * SEC, dense, sizeof dense);
+    assert_string_equal(dense,
+                        "-20000=10/2\n40000=8/1\n100000=4/1\n"); /* buckets align to the epoch */
+    range_points(&f, 1000000, sparse, sizeof sparse);
+    assert_string_equal(sparse, "0=2/1\n10000=8/1\n70000=8/1\n130000=4/1\n");
+    fixture_close(&f);
+}
+
 static void test_twice_pushed_profile_counts_once(void **state) {
     (void)state;
     fixture f;
@@ -731,6 +779,7 @@ static void test_copies_in_compacted_blocks(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_twice_pushed_profile_counts_once),
+        cmocka_unit_test(test_range_points_dense_and_sparse),
         cmocka_unit_test(test_two_builds_line_up_by_function),
         cmocka_unit_test(test_corrupt_block_left_out),
         cmocka_unit_test(test_tree_memory_bounded),
