@@ -75,6 +75,16 @@ static block_object *object_new(size_t page_size, int zstd_level, strata_error *
     return o;
 }
 
+/* A spool file that cannot be written (a full or failing disk) is the machine's trouble, not the
+ * data's: UNAVAILABLE, which the compactor retries instead of counting against the sources. */
+static int object_error(const block_object *o, const char *what, strata_error *err) {
+    if (o->fd < 0 || o->write_errno == ENOMEM)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "block writer: out of memory %s",
+                                what);
+    return strata_error_set(err, STRATA_UNAVAILABLE, "block writer: writing the spool file %s: %s",
+                            what, strerror(o->write_errno));
+}
+
 block_object *block_object_new_buffer(strata_buffer *data, size_t page_size, int zstd_level,
                                       strata_error *err) {
     block_object *o = object_new(page_size, zstd_level, err);
@@ -98,8 +108,7 @@ block_object *block_object_new_file(int fd, size_t page_size, int zstd_level, st
     o->fd = fd;
     static const uint8_t zeros[HEADER_LEN];
     if (!object_append(o, zeros, sizeof zeros)) {
-        strata_error_set(err, STRATA_INTERNAL, "block writer: writing the spool file: %s",
-                         strerror(o->write_errno));
+        object_error(o, "for the header", err);
         block_object_free(o);
         return NULL;
     }
@@ -117,14 +126,6 @@ void block_object_free(block_object *o) {
 
 uint64_t block_object_size(const block_object *o) {
     return o->size;
-}
-
-static int object_error(const block_object *o, const char *what, strata_error *err) {
-    if (o->fd < 0 || o->write_errno == ENOMEM)
-        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "block writer: out of memory %s",
-                                what);
-    return strata_error_set(err, STRATA_INTERNAL, "block writer: writing the spool file %s: %s",
-                            what, strerror(o->write_errno));
 }
 
 int block_object_finish(block_object *o, int version, strata_error *err) {
@@ -155,7 +156,7 @@ int block_object_finish(block_object *o, int version, strata_error *err) {
     if (o->write_errno != 0) {
         if (o->fd < 0)
             o->data->len = o->base;
-        return object_error(o, "writing the footer", err);
+        return object_error(o, "for the footer", err);
     }
     return 0;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -2401,6 +2402,24 @@ static void test_spooled_writer_writes_the_same_block(void **state) {
     }
 }
 
+/* A spool file that cannot be written fails the writer with UNAVAILABLE (the disk, not the data).
+ */
+static void test_spooled_writer_unwritable_spool(void **state) {
+    (void)state;
+    FILE *spool = tmpfile();
+    assert_non_null(spool);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fileno(spool));
+    int ro = open(path, O_RDONLY | O_CLOEXEC);
+    assert_true(ro >= 0);
+    strata_error err;
+    assert_null(block_writer_new_spooled(NULL, ro, &err));
+    assert_int_equal(err.code, STRATA_UNAVAILABLE);
+    assert_non_null(strstr(err.message, "spool file"));
+    close(ro);
+    fclose(spool);
+}
+
 /* A spooled writer refuses profiles out of (series, time) order, and stays usable. */
 static void test_spooled_writer_refuses_disorder(void **state) {
     (void)state;
@@ -2558,6 +2577,7 @@ int main(void) {
         cmocka_unit_test(test_rollup_build_with_label_sets),
         cmocka_unit_test(test_spooled_writer_writes_the_same_block),
         cmocka_unit_test(test_spooled_writer_refuses_disorder),
+        cmocka_unit_test(test_spooled_writer_unwritable_spool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -206,7 +206,7 @@ int bucket_upload_body_read(const bucket_upload_body *body, uint64_t offset, siz
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return strata_error_set(err, STRATA_INTERNAL, "upload: reading the file to send: %s",
+            return strata_error_set(err, STRATA_UNAVAILABLE, "upload: reading the file to send: %s",
                                     n < 0 ? strerror(errno) : "shorter than its size");
         got += (size_t)n;
     }

@@ -24,8 +24,8 @@ typedef struct bucket_upload_body {
 } bucket_upload_body;
 
 /* Points *out at the body's bytes [offset, offset + len), which must lie within it: in place for
- * a memory body, read into scratch (reset first) for a file body. INTERNAL when the file cannot
- * be read or is shorter than its size. */
+ * a memory body, read into scratch (reset first) for a file body. UNAVAILABLE when the file
+ * cannot be read or is shorter than its size (the local disk's trouble, worth retrying). */
 int bucket_upload_body_read(const bucket_upload_body *body, uint64_t offset, size_t len,
                             strata_buffer *scratch, const uint8_t **out, strata_error *err);
 
