@@ -25,8 +25,11 @@ calltree_str calltree_cstr(const char *s) {
     return v;
 }
 
-static int grow_nodes(calltree *t) {
+/* Grows the node arrays to hold at least `need` nodes (doubling, or straight to need). */
+static int grow_nodes_to(calltree *t, size_t need) {
     size_t cap = t->nodes_cap ? t->nodes_cap * 2 : DEFAULT_NODES;
+    if (cap < need)
+        cap = need;
     uint32_t *parent = realloc(t->parent, cap * sizeof *parent);
     if (parent != NULL)
         t->parent = parent;
@@ -43,6 +46,10 @@ static int grow_nodes(calltree *t) {
         return -1;
     t->nodes_cap = cap;
     return 0;
+}
+
+static int grow_nodes(calltree *t) {
+    return grow_nodes_to(t, t->n_nodes + 1);
 }
 
 static int grow_frames(calltree *t) {
@@ -281,6 +288,26 @@ int calltree_intern_frame(calltree *t, const calltree_frame_desc *d, uint32_t *f
     return find_or_add_frame(t, sid, &x, frame, err);
 }
 
+int calltree_intern_string(calltree *t, calltree_str s, uint32_t *id, strata_error *err) {
+    return intern_str(t, s, id) != 0 ? strata_error_oom(err) : 0;
+}
+
+int calltree_intern_frame_ids(calltree *t, const calltree_frame_ids *d, uint32_t *frame,
+                              strata_error *err) {
+    uint32_t sid[FRAME_NSTR];
+    sid[FRAME_NAME] = d->name;
+    sid[FRAME_SYSTEM_NAME] = d->system_name;
+    sid[FRAME_FILENAME] = d->filename;
+    sid[FRAME_MAPPING_FILE] = d->mapping_file;
+    sid[FRAME_BUILD_ID] = d->build_id;
+    for (int i = 0; i < FRAME_NSTR; i++)
+        if (sid[i] >= t->strings.count)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "call tree: string id %u is not in the table", sid[i]);
+    calltree_frame_extra x = {d->start_line, d->loc, 0, 0};
+    return find_or_add_frame(t, sid, &x, frame, err);
+}
+
 /* Appends value quoted as a Prometheus label value: "...", with \\, \" and \n escaped. */
 static int append_quoted(strata_buffer *b, calltree_str v) {
     if (strata_buffer_append_byte(b, '"') != 0)
@@ -382,17 +409,48 @@ void calltree_frame_label_at(const calltree *t, uint32_t f, size_t i, const char
     *value = calltree_string(t, pair[1]);
 }
 
+static uint64_t child_key(uint32_t parent, uint32_t frame) {
+    return ((uint64_t)parent << 32 | frame) + 1;
+}
+
+/* Puts every node but the root back into the child map, which calltree_finalize dropped. */
+static int rebuild_child_map(calltree *t) {
+    if (strata_u64_map_init(&t->child_map, t->n_nodes) != 0)
+        return -1;
+    for (size_t id = 1; id < t->n_nodes; id++)
+        if (strata_u64_map_upsert(&t->child_map, child_key(t->parent[id], t->frame[id]), id,
+                                  NULL) == NULL)
+            return -1;
+    return 0;
+}
+
+int calltree_reserve(calltree *t, size_t n_nodes, strata_error *err) {
+    if (n_nodes > MAX_IDS)
+        n_nodes = MAX_IDS;
+    if (n_nodes > t->nodes_cap && grow_nodes_to(t, n_nodes) != 0)
+        return strata_error_oom(err);
+    if (t->child_map.slots != NULL && strata_u64_map_reserve(&t->child_map, n_nodes) != 0)
+        return strata_error_oom(err);
+    return 0;
+}
+
+void calltree_prefetch_child(const calltree *t, uint32_t parent, uint32_t frame) {
+    strata_u64_map_prefetch(&t->child_map, child_key(parent, frame));
+}
+
 int calltree_child(calltree *t, uint32_t parent, uint32_t frame, uint32_t *node,
                    strata_error *err) {
     if (parent >= t->n_nodes || frame >= t->n_frames)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "call tree: node %u or frame %u out of range", parent, frame);
-    uint64_t key = ((uint64_t)parent << 32 | frame) + 1;
+    uint64_t key = child_key(parent, frame);
     /* One probe whether the child exists or not (merges create millions of nodes): room for a
      * new node is made first, so an inserted key always gets its node. */
     if (t->n_nodes >= MAX_IDS)
         return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "call tree: too many nodes");
     if (t->n_nodes == t->nodes_cap && grow_nodes(t) != 0)
+        return strata_error_oom(err);
+    if (t->child_map.slots == NULL && rebuild_child_map(t) != 0)
         return strata_error_oom(err);
     bool inserted;
     uint64_t *v = strata_u64_map_upsert(&t->child_map, key, t->n_nodes, &inserted);
@@ -657,8 +715,62 @@ static int label_frames(calltree *t) {
     return 0;
 }
 
+/* Moves element i of array (n elements of elem bytes) to pre[i], through scratch (as big). */
+static void permute_array(void *array, size_t n, size_t elem, const uint32_t *pre, void *scratch) {
+    const char *in = array;
+    char *out = scratch;
+    for (size_t i = 0; i < n; i++)
+        memcpy(out + (size_t)pre[i] * elem, in + i * elem, elem);
+    memcpy(array, scratch, n * elem);
+}
+
+int calltree_order_depth_first(calltree *t, strata_error *err) {
+    size_t n = t->n_nodes;
+    if (n < 3)
+        return 0;
+    uint32_t *pre = malloc(n * sizeof *pre), *next = malloc(n * sizeof *next);
+    void *scratch = malloc(n * sizeof(int64_t));
+    if (pre == NULL || next == NULL || scratch == NULL) {
+        free(pre);
+        free(next);
+        free(scratch);
+        return strata_error_oom(err);
+    }
+    free_finalized(t);
+    strata_u64_map_free(&t->child_map); /* keyed by the old ids: rebuilt on the next insert */
+    /* Parents have lower ids than their children, so subtree sizes add up in one backward pass
+     * and positions come in one forward pass: a node's subtree takes the range after the ranges of
+     * its earlier siblings. No walk chases pointers, so the random accesses overlap. */
+    for (size_t i = 0; i < n; i++)
+        next[i] = 1; /* subtree size, for now */
+    for (size_t i = n; i-- > 1;)
+        next[t->parent[i]] += next[i];
+    pre[0] = 0;
+    next[0] = 1;
+    for (size_t i = 1; i < n; i++) {
+        uint32_t p = t->parent[i], size = next[i];
+        pre[i] = next[p]; /* next[p]: where p's next child's subtree goes */
+        next[p] += size;
+        next[i] = pre[i] + 1;
+    }
+    free(next);
+    for (size_t i = 1; i < n; i++)
+        t->parent[i] = pre[t->parent[i]];
+    permute_array(t->parent, n, sizeof *t->parent, pre, scratch);
+    permute_array(t->frame, n, sizeof *t->frame, pre, scratch);
+    permute_array(t->self, n, sizeof *t->self, pre, scratch);
+    permute_array(t->self_base, n, sizeof *t->self_base, pre, scratch);
+    free(scratch);
+    free(pre);
+    return 0;
+}
+
 int calltree_finalize(calltree *t, strata_error *err) {
     free_finalized(t);
+    /* The child map serves only inserts, and a finalized tree is usually done growing: it goes
+     * before the finalized arrays come, so a merge's peak holds one or the other (over a
+     * compacted block of 2.8 M nodes the map is 64-128 MiB). An insert after this rebuilds it. */
+    strata_u64_map_free(&t->child_map);
     t->total = malloc(t->n_nodes * sizeof *t->total);
     t->total_base = malloc(t->n_nodes * sizeof *t->total_base);
     if (t->total == NULL || t->total_base == NULL || rank_frames(t) != 0 ||

@@ -170,6 +170,9 @@ typedef struct calltree_node_values {
  * groups by CALLTREE_GROUP_EXACT. */
 int calltree_create(calltree **out, size_t expected_nodes, strata_error *err);
 void calltree_free(calltree *tree);
+/* Makes room for n_nodes nodes in all, so a caller about to add many (a merge translating a
+ * block's stack tree) grows the tables once instead of doubling them step by step. */
+int calltree_reserve(calltree *tree, size_t n_nodes, strata_error *err);
 /* Sets the group-by mask (CALLTREE_GROUP_*, non-zero) and groups by no label; FAILED_PRECONDITION
  * once frames exist. */
 int calltree_set_group_by(calltree *tree, unsigned mask, strata_error *err);
@@ -182,6 +185,21 @@ const calltree_grouping *calltree_get_grouping(const calltree *tree);
 /* Interns a frame (copying its strings) and returns its id in *frame. */
 int calltree_intern_frame(calltree *tree, const calltree_frame_desc *desc, uint32_t *frame,
                           strata_error *err);
+
+/* A frame whose strings are already in the tree's string table (calltree_intern_string): for
+ * callers that meet the same strings in many frames (a block's functions and mappings recur in
+ * thousands of locations), which intern each string once instead of once per frame. */
+typedef struct calltree_frame_ids {
+    uint32_t name, system_name, filename, mapping_file, build_id; /* string ids */
+    int64_t start_line;
+    calltree_frame_location loc;
+} calltree_frame_ids;
+
+/* The id of s in the tree's string table (copied in on first use). */
+int calltree_intern_string(calltree *tree, calltree_str s, uint32_t *id, strata_error *err);
+/* calltree_intern_frame with string ids; INVALID_ARGUMENT for an id not in the table. */
+int calltree_intern_frame_ids(calltree *tree, const calltree_frame_ids *desc, uint32_t *frame,
+                              strata_error *err);
 
 /* One pprof label. */
 typedef struct calltree_label {
@@ -202,6 +220,9 @@ void calltree_frame_label_at(const calltree *tree, uint32_t frame, size_t i, con
 /* Finds or creates the child of parent for frame. parent must be an existing node id. */
 int calltree_child(calltree *tree, uint32_t parent, uint32_t frame, uint32_t *node,
                    strata_error *err);
+/* Hints the cache to fetch where calltree_child(tree, parent, frame) will look: a caller
+ * translating many stacks prefetches a few ahead so their cache misses overlap. */
+void calltree_prefetch_child(const calltree *tree, uint32_t parent, uint32_t frame);
 /* Convenience: walks frames[0..n) root to leaf from the root and returns the leaf in *node
  * (the root for n == 0). */
 int calltree_insert_stack(calltree *tree, const uint32_t *frames, size_t n, uint32_t *node,
@@ -222,6 +243,11 @@ int calltree_merge(calltree *dst, const calltree *src, strata_error *err);
  * finalized. */
 void calltree_swap(calltree *a, calltree *b);
 
+/* Renumbers the nodes in depth-first order (each subtree a contiguous range of ids, children in
+ * the order they were made), so walks of the finished tree read memory in order: a merge that
+ * makes nodes level by level, or block after block, scatters a subtree's nodes over the arrays.
+ * Node ids from before are invalid afterwards; the root stays CALLTREE_ROOT. Un-finalizes. */
+int calltree_order_depth_first(calltree *tree, strata_error *err);
 /* Computes cumulative totals and sorted child lists. */
 int calltree_finalize(calltree *tree, strata_error *err);
 

@@ -1085,6 +1085,99 @@ static void test_pprof_faithful(void **state) {
     calltree_free(t);
 }
 
+/* ---- node order, reserve, string ids ---- */
+
+static bool is_ancestor_or_self(const calltree *t, uint32_t a, uint32_t node) {
+    for (uint32_t n = node;; n = calltree_node_parent(t, n)) {
+        if (n == a)
+            return true;
+        if (n == CALLTREE_ROOT)
+            return false;
+    }
+}
+
+/* Stacks inserted breadth first (every stack's first frame, then second, ...) and from two
+ * sources, as a merge makes them; reordered depth first, every report reads the same, every
+ * subtree is a contiguous range of ids, and inserts afterwards find the nodes that exist. */
+static void test_depth_first_order(void **state) {
+    (void)state;
+    static const char *stacks[] = {"main;a;b;x", "main;d",   "main;a;c", "w;y",
+                                   "main;a;b;z", "main;r;r", "w;y;q",    "main;e;f"};
+    calltree *t[2];
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(calltree_create(&t[k], 0, NULL), 0);
+        assert_int_equal(calltree_set_group_by(t[k], CALLTREE_GROUP_DEFAULT, NULL), 0);
+        assert_int_equal(calltree_reserve(t[k], 64, NULL), 0);
+        uint32_t at[8] = {0};
+        for (size_t depth = 1; depth <= 4; depth++) {
+            for (size_t i = 0; i < 8; i++) {
+                const char *p = stacks[i];
+                for (size_t d = 0; d + 1 < depth && p != NULL; d++)
+                    p = strchr(p, ';') != NULL ? strchr(p, ';') + 1 : NULL;
+                if (p == NULL)
+                    continue;
+                size_t len = strcspn(p, ";");
+                assert_int_equal(calltree_child(t[k], at[i], frame_for(t[k], p, len), &at[i], NULL),
+                                 0);
+            }
+        }
+        for (size_t i = 0; i < 8; i++)
+            calltree_add(t[k], at[i], (int64_t)(i + 1) * 10);
+    }
+    assert_int_equal(calltree_order_depth_first(t[1], NULL), 0);
+    size_t n = calltree_node_count(t[1]);
+    assert_int_equal(n, calltree_node_count(t[0]));
+    for (uint32_t i = 2; i < n;
+         i++) /* preorder: a node's parent is on the path to the one before */
+        assert_true(is_ancestor_or_self(t[1], calltree_node_parent(t[1], i), i - 1));
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(calltree_finalize(t[k], NULL), 0);
+    for (int flame = 0; flame < 2; flame++) {
+        char *a = json_of(t[0], flame, 0, 0), *b = json_of(t[1], flame, 0, 0);
+        assert_string_equal(a, b);
+        free(a);
+        free(b);
+    }
+    /* Inserting after finalize rebuilds the child map dropped there: existing nodes are found. */
+    uint32_t leaf = insert(t[1], "main;a;b;z");
+    assert_int_equal(calltree_node_count(t[1]), n);
+    calltree_add(t[1], leaf, 1);
+    assert_int_not_equal(insert(t[1], "main;a;q"), leaf);
+    assert_int_equal(calltree_node_count(t[1]), n + 1);
+    assert_int_equal(calltree_finalize(t[1], NULL), 0);
+    assert_int_equal(calltree_node_get(t[1], CALLTREE_ROOT).total, 361);
+    calltree_free(t[0]);
+    calltree_free(t[1]);
+}
+
+/* A frame interned through string ids is the frame interned through its strings. */
+static void test_frame_ids(void **state) {
+    (void)state;
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    uint32_t by_strings = frame_for(t, "main", 4);
+    calltree_frame_ids d = {.start_line = 40};
+    assert_int_equal(calltree_intern_string(t, calltree_cstr("main"), &d.name, NULL), 0);
+    assert_int_equal(calltree_intern_string(t, calltree_cstr(""), &d.system_name, NULL), 0);
+    assert_int_equal(calltree_intern_string(t, calltree_cstr("main.go"), &d.filename, NULL), 0);
+    assert_int_equal(calltree_intern_string(t, calltree_cstr("/bin/app"), &d.mapping_file, NULL),
+                     0);
+    assert_int_equal(calltree_intern_string(t, calltree_cstr("app1"), &d.build_id, NULL), 0);
+    uint32_t by_ids;
+    assert_int_equal(calltree_intern_frame_ids(t, &d, &by_ids, NULL), 0);
+    assert_int_equal(by_ids, by_strings);
+    assert_int_equal(calltree_frame_count(t), 1);
+    d.start_line = 41; /* a different frame */
+    assert_int_equal(calltree_intern_frame_ids(t, &d, &by_ids, NULL), 0);
+    assert_int_not_equal(by_ids, by_strings);
+    d.build_id = 1u << 30;
+    strata_error err;
+    assert_int_equal(calltree_intern_frame_ids(t, &d, &by_ids, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(calltree_frame_count(t), 2);
+    calltree_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nodes_and_totals),
@@ -1109,6 +1202,8 @@ int main(void) {
         cmocka_unit_test(test_group_by_labels),
         cmocka_unit_test(test_pprof_sample_labels),
         cmocka_unit_test(test_pprof_faithful),
+        cmocka_unit_test(test_depth_first_order),
+        cmocka_unit_test(test_frame_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -116,8 +116,7 @@ uint64_t *strata_u64_map_get(const strata_u64_map *m, uint64_t key) {
     }
 }
 
-static int u64_map_grow(strata_u64_map *m) {
-    size_t cap = (m->mask + 1) * 2;
+static int u64_map_rehash(strata_u64_map *m, size_t cap) {
     strata_u64_slot *slots = map_slots(cap);
     if (slots == NULL)
         return -1;
@@ -134,6 +133,17 @@ static int u64_map_grow(strata_u64_map *m) {
     m->slots = slots;
     m->mask = cap - 1;
     return 0;
+}
+
+static int u64_map_grow(strata_u64_map *m) {
+    return u64_map_rehash(m, (m->mask + 1) * 2);
+}
+
+int strata_u64_map_reserve(strata_u64_map *m, size_t count) {
+    size_t cap = capacity_for(count);
+    if (m->slots == NULL)
+        return strata_u64_map_init(m, count);
+    return cap > m->mask + 1 ? u64_map_rehash(m, cap) : 0;
 }
 
 uint64_t *strata_u64_map_upsert(strata_u64_map *m, uint64_t key, uint64_t initial, bool *inserted) {

@@ -104,6 +104,16 @@ uint64_t *strata_u64_map_get(const strata_u64_map *m, uint64_t key);
 /* Finds or inserts key. On insert the value is set to `initial` and *inserted (if given) is true.
  * Returns NULL on allocation failure. The pointer is valid until the next insert. */
 uint64_t *strata_u64_map_upsert(strata_u64_map *m, uint64_t key, uint64_t initial, bool *inserted);
+/* Makes room for `count` keys in all, so inserts up to that many do not grow the table (each
+ * growth rehashes every key into a table twice the size; a caller that knows its size skips the
+ * steps). -1 on allocation failure, the map unchanged. */
+int strata_u64_map_reserve(strata_u64_map *m, size_t count);
+/* Hints the cache to fetch key's first slot: a caller about to probe many keys at random
+ * prefetches a few ahead so the misses overlap. */
+static inline void strata_u64_map_prefetch(const strata_u64_map *m, uint64_t key) {
+    if (m->slots != NULL)
+        __builtin_prefetch(&m->slots[strata_hash_u64(key) & m->mask]);
+}
 
 typedef struct strata_intern {
     char **chunks; /* arena chunks holding the string bytes, NUL-terminated */

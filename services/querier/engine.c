@@ -1192,7 +1192,25 @@ void query_range_free(range_series *series, size_t n) {
  * cuts from one dictionary name each stack's origin in it, so a merge over minutes of fresh
  * blocks translates a stack once instead of once per block, as over one compacted block. */
 /* Per-block translation state: block location -> calltree frames (root-most first). */
+/* A block's function and mapping strings as string ids of the tree being built (id + 1, 0 = not
+ * yet), for one block's translation: a function recurs in many locations (27 K functions in 195 K
+ * locations in a compacted block of agent data), and interning its strings anew for each one
+ * (length, hash, compare, five strings per frame) cost a fifth of a merge. Grown on first use. */
+typedef struct symbol_ids {
+    uint32_t *function; /* 3 per function id: name, system name, file */
+    size_t n_functions;
+    uint32_t *mapping; /* 2 per mapping id: file, build id */
+    size_t n_mappings;
+} symbol_ids;
+
+static void symbol_ids_free(symbol_ids *ids) {
+    free(ids->function);
+    free(ids->mapping);
+    memset(ids, 0, sizeof *ids);
+}
+
 typedef struct frame_memo {
+    symbol_ids *ids;      /* the block's strings in the tree; NULL: interned frame by frame */
     const uint32_t *slot; /* location id -> index into offset and count; NULL: the id itself */
     uint32_t *offset;     /* per slot: offset+1 into frames, 0 = not translated yet */
     uint16_t *count;
@@ -1249,6 +1267,38 @@ typedef struct merge_query {
     shared_tree *shared;         /* set by run_merge_attempt */
 } merge_query;
 
+/* A block's stacks that a merge must translate, in the order it translates them: level by
+ * level (a stack's level is one more than its parent's, or 1 when the parent is already in the
+ * tree), so no stack in a level waits on another and the child-map probes of a few stacks ahead
+ * can be prefetched (a compacted block of deep stacks adds millions of nodes, each a random probe
+ * of a table far bigger than the cache; translated one chain at a time, every probe waited on the
+ * one before). Within a level stacks keep ascending ids, so parents (always earlier ids) still come
+ * first where levels are clamped. Reused from block to block: level is all zero between plans. */
+typedef struct stack_plan_entry {
+    uint32_t slot;        /* the stack's memo index (its origin when the block has origins) */
+    uint32_t parent_slot; /* its parent's */
+    uint32_t location;
+} stack_plan_entry;
+
+#define PLAN_MAX_LEVEL 255
+
+typedef struct stack_plan {
+    uint8_t *level; /* per block stack id: 0 = not planned, else its level (clamped) */
+    size_t cap_level;
+    stack_plan_entry *entries;
+    size_t n_entries, cap_entries;
+    uint32_t *path; /* scratch: stack ids of one walk, leaf first */
+    size_t cap_path;
+    size_t per_level[PLAN_MAX_LEVEL + 1];
+} stack_plan;
+
+static void stack_plan_free(stack_plan *plan) {
+    free(plan->level);
+    free(plan->entries);
+    free(plan->path);
+    memset(plan, 0, sizeof *plan);
+}
+
 typedef struct merge_partial {
     const merge_query *q;
     calltree *tree;
@@ -1262,6 +1312,7 @@ typedef struct merge_partial {
     size_t cap_per_stack;
     uint32_t *touched; /* row_sums.touched, reused likewise */
     size_t cap_touched;
+    stack_plan plan; /* the stacks to translate, reused likewise */
 } merge_partial;
 
 /* Grows an array of n elements of size elem to need elements, the new ones zeroed. */
@@ -1389,6 +1440,31 @@ static int intern_address_frame(calltree *tree, const block_location *loc, const
     return calltree_intern_frame(tree, &d, frame, err);
 }
 
+/* The tree's string ids of n strings, through cache (n per entry, id + 1; 0 = not yet), whose
+ * table is allocated on first use with `entries` entries. */
+static int cached_string_ids(calltree *tree, uint32_t **cache, size_t *n_cache, size_t entries,
+                             size_t index, const char *const *strings, uint32_t *ids, size_t n,
+                             strata_error *err) {
+    if (*cache == NULL) {
+        *cache = calloc(entries * n, sizeof **cache);
+        if (*cache == NULL)
+            return strata_error_oom(err);
+        *n_cache = entries;
+    }
+    uint32_t *slot = index < *n_cache ? *cache + index * n : NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (slot != NULL && slot[i] != 0) {
+            ids[i] = slot[i] - 1;
+            continue;
+        }
+        if (calltree_intern_string(tree, str_of(strings[i]), &ids[i], err) != 0)
+            return -1;
+        if (slot != NULL)
+            slot[i] = ids[i] + 1;
+    }
+    return 0;
+}
+
 /* Translates location id into frames (root-most first: the outer function before inlined ones,
  * which are marked as inlined into it). */
 static int translate_location(block_reader *r, calltree *tree, frame_memo *m, uint32_t loc_id,
@@ -1410,21 +1486,52 @@ static int translate_location(block_reader *r, calltree *tree, frame_memo *m, ui
             push_frame(m, frame, err) != 0)
             return -1;
     }
+    symbol_ids *ids = m->ids;
+    uint32_t mapping_ids[2];
+    if (loc.n_lines > 0 && ids != NULL) {
+        const char *strings[2] = {mp ? mp->file : NULL, mp ? mp->build_id : NULL};
+        size_t n = (size_t)block_reader_row_count(r, BLOCK_TABLE_MAPPINGS) + 1;
+        if (cached_string_ids(tree, &ids->mapping, &ids->n_mappings, n, mp ? loc.mapping_id + 1 : 0,
+                              strings, mapping_ids, 2, err) != 0)
+            return -1;
+    }
     for (uint32_t i = loc.n_lines; i-- > 0;) {
         block_function fn;
         if (block_reader_function(r, loc.lines[i].function_id, &fn, err) != 0)
             return -1;
-        calltree_frame_desc d = {str_of(fn.name),
-                                 str_of(fn.system_name),
-                                 str_of(fn.file),
-                                 str_of(mp ? mp->file : NULL),
-                                 str_of(mp ? mp->build_id : NULL),
-                                 fn.start_line,
-                                 frame_location(&loc, mp)};
-        d.loc.line = loc.lines[i].line;
-        d.loc.inlined = i + 1 < loc.n_lines; /* lines[0] is the innermost */
         uint32_t frame;
-        if (calltree_intern_frame(tree, &d, &frame, err) != 0 || push_frame(m, frame, err) != 0)
+        if (ids != NULL) {
+            const char *strings[3] = {fn.name, fn.system_name, fn.file};
+            uint32_t fn_ids[3];
+            size_t n = (size_t)block_reader_row_count(r, BLOCK_TABLE_FUNCTIONS) + 1;
+            if (cached_string_ids(tree, &ids->function, &ids->n_functions, n,
+                                  loc.lines[i].function_id, strings, fn_ids, 3, err) != 0)
+                return -1;
+            calltree_frame_ids d = {fn_ids[0],
+                                    fn_ids[1],
+                                    fn_ids[2],
+                                    mapping_ids[0],
+                                    mapping_ids[1],
+                                    fn.start_line,
+                                    frame_location(&loc, mp)};
+            d.loc.line = loc.lines[i].line;
+            d.loc.inlined = i + 1 < loc.n_lines; /* lines[0] is the innermost */
+            if (calltree_intern_frame_ids(tree, &d, &frame, err) != 0)
+                return -1;
+        } else {
+            calltree_frame_desc d = {str_of(fn.name),
+                                     str_of(fn.system_name),
+                                     str_of(fn.file),
+                                     str_of(mp ? mp->file : NULL),
+                                     str_of(mp ? mp->build_id : NULL),
+                                     fn.start_line,
+                                     frame_location(&loc, mp)};
+            d.loc.line = loc.lines[i].line;
+            d.loc.inlined = i + 1 < loc.n_lines;
+            if (calltree_intern_frame(tree, &d, &frame, err) != 0)
+                return -1;
+        }
+        if (push_frame(m, frame, err) != 0)
             return -1;
     }
     m->offset[frame_slot(m, loc_id)] = (uint32_t)start + 1;
@@ -1446,41 +1553,119 @@ static int grow_u32(uint32_t **p, size_t *cap, size_t need, strata_error *err) {
     return 0;
 }
 
-/* The calltree node of block stack `stack`, translating it (and any untranslated ancestors) on
- * first use. node_of_stack caches the answer per stack id as node + 1 (0 = not yet, so a memo is
- * a calloc whose untouched pages cost nothing), so each stack tree node costs one translation
- * however many samples and descendants share it. */
-static int stack_node(block_reader *r, calltree *tree, frame_memo *m, uint32_t *node_of_stack,
-                      const uint32_t *origin, uint32_t stack, uint32_t *out, strata_error *err) {
+/* Marks `stack` and its ancestors not yet in the tree (memo, indexed through origin when given:
+ * node + 1, 0 = not yet) or in the plan, with their levels. */
+static int plan_stack(block_reader *r, stack_plan *plan, const uint32_t *memo,
+                      const uint32_t *origin, uint32_t stack, strata_error *err) {
 #define SLOT(id) (origin != NULL ? origin[id] : (id))
-    size_t n_pending = 0;
+    size_t n_path = 0;
     uint32_t id = stack;
-    while (node_of_stack[SLOT(id)] == 0) { /* collect untranslated ancestors, leaf first */
-        if (grow_u32(&m->path, &m->cap_path, n_pending + 1, err) != 0)
+    while (memo[SLOT(id)] == 0 && plan->level[id] == 0) { /* stack 0 is always in the memo */
+        if (grow_u32(&plan->path, &plan->cap_path, n_path + 1, err) != 0)
             return -1;
-        m->path[n_pending++] = id;
+        plan->path[n_path++] = id;
         uint32_t parent, loc;
         if (block_reader_stack_node(r, id, &parent, &loc, err) != 0)
             return -1;
         id = parent;
     }
-    uint32_t node = node_of_stack[SLOT(id)] - 1;
-    while (n_pending > 0) { /* translate them root first */
-        uint32_t s_id = m->path[--n_pending], parent, loc;
-        if (block_reader_stack_node(r, s_id, &parent, &loc, err) != 0)
+    unsigned level = memo[SLOT(id)] != 0 ? 0 : plan->level[id];
+    while (n_path > 0) {
+        if (level < PLAN_MAX_LEVEL)
+            level++;
+        plan->level[plan->path[--n_path]] = (uint8_t)level;
+        plan->per_level[level]++;
+        plan->n_entries++;
+    }
+    return 0;
+#undef SLOT
+}
+
+/* Lays the marked stacks out by level (a counting sort over the block's stack ids, which clears
+ * the marks). */
+static int plan_order(block_reader *r, stack_plan *plan, const uint32_t *origin, size_t n_stacks,
+                      strata_error *err) {
+    if (plan->n_entries > plan->cap_entries) {
+        free(plan->entries);
+        plan->entries = malloc(plan->n_entries * sizeof *plan->entries);
+        plan->cap_entries = plan->entries != NULL ? plan->n_entries : 0;
+        if (plan->entries == NULL)
+            return strata_error_oom(err);
+    }
+    size_t at = 0;
+    for (unsigned l = 0; l <= PLAN_MAX_LEVEL; l++) {
+        size_t n = plan->per_level[l];
+        plan->per_level[l] = at;
+        at += n;
+    }
+    for (size_t id = 1; id < n_stacks; id++) {
+        if ((id & 7) == 0 && id + 8 <= n_stacks) { /* skip unmarked stacks eight at a time */
+            uint64_t word;
+            memcpy(&word, plan->level + id, sizeof word);
+            if (word == 0) {
+                id += 7;
+                continue;
+            }
+        }
+        unsigned level = plan->level[id];
+        if (level == 0)
+            continue;
+        plan->level[id] = 0;
+        uint32_t parent, loc;
+        if (block_reader_stack_node(r, (uint32_t)id, &parent, &loc, err) != 0)
             return -1;
-        uint32_t ls = frame_slot(m, loc);
-        if (m->offset[ls] == 0 && translate_location(r, tree, m, loc, err) != 0)
+        plan->entries[plan->per_level[level]++] = (stack_plan_entry){
+            .slot = origin != NULL ? origin[id] : (uint32_t)id,
+            .parent_slot = origin != NULL ? origin[parent] : parent,
+            .location = loc,
+        };
+    }
+    memset(plan->per_level, 0, sizeof plan->per_level);
+    return 0;
+}
+
+/* How far apart translate_plan's prefetch stages are, in stacks. */
+#define PLAN_PREFETCH 8
+
+/* Translates the planned stacks into tree, in plan order, recording each stack's node in memo. */
+static int translate_plan(block_reader *r, calltree *tree, frame_memo *m, uint32_t *memo,
+                          const stack_plan *plan, strata_error *err) {
+    const stack_plan_entry *e = plan->entries;
+    size_t n = plan->n_entries;
+    for (size_t i = 0; i < n; i++) {
+        /* Three stages ahead: the location's frame offset; its first frame and the parent's node;
+         * then the child map's slot for the two. */
+        if (i + 3 * PLAN_PREFETCH < n)
+            __builtin_prefetch(&m->offset[frame_slot(m, e[i + 3 * PLAN_PREFETCH].location)]);
+        if (i + 2 * PLAN_PREFETCH < n) {
+            const stack_plan_entry *ahead = &e[i + 2 * PLAN_PREFETCH];
+            uint32_t offset = m->offset[frame_slot(m, ahead->location)];
+            __builtin_prefetch(&memo[ahead->parent_slot]);
+            if (offset != 0)
+                __builtin_prefetch(&m->frames[offset - 1]);
+        }
+        if (i + PLAN_PREFETCH < n) {
+            const stack_plan_entry *ahead = &e[i + PLAN_PREFETCH];
+            uint32_t parent = memo[ahead->parent_slot];
+            uint32_t ls = frame_slot(m, ahead->location);
+            if (parent != 0 && m->offset[ls] != 0)
+                calltree_prefetch_child(tree, parent - 1, m->frames[m->offset[ls] - 1]);
+        }
+        uint32_t parent = memo[e[i].parent_slot];
+        if (parent == 0)
+            return strata_error_set(err, STRATA_INTERNAL,
+                                    "merge: a stack's parent was not translated before it");
+        uint32_t node = parent - 1;
+        uint32_t ls = frame_slot(m, e[i].location);
+        if (m->offset[ls] == 0 && translate_location(r, tree, m, e[i].location, err) != 0)
             return -1;
         const uint32_t *frames = m->frames + m->offset[ls] - 1;
         for (uint16_t f = 0; f < m->count[ls]; f++)
             if (calltree_child(tree, node, frames[f], &node, err) != 0)
                 return -1;
-        node_of_stack[SLOT(s_id)] = node + 1;
+        memo[e[i].slot] = node + 1;
     }
-    *out = node;
     return 0;
-#undef SLOT
 }
 
 /* Where a block's rows are summed: per stack id for rows shown from the root, per (label frame,
@@ -1731,11 +1916,37 @@ static int sum_rows(block_reader *r, merge_partial *p, const block_profile *prof
 }
 
 /* Adds the per-stack sums to tree, each stack translated through memo (indexed by origin[stack]
- * when origin is given, else by stack id), and clears them. */
+ * when origin is given, else by stack id), and clears them. The stacks not yet in the tree are
+ * planned first, so the tree grows once, by what they add, and they are translated level by
+ * level (stack_plan). */
 static int add_stack_sums(block_reader *r, const merge_query *q, calltree *tree, frame_memo *m,
-                          uint32_t *memo, const uint32_t *origin, row_sums *sums, merge_result *res,
-                          strata_error *err) {
+                          stack_plan *plan, uint32_t *memo, const uint32_t *origin, row_sums *sums,
+                          merge_result *res, strata_error *err) {
     size_t n = sums->touched_all ? sums->n_stacks : sums->n_touched;
+    if (sums->n_stacks > plan->cap_level) {
+        free(plan->level);
+        plan->level = calloc(sums->n_stacks, 1);
+        plan->cap_level = plan->level != NULL ? sums->n_stacks : 0;
+        if (plan->level == NULL)
+            return strata_error_oom(err);
+    }
+    plan->n_entries = 0;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        uint32_t s = sums->touched_all ? (uint32_t)i : sums->touched[i];
+        if (sums->per_stack[s] != 0)
+            rc = plan_stack(r, plan, memo, origin, s, err);
+    }
+    if (rc == 0 && plan->n_entries > 0)
+        rc = plan_order(r, plan, origin, sums->n_stacks, err);
+    if (rc != 0) { /* leave no marks for the next block */
+        memset(plan->level, 0, sums->n_stacks);
+        memset(plan->per_level, 0, sizeof plan->per_level);
+        return -1;
+    }
+    if (calltree_reserve(tree, calltree_node_count(tree) + plan->n_entries, err) != 0 ||
+        translate_plan(r, tree, m, memo, plan, err) != 0)
+        return -1;
     for (size_t i = 0; i < n; i++) {
         uint32_t s = sums->touched_all ? (uint32_t)i : sums->touched[i];
         int64_t value = sums->per_stack[s];
@@ -1743,13 +1954,7 @@ static int add_stack_sums(block_reader *r, const merge_query *q, calltree *tree,
             continue; /* never touched, or summed to zero, or a repeat already read */
         sums->per_stack[s] = 0;
         res->total += value;
-        uint32_t node;
-        if (stack_node(r, tree, m, memo, origin, s, &node, err) != 0) {
-            if (err->code == STRATA_DATA_LOSS)
-                err->code = STRATA_INTERNAL; /* part of the block is in the tree: it cannot be
-                                                left out any more, so the query fails */
-            return -1;
-        }
+        uint32_t node = memo[origin != NULL ? origin[s] : s] - 1;
         if (q->base)
             calltree_add_base(tree, node, value);
         else
@@ -1779,11 +1984,15 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
         pthread_mutex_lock(&shared->mu);
         rc = dictionary_memo_for(&shared->memos, q->max_bytes / 4, &origins, &dm, err);
         if (rc == 0 && dm != NULL) {
+            symbol_ids ids = {0};
             p->result.dictionary_blocks++;
             dm->frames->slot = origins.location_origin;
-            rc = add_stack_sums(r, q, shared->tree, dm->frames, dm->node, origins.origin, sums,
-                                &p->result, err);
+            dm->frames->ids = &ids;
+            rc = add_stack_sums(r, q, shared->tree, dm->frames, &p->plan, dm->node, origins.origin,
+                                sums, &p->result, err);
             dm->frames->slot = NULL;
+            dm->frames->ids = NULL;
+            symbol_ids_free(&ids);
         }
         shared->bytes = calltree_memory_bytes(shared->tree) + shared->memos.bytes;
         pthread_mutex_unlock(&shared->mu);
@@ -1795,7 +2004,8 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
         rc = dictionary_memo_for(&p->memos, budget, &origins, &dm, err);
     }
     size_t n_locations = (size_t)block_reader_row_count(r, BLOCK_TABLE_LOCATIONS) + 1;
-    frame_memo m = {0};
+    symbol_ids ids = {0};
+    frame_memo m = {.ids = &ids};
     uint32_t *own = NULL;
     if (rc == 0 && (dm == NULL || sums->grouped.count > 0)) {
         m.offset = calloc(n_locations, sizeof *m.offset);
@@ -1809,19 +2019,22 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
             rc = strata_error_oom(err);
         } else {
             own[0] = CALLTREE_ROOT + 1; /* the empty stack */
-            rc = add_stack_sums(r, q, p->tree, &m, own, NULL, sums, &p->result, err);
+            rc = add_stack_sums(r, q, p->tree, &m, &p->plan, own, NULL, sums, &p->result, err);
         }
     } else if (rc == 0) {
         p->result.dictionary_blocks++;
         dm->frames->slot = origins.location_origin;
-        rc = add_stack_sums(r, q, p->tree, dm->frames, dm->node, origins.origin, sums, &p->result,
-                            err);
+        dm->frames->ids = &ids;
+        rc = add_stack_sums(r, q, p->tree, dm->frames, &p->plan, dm->node, origins.origin, sums,
+                            &p->result, err);
         dm->frames->slot = NULL;
+        dm->frames->ids = NULL;
     }
     if (rc == 0 && sums->grouped.count > 0)
         rc = add_grouped(r, p, &m, &sums->grouped, err);
     free(own);
     frame_memo_free(&m);
+    symbol_ids_free(&ids);
     return rc;
 }
 
@@ -2023,6 +2236,7 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
         memo_set_free(&parts[w].memos);
         free(parts[w].per_stack);
         free(parts[w].touched);
+        stack_plan_free(&parts[w].plan);
     }
     calltree_free(shared.tree);
     memo_set_free(&shared.memos);

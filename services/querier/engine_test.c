@@ -441,11 +441,125 @@ static void test_other_merges_agree(void **state) {
     engine_close(&b);
 }
 
+/* ---- deep stacks ------------------------------------------------------------------------ */
+
+#define TENANT_DEEP "t3"
+#define TENANT_DEEP_DICTIONARY "t4"
+#define DEEP_STACKS 12
+#define DEEP_T0 (T0 + 3600 * SEC)
+static const char *const deep_names[] = {"d0", "d1", "d2", "d3", "d4", "d5", "d6",
+                                         "d7", "d8", "e0", "e1", "e2", "e3"};
+
+/* Stack k, root first: 250 + 23 k frames (deeper than the 255 levels a merge tells apart, so
+ * its plan clamps), a prefix shared with the other stacks, then frames shared with every fourth
+ * one; recursion throughout. Each name has one address, so one frame per name. */
+static size_t deep_stack(int k, const char **names) {
+    size_t depth = 250 + 23 * (size_t)k, prefix = (size_t)(40 * k % 300);
+    for (size_t j = 0; j < depth; j++)
+        names[j] = j < prefix ? deep_names[j % 9] : deep_names[9 + (k % 4 + j) % 4];
+    return depth;
+}
+
+static void add_deep_profile(block_writer *w, int n_stacks, int64_t time_ns, int64_t scale) {
+    strata_error err;
+    label_set l = LABEL_SET_INIT;
+    profile_type mem = mem_type();
+    assert_int_equal(label_set_add(&l, "pod", 3, "deep", 4, &err), 0);
+    assert_int_equal(block_writer_begin_profile(w, &l, &mem, time_ns, 10 * SEC, 512, &err), 0);
+    for (int k = 0; k < n_stacks; k++) {
+        const char *names[600];
+        block_frame frames[600];
+        size_t depth = deep_stack(k, names);
+        for (size_t j = 0; j < depth; j++) { /* leaf first */
+            const char *name = names[depth - 1 - j];
+            frames[j] = (block_frame){
+                name, name,       "x.c", 1,
+                1,    "/bin/app", "b1",  0x1000 + 16 * (uint64_t)(name[0] * 10 + name[1])};
+        }
+        assert_int_equal(block_writer_add_sample(w, frames, depth, (k + 1) * scale, &err), 0);
+    }
+    assert_int_equal(block_writer_end_profile(w, &err), 0);
+    label_set_free(&l);
+}
+
+/* Two blocks of deep stacks, the second repeating the first's and adding deeper ones: written
+ * apart (t3) and cut from one dictionary (t4, so the second block's stacks continue nodes the
+ * first made). Merges of either equal the tree the stacks make inserted one by one. */
+static void test_deep_stacks(void **state) {
+    (void)state;
+    strata_error err;
+    block_writer_options o;
+    block_writer_options_default(&o);
+    o.tenant = TENANT_DEEP_DICTIONARY;
+    o.page_size = 1024;
+    block_writer *dictionary = block_writer_new(&o, &err);
+    assert_non_null(dictionary);
+    for (int b = 0; b < 2; b++) {
+        o.tenant = TENANT_DEEP;
+        block_writer *w = block_writer_new(&o, &err);
+        assert_non_null(w);
+        int n = b == 0 ? DEEP_STACKS / 2 : DEEP_STACKS;
+        add_deep_profile(w, n, DEEP_T0 + 60 * b * SEC, b + 1);
+        add_deep_profile(dictionary, n, DEEP_T0 + 60 * b * SEC, b + 1);
+        upload_block(w, TENANT_DEEP);
+        block_writer_free(w);
+        block_writer *cut;
+        assert_int_equal(block_writer_detach(dictionary, &cut, &err), 0);
+        upload_block(cut, TENANT_DEEP_DICTIONARY);
+        block_writer_free(cut);
+    }
+    block_writer_free(dictionary);
+
+    calltree *want;
+    assert_int_equal(calltree_create(&want, 0, &err), 0);
+    int64_t want_total = 0;
+    for (int b = 0; b < 2; b++) {
+        for (int k = 0; k < (b == 0 ? DEEP_STACKS / 2 : DEEP_STACKS); k++) {
+            const char *names[600];
+            size_t depth = deep_stack(k, names);
+            uint32_t node = CALLTREE_ROOT;
+            for (size_t j = 0; j < depth; j++) {
+                calltree_frame_desc d = {calltree_cstr(names[j]),
+                                         calltree_cstr(names[j]),
+                                         calltree_cstr("x.c"),
+                                         calltree_cstr("/bin/app"),
+                                         calltree_cstr("b1"),
+                                         1,
+                                         {0}};
+                uint32_t f;
+                assert_int_equal(calltree_intern_frame(want, &d, &f, &err), 0);
+                assert_int_equal(calltree_child(want, node, f, &node, &err), 0);
+            }
+            calltree_add(want, node, (k + 1) * (b + 1));
+            want_total += (k + 1) * (b + 1);
+        }
+    }
+    assert_int_equal(calltree_finalize(want, &err), 0);
+    assert_true(calltree_node_count(want) > 2000);
+
+    engine_fixture e;
+    engine_open(&e, true);
+    const char *tenants[] = {TENANT_DEEP, TENANT_DEEP_DICTIONARY};
+    for (int t = 0; t < 2; t++) {
+        merge_case c = {MEM "{pod=\"deep\"}", DEEP_T0, DEEP_T0 + 120 * SEC, false, false, 512};
+        calltree *got;
+        merge_result res;
+        run_case(e.engine, tenants[t], &c, &got, &res);
+        assert_int_equal(res.total, want_total);
+        assert_int_equal(res.dictionary_blocks, t == 0 ? 0 : 2);
+        expect_same_trees(want, got);
+        calltree_free(got);
+    }
+    engine_close(&e);
+    calltree_free(want);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_range_uses_rollups),
         cmocka_unit_test(test_range_cutting_a_block_scans_rows),
         cmocka_unit_test(test_other_merges_agree),
+        cmocka_unit_test(test_deep_stacks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

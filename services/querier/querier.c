@@ -318,6 +318,8 @@ int querier_build_tree(querier *q, const char *tenant, const profile_selection *
         rc = add_selection(q, tenant, a, out->tree, true, &out->base, NULL, err);
     }
     if (rc == 0)
+        rc = calltree_order_depth_first(out->tree, err);
+    if (rc == 0)
         rc = calltree_finalize(out->tree, err);
     if (rc == 0 && a != NULL)
         rc = calltree_apply_diff_mode(out->tree, absolute, err);
