@@ -208,7 +208,7 @@ static void test_u64_map_large(void **state) {
     (void)state;
     strata_u64_map m;
     assert_int_equal(strata_u64_map_init(&m, 16), 0);
-    const uint64_t n = 600000; /* grows to 2^21 slots: 16 MiB per array */
+    const uint64_t n = 1000000; /* grows to 2^21 slots (at most 3/4 full): 32 MiB */
     for (uint64_t k = 1; k <= n; k++)
         assert_non_null(strata_u64_map_upsert(&m, k << 20 | 5, k, NULL));
     assert_true(m.mask + 1 >= (1u << 21));
@@ -219,6 +219,26 @@ static void test_u64_map_large(void **state) {
         assert_true(*v == k);
     }
     assert_null(strata_u64_map_get(&m, (n + 1) << 20 | 5));
+    strata_u64_map_free(&m);
+}
+
+/* A reserved map takes that many keys without growing, and keeps the keys it had. */
+static void test_u64_map_reserve(void **state) {
+    (void)state;
+    strata_u64_map m = {0};
+    for (uint64_t k = 1; k <= 100; k++)
+        assert_non_null(strata_u64_map_upsert(&m, k * 7919, k, NULL));
+    assert_int_equal(strata_u64_map_reserve(&m, 100000), 0);
+    size_t mask = m.mask;
+    assert_true((mask + 1) * 3 >= 100000 * 4);
+    for (uint64_t k = 101; k <= 100000; k++)
+        assert_non_null(strata_u64_map_upsert(&m, k * 7919, k, NULL));
+    assert_int_equal(m.mask, mask);
+    assert_int_equal(m.count, 100000);
+    for (uint64_t k = 1; k <= 100000; k++)
+        assert_true(*strata_u64_map_get(&m, k * 7919) == k);
+    assert_int_equal(strata_u64_map_reserve(&m, 10), 0); /* never shrinks */
+    assert_int_equal(m.mask, mask);
     strata_u64_map_free(&m);
 }
 
@@ -509,19 +529,13 @@ static void test_textfile_read(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_error_set_and_wrap),
-        cmocka_unit_test(test_buffer_append_and_varints),
-        cmocka_unit_test(test_hash_is_stable),
-        cmocka_unit_test(test_u64_map),
-        cmocka_unit_test(test_u64_map_large),
-        cmocka_unit_test(test_radix_sort),
-        cmocka_unit_test(test_intern),
-        cmocka_unit_test(test_log_quote),
-        cmocka_unit_test(test_utf8_sequences),
-        cmocka_unit_test(test_utf8_check_text),
-        cmocka_unit_test(test_tenant_rule),
-        cmocka_unit_test(test_auth_tenant_map),
-        cmocka_unit_test(test_textfile_read),
+        cmocka_unit_test(test_error_set_and_wrap), cmocka_unit_test(test_buffer_append_and_varints),
+        cmocka_unit_test(test_hash_is_stable),     cmocka_unit_test(test_u64_map),
+        cmocka_unit_test(test_u64_map_large),      cmocka_unit_test(test_u64_map_reserve),
+        cmocka_unit_test(test_radix_sort),         cmocka_unit_test(test_intern),
+        cmocka_unit_test(test_log_quote),          cmocka_unit_test(test_utf8_sequences),
+        cmocka_unit_test(test_utf8_check_text),    cmocka_unit_test(test_tenant_rule),
+        cmocka_unit_test(test_auth_tenant_map),    cmocka_unit_test(test_textfile_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

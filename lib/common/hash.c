@@ -1,6 +1,8 @@
 /*
- * hash.c - see hash.h. Tables grow at 50% load (u64 map) and 60% (intern) so probe sequences stay
- * short; growth rehashes in place into a new array.
+ * hash.c - see hash.h. Tables grow at 75% load (u64 map) and 60% (intern); growth rehashes into a
+ * new array. The u64 map's slots are 16 bytes, four to a cache line, so at 3/4 a probe sequence
+ * rarely leaves the line it starts in, and a merge's call tree of 2.7 M nodes keeps its child map
+ * in 64 MiB instead of 128 (at 1/2 it measured no faster: the probes are prefetched).
  */
 #include "common/hash.h"
 
@@ -59,7 +61,7 @@ void strata_hash_bytes_pair(const void *data, size_t len, uint64_t seed_a, uint6
 
 static size_t capacity_for(size_t expected) {
     size_t cap = 16;
-    while (cap < expected * 2)
+    while (cap < expected + expected / 3 + 1)
         cap *= 2;
     return cap;
 }
@@ -149,7 +151,7 @@ int strata_u64_map_reserve(strata_u64_map *m, size_t count) {
 uint64_t *strata_u64_map_upsert(strata_u64_map *m, uint64_t key, uint64_t initial, bool *inserted) {
     if (m->slots == NULL && strata_u64_map_init(m, 16) != 0)
         return NULL;
-    if ((m->count + 1) * 2 > m->mask + 1 && u64_map_grow(m) != 0)
+    if ((m->count + 1) * 4 > (m->mask + 1) * 3 && u64_map_grow(m) != 0)
         return NULL;
     size_t i = strata_hash_u64(key) & m->mask;
     for (;;) {

@@ -1,8 +1,15 @@
 /*
  * query_pool.c - see query_pool.h. A ring buffer of tasks under one mutex and condition variable.
+ *
+ * When the last running query ends and none waits, the pool hands the allocator's free memory
+ * back to the kernel (malloc_trim): a merge allocates and frees hundreds of MiB in pieces that
+ * glibc keeps in its per-thread arenas, and without this the process's RSS crept up by about the
+ * size of a merge with every query (22 MiB to 465 MiB over ten merges of a compacted block of
+ * 2.7 M call-tree nodes), though nothing was in use between them.
  */
 #include "query_pool.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -17,6 +24,7 @@ struct query_pool {
     pthread_cond_t ready;
     task *ring;
     size_t cap, head, count;
+    size_t running; /* tasks being run */
     bool stopping;
     pthread_t *threads;
     size_t n_threads;
@@ -33,9 +41,15 @@ static void *pool_main(void *arg) {
         task t = p->ring[p->head];
         p->head = (p->head + 1) % p->cap;
         p->count--;
+        p->running++;
         pthread_mutex_unlock(&p->mu);
         t.fn(t.arg);
         pthread_mutex_lock(&p->mu);
+        if (--p->running == 0 && p->count == 0) {
+            pthread_mutex_unlock(&p->mu);
+            malloc_trim(0);
+            pthread_mutex_lock(&p->mu);
+        }
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
