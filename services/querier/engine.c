@@ -1224,10 +1224,11 @@ static void frame_memo_free(frame_memo *m);
 
 typedef struct dictionary_memo {
     uint8_t id[16];
-    uint32_t *node;     /* index = dictionary stack id: node + 1, 0 = not yet */
-    size_t n;           /* entries in node */
-    frame_memo *frames; /* indexed by dictionary location id (slot = the block's origins) */
-    size_t n_locations; /* entries in frames' offset and count */
+    uint32_t *node;       /* index = dictionary stack id: node + 1, 0 = not yet */
+    uint64_t *translated; /* one bit per entry of node: node != 0 (stack_memo) */
+    size_t n;             /* entries in node */
+    frame_memo *frames;   /* indexed by dictionary location id (slot = the block's origins) */
+    size_t n_locations;   /* entries in frames' offset and count */
 } dictionary_memo;
 
 typedef struct memo_set {
@@ -1239,6 +1240,7 @@ typedef struct memo_set {
 static void memo_set_free(memo_set *set) {
     for (size_t i = 0; i < set->n; i++) {
         free(set->memos[i].node);
+        free(set->memos[i].translated);
         if (set->memos[i].frames != NULL)
             frame_memo_free(set->memos[i].frames);
         free(set->memos[i].frames);
@@ -1267,6 +1269,33 @@ typedef struct merge_query {
     shared_tree *shared;         /* set by run_merge_attempt */
 } merge_query;
 
+/* Where a merge remembers the call-tree node of each stack it translated: node[slot] = node + 1
+ * (0 = not yet), slot = origin[stack] for a block cut from a writer dictionary (one memo serves
+ * every such block of a query), else the stack id. translated, when given, holds the same answer
+ * one bit per slot: a dictionary's memo of millions of stacks is checked for every stack of every
+ * fresh block, and the bits fit the cache where the nodes do not. */
+typedef struct stack_memo {
+    uint32_t *node;
+    const uint32_t *origin;
+    uint64_t *translated;
+} stack_memo;
+
+static inline uint32_t memo_slot(const stack_memo *sm, uint32_t stack) {
+    return sm->origin != NULL ? sm->origin[stack] : stack;
+}
+
+static inline bool memo_has(const stack_memo *sm, uint32_t slot) {
+    if (sm->translated != NULL)
+        return (sm->translated[slot >> 6] >> (slot & 63)) & 1;
+    return sm->node[slot] != 0;
+}
+
+static inline void memo_record(stack_memo *sm, uint32_t slot, uint32_t node) {
+    sm->node[slot] = node + 1;
+    if (sm->translated != NULL)
+        sm->translated[slot >> 6] |= (uint64_t)1 << (slot & 63);
+}
+
 /* A block's stacks that a merge must translate, in the order it translates them: level by
  * level (a stack's level is one more than its parent's, or 1 when the parent is already in the
  * tree), so no stack in a level waits on another and the child-map probes of a few stacks ahead
@@ -1275,9 +1304,10 @@ typedef struct merge_query {
  * one before). Within a level stacks keep ascending ids, so parents (always earlier ids) still come
  * first where levels are clamped. Reused from block to block: level is all zero between plans. */
 typedef struct stack_plan_entry {
-    uint32_t slot;        /* the stack's memo index (its origin when the block has origins) */
-    uint32_t parent_slot; /* its parent's */
-    uint32_t location;
+    uint32_t slot;          /* the stack's memo slot */
+    uint32_t parent_slot;   /* its parent's */
+    uint32_t location;      /* the block's location id */
+    uint32_t location_slot; /* the location's frame memo slot (frame_slot) */
 } stack_plan_entry;
 
 #define PLAN_MAX_LEVEL 255
@@ -1299,6 +1329,23 @@ static void stack_plan_free(stack_plan *plan) {
     memset(plan, 0, sizeof *plan);
 }
 
+/* Grows an array of n elements of size elem to need elements, the new ones zeroed. */
+static void *grow_zeroed(void *p, size_t n, size_t need, size_t elem) {
+    void *grown = realloc(p, need * elem);
+    if (grown != NULL)
+        memset((char *)grown + n * elem, 0, (need - n) * elem);
+    return grown;
+}
+
+/* A worker's sums per stack of one writer dictionary, for the blocks it put through the shared
+ * tree's memo of that dictionary (translate_sums): summed without the shared tree's lock, added to
+ * the shared tree when the query's blocks are done (add_dictionary_sums_to_tree). */
+typedef struct dictionary_sums {
+    uint8_t id[16];
+    int64_t *sum; /* index = dictionary stack id; wrapping sums */
+    size_t n;
+} dictionary_sums;
+
 typedef struct merge_partial {
     const merge_query *q;
     calltree *tree;
@@ -1310,17 +1357,57 @@ typedef struct merge_partial {
      * clears what it reads), so a block costs no fresh pages to fault in and zero */
     int64_t *per_stack;
     size_t cap_per_stack;
-    uint32_t *touched; /* row_sums.touched, reused likewise */
-    size_t cap_touched;
-    stack_plan plan; /* the stacks to translate, reused likewise */
+    uint64_t *touched;  /* row_sums.touched, reused likewise (all clear between blocks) */
+    size_t cap_touched; /* in bits */
+    stack_plan plan;    /* the stacks to translate, reused likewise */
+    dictionary_sums *dictionary_sums;
+    size_t n_dictionary_sums;
+    uint64_t dictionary_sums_bytes;
 } merge_partial;
 
-/* Grows an array of n elements of size elem to need elements, the new ones zeroed. */
-static void *grow_zeroed(void *p, size_t n, size_t need, size_t elem) {
-    void *grown = realloc(p, need * elem);
-    if (grown != NULL)
-        memset((char *)grown + n * elem, 0, (need - n) * elem);
-    return grown;
+/* The worker's sums for the block's dictionary, grown to its stack count; *out NULL (no error)
+ * past budget bytes: the block's sums then go into the shared tree under its lock. */
+static int dictionary_sums_for(merge_partial *p, uint64_t budget, const block_stack_origins *o,
+                               int64_t **out, strata_error *err) {
+    *out = NULL;
+    dictionary_sums *d = NULL;
+    for (size_t i = 0; i < p->n_dictionary_sums && d == NULL; i++)
+        if (memcmp(p->dictionary_sums[i].id, o->dictionary, sizeof o->dictionary) == 0)
+            d = &p->dictionary_sums[i];
+    size_t need = (size_t)o->dictionary_stacks + 1, have = d != NULL ? d->n : 0;
+    uint64_t more = need > have ? (uint64_t)(need - have) * sizeof(int64_t) : 0;
+    if (p->dictionary_sums_bytes + more > budget)
+        return 0;
+    if (d == NULL) {
+        dictionary_sums *grown =
+            realloc(p->dictionary_sums, (p->n_dictionary_sums + 1) * sizeof *grown);
+        if (grown == NULL)
+            return strata_error_oom(err);
+        p->dictionary_sums = grown;
+        d = &p->dictionary_sums[p->n_dictionary_sums++];
+        memset(d, 0, sizeof *d);
+        memcpy(d->id, o->dictionary, sizeof d->id);
+    }
+    if (need > have) {
+        int64_t *sum = d->sum == NULL ? calloc(need, sizeof *sum)
+                                      : grow_zeroed(d->sum, have, need, sizeof *sum);
+        if (sum == NULL)
+            return strata_error_oom(err);
+        d->sum = sum;
+        d->n = need;
+        p->dictionary_sums_bytes += more;
+    }
+    *out = d->sum;
+    return 0;
+}
+
+static void dictionary_sums_free(merge_partial *p) {
+    for (size_t i = 0; i < p->n_dictionary_sums; i++)
+        free(p->dictionary_sums[i].sum);
+    free(p->dictionary_sums);
+    p->dictionary_sums = NULL;
+    p->n_dictionary_sums = 0;
+    p->dictionary_sums_bytes = 0;
 }
 
 /* The memo for the block's dictionary in set, grown to its stack and location counts; *out NULL
@@ -1336,7 +1423,7 @@ static int dictionary_memo_for(memo_set *set, uint64_t budget, const block_stack
     size_t need = (size_t)o->dictionary_stacks + 1, need_l = (size_t)o->dictionary_locations + 1;
     size_t have = m != NULL ? m->n : 0, have_l = m != NULL ? m->n_locations : 0;
     size_t grow = need > have ? need - have : 0, grow_l = need_l > have_l ? need_l - have_l : 0;
-    uint64_t more = (uint64_t)grow * sizeof(uint32_t) + (uint64_t)grow_l * 6;
+    uint64_t more = (uint64_t)grow * (sizeof(uint32_t) + 1) + (uint64_t)grow_l * 6;
     if (set->bytes + more > budget)
         return 0;
     if (m == NULL) {
@@ -1354,11 +1441,19 @@ static int dictionary_memo_for(memo_set *set, uint64_t budget, const block_stack
     if (grow > 0) {
         uint32_t *node =
             m->n == 0 ? calloc(need, sizeof *node) : grow_zeroed(m->node, m->n, need, sizeof *node);
-        if (node == NULL)
+        if (node != NULL)
+            m->node = node;
+        size_t words = (m->n + 63) / 64, need_words = (need + 63) / 64;
+        uint64_t *bits = m->n == 0 ? calloc(need_words, sizeof *bits)
+                                   : grow_zeroed(m->translated, words, need_words, sizeof *bits);
+        if (bits != NULL)
+            m->translated = bits;
+        if (node == NULL || bits == NULL)
             return strata_error_oom(err);
-        if (m->n == 0)
+        if (m->n == 0) {
             node[0] = CALLTREE_ROOT + 1; /* the empty stack */
-        m->node = node;
+            bits[0] = 1;
+        }
         m->n = need;
     }
     if (grow_l > 0) {
@@ -1553,14 +1648,12 @@ static int grow_u32(uint32_t **p, size_t *cap, size_t need, strata_error *err) {
     return 0;
 }
 
-/* Marks `stack` and its ancestors not yet in the tree (memo, indexed through origin when given:
- * node + 1, 0 = not yet) or in the plan, with their levels. */
-static int plan_stack(block_reader *r, stack_plan *plan, const uint32_t *memo,
-                      const uint32_t *origin, uint32_t stack, strata_error *err) {
-#define SLOT(id) (origin != NULL ? origin[id] : (id))
+/* Marks `stack` and its ancestors neither in the memo nor in the plan yet, with their levels. */
+static int plan_stack(block_reader *r, stack_plan *plan, const stack_memo *sm, uint32_t stack,
+                      strata_error *err) {
     size_t n_path = 0;
     uint32_t id = stack;
-    while (memo[SLOT(id)] == 0 && plan->level[id] == 0) { /* stack 0 is always in the memo */
+    while (!memo_has(sm, memo_slot(sm, id)) && plan->level[id] == 0) { /* stack 0 always is */
         if (grow_u32(&plan->path, &plan->cap_path, n_path + 1, err) != 0)
             return -1;
         plan->path[n_path++] = id;
@@ -1569,7 +1662,7 @@ static int plan_stack(block_reader *r, stack_plan *plan, const uint32_t *memo,
             return -1;
         id = parent;
     }
-    unsigned level = memo[SLOT(id)] != 0 ? 0 : plan->level[id];
+    unsigned level = memo_has(sm, memo_slot(sm, id)) ? 0 : plan->level[id];
     while (n_path > 0) {
         if (level < PLAN_MAX_LEVEL)
             level++;
@@ -1578,13 +1671,12 @@ static int plan_stack(block_reader *r, stack_plan *plan, const uint32_t *memo,
         plan->n_entries++;
     }
     return 0;
-#undef SLOT
 }
 
 /* Lays the marked stacks out by level (a counting sort over the block's stack ids, which clears
  * the marks). */
-static int plan_order(block_reader *r, stack_plan *plan, const uint32_t *origin, size_t n_stacks,
-                      strata_error *err) {
+static int plan_order(block_reader *r, stack_plan *plan, const stack_memo *sm, const frame_memo *m,
+                      size_t n_stacks, strata_error *err) {
     if (plan->n_entries > plan->cap_entries) {
         free(plan->entries);
         plan->entries = malloc(plan->n_entries * sizeof *plan->entries);
@@ -1615,9 +1707,10 @@ static int plan_order(block_reader *r, stack_plan *plan, const uint32_t *origin,
         if (block_reader_stack_node(r, (uint32_t)id, &parent, &loc, err) != 0)
             return -1;
         plan->entries[plan->per_level[level]++] = (stack_plan_entry){
-            .slot = origin != NULL ? origin[id] : (uint32_t)id,
-            .parent_slot = origin != NULL ? origin[parent] : parent,
+            .slot = memo_slot(sm, (uint32_t)id),
+            .parent_slot = memo_slot(sm, parent),
             .location = loc,
+            .location_slot = frame_slot(m, loc),
         };
     }
     memset(plan->per_level, 0, sizeof plan->per_level);
@@ -1627,8 +1720,8 @@ static int plan_order(block_reader *r, stack_plan *plan, const uint32_t *origin,
 /* How far apart translate_plan's prefetch stages are, in stacks. */
 #define PLAN_PREFETCH 8
 
-/* Translates the planned stacks into tree, in plan order, recording each stack's node in memo. */
-static int translate_plan(block_reader *r, calltree *tree, frame_memo *m, uint32_t *memo,
+/* Translates the planned stacks into tree, in plan order, recording each stack's node. */
+static int translate_plan(block_reader *r, calltree *tree, frame_memo *m, stack_memo *sm,
                           const stack_plan *plan, strata_error *err) {
     const stack_plan_entry *e = plan->entries;
     size_t n = plan->n_entries;
@@ -1636,34 +1729,33 @@ static int translate_plan(block_reader *r, calltree *tree, frame_memo *m, uint32
         /* Three stages ahead: the location's frame offset; its first frame and the parent's node;
          * then the child map's slot for the two. */
         if (i + 3 * PLAN_PREFETCH < n)
-            __builtin_prefetch(&m->offset[frame_slot(m, e[i + 3 * PLAN_PREFETCH].location)]);
+            __builtin_prefetch(&m->offset[e[i + 3 * PLAN_PREFETCH].location_slot]);
         if (i + 2 * PLAN_PREFETCH < n) {
             const stack_plan_entry *ahead = &e[i + 2 * PLAN_PREFETCH];
-            uint32_t offset = m->offset[frame_slot(m, ahead->location)];
-            __builtin_prefetch(&memo[ahead->parent_slot]);
+            uint32_t offset = m->offset[ahead->location_slot];
+            __builtin_prefetch(&sm->node[ahead->parent_slot]);
             if (offset != 0)
                 __builtin_prefetch(&m->frames[offset - 1]);
         }
         if (i + PLAN_PREFETCH < n) {
             const stack_plan_entry *ahead = &e[i + PLAN_PREFETCH];
-            uint32_t parent = memo[ahead->parent_slot];
-            uint32_t ls = frame_slot(m, ahead->location);
-            if (parent != 0 && m->offset[ls] != 0)
-                calltree_prefetch_child(tree, parent - 1, m->frames[m->offset[ls] - 1]);
+            uint32_t parent = sm->node[ahead->parent_slot];
+            uint32_t offset = m->offset[ahead->location_slot];
+            if (parent != 0 && offset != 0)
+                calltree_prefetch_child(tree, parent - 1, m->frames[offset - 1]);
         }
-        uint32_t parent = memo[e[i].parent_slot];
+        uint32_t parent = sm->node[e[i].parent_slot];
         if (parent == 0)
             return strata_error_set(err, STRATA_INTERNAL,
                                     "merge: a stack's parent was not translated before it");
-        uint32_t node = parent - 1;
-        uint32_t ls = frame_slot(m, e[i].location);
+        uint32_t node = parent - 1, ls = e[i].location_slot;
         if (m->offset[ls] == 0 && translate_location(r, tree, m, e[i].location, err) != 0)
             return -1;
         const uint32_t *frames = m->frames + m->offset[ls] - 1;
         for (uint16_t f = 0; f < m->count[ls]; f++)
             if (calltree_child(tree, node, frames[f], &node, err) != 0)
                 return -1;
-        memo[e[i].slot] = node + 1;
+        memo_record(sm, e[i].slot, node);
     }
     return 0;
 }
@@ -1673,26 +1765,19 @@ static int translate_plan(block_reader *r, calltree *tree, frame_memo *m, uint32
 typedef struct row_sums {
     int64_t *per_stack; /* indexed by stack id */
     size_t n_stacks;
-    /* The stacks whose sums were made non-zero, in that order (a stack may repeat), so a query
-     * of one series in a block of many reads its own stacks, not the whole array; when more than
-     * cap_touched go in, touched_all is set and the whole array is read. */
-    uint32_t *touched;
-    size_t n_touched, cap_touched;
-    bool touched_all;
+    /* One bit per stack whose sum was touched: the stacks are read back in ascending order (the
+     * arrays indexed by stack id are then read in order, not at random, which over fresh blocks
+     * was a third of a merge) and a query of one series in a block of many reads only its own
+     * stacks' words. Cleared as the sums are read. */
+    uint64_t *touched;
     sample_view *view;      /* NULL when no sample needs more than its stack */
     strata_u64_map grouped; /* ((label frame + 1) << 32 | stack) -> wrapping sum */
     uint64_t passed;        /* rows counted */
 } row_sums;
 
 static inline void add_to_stack(row_sums *sums, uint32_t stack, uint64_t value) {
-    uint64_t *sum = (uint64_t *)&sums->per_stack[stack];
-    if (*sum == 0 && !sums->touched_all) {
-        if (sums->n_touched < sums->cap_touched)
-            sums->touched[sums->n_touched++] = stack;
-        else
-            sums->touched_all = true;
-    }
-    *sum += value;
+    sums->touched[stack >> 6] |= (uint64_t)1 << (stack & 63);
+    *(uint64_t *)&sums->per_stack[stack] += value;
 }
 
 /* Adds (stack, value) rows of one series to the sums in wrapping arithmetic, the values
@@ -1915,14 +2000,40 @@ static int sum_rows(block_reader *r, merge_partial *p, const block_profile *prof
     return rc;
 }
 
-/* Adds the per-stack sums to tree, each stack translated through memo (indexed by origin[stack]
- * when origin is given, else by stack id), and clears them. The stacks not yet in the tree are
- * planned first, so the tree grows once, by what they add, and they are translated level by
- * level (stack_plan). */
-static int add_stack_sums(block_reader *r, const merge_query *q, calltree *tree, frame_memo *m,
-                          stack_plan *plan, uint32_t *memo, const uint32_t *origin, row_sums *sums,
-                          merge_result *res, strata_error *err) {
-    size_t n = sums->touched_all ? sums->n_stacks : sums->n_touched;
+/* Walks the touched stacks in ascending order: summed_next gives each in *stack. */
+typedef struct summed_iter {
+    const uint64_t *bits;
+    size_t words, word;
+    uint64_t rest; /* bits of words[word] not yet given */
+} summed_iter;
+
+static inline summed_iter summed_begin(const row_sums *sums) {
+    summed_iter it = {sums->touched, (sums->n_stacks + 63) / 64, 0, 0};
+    if (it.words > 0)
+        it.rest = it.bits[0];
+    return it;
+}
+
+static inline bool summed_next(summed_iter *it, uint32_t *stack) {
+    while (it->rest == 0) {
+        if (++it->word >= it->words)
+            return false;
+        it->rest = it->bits[it->word];
+    }
+    *stack = (uint32_t)(it->word * 64 + (size_t)__builtin_ctzll(it->rest));
+    it->rest &= it->rest - 1;
+    return true;
+}
+
+static void summed_clear(row_sums *sums) {
+    memset(sums->touched, 0, (sums->n_stacks + 63) / 64 * sizeof *sums->touched);
+}
+
+/* Translates the stacks with sums that are not in the tree yet (memo, indexed by origin[stack]
+ * when origin is given, else by stack id: node + 1, 0 = not yet): planned first, so the tree grows
+ * once, by what they add, then translated level by level (stack_plan). */
+static int translate_summed_stacks(block_reader *r, calltree *tree, frame_memo *m, stack_plan *plan,
+                                   stack_memo *sm, const row_sums *sums, strata_error *err) {
     if (sums->n_stacks > plan->cap_level) {
         free(plan->level);
         plan->level = calloc(sums->n_stacks, 1);
@@ -1932,35 +2043,63 @@ static int add_stack_sums(block_reader *r, const merge_query *q, calltree *tree,
     }
     plan->n_entries = 0;
     int rc = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        uint32_t s = sums->touched_all ? (uint32_t)i : sums->touched[i];
-        if (sums->per_stack[s] != 0)
-            rc = plan_stack(r, plan, memo, origin, s, err);
-    }
+    summed_iter it = summed_begin(sums);
+    for (uint32_t s; rc == 0 && summed_next(&it, &s);)
+        if (sums->per_stack[s] != 0 && !memo_has(sm, memo_slot(sm, s)))
+            rc = plan_stack(r, plan, sm, s, err);
     if (rc == 0 && plan->n_entries > 0)
-        rc = plan_order(r, plan, origin, sums->n_stacks, err);
+        rc = plan_order(r, plan, sm, m, sums->n_stacks, err);
     if (rc != 0) { /* leave no marks for the next block */
         memset(plan->level, 0, sums->n_stacks);
         memset(plan->per_level, 0, sizeof plan->per_level);
         return -1;
     }
-    if (calltree_reserve(tree, calltree_node_count(tree) + plan->n_entries, err) != 0 ||
-        translate_plan(r, tree, m, memo, plan, err) != 0)
+    if (plan->n_entries == 0)
+        return 0;
+    if (calltree_reserve(tree, calltree_node_count(tree) + plan->n_entries, err) != 0)
         return -1;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t s = sums->touched_all ? (uint32_t)i : sums->touched[i];
+    return translate_plan(r, tree, m, sm, plan, err);
+}
+
+/* Adds the per-stack sums to tree, each stack translated through memo (see
+ * translate_summed_stacks), and clears them. */
+static int add_stack_sums(block_reader *r, const merge_query *q, calltree *tree, frame_memo *m,
+                          stack_plan *plan, stack_memo *sm, row_sums *sums, merge_result *res,
+                          strata_error *err) {
+    if (translate_summed_stacks(r, tree, m, plan, sm, sums, err) != 0)
+        return -1;
+    summed_iter it = summed_begin(sums);
+    for (uint32_t s; summed_next(&it, &s);) {
         int64_t value = sums->per_stack[s];
         if (value == 0)
-            continue; /* never touched, or summed to zero, or a repeat already read */
+            continue; /* summed to zero */
         sums->per_stack[s] = 0;
         res->total += value;
-        uint32_t node = memo[origin != NULL ? origin[s] : s] - 1;
+        uint32_t node = sm->node[memo_slot(sm, s)] - 1;
         if (q->base)
             calltree_add_base(tree, node, value);
         else
             calltree_add(tree, node, value);
     }
+    summed_clear(sums);
     return 0;
+}
+
+/* Moves the per-stack sums into a worker's sums per dictionary stack (origin[stack]), and clears
+ * them: no lock, no tree; the query adds them to the shared tree once, at its end. */
+static void add_dictionary_sums(row_sums *sums, const uint32_t *origin, int64_t *by_origin,
+                                merge_result *res) {
+    summed_iter it = summed_begin(sums);
+    for (uint32_t s; summed_next(&it, &s);) {
+        int64_t value = sums->per_stack[s];
+        if (value == 0)
+            continue;
+        sums->per_stack[s] = 0;
+        res->total += value;
+        uint64_t *sum = (uint64_t *)&by_origin[origin[s]];
+        *sum += (uint64_t)value; /* wrapping, as the tree's sums */
+    }
+    summed_clear(sums);
 }
 
 /* Puts a block's sums into a tree. A block cut from a writer dictionary (its stacks have
@@ -1981,21 +2120,31 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
     int rc = 0;
     if (has_origins && sums->view == NULL) {
         shared_tree *shared = q->shared;
+        int64_t *by_origin = NULL;
+        uint64_t budget = q->max_bytes / (q->workers ? q->workers : 1) / 4;
+        if (dictionary_sums_for(p, budget, &origins, &by_origin, err) != 0)
+            return -1;
         pthread_mutex_lock(&shared->mu);
         rc = dictionary_memo_for(&shared->memos, q->max_bytes / 4, &origins, &dm, err);
         if (rc == 0 && dm != NULL) {
             symbol_ids ids = {0};
+            stack_memo sm = {dm->node, origins.origin, dm->translated};
             p->result.dictionary_blocks++;
             dm->frames->slot = origins.location_origin;
             dm->frames->ids = &ids;
-            rc = add_stack_sums(r, q, shared->tree, dm->frames, &p->plan, dm->node, origins.origin,
-                                sums, &p->result, err);
+            if (by_origin != NULL) /* only what is new needs the lock */
+                rc = translate_summed_stacks(r, shared->tree, dm->frames, &p->plan, &sm, sums, err);
+            else
+                rc = add_stack_sums(r, q, shared->tree, dm->frames, &p->plan, &sm, sums, &p->result,
+                                    err);
             dm->frames->slot = NULL;
             dm->frames->ids = NULL;
             symbol_ids_free(&ids);
         }
         shared->bytes = calltree_memory_bytes(shared->tree) + shared->memos.bytes;
         pthread_mutex_unlock(&shared->mu);
+        if (rc == 0 && dm != NULL && by_origin != NULL)
+            add_dictionary_sums(sums, origins.origin, by_origin, &p->result);
         if (rc != 0 || dm != NULL)
             return rc;
     }
@@ -2019,14 +2168,15 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
             rc = strata_error_oom(err);
         } else {
             own[0] = CALLTREE_ROOT + 1; /* the empty stack */
-            rc = add_stack_sums(r, q, p->tree, &m, &p->plan, own, NULL, sums, &p->result, err);
+            stack_memo sm = {.node = own};
+            rc = add_stack_sums(r, q, p->tree, &m, &p->plan, &sm, sums, &p->result, err);
         }
     } else if (rc == 0) {
         p->result.dictionary_blocks++;
         dm->frames->slot = origins.location_origin;
         dm->frames->ids = &ids;
-        rc = add_stack_sums(r, q, p->tree, dm->frames, &p->plan, dm->node, origins.origin, sums,
-                            &p->result, err);
+        stack_memo sm = {dm->node, origins.origin, dm->translated};
+        rc = add_stack_sums(r, q, p->tree, dm->frames, &p->plan, &sm, sums, &p->result, err);
         dm->frames->slot = NULL;
         dm->frames->ids = NULL;
     }
@@ -2062,13 +2212,12 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
     int rc = per_stack == NULL ? strata_error_oom(err) : 0;
     sample_view view;
     row_sums sums = {.per_stack = per_stack, .n_stacks = n_stacks};
-    if (n_stacks / 4 + 64 > p->cap_touched) {
+    if (n_stacks > p->cap_touched) {
         free(p->touched);
-        p->touched = malloc((n_stacks / 4 + 64) * sizeof *p->touched);
-        p->cap_touched = p->touched != NULL ? n_stacks / 4 + 64 : 0;
+        p->touched = calloc((n_stacks + 63) / 64, sizeof *p->touched);
+        p->cap_touched = p->touched != NULL ? n_stacks : 0;
     }
     sums.touched = p->touched;
-    sums.cap_touched = p->cap_touched;
     if (rc == 0 && sums.touched == NULL)
         rc = strata_error_oom(err);
     if (rc == 0)
@@ -2090,6 +2239,8 @@ static int merge_profiles_into(block_reader *r, merge_partial *p, const block_pr
         note_profiles(&p->result, profiles, n);
     if (rc != 0 && per_stack != NULL) /* the sums may be left half read */
         memset(per_stack, 0, n_stacks * sizeof *per_stack);
+    if (rc != 0 && sums.touched != NULL)
+        summed_clear(&sums);
     strata_u64_map_free(&sums.grouped);
     sample_view_free(&view);
     return rc;
@@ -2105,7 +2256,7 @@ static int check_tree_memory(const merge_partial *p, strata_error *err) {
     pthread_mutex_unlock(&shared->mu);
     uint64_t room = p->q->max_bytes > shared_bytes ? p->q->max_bytes - shared_bytes : 0;
     uint64_t share = room / (p->q->workers ? p->q->workers : 1);
-    size_t bytes = calltree_memory_bytes(p->tree) + p->memos.bytes;
+    size_t bytes = calltree_memory_bytes(p->tree) + p->memos.bytes + p->dictionary_sums_bytes;
     if (bytes <= share && shared_bytes <= p->q->max_bytes)
         return 0;
     bytes += shared_bytes;
@@ -2162,6 +2313,33 @@ static void merge_results_add(merge_result *dst, const merge_result *src) {
     dst->dictionary_blocks += src->dictionary_blocks;
 }
 
+/* Adds a worker's dictionary sums to the shared tree, through the memo of each dictionary, which
+ * translated every stack the worker summed. */
+static int add_dictionary_sums_to_tree(shared_tree *shared, merge_partial *p, bool base,
+                                       strata_error *err) {
+    for (size_t d = 0; d < p->n_dictionary_sums; d++) {
+        const dictionary_sums *ds = &p->dictionary_sums[d];
+        const dictionary_memo *m = NULL;
+        for (size_t i = 0; i < shared->memos.n && m == NULL; i++)
+            if (memcmp(shared->memos.memos[i].id, ds->id, sizeof ds->id) == 0)
+                m = &shared->memos.memos[i];
+        for (size_t id = 0; id < ds->n; id++) {
+            int64_t value = ds->sum[id];
+            if (value == 0)
+                continue;
+            if (m == NULL || id >= m->n || m->node[id] == 0)
+                return strata_error_set(err, STRATA_INTERNAL,
+                                        "merge: dictionary stack %zu summed but not translated",
+                                        id);
+            if (base)
+                calltree_add_base(shared->tree, m->node[id] - 1, value);
+            else
+                calltree_add(shared->tree, m->node[id] - 1, value);
+        }
+    }
+    return 0;
+}
+
 static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q, calltree *tree,
                              merge_result *result, strata_error *err) {
     memset(result, 0, sizeof *result);
@@ -2204,6 +2382,8 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
     if (rc == 0)
         rc = engine_for_each_block(e, blocks, n_blocks, block_merge, ptrs, workers, skipped, &stats,
                                    err);
+    for (size_t w = 0; rc == 0 && w < workers; w++)
+        rc = add_dictionary_sums_to_tree(&shared, &parts[w], q->base, err);
     block_index_release_all(e->index, blocks, n_blocks);
     block_selections_free(q->selections, n_blocks);
     q->selections = NULL;
@@ -2237,6 +2417,7 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
         free(parts[w].per_stack);
         free(parts[w].touched);
         stack_plan_free(&parts[w].plan);
+        dictionary_sums_free(&parts[w]);
     }
     calltree_free(shared.tree);
     memo_set_free(&shared.memos);
