@@ -11,6 +11,11 @@ The data goes in as users send it and the queries come out as users ask them:
      time, 0.1 real time); push_load also writes every profile as a gzipped pprof file for the
      peer. Every call is acknowledged only once its level-1 block is durable, so what is queried
      is the fresh blocks the ingester wrote (one per flush: the pace sets how many).
+     With --go the profiles are real ones instead: the Go compiler's CPU profiles in
+     bench/testdata (five packages compiled, 150-1,100 stacks each), --processes targets
+     (job="go-fleet", instance="target-N", profile type process_cpu) each taking the files in
+     turn, window by window, re-stamped (push_load --pprof ... --once); one process is then an
+     {instance=...} selector.
   2. fresh: `strata query merge` (the gRPC QueryService client) of the whole window, all
      processes, --runs times; then of one process (a {pod=...} selector) over the window. For
      each query: the server's CPU (utime + stime of all its threads, /proc/PID/stat) spent on
@@ -28,7 +33,7 @@ server CPU-second.
 
   bench/fresh_query.py [--build build-perf] [--minutes 6] [--processes 100] [--runs 3]
                        [--per-request 10] [--threads 4] [--windows-per-second 1]
-                       [--no-peer] [--fresh-only] [--keep]
+                       [--no-peer] [--fresh-only] [--keep] [--go]
 """
 import argparse
 import json
@@ -46,6 +51,10 @@ from cluster_bench import ROOT, cpu_seconds, free_port  # noqa: E402
 from fleet_bench import status_kib  # noqa: E402
 
 TYPE = "parca_agent:samples:count:cpu:nanoseconds:delta"
+ONE = "pod"  # the label that names one process
+GO_FILES = ["go_compiler_cpu.pb.gz", "go_compiler_cpu_encoding_json.pb.gz",
+            "go_compiler_cpu_go_types.pb.gz", "go_compiler_cpu_crypto_tls.pb.gz",
+            "go_compiler_cpu_text_template.pb.gz"]
 START_UNIX = 1767225600  # 2026-01-01T00:00:00Z: window w of the data is at START + 10 w s
 START = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(START_UNIX))
 
@@ -133,7 +142,7 @@ def measure(binary, srv, end, runs, pod, samples, one_samples):
     for i in range(runs):
         rows.append(("all processes", i + 1, timed_query(binary, srv, "{}", end), samples))
     for i in range(runs):
-        rows.append(("one process", i + 1, timed_query(binary, srv, '{pod="%s"}' % pod, end),
+        rows.append(("one process", i + 1, timed_query(binary, srv, '{%s="%s"}' % (ONE, pod), end),
                      one_samples))
     return rows
 
@@ -186,7 +195,7 @@ def peer(pprof_dir, work):
 
 def first_pod(srv, end):
     q = urllib.parse.urlencode({"match": TYPE + "{}", "start": START, "end": end})
-    with urllib.request.urlopen(f"{srv.http}/api/v1/labels/pod/values?{q}", timeout=60) as r:
+    with urllib.request.urlopen(f"{srv.http}/api/v1/labels/{ONE}/values?{q}", timeout=60) as r:
         return json.load(r)["label_values"][0]
 
 
@@ -212,7 +221,17 @@ def main():
                     help="stop after the fresh queries (with --keep: a bucket of fresh blocks to "
                          "profile queries on)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--go", action="store_true",
+                    help="real Go CPU profiles (bench/testdata) instead of agent-like ones")
     args = ap.parse_args()
+    global TYPE, ONE
+    source = []
+    if args.go:
+        TYPE = "process_cpu:samples:count:cpu:nanoseconds:delta"
+        ONE = "instance"
+        for f in GO_FILES:
+            source += ["--pprof", os.path.join(ROOT, "bench", "testdata", f) + ":process_cpu"]
+        source += ["--targets", str(args.processes)]
     binary = os.path.join(ROOT, args.build, "cmd", "strata", "strata")
     load = os.path.join(ROOT, args.build, "bench", "push_load")
     work = tempfile.mkdtemp(prefix="strata-fresh-query-")
@@ -225,7 +244,7 @@ def main():
     try:
         srv = Server(binary, work, "all", no_compactor)
         out = subprocess.run([load, "--address", srv.grpc, "--once", "--windows", str(windows),
-                              "--processes", str(args.processes), "--per-request",
+                              "--processes", str(args.processes)] + source + ["--per-request",
                               str(args.per_request), "--threads", str(args.threads),
                               "--start-unix", str(START_UNIX), "--dump-dir", pprof_dir,
                               "--windows-per-second", str(args.windows_per_second)],

@@ -5,10 +5,12 @@
  * window holding --processes processes' gzipped CPU profiles, as one node's agent sends them),
  * or, with --pprof FILE:TYPE (repeatable), requests of --series series each cut from those
  * files as a scraper batches a fleet's profiles (--targets instances; bench/testdata holds real Go
- * profiles), then --threads threads send them round-robin over the --address list for --seconds,
- * each call waiting for its acknowledgement (the ingester acknowledges once the block holding the
- * write is durable in the bucket). The load generator does little work per request (the bytes are
- * ready), so the figures are the ingesters'.
+ * profiles; with --once, --windows windows of --targets processes each, the files taken in turn
+ * and re-stamped window by window, in requests of --per-request: build_file_requests_split), then
+ * --threads threads send them round-robin over the --address list for --seconds, each call waiting
+ * for its acknowledgement (the ingester acknowledges once the block holding the write is durable in
+ * the bucket). The load generator does little work per request (the bytes are ready), so the
+ * figures are the ingesters'.
  *
  *   build/bench/push_load --address HOST:PORT [--address ...] [--seconds N] [--threads N]
  *                         [--windows N] [--processes N] [--per-request N] [--dump-dir DIR]
@@ -153,7 +155,11 @@ int main(int argc, char **argv) {
                         "[--pprof FILE:TYPE ... [--targets N] [--series N]]\n");
         return 2;
     }
-    if (n_files > 0) {
+    if (n_files > 0 && l.once) {
+        build_file_requests_split(files, n_files, windows, targets, per_request,
+                                  start_unix * INT64_C(1000000000), dump_dir, &l.set);
+        processes = targets;
+    } else if (n_files > 0) {
         build_file_requests(files, n_files, targets, series, windows, &l.set);
         processes = series; /* profiles per request */
         per_request = series;
@@ -162,12 +168,12 @@ int main(int argc, char **argv) {
                                    start_unix * INT64_C(1000000000), dump_dir, &l.set);
     }
     /* profiles in all the requests, and per request (the last of a window's may be shorter) */
-    uint64_t total_profiles =
-        n_files > 0 ? (uint64_t)l.set.n * series : (uint64_t)windows * processes;
-    if (n_files == 0 && (per_request == 0 || per_request > processes))
+    bool windowed = n_files == 0 || l.once; /* requests come window by window */
+    uint64_t total_profiles = windowed ? (uint64_t)windows * processes : (uint64_t)l.set.n * series;
+    if (windowed && (per_request == 0 || per_request > processes))
         per_request = processes;
-    l.requests_per_second = windows_per_second *
-                            (double)(n_files > 0 ? 1 : (processes + per_request - 1) / per_request);
+    l.requests_per_second =
+        windows_per_second * (double)(windowed ? (processes + per_request - 1) / per_request : 1);
     l.samples_per_request = l.set.pprof_samples / l.set.n;
     l.stored_samples_per_request = l.set.samples / l.set.n;
     strata_error err;

@@ -235,6 +235,73 @@ void build_agent_requests_split(size_t windows, size_t processes, size_t per_req
     agentgen_free(g);
 }
 
+void build_file_requests_split(const pprof_file *files, size_t n_files, size_t windows,
+                               size_t targets, size_t per_request, int64_t start_ns,
+                               const char *dump_dir, request_set *set) {
+    if (per_request == 0 || per_request > targets)
+        per_request = targets;
+    size_t chunks = (targets + per_request - 1) / per_request;
+    pprof_profile *decoded = calloc(n_files, sizeof *decoded);
+    strata_buffer *raw = calloc(n_files, sizeof *raw);
+    label_set *labels = calloc(targets, sizeof *labels);
+    strata_buffer *pprofs = calloc(targets, sizeof *pprofs);
+    const char **names = calloc(targets, sizeof *names);
+    set->requests = calloc(windows * chunks, sizeof *set->requests);
+    if (!decoded || !raw || !labels || !pprofs || !names || !set->requests)
+        die("out of memory", NULL);
+    strata_error err;
+    for (size_t f = 0; f < n_files; f++) {
+        read_whole_file(files[f].path, &raw[f]);
+        if (pprof_decode(raw[f].data, raw[f].len, NULL, &decoded[f], &err) != 0)
+            die(files[f].path, &err);
+    }
+    for (size_t t = 0; t < targets; t++) {
+        char instance[32];
+        snprintf(instance, sizeof instance, "target-%zu", t);
+        labels[t] = (label_set)LABEL_SET_INIT;
+        if (label_set_add(&labels[t], "job", 3, "go-fleet", 8, &err) != 0 ||
+            label_set_add(&labels[t], "instance", 8, instance, strlen(instance), &err) != 0)
+            die("labels", &err);
+    }
+    for (size_t w = 0; w < windows; w++) {
+        for (size_t t = 0; t < targets; t++) {
+            size_t f = (t + w) % n_files;
+            pprof_profile *prof = &decoded[f];
+            prof->time_nanos = start_ns + (int64_t)(10 * w + t % 10) * INT64_C(1000000000);
+            prof->duration_nanos = INT64_C(10000000000);
+            set->samples += count_samples(prof);
+            set->pprof_samples += count_pprof_samples(prof);
+            strata_buffer_reset(&pprofs[t]);
+            if (pprof_encode(prof, true, &pprofs[t], &err) != 0)
+                die("encode", &err);
+            set->pprof_bytes += pprofs[t].len;
+            names[t] = files[f].name;
+            if (dump_dir != NULL)
+                dump_pprof(dump_dir, w, t, &pprofs[t]);
+        }
+        for (size_t c = 0; c < chunks; c++) {
+            size_t first = c * per_request;
+            size_t n = targets - first < per_request ? targets - first : per_request;
+            encode_request_named(labels + first, names + first, pprofs + first, n,
+                                 &set->requests[w * chunks + c]);
+        }
+    }
+    set->n = windows * chunks;
+    for (size_t f = 0; f < n_files; f++) {
+        pprof_profile_free(&decoded[f]);
+        strata_buffer_free(&raw[f]);
+    }
+    for (size_t t = 0; t < targets; t++) {
+        label_set_free(&labels[t]);
+        strata_buffer_free(&pprofs[t]);
+    }
+    free(decoded);
+    free(raw);
+    free(labels);
+    free(pprofs);
+    free(names);
+}
+
 /* One request per 10 s window holding every process's profile, as a node's agents would send. */
 void build_agent_requests(size_t windows, size_t processes, request_set *set) {
     build_agent_requests_split(windows, processes, processes, 0, NULL, set);

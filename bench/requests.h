@@ -53,6 +53,15 @@ typedef struct pprof_file {
  * job="fleet", instance="target-N". Exits on a file that cannot be read or decoded. */
 void build_file_requests(const pprof_file *files, size_t n_files, size_t targets,
                          size_t series_per_request, size_t n_requests, request_set *set);
+/* The files as a fleet of `targets` processes over `windows` 10 s windows, for data that queries
+ * read back: window w holds one profile per target, file (t + w) % n_files re-stamped at
+ * start_ns + 10 w s + (t % 10) s with a 10 s duration, in series job="go-fleet",
+ * instance="target-N" (one per target and file type), in requests of at most per_request
+ * profiles in time order; each profile also written to dump_dir (when not NULL) as
+ * w<window>-p<target>.pb.gz. */
+void build_file_requests_split(const pprof_file *files, size_t n_files, size_t windows,
+                               size_t targets, size_t per_request, int64_t start_ns,
+                               const char *dump_dir, request_set *set);
 void free_set(request_set *set);
 
 #endif
