@@ -26,42 +26,20 @@
 #include "pprof/pprof.h"
 
 #include <libdeflate.h>
+
+#include "common/protobuf_writer.h"
 #include <limits.h>
 #include <string.h>
 #include <zlib.h>
 
-enum { WIRE_VARINT = 0, WIRE_LEN = 2 };
+/* Every field number here is below 16: keys are one byte (strata_pb_key_size). */
 
-#define KEY(field, wire) ((uint8_t)((field) << 3 | (wire)))
-
-static size_t varint_size(uint64_t v) {
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-/* Size of a varint field, omitted when zero. */
 static size_t varint_field_size(uint64_t v) {
-    return v == 0 ? 0 : 1 + varint_size(v);
+    return strata_pb_varint_field_size(1, v);
 }
 
 static size_t len_field_size(size_t len) {
-    return 1 + varint_size(len) + len;
-}
-
-static uint8_t *put_varint_field(uint8_t *o, unsigned field, uint64_t v) {
-    if (v == 0)
-        return o;
-    *o++ = KEY(field, WIRE_VARINT);
-    return o + strata_uvarint_put(o, v);
-}
-
-static uint8_t *put_len_key(uint8_t *o, unsigned field, size_t len) {
-    *o++ = KEY(field, WIRE_LEN);
-    return o + strata_uvarint_put(o, len);
+    return strata_pb_len_field_size(1, len);
 }
 
 /* Reserves room for one field of payload size `len` (key and length included) and returns the
@@ -79,14 +57,14 @@ static void end_field(strata_buffer *b, const uint8_t *cursor) {
 static size_t packed_u64_size(const uint64_t *values, size_t n) {
     size_t size = 0;
     for (size_t i = 0; i < n; i++)
-        size += varint_size(values[i]);
+        size += strata_pb_varint_size(values[i]);
     return size;
 }
 
 static size_t packed_i64_size(const int64_t *values, size_t n) {
     size_t size = 0;
     for (size_t i = 0; i < n; i++)
-        size += varint_size((uint64_t)values[i]);
+        size += strata_pb_varint_size((uint64_t)values[i]);
     return size;
 }
 
@@ -95,7 +73,7 @@ static uint8_t *put_packed_u64(uint8_t *o, unsigned field, const uint64_t *value
                                size_t size) {
     if (n == 0)
         return o;
-    o = put_len_key(o, field, size);
+    o = strata_pb_put_len_key(o, field, size);
     for (size_t i = 0; i < n; i++)
         o += strata_uvarint_put(o, values[i]);
     return o;
@@ -105,7 +83,7 @@ static uint8_t *put_packed_i64(uint8_t *o, unsigned field, const int64_t *values
                                size_t size) {
     if (n == 0)
         return o;
-    o = put_len_key(o, field, size);
+    o = strata_pb_put_len_key(o, field, size);
     for (size_t i = 0; i < n; i++)
         o += strata_uvarint_put(o, (uint64_t)values[i]);
     return o;
@@ -130,9 +108,9 @@ static int put_value_type(strata_buffer *b, unsigned field, const pprof_value_ty
     uint8_t *o = begin_field(b, size);
     if (o == NULL)
         return -1;
-    o = put_len_key(o, field, size);
-    o = put_varint_field(o, 1, (uint64_t)vt->type);
-    o = put_varint_field(o, 2, (uint64_t)vt->unit);
+    o = strata_pb_put_len_key(o, field, size);
+    o = strata_pb_put_varint_field(o, 1, (uint64_t)vt->type);
+    o = strata_pb_put_varint_field(o, 2, (uint64_t)vt->unit);
     end_field(b, o);
     return 0;
 }
@@ -143,11 +121,11 @@ static size_t label_size(const pprof_label *l) {
 }
 
 static uint8_t *put_label(uint8_t *o, const pprof_label *l) {
-    o = put_len_key(o, 3, label_size(l));
-    o = put_varint_field(o, 1, (uint64_t)l->key);
-    o = put_varint_field(o, 2, (uint64_t)l->str);
-    o = put_varint_field(o, 3, (uint64_t)l->num);
-    return put_varint_field(o, 4, (uint64_t)l->num_unit);
+    o = strata_pb_put_len_key(o, 3, label_size(l));
+    o = strata_pb_put_varint_field(o, 1, (uint64_t)l->key);
+    o = strata_pb_put_varint_field(o, 2, (uint64_t)l->str);
+    o = strata_pb_put_varint_field(o, 3, (uint64_t)l->num);
+    return strata_pb_put_varint_field(o, 4, (uint64_t)l->num_unit);
 }
 
 static int put_sample(strata_buffer *b, const pprof_profile *p, const pprof_sample *s) {
@@ -165,7 +143,7 @@ static int put_sample(strata_buffer *b, const pprof_profile *p, const pprof_samp
     uint8_t *o = begin_field(b, size);
     if (o == NULL)
         return -1;
-    o = put_len_key(o, 2, size);
+    o = strata_pb_put_len_key(o, 2, size);
     o = put_packed_u64(o, 1, ids, s->location_count, ids_size);
     o = put_packed_i64(o, 2, values, p->n_sample_types, values_size);
     for (uint32_t i = 0; i < s->label_count; i++)
@@ -187,17 +165,17 @@ static int put_mapping(strata_buffer *b, const pprof_mapping *m) {
     uint8_t *o = begin_field(b, size);
     if (o == NULL)
         return -1;
-    o = put_len_key(o, 3, size);
-    o = put_varint_field(o, 1, m->id);
-    o = put_varint_field(o, 2, m->memory_start);
-    o = put_varint_field(o, 3, m->memory_limit);
-    o = put_varint_field(o, 4, m->file_offset);
-    o = put_varint_field(o, 5, (uint64_t)m->filename);
-    o = put_varint_field(o, 6, (uint64_t)m->build_id);
-    o = put_varint_field(o, 7, m->has_functions);
-    o = put_varint_field(o, 8, m->has_filenames);
-    o = put_varint_field(o, 9, m->has_line_numbers);
-    o = put_varint_field(o, 10, m->has_inline_frames);
+    o = strata_pb_put_len_key(o, 3, size);
+    o = strata_pb_put_varint_field(o, 1, m->id);
+    o = strata_pb_put_varint_field(o, 2, m->memory_start);
+    o = strata_pb_put_varint_field(o, 3, m->memory_limit);
+    o = strata_pb_put_varint_field(o, 4, m->file_offset);
+    o = strata_pb_put_varint_field(o, 5, (uint64_t)m->filename);
+    o = strata_pb_put_varint_field(o, 6, (uint64_t)m->build_id);
+    o = strata_pb_put_varint_field(o, 7, m->has_functions);
+    o = strata_pb_put_varint_field(o, 8, m->has_filenames);
+    o = strata_pb_put_varint_field(o, 9, m->has_line_numbers);
+    o = strata_pb_put_varint_field(o, 10, m->has_inline_frames);
     end_field(b, o);
     return 0;
 }
@@ -216,17 +194,17 @@ static int put_location(strata_buffer *b, const pprof_profile *p, const pprof_lo
     uint8_t *o = begin_field(b, size);
     if (o == NULL)
         return -1;
-    o = put_len_key(o, 4, size);
-    o = put_varint_field(o, 1, loc->id);
-    o = put_varint_field(o, 2, loc->mapping_id);
-    o = put_varint_field(o, 3, loc->address);
+    o = strata_pb_put_len_key(o, 4, size);
+    o = strata_pb_put_varint_field(o, 1, loc->id);
+    o = strata_pb_put_varint_field(o, 2, loc->mapping_id);
+    o = strata_pb_put_varint_field(o, 3, loc->address);
     for (uint32_t i = 0; i < loc->line_count; i++) {
-        o = put_len_key(o, 4, line_size(&lines[i]));
-        o = put_varint_field(o, 1, lines[i].function_id);
-        o = put_varint_field(o, 2, (uint64_t)lines[i].line);
-        o = put_varint_field(o, 3, (uint64_t)lines[i].column);
+        o = strata_pb_put_len_key(o, 4, line_size(&lines[i]));
+        o = strata_pb_put_varint_field(o, 1, lines[i].function_id);
+        o = strata_pb_put_varint_field(o, 2, (uint64_t)lines[i].line);
+        o = strata_pb_put_varint_field(o, 3, (uint64_t)lines[i].column);
     }
-    o = put_varint_field(o, 5, loc->is_folded);
+    o = strata_pb_put_varint_field(o, 5, loc->is_folded);
     end_field(b, o);
     return 0;
 }
@@ -239,12 +217,12 @@ static int put_function(strata_buffer *b, const pprof_function *f) {
     uint8_t *o = begin_field(b, size);
     if (o == NULL)
         return -1;
-    o = put_len_key(o, 5, size);
-    o = put_varint_field(o, 1, f->id);
-    o = put_varint_field(o, 2, (uint64_t)f->name);
-    o = put_varint_field(o, 3, (uint64_t)f->system_name);
-    o = put_varint_field(o, 4, (uint64_t)f->filename);
-    o = put_varint_field(o, 5, (uint64_t)f->start_line);
+    o = strata_pb_put_len_key(o, 5, size);
+    o = strata_pb_put_varint_field(o, 1, f->id);
+    o = strata_pb_put_varint_field(o, 2, (uint64_t)f->name);
+    o = strata_pb_put_varint_field(o, 3, (uint64_t)f->system_name);
+    o = strata_pb_put_varint_field(o, 4, (uint64_t)f->filename);
+    o = strata_pb_put_varint_field(o, 5, (uint64_t)f->start_line);
     end_field(b, o);
     return 0;
 }
@@ -253,7 +231,7 @@ static int put_string(strata_buffer *b, const pprof_string *s) {
     uint8_t *o = begin_field(b, s->len);
     if (o == NULL)
         return -1;
-    o = put_len_key(o, 6, s->len);
+    o = strata_pb_put_len_key(o, 6, s->len);
     if (s->len > 0)
         memcpy(o, s->ptr, s->len);
     end_field(b, o + s->len);
@@ -263,7 +241,7 @@ static int put_string(strata_buffer *b, const pprof_string *s) {
 static int put_scalar(strata_buffer *b, unsigned field, uint64_t v) {
     if (strata_buffer_reserve(b, 11) != 0)
         return -1;
-    end_field(b, put_varint_field(b->data + b->len, field, v));
+    end_field(b, strata_pb_put_varint_field(b->data + b->len, field, v));
     return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "parca/query/v1alpha1/query.pb-c.h"
 #include "querier_internal.h"
 #include "query_pool.h"
+#include "range_encode.h"
 
 typedef Google__Protobuf__Timestamp timestamp_pb;
 typedef Parca__Query__V1alpha1__QueryRequest query_request_pb;
@@ -24,16 +25,6 @@ static int64_t ts_to_ns(const timestamp_pb *ts, int64_t fallback) {
     if (ts == NULL)
         return fallback;
     return ts->seconds * STRATA_NS_PER_SEC + ts->nanos;
-}
-
-static void ns_to_ts(int64_t ns, timestamp_pb *ts) {
-    google__protobuf__timestamp__init(ts);
-    ts->seconds = ns / STRATA_NS_PER_SEC;
-    ts->nanos = (int32_t)(ns % STRATA_NS_PER_SEC);
-    if (ts->nanos < 0) {
-        ts->nanos += (int32_t)STRATA_NS_PER_SEC;
-        ts->seconds--;
-    }
 }
 
 /* The tenant of a call by the one rule (common/tenant.h): x-scope-orgid, anonymous when absent,
@@ -225,119 +216,6 @@ static int handle_values(rpc_call *call, const uint8_t *req, size_t len, strata_
 
 /* ---- QueryRange --------------------------------------------------------------------------- */
 
-typedef struct range_pb {
-    Parca__Query__V1alpha1__MetricsSeries *series;
-    Parca__Query__V1alpha1__MetricsSeries **series_ptrs;
-    Parca__Profilestore__V1alpha1__LabelSet *sets;
-    Parca__Query__V1alpha1__ValueType *types;      /* 2 per series */
-    Parca__Profilestore__V1alpha1__Label **labels; /* per series arrays */
-    Parca__Profilestore__V1alpha1__Label ***label_ptrs;
-    Parca__Query__V1alpha1__MetricsSample **samples;
-    Parca__Query__V1alpha1__MetricsSample ***sample_ptrs;
-    timestamp_pb **times;
-    size_t n;
-} range_pb;
-
-static void range_pb_free(range_pb *p) {
-    for (size_t i = 0; i < p->n; i++) {
-        if (p->labels)
-            free(p->labels[i]);
-        if (p->label_ptrs)
-            free(p->label_ptrs[i]);
-        if (p->samples)
-            free(p->samples[i]);
-        if (p->sample_ptrs)
-            free(p->sample_ptrs[i]);
-        if (p->times)
-            free(p->times[i]);
-    }
-    free(p->series);
-    free(p->series_ptrs);
-    free(p->sets);
-    free(p->types);
-    free(p->labels);
-    free(p->label_ptrs);
-    free(p->samples);
-    free(p->sample_ptrs);
-    free(p->times);
-}
-
-static int fill_series_pb(range_pb *p, size_t i, range_series *s, strata_error *err) {
-    Parca__Query__V1alpha1__MetricsSeries *ms = &p->series[i];
-    parca__query__v1alpha1__metrics_series__init(ms);
-    parca__profilestore__v1alpha1__label_set__init(&p->sets[i]);
-    p->labels[i] = calloc(s->labels.count + 1, sizeof *p->labels[i]);
-    p->label_ptrs[i] = calloc(s->labels.count + 1, sizeof *p->label_ptrs[i]);
-    p->samples[i] = calloc(s->n_points + 1, sizeof *p->samples[i]);
-    p->sample_ptrs[i] = calloc(s->n_points + 1, sizeof *p->sample_ptrs[i]);
-    p->times[i] = calloc(s->n_points + 1, sizeof *p->times[i]);
-    if (!p->labels[i] || !p->label_ptrs[i] || !p->samples[i] || !p->sample_ptrs[i] || !p->times[i])
-        return strata_error_oom(err);
-    for (size_t l = 0; l < s->labels.count; l++) {
-        parca__profilestore__v1alpha1__label__init(&p->labels[i][l]);
-        p->labels[i][l].name = s->labels.labels[l].name;
-        p->labels[i][l].value = s->labels.labels[l].value;
-        p->label_ptrs[i][l] = &p->labels[i][l];
-    }
-    p->sets[i].n_labels = s->labels.count;
-    p->sets[i].labels = p->label_ptrs[i];
-    ms->labelset = &p->sets[i];
-    for (size_t k = 0; k < s->n_points; k++) {
-        Parca__Query__V1alpha1__MetricsSample *smp = &p->samples[i][k];
-        parca__query__v1alpha1__metrics_sample__init(smp);
-        ns_to_ts(s->points[k].time_ns, &p->times[i][k]);
-        smp->timestamp = &p->times[i][k];
-        smp->value = s->points[k].value;
-        smp->value_per_second = s->points[k].value_per_second;
-        smp->duration = s->points[k].duration_ns;
-        smp->count = s->points[k].count;
-        p->sample_ptrs[i][k] = smp;
-    }
-    ms->n_samples = s->n_points;
-    ms->samples = p->sample_ptrs[i];
-    Parca__Query__V1alpha1__ValueType *st = &p->types[2 * i], *pt = &p->types[2 * i + 1];
-    parca__query__v1alpha1__value_type__init(st);
-    parca__query__v1alpha1__value_type__init(pt);
-    st->type = s->sample_type;
-    st->unit = s->sample_unit;
-    pt->type = s->period_type;
-    pt->unit = s->period_unit;
-    ms->sample_type = st;
-    ms->period_type = pt;
-    p->series_ptrs[i] = ms;
-    return 0;
-}
-
-static int encode_range(range_series *series, size_t n, strata_buffer *resp, strata_error *err) {
-    range_pb p = {0};
-    p.series = calloc(n + 1, sizeof *p.series);
-    p.series_ptrs = calloc(n + 1, sizeof *p.series_ptrs);
-    p.sets = calloc(n + 1, sizeof *p.sets);
-    p.types = calloc(2 * n + 2, sizeof *p.types);
-    p.labels = calloc(n + 1, sizeof *p.labels);
-    p.label_ptrs = calloc(n + 1, sizeof *p.label_ptrs);
-    p.samples = calloc(n + 1, sizeof *p.samples);
-    p.sample_ptrs = calloc(n + 1, sizeof *p.sample_ptrs);
-    p.times = calloc(n + 1, sizeof *p.times);
-    int rc = 0;
-    if (!p.series || !p.series_ptrs || !p.sets || !p.types || !p.labels || !p.label_ptrs ||
-        !p.samples || !p.sample_ptrs || !p.times)
-        rc = strata_error_oom(err);
-    else
-        p.n = n;
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = fill_series_pb(&p, i, &series[i], err);
-    if (rc == 0) {
-        Parca__Query__V1alpha1__QueryRangeResponse out =
-            PARCA__QUERY__V1ALPHA1__QUERY_RANGE_RESPONSE__INIT;
-        out.n_series = n;
-        out.series = p.series_ptrs;
-        rc = pack_into(&out.base, resp, err);
-    }
-    range_pb_free(&p);
-    return rc;
-}
-
 /* What the answer left out, as the trailing metadata entry "strata-warnings". */
 static void set_warnings(querier *q, rpc_call *call, const query_stats *a, const query_stats *b) {
     char text[1024];
@@ -380,7 +258,7 @@ static int handle_query_range(rpc_call *call, const uint8_t *req, size_t len, st
         set_warnings(q, call, &stats, NULL);
     parca__query__v1alpha1__query_range_request__free_unpacked(r, NULL);
     if (rc == 0)
-        rc = encode_range(series, n, resp, err);
+        rc = range_encode_response(series, n, resp, err);
     query_range_free(series, n);
     querier_observe(q, "query_range", rc == 0 ? STRATA_OK : err->code, start);
     return rc;
