@@ -1266,6 +1266,7 @@ typedef struct merge_query {
     bool use_rollups;            /* add a fully covered series' rollup instead of its sample rows */
     block_selection *selections; /* per block, set by run_merge_attempt */
     size_t workers;              /* threads merging partial trees, set by run_merge_attempt */
+    uint64_t selected_rows;      /* sample rows of the selected profiles, likewise */
     shared_tree *shared;         /* set by run_merge_attempt */
 } merge_query;
 
@@ -2122,7 +2123,11 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
         shared_tree *shared = q->shared;
         int64_t *by_origin = NULL;
         uint64_t budget = q->max_bytes / (q->workers ? q->workers : 1) / 4;
-        if (dictionary_sums_for(p, budget, &origins, &by_origin, err) != 0)
+        /* Sums per dictionary stack cost the whole dictionary (zeroed, then read back at the
+         * end): worth it only for a query whose rows are many next to it (all processes, not
+         * one: 7.2 M rows against 2.7 M dictionary stacks, not 72 K). */
+        if (q->selected_rows >= (uint64_t)origins.dictionary_stacks / 2 &&
+            dictionary_sums_for(p, budget, &origins, &by_origin, err) != 0)
             return -1;
         pthread_mutex_lock(&shared->mu);
         rc = dictionary_memo_for(&shared->memos, q->max_bytes / 4, &origins, &dm, err);
@@ -2369,6 +2374,10 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
     if (rc == 0)
         rc = engine_select_profiles(e, blocks, n_blocks, q->sel, q->start_ns, q->end_ns,
                                     q->selections, skipped, &stats, err);
+    q->selected_rows = 0;
+    for (size_t i = 0; rc == 0 && i < n_blocks; i++)
+        for (size_t k = 0; k < q->selections[i].n; k++)
+            q->selected_rows += q->selections[i].profiles[k].sample_count;
     /* Each worker builds a partial tree (no locking while merging blocks), merged into the
      * caller's tree only when every block succeeded, so an attempt that fails because a block
      * vanished leaves the caller's tree untouched for the retry. */
@@ -2515,6 +2524,7 @@ int query_merge_opts(query_engine *e, const char *tenant, const query_options *o
                      e->opts.use_rollups,
                      NULL,
                      0,
+                     0,
                      NULL};
     return run_merge(e, tenant, &q, tree, result, err);
 }
@@ -2533,6 +2543,7 @@ int query_single_opts(query_engine *e, const char *tenant, const query_options *
                      max_bytes_of(e, opts),
                      false /* one profile per series: rows are as cheap as a rollup */,
                      NULL,
+                     0,
                      0,
                      NULL};
     return run_merge(e, tenant, &q, tree, result, err);
