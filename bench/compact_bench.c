@@ -91,7 +91,7 @@ static void write_level1(const bench_args *a, bucket *store) {
     uint64_t windows = (uint64_t)(a->minutes * 6.0 + 0.5);
     int64_t base_ns = strata_now_ns() - (int64_t)windows * 10 * STRATA_NS_PER_SEC;
     base_ns -= base_ns % (60 * STRATA_NS_PER_SEC);
-    write_level1_blocks(store, TENANT, a->processes, a->seed, a->minutes, base_ns);
+    write_level1_blocks(store, TENANT, a->processes, a->seed, a->minutes, base_ns, 1);
 }
 
 /* ---- listing blocks ----------------------------------------------------------------------- */

@@ -3,12 +3,15 @@
  * peak RSS and bytes per sample before and after, per level.
  *
  *   compactor_bench [--minutes M] [--processes N] [--seed S] [--max-job-memory MiB] [--dir DIR]
+ *                   [--block-seconds S]
  *
  * 1. A child process writes level-1 blocks as ingesters do: bench/agentgen's processes (default
  *    100) each push one CPU profile every 10 s, and an ingester flushing every second writes one
  *    block per second holding the ~N/10 profiles that arrived in it (data object, then meta.json),
- *    for M minutes (default 10) starting at a 2-hour boundary two days ago, into a FILESYSTEM
- *    bucket (--dir, default a temporary directory, removed at the end).
+ *    for M minutes (default 10) starting at a day boundary two days ago, into a FILESYSTEM
+ *    bucket (--dir, default a temporary directory, removed at the end). --block-seconds S cuts
+ *    a block every S seconds instead (300: the 5-minute blocks a first compaction makes, to
+ *    reach a day of data, --minutes 1440, without 86,400 one-second blocks).
  * 2. This process runs compactor cycles (block ranges 5m, 2h, 24h; delete_delay long, so the
  *    sources stay to be measured) until a cycle runs no job: every 5-minute window becomes one
  *    level-2 block, then the 2-hour window one level-3 block. The whole service path is timed:
@@ -45,6 +48,7 @@
 
 typedef struct bench_args {
     int minutes;
+    int block_seconds;
     size_t processes;
     uint64_t seed;
     uint64_t max_job_memory;
@@ -57,7 +61,8 @@ static void die(const char *what, const strata_error *err) {
 }
 
 static int parse_args(int argc, char **argv, bench_args *a) {
-    *a = (bench_args){.minutes = 10, .processes = 100, .seed = 42, .max_job_memory = 1024};
+    *a = (bench_args){
+        .minutes = 10, .block_seconds = 1, .processes = 100, .seed = 42, .max_job_memory = 1024};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--minutes") == 0)
             a->minutes = atoi(argv[i + 1]);
@@ -69,10 +74,12 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             a->max_job_memory = (uint64_t)atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--dir") == 0)
             a->dir = argv[i + 1];
+        else if (strcmp(argv[i], "--block-seconds") == 0)
+            a->block_seconds = atoi(argv[i + 1]);
         else
             return -1;
     }
-    return a->minutes > 0 && a->processes > 0 ? 0 : -1;
+    return a->minutes > 0 && a->processes > 0 && a->block_seconds > 0 ? 0 : -1;
 }
 
 typedef struct level_totals {
@@ -118,7 +125,7 @@ int main(int argc, char **argv) {
     bench_args a;
     if (parse_args(argc, argv, &a) != 0) {
         fprintf(stderr, "usage: compactor_bench [--minutes M] [--processes N] [--seed S] "
-                        "[--max-job-memory MiB] [--dir DIR]\n");
+                        "[--max-job-memory MiB] [--dir DIR] [--block-seconds S]\n");
         return 2;
     }
     char tmp[] = "/tmp/strata-compactor-bench-XXXXXX";
@@ -127,13 +134,13 @@ int main(int argc, char **argv) {
     bucket *store;
     if (dir == NULL || bucket_open_filesystem(dir, NULL, &store, &err) != 0)
         die("bucket", &err);
-    int64_t base_s = (strata_now_ns() / STRATA_NS_PER_SEC - 2 * 86400) / 7200 * 7200;
+    int64_t base_s = (strata_now_ns() / STRATA_NS_PER_SEC - 2 * 86400) / 86400 * 86400;
 
     int64_t gen0 = strata_monotonic_ns();
     pid_t child = fork();
     if (child == 0) {
         write_level1_blocks(store, TENANT, a.processes, a.seed, a.minutes,
-                            base_s * STRATA_NS_PER_SEC);
+                            base_s * STRATA_NS_PER_SEC, a.block_seconds);
         _exit(0);
     }
     int status;

@@ -3,6 +3,7 @@
  */
 #include "level1_blocks.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,9 +53,10 @@ static block_writer *new_dictionary(const char *tenant) {
 }
 
 /* One second of data: the processes sub, sub + 10, ... of window w, added to the tenant's
- * long-lived dictionary writer and cut off as one block, as the ingester does at each flush. */
+ * long-lived dictionary writer; cut off as one block when `cut` (as the ingester does at each
+ * flush). */
 static void write_second(bucket *store, const char *tenant, agentgen *g, const label_set *labels,
-                         size_t processes, uint64_t w, size_t sub, int64_t time_ns,
+                         size_t processes, uint64_t w, size_t sub, int64_t time_ns, bool cut_now,
                          block_writer **dictionary) {
     strata_error err;
     block_writer *bw = *dictionary;
@@ -69,7 +71,7 @@ static void write_second(bucket *store, const char *tenant, agentgen *g, const l
             fail("add_profile", &err);
         pprof_profile_free(&p);
     }
-    if (block_writer_profile_count(bw) == 0)
+    if (!cut_now || block_writer_profile_count(bw) == 0)
         return;
     block_writer *cut = NULL;
     if (block_writer_detach(bw, &cut, &err) != 0)
@@ -83,7 +85,7 @@ static void write_second(bucket *store, const char *tenant, agentgen *g, const l
 }
 
 void write_level1_blocks(bucket *store, const char *tenant, size_t processes, uint64_t seed,
-                         double minutes, int64_t base_ns) {
+                         double minutes, int64_t base_ns, int block_seconds) {
     strata_error err;
     agentgen_options go;
     agentgen_options_default(&go);
@@ -100,10 +102,14 @@ void write_level1_blocks(bucket *store, const char *tenant, size_t processes, ui
             fail("labels", &err);
     uint64_t windows = (uint64_t)(minutes * 6.0 + 0.5);
     block_writer *dictionary = new_dictionary(tenant);
+    uint64_t every = block_seconds > 0 ? (uint64_t)block_seconds : 1;
     for (uint64_t w = 0; w < windows; w++)
-        for (size_t sub = 0; sub < 10; sub++)
+        for (size_t sub = 0; sub < 10; sub++) {
+            uint64_t second = w * 10 + sub;
+            bool cut_now = (second + 1) % every == 0 || second + 1 == windows * 10;
             write_second(store, tenant, g, labels, processes, w, sub,
-                         base_ns + (int64_t)(w * 10 + sub) * STRATA_NS_PER_SEC, &dictionary);
+                         base_ns + (int64_t)second * STRATA_NS_PER_SEC, cut_now, &dictionary);
+        }
     block_writer_free(dictionary);
     for (size_t i = 0; i < processes; i++)
         label_set_free(&labels[i]);

@@ -61,7 +61,7 @@ struct block_index {
 
 void block_index_options_default(block_index_options *opts) {
     opts->sync_interval_ns = STRATA_NS_PER_SEC;
-    opts->max_open_readers = 128;
+    opts->max_open_readers = 1024;
     opts->max_open_reader_bytes = (uint64_t)1 << 30;
     opts->reader_cache_bytes = 16u << 20;
 }

@@ -66,7 +66,7 @@ typedef struct block_index block_index;
 
 typedef struct block_index_options {
     int64_t sync_interval_ns;       /* default 1 s */
-    size_t max_open_readers;        /* 0: no count bound; default 128 */
+    size_t max_open_readers;        /* 0: no count bound; default 1024 */
     uint64_t max_open_reader_bytes; /* all open readers together; 0: no byte bound; default 1 GiB */
     size_t reader_cache_bytes;      /* per reader page cache; default 16 MiB */
 } block_index_options;
