@@ -2059,7 +2059,13 @@ static int translate_summed_stacks(block_reader *r, calltree *tree, frame_memo *
         return 0;
     if (calltree_reserve(tree, calltree_node_count(tree) + plan->n_entries, err) != 0)
         return -1;
-    return translate_plan(r, tree, m, sm, plan, err);
+    if (translate_plan(r, tree, m, sm, plan, err) != 0) {
+        if (err->code == STRATA_DATA_LOSS)
+            err->code = STRATA_INTERNAL; /* part of the block is in the tree: it cannot be left
+                                            out any more, so the query fails */
+        return -1;
+    }
+    return 0;
 }
 
 /* Adds the per-stack sums to tree, each stack translated through memo (see
