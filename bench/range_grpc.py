@@ -11,8 +11,10 @@
      pid+node; one warm-up query each (it opens the readers), then --runs timed ones.
   3. Printed per sum_by: series and points returned, the profiles they count (checked: 864,000),
      client wall time p50 / p90 / p99 / max (which includes grpcio decoding the answer: 144,000
-     points for sum_by pid, 4.9 MB), the server's CPU per query (utime + stime of all its
-     threads from /proc/PID/stat over the runs, divided by the runs), and the querier's own
+     points for sum_by pid, 4.9 MB), the same --runs again with the answer taken as bytes (the
+     wire and the server as a client sees them, without Python's protobuf decoding, which a Go
+     or browser client does far faster), the server's CPU per query (utime + stime of all its
+     threads from /proc/PID/stat over both sets of runs, divided by them), and the querier's own
      duration of each query from its /metrics histogram (strata_querier_query_duration_seconds:
      the mean and the share within 50 ms).
 
@@ -121,6 +123,11 @@ def main():
         channel = grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length",
                                                        64 << 20)])
         stub = q_grpc.QueryServiceStub(channel)
+        # The same method with the answer left as bytes: the wire as a client sees it, without
+        # Python's protobuf decoding (Grafana's data source decodes in Go, the UI in a browser).
+        raw = channel.unary_unary("/parca.query.v1alpha1.QueryService/QueryRange",
+                                  request_serializer=qpb.QueryRangeRequest.SerializeToString,
+                                  response_deserializer=None)
         start = timestamp_pb2.Timestamp(seconds=T0)
         end = timestamp_pb2.Timestamp(seconds=T0 + 24 * 3600 - 1)
         step = duration_pb2.Duration(seconds=60)
@@ -132,23 +139,30 @@ def main():
             points = sum(len(series.samples) for series in r.series)
             if counted != PROFILES:
                 raise SystemExit(f"sum_by {sum_by}: {counted} profiles counted, want {PROFILES}")
-            walls = []
+            walls, wire = [], []
             before = server_durations(http)
             cpu0 = cpu_seconds(proc.pid)
             for _ in range(args.runs):
                 t0 = time.monotonic()
                 stub.QueryRange(req, metadata=TENANT, timeout=60)
                 walls.append((time.monotonic() - t0) * 1000)
-            cpu = (cpu_seconds(proc.pid) - cpu0) * 1000 / args.runs
+            for _ in range(args.runs):
+                t0 = time.monotonic()
+                answer = raw(req, metadata=TENANT, timeout=60)
+                wire.append((time.monotonic() - t0) * 1000)
+            cpu = (cpu_seconds(proc.pid) - cpu0) * 1000 / (2 * args.runs)
             after = server_durations(http)
             n = after[0] - before[0]
             mean = (after[1] - before[1]) * 1000 / max(n, 1)
             within = (after[2].get("0.05", 0) - before[2].get("0.05", 0)) * 100 / max(n, 1)
             walls.sort()
+            wire.sort()
             print(f"sum_by {','.join(sum_by) or '(none)':9s} {len(r.series):3d} series, "
                   f"{points:6d} points, {counted} profiles; {args.runs} runs: wall p50 "
                   f"{percentile(walls, 50):5.1f} ms, p90 {percentile(walls, 90):5.1f}, p99 "
-                  f"{percentile(walls, 99):5.1f}, max {walls[-1]:5.1f}; server: CPU "
+                  f"{percentile(walls, 99):5.1f}, max {walls[-1]:5.1f}; undecoded "
+                  f"({len(answer)} bytes): p50 {percentile(wire, 50):5.1f} ms, p99 "
+                  f"{percentile(wire, 99):5.1f}, max {wire[-1]:5.1f}; server: CPU "
                   f"{cpu:5.1f} ms per query, duration mean {mean:5.1f} ms, {within:5.1f}% "
                   f"within 50 ms", flush=True)
         channel.close()

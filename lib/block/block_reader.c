@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -116,6 +117,9 @@ struct block_reader {
     /* functions, lines and locations are decoded a row group at a time too (ensure_*) */
     uint8_t *function_group_loaded, *line_group_loaded, *location_group_loaded;
     size_t function_rows_loaded, line_rows_loaded, location_rows_loaded;
+    /* bytes allocated for functions, lines, locations, stack_parent and stack_location
+     * (lazy_array_alloc): what lazy_array_free gives back */
+    size_t functions_bytes, lines_bytes, locations_bytes, stacks_bytes;
 
     bool origins_loaded; /* tables dictionary, stack_origins and location_origins, on first use */
     uint32_t *stack_origin;
@@ -1554,12 +1558,39 @@ static int ensure_location(block_reader *r, uint32_t id, strata_error *err) {
     return r->location_group_loaded[g] ? 0 : decode_location_group(r, g, err);
 }
 
-/* Allocates a lazily decoded table's array (elem bytes per row) and group flags. */
-static int lazy_table(block_reader *r, int table, size_t elem, void **rows, uint8_t **loaded,
-                      size_t *n, strata_error *err) {
+/* The arrays filled a row group at a time (functions, lines, locations, the stack tree) are
+ * allocated whole; when large they are mapped straight from the kernel, so the pages of groups
+ * never decoded cost no memory. From malloc they would: glibc raises its mmap threshold (to 32
+ * MiB) as large blocks are freed, after which a new array comes from heap pages some earlier one
+ * already touched. A merge over a window of fresh blocks decodes only the few groups holding the
+ * stacks no earlier block showed it, so most of each reader's arrays stay untouched (measured:
+ * the readers of 91 fresh blocks of agent data held 1.5 GiB of RSS after a merge, now 0.95). */
+#define LAZY_MAP_BYTES ((size_t)256 << 10)
+
+static void *lazy_array_alloc(size_t bytes) {
+    if (bytes < LAZY_MAP_BYTES)
+        return malloc(bytes);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void lazy_array_free(void *p, size_t bytes) {
+    if (p == NULL)
+        return;
+    if (bytes < LAZY_MAP_BYTES)
+        free(p);
+    else
+        munmap(p, bytes);
+}
+
+/* Allocates a lazily decoded table's array (elem bytes per row; *bytes its size) and group
+ * flags. */
+static int lazy_table(block_reader *r, int table, size_t elem, void **rows, size_t *bytes,
+                      uint8_t **loaded, size_t *n, strata_error *err) {
     const r_table *t = &r->tables[table];
     *n = (size_t)t->rows;
-    *rows = malloc((*n + 1) * elem);
+    *bytes = (*n + 1) * elem;
+    *rows = lazy_array_alloc(*bytes);
     *loaded = calloc((size_t)t->n_groups + 1, 1);
     return (*rows == NULL || *loaded == NULL) ? strata_error_oom(err) : 0;
 }
@@ -1572,8 +1603,9 @@ static int lazy_table(block_reader *r, int table, size_t elem, void **rows, uint
 static int load_stacks(block_reader *r, strata_error *err) {
     const r_table *t = &r->tables[BLOCK_TABLE_STACKS];
     size_t n = (size_t)t->rows;
-    r->stack_parent = malloc((n + 1) * sizeof *r->stack_parent);
-    r->stack_location = malloc((n + 1) * sizeof *r->stack_location);
+    r->stacks_bytes = (n + 1) * sizeof *r->stack_parent;
+    r->stack_parent = lazy_array_alloc(r->stacks_bytes);
+    r->stack_location = lazy_array_alloc(r->stacks_bytes);
     r->stack_group_loaded = calloc((size_t)t->n_groups + 1, sizeof *r->stack_group_loaded);
     if (r->stack_parent == NULL || r->stack_location == NULL || r->stack_group_loaded == NULL)
         return strata_error_oom(err);
@@ -1626,11 +1658,12 @@ static inline int ensure_stack(block_reader *r, uint32_t id, strata_error *err) 
 
 static void free_symbols(block_reader *r) {
     free(r->mappings);
-    free(r->functions);
-    free(r->locations);
-    free(r->lines);
-    free(r->stack_parent);
-    free(r->stack_location);
+    lazy_array_free(r->functions, r->functions_bytes);
+    lazy_array_free(r->locations, r->locations_bytes);
+    lazy_array_free(r->lines, r->lines_bytes);
+    lazy_array_free(r->stack_parent, r->stacks_bytes);
+    lazy_array_free(r->stack_location, r->stacks_bytes);
+    r->functions_bytes = r->locations_bytes = r->lines_bytes = r->stacks_bytes = 0;
     free(r->stack_group_loaded);
     free(r->function_group_loaded);
     free(r->line_group_loaded);
@@ -1652,11 +1685,11 @@ static int load_symbols(block_reader *r, strata_error *err) {
         return 0;
     if (load_mappings(r, err) != 0 ||
         lazy_table(r, BLOCK_TABLE_FUNCTIONS, sizeof *r->functions, (void **)&r->functions,
-                   &r->function_group_loaded, &r->n_functions, err) != 0 ||
-        lazy_table(r, BLOCK_TABLE_LINES, sizeof *r->lines, (void **)&r->lines,
+                   &r->functions_bytes, &r->function_group_loaded, &r->n_functions, err) != 0 ||
+        lazy_table(r, BLOCK_TABLE_LINES, sizeof *r->lines, (void **)&r->lines, &r->lines_bytes,
                    &r->line_group_loaded, &r->n_lines, err) != 0 ||
         lazy_table(r, BLOCK_TABLE_LOCATIONS, sizeof *r->locations, (void **)&r->locations,
-                   &r->location_group_loaded, &r->n_locations, err) != 0 ||
+                   &r->locations_bytes, &r->location_group_loaded, &r->n_locations, err) != 0 ||
         load_stacks(r, err) != 0) {
         free_symbols(r); /* a later call retries from scratch */
         return -1;

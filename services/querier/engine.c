@@ -1249,13 +1249,84 @@ static void memo_set_free(memo_set *set) {
     memset(set, 0, sizeof *set);
 }
 
+/* Sums per stack of one writer dictionary, shared by a query's workers (translate_sums): each
+ * worker adds a block's per-stack sums with relaxed atomic adds, outside the tree's lock, and the
+ * query adds them to the shared tree once, at its end (add_dictionary_sums_to_tree). One array
+ * for the query, not one per worker: it is as long as the dictionary (21 MiB for 2.7 M stacks),
+ * and a worker each would make a fresh query's memory grow with the machine's cores. The array is
+ * cut into chunks that never move once made, so a worker can make room for a block of a bigger
+ * dictionary (under the tree's lock) while others add to the chunks they made sure of. */
+#define SUMS_CHUNK_BITS 16
+#define SUMS_CHUNK ((size_t)1 << SUMS_CHUNK_BITS)
+#define SUMS_MAX_CHUNKS ((((size_t)UINT32_MAX) >> SUMS_CHUNK_BITS) + 1)
+
+typedef struct dictionary_sums {
+    uint8_t id[16];
+    _Atomic uint64_t **chunks; /* SUMS_MAX_CHUNKS entries; index = stack id >> SUMS_CHUNK_BITS */
+    size_t n_chunks;           /* chunks made: [0, n_chunks) are all non-NULL */
+} dictionary_sums;
+
 /* The query's tree for blocks with stack origins (translate_sums), shared by the workers. */
 typedef struct shared_tree {
     pthread_mutex_t mu;
     calltree *tree;
     memo_set memos;
-    uint64_t bytes; /* tree and memos, as of the last block */
+    dictionary_sums *sums; /* per dictionary; made and grown under mu */
+    size_t n_sums;
+    uint64_t sums_bytes;
+    uint64_t bytes; /* tree, memos and sums, as of the last block */
 } shared_tree;
+
+/* The query's sums for the block's dictionary, with chunks for every stack it may name; *out NULL
+ * (no error) past budget bytes: the block's sums then go into the shared tree under its lock.
+ * Called with shared->mu held. */
+static int dictionary_sums_for(shared_tree *shared, uint64_t budget, const block_stack_origins *o,
+                               dictionary_sums **out, strata_error *err) {
+    *out = NULL;
+    dictionary_sums *d = NULL;
+    for (size_t i = 0; i < shared->n_sums && d == NULL; i++)
+        if (memcmp(shared->sums[i].id, o->dictionary, sizeof o->dictionary) == 0)
+            d = &shared->sums[i];
+    size_t need = ((size_t)o->dictionary_stacks >> SUMS_CHUNK_BITS) + 1;
+    size_t have = d != NULL ? d->n_chunks : 0;
+    uint64_t more = need > have ? (uint64_t)(need - have) * SUMS_CHUNK * sizeof(uint64_t) : 0;
+    if (d == NULL)
+        more += SUMS_MAX_CHUNKS * sizeof *d->chunks;
+    if (shared->sums_bytes + more > budget)
+        return 0;
+    if (d == NULL) {
+        dictionary_sums *grown = realloc(shared->sums, (shared->n_sums + 1) * sizeof *grown);
+        if (grown == NULL)
+            return strata_error_oom(err);
+        shared->sums = grown;
+        d = &shared->sums[shared->n_sums];
+        memset(d, 0, sizeof *d);
+        memcpy(d->id, o->dictionary, sizeof d->id);
+        if ((d->chunks = calloc(SUMS_MAX_CHUNKS, sizeof *d->chunks)) == NULL)
+            return strata_error_oom(err);
+        shared->n_sums++;
+        shared->sums_bytes += SUMS_MAX_CHUNKS * sizeof *d->chunks;
+    }
+    for (; d->n_chunks < need; d->n_chunks++) {
+        if ((d->chunks[d->n_chunks] = calloc(SUMS_CHUNK, sizeof **d->chunks)) == NULL)
+            return strata_error_oom(err);
+        shared->sums_bytes += SUMS_CHUNK * sizeof **d->chunks;
+    }
+    *out = d;
+    return 0;
+}
+
+static void shared_sums_free(shared_tree *shared) {
+    for (size_t i = 0; i < shared->n_sums; i++) {
+        for (size_t c = 0; c < shared->sums[i].n_chunks; c++)
+            free((void *)shared->sums[i].chunks[c]);
+        free(shared->sums[i].chunks);
+    }
+    free(shared->sums);
+    shared->sums = NULL;
+    shared->n_sums = 0;
+    shared->sums_bytes = 0;
+}
 
 typedef struct merge_query {
     const selector *sel;
@@ -1338,15 +1409,6 @@ static void *grow_zeroed(void *p, size_t n, size_t need, size_t elem) {
     return grown;
 }
 
-/* A worker's sums per stack of one writer dictionary, for the blocks it put through the shared
- * tree's memo of that dictionary (translate_sums): summed without the shared tree's lock, added to
- * the shared tree when the query's blocks are done (add_dictionary_sums_to_tree). */
-typedef struct dictionary_sums {
-    uint8_t id[16];
-    int64_t *sum; /* index = dictionary stack id; wrapping sums */
-    size_t n;
-} dictionary_sums;
-
 typedef struct merge_partial {
     const merge_query *q;
     calltree *tree;
@@ -1361,55 +1423,7 @@ typedef struct merge_partial {
     uint64_t *touched;  /* row_sums.touched, reused likewise (all clear between blocks) */
     size_t cap_touched; /* in bits */
     stack_plan plan;    /* the stacks to translate, reused likewise */
-    dictionary_sums *dictionary_sums;
-    size_t n_dictionary_sums;
-    uint64_t dictionary_sums_bytes;
 } merge_partial;
-
-/* The worker's sums for the block's dictionary, grown to its stack count; *out NULL (no error)
- * past budget bytes: the block's sums then go into the shared tree under its lock. */
-static int dictionary_sums_for(merge_partial *p, uint64_t budget, const block_stack_origins *o,
-                               int64_t **out, strata_error *err) {
-    *out = NULL;
-    dictionary_sums *d = NULL;
-    for (size_t i = 0; i < p->n_dictionary_sums && d == NULL; i++)
-        if (memcmp(p->dictionary_sums[i].id, o->dictionary, sizeof o->dictionary) == 0)
-            d = &p->dictionary_sums[i];
-    size_t need = (size_t)o->dictionary_stacks + 1, have = d != NULL ? d->n : 0;
-    uint64_t more = need > have ? (uint64_t)(need - have) * sizeof(int64_t) : 0;
-    if (p->dictionary_sums_bytes + more > budget)
-        return 0;
-    if (d == NULL) {
-        dictionary_sums *grown =
-            realloc(p->dictionary_sums, (p->n_dictionary_sums + 1) * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        p->dictionary_sums = grown;
-        d = &p->dictionary_sums[p->n_dictionary_sums++];
-        memset(d, 0, sizeof *d);
-        memcpy(d->id, o->dictionary, sizeof d->id);
-    }
-    if (need > have) {
-        int64_t *sum = d->sum == NULL ? calloc(need, sizeof *sum)
-                                      : grow_zeroed(d->sum, have, need, sizeof *sum);
-        if (sum == NULL)
-            return strata_error_oom(err);
-        d->sum = sum;
-        d->n = need;
-        p->dictionary_sums_bytes += more;
-    }
-    *out = d->sum;
-    return 0;
-}
-
-static void dictionary_sums_free(merge_partial *p) {
-    for (size_t i = 0; i < p->n_dictionary_sums; i++)
-        free(p->dictionary_sums[i].sum);
-    free(p->dictionary_sums);
-    p->dictionary_sums = NULL;
-    p->n_dictionary_sums = 0;
-    p->dictionary_sums_bytes = 0;
-}
 
 /* The memo for the block's dictionary in set, grown to its stack and location counts; *out NULL
  * (no error) when the set would outgrow budget bytes: the block is then translated on its own, as
@@ -2092,9 +2106,11 @@ static int add_stack_sums(block_reader *r, const merge_query *q, calltree *tree,
     return 0;
 }
 
-/* Moves the per-stack sums into a worker's sums per dictionary stack (origin[stack]), and clears
- * them: no lock, no tree; the query adds them to the shared tree once, at its end. */
-static void add_dictionary_sums(row_sums *sums, const uint32_t *origin, int64_t *by_origin,
+/* Moves the per-stack sums into the query's sums per dictionary stack (origin[stack]), and
+ * clears them: no lock, no tree (relaxed atomic adds: workers may add to one stack at once, and
+ * nothing reads the sums before every worker is done); the query adds them to the shared tree
+ * once, at its end. */
+static void add_dictionary_sums(row_sums *sums, const uint32_t *origin, dictionary_sums *by_origin,
                                 merge_result *res) {
     summed_iter it = summed_begin(sums);
     for (uint32_t s; summed_next(&it, &s);) {
@@ -2103,8 +2119,9 @@ static void add_dictionary_sums(row_sums *sums, const uint32_t *origin, int64_t 
             continue;
         sums->per_stack[s] = 0;
         res->total += value;
-        uint64_t *sum = (uint64_t *)&by_origin[origin[s]];
-        *sum += (uint64_t)value; /* wrapping, as the tree's sums */
+        uint32_t id = origin[s];
+        atomic_fetch_add_explicit(&by_origin->chunks[id >> SUMS_CHUNK_BITS][id & (SUMS_CHUNK - 1)],
+                                  (uint64_t)value, memory_order_relaxed); /* wrapping */
     }
     summed_clear(sums);
 }
@@ -2127,16 +2144,14 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
     int rc = 0;
     if (has_origins && sums->view == NULL) {
         shared_tree *shared = q->shared;
-        int64_t *by_origin = NULL;
-        uint64_t budget = q->max_bytes / (q->workers ? q->workers : 1) / 4;
+        dictionary_sums *by_origin = NULL;
+        pthread_mutex_lock(&shared->mu);
+        rc = dictionary_memo_for(&shared->memos, q->max_bytes / 4, &origins, &dm, err);
         /* Sums per dictionary stack cost the whole dictionary (zeroed, then read back at the
          * end): worth it only for a query whose rows are many next to it (all processes, not
          * one: 7.2 M rows against 2.7 M dictionary stacks, not 72 K). */
-        if (q->selected_rows >= (uint64_t)origins.dictionary_stacks / 2 &&
-            dictionary_sums_for(p, budget, &origins, &by_origin, err) != 0)
-            return -1;
-        pthread_mutex_lock(&shared->mu);
-        rc = dictionary_memo_for(&shared->memos, q->max_bytes / 4, &origins, &dm, err);
+        if (rc == 0 && dm != NULL && q->selected_rows >= (uint64_t)origins.dictionary_stacks / 2)
+            rc = dictionary_sums_for(shared, q->max_bytes / 4, &origins, &by_origin, err);
         if (rc == 0 && dm != NULL) {
             symbol_ids ids = {0};
             stack_memo sm = {dm->node, origins.origin, dm->translated};
@@ -2152,7 +2167,8 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
             dm->frames->ids = NULL;
             symbol_ids_free(&ids);
         }
-        shared->bytes = calltree_memory_bytes(shared->tree) + shared->memos.bytes;
+        shared->bytes =
+            calltree_memory_bytes(shared->tree) + shared->memos.bytes + shared->sums_bytes;
         pthread_mutex_unlock(&shared->mu);
         if (rc == 0 && dm != NULL && by_origin != NULL)
             add_dictionary_sums(sums, origins.origin, by_origin, &p->result);
@@ -2267,7 +2283,7 @@ static int check_tree_memory(const merge_partial *p, strata_error *err) {
     pthread_mutex_unlock(&shared->mu);
     uint64_t room = p->q->max_bytes > shared_bytes ? p->q->max_bytes - shared_bytes : 0;
     uint64_t share = room / (p->q->workers ? p->q->workers : 1);
-    size_t bytes = calltree_memory_bytes(p->tree) + p->memos.bytes + p->dictionary_sums_bytes;
+    size_t bytes = calltree_memory_bytes(p->tree) + p->memos.bytes;
     if (bytes <= share && shared_bytes <= p->q->max_bytes)
         return 0;
     bytes += shared_bytes;
@@ -2324,28 +2340,31 @@ static void merge_results_add(merge_result *dst, const merge_result *src) {
     dst->dictionary_blocks += src->dictionary_blocks;
 }
 
-/* Adds a worker's dictionary sums to the shared tree, through the memo of each dictionary, which
- * translated every stack the worker summed. */
-static int add_dictionary_sums_to_tree(shared_tree *shared, merge_partial *p, bool base,
-                                       strata_error *err) {
-    for (size_t d = 0; d < p->n_dictionary_sums; d++) {
-        const dictionary_sums *ds = &p->dictionary_sums[d];
+/* Adds the query's dictionary sums to the shared tree, through the memo of each dictionary, which
+ * translated every stack a worker summed. */
+static int add_dictionary_sums_to_tree(shared_tree *shared, bool base, strata_error *err) {
+    for (size_t d = 0; d < shared->n_sums; d++) {
+        const dictionary_sums *ds = &shared->sums[d];
         const dictionary_memo *m = NULL;
         for (size_t i = 0; i < shared->memos.n && m == NULL; i++)
             if (memcmp(shared->memos.memos[i].id, ds->id, sizeof ds->id) == 0)
                 m = &shared->memos.memos[i];
-        for (size_t id = 0; id < ds->n; id++) {
-            int64_t value = ds->sum[id];
-            if (value == 0)
-                continue;
-            if (m == NULL || id >= m->n || m->node[id] == 0)
-                return strata_error_set(err, STRATA_INTERNAL,
-                                        "merge: dictionary stack %zu summed but not translated",
-                                        id);
-            if (base)
-                calltree_add_base(shared->tree, m->node[id] - 1, value);
-            else
-                calltree_add(shared->tree, m->node[id] - 1, value);
+        for (size_t c = 0; c < ds->n_chunks; c++) {
+            for (size_t k = 0; k < SUMS_CHUNK; k++) {
+                int64_t value =
+                    (int64_t)atomic_load_explicit(&ds->chunks[c][k], memory_order_relaxed);
+                if (value == 0)
+                    continue;
+                size_t id = (c << SUMS_CHUNK_BITS) + k;
+                if (m == NULL || id >= m->n || m->node[id] == 0)
+                    return strata_error_set(err, STRATA_INTERNAL,
+                                            "merge: dictionary stack %zu summed but not translated",
+                                            id);
+                if (base)
+                    calltree_add_base(shared->tree, m->node[id] - 1, value);
+                else
+                    calltree_add(shared->tree, m->node[id] - 1, value);
+            }
         }
     }
     return 0;
@@ -2397,8 +2416,8 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
     if (rc == 0)
         rc = engine_for_each_block(e, blocks, n_blocks, block_merge, ptrs, workers, skipped, &stats,
                                    err);
-    for (size_t w = 0; rc == 0 && w < workers; w++)
-        rc = add_dictionary_sums_to_tree(&shared, &parts[w], q->base, err);
+    if (rc == 0)
+        rc = add_dictionary_sums_to_tree(&shared, q->base, err);
     block_index_release_all(e->index, blocks, n_blocks);
     block_selections_free(q->selections, n_blocks);
     q->selections = NULL;
@@ -2432,10 +2451,10 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
         free(parts[w].per_stack);
         free(parts[w].touched);
         stack_plan_free(&parts[w].plan);
-        dictionary_sums_free(&parts[w]);
     }
     calltree_free(shared.tree);
     memo_set_free(&shared.memos);
+    shared_sums_free(&shared);
     if (mutex_made)
         pthread_mutex_destroy(&shared.mu);
     q->shared = NULL;
