@@ -565,6 +565,23 @@ static void write_mark(fixture *fx, const ulid *id, const char *details) {
     strata_buffer_free(&json);
 }
 
+/* bucket-index.json naming ids as marked, as the compactor writes it at the end of the cycle that
+ * marked them (queriers learn marks from it). */
+static void write_index_marks(fixture *fx, const ulid *ids, size_t n) {
+    bucket_index bi;
+    bucket_index_init(&bi);
+    strata_error err;
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(bucket_index_add_mark(&bi, &ids[i], 1700000000, &err), 0);
+    strata_buffer json = STRATA_BUFFER_INIT;
+    assert_int_equal(bucket_index_encode(&bi, &json, &err), 0);
+    char key[256];
+    snprintf(key, sizeof key, "%s/%s", TENANT, BUCKET_INDEX_FILE);
+    assert_int_equal(bucket_upload(fx->store, key, json.data, json.len, &err), 0);
+    strata_buffer_free(&json);
+    bucket_index_free(&bi);
+}
+
 static void sync_n(block_index *ix, int n) {
     strata_error err;
     for (int i = 0; i < n; i++)
@@ -600,6 +617,8 @@ static void test_querier_keeps_replaced_block_until_replacement_is_visible(void 
     write_mark(fx, &src[0], details);
     write_mark(fx, &src[1], details);
     write_mark(fx, &expiring, "past the tenant's retention");
+    const ulid marked[3] = {src[0], src[1], expiring};
+    write_index_marks(fx, marked, 3);
 
     sync_n(ix, 10); /* the tenth listing re-reads marks */
     view v = index_view(ix, TENANT);

@@ -22,7 +22,13 @@
 #include "common/hash.h"
 #include "common/log.h"
 
-/* Deletion marks of known blocks are re-checked every this many syncs. */
+typedef struct name_list {
+    char **items;
+    size_t count;
+    size_t cap;
+} name_list;
+
+/* Deletion marks of known blocks are re-checked (and the tenants listed) every this many syncs. */
 #define MARK_RECHECK_SYNCS 10
 
 struct block_index {
@@ -52,6 +58,9 @@ struct block_index {
     char **retired;
     size_t n_retired, cap_retired;
     strata_u64_map retired_map;
+    pthread_mutex_t sync_mu; /* held by block_index_sync: the tenant list below */
+    name_list tenants;       /* the bucket's tenants as last listed */
+    bool has_tenants;
     bool synced;
     bool stopping;
     bool started;
@@ -85,7 +94,8 @@ int block_index_new(const block_index_options *opts, bucket *store, block_index 
     pthread_condattr_t attr;
     if (pthread_condattr_init(&attr) != 0 ||
         pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
-        pthread_mutex_init(&ix->mu, NULL) != 0 || pthread_cond_init(&ix->wake, &attr) != 0) {
+        pthread_mutex_init(&ix->mu, NULL) != 0 || pthread_mutex_init(&ix->sync_mu, NULL) != 0 ||
+        pthread_cond_init(&ix->wake, &attr) != 0) {
         strata_u64_map_free(&ix->lineage);
         strata_u64_map_free(&ix->retired_map);
         free(ix);
@@ -108,12 +118,6 @@ static void entry_free(indexed_block *b) {
 }
 
 /* ---- listing ------------------------------------------------------------------------------ */
-
-typedef struct name_list {
-    char **items;
-    size_t count;
-    size_t cap;
-} name_list;
 
 static void name_list_free(name_list *l) {
     for (size_t i = 0; i < l->count; i++)
@@ -782,29 +786,62 @@ static void drop_missing(block_index *ix, const char *tenant, const name_list *i
 
 /* Drops known blocks of tenant that have been marked for deletion: at once for retention marks,
  * and for blocks a merged block replaces once an indexed block covers them (until then they still
- * answer queries, so no data goes missing between a mark and the replacement's discovery). */
-static int drop_marked(block_index *ix, const char *tenant, const name_list *ids,
-                       strata_error *err) {
-    for (size_t j = 0; j < ids->count; j++) {
+ * answer queries, so no data goes missing between a mark and the replacement's discovery).
+ *
+ * The marks are learned from the tenant's bucket-index.json, which the compactor (the only writer
+ * of marks) rewrites at the end of every cycle: one GET however many blocks the tenant has, where
+ * reading every known block's deletion-mark.json cost one GET per block (at 10,000 blocks, 1,000
+ * requests a second). Only the known blocks the index lists as marked have their mark read, for
+ * the replacement it names. Blocks merged away need no mark to disappear: the merged block's
+ * lineage hides them as soon as it is listed. A missing index means no compactor has run, so
+ * nothing is marked; an unreadable one is logged and skipped (the next recheck reads it again). */
+static int drop_marked(block_index *ix, const char *tenant, strata_error *err) {
+    char key[BUCKET_KEY_MAX];
+    snprintf(key, sizeof key, "%s/%s", tenant, BUCKET_INDEX_FILE);
+    strata_buffer json = STRATA_BUFFER_INIT;
+    bucket_index bi;
+    bucket_index_init(&bi);
+    strata_error index_err;
+    if (bucket_get(ix->store, key, &json, &index_err) != 0 ||
+        bucket_index_decode((const char *)json.data, json.len, &bi, &index_err) != 0) {
+        strata_buffer_free(&json);
+        bucket_index_free(&bi);
+        if (index_err.code == STRATA_NOT_FOUND)
+            return 0;
+        if (index_err.code != STRATA_INVALID_ARGUMENT) {
+            *err = index_err;
+            return -1;
+        }
+        char quoted[600];
+        strata_log_warn("querier", "ignoring bucket index", "key=%s error=%s", key,
+                        strata_log_quote(index_err.message, quoted, sizeof quoted));
+        return 0;
+    }
+    strata_buffer_free(&json);
+    int rc = 0;
+    for (size_t j = 0; j < bi.n_marks && rc == 0; j++) {
+        char id[ULID_STRING_LEN + 1];
+        ulid_format(&bi.marks[j].id, id);
         pthread_mutex_lock(&ix->mu);
-        bool known = find_locked(ix, tenant, ids->items[j]) != NULL;
+        bool known = find_locked(ix, tenant, id) != NULL;
         pthread_mutex_unlock(&ix->mu);
         bool marked = false;
         char replacement[ULID_STRING_LEN + 1];
-        if (!known ||
-            read_deletion_mark(ix, tenant, ids->items[j], &marked, replacement, err) != 0 ||
-            !marked)
+        if (!known)
+            continue;
+        if ((rc = read_deletion_mark(ix, tenant, id, &marked, replacement, err)) != 0 || !marked)
             continue;
         load_replacement(ix, tenant, replacement, 0);
         pthread_mutex_lock(&ix->mu);
-        indexed_block *b = find_locked(ix, tenant, ids->items[j]);
+        indexed_block *b = find_locked(ix, tenant, id);
         if (b != NULL && (replacement[0] == '\0' || b->hidden)) {
-            retire_locked(ix, tenant, ids->items[j]);
+            retire_locked(ix, tenant, id);
             remove_entry_locked(ix, b);
         }
         pthread_mutex_unlock(&ix->mu);
     }
-    return 0;
+    bucket_index_free(&bi);
+    return rc;
 }
 
 static int sync_tenant(block_index *ix, const char *tenant, bool recheck_marks, strata_error *err) {
@@ -816,7 +853,7 @@ static int sync_tenant(block_index *ix, const char *tenant, bool recheck_marks, 
         if (is_ulid(ids.items[i]) && block_index_announce(ix, tenant, ids.items[i], err) != 0)
             goto out;
     drop_missing(ix, tenant, &ids);
-    if (recheck_marks && drop_marked(ix, tenant, &ids, err) != 0)
+    if (recheck_marks && drop_marked(ix, tenant, err) != 0)
         goto out;
     rc = 0;
 out:
@@ -824,19 +861,32 @@ out:
     return rc;
 }
 
-int block_index_sync(block_index *ix, strata_error *err) {
+/* Lists the tenants (the bucket's top directories) every MARK_RECHECK_SYNCS syncs, and on a
+ * sync that has no list yet: a tenant that appears in between is found by that listing, or at
+ * once by an announcement of its first block. */
+static int sync_tenant_names(block_index *ix, bool relist, strata_error *err) {
+    if (!relist && ix->has_tenants)
+        return 0;
     name_list tenants = {0};
-    int rc = -1;
+    if (bucket_iterate(ix->store, "", false, collect_dirs, &tenants, err) != 0) {
+        name_list_free(&tenants);
+        return -1;
+    }
+    name_list_free(&ix->tenants);
+    ix->tenants = tenants;
+    ix->has_tenants = true;
+    return 0;
+}
+
+int block_index_sync(block_index *ix, strata_error *err) {
     pthread_mutex_lock(&ix->mu);
     bool recheck = ix->stats.syncs % MARK_RECHECK_SYNCS == 0;
     pthread_mutex_unlock(&ix->mu);
-    if (bucket_iterate(ix->store, "", false, collect_dirs, &tenants, err) != 0)
-        goto out;
-    for (size_t i = 0; i < tenants.count; i++)
-        if (sync_tenant(ix, tenants.items[i], recheck, err) != 0)
-            goto out;
-    rc = 0;
-out:
+    pthread_mutex_lock(&ix->sync_mu); /* the tenant list: one sync at a time */
+    int rc = sync_tenant_names(ix, recheck, err);
+    for (size_t i = 0; rc == 0 && i < ix->tenants.count; i++)
+        rc = sync_tenant(ix, ix->tenants.items[i], recheck, err);
+    pthread_mutex_unlock(&ix->sync_mu);
     pthread_mutex_lock(&ix->mu);
     ix->stats.syncs++;
     if (rc != 0)
@@ -844,7 +894,6 @@ out:
     else
         ix->synced = true;
     pthread_mutex_unlock(&ix->mu);
-    name_list_free(&tenants);
     return rc;
 }
 
@@ -989,7 +1038,9 @@ void block_index_free(block_index *ix) {
         free(ix->retired[i]);
     free(ix->retired);
     strata_u64_map_free(&ix->retired_map);
+    name_list_free(&ix->tenants);
     pthread_mutex_destroy(&ix->mu);
+    pthread_mutex_destroy(&ix->sync_mu);
     pthread_cond_destroy(&ix->wake);
     free(ix);
 }
