@@ -68,6 +68,17 @@ typedef struct r_location {
     bool is_folded;
 } r_location;
 
+/* Bytes of the object read ahead (options.readahead), or the tail read at open. */
+typedef struct r_window {
+    uint64_t offset;
+    strata_buffer bytes;
+    uint64_t last_used; /* r->window_clock when last read from */
+} r_window;
+
+/* Read-ahead windows kept per reader: the pages of a merge come from a few tables at once (the
+ * profiles, the samples, the stack tree, the symbols), each read in ascending order. */
+#define READAHEAD_WINDOWS 4
+
 struct block_reader {
     block_fetch_fn fetch;
     void *ctx;
@@ -82,6 +93,8 @@ struct block_reader {
     strata_buffer io;
     strata_buffer raw;
     ZSTD_DCtx *dctx;
+    r_window windows[READAHEAD_WINDOWS + 1]; /* the last one: the tail read at open */
+    uint64_t window_clock;
 
     r_series *series;
     size_t n_series;
@@ -138,6 +151,7 @@ static int data_loss(strata_error *err, int table, int column, uint64_t page, co
 
 void block_reader_options_default(block_reader_options *options) {
     options->tail_guess = 64u * 1024u;
+    options->readahead = 0;
     options->cache_bytes = 256u << 20;
     options->verify_checksums = true;
 }
@@ -154,20 +168,76 @@ int block_memory_fetch(void *ctx, uint64_t offset, uint64_t length, strata_buffe
     return 0;
 }
 
-static int fetch(block_reader *r, uint64_t offset, uint64_t length, int table, strata_error *err) {
-    strata_buffer_reset(&r->io);
-    if (r->fetch(r->ctx, offset, length, &r->io, err) != 0)
+/* Reads [offset, offset + length) of the object from the bucket into out. */
+static int fetch_into(block_reader *r, uint64_t offset, uint64_t length, strata_buffer *out,
+                      strata_error *err) {
+    strata_buffer_reset(out);
+    if (r->fetch(r->ctx, offset, length, out, err) != 0)
         return strata_error_wrap(err, "block: reading %llu bytes at offset %llu",
                                  (unsigned long long)length, (unsigned long long)offset);
-    if (r->io.len != length)
+    if (out->len != length)
         return strata_error_set(err, STRATA_DATA_LOSS,
                                 "block: fetch at offset %llu returned %zu bytes, expected %llu "
                                 "(object truncated?)",
-                                (unsigned long long)offset, r->io.len, (unsigned long long)length);
+                                (unsigned long long)offset, out->len, (unsigned long long)length);
     r->bytes_fetched += length;
+    return 0;
+}
+
+/* The window holding [offset, offset + length), or NULL. */
+static r_window *window_holding(block_reader *r, uint64_t offset, uint64_t length) {
+    for (int i = 0; i <= READAHEAD_WINDOWS; i++) {
+        r_window *w = &r->windows[i];
+        if (w->bytes.len > 0 && offset >= w->offset && length <= w->bytes.len &&
+            offset - w->offset <= w->bytes.len - length)
+            return w;
+    }
+    return NULL;
+}
+
+/* Reads [offset, offset + length) of the data area with read-ahead: from a window when one holds
+ * it, else by reading options.readahead bytes from offset into the least recently used window. */
+static int fetch_ahead(block_reader *r, uint64_t offset, uint64_t length, strata_error *err) {
+    r_window *w = window_holding(r, offset, length);
+    if (w == NULL) {
+        w = &r->windows[0];
+        for (int i = 1; i < READAHEAD_WINDOWS; i++)
+            if (r->windows[i].last_used < w->last_used)
+                w = &r->windows[i];
+        uint64_t want = r->options.readahead;
+        if (want > r->footer_start - offset)
+            want = r->footer_start - offset;
+        w->offset = offset;
+        if (fetch_into(r, offset, want, &w->bytes, err) != 0) {
+            strata_buffer_reset(&w->bytes);
+            return -1;
+        }
+    }
+    w->last_used = ++r->window_clock;
+    strata_buffer_reset(&r->io);
+    if (strata_buffer_append(&r->io, w->bytes.data + (offset - w->offset), (size_t)length) != 0)
+        return strata_error_oom(err);
+    return 0;
+}
+
+/* Reads [offset, offset + length) of the object into r->io; table > 0 names the table whose page
+ * it is (for the per-table counters), 0 the footer. */
+static int fetch(block_reader *r, uint64_t offset, uint64_t length, int table, strata_error *err) {
+    bool ahead = table > 0 && r->options.readahead > length && offset < r->footer_start &&
+                 length <= r->footer_start - offset;
+    if (ahead ? fetch_ahead(r, offset, length, err) != 0
+              : fetch_into(r, offset, length, &r->io, err) != 0)
+        return -1;
     if (table > 0)
         r->tables[table].bytes_fetched += length;
     return 0;
+}
+
+void block_reader_drop_readahead(block_reader *r) {
+    for (int i = 0; i <= READAHEAD_WINDOWS; i++) {
+        strata_buffer_free(&r->windows[i].bytes);
+        r->windows[i].offset = r->windows[i].last_used = 0;
+    }
 }
 
 /* ---- varints ---------------------------------------------------------------------------- */
@@ -503,6 +573,13 @@ static int read_footer(block_reader *r, strata_error *err) {
         tail = r->size;
     if (fetch(r, r->size - tail, tail, 0, err) != 0)
         return -1;
+    if (r->options.readahead > 0) { /* its pages at the end of the data area are read ahead */
+        r_window *w = &r->windows[READAHEAD_WINDOWS];
+        strata_buffer_reset(&w->bytes);
+        if (strata_buffer_append(&w->bytes, r->io.data, r->io.len) != 0)
+            return strata_error_oom(err);
+        w->offset = r->size - tail;
+    }
     uint64_t footer_len = 0;
     uint32_t crc = 0;
     if (check_trailer(r, r->io.data, r->io.len, &footer_len, &crc, err) != 0)
@@ -1880,6 +1957,8 @@ int block_reader_mapping(block_reader *r, uint32_t id, block_mapping *out, strat
 
 size_t block_reader_memory_bytes(const block_reader *r) {
     size_t bytes = sizeof *r + r->cache_used + r->pinned_used + r->io.cap + r->raw.cap;
+    for (int i = 0; i <= READAHEAD_WINDOWS; i++)
+        bytes += r->windows[i].bytes.cap;
     bytes += r->n_mappings * sizeof *r->mappings;
     bytes += r->function_rows_loaded * sizeof *r->functions;
     bytes += r->location_rows_loaded * sizeof *r->locations;
@@ -1962,6 +2041,7 @@ void block_reader_close(block_reader *r) {
         table_free(&r->tables[id]);
     strata_buffer_free(&r->io);
     strata_buffer_free(&r->raw);
+    block_reader_drop_readahead(r);
     ZSTD_freeDCtx(r->dctx);
     for (size_t i = 0; r->series != NULL && i < r->n_series; i++) {
         label_set_free(&r->series[i].labels);

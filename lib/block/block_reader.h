@@ -52,6 +52,13 @@ typedef int (*block_fetch_fn)(void *ctx, uint64_t offset, uint64_t length, strat
 
 typedef struct block_reader_options {
     size_t tail_guess;     /* bytes fetched from the end at open; default 64 KiB */
+    size_t readahead;      /* 0 (default): each page is its own fetch. Otherwise a page fetch
+                              that misses reads this many bytes from the page on (within the data
+                              area), and the next pages inside them come from memory: an object
+                              store charges per request and takes milliseconds for each, so a
+                              cold read of many small pages costs far fewer, larger requests. The
+                              bytes read are kept (a few windows, and the tail read at open) until
+                              block_reader_drop_readahead or close. */
     size_t cache_bytes;    /* budget for decoded profile and sample pages; default 256 MiB */
     bool verify_checksums; /* default true; false only to salvage damaged blocks, and for fuzzing
                               the decoders behind the checksums */
@@ -87,6 +94,8 @@ size_t block_reader_memory_bytes(const block_reader *r);
  * options.cache_bytes), and dropping them: a cache of many readers sheds these before it closes
  * a reader, whose symbol tables cost more to decode again. */
 size_t block_reader_page_cache_bytes(const block_reader *r);
+/* Frees the bytes kept by read-ahead (options.readahead); later misses fetch again. */
+void block_reader_drop_readahead(block_reader *r);
 void block_reader_drop_page_cache(block_reader *r);
 /* Frees the decoded symbol tables and stack tree (mappings, functions, lines, locations, stacks)
  * and the location origins; they are decoded again if asked for. For a caller that has copied

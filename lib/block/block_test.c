@@ -2402,6 +2402,68 @@ static void test_spooled_writer_writes_the_same_block(void **state) {
     }
 }
 
+/* A fetch callback over memory that counts its calls and the bytes it returned. */
+typedef struct counting_source {
+    block_memory_source src;
+    size_t calls;
+    uint64_t bytes;
+} counting_source;
+
+static int counting_fetch(void *ctx, uint64_t offset, uint64_t length, strata_buffer *out,
+                          strata_error *err) {
+    counting_source *c = ctx;
+    c->calls++;
+    c->bytes += length;
+    return block_memory_fetch(&c->src, offset, length, out, err);
+}
+
+/* Read-ahead (options.readahead) reads the same block with fewer, larger fetches: with windows
+ * of a few pages, of one byte more than a page, and of the whole block (then the tail read at
+ * open holds every page: one fetch in all). Dropping the windows mid-read only costs fetches. */
+static void test_readahead_reads_the_same_with_fewer_fetches(void **state) {
+    (void)state;
+    strata_error err;
+    block_writer_options o;
+    block_writer_options_default(&o);
+    o.page_size = 256;
+    block_writer *w = block_writer_new(&o, &err);
+    assert_non_null(w);
+    add_spool_input(w, 1);
+    strata_buffer data = STRATA_BUFFER_INIT;
+    block_meta meta;
+    assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
+    block_writer_free(w);
+    counting_source plain = {{data.data, data.len}, 0, 0};
+    block_reader *base = NULL;
+    assert_int_equal(block_reader_open(counting_fetch, &plain, data.len, NULL, &base, &err), 0);
+    assert_same_blocks(base, base); /* reads every page */
+    assert_true(plain.calls > 50);
+    const size_t sizes[] = {257, 4096, 1u << 20};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        counting_source ahead = {{data.data, data.len}, 0, 0};
+        block_reader_options ro;
+        block_reader_options_default(&ro);
+        ro.readahead = sizes[k];
+        ro.tail_guess = sizes[k] > ro.tail_guess ? sizes[k] : ro.tail_guess;
+        block_reader *r = NULL;
+        assert_int_equal(block_reader_open(counting_fetch, &ahead, data.len, &ro, &r, &err), 0);
+        assert_same_blocks(base, r);
+        if (sizes[k] >= data.len)
+            assert_int_equal(ahead.calls, 1);
+        else
+            assert_true(ahead.calls < plain.calls);
+        size_t before = ahead.calls;
+        block_reader_drop_readahead(r);
+        block_reader_drop_page_cache(r);
+        assert_same_blocks(base, r);
+        assert_true(ahead.calls >= before);
+        block_reader_close(r);
+    }
+    block_reader_close(base);
+    block_meta_free(&meta);
+    strata_buffer_free(&data);
+}
+
 /* A spool file that cannot be written fails the writer with UNAVAILABLE (the disk, not the data).
  */
 static void test_spooled_writer_unwritable_spool(void **state) {
@@ -2576,6 +2638,7 @@ int main(void) {
         cmocka_unit_test(test_label_sets_id_path),
         cmocka_unit_test(test_rollup_build_with_label_sets),
         cmocka_unit_test(test_spooled_writer_writes_the_same_block),
+        cmocka_unit_test(test_readahead_reads_the_same_with_fewer_fetches),
         cmocka_unit_test(test_spooled_writer_refuses_disorder),
         cmocka_unit_test(test_spooled_writer_unwritable_spool),
     };

@@ -69,6 +69,9 @@ typedef struct block_index_options {
     size_t max_open_readers;        /* 0: no count bound; default 1024 */
     uint64_t max_open_reader_bytes; /* all open readers together; 0: no byte bound; default 1 GiB */
     size_t reader_cache_bytes;      /* per reader page cache; default 16 MiB */
+    size_t readahead_bytes;         /* block_reader_options.readahead and tail_guess: a cold
+                                       read fetches this much at a time (default 1 MiB), kept
+                                       while a query pass uses the reader */
 } block_index_options;
 
 void block_index_options_default(block_index_options *opts);

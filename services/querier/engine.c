@@ -102,6 +102,11 @@ static void *driver_worker(void *arg) {
         int rc = block_index_open_reader(d->index, b, &err);
         if (rc == 0)
             rc = d->fn(b, i, b->reader, d->partials[w->worker], &err);
+        /* What was read ahead is decoded by now or not needed: the cached reader keeps decoded
+         * pages, not raw bytes (held across the query's passes, the windows of every block of a
+         * long range would add up). */
+        if (b->reader != NULL)
+            block_reader_drop_readahead(b->reader);
         block_index_reader_used(d->index, b); /* decoding grew it */
         pthread_mutex_unlock(&b->mu);
         if (rc != 0 && err.code == STRATA_NOT_FOUND && block_index_forget_if_gone(d->index, b)) {
