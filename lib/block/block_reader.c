@@ -1162,26 +1162,36 @@ static int samples_label_sets(block_samples *s, strata_error *err) {
     return s->label_sets == NULL ? strata_error_oom(err) : 0;
 }
 
-/* Copies rows [from, from + count) of page g of a (stack, value) table - samples or
- * rollup_stacks, whose columns 0 and 1 are the stack id and the value - into out. */
-static int copy_stack_rows(block_reader *r, int table, uint64_t g, uint64_t from, uint64_t count,
-                           block_samples *out, strata_error *err) {
-    const r_decoded *stacks, *values, *sets = NULL;
-    if (load_page(r, table, BLOCK_COL_SAMPLES_STACK, g, &stacks, err) != 0 ||
-        load_page(r, table, BLOCK_COL_SAMPLES_VALUE, g, &values, err) != 0)
+/* Loads page g of a (stack, value) table - samples or rollup_stacks, whose columns 0, 1 and 2 are
+ * the stack id, the value and (version 2) the label set - and checks its ids; *sets is NULL when
+ * the table has no label sets. */
+static int load_row_pages(block_reader *r, int table, uint64_t g, const r_decoded **stacks,
+                          const r_decoded **values, const r_decoded **sets, strata_error *err) {
+    *sets = NULL;
+    if (load_page(r, table, BLOCK_COL_SAMPLES_STACK, g, stacks, err) != 0 ||
+        load_page(r, table, BLOCK_COL_SAMPLES_VALUE, g, values, err) != 0)
         return -1;
     if (r->tables[table].column_of[BLOCK_COL_SAMPLES_LABEL_SET] >= 0 &&
-        load_page(r, table, BLOCK_COL_SAMPLES_LABEL_SET, g, &sets, err) != 0)
+        load_page(r, table, BLOCK_COL_SAMPLES_LABEL_SET, g, sets, err) != 0)
         return -1;
-    if (stacks->max_value > r->tables[BLOCK_TABLE_STACKS].rows)
+    if ((*stacks)->max_value > r->tables[BLOCK_TABLE_STACKS].rows)
         return data_loss(err, table, BLOCK_COL_SAMPLES_STACK, g, "stack id out of range");
+    if (*sets != NULL && (*sets)->max_value > r->tables[BLOCK_TABLE_LABEL_SETS].rows)
+        return data_loss(err, table, BLOCK_COL_SAMPLES_LABEL_SET, g, "label set id out of range");
+    return 0;
+}
+
+/* Copies rows [from, from + count) of page g of a (stack, value) table into out. */
+static int copy_stack_rows(block_reader *r, int table, uint64_t g, uint64_t from, uint64_t count,
+                           block_samples *out, strata_error *err) {
+    const r_decoded *stacks, *values, *sets;
+    if (load_row_pages(r, table, g, &stacks, &values, &sets, err) != 0)
+        return -1;
     uint64_t base = from - r->tables[table].groups[g].first_row;
     for (uint64_t i = 0; i < count; i++) {
         out->stacks[out->len + i] = (uint32_t)stacks->values[base + i];
         out->values[out->len + i] = as_signed(values->values[base + i]);
     }
-    if (sets != NULL && sets->max_value > r->tables[BLOCK_TABLE_LABEL_SETS].rows)
-        return data_loss(err, table, BLOCK_COL_SAMPLES_LABEL_SET, g, "label set id out of range");
     if ((sets != NULL && sets->max_value > 0) || out->label_sets != NULL) {
         if (samples_label_sets(out, err) != 0)
             return -1;
@@ -1212,6 +1222,45 @@ static int read_stack_rows(block_reader *r, int table, uint64_t first, uint64_t 
             return -1;
         row += take;
         left -= take;
+    }
+    return 0;
+}
+
+/* The pages of rows [first, first + count) of a (stack, value) table, each run to fn. */
+static int visit_stack_rows(block_reader *r, int table, uint64_t first, uint64_t count,
+                            size_t profile, block_row_fn fn, void *arg, strata_error *err) {
+    const r_table *t = &r->tables[table];
+    if (first > t->rows || count > t->rows - first)
+        return strata_error_set(
+            err, STRATA_INVALID_ARGUMENT, "block: rows %llu+%llu are outside the %s table",
+            (unsigned long long)first, (unsigned long long)count, block_table_name(table));
+    uint64_t row = first, left = count;
+    while (left > 0) {
+        maybe_evict(r);
+        uint64_t g = group_of(t, row);
+        uint64_t in_page = t->groups[g].first_row + t->groups[g].rows - row;
+        uint64_t take = left < in_page ? left : in_page;
+        const r_decoded *stacks, *values, *sets;
+        if (load_row_pages(r, table, g, &stacks, &values, &sets, err) != 0)
+            return -1;
+        uint64_t base = row - t->groups[g].first_row;
+        block_row_run run = {stacks->values + base, values->values + base,
+                             sets != NULL && sets->max_value > 0 ? sets->values + base : NULL,
+                             (size_t)take};
+        if (fn(arg, profile, &run, err) != 0)
+            return -1;
+        row += take;
+        left -= take;
+    }
+    return 0;
+}
+
+int block_reader_visit_samples(block_reader *r, const block_profile *profiles, size_t n,
+                               block_row_fn fn, void *arg, strata_error *err) {
+    for (size_t i = 0; i < n; i++) {
+        if (visit_stack_rows(r, BLOCK_TABLE_SAMPLES, profiles[i].first_sample,
+                             profiles[i].sample_count, i, fn, arg, err) != 0)
+            return -1;
     }
     return 0;
 }
@@ -1297,6 +1346,20 @@ int block_reader_series_rollup(block_reader *r, uint32_t series_id, block_sample
                                 series_id, info.profile_count);
     return read_stack_rows(r, BLOCK_TABLE_ROLLUP_STACKS, info.first_stack, info.stack_count, out,
                            err);
+}
+
+int block_reader_visit_series_rollup(block_reader *r, uint32_t series_id, block_row_fn fn,
+                                     void *arg, strata_error *err) {
+    block_rollup_series info = {0};
+    if (block_reader_series_rollup_info(r, series_id, &info, err) != 0)
+        return -1;
+    if (info.profile_count < BLOCK_ROLLUP_MIN_PROFILES)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "block: series %u has %u profiles, too few for a rollup; read its "
+                                "samples",
+                                series_id, info.profile_count);
+    return visit_stack_rows(r, BLOCK_TABLE_ROLLUP_STACKS, info.first_stack, info.stack_count, 0, fn,
+                            arg, err);
 }
 
 /* ---- sample label sets ------------------------------------------------------------------ */

@@ -155,6 +155,25 @@ void block_samples_free(block_samples *s);
 int block_reader_read_samples(block_reader *r, const block_profile *profiles, size_t n,
                               block_samples *out, strata_error *err);
 
+/* A run of sample rows read in place from the reader's decoded pages: row i is (stacks[i],
+ * values[i] as a two's complement int64, label_sets ? label_sets[i] : 0). Stack ids are checked
+ * (below the stack count) and so are label set ids. Valid only during the visit's callback. */
+typedef struct block_row_run {
+    const uint64_t *stacks;
+    const uint64_t *values;
+    const uint64_t *label_sets; /* NULL: every row has none */
+    size_t n;
+} block_row_run;
+
+/* Called per run of one profile's rows (a profile's rows may span runs); returns 0 to go on, or
+ * -1 after filling err. */
+typedef int (*block_row_fn)(void *arg, size_t profile, const block_row_run *run, strata_error *err);
+
+/* Visits the samples of n profiles (in the given order) without copying them: the same rows as
+ * block_reader_read_samples, for readers that only sum them. */
+int block_reader_visit_samples(block_reader *r, const block_profile *profiles, size_t n,
+                               block_row_fn fn, void *arg, strata_error *err);
+
 /* ---- rollups (optional: block_rollup.h, docs/block-format.md section 6.10) ---- */
 
 /* True when the block has the rollup tables; blocks written before them have none. */
@@ -172,6 +191,9 @@ int block_reader_series_rollup_info(block_reader *r, uint32_t series_id, block_r
  * fewer than BLOCK_ROLLUP_MIN_PROFILES profiles, which has no rollup (read its samples). */
 int block_reader_series_rollup(block_reader *r, uint32_t series_id, block_samples *out,
                                strata_error *err);
+/* The same rows visited in place (block_reader_visit_samples); profile is 0 in every call. */
+int block_reader_visit_series_rollup(block_reader *r, uint32_t series_id, block_row_fn fn,
+                                     void *arg, strata_error *err);
 
 /* ---- sample label sets (format version 2) ---- */
 

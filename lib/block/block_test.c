@@ -2402,6 +2402,72 @@ static void test_spooled_writer_writes_the_same_block(void **state) {
     }
 }
 
+/* Rows visited in place, appended for comparison. */
+typedef struct visited_rows {
+    block_samples rows;
+    size_t last_profile;
+    size_t runs;
+} visited_rows;
+
+static int append_run(void *arg, size_t profile, const block_row_run *run, strata_error *err) {
+    visited_rows *v = arg;
+    (void)err;
+    assert_true(profile >= v->last_profile);
+    v->last_profile = profile;
+    v->runs++;
+    for (size_t i = 0; i < run->n; i++) {
+        size_t at = v->rows.len++;
+        assert_true(at < v->rows.cap);
+        v->rows.stacks[at] = (uint32_t)run->stacks[i];
+        v->rows.values[at] = (int64_t)run->values[i];
+        v->rows.label_sets[at] = run->label_sets != NULL ? (uint32_t)run->label_sets[i] : 0;
+    }
+    return 0;
+}
+
+/* block_reader_visit_samples gives the rows block_reader_read_samples copies, run by run (pages
+ * of 256 bytes), in the profiles' order. */
+static void test_visit_samples_matches_read_samples(void **state) {
+    (void)state;
+    strata_error err;
+    block_writer_options o;
+    block_writer_options_default(&o);
+    o.page_size = 256;
+    block_writer *w = block_writer_new(&o, &err);
+    assert_non_null(w);
+    add_spool_input(w, 1);
+    strata_buffer data = STRATA_BUFFER_INIT;
+    block_meta meta;
+    assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
+    block_writer_free(w);
+    block_memory_source src = {data.data, data.len};
+    block_reader *r = NULL;
+    assert_int_equal(block_reader_open(block_memory_fetch, &src, data.len, NULL, &r, &err), 0);
+    block_profile *p = NULL;
+    size_t n = 0;
+    assert_int_equal(block_reader_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, &p, &n, &err), 0);
+    assert_true(n > 1);
+    block_samples want = {0};
+    assert_int_equal(block_reader_read_samples(r, p, n, &want, &err), 0);
+    assert_non_null(want.label_sets);
+    visited_rows got = {.rows = {.cap = want.len}};
+    got.rows.stacks = calloc(want.len + 1, sizeof *got.rows.stacks);
+    got.rows.values = calloc(want.len + 1, sizeof *got.rows.values);
+    got.rows.label_sets = calloc(want.len + 1, sizeof *got.rows.label_sets);
+    assert_int_equal(block_reader_visit_samples(r, p, n, append_run, &got, &err), 0);
+    assert_int_equal(got.rows.len, want.len);
+    assert_true(got.runs >= n);
+    assert_memory_equal(got.rows.stacks, want.stacks, want.len * sizeof *want.stacks);
+    assert_memory_equal(got.rows.values, want.values, want.len * sizeof *want.values);
+    assert_memory_equal(got.rows.label_sets, want.label_sets, want.len * sizeof *want.label_sets);
+    block_samples_free(&got.rows);
+    block_samples_free(&want);
+    free(p);
+    block_reader_close(r);
+    block_meta_free(&meta);
+    strata_buffer_free(&data);
+}
+
 /* A fetch callback over memory that counts its calls and the bytes it returned. */
 typedef struct counting_source {
     block_memory_source src;
@@ -2639,6 +2705,7 @@ int main(void) {
         cmocka_unit_test(test_rollup_build_with_label_sets),
         cmocka_unit_test(test_spooled_writer_writes_the_same_block),
         cmocka_unit_test(test_readahead_reads_the_same_with_fewer_fetches),
+        cmocka_unit_test(test_visit_samples_matches_read_samples),
         cmocka_unit_test(test_spooled_writer_refuses_disorder),
         cmocka_unit_test(test_spooled_writer_unwritable_spool),
     };
