@@ -222,8 +222,9 @@ static void format_duration(int64_t ns, char *out, size_t size) {
         }
 }
 
-/* Queriers re-read deletion marks every tenth listing (docs/storage.md), so a block must stay at
- * least ten sync_intervals after its mark or a querier may still read it when it goes. The
+/* Queriers read deletion marks from the bucket index every tenth listing (docs/storage.md; the
+ * compactor writes the index right after it marks), so a block must stay at least ten
+ * sync_intervals after its mark or a querier may still read it when it goes. The
  * queriers' interval is this file's querier.sync_interval (the default, 1s, when the compactor runs
  * alone with no querier section): delete_delay >= 10 x sync_interval. 0 is allowed, as Thanos'
  * --delete-delay=0: delete at the next cycle, for tests (a query holding the block retries). */

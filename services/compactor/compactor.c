@@ -660,16 +660,20 @@ static int64_t tenant_retention_ns(const compactor *c, const char *tenant) {
     return c->config.retention_ns;
 }
 
-static void apply_retention(compactor *c, tenant_state *t) {
+/* Marks the blocks past the tenant's retention; returns how many it marked. */
+static size_t apply_retention(compactor *c, tenant_state *t) {
     int64_t retention_ms = tenant_retention_ns(c, t->name) / STRATA_NS_PER_MS;
     if (retention_ms <= 0)
-        return;
+        return 0;
     int64_t now = now_ms();
+    size_t marked = 0;
     for (size_t i = 0; i < t->n_entries; i++) {
         block_entry *e = &t->entries[i];
-        if (e->meta_ok && !e->deletion_mark && e->meta.max_time_ms <= now - retention_ms)
-            write_deletion_mark(c, t->name, e, "retention", "past the tenant's retention");
+        if (e->meta_ok && !e->deletion_mark && e->meta.max_time_ms <= now - retention_ms &&
+            write_deletion_mark(c, t->name, e, "retention", "past the tenant's retention") == 0)
+            marked++;
     }
+    return marked;
 }
 
 static void delete_due(compactor *c, tenant_state *t) {
@@ -1112,7 +1116,11 @@ static void run_tenant(compactor *c, tenant_state *t) {
         return;
     }
     reconcile_replaced(c, t);
-    apply_retention(c, t);
+    /* Queriers learn retention marks from the bucket index (a block merged away needs none: its
+     * replacement hides it), so new ones go into it now, not after this cycle's merges, which
+     * can outlast delete_delay. */
+    if (apply_retention(c, t) > 0)
+        write_bucket_index(c, t);
     delete_due(c, t);
     compact_tenant(c, t);
     write_bucket_index(c, t);
