@@ -238,6 +238,11 @@ void block_reader_drop_readahead(block_reader *r) {
         strata_buffer_free(&r->windows[i].bytes);
         r->windows[i].offset = r->windows[i].last_used = 0;
     }
+    /* The fetch buffer held the tail read at open (as big as a window); a page's bytes pass
+     * through it and the inflate buffer only while that page is decoded, so an idle reader needs
+     * neither. */
+    strata_buffer_free(&r->io);
+    strata_buffer_free(&r->raw);
 }
 
 /* ---- varints ---------------------------------------------------------------------------- */

@@ -94,7 +94,8 @@ size_t block_reader_memory_bytes(const block_reader *r);
  * options.cache_bytes), and dropping them: a cache of many readers sheds these before it closes
  * a reader, whose symbol tables cost more to decode again. */
 size_t block_reader_page_cache_bytes(const block_reader *r);
-/* Frees the bytes kept by read-ahead (options.readahead); later misses fetch again. */
+/* Frees the bytes kept by read-ahead (options.readahead) and the fetch and inflate buffers;
+ * later misses fetch again. */
 void block_reader_drop_readahead(block_reader *r);
 void block_reader_drop_page_cache(block_reader *r);
 /* Frees the decoded symbol tables and stack tree (mappings, functions, lines, locations, stacks)
