@@ -61,6 +61,7 @@ struct block_index {
     pthread_mutex_t sync_mu; /* held by block_index_sync: the tenant list below */
     name_list tenants;       /* the bucket's tenants as last listed */
     bool has_tenants;
+    bool relist_tenants; /* a query asked for a tenant with no known block */
     bool synced;
     bool stopping;
     bool started;
@@ -865,9 +866,10 @@ out:
     return rc;
 }
 
-/* Lists the tenants (the bucket's top directories) every MARK_RECHECK_SYNCS syncs, and on a
- * sync that has no list yet: a tenant that appears in between is found by that listing, or at
- * once by an announcement of its first block. */
+/* Lists the tenants (the bucket's top directories) every MARK_RECHECK_SYNCS syncs, on a sync that
+ * has no list yet, and on the sync after a query asked for a tenant the index has no block of: a
+ * new tenant's first blocks are then found within a sync of its first query (or at once through an
+ * announcement), while an idle querier pays one listing of the tenants per ten syncs. */
 static int sync_tenant_names(block_index *ix, bool relist, strata_error *err) {
     if (!relist && ix->has_tenants)
         return 0;
@@ -885,9 +887,11 @@ static int sync_tenant_names(block_index *ix, bool relist, strata_error *err) {
 int block_index_sync(block_index *ix, strata_error *err) {
     pthread_mutex_lock(&ix->mu);
     bool recheck = ix->stats.syncs % MARK_RECHECK_SYNCS == 0;
+    bool relist = recheck || ix->relist_tenants;
+    ix->relist_tenants = false;
     pthread_mutex_unlock(&ix->mu);
     pthread_mutex_lock(&ix->sync_mu); /* the tenant list: one sync at a time */
-    int rc = sync_tenant_names(ix, recheck, err);
+    int rc = sync_tenant_names(ix, relist, err);
     for (size_t i = 0; rc == 0 && i < ix->tenants.count; i++)
         rc = sync_tenant(ix, ix->tenants.items[i], recheck, err);
     pthread_mutex_unlock(&ix->sync_mu);
@@ -1183,17 +1187,22 @@ int block_index_acquire(block_index *ix, const char *tenant, int64_t start_ns, i
         return strata_error_oom(err);
     }
     size_t count = 0;
+    bool tenant_known = false;
     for (size_t i = 0; i < ix->n_blocks; i++) {
         indexed_block *b = ix->blocks[i];
+        if (strcmp(b->tenant, tenant) != 0)
+            continue;
+        tenant_known = true;
         /* maxTime is exclusive; a block covers [minTime, maxTime). A block whose data another
          * indexed block holds (lineage, above) is skipped, so no profile is counted twice. */
-        if (b->hidden || strcmp(b->tenant, tenant) != 0 || b->meta.max_time_ms <= start_ms ||
-            b->meta.min_time_ms > end_ms)
+        if (b->hidden || b->meta.max_time_ms <= start_ms || b->meta.min_time_ms > end_ms)
             continue;
         b->refs++;
         b->last_used = ++ix->clock;
         list[count++] = b;
     }
+    if (!tenant_known) /* a new tenant: the next sync lists the tenants (see block_index_sync) */
+        ix->relist_tenants = true;
     pthread_mutex_unlock(&ix->mu);
     qsort(list, count, sizeof *list, compare_blocks_by_time);
     *out = list;

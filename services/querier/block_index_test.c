@@ -1476,6 +1476,47 @@ static void test_lineage_ten_thousand_blocks(void **state) {
     nftw(dir, remove_entry, 64, FTW_DEPTH | FTW_PHYS);
 }
 
+/* The tenants are listed every tenth sync, and on the sync after a query asked for a tenant the
+ * index knows no block of: a new tenant's first block is found within a sync of its first query. */
+static void test_new_tenant_found_after_its_first_query(void **state) {
+    (void)state;
+    char dir[64];
+    temp_bucket_dir(dir, sizeof dir, "new-tenant");
+    bucket *store;
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
+    const int64_t t = 1700006400000;
+    put_meta(store, "old", t, 1, NULL, 0, NULL, 0);
+    block_index_options io;
+    block_index_options_default(&io);
+    block_index *ix;
+    assert_int_equal(block_index_new(&io, store, &ix, &err), 0);
+    assert_int_equal(block_index_sync(ix, &err), 0); /* lists the tenants: "old" */
+    put_meta(store, "new", t, 1, NULL, 0, NULL, 0);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    indexed_block **blocks;
+    size_t n;
+    assert_int_equal(block_index_acquire(ix, "new", 0, INT64_MAX / 2, &blocks, &n, &err), 0);
+    block_index_release_all(ix, blocks, n);
+    assert_int_equal(n, 0); /* not listed yet: the query asks for the tenants to be listed */
+    uint64_t before = bucket_requests(store);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    assert_int_equal(block_index_acquire(ix, "new", 0, INT64_MAX / 2, &blocks, &n, &err), 0);
+    block_index_release_all(ix, blocks, n);
+    assert_int_equal(n, 1);
+    /* that sync: the tenants, then each tenant, then the new block's meta.json and mark */
+    assert_int_equal(bucket_requests(store) - before, 1 + 2 + 2);
+    /* A tenant the index knows does not ask again. */
+    assert_int_equal(block_index_acquire(ix, "old", 0, INT64_MAX / 2, &blocks, &n, &err), 0);
+    block_index_release_all(ix, blocks, n);
+    before = bucket_requests(store);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    assert_int_equal(bucket_requests(store) - before, 2);
+    block_index_free(ix);
+    bucket_close(store);
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_growth_is_accounted),
@@ -1489,6 +1530,7 @@ int main(void) {
         cmocka_unit_test(test_lineage_intermediate_blocks_deleted_first),
         cmocka_unit_test(test_lineage_ties_and_removals),
         cmocka_unit_test(test_lineage_ten_thousand_blocks),
+        cmocka_unit_test(test_new_tenant_found_after_its_first_query),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -651,6 +651,12 @@ describe('group by pprof label', () => {
     await page.uncheck('[data-role="groupby-labels"] input[value="labels.endpoint"]');
     await page.waitForFunction(() => !new URL(location.href).searchParams.get('group_by'));
     await waitEvent(page, 'profile', n1);
+    // The profile event counted may be the answer to an earlier step's query, still on its way
+    // when n1 was read on a loaded machine: wait for the ungrouped graph itself (or time out).
+    await page.waitForFunction(() => {
+      const top = window.__strata.views.profiles.icicle.renderedNodes().filter((n) => n.level === 1);
+      return top.length === 1 && top[0].name === 'main.main';
+    });
     const flat = await icicleNodes(page);
     assert.deepEqual(flat.filter((n) => n.level === 1).map((n) => n.name), ['main.main']);
     await closeMenu();
