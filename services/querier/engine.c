@@ -1276,7 +1276,7 @@ typedef struct shared_tree {
     pthread_mutex_t mu;
     calltree *tree;
     memo_set memos;
-    dictionary_sums *sums; /* per dictionary; made and grown under mu */
+    dictionary_sums *sums; /* per dictionary; made and grown under mu (it moves: keep chunks) */
     size_t n_sums;
     uint64_t sums_bytes;
     uint64_t bytes; /* tree, memos and sums, as of the last block */
@@ -2128,8 +2128,8 @@ static int add_stack_sums(block_reader *r, const merge_query *q, calltree *tree,
  * clears them: no lock, no tree (relaxed atomic adds: workers may add to one stack at once, and
  * nothing reads the sums before every worker is done); the query adds them to the shared tree
  * once, at its end. */
-static void add_dictionary_sums(row_sums *sums, const uint32_t *origin, dictionary_sums *by_origin,
-                                merge_result *res) {
+static void add_dictionary_sums(row_sums *sums, const uint32_t *origin,
+                                _Atomic uint64_t *const *chunks, merge_result *res) {
     summed_iter it = summed_begin(sums);
     for (uint32_t s; summed_next(&it, &s);) {
         int64_t value = sums->per_stack[s];
@@ -2138,7 +2138,7 @@ static void add_dictionary_sums(row_sums *sums, const uint32_t *origin, dictiona
         sums->per_stack[s] = 0;
         res->total += value;
         uint32_t id = origin[s];
-        atomic_fetch_add_explicit(&by_origin->chunks[id >> SUMS_CHUNK_BITS][id & (SUMS_CHUNK - 1)],
+        atomic_fetch_add_explicit(&chunks[id >> SUMS_CHUNK_BITS][id & (SUMS_CHUNK - 1)],
                                   (uint64_t)value, memory_order_relaxed); /* wrapping */
     }
     summed_clear(sums);
@@ -2163,6 +2163,9 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
     if (has_origins && sums->view == NULL) {
         shared_tree *shared = q->shared;
         dictionary_sums *by_origin = NULL;
+        /* The chunk table, not the dictionary_sums: shared->sums moves when another worker adds a
+         * dictionary, the chunk table never does. */
+        _Atomic uint64_t **chunks = NULL;
         pthread_mutex_lock(&shared->mu);
         rc = dictionary_memo_for(&shared->memos, q->max_bytes / 4, &origins, &dm, err);
         /* Sums per dictionary stack cost the whole dictionary (zeroed, then read back at the
@@ -2170,6 +2173,8 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
          * one: 7.2 M rows against 2.7 M dictionary stacks, not 72 K). */
         if (rc == 0 && dm != NULL && q->selected_rows >= (uint64_t)origins.dictionary_stacks / 2)
             rc = dictionary_sums_for(shared, q->max_bytes / 4, &origins, &by_origin, err);
+        if (by_origin != NULL)
+            chunks = by_origin->chunks;
         if (rc == 0 && dm != NULL) {
             symbol_ids ids = {0};
             stack_memo sm = {dm->node, origins.origin, dm->translated};
@@ -2188,8 +2193,8 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
         shared->bytes =
             calltree_memory_bytes(shared->tree) + shared->memos.bytes + shared->sums_bytes;
         pthread_mutex_unlock(&shared->mu);
-        if (rc == 0 && dm != NULL && by_origin != NULL)
-            add_dictionary_sums(sums, origins.origin, by_origin, &p->result);
+        if (rc == 0 && dm != NULL && chunks != NULL)
+            add_dictionary_sums(sums, origins.origin, chunks, &p->result);
         if (rc != 0 || dm != NULL)
             return rc;
     }

@@ -38,6 +38,10 @@
 
 #define TENANT "t1"
 #define TENANT_DICTIONARY "t2"
+/* t2's blocks again, cut from two dictionaries (even and odd blocks), as two ingesters write: a
+ * query's shared sums then hold two dictionaries, the second added while a worker may be adding
+ * to the first */
+#define TENANT_TWO_DICTIONARIES "t5"
 #define SEC STRATA_NS_PER_SEC
 #define T0 (INT64_C(1700000000) * SEC)
 #define N_PODS 3
@@ -57,6 +61,7 @@ typedef struct test_data {
     int64_t cpu_block_total[N_BLOCKS]; /* per block */
     int64_t mem_total;
     block_writer *dictionary; /* tenant t2's long-lived writer */
+    block_writer *two[2];     /* tenant t5's, one for the even blocks and one for the odd */
 } test_data;
 
 static test_data data;
@@ -141,15 +146,19 @@ static void write_block(int b, uint64_t *seed) {
             int64_t period = 1000 + 7 * ((t + p) % 3); /* varies per profile */
             uint64_t replay = *seed;
             int64_t v = add_profile(w, &l, &cpu, time_ns, period, seed) * period;
+            uint64_t replay_two = replay;
             assert_int_equal(add_profile(data.dictionary, &l, &cpu, time_ns, period, &replay),
                              v / period);
+            add_profile(data.two[b % 2], &l, &cpu, time_ns, period, &replay_two);
             data.cpu_total += v;
             data.cpu_pod_total[p] += v;
             data.cpu_block_total[b] += v;
             if (p == 0) {
                 replay = *seed;
+                replay_two = *seed;
                 data.mem_total += add_profile(w, &l, &mem, time_ns, 512, seed);
                 add_profile(data.dictionary, &l, &mem, time_ns, 512, &replay);
+                add_profile(data.two[b % 2], &l, &mem, time_ns, 512, &replay_two);
             }
             label_set_free(&l);
         }
@@ -159,6 +168,9 @@ static void write_block(int b, uint64_t *seed) {
     block_writer *cut;
     assert_int_equal(block_writer_detach(data.dictionary, &cut, &err), 0);
     upload_block(cut, TENANT_DICTIONARY);
+    block_writer_free(cut);
+    assert_int_equal(block_writer_detach(data.two[b % 2], &cut, &err), 0);
+    upload_block(cut, TENANT_TWO_DICTIONARIES);
     block_writer_free(cut);
 }
 
@@ -175,11 +187,20 @@ static int setup(void **state) {
     o.page_size = 1024;
     data.dictionary = block_writer_new(&o, &err);
     assert_non_null(data.dictionary);
+    o.tenant = TENANT_TWO_DICTIONARIES;
+    for (int i = 0; i < 2; i++) {
+        data.two[i] = block_writer_new(&o, &err);
+        assert_non_null(data.two[i]);
+    }
     uint64_t seed = 42;
     for (int b = 0; b < N_BLOCKS; b++)
         write_block(b, &seed);
     block_writer_free(data.dictionary);
     data.dictionary = NULL;
+    for (int i = 0; i < 2; i++) {
+        block_writer_free(data.two[i]);
+        data.two[i] = NULL;
+    }
     return 0;
 }
 
@@ -298,7 +319,7 @@ static void expect_same_results(const merge_result *ra, const merge_result *rb) 
 }
 
 /* Runs c on both engines, checks they agree exactly, and with the same merge over the dictionary
- * tenant's blocks on each, and returns the rollup side's root total. */
+ * tenants' blocks on each, and returns the rollup side's root total. */
 static int64_t expect_same_merge(engine_fixture *rollups, engine_fixture *rows,
                                  const merge_case *c) {
     calltree *ta, *tb;
@@ -306,14 +327,17 @@ static int64_t expect_same_merge(engine_fixture *rollups, engine_fixture *rows,
     engine_fixture *engines[] = {rollups, rows};
     for (int i = 0; i < 2; i++) {
         run_case(engines[i]->engine, TENANT, c, &ta, &ra);
-        run_case(engines[i]->engine, TENANT_DICTIONARY, c, &tb, &rb);
-        expect_same_results(&ra, &rb);
-        /* the dictionary tenant's blocks went through the dictionary memo, t1's did not */
+        /* the dictionary tenants' blocks went through the dictionary memo, t1's did not */
         assert_int_equal(ra.dictionary_blocks, 0);
-        assert_true(rb.dictionary_blocks >= 1 && rb.dictionary_blocks <= N_BLOCKS);
-        expect_same_trees(ta, tb);
+        const char *cut_tenants[] = {TENANT_DICTIONARY, TENANT_TWO_DICTIONARIES};
+        for (int k = 0; k < 2; k++) {
+            run_case(engines[i]->engine, cut_tenants[k], c, &tb, &rb);
+            expect_same_results(&ra, &rb);
+            assert_true(rb.dictionary_blocks >= 1 && rb.dictionary_blocks <= N_BLOCKS);
+            expect_same_trees(ta, tb);
+            calltree_free(tb);
+        }
         calltree_free(ta);
-        calltree_free(tb);
     }
     run_case(rollups->engine, TENANT, c, &ta, &ra);
     run_case(rows->engine, TENANT, c, &tb, &rb);
