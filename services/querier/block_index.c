@@ -866,13 +866,13 @@ out:
     return rc;
 }
 
-/* Lists the tenants (the bucket's top directories) every MARK_RECHECK_SYNCS syncs, on a sync that
- * has no list yet, and on the sync after a query asked for a tenant the index has no block of: a
- * new tenant's first blocks are then found within a sync of its first query (or at once through an
- * announcement), while an idle querier pays one listing of the tenants per ten syncs. */
+/* Lists the tenants (the bucket's top directories) every MARK_RECHECK_SYNCS syncs, on every sync
+ * while it knows none, and on the sync after a query asked for a tenant the index has no block of:
+ * a new tenant's first blocks are then found within a sync of its first query (or at once through
+ * an announcement), while an idle querier pays one listing of the tenants per ten syncs. */
 static int sync_tenant_names(block_index *ix, bool relist, strata_error *err) {
-    if (!relist && ix->has_tenants)
-        return 0;
+    if (!relist && ix->has_tenants && ix->tenants.count > 0)
+        return 0; /* with none yet (a new bucket), the tenants are all there is to list */
     name_list tenants = {0};
     if (bucket_iterate(ix->store, "", false, collect_dirs, &tenants, err) != 0) {
         name_list_free(&tenants);
