@@ -64,6 +64,7 @@
 #include "common/error.h"
 #include "json/json.h"
 #include "parca/query/v1alpha1/query.pb-c.h"
+#include "strata/querier/v1/peer.pb-c.h"
 
 #define CALLTREE_ROOT ((uint32_t)0)
 
@@ -382,5 +383,21 @@ int calltree_write_flamebearer_json(const calltree *tree, const calltree_report_
  */
 int calltree_write_table_json(const calltree *tree, const calltree_report_options *opts,
                               json_writer *w, strata_error *err);
+
+/* ---- partial trees between queriers (calltree_wire.c) ----------------------------------------
+ * A querier that merges a share of a query's blocks sends its tree as a
+ * strata.querier.v1.PartialTree (proto/strata/querier/v1/peer.proto); the querier answering the
+ * client adds each partial to its own tree. Adding partials is calltree_merge, so the answer does
+ * not depend on how blocks were shared out. */
+
+/* Fills *out with t's strings, frames and nodes (arrays malloc'd; strings point into t, which must
+ * outlive *out). Free with calltree_partial_free. */
+int calltree_to_partial(const calltree *t, Strata__Querier__V1__PartialTree *out,
+                        strata_error *err);
+void calltree_partial_free(Strata__Querier__V1__PartialTree *p);
+/* Adds a partial tree (from another process: every index is checked) into dst, interning its
+ * frames under dst's group-by, as calltree_merge does. INVALID_ARGUMENT for a malformed one. */
+int calltree_merge_partial(calltree *dst, const Strata__Querier__V1__PartialTree *p,
+                           strata_error *err);
 
 #endif

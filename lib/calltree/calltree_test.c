@@ -1178,6 +1178,115 @@ static void test_frame_ids(void **state) {
     calltree_free(t);
 }
 
+/* ---- partial trees on the wire (calltree_wire.c) ---- */
+
+/* Packs t as a PartialTree, unpacks it as a peer would receive it, and adds it to dst. */
+static int merge_through_wire(calltree *dst, const calltree *t) {
+    Strata__Querier__V1__PartialTree p;
+    assert_int_equal(calltree_to_partial(t, &p, NULL), 0);
+    size_t size = strata__querier__v1__partial_tree__get_packed_size(&p);
+    uint8_t *bytes = malloc(size + 1);
+    assert_non_null(bytes);
+    strata__querier__v1__partial_tree__pack(&p, bytes);
+    calltree_partial_free(&p);
+    Strata__Querier__V1__PartialTree *got =
+        strata__querier__v1__partial_tree__unpack(NULL, size, bytes);
+    assert_non_null(got);
+    strata_error err;
+    strata_error_clear(&err);
+    int rc = calltree_merge_partial(dst, got, &err);
+    strata__querier__v1__partial_tree__free_unpacked(got, NULL);
+    free(bytes);
+    return rc;
+}
+
+/* Partials split between two trees (both diff sides, label frames, frames blanked because two
+ * builds disagree) and added through the wire give every report of the tree built whole. */
+static void test_partial_round_trip(void **state) {
+    (void)state;
+    calltree *whole = tree_labels(CALLTREE_GROUP_FUNCTION_NAME);
+    calltree *builds = two_builds(CALLTREE_GROUP_FUNCTION_NAME);
+    calltree *dst;
+    assert_int_equal(calltree_create(&dst, 0, NULL), 0);
+    assert_int_equal(calltree_set_grouping(dst, calltree_get_grouping(whole), NULL), 0);
+    assert_int_equal(merge_through_wire(dst, whole), 0);
+    assert_int_equal(merge_through_wire(dst, builds), 0);
+    assert_int_equal(calltree_finalize(dst, NULL), 0);
+    calltree *reference;
+    assert_int_equal(calltree_create(&reference, 0, NULL), 0);
+    assert_int_equal(calltree_set_grouping(reference, calltree_get_grouping(whole), NULL), 0);
+    assert_int_equal(calltree_merge(reference, whole, NULL), 0);
+    assert_int_equal(calltree_merge(reference, builds, NULL), 0);
+    assert_int_equal(calltree_finalize(reference, NULL), 0);
+    assert_true(calltree_is_diff(dst));
+    assert_int_equal(calltree_node_count(dst), calltree_node_count(reference));
+    assert_int_equal(calltree_frame_count(dst), calltree_frame_count(reference));
+    char *a = all_reports(reference), *b = all_reports(dst);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    /* The blanked mapping of dep.Fib stays blank; the label frames keep their labels. */
+    assert_int_equal(calltree_frame_label_count(dst, 0), 1);
+    calltree_free(whole);
+    calltree_free(builds);
+    calltree_free(dst);
+    calltree_free(reference);
+}
+
+/* A partial from another process is checked before use: each broken rule is INVALID_ARGUMENT. */
+static void test_partial_malformed(void **state) {
+    (void)state;
+    calltree *src = tree_b();
+    for (int breakage = 0; breakage < 5; breakage++) {
+        Strata__Querier__V1__PartialTree p;
+        assert_int_equal(calltree_to_partial(src, &p, NULL), 0);
+        uint32_t saved = 0;
+        size_t saved_n = 0;
+        switch (breakage) {
+            case 0: /* a node before its parent */
+                saved = p.node_parent[0];
+                p.node_parent[0] = 5;
+                break;
+            case 1: /* a frame outside the table */
+                saved = p.node_frame[1];
+                p.node_frame[1] = 1000;
+                break;
+            case 2: /* a string outside the table */
+                saved = p.frame_strings[0];
+                p.frame_strings[0] = (uint32_t)p.n_strings;
+                break;
+            case 3: /* arrays of different lengths */
+                saved_n = p.n_frame_line;
+                p.n_frame_line = saved_n - 1;
+                break;
+            default: /* no root */
+                saved_n = p.n_node_self;
+                p.n_node_self = 0;
+                break;
+        }
+        calltree *dst;
+        assert_int_equal(calltree_create(&dst, 0, NULL), 0);
+        strata_error err;
+        strata_error_clear(&err);
+        assert_int_equal(calltree_merge_partial(dst, &p, &err), -1);
+        assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+        assert_non_null(strstr(err.message, "partial call tree"));
+        calltree_free(dst);
+        if (breakage == 0)
+            p.node_parent[0] = saved;
+        else if (breakage == 1)
+            p.node_frame[1] = saved;
+        else if (breakage == 2)
+            p.frame_strings[0] = saved;
+        else if (breakage == 3)
+            p.n_frame_line = saved_n;
+        else
+            p.n_node_self = saved_n;
+        calltree_partial_free(&p);
+    }
+    calltree_free(src);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nodes_and_totals),
@@ -1204,6 +1313,8 @@ int main(void) {
         cmocka_unit_test(test_pprof_faithful),
         cmocka_unit_test(test_depth_first_order),
         cmocka_unit_test(test_frame_ids),
+        cmocka_unit_test(test_partial_round_trip),
+        cmocka_unit_test(test_partial_malformed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
