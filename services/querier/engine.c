@@ -21,11 +21,6 @@
 #include "common/clock.h"
 #include "common/hash.h"
 
-struct query_engine {
-    query_engine_options opts;
-    block_index *index;
-};
-
 void query_engine_options_default(query_engine_options *opts) {
     opts->max_query_bytes = (uint64_t)1 << 30;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1132,7 +1127,7 @@ static int query_range_attempt(query_engine *e, const char *tenant, const select
         return strata_error_oom(err);
     }
     if (engine_select_profiles(e, blocks, n_blocks, sel, start_ns, end_ns, q.selections, skipped,
-                               stats, err) != 0) {
+                               stats, true, err) != 0) {
         free(skipped);
         block_selections_free(q.selections, n_blocks);
         block_index_release_all(e->index, blocks, n_blocks);
@@ -1332,19 +1327,6 @@ static void shared_sums_free(shared_tree *shared) {
     shared->n_sums = 0;
     shared->sums_bytes = 0;
 }
-
-typedef struct merge_query {
-    const selector *sel;
-    int64_t start_ns, end_ns;
-    bool base;
-    bool samples_count;
-    uint64_t max_bytes;
-    bool use_rollups;            /* add a fully covered series' rollup instead of its sample rows */
-    block_selection *selections; /* per block, set by run_merge_attempt */
-    size_t workers;              /* threads merging partial trees, set by run_merge_attempt */
-    uint64_t selected_rows;      /* sample rows of the selected profiles, likewise */
-    shared_tree *shared;         /* set by run_merge_attempt */
-} merge_query;
 
 /* Where a merge remembers the call-tree node of each stack it translated: node[slot] = node + 1
  * (0 = not yet), slot = origin[stack] for a block cut from a writer dictionary (one memo serves
@@ -2319,6 +2301,18 @@ static int check_tree_memory(const merge_partial *p, strata_error *err) {
                             need, limit, p->q->workers);
 }
 
+int engine_check_merged_bytes(const merge_query *q, size_t bytes, strata_error *err) {
+    if (bytes <= q->max_bytes)
+        return 0;
+    char need[32], limit[32];
+    format_limit(bytes, need, sizeof need);
+    format_limit(q->max_bytes, limit, sizeof limit);
+    return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
+                            "the merged call tree needs more than %s (max_query_bytes %s); narrow "
+                            "the time range or the selector",
+                            need, limit);
+}
+
 static int merge_block_profiles(block_reader *r, merge_partial *p, const block_selection *selection,
                                 strata_error *err) {
     if (selection->dropped == NULL)
@@ -2347,7 +2341,7 @@ static int block_merge(indexed_block *b, size_t index, block_reader *r, void *pa
     return check_tree_memory(p, err);
 }
 
-static void merge_results_add(merge_result *dst, const merge_result *src) {
+void engine_merge_results_add(merge_result *dst, const merge_result *src) {
     if (src->profiles == 0)
         return;
     if (dst->profiles == 0 || earlier_period(src->min_time_ns, src->period, dst))
@@ -2393,23 +2387,31 @@ static int add_dictionary_sums_to_tree(shared_tree *shared, bool base, strata_er
     return 0;
 }
 
-static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q, calltree *tree,
-                             merge_result *result, strata_error *err) {
-    memset(result, 0, sizeof *result);
-    indexed_block **blocks;
-    size_t n_blocks;
-    if (block_index_acquire(e->index, tenant, q->start_ns, q->end_ns, &blocks, &n_blocks, err) != 0)
-        return -1;
-    size_t workers = engine_worker_count(e, n_blocks);
+/* Merges the selected profiles of blocks[0..n) (q->selections, by position) into tree, leaving out
+ * blocks with skip[i] set (DATA_LOSS blocks are added to skip and counted in out->stats). Each
+ * worker builds a partial tree (no locking while merging blocks), merged into the caller's tree
+ * only when every block succeeded, so an attempt that fails because a block vanished leaves the
+ * caller's tree untouched for the retry. */
+int engine_merge_blocks(query_engine *e, merge_query *q, indexed_block **blocks, size_t n_blocks,
+                        bool *skip, calltree *tree, merge_outcome *out, strata_error *err) {
+    size_t active = 0;
+    q->selected_rows = 0;
+    for (size_t i = 0; i < n_blocks; i++) {
+        if (skip[i] || q->selections[i].n == 0)
+            continue;
+        active++;
+        for (size_t k = 0; k < q->selections[i].n; k++)
+            q->selected_rows += q->selections[i].profiles[k].sample_count;
+    }
+    if (active == 0)
+        return 0;
+    size_t workers = engine_worker_count(e, active);
     q->workers = workers;
     shared_tree shared = {.tree = NULL};
     q->shared = &shared;
     merge_partial *parts = calloc(workers, sizeof *parts);
     void **ptrs = calloc(workers, sizeof *ptrs);
-    bool *skipped = calloc(n_blocks + 1, sizeof *skipped);
-    q->selections = calloc(n_blocks + 1, sizeof *q->selections);
-    query_stats stats = {0};
-    int rc = (parts && ptrs && skipped && q->selections) ? 0 : strata_error_oom(err);
+    int rc = (parts && ptrs) ? 0 : strata_error_oom(err);
     bool mutex_made = false;
     if (rc == 0 && pthread_mutex_init(&shared.mu, NULL) != 0)
         rc = strata_error_set(err, STRATA_INTERNAL, "query: cannot create a mutex");
@@ -2419,16 +2421,6 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
         rc = calltree_create(&shared.tree, 1024, err);
     if (rc == 0)
         rc = calltree_set_grouping(shared.tree, calltree_get_grouping(tree), err);
-    if (rc == 0)
-        rc = engine_select_profiles(e, blocks, n_blocks, q->sel, q->start_ns, q->end_ns,
-                                    q->selections, skipped, &stats, err);
-    q->selected_rows = 0;
-    for (size_t i = 0; rc == 0 && i < n_blocks; i++)
-        for (size_t k = 0; k < q->selections[i].n; k++)
-            q->selected_rows += q->selections[i].profiles[k].sample_count;
-    /* Each worker builds a partial tree (no locking while merging blocks), merged into the
-     * caller's tree only when every block succeeded, so an attempt that fails because a block
-     * vanished leaves the caller's tree untouched for the retry. */
     for (size_t w = 0; rc == 0 && w < workers; w++) {
         parts[w].q = q;
         ptrs[w] = &parts[w];
@@ -2437,37 +2429,22 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
             rc = calltree_set_grouping(parts[w].tree, calltree_get_grouping(tree), err);
     }
     if (rc == 0)
-        rc = engine_for_each_block(e, blocks, n_blocks, block_merge, ptrs, workers, skipped, &stats,
-                                   err);
+        rc = engine_for_each_block(e, blocks, n_blocks, block_merge, ptrs, workers, skip,
+                                   &out->stats, err);
     if (rc == 0)
         rc = add_dictionary_sums_to_tree(&shared, q->base, err);
-    block_index_release_all(e->index, blocks, n_blocks);
-    block_selections_free(q->selections, n_blocks);
-    q->selections = NULL;
-    free(skipped);
-    result->stats = stats;
-    uint64_t passed = 0;
-    bool filtered = false;
     for (size_t w = 0; parts != NULL && w < workers; w++) {
-        passed += parts[w].passed;
-        filtered |= parts[w].filtered;
+        out->passed += parts[w].passed;
+        out->filtered |= parts[w].filtered;
     }
     /* The shared tree first: over fresh blocks it is usually the biggest. An empty caller's
      * tree (not a diff's second side) takes a tree as it is: merging would copy every node. */
     for (size_t t = 0; rc == 0 && t <= workers; t++) {
         calltree *from = t == 0 ? shared.tree : parts[t - 1].tree;
-        calltree_node_values root = calltree_node_get(from, CALLTREE_ROOT);
-        if (calltree_node_count(from) == 1 && calltree_frame_count(from) == 0 && root.self == 0 &&
-            root.self_base == 0)
-            continue; /* nothing went there */
-        if (calltree_node_count(tree) == 1 && calltree_frame_count(tree) == 0 &&
-            !calltree_is_diff(tree))
-            calltree_swap(tree, from);
-        else
-            rc = calltree_merge(tree, from, err);
+        rc = engine_merge_tree(tree, from, err);
     }
     for (size_t w = 0; rc == 0 && w < workers; w++)
-        merge_results_add(result, &parts[w].result);
+        engine_merge_results_add(&out->result, &parts[w].result);
     for (size_t w = 0; parts != NULL && w < workers; w++) {
         calltree_free(parts[w].tree);
         memo_set_free(&parts[w].memos);
@@ -2483,12 +2460,60 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
     q->shared = NULL;
     free(parts);
     free(ptrs);
-    if (rc == 0 && result->profiles == 0)
+    return rc;
+}
+
+int engine_merge_tree(calltree *tree, calltree *from, strata_error *err) {
+    calltree_node_values root = calltree_node_get(from, CALLTREE_ROOT);
+    if (calltree_node_count(from) == 1 && calltree_frame_count(from) == 0 && root.self == 0 &&
+        root.self_base == 0)
+        return 0; /* nothing went there */
+    if (calltree_node_count(tree) == 1 && calltree_frame_count(tree) == 0 &&
+        !calltree_is_diff(tree)) {
+        calltree_swap(tree, from);
+        return 0;
+    }
+    return calltree_merge(tree, from, err);
+}
+
+int engine_merge_outcome(const merge_outcome *o, merge_result *result, strata_error *err) {
+    *result = o->result;
+    result->stats = o->stats;
+    if (result->profiles == 0)
         return no_profiles(&result->stats, err);
-    if (rc == 0 && filtered && passed == 0)
+    if (o->filtered && o->passed == 0)
         return strata_error_set(err, STRATA_NOT_FOUND,
                                 "no samples match the query's pprof sample labels in that range");
-    return rc;
+    return 0;
+}
+
+static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q, calltree *tree,
+                             merge_result *result, strata_error *err) {
+    memset(result, 0, sizeof *result);
+    indexed_block **blocks;
+    size_t n_blocks;
+    if (block_index_acquire(e->index, tenant, q->start_ns, q->end_ns, &blocks, &n_blocks, err) != 0)
+        return -1;
+    bool *skipped = calloc(n_blocks + 1, sizeof *skipped);
+    q->selections = calloc(n_blocks + 1, sizeof *q->selections);
+    merge_outcome out = {0};
+    int rc = (skipped && q->selections) ? 0 : strata_error_oom(err);
+    if (rc == 0)
+        rc = engine_select_profiles(e, blocks, n_blocks, q->sel, q->start_ns, q->end_ns,
+                                    q->selections, skipped, &out.stats, true, err);
+    if (rc == 0 && engine_fanout_wanted(e, q, n_blocks))
+        rc = engine_fanout_merge(e, tenant, q, blocks, n_blocks, skipped, tree, &out, err);
+    else if (rc == 0)
+        rc = engine_merge_blocks(e, q, blocks, n_blocks, skipped, tree, &out, err);
+    block_index_release_all(e->index, blocks, n_blocks);
+    block_selections_free(q->selections, n_blocks);
+    q->selections = NULL;
+    free(skipped);
+    if (rc != 0) {
+        result->stats = out.stats;
+        return rc;
+    }
+    return engine_merge_outcome(&out, result, err);
 }
 
 /* ---- retries over a changed view ------------------------------------------------------------ */
@@ -2563,17 +2588,14 @@ int query_merge_opts(query_engine *e, const char *tenant, const query_options *o
         return -1;
     if (end_ns < start_ns)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "end is before start");
-    merge_query q = {sel,
-                     start_ns,
-                     end_ns,
-                     base,
-                     is_samples_count(&sel->profile_type),
-                     max_bytes_of(e, opts),
-                     e->opts.use_rollups,
-                     NULL,
-                     0,
-                     0,
-                     NULL};
+    merge_query q = {.sel = sel,
+                     .start_ns = start_ns,
+                     .end_ns = end_ns,
+                     .base = base,
+                     .samples_count = is_samples_count(&sel->profile_type),
+                     .max_bytes = max_bytes_of(e, opts),
+                     .use_rollups = e->opts.use_rollups,
+                     .query_text = opts != NULL ? opts->query_text : NULL};
     return run_merge(e, tenant, &q, tree, result, err);
 }
 
@@ -2583,17 +2605,15 @@ int query_single_opts(query_engine *e, const char *tenant, const query_options *
     if (check_merge_selector(sel, err) != 0)
         return -1;
     int64_t ms = time_ns / STRATA_NS_PER_MS;
-    merge_query q = {sel,
-                     ms * STRATA_NS_PER_MS,
-                     ms * STRATA_NS_PER_MS + STRATA_NS_PER_MS - 1,
-                     base,
-                     is_samples_count(&sel->profile_type),
-                     max_bytes_of(e, opts),
-                     false /* one profile per series: rows are as cheap as a rollup */,
-                     NULL,
-                     0,
-                     0,
-                     NULL};
+    /* One profile per series: rows are as cheap as a rollup. */
+    merge_query q = {.sel = sel,
+                     .start_ns = ms * STRATA_NS_PER_MS,
+                     .end_ns = ms * STRATA_NS_PER_MS + STRATA_NS_PER_MS - 1,
+                     .base = base,
+                     .samples_count = is_samples_count(&sel->profile_type),
+                     .max_bytes = max_bytes_of(e, opts),
+                     .use_rollups = false,
+                     .query_text = opts != NULL ? opts->query_text : NULL};
     return run_merge(e, tenant, &q, tree, result, err);
 }
 

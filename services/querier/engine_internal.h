@@ -47,12 +47,63 @@ typedef struct block_selection {
  * This is the compactor's rule (block_merge.c), so an answer is the same before, during and
  * after compaction. Candidates are found by (series, time, duration, period, total) first; only
  * they have their samples read and fingerprinted. Blocks whose data fails its checks are left out
- * (skipped[i], counted in stats), as engine_for_each_block does.
+ * (skipped[i], counted in stats), as engine_for_each_block does. dedupe false selects only (a
+ * peer's share of a fanned-out merge, whose duplicates the receiving querier found).
  */
 int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blocks,
                            const selector *sel, int64_t start_ns, int64_t end_ns,
-                           block_selection *out, bool *skipped, query_stats *stats,
+                           block_selection *out, bool *skipped, query_stats *stats, bool dedupe,
                            strata_error *err);
 void block_selections_free(block_selection *s, size_t n);
+
+struct query_engine {
+    query_engine_options opts;
+    block_index *index;
+    query_fanout fanout; /* fanout.assign NULL: every merge runs here alone */
+};
+
+typedef struct shared_tree shared_tree;
+
+typedef struct merge_query {
+    const selector *sel;
+    int64_t start_ns, end_ns;
+    bool base;
+    bool samples_count;
+    uint64_t max_bytes;
+    bool use_rollups;            /* add a fully covered series' rollup instead of its sample rows */
+    block_selection *selections; /* per block, set by run_merge_attempt */
+    size_t workers;              /* threads merging partial trees, set by run_merge_attempt */
+    uint64_t selected_rows;      /* sample rows of the selected profiles, likewise */
+    struct shared_tree *shared;  /* set by run_merge_attempt */
+    const char *query_text;      /* sel as the client wrote it (for peers); NULL: no fan-out */
+} merge_query;
+
+/* What merging a set of blocks gives besides the tree. */
+typedef struct merge_outcome {
+    merge_result result;
+    query_stats stats;
+    uint64_t passed; /* sample rows that passed sample-label matchers */
+    bool filtered;   /* some block filtered samples by their labels */
+} merge_outcome;
+
+/* Merges the selected, non-dropped profiles of blocks[i] (q->selections[i]) for every i without
+ * skip[i] into tree; blocks whose data fails its checks are added to skip and counted. */
+int engine_merge_blocks(query_engine *e, merge_query *q, indexed_block **blocks, size_t n_blocks,
+                        bool *skip, calltree *tree, merge_outcome *out, strata_error *err);
+/* Adds from into tree (taking it whole when tree is empty); from may be left empty. */
+int engine_merge_tree(calltree *tree, calltree *from, strata_error *err);
+/* The merge_result of an outcome, or NOT_FOUND when nothing matched. */
+int engine_merge_outcome(const merge_outcome *o, merge_result *result, strata_error *err);
+/* Adds src's counts (profiles, samples, totals, times, period) into dst. */
+void engine_merge_results_add(merge_result *dst, const merge_result *src);
+
+/* RESOURCE_EXHAUSTED, naming max_query_bytes, when a merged tree of `bytes` is over q's bound. */
+int engine_check_merged_bytes(const merge_query *q, size_t bytes, strata_error *err);
+
+/* engine_fanout.c: whether a merge of n_blocks with its selections goes to peers, and doing so. */
+bool engine_fanout_wanted(const query_engine *e, const merge_query *q, size_t n_blocks);
+int engine_fanout_merge(query_engine *e, const char *tenant, merge_query *q, indexed_block **blocks,
+                        size_t n_blocks, bool *skipped, calltree *tree, merge_outcome *out,
+                        strata_error *err);
 
 #endif

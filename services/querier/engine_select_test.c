@@ -33,6 +33,7 @@
 #include "common/clock.h"
 #include "config/config.h"
 #include "engine.h"
+#include "fanout_loopback.h"
 #include "metrics/metrics.h"
 #include "querier.h"
 #include "querier_internal.h"
@@ -776,9 +777,67 @@ static void test_copies_in_compacted_blocks(void **state) {
     fixture_close(&f);
 }
 
+/* A merge shared out between queriers counts a retried profile once too: the coordinator finds the
+ * copies over every block and tells the peer which of its profiles not to count, whichever of the
+ * two blocks the peer gets. */
+static void test_fanout_counts_copies_once(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    char id[ULID_STRING_LEN + 1];
+    block_writer *w = writer_new();
+    add_profile(w, T0, "/v1/app", "leaf", 5, 3);
+    add_profile(w, T0 + 10 * SEC, "/v1/app", "leaf", 7, 1);
+    upload(&f, w, id);
+    w = writer_new(); /* the retry, a second copy in the same flush, and a look-alike */
+    add_profile(w, T0, "/v1/app", "leaf", 5, 3);
+    add_profile(w, T0, "/v1/app", "leaf", 5, 3);
+    add_profile(w, T0 + 20 * SEC, "/v1/app", "leaf", 3, 5);
+    upload(&f, w, id);
+    fixture_engine(&f);
+    fixture peer = f; /* the same bucket, its own index and engine */
+    strata_error err;
+    block_index_options io;
+    block_index_options_default(&io);
+    assert_int_equal(block_index_new(&io, f.store, &peer.index, &err), 0);
+    assert_int_equal(block_index_sync(peer.index, &err), 0);
+    query_engine_options eo;
+    query_engine_options_default(&eo);
+    assert_int_equal(query_engine_new(&eo, peer.index, &peer.engine, &err), 0);
+    static loopback_fanout lb;
+    lb = (loopback_fanout){.peers = {peer.engine}, .n_peers = 1};
+    loopback_fanout_install(f.engine, &lb);
+    selector sel;
+    assert_int_equal(selector_parse(CPU, &sel, &err), 0);
+    query_options opts = {.query_text = CPU};
+    for (size_t offset = 0; offset < 2; offset++) {
+        lb.offset = offset;
+        calltree *t;
+        assert_int_equal(calltree_create(&t, 0, &err), 0);
+        assert_int_equal(calltree_set_group_by(t, CALLTREE_GROUP_DEFAULT, &err), 0);
+        merge_result res;
+        assert_int_equal(query_merge_opts(f.engine, TENANT, &opts, &sel, T0 - 60 * SEC,
+                                          T0 + 600 * SEC, t, false, &res, &err),
+                         0);
+        assert_int_equal(calltree_finalize(t, &err), 0);
+        int64_t want = (8 + 8 + 8) * PERIOD; /* T0 once, T0+10, the look-alike at T0+20 */
+        assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, want);
+        assert_int_equal(res.total, want);
+        assert_int_equal(res.profiles, 3);
+        assert_int_equal(res.stats.duplicates, 2);
+        calltree_free(t);
+    }
+    assert_int_equal(atomic_load(&lb.shares), 2);
+    selector_free(&sel);
+    query_engine_free(peer.engine);
+    block_index_free(peer.index);
+    fixture_close(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_twice_pushed_profile_counts_once),
+        cmocka_unit_test(test_fanout_counts_copies_once),
         cmocka_unit_test(test_range_points_dense_and_sparse),
         cmocka_unit_test(test_two_builds_line_up_by_function),
         cmocka_unit_test(test_corrupt_block_left_out),

@@ -35,6 +35,7 @@
 #include "calltree/calltree.h"
 #include "common/clock.h"
 #include "engine.h"
+#include "fanout_loopback.h"
 
 #define TENANT "t1"
 #define TENANT_DICTIONARY "t2"
@@ -299,9 +300,12 @@ static void run_case(query_engine *e, const char *tenant, const merge_case *c, c
     selector sel;
     assert_int_equal(selector_parse(c->selector, &sel, &err), 0);
     assert_int_equal(calltree_create(tree, 0, &err), 0);
+    /* the selector's text lets an engine with fan-out share the merge out */
+    query_options opts = {.query_text = c->selector};
     int rc = c->single
-                 ? query_single(e, tenant, &sel, c->start_ns, *tree, c->base, res, &err)
-                 : query_merge(e, tenant, &sel, c->start_ns, c->end_ns, *tree, c->base, res, &err);
+                 ? query_single_opts(e, tenant, &opts, &sel, c->start_ns, *tree, c->base, res, &err)
+                 : query_merge_opts(e, tenant, &opts, &sel, c->start_ns, c->end_ns, *tree, c->base,
+                                    res, &err);
     if (rc != 0)
         fail_msg("%s: %s", c->selector, err.message);
     assert_int_equal(calltree_finalize(*tree, &err), 0);
@@ -465,6 +469,70 @@ static void test_other_merges_agree(void **state) {
     engine_close(&b);
 }
 
+/* ---- fan-out ------------------------------------------------------------------------------ */
+
+/* c on a lone engine and on one that shares it out must agree on every result field and node. */
+static void expect_fanout_agrees(engine_fixture *alone, engine_fixture *coordinator,
+                                 const char *tenant, const merge_case *c) {
+    calltree *ta, *tb;
+    merge_result ra, rb;
+    run_case(alone->engine, tenant, c, &ta, &ra);
+    run_case(coordinator->engine, tenant, c, &tb, &rb);
+    expect_same_results(&ra, &rb);
+    expect_same_trees(ta, tb);
+    calltree_free(ta);
+    calltree_free(tb);
+}
+
+/* Merges shared out over two peers (other engines; partial trees through the wire format) answer
+ * what one engine answers, node for node: whichever querier gets which block, over blocks cut from
+ * one or two writer dictionaries, with a peer whose index has not seen the blocks yet (it looks
+ * them up in the bucket), and with a peer down (the coordinator merges its blocks). */
+static void test_fanout_agrees(void **state) {
+    (void)state;
+    engine_fixture alone, coordinator, peer1, peer2;
+    engine_open(&alone, true);
+    engine_open(&coordinator, true);
+    engine_open(&peer1, true);
+    strata_error err;
+    block_index_options io;
+    block_index_options_default(&io);
+    assert_int_equal(block_index_new(&io, data.store, &peer2.index, &err), 0); /* never synced */
+    query_engine_options eo;
+    query_engine_options_default(&eo);
+    eo.parallelism = 2;
+    assert_int_equal(query_engine_new(&eo, peer2.index, &peer2.engine, &err), 0);
+    static loopback_fanout lb;
+    lb = (loopback_fanout){.peers = {peer1.engine, peer2.engine}, .n_peers = 2};
+    loopback_fanout_install(coordinator.engine, &lb);
+    const merge_case cases[] = {
+        {CPU, T0, END, false, false, 1000},
+        {CPU, T0 + 25 * SEC, T0 + 119 * SEC, false, false, 0},
+        {CPU "{pod=\"p1\"}", T0, END, false, false, 1007},
+        {MEM, T0, END, false, false, 512},
+        {CPU, T0, END, false, true, 1000},
+    };
+    const char *tenants[] = {TENANT, TENANT_DICTIONARY, TENANT_TWO_DICTIONARIES};
+    for (size_t offset = 0; offset < 3; offset++) {
+        lb.offset = offset;
+        for (size_t t = 0; t < 3; t++)
+            for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+                expect_fanout_agrees(&alone, &coordinator, tenants[t], &cases[c]);
+    }
+    /* the four cases over all three blocks send a share to each peer: 4 x 3 tenants x 3 offsets
+     * x 2 peers; the cut range adds some */
+    assert_true(atomic_load(&lb.shares) >= 4 * 3 * 3 * 2);
+    assert_int_equal(atomic_load(&lb.blocks_missing), 0);
+    lb.failing[1] = true;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        expect_fanout_agrees(&alone, &coordinator, TENANT_TWO_DICTIONARIES, &cases[c]);
+    assert_true(atomic_load(&lb.shares_failed) >= 5);
+    engine_close(&alone);
+    engine_close(&coordinator);
+    engine_close(&peer1);
+    engine_close(&peer2);
+}
+
 /* ---- deep stacks ------------------------------------------------------------------------ */
 
 #define TENANT_DEEP "t3"
@@ -584,6 +652,7 @@ int main(void) {
         cmocka_unit_test(test_range_cutting_a_block_scans_rows),
         cmocka_unit_test(test_other_merges_agree),
         cmocka_unit_test(test_deep_stacks),
+        cmocka_unit_test(test_fanout_agrees),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
