@@ -191,14 +191,17 @@ typedef struct merge_share_result {
 
 typedef struct query_fanout {
     /* Who merges each block: owner[i] = 0 for the coordinator, p + 1 for peer p, given each
-     * block's ulid and weight (sample rows). Returns the number of peers (0: everything here). */
+     * block's ulid and weight (sample rows). Returns the number of peers (0: everything here);
+     * *plan (may stay NULL) is handed to run and release: the peers as they were chosen. */
     size_t (*assign)(void *arg, const char *const *ulids, const uint64_t *weights, size_t n,
-                     uint32_t *owner);
+                     uint32_t *owner, void **plan);
     /* Runs share on peer p (blocking, on a thread of its own): adds the peer's partial tree into
      * tree (empty, with the share's grouping) and fills *res. -1 when the peer failed: the
      * coordinator merges the share itself. */
-    int (*run)(void *arg, size_t peer, const merge_share *share, calltree *tree,
+    int (*run)(void *arg, void *plan, size_t peer, const merge_share *share, calltree *tree,
                merge_share_result *res, strata_error *err);
+    /* Ends a plan once every run is over (NULL: nothing to do). */
+    void (*release)(void *arg, void *plan);
     void *arg;
     uint64_t min_rows; /* merges selecting fewer sample rows stay on the coordinator */
 } query_fanout;

@@ -63,6 +63,7 @@ bool engine_fanout_wanted(const query_engine *e, const merge_query *q, size_t n_
 
 typedef struct share_job {
     query_engine *e;
+    void *plan;
     size_t peer;
     merge_share share;
     merge_share_block *blocks;
@@ -78,8 +79,8 @@ typedef struct share_job {
 
 static void *share_job_run(void *arg) {
     share_job *job = arg;
-    job->rc = job->e->fanout.run(job->e->fanout.arg, job->peer, &job->share, job->tree, &job->res,
-                                 &job->err);
+    job->rc = job->e->fanout.run(job->e->fanout.arg, job->plan, job->peer, &job->share, job->tree,
+                                 &job->res, &job->err);
     return NULL;
 }
 
@@ -92,9 +93,10 @@ static void share_job_free(share_job *job) {
 }
 
 /* Fills job with peer p's blocks (owner p + 1). */
-static int share_job_init(share_job *job, query_engine *e, const char *tenant, const merge_query *q,
-                          const calltree_grouping *grouping, indexed_block **blocks,
-                          size_t n_blocks, const uint32_t *owner, size_t p, strata_error *err) {
+static int share_job_init(share_job *job, query_engine *e, void *plan, const char *tenant,
+                          const merge_query *q, const calltree_grouping *grouping,
+                          indexed_block **blocks, size_t n_blocks, const uint32_t *owner, size_t p,
+                          strata_error *err) {
     size_t n = 0, n_dropped = 0;
     for (size_t i = 0; i < n_blocks; i++) {
         if (owner[i] != p + 1)
@@ -104,7 +106,7 @@ static int share_job_init(share_job *job, query_engine *e, const char *tenant, c
         for (size_t k = 0; s->dropped != NULL && k < s->n; k++)
             n_dropped += s->dropped[k];
     }
-    *job = (share_job){.e = e, .peer = p};
+    *job = (share_job){.e = e, .plan = plan, .peer = p};
     job->blocks = calloc(n + 1, sizeof *job->blocks);
     job->block_index = calloc(n + 1, sizeof *job->block_index);
     job->dropped = calloc(n_dropped + 1, sizeof *job->dropped);
@@ -240,7 +242,8 @@ int engine_fanout_merge(query_engine *e, const char *tenant, merge_query *q, ind
         ulids[i] = blocks[i]->ulid_text;
         weights[i] = skipped[i] ? 0 : block_weight(&q->selections[i]);
     }
-    size_t peers = e->fanout.assign(e->fanout.arg, ulids, weights, n_blocks, owner);
+    void *plan = NULL;
+    size_t peers = e->fanout.assign(e->fanout.arg, ulids, weights, n_blocks, owner, &plan);
     for (size_t i = 0; i < n_blocks; i++)
         if (weights[i] == 0 || owner[i] > peers)
             owner[i] = 0; /* nothing to send, or a peer that is not there */
@@ -258,7 +261,8 @@ int engine_fanout_merge(query_engine *e, const char *tenant, merge_query *q, ind
              calltree_set_grouping(acc, grouping, err) != 0)
         rc = -1;
     for (size_t p = 0; rc == 0 && jobs != NULL && p < peers; p++)
-        rc = share_job_init(&jobs[p], e, tenant, q, grouping, blocks, n_blocks, owner, p, err);
+        rc =
+            share_job_init(&jobs[p], e, plan, tenant, q, grouping, blocks, n_blocks, owner, p, err);
     if (rc == 0 && jobs != NULL)
         rc = run_shares(e, q, blocks, n_blocks, skipped, owner, jobs, peers, acc, out, err);
     if (rc == 0 && acc != NULL)
@@ -268,6 +272,8 @@ int engine_fanout_merge(query_engine *e, const char *tenant, merge_query *q, ind
     free(jobs);
     free(owner);
     calltree_free(acc);
+    if (e->fanout.release != NULL)
+        e->fanout.release(e->fanout.arg, plan);
     return rc;
 }
 

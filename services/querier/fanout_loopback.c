@@ -8,8 +8,9 @@
 #include "calltree/calltree.h"
 
 static size_t loopback_assign(void *arg, const char *const *ulids, const uint64_t *weights,
-                              size_t n, uint32_t *owner) {
+                              size_t n, uint32_t *owner, void **plan) {
     loopback_fanout *lb = arg;
+    *plan = NULL;
     (void)ulids;
     (void)weights;
     for (size_t i = 0; i < n; i++)
@@ -40,9 +41,10 @@ static int through_wire(const calltree *from, calltree *tree, strata_error *err)
     return rc;
 }
 
-static int loopback_run(void *arg, size_t peer, const merge_share *share, calltree *tree,
-                        merge_share_result *res, strata_error *err) {
+static int loopback_run(void *arg, void *plan, size_t peer, const merge_share *share,
+                        calltree *tree, merge_share_result *res, strata_error *err) {
     loopback_fanout *lb = arg;
+    (void)plan;
     if (lb->failing[peer]) {
         atomic_fetch_add(&lb->shares_failed, 1);
         return strata_error_set(err, STRATA_UNAVAILABLE, "loopback peer %zu is down", peer);

@@ -19,6 +19,27 @@
 CONFIG_DEFINE_BOUNDS(querier_sync_interval_bounds, CONFIG_DURATION, "10ms", "24h")
 CONFIG_DEFINE_BOUNDS(querier_parallelism_bounds, CONFIG_INT64, "0", "1024")
 CONFIG_DEFINE_BOUNDS(querier_query_threads_bounds, CONFIG_INT64, "1", "1024")
+CONFIG_DEFINE_BOUNDS(querier_share_threads_bounds, CONFIG_INT64, "0", "1024")
+CONFIG_DEFINE_BOUNDS(querier_peer_refresh_bounds, CONFIG_DURATION, "100ms", "1h")
+CONFIG_DEFINE_BOUNDS(querier_peer_timeout_bounds, CONFIG_DURATION, "100ms", "1h")
+
+static const config_field querier_peer_tls_fields[] = {
+    {.key = "enabled",
+     .kind = CONFIG_BOOL,
+     .offset = offsetof(querier_peer_tls_config, enabled),
+     .default_text = "false"},
+    {.key = "ca_file", .kind = CONFIG_STRING, .offset = offsetof(querier_peer_tls_config, ca_file)},
+    {.key = "cert_file",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(querier_peer_tls_config, cert_file)},
+    {.key = "key_file",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(querier_peer_tls_config, key_file)},
+    {.key = "server_name",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(querier_peer_tls_config, server_name)},
+    {.key = NULL},
+};
 
 const config_field querier_config_fields[] = {
     {.key = "sync_interval",
@@ -44,6 +65,36 @@ const config_field querier_config_fields[] = {
      .kind = CONFIG_STRING_LIST,
      .offset = offsetof(querier_config, announce_addresses),
      .default_text = "[]"},
+    {.key = "peers",
+     .kind = CONFIG_STRING_LIST,
+     .offset = offsetof(querier_config, peers),
+     .default_text = "[]"},
+    {.key = "peer_refresh_interval",
+     .kind = CONFIG_DURATION,
+     .offset = offsetof(querier_config, peer_refresh_interval_ns),
+     .default_text = "5s",
+     .decode = querier_peer_refresh_bounds},
+    {.key = "peer_timeout",
+     .kind = CONFIG_DURATION,
+     .offset = offsetof(querier_config, peer_timeout_ns),
+     .default_text = "2m",
+     .decode = querier_peer_timeout_bounds},
+    {.key = "fanout_min_rows",
+     .kind = CONFIG_UINT64,
+     .offset = offsetof(querier_config, fanout_min_rows),
+     .default_text = "1000000"},
+    {.key = "share_threads",
+     .kind = CONFIG_INT64,
+     .offset = offsetof(querier_config, share_threads),
+     .default_text = "0",
+     .decode = querier_share_threads_bounds},
+    {.key = "peer_tls",
+     .kind = CONFIG_STRUCT,
+     .offset = offsetof(querier_config, peer_tls),
+     .fields = querier_peer_tls_fields},
+    {.key = "peer_bearer_token_file",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(querier_config, peer_bearer_token_file)},
     {.key = "max_open_blocks",
      .kind = CONFIG_UINT64,
      .offset = offsetof(querier_config, max_open_blocks),
@@ -181,6 +232,35 @@ static int copy_overrides(const limits_overrides *src, limits_overrides *dst) {
     return 0;
 }
 
+/* The fan-out's peers (peers.h), installed in the engine when any is configured. */
+static int create_peers(querier *q, metrics_registry *registry, strata_error *err) {
+    const querier_config *c = &q->config;
+    const querier_peer_tls_config *tls = &c->peer_tls;
+    querier_peers_options po = {
+        .entries = (const char *const *)c->peers.items,
+        .n_entries = c->peers.count,
+        .refresh_interval_ns =
+            c->peer_refresh_interval_ns > 0 ? c->peer_refresh_interval_ns : 5 * STRATA_NS_PER_SEC,
+        .timeout_ns = c->peer_timeout_ns > 0 ? c->peer_timeout_ns : 120 * STRATA_NS_PER_SEC,
+        .min_rows = c->fanout_min_rows,
+        .channel = {.tls = tls->enabled,
+                    .tls_ca_file = tls->ca_file,
+                    .tls_cert_file = tls->cert_file,
+                    .tls_key_file = tls->key_file,
+                    .tls_server_name = tls->server_name,
+                    .bearer_token_file = c->peer_bearer_token_file}};
+    if (querier_peers_new(&po, registry, &q->peers, err) != 0)
+        return strata_error_wrap(err, "querier.peers");
+    if (c->peers.count > 0) {
+        query_fanout f = querier_peers_fanout(q->peers);
+        query_engine_set_fanout(q->engine, &f);
+    }
+    const char *delay = getenv("STRATA_TEST_SHARE_DELAY_MS");
+    if (delay != NULL)
+        q->share_delay_ns = strtoll(delay, NULL, 10) * STRATA_NS_PER_MS;
+    return 0;
+}
+
 int querier_new(const querier_config *config, bucket *store, metrics_registry *registry,
                 querier **out, strata_error *err) {
     querier *q = calloc(1, sizeof *q);
@@ -205,11 +285,14 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
     eopts.max_query_bytes = config->max_query_bytes;
     if (config->parallelism > 0)
         eopts.parallelism = (int)config->parallelism;
+    size_t query_threads = config->query_threads > 0 ? (size_t)config->query_threads : 4;
+    size_t share_threads =
+        config->share_threads > 0 ? (size_t)config->share_threads : query_threads;
     if (block_index_new(&iopts, store, &q->index, err) != 0 ||
         query_engine_new(&eopts, q->index, &q->engine, err) != 0 ||
-        query_pool_new(config->query_threads > 0 ? (size_t)config->query_threads : 4, 1024,
-                       &q->pool, err) != 0 ||
-        create_metrics(q, err) != 0 ||
+        query_pool_new(query_threads, 1024, &q->pool, err) != 0 ||
+        query_pool_new(share_threads, 1024, &q->share_pool, err) != 0 ||
+        create_peers(q, registry, err) != 0 || create_metrics(q, err) != 0 ||
         metrics_registry_add_collector(registry, collect_index_stats, q, err) != 0) {
         querier_free(q);
         return -1;
@@ -219,11 +302,12 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
 }
 
 int querier_start(querier *q, strata_error *err) {
-    if (block_index_start(q->index, err) != 0)
+    if (block_index_start(q->index, err) != 0 || querier_peers_start(q->peers, err) != 0)
         return -1;
     q->started = true;
-    strata_log_info("querier", "started", "sync_interval_ms=%lld",
-                    (long long)(q->config.sync_interval_ns / STRATA_NS_PER_MS));
+    strata_log_info("querier", "started", "sync_interval_ms=%lld peers=%zu instance=%s",
+                    (long long)(q->config.sync_interval_ns / STRATA_NS_PER_MS),
+                    querier_peers_count(q->peers), querier_peers_instance_id(q->peers));
     return 0;
 }
 
@@ -241,6 +325,8 @@ void querier_free(querier *q) {
     if (q->index != NULL)
         metrics_registry_remove_collector(q->registry, collect_index_stats, q);
     query_pool_free(q->pool); /* finishes queued queries before the engine goes */
+    query_pool_free(q->share_pool);
+    querier_peers_free(q->peers); /* after the queries: their plans hold peers */
     query_engine_free(q->engine);
     block_index_free(q->index);
     limits_overrides_release(&q->config.overrides);
@@ -280,7 +366,8 @@ static int add_selection(querier *q, const char *tenant, const profile_selection
     selector sel;
     if (selector_parse(s->query, &sel, err) != 0)
         return strata_error_wrap(err, "invalid query");
-    query_options opts = {.max_query_bytes = querier_tenant_max_query_bytes(q, tenant)};
+    query_options opts = {.max_query_bytes = querier_tenant_max_query_bytes(q, tenant),
+                          .query_text = s->query};
     int rc;
     if (s->mode == SELECTION_SINGLE)
         rc = query_single_opts(q->engine, tenant, &opts, &sel, s->time_ns, tree, base, res, err);

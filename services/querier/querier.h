@@ -35,6 +35,16 @@
 
 #define QUERIER_SERVICE "/parca.query.v1alpha1.QueryService/"
 
+/* How a querier reaches its peers' gRPC ports (Prometheus' tls_config names): plaintext unless
+ * enabled or ca_file / cert_file is set. */
+typedef struct querier_peer_tls_config {
+    bool enabled;
+    char *ca_file;
+    char *cert_file; /* client certificate (mutual TLS), with key_file */
+    char *key_file;
+    char *server_name;
+} querier_peer_tls_config;
+
 typedef struct querier_config {
     int64_t sync_interval_ns;
     uint64_t max_query_bytes;
@@ -44,8 +54,16 @@ typedef struct querier_config {
     uint64_t max_open_block_bytes; /* 0: cached readers bounded by count only */
     uint64_t max_report_nodes;     /* flame graph nodes and table rows per answer (default 20000) */
     config_string_list announce_addresses; /* nng URLs of ingesters' block announcements */
-    limits_values limits;       /* per tenant: max_query_bytes (0 = max_query_bytes above) */
-    limits_overrides overrides; /* tenant -> the keys of `limits` that differ */
+    /* fan-out (peers.h): other queriers' gRPC host:port, each resolved to all its addresses */
+    config_string_list peers;
+    int64_t peer_refresh_interval_ns;
+    int64_t peer_timeout_ns;
+    uint64_t fanout_min_rows; /* merges selecting fewer sample rows are not shared out */
+    int64_t share_threads;    /* pool merging other queriers' shares (0: query_threads) */
+    querier_peer_tls_config peer_tls;
+    char *peer_bearer_token_file; /* sent to peers as "authorization: Bearer" */
+    limits_values limits;         /* per tenant: max_query_bytes (0 = max_query_bytes above) */
+    limits_overrides overrides;   /* tenant -> the keys of `limits` that differ */
 } querier_config;
 
 extern const config_field querier_config_fields[];

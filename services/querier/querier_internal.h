@@ -6,6 +6,7 @@
 
 #include "block_index.h"
 #include "querier.h"
+#include "peers.h"
 #include "query_pool.h"
 
 struct querier {
@@ -13,7 +14,10 @@ struct querier {
     metrics_registry *registry;
     block_index *index;
     query_engine *engine;
-    query_pool *pool; /* runs gRPC queries off the completion-queue threads */
+    query_pool *pool;       /* runs gRPC queries off the completion-queue threads */
+    query_pool *share_pool; /* runs other queriers' MergeShard calls (peers.h) */
+    querier_peers *peers;   /* fan-out; present with an empty list when none is configured */
+    int64_t share_delay_ns; /* STRATA_TEST_SHARE_DELAY_MS (peer_service.c) */
     bool started;
     metrics_counter_vec *queries;
     metrics_histogram_vec *durations;
@@ -30,6 +34,12 @@ struct querier {
     metrics_counter *skipped_blocks; /* corrupt blocks left out of answers */
     metrics_counter *limited;        /* merges refused for the tenant's max_query_bytes */
 };
+
+/* Runs fn for the call on pool, off the gRPC thread, and finishes the call with its answer. */
+void querier_offload(querier *q, query_pool *pool, rpc_call *call, const uint8_t *req, size_t len,
+                     rpc_sync_handler fn);
+/* PeerService (peer_service.c). */
+int querier_register_peer_service(querier *q, rpc_server *server, strata_error *err);
 
 /* Counts a finished query and its latency. */
 void querier_observe(querier *q, const char *operation, strata_status code, int64_t start_ns);

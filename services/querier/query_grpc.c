@@ -428,11 +428,12 @@ static void run_offloaded(void *arg) {
 
 #define OFFLOAD(name, fn)                                                                          \
     static void name(rpc_call *call, const uint8_t *req, size_t len, void *arg) {                  \
-        offload(arg, call, req, len, fn);                                                          \
+        querier *q = arg;                                                                          \
+        querier_offload(q, q->pool, call, req, len, fn);                                           \
     }
 
-static void offload(querier *q, rpc_call *call, const uint8_t *req, size_t len,
-                    rpc_sync_handler fn) {
+void querier_offload(querier *q, query_pool *pool, rpc_call *call, const uint8_t *req, size_t len,
+                     rpc_sync_handler fn) {
     strata_error err;
     offloaded_call *oc = malloc(sizeof *oc);
     if (oc == NULL) {
@@ -440,7 +441,7 @@ static void offload(querier *q, rpc_call *call, const uint8_t *req, size_t len,
         return;
     }
     *oc = (offloaded_call){q, call, req, len, fn};
-    if (query_pool_submit(q->pool, run_offloaded, oc, &err) != 0) {
+    if (query_pool_submit(pool, run_offloaded, oc, &err) != 0) {
         free(oc);
         rpc_call_finish(call, err.code, err.message, NULL, 0);
     }
@@ -502,6 +503,8 @@ int querier_register_grpc(querier *q, rpc_server *server, strata_error *err) {
     if (rpc_server_add_sync_method(server, QUERIER_SERVICE "Series", handle_unimplemented, q,
                                    err) != 0)
         return -1;
-    return rpc_server_add_sync_method(server, QUERIER_SERVICE "ShareProfile", handle_unimplemented,
-                                      q, err);
+    if (rpc_server_add_sync_method(server, QUERIER_SERVICE "ShareProfile", handle_unimplemented, q,
+                                   err) != 0)
+        return -1;
+    return querier_register_peer_service(q, server, err);
 }
