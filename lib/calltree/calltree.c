@@ -582,6 +582,7 @@ typedef struct frame_sort_entry {
     const char *s[FRAME_NSTR];
     uint64_t address;
     int64_t line;
+    const calltree_frame_extra *x; /* the rest, so that no two distinct frames tie */
     uint32_t id;
 } frame_sort_entry;
 
@@ -596,6 +597,16 @@ static int compare_frames(const void *a, const void *b) {
         return x->address < y->address ? -1 : 1;
     if (x->line != y->line)
         return x->line < y->line ? -1 : 1;
+    if (x->x->start_line != y->x->start_line)
+        return x->x->start_line < y->x->start_line ? -1 : 1;
+    const calltree_frame_location *p = &x->x->loc, *q = &y->x->loc;
+    uint64_t keys_x[] = {p->inlined,      p->folded,      p->lineless,     p->memory_start,
+                         p->memory_limit, p->file_offset, p->mapping_flags};
+    uint64_t keys_y[] = {q->inlined,      q->folded,      q->lineless,     q->memory_start,
+                         q->memory_limit, q->file_offset, q->mapping_flags};
+    for (size_t i = 0; i < sizeof keys_x / sizeof keys_x[0]; i++)
+        if (keys_x[i] != keys_y[i])
+            return keys_x[i] < keys_y[i] ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
 }
 
@@ -612,6 +623,7 @@ static int rank_frames(calltree *t) {
             e[f].s[i] = calltree_frame_string(t, (uint32_t)f, i);
         e[f].address = t->frame_extra[f].loc.address;
         e[f].line = t->frame_extra[f].loc.line;
+        e[f].x = &t->frame_extra[f];
         e[f].id = (uint32_t)f;
     }
     qsort(e, t->n_frames, sizeof *e, compare_frames);

@@ -459,6 +459,8 @@ typedef struct pprof_build {
     uint64_t *loc_of_node; /* node -> id of the location starting at it; 0 = not yet */
     uint32_t *after_node;  /* node -> the node above that location */
     uint32_t *depth;       /* node -> number of locations from it to the root */
+    uint32_t *order;       /* nodes depth-first in sorted child order: ids and strings come out
+                              the same however the tree was built (merge order, fan-out) */
     dedup_table functions, mappings, locations;
     uint64_t *scratch; /* a location's key under construction */
     size_t cap_scratch;
@@ -479,6 +481,7 @@ static void pprof_build_free(pprof_build *b) {
     free(b->loc_of_node);
     free(b->after_node);
     free(b->depth);
+    free(b->order);
     free(b->scratch);
     dedup_free(&b->functions);
     dedup_free(&b->mappings);
@@ -662,7 +665,8 @@ static int pprof_add_locations(const calltree *t, pprof_build *b, size_t *n_samp
                                size_t *n_labels) {
     *n_samples = *n_ids = *n_labels = 0;
     b->after_node[CALLTREE_ROOT] = CALLTREE_ROOT;
-    for (size_t i = 1; i < t->n_nodes; i++) {
+    for (size_t k = 1; k < t->n_nodes; k++) {
+        uint32_t i = b->order[k];
         if (t->self[i] == 0)
             continue;
         for (uint32_t v = (uint32_t)i;
@@ -671,10 +675,13 @@ static int pprof_add_locations(const calltree *t, pprof_build *b, size_t *n_samp
             if (pprof_location_at(t, b, v) != 0)
                 return -1;
     }
-    for (size_t v = 1; v < t->n_nodes; v++) /* depth stays 0 at the root and label frames */
+    for (size_t k = 1; k < t->n_nodes; k++) { /* depth stays 0 at the root and label frames */
+        uint32_t v = b->order[k];
         if (b->loc_of_node[v] != 0)
             b->depth[v] = b->depth[b->after_node[v]] + 1;
-    for (size_t v = 0; v < t->n_nodes; v++) {
+    }
+    for (size_t k = 0; k < t->n_nodes; k++) {
+        uint32_t v = b->order[k];
         if (t->self[v] == 0)
             continue;
         (*n_samples)++;
@@ -706,7 +713,8 @@ static int pprof_add_sample_labels(const calltree *t, pprof_build *b, uint32_t t
 
 static int pprof_add_samples(const calltree *t, pprof_build *b) {
     size_t ids = 0;
-    for (size_t i = 0; i < t->n_nodes; i++) {
+    for (size_t k = 0; k < t->n_nodes; k++) {
+        uint32_t i = b->order[k];
         if (t->self[i] == 0)
             continue;
         pprof_sample *s = &b->p.samples[b->p.n_samples];
@@ -738,6 +746,20 @@ static int pprof_fill_meta(pprof_build *b, const calltree_pprof_meta *m) {
                : 0;
 }
 
+/* order[0..n_nodes): the nodes depth-first, children in their sorted order (finalized tree). The
+ * stack of pending nodes is order's own tail, filled backwards: it never meets the head. */
+static void sorted_preorder(const calltree *t, uint32_t *order) {
+    size_t n = t->n_nodes, head = 0, top = n;
+    order[--top] = CALLTREE_ROOT;
+    while (top < n) {
+        uint32_t v = order[top++];
+        order[head++] = v;
+        size_t c = calltree_child_count(t, v);
+        for (size_t i = c; i > 0; i--)
+            order[--top] = calltree_child_at(t, v, i - 1);
+    }
+}
+
 static int build_pprof(const calltree *t, const calltree_report_options *opts, pprof_build *b) {
     memset(b, 0, sizeof *b);
     if (dedup_init(&b->functions) != 0 || dedup_init(&b->mappings) != 0 ||
@@ -747,10 +769,12 @@ static int build_pprof(const calltree *t, const calltree_report_options *opts, p
     b->loc_of_node = calloc(t->n_nodes, sizeof *b->loc_of_node);
     b->after_node = malloc(t->n_nodes * sizeof *b->after_node);
     b->depth = calloc(t->n_nodes, sizeof *b->depth);
+    b->order = malloc(t->n_nodes * sizeof *b->order);
     b->p.sample_types = malloc(sizeof *b->p.sample_types);
     if (b->str_index == NULL || b->loc_of_node == NULL || b->after_node == NULL ||
-        b->depth == NULL || b->p.sample_types == NULL)
+        b->depth == NULL || b->order == NULL || b->p.sample_types == NULL)
         return -1;
+    sorted_preorder(t, b->order);
     if (PPROF_GROW(b->p.strings, b->p.n_strings, b->cap_strings) != 0)
         return -1;
     b->p.strings[0].ptr = ""; /* pprof's string_table[0] is always "" */

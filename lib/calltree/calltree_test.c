@@ -566,6 +566,8 @@ static char *all_reports(calltree *t) {
     calltree_report_options o = {.unit = "count"};
     assert_int_equal(calltree_encode_query_response(t, REPORT(FLAMEGRAPH_TABLE), &o, &b, NULL), 0);
     assert_int_equal(calltree_encode_query_response(t, REPORT(TOP), &o, &b, NULL), 0);
+    /* PPROF too: its ids and strings follow the sorted tree, not the order nodes were made in */
+    assert_int_equal(calltree_encode_query_response(t, REPORT(PPROF), &o, &b, NULL), 0);
     json_writer w;
     json_writer_init(&w, &b);
     json_begin_array(&w);

@@ -163,9 +163,11 @@ static int handle_merge_shard(rpc_call *call, const uint8_t *req, size_t len, st
     if (r == NULL)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "request is not a valid MergeShardRequest protobuf");
+    metrics_gauge_inc(q->shares_in_flight);
     if (q->share_delay_ns > 0)
         test_delay(call, q->share_delay_ns);
     int rc = merge_share_answer(q, tenant.name, r, resp, err);
+    metrics_gauge_dec(q->shares_in_flight);
     strata__querier__v1__merge_shard_request__free_unpacked(r, NULL);
     querier_observe(q, "merge_shard", rc == 0 ? STRATA_OK : err->code, start);
     return rc;

@@ -193,6 +193,11 @@ static int create_metrics(querier *q, strata_error *err) {
                                "querier.overrides)."};
     if ((q->limited = metrics_counter_new(q->registry, &o, err)) == NULL)
         return -1;
+    o = (metrics_opts){.name = "strata_querier_shares_in_flight",
+                       .help = "Shares of other queriers' merges (PeerService/MergeShard) being "
+                               "merged here now."};
+    if ((q->shares_in_flight = metrics_gauge_new(q->registry, &o, err)) == NULL)
+        return -1;
     o = (metrics_opts){.name = "strata_querier_bucket_sync_failures_total",
                        .help = "Bucket listings that failed."};
     return (q->sync_failures = metrics_counter_new(q->registry, &o, err)) == NULL ? -1 : 0;

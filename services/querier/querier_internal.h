@@ -18,6 +18,7 @@ struct querier {
     query_pool *share_pool; /* runs other queriers' MergeShard calls (peers.h) */
     querier_peers *peers;   /* fan-out; present with an empty list when none is configured */
     int64_t share_delay_ns; /* STRATA_TEST_SHARE_DELAY_MS (peer_service.c) */
+    metrics_gauge *shares_in_flight; /* other queriers' shares being merged here */
     bool started;
     metrics_counter_vec *queries;
     metrics_histogram_vec *durations;

@@ -98,10 +98,12 @@ class Strata:
         self.proc = None
         self.log_path = os.path.join(workdir, f"strata-{mode}.log")
 
-    def start(self, ready_url=None):
+    def start(self, ready_url=None, env=None):
+        """env: extra environment variables for the process."""
         self.log = open(self.log_path, "w")
+        full_env = dict(os.environ, **env) if env else None
         self.proc = subprocess.Popen([BINARY, self.mode, "-config", self.config_path],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
         if ready_url:
             wait_for(lambda: http_get(ready_url)[0] == 200, what=f"{ready_url} to be ready")
         return self
