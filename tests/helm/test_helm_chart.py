@@ -124,9 +124,10 @@ class Rendering:
         return None
 
     def service_for(self, workload):
+        """The Service clients use for a workload (not the queriers' headless peers Service)."""
         selector = workload["spec"]["selector"]["matchLabels"]
-        for svc in self.kind("Service").values():
-            if svc["spec"]["selector"] == selector:
+        for name, svc in self.kind("Service").items():
+            if svc["spec"]["selector"] == selector and not name.endswith("-querier-peers"):
                 return svc
         return None
 
@@ -189,7 +190,7 @@ class HelmChartTest(unittest.TestCase):
                     self.assertIn("apiVersion", d)
                     self.assertRegex(d["metadata"]["name"], r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
                 expected = {"Deployment": 3, "StatefulSet": 1, "Secret": 1, "ServiceAccount": 1,
-                            "ClusterRole": 1, "ClusterRoleBinding": 1, "Service": 4}
+                            "ClusterRole": 1, "ClusterRoleBinding": 1, "Service": 5}
                 for kind, count in expected.items():
                     self.assertEqual(len(r.kind(kind)), count, f"{kind} in {scenario}")
                 self.assertEqual(len(r.kind("DaemonSet")), 0 if scenario == "agent-off" else 1)
@@ -591,6 +592,24 @@ class HelmChartTest(unittest.TestCase):
         # The ingester and querier exist: a chart change that breaks them cannot hide here.
         self.assertTrue(unchecked <= {"compactor", "scraper"}, unchecked)
         self.assertGreaterEqual(checked, 2 * len(SCENARIOS))
+
+    def test_queriers_find_each_other(self):
+        """Fan-out: a headless Service selects the querier pods (ready ones only) on the gRPC
+        port, and every querier's config names it as its peers, in the release's namespace."""
+        for scenario, r in self.renders.items():
+            with self.subTest(scenario=scenario):
+                peers = [n for n in r.kind("Service") if n.endswith("-querier-peers")]
+                self.assertEqual(len(peers), 1)
+                svc = r.kind("Service")[peers[0]]
+                self.assertEqual(svc["spec"]["clusterIP"], "None")
+                self.assertFalse(svc["spec"]["publishNotReadyAddresses"])
+                w = r.component_workload("querier")
+                self.assertEqual(svc["spec"]["selector"], w["spec"]["selector"]["matchLabels"])
+                self.assertEqual([(p["name"], p["port"]) for p in svc["spec"]["ports"]],
+                                 [("grpc", 7071)])
+                ns = SCENARIOS[scenario][2]
+                self.assertEqual(r.configs["querier.yaml"]["querier"]["peers"],
+                                 [f"{peers[0]}.{ns}.svc:7071"])
 
     def test_querier_memory_limit_covers_its_bounds(self):
         """The default querier's memory limit holds query_threads merges of max_query_bytes each

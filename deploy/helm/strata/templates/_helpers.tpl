@@ -55,6 +55,11 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- end }}
 
 {{/* host:port of the ingesters' gRPC Service, where scrapers and agents push. */}}
+{{/* The queriers' headless Service: its DNS name resolves to every ready querier pod. */}}
+{{- define "strata.querierPeersAddress" -}}
+{{- printf "%s.%s.svc:%v" (include "strata.componentName" (dict "root" . "component" "querier-peers")) .Release.Namespace .Values.ports.grpc }}
+{{- end }}
+
 {{- define "strata.ingesterAddress" -}}
 {{- printf "%s:%v" (include "strata.componentName" (dict "root" . "component" "ingester")) .Values.ports.grpc }}
 {{- end }}
@@ -178,7 +183,10 @@ without checked here, so a bad values file fails at `helm install` rather than i
 {{/* Config file of the ingester, querier or compactor: server, bucket and its own section. */}}
 {{- define "strata.bucketServiceConfig" -}}
 {{- $cfg := dict "server" (include "strata.serverSection" . | fromYaml) "bucket" (include "strata.objstore" .root | fromYaml) }}
-{{- $section := (index .root.Values .component).config | default dict }}
+{{- $section := deepCopy ((index .root.Values .component).config | default dict) }}
+{{- if and (eq .component "querier") .root.Values.querier.fanout (not (hasKey $section "peers")) }}
+{{- $_ := set $section "peers" (list (include "strata.querierPeersAddress" .root)) }}
+{{- end }}
 {{- $_ := set $cfg .component $section }}
 {{- toYaml $cfg }}
 {{- end }}

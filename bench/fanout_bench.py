@@ -1,0 +1,174 @@
+#!/usr/bin/python3
+"""Fan-out: the wall time of one long merge with 1, 2 and 3 queriers on one S3 bucket.
+
+The data goes in as users send it: `strata all` (compactor off) on an S3 bucket (Ceph radosgw,
+tests/servers/radosgw.sh) takes --minutes of agent-like CPU profiles of --processes processes
+(bench/agentgen through build/bench/push_load, WriteRaw over gRPC), acknowledged once their
+level-1 blocks are durable. Then, for N = 1, 2, 3: N fresh `strata querier` processes start on
+the bucket, each with `peers` naming all N gRPC ports (fanout_min_rows 0), and one of them is
+asked, through `strata query merge` (the gRPC QueryService client), for the merge of every
+process over the whole window: first cold (no reader open, every page fetched from radosgw),
+then --runs times warm. Per query: the client's wall time and the CPU all N queriers spent
+(utime + stime from /proc/PID/stat). The queriers stop before the next N starts.
+
+On this machine (2 cores) the N queriers share the same two cores: what fan-out can cut here is
+the time a querier waits on the bucket (cold), not CPU time (warm); docs/deploy.md has the model
+for N machines.
+
+  bench/fanout_bench.py [--build build-perf] [--minutes 3] [--processes 50] [--runs 3]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_bench import ROOT, cpu_seconds, free_port  # noqa: E402
+
+TYPE = "parca_agent_cpu:samples:count:cpu:nanoseconds:delta"
+START_UNIX = 1767225600
+
+
+def radosgw_env():
+    out = subprocess.run([os.path.join(ROOT, "tests", "servers", "radosgw.sh"), "start"],
+                         check=True, capture_output=True, text=True).stdout
+    env = {}
+    for line in out.splitlines():
+        line = line.replace("export ", "")
+        if "=" in line:
+            k, v = line.split("=", 1)
+            env[k.strip()] = v.strip().strip("'\"")
+    return env
+
+
+def bucket_yaml(env, prefix):
+    return f"""bucket:
+  type: S3
+  prefix: {prefix}
+  config:
+    bucket: {env["STRATA_S3_BUCKET"]}
+    endpoint: {env["STRATA_S3_ENDPOINT"]}
+    insecure: true
+    access_key: {env["STRATA_S3_ACCESS_KEY"]}
+    secret_key: {env["STRATA_S3_SECRET_KEY"]}
+"""
+
+
+class Server:
+    def __init__(self, binary, work, name, mode, bucket, extra="", grpc_port=None):
+        self.grpc = f"127.0.0.1:{grpc_port or free_port()}"
+        self.http = f"http://127.0.0.1:{free_port()}"
+        cfg = os.path.join(work, f"{name}.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"""server:
+  http_listen_address: {self.http[len("http://"):]}
+  grpc_listen_address: {self.grpc}
+  log_level: warn
+{bucket}{extra}""")
+        self.log = open(os.path.join(work, f"{name}.log"), "a")
+        self.proc = subprocess.Popen([binary, mode, "-config", cfg], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        for _ in range(600):
+            if self.proc.poll() is not None:
+                raise SystemExit(f"strata {mode} exited; see {work}/{name}.log")
+            try:
+                with urllib.request.urlopen(self.http + "/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise SystemExit(f"strata {mode} did not become ready")
+
+    def metric(self, name):
+        with urllib.request.urlopen(self.http + "/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " ") or line.startswith(name + "{"):
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
+        self.log.close()
+
+
+def timed_merge(binary, servers, target, end):
+    cpu0 = sum(cpu_seconds(s.proc.pid) for s in servers)
+    t0 = time.monotonic()
+    out = subprocess.run([binary, "query", "merge", TYPE, "--start",
+                          time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(START_UNIX - 60)),
+                          "--end", end, "--address", target.grpc, "--top", "1"],
+                         check=True, capture_output=True, text=True).stdout
+    wall = time.monotonic() - t0
+    cpu = sum(cpu_seconds(s.proc.pid) for s in servers) - cpu0
+    return wall, cpu, out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build-perf")
+    ap.add_argument("--minutes", type=int, default=3)
+    ap.add_argument("--processes", type=int, default=50)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    binary = os.path.join(ROOT, args.build, "cmd", "strata", "strata")
+    load = os.path.join(ROOT, args.build, "bench", "push_load")
+    env = radosgw_env()
+    bucket = bucket_yaml(env, f"fanout-bench-{os.getpid()}")
+    work = tempfile.mkdtemp(prefix="strata-fanout-bench-")
+    windows = args.minutes * 6
+    end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(START_UNIX + windows * 10 + 60))
+    writer = Server(binary, work, "writer", "all", bucket, "compactor:\n  enabled: false\n")
+    try:
+        out = subprocess.run([load, "--address", writer.grpc, "--once", "--windows", str(windows),
+                              "--processes", str(args.processes), "--per-request", "10",
+                              "--threads", "4", "--start-unix", str(START_UNIX),
+                              "--windows-per-second", "1"],
+                             check=True, capture_output=True, text=True, cwd=ROOT).stdout
+        r = dict(kv.split("=") for kv in out.split())
+        if int(r["errors"]) != 0:
+            raise SystemExit(f"push_load: {r['errors']} calls failed")
+        print(f"pushed {windows * args.processes} profiles, {int(r['samples']) / 1e6:.2f} M pprof "
+              f"samples to radosgw", flush=True)
+    finally:
+        writer.stop()
+    print(f"{'queriers':>8} {'blocks':>6} {'cold wall s':>11} {'cold CPU s':>10} "
+          f"{'warm wall s (median)':>20} {'warm CPU s':>10} {'shares':>6}")
+    reference = None
+    for n in (1, 2, 3):
+        ports = [free_port() for _ in range(n)]
+        peers = "".join(f"\n    - 127.0.0.1:{p}" for p in ports) if n > 1 else " []"
+        extra = f"""querier:
+  peers:{peers}
+  peer_refresh_interval: 500ms
+  fanout_min_rows: 0
+"""
+        servers = [Server(binary, work, f"querier{n}-{i}", "querier", bucket, extra, ports[i])
+                   for i in range(n)]
+        try:
+            for s in servers:
+                while s.metric("strata_querier_peers") < n - 1:
+                    time.sleep(0.2)
+            blocks = int(servers[0].metric("strata_querier_blocks"))
+            cold_wall, cold_cpu, answer = timed_merge(binary, servers, servers[0], end)
+            if reference is None:
+                reference = answer
+            elif answer != reference:
+                raise SystemExit(f"{n} queriers answered differently:\n{answer}\n{reference}")
+            warm = sorted(timed_merge(binary, servers, servers[0], end)[:2]
+                          for _ in range(args.runs))
+            shares = sum(s.metric("strata_querier_fanout_shares_total") for s in servers)
+            print(f"{n:>8} {blocks:>6} {cold_wall:>11.2f} {cold_cpu:>10.2f} "
+                  f"{warm[len(warm) // 2][0]:>20.2f} {warm[len(warm) // 2][1]:>10.2f} "
+                  f"{int(shares):>6}", flush=True)
+        finally:
+            for s in servers:
+                s.stop()
+
+
+if __name__ == "__main__":
+    main()
