@@ -2473,6 +2473,10 @@ int engine_merge_tree(calltree *tree, calltree *from, strata_error *err) {
         calltree_swap(tree, from);
         return 0;
     }
+    /* A merge costs the nodes it adds: add the smaller tree to the larger (the merge is
+     * commutative: frames reconcile the same way, and reports walk the tree in sorted order). */
+    if (calltree_node_count(from) > calltree_node_count(tree))
+        calltree_swap(tree, from);
     return calltree_merge(tree, from, err);
 }
 

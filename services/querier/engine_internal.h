@@ -90,7 +90,8 @@ typedef struct merge_outcome {
  * skip[i] into tree; blocks whose data fails its checks are added to skip and counted. */
 int engine_merge_blocks(query_engine *e, merge_query *q, indexed_block **blocks, size_t n_blocks,
                         bool *skip, calltree *tree, merge_outcome *out, strata_error *err);
-/* Adds from into tree (taking it whole when tree is empty); from may be left empty. */
+/* Adds from into tree (the smaller into the larger, swapping them when from is larger); from is
+ * left with what is not needed any more. */
 int engine_merge_tree(calltree *tree, calltree *from, strata_error *err);
 /* The merge_result of an outcome, or NOT_FOUND when nothing matched. */
 int engine_merge_outcome(const merge_outcome *o, merge_result *result, strata_error *err);

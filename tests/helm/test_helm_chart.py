@@ -190,8 +190,10 @@ class HelmChartTest(unittest.TestCase):
                     self.assertIn("apiVersion", d)
                     self.assertRegex(d["metadata"]["name"], r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
                 expected = {"Deployment": 3, "StatefulSet": 1, "Secret": 1, "ServiceAccount": 1,
-                            "ClusterRole": 1, "ClusterRoleBinding": 1, "Service": 5}
+                            "ClusterRole": 1, "ClusterRoleBinding": 1, "Service": 4}
                 for kind, count in expected.items():
+                    if kind == "Service" and r.values["querier"]["fanout"]:
+                        count += 1  # the queriers' headless peers Service
                     self.assertEqual(len(r.kind(kind)), count, f"{kind} in {scenario}")
                 self.assertEqual(len(r.kind("DaemonSet")), 0 if scenario == "agent-off" else 1)
 
@@ -594,11 +596,18 @@ class HelmChartTest(unittest.TestCase):
         self.assertGreaterEqual(checked, 2 * len(SCENARIOS))
 
     def test_queriers_find_each_other(self):
-        """Fan-out: a headless Service selects the querier pods (ready ones only) on the gRPC
-        port, and every querier's config names it as its peers, in the release's namespace."""
+        """Fan-out (querier.fanout, on in the s3 scenario, off by default): a headless Service
+        selects the querier pods (ready ones only) on the gRPC port, and every querier's config
+        names it as its peers, in the release's namespace; off, neither exists."""
         for scenario, r in self.renders.items():
             with self.subTest(scenario=scenario):
                 peers = [n for n in r.kind("Service") if n.endswith("-querier-peers")]
+                querier = r.configs["querier.yaml"]["querier"]
+                if not r.values["querier"]["fanout"]:
+                    self.assertEqual(peers, [])
+                    self.assertNotIn("peers", querier)
+                    continue
+                self.assertEqual(scenario, "s3")
                 self.assertEqual(len(peers), 1)
                 svc = r.kind("Service")[peers[0]]
                 self.assertEqual(svc["spec"]["clusterIP"], "None")
@@ -608,8 +617,8 @@ class HelmChartTest(unittest.TestCase):
                 self.assertEqual([(p["name"], p["port"]) for p in svc["spec"]["ports"]],
                                  [("grpc", 7071)])
                 ns = SCENARIOS[scenario][2]
-                self.assertEqual(r.configs["querier.yaml"]["querier"]["peers"],
-                                 [f"{peers[0]}.{ns}.svc:7071"])
+                self.assertEqual(querier["peers"], [f"{peers[0]}.{ns}.svc:7071"])
+        self.assertTrue(self.renders["s3"].values["querier"]["fanout"])
 
     def test_querier_memory_limit_covers_its_bounds(self):
         """The default querier's memory limit holds query_threads merges of max_query_bytes each
