@@ -70,7 +70,7 @@ cmd_start() {
   port=$(free_port)
   setsid "$HERE/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 --blobPort "$port" \
     --inMemoryPersistence --disableTelemetry --skipApiVersionCheck \
-    > "$STATE/azurite.out" 2>&1 < /dev/null &
+    > "$STATE/azurite.out" 2>&1 < /dev/null 9>&- &
   echo $! > "$STATE/azurite.pid"
   for _ in $(seq 1 60); do
     if curl -sS -o /dev/null --max-time 1 "http://127.0.0.1:$port/" 2>/dev/null; then

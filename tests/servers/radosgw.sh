@@ -87,10 +87,12 @@ rgw thread pool size = 64
 EOF
 }
 
-# Runs a daemon in the foreground of its own session, recording the session leader's pid.
+# Runs a daemon in the foreground of its own session, recording the session leader's pid. The
+# daemon does not inherit the start lock (fd 9): holding it, it would make every later `start`
+# wait for it forever.
 spawn() {
   local name=$1; shift
-  setsid "$@" -f -c "$STATE/ceph.conf" > "$STATE/log/$name.out" 2>&1 < /dev/null &
+  setsid "$@" -f -c "$STATE/ceph.conf" > "$STATE/log/$name.out" 2>&1 < /dev/null 9>&- &
   echo $! > "$STATE/$name.pid"
 }
 
