@@ -15,11 +15,17 @@
 #include <string.h>
 #include <time.h>
 
+#include "block/ulid.h"
 #include "common/clock.h"
 #include "common/tenant.h"
 #include "peers.h"
 #include "querier_internal.h"
 #include "strata/querier/v1/peer.pb-c.h"
+
+/* The most blocks one share may name: a coordinator sends one share per peer, so this bounds the
+ * bucket lookups a request can cause, not a real merge (a day of one-second fresh blocks is 86,400
+ * before compaction). */
+#define MAX_SHARE_BLOCKS 200000
 
 typedef Strata__Querier__V1__MergeShardRequest share_request_pb;
 typedef Strata__Querier__V1__MergeShardResponse share_response_pb;
@@ -51,8 +57,14 @@ static int share_from_request(const share_request_pb *r, const char *tenant,
     for (size_t i = 0; i < r->n_group_labels; i++)
         if (calltree_grouping_add_label(grouping, r->group_labels[i], err) != 0)
             return -1;
+    if (r->n_blocks > MAX_SHARE_BLOCKS)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%zu blocks in one share (at most %d)",
+                                r->n_blocks, MAX_SHARE_BLOCKS);
     for (size_t i = 0; i < r->n_blocks; i++) {
         const Strata__Querier__V1__ShareBlock *b = r->blocks[i];
+        ulid id; /* a block id names a bucket key: nothing else may pass */
+        if (ulid_parse(b->ulid, strlen(b->ulid), &id, err) != 0)
+            return strata_error_wrap(err, "blocks[%zu]", i);
         blocks[i] = (merge_share_block){b->ulid, b->selected, b->dropped, b->n_dropped};
     }
     *share = (merge_share){.tenant = tenant,

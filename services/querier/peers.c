@@ -254,7 +254,7 @@ static void resolve_entry(const char *entry, char (**addrs)[300], size_t *n, siz
 }
 
 /* Asks the querier at pe who it is; 0 when it answered with a protocol we speak. */
-static int peer_info(querier_peers *p, peer *pe) {
+static int peer_info(peer *pe) {
     strata_error err;
     strata_error_clear(&err);
     strata_buffer resp = STRATA_BUFFER_INIT;
@@ -274,7 +274,6 @@ static int peer_info(querier_peers *p, peer *pe) {
         pe->id_hash = strata_hash_bytes(pe->instance_id, strlen(pe->instance_id), 0);
     }
     strata__querier__v1__info_response__free_unpacked(info, NULL);
-    (void)p;
     return rc;
 }
 
@@ -333,7 +332,7 @@ void querier_peers_refresh(querier_peers *p) {
         peer *pe = find_listed(p, addrs[i]);
         if (pe == NULL && (pe = peer_new(p, addrs[i])) == NULL)
             continue;
-        if (peer_info(p, pe) != 0) {
+        if (peer_info(pe) != 0) {
             pthread_mutex_lock(&p->mu);
             peer_unref_locked(pe);
             pthread_mutex_unlock(&p->mu);

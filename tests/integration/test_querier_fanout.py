@@ -40,6 +40,7 @@ from google.protobuf import timestamp_pb2  # noqa: E402
 from parca.profilestore.v1alpha1 import profilestore_pb2_grpc as ps_grpc  # noqa: E402
 from parca.query.v1alpha1 import query_pb2 as qpb  # noqa: E402
 from parca.query.v1alpha1 import query_pb2_grpc as q_grpc  # noqa: E402
+from strata.querier.v1 import peer_pb2  # noqa: E402
 
 TENANT = "fanout"
 BLOCKS = 12
@@ -234,7 +235,33 @@ compactor:
         self.assertEqual(sum(metric(q.http, "strata_querier_fanout_shares_total", 'result="failed"')
                              for q in self.queriers), 0)
 
-    def test_2_peer_killed_mid_query(self):
+    def test_2_hostile_shares_are_refused(self):
+        """MergeShard is on the public gRPC port: a request that is not a share a querier would
+        send is refused with INVALID_ARGUMENT and a message, and the querier answers on."""
+        q = self.queriers[1]
+        call = q.channel.unary_unary("/strata.querier.v1.PeerService/MergeShard",
+                                     request_serializer=lambda b: b,
+                                     response_deserializer=lambda b: b)
+        good = dict(query=CPU, start_ns=T0, end_ns=T0 + 3600 * NS, use_rollups=True,
+                    max_query_bytes=1 << 30, group_mask=1)
+        cases = {
+            "block id is not a ULID": peer_pb2.MergeShardRequest(
+                **good, blocks=[peer_pb2.ShareBlock(ulid="../../etc/passwd", selected=1)]),
+            "group_mask": peer_pb2.MergeShardRequest(**dict(good, group_mask=99)),
+            "selector": peer_pb2.MergeShardRequest(**dict(good, query="process_cpu{")),
+            "end is before start": peer_pb2.MergeShardRequest(**dict(good, end_ns=T0 - 1)),
+        }
+        for what, req in cases.items():
+            with self.assertRaises(grpc.RpcError, msg=what) as cm:
+                call(req.SerializeToString(), metadata=[("x-scope-orgid", TENANT)], timeout=30)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, what)
+        with self.assertRaises(grpc.RpcError) as cm:
+            call(b"\xff\xff\xff", metadata=[("x-scope-orgid", TENANT)], timeout=30)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("MergeShardRequest", cm.exception.details())
+        self.assertEqual(q.ask(merge_req(CPU)), self.lone.ask(merge_req(CPU)))
+
+    def test_3_peer_killed_mid_query(self):
         want = self.lone.ask(merge_req(CPU))
         first, victim = self.queriers[0], self.queriers[2]
         victim.stop()
