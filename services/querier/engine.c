@@ -25,6 +25,7 @@ void query_engine_options_default(query_engine_options *opts) {
     opts->max_query_bytes = (uint64_t)1 << 30;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     opts->parallelism = cpus > 0 ? (int)cpus : 2;
+    opts->fetch_parallelism = 16;
     opts->use_rollups = true;
 }
 
@@ -161,6 +162,16 @@ int engine_for_each_block(query_engine *e, indexed_block **blocks, size_t n, blo
         return -1;
     }
     return 0;
+}
+
+size_t engine_fetch_worker_count(const query_engine *e, size_t n_blocks) {
+    size_t w = (size_t)(e->opts.fetch_parallelism > e->opts.parallelism ? e->opts.fetch_parallelism
+                                                                        : e->opts.parallelism);
+    if (w > n_blocks)
+        w = n_blocks;
+    if (w > 64)
+        w = 64;
+    return w == 0 ? 1 : w;
 }
 
 size_t engine_worker_count(const query_engine *e, size_t n_blocks) {
@@ -674,7 +685,7 @@ static int query_labels_attempt(query_engine *e, const char *tenant, const char 
     if (block_index_acquire(e->index, tenant, start_ns, end_ns, &blocks, &n_blocks, err) != 0)
         return -1;
     labels_query q = {name, sels, n_sels, type};
-    size_t workers = engine_worker_count(e, n_blocks);
+    size_t workers = engine_fetch_worker_count(e, n_blocks);
     labels_partial *parts = calloc(workers, sizeof *parts);
     void **ptrs = calloc(workers, sizeof *ptrs);
     string_set *sets = calloc(workers, sizeof *sets);
@@ -1133,7 +1144,7 @@ static int query_range_attempt(query_engine *e, const char *tenant, const select
         block_index_release_all(e->index, blocks, n_blocks);
         return -1;
     }
-    size_t workers = engine_worker_count(e, n_blocks);
+    size_t workers = engine_fetch_worker_count(e, n_blocks);
     range_partial *parts = calloc(workers, sizeof *parts);
     void **ptrs = calloc(workers, sizeof *ptrs);
     int rc = (parts && ptrs) ? 0 : strata_error_oom(err);

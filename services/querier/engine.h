@@ -47,6 +47,9 @@ typedef struct query_engine query_engine;
 typedef struct query_engine_options {
     uint64_t max_query_bytes; /* default 1 GiB */
     int parallelism;          /* default: online CPUs */
+    /* threads for the passes that read only small tables (selection, ranges, labels), which a cold
+     * reader spends waiting on the bucket: default 16, at least parallelism, at most 64 */
+    int fetch_parallelism;
     bool use_rollups; /* default true; false makes merges scan sample rows even where a block's
                          rollup covers a series (tests compare the two paths) */
 } query_engine_options;

@@ -25,6 +25,9 @@ int engine_for_each_block(query_engine *e, indexed_block **blocks, size_t n, blo
                           void **partials, size_t workers, bool *skipped, query_stats *stats,
                           strata_error *err);
 size_t engine_worker_count(const query_engine *e, size_t n_blocks);
+/* Threads for passes over small tables (selection, ranges, labels): fetch_parallelism, since a
+ * cold reader waits on the bucket; merges keep engine_worker_count (each worker holds a tree). */
+size_t engine_fetch_worker_count(const query_engine *e, size_t n_blocks);
 
 /* Series ids of r matching sel (all series when NULL) and type (when given), ascending; *ids is
  * malloc'd. In a block with sample labels, a matcher naming a label a series lacks selects the

@@ -426,7 +426,7 @@ int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blo
                            const selector *sel, int64_t start_ns, int64_t end_ns,
                            block_selection *out, bool *skipped, query_stats *stats, bool dedupe,
                            strata_error *err) {
-    size_t workers = engine_worker_count(e, n_blocks);
+    size_t workers = engine_fetch_worker_count(e, n_blocks);
     select_pass *passes = calloc(workers, sizeof *passes);
     void **ptrs = calloc(workers, sizeof *ptrs);
     uint64_t **keys = calloc(n_blocks + 1, sizeof *keys);

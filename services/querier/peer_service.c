@@ -58,8 +58,9 @@ static int share_from_request(const share_request_pb *r, const char *tenant,
         if (calltree_grouping_add_label(grouping, r->group_labels[i], err) != 0)
             return -1;
     if (r->n_blocks > MAX_SHARE_BLOCKS)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%zu blocks in one share (at most %d)",
-                                r->n_blocks, MAX_SHARE_BLOCKS);
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "%zu blocks in one share (at most %d)", r->n_blocks,
+                                MAX_SHARE_BLOCKS);
     for (size_t i = 0; i < r->n_blocks; i++) {
         const Strata__Querier__V1__ShareBlock *b = r->blocks[i];
         ulid id; /* a block id names a bucket key: nothing else may pass */

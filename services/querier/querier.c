@@ -18,6 +18,7 @@
 /* Bounds of thread counts, intervals and delays (lib/config: CONFIG_DEFINE_BOUNDS). */
 CONFIG_DEFINE_BOUNDS(querier_sync_interval_bounds, CONFIG_DURATION, "10ms", "24h")
 CONFIG_DEFINE_BOUNDS(querier_parallelism_bounds, CONFIG_INT64, "0", "1024")
+CONFIG_DEFINE_BOUNDS(querier_fetch_parallelism_bounds, CONFIG_INT64, "1", "64")
 CONFIG_DEFINE_BOUNDS(querier_query_threads_bounds, CONFIG_INT64, "1", "1024")
 CONFIG_DEFINE_BOUNDS(querier_share_threads_bounds, CONFIG_INT64, "0", "1024")
 CONFIG_DEFINE_BOUNDS(querier_peer_refresh_bounds, CONFIG_DURATION, "100ms", "1h")
@@ -56,6 +57,11 @@ const config_field querier_config_fields[] = {
      .offset = offsetof(querier_config, parallelism),
      .default_text = "0",
      .decode = querier_parallelism_bounds},
+    {.key = "fetch_parallelism",
+     .kind = CONFIG_INT64,
+     .offset = offsetof(querier_config, fetch_parallelism),
+     .default_text = "16",
+     .decode = querier_fetch_parallelism_bounds},
     {.key = "query_threads",
      .kind = CONFIG_INT64,
      .offset = offsetof(querier_config, query_threads),
@@ -290,6 +296,8 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
     eopts.max_query_bytes = config->max_query_bytes;
     if (config->parallelism > 0)
         eopts.parallelism = (int)config->parallelism;
+    if (config->fetch_parallelism > 0)
+        eopts.fetch_parallelism = (int)config->fetch_parallelism;
     size_t query_threads = config->query_threads > 0 ? (size_t)config->query_threads : 4;
     size_t share_threads =
         config->share_threads > 0 ? (size_t)config->share_threads : query_threads;

@@ -49,6 +49,7 @@ typedef struct querier_config {
     int64_t sync_interval_ns;
     uint64_t max_query_bytes;
     int64_t parallelism;
+    int64_t fetch_parallelism; /* threads for selection, ranges and labels (cold: bucket waits) */
     int64_t query_threads;
     uint64_t max_open_blocks;
     uint64_t max_open_block_bytes; /* 0: cached readers bounded by count only */
