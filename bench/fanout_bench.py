@@ -23,6 +23,7 @@ rows behind them, as for most services).
 
   bench/fanout_bench.py [--build build-perf] [--minutes 3] [--processes 50] [--runs 3] [--go]
                         [--prefix P] [--queriers 1,2,3] [--one-core] [--pace W]
+                        [--querier-config 'KEY: VALUE' ...]
 """
 import argparse
 import os
@@ -136,6 +137,8 @@ def main():
     ap.add_argument("--prefix", help="query the data an earlier run left under this bucket prefix "
                     "(its output names it) instead of pushing new data")
     ap.add_argument("--queriers", default="1,2,3")
+    ap.add_argument("--querier-config", action="append", default=[], metavar="'KEY: VALUE'",
+                    help="a line added to every querier's `querier:` section (repeatable)")
     ap.add_argument("--pace", type=float, default=1,
                     help="10 s windows pushed per second (the ingester cuts a block per flush)")
     ap.add_argument("--one-core", action="store_true",
@@ -168,7 +171,7 @@ def main():
     reference = None
     for n in (int(x) for x in args.queriers.split(",")):
         reference = run_queriers(binary, work, bucket, n, end, args.runs, reference,
-                                 args.one_core)
+                                 args.one_core, args.querier_config)
 
 
 def push(binary, load, work, bucket, windows, processes, prefix, source, pace):
@@ -188,7 +191,7 @@ def push(binary, load, work, bucket, windows, processes, prefix, source, pace):
         writer.stop()
 
 
-def run_queriers(binary, work, bucket, n, end, runs, reference, one_core):
+def run_queriers(binary, work, bucket, n, end, runs, reference, one_core, querier_config):
     ports = [free_port() for _ in range(n)]
     peers = "".join(f"\n    - 127.0.0.1:{p}" for p in ports) if n > 1 else " []"
     extra = f"""querier:
@@ -198,6 +201,8 @@ def run_queriers(binary, work, bucket, n, end, runs, reference, one_core):
 """
     if one_core:
         extra += "  parallelism: 1\n"
+    for line in querier_config:
+        extra += f"  {line}\n"
     cpus = os.cpu_count() or 1
     servers = [Server(binary, work, f"querier{n}-{i}", "querier", bucket, extra, ports[i],
                       i % cpus if one_core else None)
