@@ -233,6 +233,13 @@ static int fetch(block_reader *r, uint64_t offset, uint64_t length, int table, s
     return 0;
 }
 
+size_t block_reader_readahead_bytes(const block_reader *r) {
+    size_t n = r->io.cap + r->raw.cap;
+    for (int i = 0; i <= READAHEAD_WINDOWS; i++)
+        n += r->windows[i].bytes.cap;
+    return n;
+}
+
 void block_reader_drop_readahead(block_reader *r) {
     for (int i = 0; i <= READAHEAD_WINDOWS; i++) {
         strata_buffer_free(&r->windows[i].bytes);

@@ -97,6 +97,8 @@ size_t block_reader_page_cache_bytes(const block_reader *r);
 /* Frees the bytes kept by read-ahead (options.readahead) and the fetch and inflate buffers;
  * later misses fetch again. */
 void block_reader_drop_readahead(block_reader *r);
+/* What block_reader_drop_readahead would free. */
+size_t block_reader_readahead_bytes(const block_reader *r);
 void block_reader_drop_page_cache(block_reader *r);
 /* Frees the decoded symbol tables and stack tree (mappings, functions, lines, locations, stacks)
  * and the location origins; they are decoded again if asked for. For a caller that has copied

@@ -58,6 +58,7 @@ typedef struct driver {
     void **partials; /* one per worker */
     bool *skipped;   /* per block; NULL: a block that fails fails the query */
     query_stats *stats;
+    readahead_keep *keep; /* NULL: drop read-ahead after each block */
     pthread_mutex_t err_mu;
     strata_error err;
 } driver;
@@ -82,6 +83,39 @@ static void note_skipped(driver *d, size_t i, const strata_error *err) {
     pthread_mutex_unlock(&d->err_mu);
 }
 
+/* Whether block i's read-ahead bytes stay for the query's next pass (reserving them in k). */
+static bool keep_readahead(readahead_keep *k, size_t i, const block_reader *r) {
+    if (k == NULL || k->kept == NULL)
+        return false;
+    size_t held = block_reader_readahead_bytes(r);
+    size_t before = atomic_fetch_add(&k->bytes, held);
+    if (before + held > k->budget) {
+        atomic_fetch_sub(&k->bytes, held);
+        return false;
+    }
+    k->kept[i] = true;
+    return true;
+}
+
+void readahead_keep_init(readahead_keep *k, size_t n) {
+    atomic_init(&k->bytes, 0);
+    k->budget = READAHEAD_KEEP_BUDGET;
+    k->kept = calloc(n + 1, sizeof *k->kept);
+}
+
+void engine_drop_kept_readahead(indexed_block **blocks, size_t n, readahead_keep *k) {
+    for (size_t i = 0; k->kept != NULL && i < n; i++) {
+        if (!k->kept[i])
+            continue;
+        pthread_mutex_lock(&blocks[i]->mu);
+        if (blocks[i]->reader != NULL)
+            block_reader_drop_readahead(blocks[i]->reader);
+        pthread_mutex_unlock(&blocks[i]->mu);
+    }
+    free(k->kept);
+    k->kept = NULL;
+}
+
 static void *driver_worker(void *arg) {
     worker_arg *w = arg;
     driver *d = w->d;
@@ -101,7 +135,7 @@ static void *driver_worker(void *arg) {
         /* What was read ahead is decoded by now or not needed: the cached reader keeps decoded
          * pages, not raw bytes (held across the query's passes, the windows of every block of a
          * long range would add up). */
-        if (b->reader != NULL)
+        if (b->reader != NULL && !keep_readahead(d->keep, i, b->reader))
             block_reader_drop_readahead(b->reader);
         block_index_reader_used(d->index, b); /* decoding grew it */
         pthread_mutex_unlock(&b->mu);
@@ -130,13 +164,21 @@ static void *driver_worker(void *arg) {
 int engine_for_each_block(query_engine *e, indexed_block **blocks, size_t n, block_fn fn,
                           void **partials, size_t workers, bool *skipped, query_stats *stats,
                           strata_error *err) {
+    return engine_for_each_block_keep(e, blocks, n, fn, partials, workers, skipped, stats, NULL,
+                                      err);
+}
+
+int engine_for_each_block_keep(query_engine *e, indexed_block **blocks, size_t n, block_fn fn,
+                               void **partials, size_t workers, bool *skipped, query_stats *stats,
+                               readahead_keep *k, strata_error *err) {
     driver d = {.index = e->index,
                 .blocks = blocks,
                 .n_blocks = n,
                 .fn = fn,
                 .partials = partials,
                 .skipped = stats != NULL ? skipped : NULL,
-                .stats = stats};
+                .stats = stats,
+                .keep = k};
     atomic_init(&d.next, 0);
     atomic_init(&d.failed, false);
     if (pthread_mutex_init(&d.err_mu, NULL) != 0)
@@ -1137,8 +1179,9 @@ static int query_range_attempt(query_engine *e, const char *tenant, const select
         block_index_release_all(e->index, blocks, n_blocks);
         return strata_error_oom(err);
     }
+    /* the range pass reads the profile pages selection decoded: nothing to keep for it */
     if (engine_select_profiles(e, blocks, n_blocks, sel, start_ns, end_ns, q.selections, skipped,
-                               stats, true, err) != 0) {
+                               stats, true, NULL, err) != 0) {
         free(skipped);
         block_selections_free(q.selections, n_blocks);
         block_index_release_all(e->index, blocks, n_blocks);
@@ -2512,14 +2555,17 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
     bool *skipped = calloc(n_blocks + 1, sizeof *skipped);
     q->selections = calloc(n_blocks + 1, sizeof *q->selections);
     merge_outcome out = {0};
+    readahead_keep keep;
+    readahead_keep_init(&keep, n_blocks);
     int rc = (skipped && q->selections) ? 0 : strata_error_oom(err);
     if (rc == 0)
         rc = engine_select_profiles(e, blocks, n_blocks, q->sel, q->start_ns, q->end_ns,
-                                    q->selections, skipped, &out.stats, true, err);
+                                    q->selections, skipped, &out.stats, true, &keep, err);
     if (rc == 0 && engine_fanout_wanted(e, q, n_blocks))
         rc = engine_fanout_merge(e, tenant, q, blocks, n_blocks, skipped, tree, &out, err);
     else if (rc == 0)
         rc = engine_merge_blocks(e, q, blocks, n_blocks, skipped, tree, &out, err);
+    engine_drop_kept_readahead(blocks, n_blocks, &keep);
     block_index_release_all(e->index, blocks, n_blocks);
     block_selections_free(q->selections, n_blocks);
     q->selections = NULL;

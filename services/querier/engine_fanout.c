@@ -382,15 +382,18 @@ int query_merge_share(query_engine *e, const merge_share *share, const selector 
                      .use_rollups = share->use_rollups};
     q.selections = calloc(n + 1, sizeof *q.selections);
     merge_outcome out = {0};
+    readahead_keep keep;
+    readahead_keep_init(&keep, n);
     if (rc == 0 && (skipped == NULL || q.selections == NULL))
         rc = strata_error_oom(err);
     if (rc == 0)
         rc = engine_select_profiles(e, mine, n, sel, share->start_ns, share->end_ns, q.selections,
-                                    skipped, &out.stats, false, err);
+                                    skipped, &out.stats, false, &keep, err);
     if (rc == 0)
         rc = apply_share(share, share_of, q.selections, skipped, n, err);
     if (rc == 0)
         rc = engine_merge_blocks(e, &q, mine, n, skipped, tree, &out, err);
+    engine_drop_kept_readahead(mine, n, &keep);
     if (all != NULL)
         block_index_release_all(e->index, all, n_all);
     block_selections_free(q.selections, n);

@@ -5,6 +5,7 @@
 #ifndef STRATA_QUERIER_ENGINE_INTERNAL_H
 #define STRATA_QUERIER_ENGINE_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +25,29 @@ typedef int (*block_fn)(indexed_block *b, size_t index, block_reader *r, void *p
 int engine_for_each_block(query_engine *e, indexed_block **blocks, size_t n, block_fn fn,
                           void **partials, size_t workers, bool *skipped, query_stats *stats,
                           strata_error *err);
+
+/* What a query's first pass read ahead, kept for its next pass. A pass drops each block's
+ * read-ahead bytes when it is done with the block (cached readers keep decoded pages, not raw
+ * bytes); but a small fresh block is fetched whole by its reader's first read, and dropping that
+ * after a merge's selection pass made the merge pass fetch the block again (one more GET per
+ * block, serial on each merging thread). A pass given a keep leaves the bytes while the query's
+ * total stays within budget; the query drops them at its end (engine_drop_kept_readahead). */
+typedef struct readahead_keep {
+    atomic_size_t bytes; /* kept so far */
+    size_t budget;
+    bool *kept; /* per block of the query */
+} readahead_keep;
+
+#define READAHEAD_KEEP_BUDGET ((size_t)256 << 20)
+
+/* A keep for n blocks (kept NULL when out of memory: nothing is kept then). */
+void readahead_keep_init(readahead_keep *k, size_t n);
+/* Drops what passes kept of blocks[0..n) and frees k's array. */
+void engine_drop_kept_readahead(indexed_block **blocks, size_t n, readahead_keep *k);
+/* engine_for_each_block keeping read-ahead bytes in k (NULL: drops them, as the plain one). */
+int engine_for_each_block_keep(query_engine *e, indexed_block **blocks, size_t n, block_fn fn,
+                               void **partials, size_t workers, bool *skipped, query_stats *stats,
+                               readahead_keep *k, strata_error *err);
 size_t engine_worker_count(const query_engine *e, size_t n_blocks);
 /* Threads for passes over small tables (selection, ranges, labels): fetch_parallelism, since a
  * cold reader waits on the bucket; merges keep engine_worker_count (each worker holds a tree). */
@@ -51,12 +75,13 @@ typedef struct block_selection {
  * after compaction. Candidates are found by (series, time, duration, period, total) first; only
  * they have their samples read and fingerprinted. Blocks whose data fails its checks are left out
  * (skipped[i], counted in stats), as engine_for_each_block does. dedupe false selects only (a
- * peer's share of a fanned-out merge, whose duplicates the receiving querier found).
+ * peer's share of a fanned-out merge, whose duplicates the receiving querier found). keep (may
+ * be NULL) keeps what the selection read ahead for the query's merge pass.
  */
 int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blocks,
                            const selector *sel, int64_t start_ns, int64_t end_ns,
                            block_selection *out, bool *skipped, query_stats *stats, bool dedupe,
-                           strata_error *err);
+                           readahead_keep *keep, strata_error *err);
 void block_selections_free(block_selection *s, size_t n);
 
 struct query_engine {

@@ -425,7 +425,7 @@ static void free_arrays(void **arrays, size_t n) {
 int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blocks,
                            const selector *sel, int64_t start_ns, int64_t end_ns,
                            block_selection *out, bool *skipped, query_stats *stats, bool dedupe,
-                           strata_error *err) {
+                           readahead_keep *keep, strata_error *err) {
     size_t workers = engine_fetch_worker_count(e, n_blocks);
     select_pass *passes = calloc(workers, sizeof *passes);
     void **ptrs = calloc(workers, sizeof *ptrs);
@@ -442,8 +442,8 @@ int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blo
         ptrs[w] = &passes[w];
     }
     if (rc == 0)
-        rc = engine_for_each_block(e, blocks, n_blocks, select_block, ptrs, workers, skipped, stats,
-                                   err);
+        rc = engine_for_each_block_keep(e, blocks, n_blocks, select_block, ptrs, workers, skipped,
+                                        stats, keep, err);
     size_t n_cand = 0;
     if (rc == 0 && dedupe)
         rc = find_candidates(out, keys, n_blocks, cand, &n_cand, err);

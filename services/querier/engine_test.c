@@ -469,6 +469,38 @@ static void test_other_merges_agree(void **state) {
     engine_close(&b);
 }
 
+/* A cold merge over small blocks fetches each block once: the reader's first read (the object's
+ * tail, the whole of a small block) serves both the selection pass and the merge pass (the
+ * selection's read-ahead is kept for the query: readahead_keep). Dropped after the selection, it
+ * was fetched again page by page. */
+static uint64_t reads_of(bucket *store) {
+    bucket_stats st;
+    bucket_get_stats(store, &st);
+    return st.operations[BUCKET_OP_GET] + st.operations[BUCKET_OP_GET_RANGE];
+}
+
+static void test_cold_merge_reads_each_small_block_once(void **state) {
+    (void)state;
+    for (int rollups = 0; rollups < 2; rollups++) {
+        engine_fixture f;
+        engine_open(&f, rollups == 1);
+        uint64_t before = reads_of(data.store);
+        calltree *t;
+        merge_result res;
+        merge_case c = {CPU, T0, END, false, false, 0};
+        run_case(f.engine, TENANT, &c, &t, &res);
+        assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, data.cpu_total);
+        assert_int_equal(reads_of(data.store) - before, N_BLOCKS);
+        calltree_free(t);
+        /* warm: nothing fetched, and nothing kept after the query */
+        before = reads_of(data.store);
+        run_case(f.engine, TENANT, &c, &t, &res);
+        assert_int_equal(reads_of(data.store) - before, 0);
+        calltree_free(t);
+        engine_close(&f);
+    }
+}
+
 /* ---- fan-out ------------------------------------------------------------------------------ */
 
 /* c on a lone engine and on one that shares it out must agree on every result field and node. */
@@ -653,6 +685,7 @@ int main(void) {
         cmocka_unit_test(test_other_merges_agree),
         cmocka_unit_test(test_deep_stacks),
         cmocka_unit_test(test_fanout_agrees),
+        cmocka_unit_test(test_cold_merge_reads_each_small_block_once),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
