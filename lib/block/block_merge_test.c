@@ -1025,9 +1025,9 @@ static int faulty_delete(void *impl, const char *key, strata_error *err) {
     return bucket_filesystem_ops.delete_object(((faulty_bucket *)impl)->fs, key, err);
 }
 
-static int faulty_iterate(void *impl, const char *dir, bool recursive, bucket_iter_fn fn, void *ctx,
+static int faulty_iterate(void *impl, bucket_list_request *req, bucket_iter_fn fn, void *ctx,
                           strata_error *err) {
-    return bucket_filesystem_ops.iterate(((faulty_bucket *)impl)->fs, dir, recursive, fn, ctx, err);
+    return bucket_filesystem_ops.iterate(((faulty_bucket *)impl)->fs, req, fn, ctx, err);
 }
 
 static void faulty_close(void *impl) {

@@ -276,13 +276,17 @@ int bucket_delete(bucket *b, const char *key, strata_error *err) {
 
 typedef struct strip_ctx {
     size_t strip;
+    const char *start_after; /* full key or NULL */
     bucket_iter_fn fn;
     void *ctx;
 } strip_ctx;
 
-/* Hands the caller keys without the bucket prefix. */
+/* Hands the caller keys without the bucket prefix, dropping those at or before start_after (for
+ * backends that cannot start a listing there). */
 static int strip_prefix(const char *key, void *ctx, strata_error *err) {
     const strip_ctx *s = ctx;
+    if (s->start_after != NULL && strcmp(key, s->start_after) <= 0)
+        return 0;
     return s->fn(key + s->strip, s->ctx, err);
 }
 
@@ -311,12 +315,33 @@ static int iterate_dir(const bucket *b, const char *dir, char *out, strata_error
 
 int bucket_iterate(bucket *b, const char *dir, bool recursive, bucket_iter_fn fn, void *ctx,
                    strata_error *err) {
+    return bucket_iterate_after(b, dir, "", recursive, fn, ctx, err);
+}
+
+int bucket_iterate_after(bucket *b, const char *dir, const char *after, bool recursive,
+                         bucket_iter_fn fn, void *ctx, strata_error *err) {
     strata_error local = {0};
-    char full[FULL_KEY_MAX + 1];
+    char full[FULL_KEY_MAX + 1], start_after[FULL_KEY_MAX + 1];
+    bucket_list_request req = {.dir = full, .recursive = recursive};
     int rc = iterate_dir(b, dir != NULL ? dir : "", full, &local);
-    if (rc == 0) {
-        strip_ctx s = {.strip = b->prefix_len > 0 ? b->prefix_len + 1 : 0, .fn = fn, .ctx = ctx};
-        rc = b->ops->iterate(b->impl, full, recursive, strip_prefix, &s, &local);
+    if (rc == 0 && after != NULL && after[0] != '\0') {
+        if (strchr(after, '/') != NULL || strlen(full) + strlen(after) > FULL_KEY_MAX)
+            rc = strata_error_set(&local, STRATA_INVALID_ARGUMENT,
+                                  "invalid listing start: a name without '/' expected");
+        else
+            req.start_after = strcat(strcpy(start_after, full), after);
     }
+    if (rc == 0) {
+        strip_ctx s = {.strip = b->prefix_len > 0 ? b->prefix_len + 1 : 0,
+                       .start_after = req.start_after,
+                       .fn = fn,
+                       .ctx = ctx};
+        rc = b->ops->iterate(b->impl, &req, strip_prefix, &s, &local);
+    }
+    /* Every request of the listing counts (a page holds up to 1,000 names): the operations
+     * metric is what the store bills. */
+    if (req.requests > 1)
+        atomic_fetch_add_explicit(&b->operations[BUCKET_OP_ITERATE], req.requests - 1,
+                                  memory_order_relaxed);
     return finish(b, BUCKET_OP_ITERATE, rc, &local, err);
 }

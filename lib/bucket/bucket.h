@@ -34,7 +34,8 @@
  * bucket_open_config decodes it from a node of the config module, so a service config embeds it
  * (`bucket:` as a CONFIG_RAW field) and errors point into the service's file.
  *
- * Each bucket counts operations and failures per operation (bucket_stats) for the metrics module.
+ * Each bucket counts operations and failures per operation (bucket_stats) for the metrics module;
+ * a listing counts once per request it sends (a page of up to 1,000 names on S3 and AZURE).
  * NOT_FOUND and OUT_OF_RANGE answers are outcomes, not failures, and are not counted as failures.
  */
 #ifndef STRATA_BUCKET_H
@@ -115,6 +116,12 @@ int bucket_exists(bucket *b, const char *key, bool *out, strata_error *err);
 int bucket_delete(bucket *b, const char *key, strata_error *err);
 int bucket_iterate(bucket *b, const char *dir, bool recursive, bucket_iter_fn fn, void *ctx,
                    strata_error *err);
+/* bucket_iterate of the names in dir that sort after `after` (a name in dir, without '/'; ""
+ * lists everything). S3 starts the listing there (start-after), so the newest ULIDs of a
+ * directory holding 10,000 blocks come in one request; FILESYSTEM reads the directory and AZURE
+ * (whose List Blobs cannot start at a name) lists it whole, both skipping what comes before. */
+int bucket_iterate_after(bucket *b, const char *dir, const char *after, bool recursive,
+                         bucket_iter_fn fn, void *ctx, strata_error *err);
 
 /* ---- Introspection ----------------------------------------------------------------------------
  */

@@ -534,12 +534,16 @@ static int list_page(az_bucket *az, list_state *st, bucket_iter_fn fn, void *ctx
     return rc;
 }
 
-static int az_iterate(void *impl, const char *dir, bool recursive, bucket_iter_fn fn, void *ctx,
+/* List Blobs cannot start at a name (its marker is opaque), so a listing with start_after reads
+ * the directory from its start and the generic layer skips what comes before. */
+static int az_iterate(void *impl, bucket_list_request *req, bucket_iter_fn fn, void *ctx,
                       strata_error *err) {
-    list_state st = {.dir = dir, .recursive = recursive};
+    list_state st = {.dir = req->dir, .recursive = req->recursive};
     int rc = 0;
-    while (rc == 0 && !st.done)
+    while (rc == 0 && !st.done) {
+        req->requests++;
         rc = list_page(impl, &st, fn, ctx, err);
+    }
     strata_buffer_free(&st.marker);
     return rc < 0 ? -1 : 0;
 }

@@ -29,6 +29,16 @@ typedef struct bucket_upload_body {
 int bucket_upload_body_read(const bucket_upload_body *body, uint64_t offset, size_t len,
                             strata_buffer *scratch, const uint8_t **out, strata_error *err);
 
+/* One listing. A backend that can ask its store to start after a key (S3's start-after) should:
+ * the generic layer drops names at or before start_after anyway, so one that cannot (AZURE's List
+ * Blobs) lists the directory whole and stays correct, only dearer. */
+typedef struct bucket_list_request {
+    const char *dir;         /* full key: "" or ends with '/' */
+    const char *start_after; /* full key; NULL: from the start */
+    bool recursive;
+    uint64_t requests; /* set by the backend: requests sent (pages of a remote listing) */
+} bucket_list_request;
+
 typedef struct bucket_backend_ops {
     const char *type; /* "FILESYSTEM" */
     int (*upload)(void *impl, const char *key, const bucket_upload_body *body, strata_error *err);
@@ -38,8 +48,8 @@ typedef struct bucket_backend_ops {
                       strata_error *err);
     int (*exists)(void *impl, const char *key, bool *out, strata_error *err);
     int (*delete_object)(void *impl, const char *key, strata_error *err);
-    /* dir is "" or ends with '/'. */
-    int (*iterate)(void *impl, const char *dir, bool recursive, bucket_iter_fn fn, void *ctx,
+    /* Lists req->dir; see bucket_list_request. */
+    int (*iterate)(void *impl, bucket_list_request *req, bucket_iter_fn fn, void *ctx,
                    strata_error *err);
     void (*close)(void *impl);
 } bucket_backend_ops;

@@ -93,12 +93,13 @@ static void key_list_free(key_list *l) {
     memset(l, 0, sizeof *l);
 }
 
-/* Lists dir and compares with the NULL-terminated expected keys, in order. */
-static void expect_listing(bucket *b, const char *dir, bool recursive, const char *const *want) {
+/* Lists dir after `after` and compares with the NULL-terminated expected keys, in order. */
+static void expect_listing_after(bucket *b, const char *dir, const char *after, bool recursive,
+                                 const char *const *want) {
     key_list got = {0};
     strata_error err;
-    if (bucket_iterate(b, dir, recursive, collect, &got, &err) != 0)
-        fail_msg("iterate %s: %s", dir, err.message);
+    if (bucket_iterate_after(b, dir, after, recursive, collect, &got, &err) != 0)
+        fail_msg("iterate %s after %s: %s", dir, after, err.message);
     size_t n = 0;
     while (want[n] != NULL)
         n++;
@@ -106,6 +107,10 @@ static void expect_listing(bucket *b, const char *dir, bool recursive, const cha
         assert_string_equal(got.keys[i], want[i]);
     assert_int_equal(got.count, n);
     key_list_free(&got);
+}
+
+static void expect_listing(bucket *b, const char *dir, bool recursive, const char *const *want) {
+    expect_listing_after(b, dir, "", recursive, want);
 }
 
 /* ---- Tests ------------------------------------------------------------------------------------
@@ -249,6 +254,31 @@ static void test_iterate_flat_and_recursive(void **state) {
     expect_listing(b, "missing", false, (const char *const[]){NULL});
     expect_listing(b, "missing", true, (const char *const[]){NULL});
     expect_listing(b, "b", true, (const char *const[]){NULL}); /* an object is not a directory */
+}
+
+/* A listing that starts after a name: what a querier does to find the newest ULIDs. */
+static void test_iterate_after(void **state) {
+    bucket *b = *state;
+    const char *keys[] = {"t/01A/meta.json", "t/01B/meta.json", "t/01B/data",
+                          "t/01C/meta.json", "t/index.json",    "t/01BA"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        put(b, keys[i], keys[i]);
+    expect_listing_after(
+        b, "t", "01A", false,
+        (const char *const[]){"t/01A/", "t/01B/", "t/01BA", "t/01C/", "t/index.json", NULL});
+    expect_listing_after(b, "t/", "01B", false,
+                         (const char *const[]){"t/01B/", "t/01BA", "t/01C/", "t/index.json", NULL});
+    expect_listing_after(b, "t", "01BA", false,
+                         (const char *const[]){"t/01C/", "t/index.json", NULL});
+    expect_listing_after(b, "t", "01B0", true,
+                         (const char *const[]){"t/01BA", "t/01C/meta.json", "t/index.json", NULL});
+    expect_listing_after(b, "t", "z", false, (const char *const[]){NULL});
+    expect_listing_after(b, "", "s", false, (const char *const[]){"t/", NULL});
+    key_list got = {0};
+    strata_error err;
+    assert_int_equal(bucket_iterate_after(b, "t", "01A/meta.json", false, collect, &got, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    key_list_free(&got);
 }
 
 static int compare_strings(const void *a, const void *b) {
@@ -550,6 +580,7 @@ int bucket_conformance_run(const bucket_conformance_backend *backend) {
         cmocka_unit_test_setup_teardown(test_exists_and_attributes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_iterate_flat_and_recursive, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_iterate_after, setup, teardown),
         cmocka_unit_test_setup_teardown(test_iterate_thousand_sorted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_iterate_stop_and_abort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_validation, setup, teardown),

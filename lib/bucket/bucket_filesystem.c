@@ -510,12 +510,15 @@ static int walk(const fs_bucket *fs, const char *dir, bool recursive, bucket_ite
     return rc;
 }
 
-static int fs_iterate(void *impl, const char *dir, bool recursive, bucket_iter_fn fn, void *ctx,
+/* A directory listing is one request; start_after is left to the generic layer (a directory is
+ * read whole anyway). */
+static int fs_iterate(void *impl, bucket_list_request *req, bucket_iter_fn fn, void *ctx,
                       strata_error *err) {
     const fs_bucket *fs = impl;
-    if (dir[0] != '\0' && check_key(dir, err) != 0)
+    req->requests = 1;
+    if (req->dir[0] != '\0' && check_key(req->dir, err) != 0)
         return -1;
-    int rc = walk(fs, dir, recursive, fn, ctx, err);
+    int rc = walk(fs, req->dir, req->recursive, fn, ctx, err);
     return rc < 0 ? -1 : 0;
 }
 

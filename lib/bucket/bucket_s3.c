@@ -558,6 +558,7 @@ static int emit_merged(const name_vec *keys, const name_vec *dirs, bucket_iter_f
 
 typedef struct list_state {
     const char *dir;
+    const char *start_after; /* full key or NULL; sent with the first page only */
     bool recursive;
     strata_buffer token; /* continuation token (v2) or marker (v1); empty at the start */
     bool done;
@@ -579,7 +580,11 @@ static int list_query(const s3_bucket *s3, const list_state *st, strata_buffer *
               bucket_http_escape(q, (const char *)st->token.data, st->token.len, false) |
               strata_buffer_append_byte(q, '&');
     rc |= strata_buffer_appendf(q, "max-keys=%d&prefix=", bucket_remote_list_page_size) |
-          bucket_http_escape(q, st->dir, strlen(st->dir), false) | strata_buffer_append_byte(q, 0);
+          bucket_http_escape(q, st->dir, strlen(st->dir), false);
+    if (!s3->list_v1 && st->token.len == 0 && st->start_after != NULL)
+        rc |= strata_buffer_append_str(q, "&start-after=") |
+              bucket_http_escape(q, st->start_after, strlen(st->start_after), false);
+    rc |= strata_buffer_append_byte(q, 0);
     return rc != 0 ? -1 : 0;
 }
 
@@ -634,12 +639,20 @@ static int list_page(s3_bucket *s3, list_state *st, bucket_iter_fn fn, void *ctx
     return rc;
 }
 
-static int s3_iterate(void *impl, const char *dir, bool recursive, bucket_iter_fn fn, void *ctx,
+/* start_after goes to the store: ListObjectsV2's start-after, or V1's first marker (which means
+ * the same), so a listing of a directory's newest names is one request however many precede. */
+static int s3_iterate(void *impl, bucket_list_request *req, bucket_iter_fn fn, void *ctx,
                       strata_error *err) {
-    list_state st = {.dir = dir, .recursive = recursive};
+    const s3_bucket *s3 = impl;
+    list_state st = {.dir = req->dir, .start_after = req->start_after, .recursive = req->recursive};
     int rc = 0;
-    while (rc == 0 && !st.done)
+    if (s3->list_v1 && req->start_after != NULL &&
+        strata_buffer_append_str(&st.token, req->start_after) != 0)
+        rc = strata_error_oom(err);
+    while (rc == 0 && !st.done) {
+        req->requests++;
         rc = list_page(impl, &st, fn, ctx, err);
+    }
     strata_buffer_free(&st.token);
     return rc < 0 ? -1 : 0;
 }

@@ -616,10 +616,10 @@ static int slow_upload(void *impl, const char *key, const bucket_upload_body *bo
     return bucket_filesystem_ops.upload(sb->fs, key, body, err);
 }
 
-static int slow_iterate(void *impl, const char *dir, bool recursive, bucket_iter_fn fn, void *ctx,
+static int slow_iterate(void *impl, bucket_list_request *req, bucket_iter_fn fn, void *ctx,
                         strata_error *err) {
     slow_bucket *sb = impl;
-    return bucket_filesystem_ops.iterate(sb->fs, dir, recursive, fn, ctx, err);
+    return bucket_filesystem_ops.iterate(sb->fs, req, fn, ctx, err);
 }
 
 static void slow_close(void *impl) {
