@@ -222,33 +222,40 @@ static void format_duration(int64_t ns, char *out, size_t size) {
         }
 }
 
-/* Queriers read deletion marks from the bucket index every tenth listing (docs/storage.md; the
- * compactor writes the index right after it marks), so a block must stay at least ten
- * sync_intervals after its mark or a querier may still read it when it goes. The
- * queriers' interval is this file's querier.sync_interval (the default, 1s, when the compactor runs
- * alone with no querier section): delete_delay >= 10 x sync_interval. 0 is allowed, as Thanos'
- * --delete-delay=0: delete at the next cycle, for tests (a query holding the block retries). */
+/* Queriers read deletion marks from the bucket index at least every ten sync_intervals, or every
+ * idle_sync_interval when idle if that is longer (docs/storage.md; the compactor writes the index
+ * right after it marks), so a block must stay that long after its mark or a querier may still
+ * read it when it goes. The queriers' intervals are this file's (the defaults, 1s and 10 x that,
+ * when the compactor runs alone with no querier section): delete_delay >= 10 x sync_interval and
+ * >= idle_sync_interval. 0 is allowed, as Thanos' --delete-delay=0: delete at the next cycle, for
+ * tests (a query holding the block retries). */
 static int check_delete_delay(const strata_config *c, strata_error *err) {
     int64_t min = 10 * c->querier.sync_interval_ns;
+    bool idle_rules = c->querier.idle_sync_interval_ns > min;
+    if (idle_rules)
+        min = c->querier.idle_sync_interval_ns;
     if (c->compactor.delete_delay_ns >= min || c->compactor.delete_delay_ns == 0)
         return 0;
-    char have[32], need[32], sync[32], message[256];
+    char have[32], need[32], interval[32], message[256];
     format_duration(c->compactor.delete_delay_ns, have, sizeof have);
     format_duration(min, need, sizeof need);
-    format_duration(c->querier.sync_interval_ns, sync, sizeof sync);
+    format_duration(idle_rules ? c->querier.idle_sync_interval_ns : c->querier.sync_interval_ns,
+                    interval, sizeof interval);
+    const char *key = idle_rules ? "idle_sync_interval" : "sync_interval";
     const config_node *n = node_at(c, "compactor", "delete_delay");
     if (n != NULL && config_node_get_kind(n) == CONFIG_NODE_SCALAR) {
         snprintf(message, sizeof message,
-                 "%s is below the minimum %s (10 x querier.sync_interval %s: queriers must see "
-                 "a deletion mark before the block goes)",
-                 config_node_scalar(n, NULL), need, sync);
+                 "%s is below the minimum %s (%squerier.%s %s: queriers must see a deletion "
+                 "mark before the block goes)",
+                 config_node_scalar(n, NULL), need, idle_rules ? "" : "10 x ", key, interval);
         return error_at(c, n, err, "compactor.delete_delay", message);
     }
     snprintf(message, sizeof message,
-             "%s makes the minimum compactor.delete_delay %s, above its value %s", sync, need,
+             "%s makes the minimum compactor.delete_delay %s, above its value %s", interval, need,
              have);
-    return error_at(c, node_at(c, "querier", "sync_interval"), err, "querier.sync_interval",
-                    message);
+    char path[64];
+    snprintf(path, sizeof path, "querier.%s", key);
+    return error_at(c, node_at(c, "querier", key), err, path, message);
 }
 
 /* server.tls and server.auth: what can be checked without reading the files they name. */

@@ -28,8 +28,33 @@ typedef struct name_list {
     size_t cap;
 } name_list;
 
-/* Deletion marks of known blocks are re-checked (and the tenants listed) every this many syncs. */
+/* Deletion marks of known blocks are re-checked (and the tenants listed) every this many syncs,
+ * and by the sync thread at least every MARK_RECHECK_SYNCS sync_intervals. */
 #define MARK_RECHECK_SYNCS 10
+/* A listing that is not full asks only for the ULIDs made since this long ago: blocks are named
+ * when they are finished, just before their upload (block_writer), so a block committed now has a
+ * ULID of a few seconds ago (a minute for a large merged block), and a writer's clock may be off
+ * by some minutes. A block that is older still is found by the next full listing, or from the
+ * compactor's bucket-index.json. */
+#define RECENT_LISTING_LOOKBACK_MS (15 * 60 * 1000)
+/* The sync thread lists at sync_interval while the querier has served a query within this long,
+ * and at idle_sync_interval otherwise. */
+#define BUSY_WINDOW_NS (60 * STRATA_NS_PER_SEC)
+/* A query arriving at an idle querier waits at most this long for the listing it asks for. */
+#define WAKE_WAIT_MAX_NS (5 * STRATA_NS_PER_SEC)
+
+/* Blocks up to this many read-ahead windows are read whole when their reader opens. */
+#define WHOLE_READ_WINDOWS 4
+
+/* What a tenant's bucket-index.json looked like when last read: a recheck reads it again only when
+ * its size or time changed (one attributes request instead of the whole index), and in any case
+ * every MARK_RECHECK_SYNCS rechecks (stores whose times have a second's resolution). */
+typedef struct index_seen {
+    char *tenant;
+    uint64_t size;
+    int64_t last_modified_ns;
+    unsigned skipped;
+} index_seen;
 
 struct block_index {
     block_index_options opts;
@@ -58,11 +83,21 @@ struct block_index {
     char **retired;
     size_t n_retired, cap_retired;
     strata_u64_map retired_map;
-    pthread_mutex_t sync_mu; /* held by block_index_sync: the tenant list below */
+    pthread_mutex_t sync_mu; /* held by a sync: the tenant list and index_seen below */
     name_list tenants;       /* the bucket's tenants as last listed */
+    index_seen *seen;
+    size_t n_seen, cap_seen;
     bool has_tenants;
     bool relist_tenants; /* a query asked for a tenant with no known block */
     bool synced;
+    /* The sync thread's schedule (guarded by mu; times from strata_monotonic_ns). */
+    pthread_cond_t synced_cond; /* broadcast after every sync */
+    int64_t last_query_ns;      /* the last block_index_acquire; 0: none yet */
+    int64_t last_sync_ns;       /* when the last sync ended; 0: none yet */
+    int64_t last_full_ns;       /* when the last full listing started */
+    int64_t last_recheck_ns;    /* when the last mark recheck started */
+    bool sync_requested;        /* a query found the index stale and waits for a sync */
+    uint64_t sync_starts;       /* syncs begun (stats.syncs: ended) */
     bool stopping;
     bool started;
     pthread_t thread;
@@ -71,6 +106,8 @@ struct block_index {
 
 void block_index_options_default(block_index_options *opts) {
     opts->sync_interval_ns = STRATA_NS_PER_SEC;
+    opts->idle_sync_interval_ns = 0;
+    opts->full_sync_interval_ns = 5 * 60 * STRATA_NS_PER_SEC;
     opts->max_open_readers = 1024;
     opts->max_open_reader_bytes = (uint64_t)1 << 30;
     opts->reader_cache_bytes = 16u << 20;
@@ -100,7 +137,8 @@ int block_index_new(const block_index_options *opts, bucket *store, block_index 
     if (pthread_condattr_init(&attr) != 0 ||
         pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
         pthread_mutex_init(&ix->mu, NULL) != 0 || pthread_mutex_init(&ix->sync_mu, NULL) != 0 ||
-        pthread_cond_init(&ix->wake, &attr) != 0) {
+        pthread_cond_init(&ix->wake, &attr) != 0 ||
+        pthread_cond_init(&ix->synced_cond, &attr) != 0) {
         strata_u64_map_free(&ix->lineage);
         strata_u64_map_free(&ix->retired_map);
         free(ix);
@@ -789,18 +827,113 @@ static void drop_missing(block_index *ix, const char *tenant, const name_list *i
         strata_u64_map_free(&listing);
 }
 
-/* Drops known blocks of tenant that have been marked for deletion: at once for retention marks,
- * and for blocks a merged block replaces once an indexed block covers them (until then they still
- * answer queries, so no data goes missing between a mark and the replacement's discovery).
+static indexed_block *entry_from_meta(const char *tenant, const block_meta *meta);
+
+/* Adds the blocks of tenant's index that are neither known, retired nor marked (no meta.json
+ * fetch: the index holds their meta); returns how many. */
+static size_t add_index_blocks(block_index *ix, const char *tenant, const bucket_index *bi) {
+    size_t added = 0;
+    for (size_t i = 0; i < bi->n_blocks; i++) {
+        if (bucket_index_mark_time(bi, &bi->blocks[i].id) >= 0)
+            continue;
+        char id[ULID_STRING_LEN + 1];
+        ulid_format(&bi->blocks[i].id, id);
+        pthread_mutex_lock(&ix->mu);
+        bool known = find_locked(ix, tenant, id) != NULL || retired_has_locked(ix, tenant, id);
+        pthread_mutex_unlock(&ix->mu);
+        indexed_block *b = known ? NULL : entry_from_meta(tenant, &bi->blocks[i]);
+        if (b == NULL)
+            continue;
+        strata_error err;
+        pthread_mutex_lock(&ix->mu);
+        if (find_locked(ix, tenant, b->ulid_text) == NULL && add_entry_locked(ix, b, &err) == 0) {
+            b = NULL;
+            added++;
+            ix->stats.from_bucket_index++;
+        }
+        pthread_mutex_unlock(&ix->mu);
+        if (b != NULL)
+            entry_free(b);
+    }
+    return added;
+}
+
+/* The record of tenant's index as last read (created empty); NULL when out of memory. Called
+ * with sync_mu held. */
+static index_seen *seen_for(block_index *ix, const char *tenant) {
+    for (size_t i = 0; i < ix->n_seen; i++)
+        if (strcmp(ix->seen[i].tenant, tenant) == 0)
+            return &ix->seen[i];
+    if (ix->n_seen == ix->cap_seen) {
+        size_t cap = ix->cap_seen ? 2 * ix->cap_seen : 8;
+        index_seen *grown = realloc(ix->seen, cap * sizeof *grown);
+        if (grown == NULL)
+            return NULL;
+        ix->seen = grown;
+        ix->cap_seen = cap;
+    }
+    index_seen *e = &ix->seen[ix->n_seen];
+    *e = (index_seen){.tenant = strdup(tenant)};
+    if (e->tenant == NULL)
+        return NULL;
+    ix->n_seen++;
+    return e;
+}
+
+/* Whether tenant's bucket-index.json may have changed since it was last read: one attributes
+ * request. *gone when there is none. Called with sync_mu held. */
+static int index_may_have_changed(block_index *ix, const char *tenant, bool *changed, bool *gone,
+                                  bucket_object_attributes *attrs, strata_error *err) {
+    char key[BUCKET_KEY_MAX];
+    snprintf(key, sizeof key, "%s/%s", tenant, BUCKET_INDEX_FILE);
+    *changed = true;
+    *gone = false;
+    if (bucket_attributes(ix->store, key, attrs, err) != 0) {
+        *gone = err->code == STRATA_NOT_FOUND;
+        return *gone ? 0 : -1;
+    }
+    index_seen *seen = seen_for(ix, tenant);
+    if (seen != NULL && seen->size == attrs->size &&
+        seen->last_modified_ns == attrs->last_modified_ns &&
+        seen->skipped + 1 < MARK_RECHECK_SYNCS) {
+        seen->skipped++;
+        *changed = false;
+    }
+    return 0;
+}
+
+static void remember_index(block_index *ix, const char *tenant,
+                           const bucket_object_attributes *attrs) {
+    index_seen *seen = seen_for(ix, tenant);
+    if (seen != NULL) {
+        seen->size = attrs->size;
+        seen->last_modified_ns = attrs->last_modified_ns;
+        seen->skipped = 0;
+    }
+}
+
+/* Learns what the compactor's bucket-index.json of tenant says, when it changed since it was last
+ * read: blocks the listings have not found (a merged block whose ULID is older than a recent
+ * listing looks back), and known blocks that have been marked for deletion, which are dropped: at
+ * once for retention marks, and for blocks a merged block replaces once an indexed block covers
+ * them (until then they still answer queries, so no data goes missing between a mark and the
+ * replacement's discovery).
  *
- * The marks are learned from the tenant's bucket-index.json, which the compactor (the only writer
- * of marks) rewrites at the end of every cycle: one GET however many blocks the tenant has, where
- * reading every known block's deletion-mark.json cost one GET per block (at 10,000 blocks, 1,000
- * requests a second). Only the known blocks the index lists as marked have their mark read, for
- * the replacement it names. Blocks merged away need no mark to disappear: the merged block's
- * lineage hides them as soon as it is listed. A missing index means no compactor has run, so
- * nothing is marked; an unreadable one is logged and skipped (the next recheck reads it again). */
-static int drop_marked(block_index *ix, const char *tenant, strata_error *err) {
+ * The compactor (the only writer of marks) rewrites the index at the end of every cycle: one
+ * attributes request tells whether it changed, and one GET reads it, however many blocks the
+ * tenant has, where reading every known block's deletion-mark.json cost one GET per block (at
+ * 10,000 blocks, 1,000 requests a second). Only the known blocks the index lists as marked have
+ * their mark read, for the replacement it names. Blocks merged away need no mark to disappear:
+ * the merged block's lineage hides them as soon as it is indexed. A missing index means no
+ * compactor has run, so nothing is marked; an unreadable one is logged and skipped (the next
+ * recheck reads it again). Called with sync_mu held. */
+static int apply_bucket_index(block_index *ix, const char *tenant, strata_error *err) {
+    bucket_object_attributes attrs;
+    bool changed, gone;
+    if (index_may_have_changed(ix, tenant, &changed, &gone, &attrs, err) != 0)
+        return -1;
+    if (gone || !changed)
+        return 0;
     char key[BUCKET_KEY_MAX];
     snprintf(key, sizeof key, "%s/%s", tenant, BUCKET_INDEX_FILE);
     strata_buffer json = STRATA_BUFFER_INIT;
@@ -823,6 +956,7 @@ static int drop_marked(block_index *ix, const char *tenant, strata_error *err) {
         return 0;
     }
     strata_buffer_free(&json);
+    add_index_blocks(ix, tenant, &bi);
     int rc = 0;
     for (size_t j = 0; j < bi.n_marks && rc == 0; j++) {
         char id[ULID_STRING_LEN + 1];
@@ -846,19 +980,40 @@ static int drop_marked(block_index *ix, const char *tenant, strata_error *err) {
         pthread_mutex_unlock(&ix->mu);
     }
     bucket_index_free(&bi);
+    if (rc == 0)
+        remember_index(ix, tenant, &attrs);
     return rc;
 }
 
-static int sync_tenant(block_index *ix, const char *tenant, bool recheck_marks, strata_error *err) {
+/* The name a recent listing starts after: the smallest ULID of RECENT_LISTING_LOOKBACK_MS ago
+ * (its time, then zeros: every ULID made since sorts after it). */
+static void recent_listing_start(char out[ULID_STRING_LEN + 1]) {
+    int64_t ms = strata_now_ns() / STRATA_NS_PER_MS - RECENT_LISTING_LOOKBACK_MS;
+    ulid u = {{0}};
+    for (int i = 5; i >= 0 && ms > 0; i--, ms >>= 8)
+        u.bytes[i] = (uint8_t)(ms & 0xff);
+    ulid_format(&u, out);
+}
+
+/* Lists tenant and loads the blocks it does not know. A full listing also drops the known blocks
+ * that are gone; a recent one lists only the names after recent_listing_start, which on S3 is
+ * one request however many blocks the tenant has (a FILESYSTEM directory is read whole; AZURE
+ * lists whole too, see bucket_iterate_after). */
+static int sync_tenant(block_index *ix, const char *tenant, bool full, bool recheck_marks,
+                       strata_error *err) {
     name_list ids = {0};
     int rc = -1;
-    if (bucket_iterate(ix->store, tenant, false, collect_dirs, &ids, err) != 0)
+    char after[ULID_STRING_LEN + 1] = "";
+    if (!full)
+        recent_listing_start(after);
+    if (bucket_iterate_after(ix->store, tenant, after, false, collect_dirs, &ids, err) != 0)
         goto out;
     for (size_t i = 0; i < ids.count; i++)
         if (is_ulid(ids.items[i]) && block_index_announce(ix, tenant, ids.items[i], err) != 0)
             goto out;
-    drop_missing(ix, tenant, &ids);
-    if (recheck_marks && drop_marked(ix, tenant, err) != 0)
+    if (full)
+        drop_missing(ix, tenant, &ids);
+    if (recheck_marks && apply_bucket_index(ix, tenant, err) != 0)
         goto out;
     rc = 0;
 out:
@@ -884,25 +1039,50 @@ static int sync_tenant_names(block_index *ix, bool relist, strata_error *err) {
     return 0;
 }
 
-int block_index_sync(block_index *ix, strata_error *err) {
+/* One sync: the tenants when due (see sync_tenant_names), then each tenant's listing (full or
+ * recent), and with recheck the marks (apply_bucket_index). */
+static int sync_round(block_index *ix, bool full, bool recheck, strata_error *err) {
     pthread_mutex_lock(&ix->mu);
-    bool recheck = ix->stats.syncs % MARK_RECHECK_SYNCS == 0;
     bool relist = recheck || ix->relist_tenants;
     ix->relist_tenants = false;
+    int64_t started = strata_monotonic_ns();
+    ix->sync_starts++;
+    if (full)
+        ix->last_full_ns = started;
+    if (recheck)
+        ix->last_recheck_ns = started;
     pthread_mutex_unlock(&ix->mu);
     pthread_mutex_lock(&ix->sync_mu); /* the tenant list: one sync at a time */
     int rc = sync_tenant_names(ix, relist, err);
     for (size_t i = 0; rc == 0 && i < ix->tenants.count; i++)
-        rc = sync_tenant(ix, ix->tenants.items[i], recheck, err);
+        rc = sync_tenant(ix, ix->tenants.items[i], full, recheck, err);
     pthread_mutex_unlock(&ix->sync_mu);
     pthread_mutex_lock(&ix->mu);
     ix->stats.syncs++;
+    if (full)
+        ix->stats.full_listings++;
     if (rc != 0)
         ix->stats.sync_failures++;
     else
         ix->synced = true;
+    ix->last_sync_ns = strata_monotonic_ns();
+    pthread_cond_broadcast(&ix->synced_cond);
     pthread_mutex_unlock(&ix->mu);
     return rc;
+}
+
+int block_index_sync(block_index *ix, strata_error *err) {
+    pthread_mutex_lock(&ix->mu);
+    bool recheck = ix->stats.syncs % MARK_RECHECK_SYNCS == 0;
+    pthread_mutex_unlock(&ix->mu);
+    return sync_round(ix, true, recheck, err);
+}
+
+int block_index_sync_recent(block_index *ix, strata_error *err) {
+    pthread_mutex_lock(&ix->mu);
+    bool recheck = ix->stats.syncs % MARK_RECHECK_SYNCS == 0;
+    pthread_mutex_unlock(&ix->mu);
+    return sync_round(ix, false, recheck, err);
 }
 
 /* An entry for a block known from bucket-index.json (no meta.json fetch); NULL when the meta
@@ -949,23 +1129,7 @@ static void load_tenant_index(block_index *ix, const char *tenant) {
         return;
     }
     strata_buffer_free(&json);
-    size_t added = 0;
-    for (size_t i = 0; i < bi.n_blocks; i++) {
-        if (bucket_index_mark_time(&bi, &bi.blocks[i].id) >= 0)
-            continue;
-        indexed_block *b = entry_from_meta(tenant, &bi.blocks[i]);
-        if (b == NULL)
-            continue;
-        pthread_mutex_lock(&ix->mu);
-        if (find_locked(ix, tenant, b->ulid_text) == NULL && add_entry_locked(ix, b, &err) == 0) {
-            b = NULL;
-            added++;
-            ix->stats.from_bucket_index++;
-        }
-        pthread_mutex_unlock(&ix->mu);
-        if (b != NULL)
-            entry_free(b);
-    }
+    size_t added = add_index_blocks(ix, tenant, &bi);
     strata_log_info("querier", "loaded bucket index", "tenant=%s blocks=%zu updated_at=%lld",
                     tenant, added, (long long)bi.updated_at);
     bucket_index_free(&bi);
@@ -983,21 +1147,48 @@ int block_index_load_bucket_indexes(block_index *ix, strata_error *err) {
     return 0;
 }
 
+static int64_t idle_sync_interval(const block_index_options *o) {
+    return o->idle_sync_interval_ns > 0 ? o->idle_sync_interval_ns
+                                        : MARK_RECHECK_SYNCS * o->sync_interval_ns;
+}
+
+static bool busy_locked(const block_index *ix, int64_t now) {
+    return ix->last_query_ns != 0 && now - ix->last_query_ns < BUSY_WINDOW_NS;
+}
+
+/* The sync thread's schedule. While queries come (one within BUSY_WINDOW_NS), the tenants are
+ * listed every sync_interval; idle, every idle_sync_interval, and a query arriving then asks for a
+ * sync at once and waits for it (block_index_acquire), so an idle querier costs a few requests a
+ * minute and still answers with what a busy one would know. A listing is full every
+ * full_sync_interval (finding blocks older than a recent listing looks back and dropping deleted
+ * ones), recent otherwise; marks are rechecked every tenth sync and at least every ten
+ * sync_intervals. */
 static void *sync_thread_main(void *arg) {
     block_index *ix = arg;
     pthread_mutex_lock(&ix->mu);
     while (!ix->stopping) {
-        int64_t deadline = strata_monotonic_ns() + ix->opts.sync_interval_ns;
-        struct timespec ts = {(time_t)(deadline / STRATA_NS_PER_SEC),
-                              (long)(deadline % STRATA_NS_PER_SEC)};
-        while (!ix->stopping && pthread_cond_timedwait(&ix->wake, &ix->mu, &ts) != ETIMEDOUT) {
+        for (;;) {
+            int64_t now = strata_monotonic_ns();
+            int64_t interval =
+                busy_locked(ix, now) ? ix->opts.sync_interval_ns : idle_sync_interval(&ix->opts);
+            int64_t due = ix->last_sync_ns + interval;
+            if (ix->stopping || ix->sync_requested || now >= due)
+                break;
+            struct timespec ts = {(time_t)(due / STRATA_NS_PER_SEC),
+                                  (long)(due % STRATA_NS_PER_SEC)};
+            pthread_cond_timedwait(&ix->wake, &ix->mu, &ts);
         }
         if (ix->stopping)
             break;
+        ix->sync_requested = false;
+        int64_t now = strata_monotonic_ns();
+        bool full = now - ix->last_full_ns >= ix->opts.full_sync_interval_ns;
+        bool recheck = ix->stats.syncs % MARK_RECHECK_SYNCS == 0 ||
+                       now - ix->last_recheck_ns >= MARK_RECHECK_SYNCS * ix->opts.sync_interval_ns;
         pthread_mutex_unlock(&ix->mu);
         strata_error err;
         strata_error_clear(&err);
-        if (block_index_sync(ix, &err) != 0) {
+        if (sync_round(ix, full, recheck, &err) != 0) {
             char quoted[600];
             strata_log_warn("querier", "bucket sync failed", "error=%s",
                             strata_log_quote(err.message, quoted, sizeof quoted));
@@ -1006,6 +1197,29 @@ static void *sync_thread_main(void *arg) {
     }
     pthread_mutex_unlock(&ix->mu);
     return NULL;
+}
+
+/* A query at an idle querier (none within BUSY_WINDOW_NS) asks the sync thread for a sync and
+ * waits for it, up to a bound: what it answers then includes every block committed before it
+ * arrived (at a busy querier, every block committed a sync_interval before). One listing per
+ * return from idleness, not per query. Called with ix->mu held. */
+static void note_query_locked(block_index *ix) {
+    int64_t now = strata_monotonic_ns();
+    bool idle = !busy_locked(ix, now);
+    ix->last_query_ns = now;
+    if (!ix->started || !idle)
+        return;
+    uint64_t target = ix->sync_starts + 1;
+    ix->sync_requested = true;
+    pthread_cond_broadcast(&ix->wake);
+    int64_t wait = ix->opts.sync_interval_ns > STRATA_NS_PER_SEC ? ix->opts.sync_interval_ns
+                                                                 : STRATA_NS_PER_SEC;
+    int64_t deadline = now + (wait < WAKE_WAIT_MAX_NS ? wait : WAKE_WAIT_MAX_NS);
+    struct timespec ts = {(time_t)(deadline / STRATA_NS_PER_SEC),
+                          (long)(deadline % STRATA_NS_PER_SEC)};
+    while (!ix->stopping && ix->stats.syncs < target &&
+           pthread_cond_timedwait(&ix->synced_cond, &ix->mu, &ts) != ETIMEDOUT) {
+    }
 }
 
 int block_index_start(block_index *ix, strata_error *err) {
@@ -1047,9 +1261,13 @@ void block_index_free(block_index *ix) {
     free(ix->retired);
     strata_u64_map_free(&ix->retired_map);
     name_list_free(&ix->tenants);
+    for (size_t i = 0; i < ix->n_seen; i++)
+        free(ix->seen[i].tenant);
+    free(ix->seen);
     pthread_mutex_destroy(&ix->mu);
     pthread_mutex_destroy(&ix->sync_mu);
     pthread_cond_destroy(&ix->wake);
+    pthread_cond_destroy(&ix->synced_cond);
     free(ix);
 }
 
@@ -1181,6 +1399,7 @@ int block_index_acquire(block_index *ix, const char *tenant, int64_t start_ns, i
     *n = 0;
     int64_t start_ms = start_ns / STRATA_NS_PER_MS, end_ms = end_ns / STRATA_NS_PER_MS;
     pthread_mutex_lock(&ix->mu);
+    note_query_locked(ix); /* may wait for a sync: before the blocks are counted */
     indexed_block **list = malloc((ix->n_blocks + 1) * sizeof *list);
     if (list == NULL) {
         pthread_mutex_unlock(&ix->mu);
@@ -1256,6 +1475,12 @@ int block_index_open_reader(block_index *ix, indexed_block *b, strata_error *err
     opts.readahead = ix->opts.readahead_bytes;
     if (ix->opts.readahead_bytes > opts.tail_guess)
         opts.tail_guess = ix->opts.readahead_bytes;
+    /* A block up to WHOLE_READ_WINDOWS read-ahead windows (a level-1 block, usually) comes in the
+     * one read at open: a GET of 4 MiB costs about what one of 1 MiB does, where reading it a
+     * window at a time took 11 GETs of a 3.9 MiB block (bench/README.md, bucket_bench). */
+    if (ix->opts.readahead_bytes > 0 && b->data_size > opts.tail_guess &&
+        b->data_size <= WHOLE_READ_WINDOWS * (uint64_t)ix->opts.readahead_bytes)
+        opts.tail_guess = (size_t)b->data_size;
     if (block_reader_open(fetch_from_bucket, ctx, b->data_size, &opts, &b->reader, err) != 0) {
         free(ctx);
         return strata_error_wrap(err, "block %s/%s", b->tenant, b->ulid_text);
@@ -1291,7 +1516,7 @@ bool block_index_forget_if_gone(block_index *ix, indexed_block *b) {
     pthread_mutex_unlock(&ix->mu);
     /* The block that replaced it may be newer than the last listing: list the tenant now, so the
      * query's next attempt sees it. A failure here only leaves that to the sync thread. */
-    if (sync_tenant(ix, b->tenant, false, &err) != 0) {
+    if (sync_tenant(ix, b->tenant, true, false, &err) != 0) {
         char quoted[600];
         strata_log_warn("querier", "tenant listing after a vanished block failed",
                         "tenant=%s error=%s", b->tenant,

@@ -3,12 +3,18 @@
  * meta.json, and open readers for them.
  *
  * Discovery. At start, each tenant's bucket-index.json (written by the compactor) supplies the
- * meta of every block it lists without a deletion mark, saving one meta.json fetch per block. A
- * sync thread then lists every tenant prefix each sync_interval and reads meta.json of blocks it
- * has not seen (a block without meta.json is still being written, or was abandoned, and is
- * ignored; so is one whose meta.json cannot be decoded); blocks whose meta.json is gone are
- * dropped from the index, and marked blocks as described below (marks are re-read every tenth
- * listing).
+ * meta of every block it lists without a deletion mark, saving one meta.json fetch per block, and
+ * a full listing of every tenant finds the rest. A sync thread then lists each tenant and reads
+ * meta.json of blocks it has not seen (a block without meta.json is still being written, or was
+ * abandoned, and is ignored; so is one whose meta.json cannot be decoded). Its cost on the bucket
+ * grows with what changes, not with the blocks there (block_index.c, sync_thread_main): most
+ * listings are recent ones, asking only for the ULIDs of the last 15 minutes (one request on S3
+ * however many blocks), every sync_interval while queries come and every idle_sync_interval
+ * when none has come for a minute (the first query after that waits for a listing); every
+ * full_sync_interval a full listing drops blocks whose meta.json is gone and finds any older
+ * block a recent listing could not; and every tenth sync the tenants are listed again and each
+ * tenant's bucket-index.json is read if it changed (one attributes request when it did not), for
+ * the blocks it names and the marks described below.
  *
  * Compacted blocks: visibility by lineage. A block holds the data of the level-1 blocks in its
  * compaction.sources (a level-1 block without sources holds itself). A block is skipped by
@@ -66,6 +72,10 @@ typedef struct block_index block_index;
 
 typedef struct block_index_options {
     int64_t sync_interval_ns;       /* default 1 s */
+    int64_t idle_sync_interval_ns;  /* listing interval with no query for a minute; 0 (default):
+                                       10 x sync_interval */
+    int64_t full_sync_interval_ns;  /* a full listing at least this often; default 5 min; 0:
+                                       every listing is full */
     size_t max_open_readers;        /* 0: no count bound; default 1024 */
     uint64_t max_open_reader_bytes; /* all open readers together; 0: no byte bound; default 1 GiB */
     size_t reader_cache_bytes;      /* per reader page cache; default 16 MiB */
@@ -100,6 +110,7 @@ typedef struct indexed_block {
 
 typedef struct block_index_stats {
     uint64_t syncs;
+    uint64_t full_listings; /* syncs that listed each tenant whole */
     uint64_t sync_failures;
     uint64_t blocks;
     uint64_t readers_open;
@@ -120,8 +131,12 @@ void block_index_free(block_index *ix);
 /* Adds the blocks of every tenant's bucket-index.json (block_index_start does this before its
  * first sync). Fails only when the tenants cannot be listed. */
 int block_index_load_bucket_indexes(block_index *ix, strata_error *err);
-/* Lists the bucket once now (also what the sync thread does). */
+/* One sync now, listing every tenant whole: new blocks are loaded, deleted ones dropped, and on
+ * every tenth sync the tenants are listed again and the marks rechecked. */
 int block_index_sync(block_index *ix, strata_error *err);
+/* The same with a recent listing (what the sync thread does between full ones): only the names
+ * after the ULID of 15 minutes ago, so deletions are not seen. */
+int block_index_sync_recent(block_index *ix, strata_error *err);
 /* Adds tenant/ulid if its meta.json is readable. */
 int block_index_announce(block_index *ix, const char *tenant, const char *ulid, strata_error *err);
 

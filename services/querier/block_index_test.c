@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "block/block_format.h"
 #include "block/block_meta.h"
@@ -1517,6 +1518,132 @@ static void test_new_tenant_found_after_its_first_query(void **state) {
     nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* bucket-index.json naming the blocks ids (their meta read back from the bucket), no marks. */
+static void put_bucket_index_blocks(bucket *store, const char *tenant, const ulid *ids, size_t n) {
+    bucket_index bi;
+    bucket_index_init(&bi);
+    strata_error err;
+    for (size_t i = 0; i < n; i++) {
+        char text[ULID_STRING_LEN + 1], key[256];
+        ulid_format(&ids[i], text);
+        snprintf(key, sizeof key, "%s/%s/%s", tenant, text, BLOCK_META_FILE);
+        strata_buffer json = STRATA_BUFFER_INIT;
+        assert_int_equal(bucket_get(store, key, &json, &err), 0);
+        block_meta m;
+        block_meta_init(&m);
+        assert_int_equal(block_meta_decode((const char *)json.data, json.len, &m, &err), 0);
+        assert_int_equal(bucket_index_add_block(&bi, &m, &err), 0);
+        block_meta_free(&m);
+        strata_buffer_free(&json);
+    }
+    strata_buffer json = STRATA_BUFFER_INIT;
+    assert_int_equal(bucket_index_encode(&bi, &json, &err), 0);
+    char key[256];
+    snprintf(key, sizeof key, "%s/%s", tenant, BUCKET_INDEX_FILE);
+    assert_int_equal(bucket_upload(store, key, json.data, json.len, &err), 0);
+    strata_buffer_free(&json);
+    bucket_index_free(&bi);
+}
+
+/* Between full listings the sync thread lists only the ULIDs of the last 15 minutes: a new block
+ * is found, an old one that appears late and a deleted one are not, until a full listing (or the
+ * compactor's index) tells; a recheck reads an unchanged bucket-index.json with one attributes
+ * request. */
+static void test_recent_listings(void **state) {
+    (void)state;
+    char dir[64];
+    temp_bucket_dir(dir, sizeof dir, "recent");
+    bucket *store;
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
+    const int64_t now = strata_now_ns() / STRATA_NS_PER_MS;
+    ulid a = put_meta(store, "t", now - 2 * 3600 * 1000, 1, NULL, 0, NULL, 0);
+    block_index_options io;
+    block_index_options_default(&io);
+    block_index *ix;
+    assert_int_equal(block_index_new(&io, store, &ix, &err), 0);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    expect_visible(ix, "t", &a, 1, "the first full listing");
+
+    ulid b = put_meta(store, "t", now, 1, NULL, 0, NULL, 0);
+    ulid c = put_meta(store, "t", now - 3600 * 1000, 1, NULL, 0, NULL, 0);
+    drop_meta(store, "t", &a);
+    uint64_t before = bucket_requests(store);
+    assert_int_equal(block_index_sync_recent(ix, &err), 0);
+    /* the listing, then b's meta.json and its (missing) deletion mark: nothing of a or c */
+    assert_int_equal(bucket_requests(store) - before, 1 + 2);
+    expect_visible(ix, "t", (ulid[]){a, b}, 2, "a recent listing");
+    block_index_stats s;
+    block_index_get_stats(ix, &s);
+    assert_int_equal(s.full_listings, 1);
+    assert_int_equal(block_index_sync(ix, &err), 0);
+    expect_visible(ix, "t", (ulid[]){b, c}, 2, "the next full listing");
+
+    /* A block only the compactor's index names, older than a recent listing reaches: found at
+     * the next recheck (every tenth sync) without a full listing. */
+    ulid d = put_meta(store, "t", now - 3 * 3600 * 1000, 1, NULL, 0, NULL, 0);
+    put_bucket_index_blocks(store, "t", (ulid[]){b, c, d}, 3);
+    block_index_get_stats(ix, &s);
+    while (s.syncs % 10 != 0) {
+        assert_int_equal(block_index_sync_recent(ix, &err), 0);
+        block_index_get_stats(ix, &s);
+    }
+    expect_visible(ix, "t", (ulid[]){b, c}, 2, "before the recheck");
+    assert_int_equal(block_index_sync_recent(ix, &err), 0);
+    expect_visible(ix, "t", (ulid[]){b, c, d}, 3, "the index read at the recheck");
+    block_index_get_stats(ix, &s);
+    assert_int_equal(s.full_listings, 2);
+    assert_int_equal(s.from_bucket_index, 1);
+    /* Ten recent syncs more: ten listings, then at the recheck the tenants and one attributes
+     * request for the unchanged index. */
+    before = bucket_requests(store);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(block_index_sync_recent(ix, &err), 0);
+    assert_int_equal(bucket_requests(store) - before, 10 + 1 + 1);
+    block_index_free(ix);
+    bucket_close(store);
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* An idle querier lists rarely (idle_sync_interval, here an hour), but a query arriving then
+ * waits for a listing: it sees the block committed just before it. */
+static void test_query_after_idle_waits_for_a_listing(void **state) {
+    (void)state;
+    char dir[64];
+    temp_bucket_dir(dir, sizeof dir, "idle-wake");
+    bucket *store;
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
+    const int64_t now = strata_now_ns() / STRATA_NS_PER_MS;
+    ulid a = put_meta(store, "t", now - 60 * 1000, 1, NULL, 0, NULL, 0);
+    block_index_options io;
+    block_index_options_default(&io);
+    io.sync_interval_ns = 20 * STRATA_NS_PER_MS;
+    io.idle_sync_interval_ns = 3600 * STRATA_NS_PER_SEC;
+    block_index *ix;
+    assert_int_equal(block_index_new(&io, store, &ix, &err), 0);
+    assert_int_equal(block_index_start(ix, &err), 0); /* its first sync finds a */
+    ulid b = put_meta(store, "t", now, 1, NULL, 0, NULL, 0);
+    struct timespec pause = {0, 50 * 1000 * 1000}; /* past sync_interval since the last sync */
+    nanosleep(&pause, NULL);
+    block_index_stats s;
+    block_index_get_stats(ix, &s);
+    assert_int_equal(s.syncs, 1); /* idle (no query yet): the thread has not listed again */
+    assert_int_equal(s.blocks, 1);
+    indexed_block **blocks;
+    size_t n;
+    assert_int_equal(block_index_acquire(ix, "t", 0, INT64_MAX / 2, &blocks, &n, &err), 0);
+    block_index_release_all(ix, blocks, n);
+    assert_int_equal(n, 2);
+    block_index_get_stats(ix, &s);
+    assert_true(s.syncs >= 2);            /* busy now: the thread lists every 20 ms */
+    assert_int_equal(s.full_listings, 1); /* the first; the others were recent */
+    expect_visible(ix, "t", (ulid[]){a, b}, 2, "after the query's listing");
+    block_index_free(ix);
+    bucket_close(store);
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_growth_is_accounted),
@@ -1531,6 +1658,8 @@ int main(void) {
         cmocka_unit_test(test_lineage_ties_and_removals),
         cmocka_unit_test(test_lineage_ten_thousand_blocks),
         cmocka_unit_test(test_new_tenant_found_after_its_first_query),
+        cmocka_unit_test(test_recent_listings),
+        cmocka_unit_test(test_query_after_idle_waits_for_a_listing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -17,6 +17,8 @@
 
 /* Bounds of thread counts, intervals and delays (lib/config: CONFIG_DEFINE_BOUNDS). */
 CONFIG_DEFINE_BOUNDS(querier_sync_interval_bounds, CONFIG_DURATION, "10ms", "24h")
+CONFIG_DEFINE_BOUNDS(querier_idle_sync_interval_bounds, CONFIG_DURATION, "0s", "24h")
+CONFIG_DEFINE_BOUNDS(querier_full_sync_interval_bounds, CONFIG_DURATION, "0s", "24h")
 CONFIG_DEFINE_BOUNDS(querier_parallelism_bounds, CONFIG_INT64, "0", "1024")
 CONFIG_DEFINE_BOUNDS(querier_fetch_parallelism_bounds, CONFIG_INT64, "1", "64")
 CONFIG_DEFINE_BOUNDS(querier_query_threads_bounds, CONFIG_INT64, "1", "1024")
@@ -48,6 +50,16 @@ const config_field querier_config_fields[] = {
      .offset = offsetof(querier_config, sync_interval_ns),
      .default_text = "1s",
      .decode = querier_sync_interval_bounds},
+    {.key = "idle_sync_interval",
+     .kind = CONFIG_DURATION,
+     .offset = offsetof(querier_config, idle_sync_interval_ns),
+     .default_text = "0s",
+     .decode = querier_idle_sync_interval_bounds},
+    {.key = "full_sync_interval",
+     .kind = CONFIG_DURATION,
+     .offset = offsetof(querier_config, full_sync_interval_ns),
+     .default_text = "5m",
+     .decode = querier_full_sync_interval_bounds},
     {.key = "max_query_bytes",
      .kind = CONFIG_BYTES,
      .offset = offsetof(querier_config, max_query_bytes),
@@ -204,6 +216,11 @@ static int create_metrics(querier *q, strata_error *err) {
                                "merged here now."};
     if ((q->shares_in_flight = metrics_gauge_new(q->registry, &o, err)) == NULL)
         return -1;
+    o = (metrics_opts){.name = "strata_querier_bucket_full_listings_total",
+                       .help = "Syncs that listed every tenant whole (full_sync_interval); the "
+                               "others list only the blocks of the last 15 minutes."};
+    if ((q->full_listings = metrics_counter_new(q->registry, &o, err)) == NULL)
+        return -1;
     o = (metrics_opts){.name = "strata_querier_bucket_sync_failures_total",
                        .help = "Bucket listings that failed."};
     return (q->sync_failures = metrics_counter_new(q->registry, &o, err)) == NULL ? -1 : 0;
@@ -220,6 +237,7 @@ static void collect_index_stats(void *ctx) {
     metrics_counter_set(q->evictions_for_bytes, (int64_t)s.reader_evictions_bytes);
     metrics_counter_set(q->page_cache_sheds, (int64_t)s.page_cache_sheds);
     metrics_counter_set(q->syncs, (int64_t)s.syncs);
+    metrics_counter_set(q->full_listings, (int64_t)s.full_listings);
     metrics_counter_set(q->sync_failures, (int64_t)s.sync_failures);
     metrics_counter_set(q->meta_reads, (int64_t)s.meta_reads);
     metrics_counter_set(q->from_bucket_index, (int64_t)s.from_bucket_index);
@@ -288,6 +306,8 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
     block_index_options_default(&iopts);
     iopts.sync_interval_ns =
         config->sync_interval_ns > 0 ? config->sync_interval_ns : iopts.sync_interval_ns;
+    iopts.idle_sync_interval_ns = config->idle_sync_interval_ns;
+    iopts.full_sync_interval_ns = config->full_sync_interval_ns;
     if (config->max_open_blocks > 0)
         iopts.max_open_readers = config->max_open_blocks;
     iopts.max_open_reader_bytes = config->max_open_block_bytes;

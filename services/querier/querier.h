@@ -7,7 +7,7 @@
  * registers its gRPC methods and HTTP routes on servers it runs (shared with other services in
  * `strata all`). In one process, the ingester's block announcements reach the querier through
  * querier_announce_block, so fresh blocks are visible at once; across processes the index's
- * periodic listing (sync_interval, default 1 s) finds them.
+ * periodic listing (sync_interval, default 1 s, while queries come; block_index.h) finds them.
  *
  * Per-tenant limits (lib/limits: `limits` and `overrides` in this section, key max_query_bytes;
  * the other keys of lib/limits are the ingester's and are ignored here). Each merge of a tree
@@ -47,6 +47,8 @@ typedef struct querier_peer_tls_config {
 
 typedef struct querier_config {
     int64_t sync_interval_ns;
+    int64_t idle_sync_interval_ns; /* 0: 10 x sync_interval */
+    int64_t full_sync_interval_ns; /* 0: every listing is full */
     uint64_t max_query_bytes;
     int64_t parallelism;
     int64_t fetch_parallelism; /* threads for selection, ranges and labels (cold: bucket waits) */

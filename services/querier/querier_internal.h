@@ -29,6 +29,7 @@ struct querier {
     metrics_counter *evictions_for_bytes;
     metrics_counter *page_cache_sheds;
     metrics_counter *syncs;
+    metrics_counter *full_listings;
     metrics_counter *meta_reads;
     metrics_counter *from_bucket_index;
     metrics_counter *sync_failures;
