@@ -223,8 +223,12 @@ static int fetch_ahead(block_reader *r, uint64_t offset, uint64_t length, strata
 /* Reads [offset, offset + length) of the object into r->io; table > 0 names the table whose page
  * it is (for the per-table counters), 0 the footer. */
 static int fetch(block_reader *r, uint64_t offset, uint64_t length, int table, strata_error *err) {
-    bool ahead = table > 0 && r->options.readahead > length && offset < r->footer_start &&
-                 length <= r->footer_start - offset;
+    /* A page a window already holds comes from it whatever its size (the tail read of a small
+     * block holds every page, large ones too); other pages are read ahead unless larger than
+     * a window. */
+    bool ahead = table > 0 && ((r->options.readahead > length && offset < r->footer_start &&
+                                length <= r->footer_start - offset) ||
+                               window_holding(r, offset, length) != NULL);
     if (ahead ? fetch_ahead(r, offset, length, err) != 0
               : fetch_into(r, offset, length, &r->io, err) != 0)
         return -1;
@@ -585,20 +589,26 @@ static int read_footer(block_reader *r, strata_error *err) {
         tail = r->size;
     if (fetch(r, r->size - tail, tail, 0, err) != 0)
         return -1;
-    if (r->options.readahead > 0) { /* its pages at the end of the data area are read ahead */
+    const strata_buffer *read = &r->io;
+    if (r->options.readahead > 0) {
+        /* Its pages at the end of the data area (every page of a block read whole) are read
+         * ahead: the bytes move to the tail window, not copied (a query keeps them for its next
+         * pass, engine.c's readahead_keep, and two copies of each block would halve what fits). */
         r_window *w = &r->windows[READAHEAD_WINDOWS];
-        strata_buffer_reset(&w->bytes);
-        if (strata_buffer_append(&w->bytes, r->io.data, r->io.len) != 0)
-            return strata_error_oom(err);
+        strata_buffer swap = w->bytes;
+        w->bytes = r->io;
+        r->io = swap;
+        strata_buffer_reset(&r->io);
         w->offset = r->size - tail;
+        read = &w->bytes;
     }
     uint64_t footer_len = 0;
     uint32_t crc = 0;
-    if (check_trailer(r, r->io.data, r->io.len, &footer_len, &crc, err) != 0)
+    if (check_trailer(r, read->data, read->len, &footer_len, &crc, err) != 0)
         return -1;
     const uint8_t *footer;
     if (footer_len + BLOCK_TRAILER_SIZE <= tail) {
-        footer = r->io.data + (tail - BLOCK_TRAILER_SIZE - footer_len);
+        footer = read->data + (tail - BLOCK_TRAILER_SIZE - footer_len);
     } else {
         if (fetch(r, r->footer_start, footer_len, 0, err) != 0)
             return -1;

@@ -44,7 +44,7 @@ typedef struct name_list {
 #define WAKE_WAIT_MAX_NS (5 * STRATA_NS_PER_SEC)
 
 /* Blocks up to this many read-ahead windows are read whole when their reader opens. */
-#define WHOLE_READ_WINDOWS 4
+#define WHOLE_READ_WINDOWS 8
 
 /* What a tenant's bucket-index.json looked like when last read: a recheck reads it again only when
  * its size or time changed (one attributes request instead of the whole index), and in any case
