@@ -73,6 +73,9 @@ typedef struct write_probe {
     int64_t last_ok_ns; /* monotonic time of the last probe that wrote */
     char error[sizeof(((strata_error *)0)->message)]; /* why the last probe failed */
     bool delete_warned;                               /* a failed delete is logged once */
+    bool counted;                                     /* uploads_seen and failures_seen are set */
+    uint64_t uploads_seen; /* the bucket's upload counters after the last probe */
+    uint64_t failures_seen;
 } write_probe;
 
 typedef struct runtime {
@@ -140,16 +143,32 @@ static void probe_key(char *out, size_t size) {
     snprintf(out, size, "%s%s", WRITE_PROBE_KEY_PREFIX, host);
 }
 
+/* Whether the service's own uploads since the last probe all succeeded (at least one, none
+ * failed), which proves the bucket writable as well as a probe would; remembers the counters. */
+static bool writes_proven(write_probe *p) {
+    bucket_stats st;
+    bucket_get_stats(p->store, &st);
+    uint64_t uploads = st.operations[BUCKET_OP_UPLOAD], failures = st.failures[BUCKET_OP_UPLOAD];
+    bool proven = p->counted && uploads > p->uploads_seen && failures == p->failures_seen;
+    p->uploads_seen = uploads;
+    p->failures_seen = failures;
+    p->counted = true;
+    return proven;
+}
+
 /* One probe: upload a small object, then delete it (best effort: a bucket policy may allow
- * writes without deletes, which an ingester never needs). */
+ * writes without deletes, which an ingester never needs). A service that wrote blocks since the
+ * last probe, all successfully, has shown the bucket writable: then nothing is written, so a busy
+ * ingester pays no requests for its readiness (an idle one, two every WRITE_PROBE_INTERVAL_S). */
 static void probe_once(write_probe *p) {
     char body[64];
     int len =
         snprintf(body, sizeof body, "%lld\n", (long long)(strata_now_ns() / STRATA_NS_PER_SEC));
     strata_error err;
     strata_error_clear(&err);
-    bool ok = bucket_upload(p->store, p->key, body, (size_t)len, &err) == 0;
-    if (ok) {
+    bool proven = writes_proven(p);
+    bool ok = proven || bucket_upload(p->store, p->key, body, (size_t)len, &err) == 0;
+    if (ok && !proven) {
         strata_error derr;
         if (bucket_delete(p->store, p->key, &derr) != 0 && !p->delete_warned) {
             char quoted[600];
@@ -158,6 +177,8 @@ static void probe_once(write_probe *p) {
             p->delete_warned = true;
         }
     }
+    if (!proven)
+        (void)writes_proven(p); /* the probe's own upload is not the service's */
     pthread_mutex_lock(&p->mu);
     if (ok != p->ok || !p->probed) { /* changes, and a failure at start */
         char quoted[600];
