@@ -668,6 +668,20 @@ static void temp_bucket_dir(char *dir, size_t cap, const char *name) {
     }
 }
 
+/* A FILESYSTEM bucket in a new temporary directory (dir, 64 bytes), and its removal. */
+static bucket *open_temp_bucket(char *dir, const char *name) {
+    temp_bucket_dir(dir, 64, name);
+    bucket *store;
+    strata_error err;
+    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
+    return store;
+}
+
+static void close_temp_bucket(bucket *store, const char *dir) {
+    bucket_close(store);
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 typedef struct lin_block {
     ulid id;
     char text[ULID_STRING_LEN + 1];
@@ -814,6 +828,22 @@ static int collect_block_dir(const char *key, void *ctx, strata_error *err) {
     return 0;
 }
 
+/* Adds the meta.json stored at key to bi; false when there is none. */
+static bool index_add_stored_meta(bucket *store, const char *key, bucket_index *bi) {
+    strata_error err;
+    strata_buffer json = STRATA_BUFFER_INIT;
+    bool found = bucket_get(store, key, &json, &err) == 0;
+    if (found) {
+        block_meta meta;
+        block_meta_init(&meta);
+        assert_int_equal(block_meta_decode((const char *)json.data, json.len, &meta, &err), 0);
+        assert_int_equal(bucket_index_add_block(bi, &meta, &err), 0);
+        block_meta_free(&meta);
+    }
+    strata_buffer_free(&json);
+    return found;
+}
+
 static void lin_write_bucket_index(lineage_fx *fx) {
     char names[64][ULID_STRING_LEN + 1];
     size_t n = 0;
@@ -825,16 +855,8 @@ static void lin_write_bucket_index(lineage_fx *fx) {
     bi.updated_at = 1700000000;
     for (size_t i = 0; i < n; i++) {
         char key[256];
-        strata_buffer json = STRATA_BUFFER_INIT;
         snprintf(key, sizeof key, "%s/%s/%s", LTENANT, names[i], BLOCK_META_FILE);
-        if (bucket_get(fx->store, key, &json, &err) == 0) {
-            block_meta meta;
-            block_meta_init(&meta);
-            assert_int_equal(block_meta_decode((const char *)json.data, json.len, &meta, &err), 0);
-            assert_int_equal(bucket_index_add_block(&bi, &meta, &err), 0);
-            block_meta_free(&meta);
-        }
-        strata_buffer_free(&json);
+        index_add_stored_meta(fx->store, key, &bi);
         bool marked = false;
         snprintf(key, sizeof key, "%s/%s/%s", LTENANT, names[i], BLOCK_DELETION_MARK_FILE);
         assert_int_equal(bucket_exists(fx->store, key, &marked, &err), 0);
@@ -1152,6 +1174,18 @@ static void put_mark(bucket *store, const char *tenant, const ulid *id, const ul
     strata_buffer_free(&json);
 }
 
+/* Stores bi as tenant's bucket-index.json and frees it. */
+static void put_bucket_index(bucket *store, const char *tenant, bucket_index *bi) {
+    strata_error err;
+    strata_buffer json = STRATA_BUFFER_INIT;
+    assert_int_equal(bucket_index_encode(bi, &json, &err), 0);
+    char key[256];
+    snprintf(key, sizeof key, "%s/%s", tenant, BUCKET_INDEX_FILE);
+    assert_int_equal(bucket_upload(store, key, json.data, json.len, &err), 0);
+    strata_buffer_free(&json);
+    bucket_index_free(bi);
+}
+
 /* bucket-index.json as the compactor writes it at the end of a cycle, here with marks only (a
  * querier's recheck reads nothing else from it). */
 static void put_bucket_index_marks(bucket *store, const char *tenant, const ulid *const *ids,
@@ -1162,13 +1196,7 @@ static void put_bucket_index_marks(bucket *store, const char *tenant, const ulid
     for (size_t l = 0; l < n_lists; l++)
         for (size_t i = 0; i < counts[l]; i++)
             assert_int_equal(bucket_index_add_mark(&bi, &ids[l][i], 1700000000, &err), 0);
-    strata_buffer json = STRATA_BUFFER_INIT;
-    assert_int_equal(bucket_index_encode(&bi, &json, &err), 0);
-    char key[256];
-    snprintf(key, sizeof key, "%s/%s", tenant, BUCKET_INDEX_FILE);
-    assert_int_equal(bucket_upload(store, key, json.data, json.len, &err), 0);
-    strata_buffer_free(&json);
-    bucket_index_free(&bi);
+    put_bucket_index(store, tenant, &bi);
 }
 
 static uint64_t bucket_requests(bucket *store) {
@@ -1312,8 +1340,7 @@ static void test_lineage_ties_and_removals(void **state) {
     assert_int_equal(s.blocks, 4); /* three here, one of ties-copy */
     assert_int_equal(s.hidden, 0);
     block_index_free(ix);
-    bucket_close(store);
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    close_temp_bucket(store, dir);
 }
 
 /* 10,376 blocks of one tenant: 8,192 level-1 blocks, 2,048 level-2 (four each), 128 level-3
@@ -1482,10 +1509,8 @@ static void test_lineage_ten_thousand_blocks(void **state) {
 static void test_new_tenant_found_after_its_first_query(void **state) {
     (void)state;
     char dir[64];
-    temp_bucket_dir(dir, sizeof dir, "new-tenant");
-    bucket *store;
+    bucket *store = open_temp_bucket(dir, "new-tenant");
     strata_error err;
-    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
     const int64_t t = 1700006400000;
     put_meta(store, "old", t, 1, NULL, 0, NULL, 0);
     block_index_options io;
@@ -1514,35 +1539,20 @@ static void test_new_tenant_found_after_its_first_query(void **state) {
     assert_int_equal(block_index_sync(ix, &err), 0);
     assert_int_equal(bucket_requests(store) - before, 2);
     block_index_free(ix);
-    bucket_close(store);
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    close_temp_bucket(store, dir);
 }
 
 /* bucket-index.json naming the blocks ids (their meta read back from the bucket), no marks. */
 static void put_bucket_index_blocks(bucket *store, const char *tenant, const ulid *ids, size_t n) {
     bucket_index bi;
     bucket_index_init(&bi);
-    strata_error err;
     for (size_t i = 0; i < n; i++) {
         char text[ULID_STRING_LEN + 1], key[256];
         ulid_format(&ids[i], text);
         snprintf(key, sizeof key, "%s/%s/%s", tenant, text, BLOCK_META_FILE);
-        strata_buffer json = STRATA_BUFFER_INIT;
-        assert_int_equal(bucket_get(store, key, &json, &err), 0);
-        block_meta m;
-        block_meta_init(&m);
-        assert_int_equal(block_meta_decode((const char *)json.data, json.len, &m, &err), 0);
-        assert_int_equal(bucket_index_add_block(&bi, &m, &err), 0);
-        block_meta_free(&m);
-        strata_buffer_free(&json);
+        assert_true(index_add_stored_meta(store, key, &bi));
     }
-    strata_buffer json = STRATA_BUFFER_INIT;
-    assert_int_equal(bucket_index_encode(&bi, &json, &err), 0);
-    char key[256];
-    snprintf(key, sizeof key, "%s/%s", tenant, BUCKET_INDEX_FILE);
-    assert_int_equal(bucket_upload(store, key, json.data, json.len, &err), 0);
-    strata_buffer_free(&json);
-    bucket_index_free(&bi);
+    put_bucket_index(store, tenant, &bi);
 }
 
 /* Between full listings the sync thread lists only the ULIDs of the last 15 minutes: a new block
@@ -1552,10 +1562,8 @@ static void put_bucket_index_blocks(bucket *store, const char *tenant, const uli
 static void test_recent_listings(void **state) {
     (void)state;
     char dir[64];
-    temp_bucket_dir(dir, sizeof dir, "recent");
-    bucket *store;
+    bucket *store = open_temp_bucket(dir, "recent");
     strata_error err;
-    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
     const int64_t now = strata_now_ns() / STRATA_NS_PER_MS;
     ulid a = put_meta(store, "t", now - 2 * 3600 * 1000, 1, NULL, 0, NULL, 0);
     block_index_options io;
@@ -1601,8 +1609,7 @@ static void test_recent_listings(void **state) {
         assert_int_equal(block_index_sync_recent(ix, &err), 0);
     assert_int_equal(bucket_requests(store) - before, 10 + 1 + 1);
     block_index_free(ix);
-    bucket_close(store);
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    close_temp_bucket(store, dir);
 }
 
 /* An idle querier lists rarely (idle_sync_interval, here an hour), but a query arriving then
@@ -1610,10 +1617,8 @@ static void test_recent_listings(void **state) {
 static void test_query_after_idle_waits_for_a_listing(void **state) {
     (void)state;
     char dir[64];
-    temp_bucket_dir(dir, sizeof dir, "idle-wake");
-    bucket *store;
+    bucket *store = open_temp_bucket(dir, "idle-wake");
     strata_error err;
-    assert_int_equal(bucket_open_filesystem(dir, NULL, &store, &err), 0);
     const int64_t now = strata_now_ns() / STRATA_NS_PER_MS;
     ulid a = put_meta(store, "t", now - 60 * 1000, 1, NULL, 0, NULL, 0);
     block_index_options io;
@@ -1640,8 +1645,7 @@ static void test_query_after_idle_waits_for_a_listing(void **state) {
     assert_int_equal(s.full_listings, 1); /* the first; the others were recent */
     expect_visible(ix, "t", (ulid[]){a, b}, 2, "after the query's listing");
     block_index_free(ix);
-    bucket_close(store);
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    close_temp_bucket(store, dir);
 }
 
 int main(void) {
