@@ -48,6 +48,7 @@
 #include "querier.h"
 #include "scraper.h"
 #include "rpc/rpc.h"
+#include "rpcweb/rpcweb.h"
 #include "strata_config.h"
 
 typedef struct run_args {
@@ -85,6 +86,7 @@ typedef struct runtime {
     metrics_registry *registry;
     http_server *http;
     rpc_server *grpc;
+    rpcweb *web; /* gRPC-Web and Connect on the HTTP port, into grpc's methods */
     ingester *ing;
     querier *qr;
     compactor *cmp;
@@ -618,6 +620,8 @@ static int runtime_start(runtime *rt, strata_error *err) {
         return -1;
     if (runtime_new_scraper(rt, err) != 0)
         return -1;
+    if (rt->grpc != NULL && rpcweb_new(rt->http, rt->grpc, &rt->web, err) != 0)
+        return -1;
     const char *ui = rt->config.server.ui_directory;
     if (rt->qr != NULL && ui != NULL && ui[0] != '\0' &&
         http_server_serve_static(rt->http, "/", ui, err) != 0)
@@ -650,6 +654,7 @@ static int runtime_start(runtime *rt, strata_error *err) {
 
 static void runtime_shutdown(runtime *rt) {
     scraper_stop(rt->scr); /* its last pushes may go to this process's ingester */
+    rpcweb_close(rt->web); /* before the methods it calls into go */
     if (rt->grpc != NULL)
         rpc_server_shutdown(rt->grpc, rt->config.server.shutdown_grace_ns);
     rt->grpc = NULL;
@@ -661,6 +666,8 @@ static void runtime_shutdown(runtime *rt) {
     if (rt->http != NULL)
         http_server_stop(rt->http); /* no /metrics scrape reads the announcers after this */
     http_server_free(rt->http);
+    rpcweb_free(rt->web);
+    rt->web = NULL;
     scraper_free(rt->scr);
     announce_subscriber_free(rt->subscriber); /* before the querier it calls into */
     rt->subscriber = NULL;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/auth.h"
+#include "common/base64.h"
 #include "common/buffer.h"
 #include "common/error.h"
 #include "common/hash.h"
@@ -527,15 +528,60 @@ static void test_textfile_read(void **state) {
     assert_int_equal(err.code, STRATA_NOT_FOUND);
 }
 
+static void test_base64(void **state) {
+    (void)state;
+    strata_buffer b = STRATA_BUFFER_INIT;
+    strata_error err;
+    assert_int_equal(strata_base64_decode("aGVs\nbG8=", 9, &b, &err), 0);
+    assert_int_equal(b.len, 5);
+    assert_memory_equal(b.data, "hello", 5);
+    strata_buffer_reset(&b);
+    assert_int_equal(strata_base64_decode("aGVsbG8", 7, &b, &err), 0); /* padding optional */
+    assert_int_equal(b.len, 5);
+    strata_buffer_reset(&b);
+    assert_int_equal(strata_base64_decode("aGVsb=G8", 8, &b, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(strata_base64_decode("a", 1, &b, &err), -1);
+    assert_int_equal(strata_base64_decode("aG!s", 4, &b, &err), -1);
+    /* every length mod 3, every byte value, back and forth */
+    uint8_t bytes[256];
+    for (int i = 0; i < 256; i++)
+        bytes[i] = (uint8_t)(255 - i);
+    for (size_t n = 0; n <= 7; n++) {
+        strata_buffer text = STRATA_BUFFER_INIT;
+        assert_int_equal(strata_base64_encode(&text, bytes, n == 7 ? 256 : n), 0);
+        assert_int_equal(text.len % 4, 0);
+        strata_buffer_reset(&b);
+        assert_int_equal(strata_base64_decode((const char *)text.data, text.len, &b, &err), 0);
+        assert_int_equal(b.len, n == 7 ? 256 : n);
+        assert_memory_equal(b.data, bytes, b.len);
+        strata_buffer_free(&text);
+    }
+    strata_buffer text = STRATA_BUFFER_INIT;
+    assert_int_equal(strata_base64_encode(&text, "hello", 5), 0);
+    assert_int_equal(text.len, 8);
+    assert_memory_equal(text.data, "aGVsbG8=", 8);
+    strata_buffer_free(&text);
+    strata_buffer_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_error_set_and_wrap), cmocka_unit_test(test_buffer_append_and_varints),
-        cmocka_unit_test(test_hash_is_stable),     cmocka_unit_test(test_u64_map),
-        cmocka_unit_test(test_u64_map_large),      cmocka_unit_test(test_u64_map_reserve),
-        cmocka_unit_test(test_radix_sort),         cmocka_unit_test(test_intern),
-        cmocka_unit_test(test_log_quote),          cmocka_unit_test(test_utf8_sequences),
-        cmocka_unit_test(test_utf8_check_text),    cmocka_unit_test(test_tenant_rule),
-        cmocka_unit_test(test_auth_tenant_map),    cmocka_unit_test(test_textfile_read),
+        cmocka_unit_test(test_error_set_and_wrap),
+        cmocka_unit_test(test_buffer_append_and_varints),
+        cmocka_unit_test(test_hash_is_stable),
+        cmocka_unit_test(test_u64_map),
+        cmocka_unit_test(test_u64_map_large),
+        cmocka_unit_test(test_u64_map_reserve),
+        cmocka_unit_test(test_radix_sort),
+        cmocka_unit_test(test_intern),
+        cmocka_unit_test(test_log_quote),
+        cmocka_unit_test(test_utf8_sequences),
+        cmocka_unit_test(test_utf8_check_text),
+        cmocka_unit_test(test_tenant_rule),
+        cmocka_unit_test(test_auth_tenant_map),
+        cmocka_unit_test(test_textfile_read),
+        cmocka_unit_test(test_base64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

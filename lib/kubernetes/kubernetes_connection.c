@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/base64.h"
 #include "kubernetes/kubernetes_internal.h"
 
 const char *kubernetes_service_account_dir = KUBERNETES_DEFAULT_SERVICE_ACCOUNT_DIR;
@@ -50,47 +51,6 @@ int kubernetes_read_file(const char *path, bool trim, char **out, strata_error *
         strata_buffer_free(&b);
         return strata_error_oom(err);
     }
-    return 0;
-}
-
-static int base64_value(char c) {
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
-int kubernetes_base64_decode(const char *text, strata_buffer *out, strata_error *err) {
-    uint32_t acc = 0;
-    int bits = 0;
-    bool padding = false;
-    for (const char *p = text; *p != '\0'; p++) {
-        if (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')
-            continue;
-        if (*p == '=') {
-            padding = true;
-            continue;
-        }
-        int v = base64_value(*p);
-        if (v < 0 || padding)
-            return strata_error_set(err, STRATA_INVALID_ARGUMENT, "invalid base64 data");
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (strata_buffer_append_byte(out, (uint8_t)(acc >> bits)) != 0)
-                return strata_error_oom(err);
-        }
-    }
-    if (bits >= 6)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "truncated base64 data");
     return 0;
 }
 
@@ -284,7 +244,7 @@ static int kubeconfig_pem(const char *kubeconfig, const config_node *n, const ch
     snprintf(data_key, sizeof data_key, "%s-data", key);
     const char *data = scalar(n, data_key);
     if (data != NULL) {
-        if (kubernetes_base64_decode(data, pem, err) != 0)
+        if (strata_base64_decode(data, strlen(data), pem, err) != 0)
             return strata_error_wrap(err, "%s: %s", kubeconfig, data_key);
         return 0;
     }

@@ -43,7 +43,5 @@ int kubernetes_connection_apply(const kubernetes_connection *c, CURL *h,
 /* Reads a whole small file into a NUL-terminated string; with trim, trailing whitespace is
  * dropped (token and namespace files end in a newline). */
 int kubernetes_read_file(const char *path, bool trim, char **out, strata_error *err);
-/* Strict base64 (RFC 4648, padding optional, whitespace ignored) appended to out. */
-int kubernetes_base64_decode(const char *text, strata_buffer *out, strata_error *err);
 
 #endif

@@ -925,18 +925,6 @@ static void test_kubeconfig_errors(void **state) {
     assert_null(kubernetes_discovery_new(&config, NULL, NULL, &err));
     assert_int_equal(err.code, STRATA_NOT_FOUND);
     kubernetes_sd_config_release(&config);
-
-    strata_buffer b = STRATA_BUFFER_INIT;
-    assert_int_equal(kubernetes_base64_decode("aGVs\nbG8=", &b, &err), 0);
-    assert_int_equal(b.len, 5);
-    assert_memory_equal(b.data, "hello", 5);
-    strata_buffer_reset(&b);
-    assert_int_equal(kubernetes_base64_decode("aGVsbG8", &b, &err), 0); /* padding optional */
-    assert_int_equal(b.len, 5);
-    strata_buffer_reset(&b);
-    assert_int_equal(kubernetes_base64_decode("aGVsb=G8", &b, &err), -1);
-    assert_int_equal(kubernetes_base64_decode("a", &b, &err), -1);
-    strata_buffer_free(&b);
 }
 
 static int setup_certs(void **state) {

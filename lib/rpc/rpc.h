@@ -183,6 +183,29 @@ int64_t rpc_call_deadline_remaining_ns(const rpc_call *call);
  * deadline passed or the server is past its shutdown grace period. Safe from any thread. */
 bool rpc_call_is_cancelled(rpc_call *call);
 
+/* --- bridged calls ---------------------------------------------------------------------------- */
+
+/* A call that arrived by another transport (gRPC-Web or Connect on the HTTP port, lib/rpcweb): it
+ * runs the same handler as a gRPC call of the method, through the same rpc_call functions. */
+typedef struct rpc_bridge {
+    /* Called exactly once, on whatever thread finishes the call, with the status and (when OK)
+     * the response, whose bytes it may take (the buffer is freed after it returns), and the
+     * call's trailing metadata entry (NULL, NULL when none). */
+    void (*finish)(void *ctx, strata_status code, const char *message, strata_buffer *response,
+                   const char *trailer_key, const char *trailer_value);
+    /* rpc_call_metadata for this call (key lowercase). */
+    bool (*metadata)(void *ctx, const char *key, const char **value, size_t *value_len);
+    void *ctx;
+    const char *peer;    /* rpc_call_peer; must outlive the call */
+    int64_t deadline_ns; /* strata_monotonic_ns deadline; INT64_MAX: none */
+} rpc_bridge;
+
+/* Runs the method registered at path on request (valid until finish). Authentication is the
+ * transport's. 0 when the call was handed over (finish follows, UNAVAILABLE while the server shuts
+ * down); -1 with UNIMPLEMENTED for an unknown method, finish then not called. */
+int rpc_server_call_bridged(rpc_server *server, const char *path, const uint8_t *request,
+                            size_t request_len, const rpc_bridge *bridge, strata_error *err);
+
 /* --- metrics -------------------------------------------------------------------------------- */
 
 typedef struct rpc_method_stats {

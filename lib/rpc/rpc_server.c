@@ -87,7 +87,11 @@ typedef struct rpc_tag {
 } rpc_tag;
 
 struct rpc_call {
-    rpc_worker *worker;
+    rpc_worker *worker; /* NULL for a bridged call */
+    rpc_server *server;
+    const rpc_bridge *bridge; /* NULL for a grpc core call; else &bridge_copy */
+    rpc_bridge bridge_copy;
+    char *bridge_trailer_key, *bridge_trailer_value;
     const rpc_method *method; /* NULL for unknown methods */
     grpc_call *grpc;
     grpc_call_details details;
@@ -139,6 +143,7 @@ static rpc_call *call_new(rpc_worker *w) {
     if (c == NULL)
         return NULL;
     c->worker = w;
+    c->server = w->server;
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->metadata);
     c->request = grpc_empty_slice();
@@ -261,7 +266,7 @@ static void call_send_status(rpc_call *c, strata_status code, const char *messag
 }
 
 int rpc_call_set_trailer(rpc_call *c, const char *key, const char *value) {
-    if (atomic_load(&c->finished) || c->has_trailer)
+    if (atomic_load(&c->finished) || c->has_trailer || c->bridge_trailer_key != NULL)
         return -1;
     for (const char *p = key; *p != '\0'; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
@@ -270,6 +275,17 @@ int rpc_call_set_trailer(rpc_call *c, const char *key, const char *value) {
     for (const char *p = value; *p != '\0'; p++)
         if (*p < 0x20 || *p > 0x7e)
             return -1; /* ASCII-printable: what gRPC allows in a non-binary value */
+    if (c->bridge != NULL) {
+        c->bridge_trailer_key = strdup(key);
+        c->bridge_trailer_value = strdup(value);
+        if (c->bridge_trailer_key == NULL || c->bridge_trailer_value == NULL) {
+            free(c->bridge_trailer_key);
+            free(c->bridge_trailer_value);
+            c->bridge_trailer_key = c->bridge_trailer_value = NULL;
+            return -1;
+        }
+        return 0;
+    }
     c->trailer.key = grpc_slice_from_copied_string(key);
     c->trailer.value = grpc_slice_from_copied_string(value);
     c->has_trailer = true;
@@ -280,10 +296,37 @@ static bool claim_finish(rpc_call *c) {
     return !atomic_exchange(&c->finished, true);
 }
 
+/* Hands a bridged call's outcome to its transport and frees the call. */
+static void bridge_finish(rpc_call *c, strata_status code, const char *message,
+                          strata_buffer *response) {
+    rpc_server *s = c->server;
+    c->status = code;
+    c->bridge->finish(c->bridge->ctx, code, message, response, c->bridge_trailer_key,
+                      c->bridge_trailer_value);
+    strata_buffer_free(response);
+    method_counters *m = c->method->counters;
+    atomic_fetch_add(&m->finished[(unsigned)code < RPC_STATUS_COUNT ? code : STRATA_UNKNOWN], 1);
+    atomic_fetch_sub(&m->in_flight, 1);
+    free(c->bridge_trailer_key);
+    free(c->bridge_trailer_value);
+    bool handled = c->handled;
+    free(c);
+    count_call(s, -1, handled);
+}
+
 void rpc_call_finish(rpc_call *c, strata_status code, const char *message, const void *response,
                      size_t response_len) {
     if (!claim_finish(c))
         return;
+    if (c->bridge != NULL) {
+        strata_buffer copy = STRATA_BUFFER_INIT;
+        if (code == STRATA_OK && strata_buffer_append(&copy, response, response_len) != 0) {
+            code = STRATA_RESOURCE_EXHAUSTED;
+            message = "out of memory copying the response";
+        }
+        bridge_finish(c, code, message, &copy);
+        return;
+    }
     grpc_byte_buffer *bb = NULL;
     if (code == STRATA_OK)
         bb = byte_buffer_from_slice(grpc_slice_from_copied_buffer(response, response_len));
@@ -294,6 +337,14 @@ void rpc_call_finish_buffer(rpc_call *c, strata_status code, const char *message
                             strata_buffer *response) {
     if (!claim_finish(c)) {
         strata_buffer_free(response);
+        return;
+    }
+    if (c->bridge != NULL) {
+        strata_buffer taken = *response;
+        strata_buffer_init(response);
+        if (code != STRATA_OK)
+            strata_buffer_free(&taken);
+        bridge_finish(c, code, message, &taken);
         return;
     }
     grpc_byte_buffer *bb = NULL;
@@ -503,6 +554,8 @@ const char *rpc_call_method(const rpc_call *c) {
 }
 
 bool rpc_call_metadata(const rpc_call *c, const char *key, const char **value, size_t *value_len) {
+    if (c->bridge != NULL)
+        return c->bridge->metadata(c->bridge->ctx, key, value, value_len);
     size_t key_len = strlen(key);
     for (size_t i = 0; i < c->metadata.count; i++) {
         const grpc_metadata *md = &c->metadata.metadata[i];
@@ -517,10 +570,15 @@ bool rpc_call_metadata(const rpc_call *c, const char *key, const char **value, s
 }
 
 const char *rpc_call_peer(const rpc_call *c) {
+    if (c->bridge != NULL)
+        return c->bridge->peer != NULL ? c->bridge->peer : unknown_peer;
     return c->peer != NULL ? c->peer : unknown_peer;
 }
 
 int64_t rpc_call_deadline_remaining_ns(const rpc_call *c) {
+    if (c->bridge != NULL)
+        return c->bridge->deadline_ns == INT64_MAX ? INT64_MAX
+                                                   : c->bridge->deadline_ns - strata_monotonic_ns();
     gpr_timespec deadline = gpr_convert_clock_type(c->details.deadline, GPR_CLOCK_MONOTONIC);
     if (gpr_time_cmp(deadline, gpr_inf_future(GPR_CLOCK_MONOTONIC)) == 0)
         return INT64_MAX;
@@ -530,6 +588,44 @@ int64_t rpc_call_deadline_remaining_ns(const rpc_call *c) {
 
 bool rpc_call_is_cancelled(rpc_call *c) {
     return atomic_load(&c->cancelled) || rpc_call_deadline_remaining_ns(c) <= 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Bridged calls
+ */
+
+int rpc_server_call_bridged(rpc_server *s, const char *path, const uint8_t *request,
+                            size_t request_len, const rpc_bridge *bridge, strata_error *err) {
+    const rpc_method *m = NULL;
+    size_t len = strlen(path);
+    for (size_t i = 0; i < s->n_methods && m == NULL; i++)
+        if (s->methods[i].path_len == len && memcmp(s->methods[i].path, path, len) == 0)
+            m = &s->methods[i];
+    if (m == NULL) {
+        atomic_fetch_add(&s->unimplemented, 1);
+        return strata_error_set(err, STRATA_UNIMPLEMENTED, "unknown method %.200s", path);
+    }
+    rpc_call *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return strata_error_oom(err);
+    c->server = s;
+    c->method = m;
+    c->bridge_copy = *bridge;
+    c->bridge = &c->bridge_copy;
+    atomic_init(&c->cancelled, false);
+    atomic_init(&c->finished, false);
+    atomic_init(&c->refs, 1);
+    count_call(s, +1, false);
+    atomic_fetch_add(&m->counters->started, 1);
+    atomic_fetch_add(&m->counters->in_flight, 1);
+    c->handled = admit_call(s);
+    if (!c->handled)
+        rpc_call_finish(c, STRATA_UNAVAILABLE, "server is shutting down", NULL, 0);
+    else if (m->sync_handler != NULL)
+        run_sync_handler(c, request, request_len);
+    else
+        m->handler(c, request, request_len, m->arg);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------------
