@@ -20,6 +20,8 @@ echo "== format (clang-format, .clang-format)"
 
 echo "== web UI (npm ci, build)"
 (cd ui && npm ci --no-audit --no-fund && npm run build)
+echo "== client libraries for the client tests (npm ci in tests/clients)"
+(cd tests/clients && npm ci --no-audit --no-fund)
 
 echo "== release build"
 cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -1,0 +1,62 @@
+// Parca's own web client (@parca/client over @protobuf-ts/grpcweb-transport, with fetch) asks
+// Strata's HTTP port the questions tests/integration/test_npm_clients.py also asks over native
+// gRPC. Prints one JSON line per call: the answer as @parca/client decoded it, encoded again
+// (base64 of toBinary), or the error's code and message.
+//
+//   node --import ./register.mjs grpcweb_client.mjs <http base URL> <tenant> <start s> <end s>
+import {
+  HasProfileDataRequest,
+  HasProfileDataResponse,
+  LabelsRequest,
+  LabelsResponse,
+  ProfileTypesRequest,
+  ProfileTypesResponse,
+  QueryRangeRequest,
+  QueryRangeResponse,
+  QueryRequest,
+  QueryRequest_Mode,
+  QueryRequest_ReportType,
+  QueryResponse,
+  QueryServiceClient,
+  ValuesRequest,
+  ValuesResponse,
+} from '@parca/client';
+import { GrpcWebFetchTransport } from '@protobuf-ts/grpcweb-transport';
+
+const [base, tenant, startS, endS] = process.argv.slice(2);
+const ts = (s) => ({ seconds: BigInt(s), nanos: 0 });
+const query = 'process_cpu:samples:count:cpu:nanoseconds:delta{}';
+
+async function ask(format, name, call, type) {
+  try {
+    const { response } = await call;
+    const bytes = type.toBinary(response);
+    console.log(JSON.stringify({ format, name, ok: true, b64: Buffer.from(bytes).toString('base64') }));
+  } catch (e) {
+    console.log(JSON.stringify({ format, name, ok: false, code: String(e.code), message: e.message }));
+  }
+}
+
+for (const format of ['binary', 'text']) {
+  const transport = new GrpcWebFetchTransport({ baseUrl: base, format, meta: { 'x-scope-orgid': tenant } });
+  const client = new QueryServiceClient(transport);
+  const range = { start: ts(startS), end: ts(endS) };
+  await ask(format, 'ProfileTypes', client.profileTypes(ProfileTypesRequest.create()), ProfileTypesResponse);
+  await ask(format, 'Labels', client.labels(LabelsRequest.create()), LabelsResponse);
+  await ask(format, 'Values', client.values(ValuesRequest.create({ labelName: 'job' })), ValuesResponse);
+  await ask(format, 'QueryRange', client.queryRange(QueryRangeRequest.create({ query, ...range, sumBy: ['job'] })), QueryRangeResponse);
+  for (const [name, reportType] of [
+    ['Query/FLAMEGRAPH_TABLE', QueryRequest_ReportType.FLAMEGRAPH_TABLE],
+    ['Query/TOP', QueryRequest_ReportType.TOP],
+    ['Query/PPROF', QueryRequest_ReportType.PPROF],
+  ]) {
+    const request = QueryRequest.create({
+      mode: QueryRequest_Mode.MERGE,
+      reportType,
+      options: { oneofKind: 'merge', merge: { query, ...range } },
+    });
+    await ask(format, name, client.query(request), QueryResponse);
+  }
+  await ask(format, 'HasProfileData', client.hasProfileData(HasProfileDataRequest.create()), HasProfileDataResponse);
+  await ask(format, 'QueryRange/bad', client.queryRange(QueryRangeRequest.create({ query: 'not a selector{', ...range })), QueryRangeResponse);
+}

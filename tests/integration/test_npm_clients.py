@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""Parca's own web client, npm's @parca/client over @protobuf-ts/grpcweb-transport (fetch, gRPC-Web
+binary and text), against `strata all`'s HTTP port (issue 19 item 4, first part).
+
+tests/clients/grpcweb_client.mjs asks ProfileTypes, Labels, Values, QueryRange, Query (merge:
+flame graph table, top, pprof), HasProfileData and a malformed QueryRange; each answer, as the
+client decoded it and encoded again, must equal the answer grpcio gets over native gRPC, and the
+error the same code and message. Needs `npm ci` in tests/clients (scripts/test.sh runs it).
+"""
+import base64
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import strata_testlib as lib  # noqa: E402
+import test_query_common as qc  # noqa: E402
+
+import grpc  # noqa: E402
+from google.protobuf import timestamp_pb2  # noqa: E402
+from parca.profilestore.v1alpha1 import profilestore_pb2_grpc as ps_grpc  # noqa: E402
+from parca.query.v1alpha1 import query_pb2 as qpb  # noqa: E402
+from parca.query.v1alpha1 import query_pb2_grpc as q_grpc  # noqa: E402
+
+TENANT = "npm"
+CLIENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients")
+
+
+def ts(s):
+    t = timestamp_pb2.Timestamp()
+    t.seconds = s
+    return t
+
+
+class NpmClientsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = lib.make_workdir("npm-clients")
+        ports = [lib.free_port() for _ in range(2)]
+        cls.http = f"http://127.0.0.1:{ports[1]}"
+        cls.server = lib.Strata(cls.work, "all", f"""
+server:
+  grpc_listen_address: 127.0.0.1:{ports[0]}
+  http_listen_address: 127.0.0.1:{ports[1]}
+bucket:
+  type: FILESYSTEM
+  config:
+    directory: {os.path.join(cls.work, "data")}
+compactor:
+  enabled: false
+""").start(ready_url=cls.http + "/ready")
+        cls.channel = grpc.insecure_channel(f"127.0.0.1:{ports[0]}")
+        cls.t_s = 1767225600
+        for i, (job, stack, n) in enumerate([("api", qc.A, 7), ("worker", qc.B, 5)]):
+            b = qc.PprofBuilder([("samples", "count"), ("cpu", "nanoseconds")],
+                                ("cpu", "nanoseconds"), qc.PERIOD, (cls.t_s + i) * 10**9,
+                                qc.DURATION)
+            b.sample(stack, [n, n * qc.PERIOD])
+            ps_grpc.ProfileStoreServiceStub(cls.channel).WriteRaw(
+                qc.write_request([({"__name__": "process_cpu", "job": job}, [b.bytes()])]),
+                metadata=[("x-scope-orgid", TENANT)], timeout=30)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        if cls.server.stop() != 0:
+            print(cls.server.logs())
+        lib.remove_workdir(cls.work)
+
+    def native(self, name, start, end):
+        """(response type, answer or RpcError) over grpcio for the client's call `name`."""
+        q = q_grpc.QueryServiceStub(self.channel)
+        md = [("x-scope-orgid", TENANT)]
+        query = qc.CPU_SAMPLES + "{}"
+        calls = {
+            "ProfileTypes": (qpb.ProfileTypesResponse,
+                             lambda: q.ProfileTypes(qpb.ProfileTypesRequest(), metadata=md)),
+            "Labels": (qpb.LabelsResponse, lambda: q.Labels(qpb.LabelsRequest(), metadata=md)),
+            "Values": (qpb.ValuesResponse,
+                       lambda: q.Values(qpb.ValuesRequest(label_name="job"), metadata=md)),
+            "QueryRange": (qpb.QueryRangeResponse, lambda: q.QueryRange(qpb.QueryRangeRequest(
+                query=query, start=ts(start), end=ts(end), sum_by=["job"]), metadata=md)),
+            "HasProfileData": (qpb.HasProfileDataResponse, lambda: q.HasProfileData(
+                qpb.HasProfileDataRequest(), metadata=md)),
+            "QueryRange/bad": (qpb.QueryRangeResponse, lambda: q.QueryRange(qpb.QueryRangeRequest(
+                query="not a selector{", start=ts(start), end=ts(end)), metadata=md)),
+        }
+        for report in ("FLAMEGRAPH_TABLE", "TOP", "PPROF"):
+            calls["Query/" + report] = (qpb.QueryResponse, lambda r=report: q.Query(
+                qpb.QueryRequest(mode=qpb.QueryRequest.MODE_MERGE,
+                                 report_type=qpb.QueryRequest.ReportType.Value("REPORT_TYPE_" + r),
+                                 merge=qpb.MergeProfile(query=query, start=ts(start),
+                                                        end=ts(end))), metadata=md))
+        response_type, call = calls[name]
+        try:
+            return response_type, call()
+        except grpc.RpcError as e:
+            return response_type, e
+
+    def test_parca_client_over_grpc_web(self):
+        start, end = self.t_s - 60, self.t_s + 60
+        out = subprocess.run(
+            ["node", "--import", "./register.mjs", "grpcweb_client.mjs", self.http, TENANT,
+             str(start), str(end)], cwd=CLIENTS, capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        answers = [json.loads(line) for line in out.stdout.splitlines()]
+        self.assertEqual(len(answers), 2 * 9, out.stdout)
+        for a in answers:
+            what = f"{a['name']} over gRPC-Web {a['format']}"
+            response_type, want = self.native(a["name"], start, end)
+            if isinstance(want, grpc.RpcError):
+                self.assertFalse(a["ok"], what)
+                self.assertEqual(a["code"], want.code().name, what)
+                self.assertEqual(a["message"], want.details(), what)
+                continue
+            self.assertTrue(a["ok"], f"{what}: {a}")
+            got = response_type.FromString(base64.b64decode(a["b64"]))
+            self.assertEqual(got, want, what)
+            if a["name"] == "Values":
+                self.assertEqual(sorted(got.label_values), ["api", "worker"])
+            if a["name"].startswith("Query/"):
+                self.assertEqual(got.total, 12 * qc.PERIOD, what)
+
+
+if __name__ == "__main__":
+    unittest.main()
