@@ -958,6 +958,7 @@ static int apply_bucket_index(block_index *ix, const char *tenant, strata_error 
     strata_buffer_free(&json);
     add_index_blocks(ix, tenant, &bi);
     int rc = 0;
+    bool pending = false; /* a marked block kept until its replacement is indexed */
     for (size_t j = 0; j < bi.n_marks && rc == 0; j++) {
         char id[ULID_STRING_LEN + 1];
         ulid_format(&bi.marks[j].id, id);
@@ -976,11 +977,15 @@ static int apply_bucket_index(block_index *ix, const char *tenant, strata_error 
         if (b != NULL && (replacement[0] == '\0' || b->hidden)) {
             retire_locked(ix, tenant, id);
             remove_entry_locked(ix, b);
+        } else if (b != NULL) {
+            pending = true;
         }
         pthread_mutex_unlock(&ix->mu);
     }
     bucket_index_free(&bi);
-    if (rc == 0)
+    /* Unchanged, the index is skipped at later rechecks, unless a mark is still to be applied
+     * (its block waits for its replacement, which a later listing indexes). */
+    if (rc == 0 && !pending)
         remember_index(ix, tenant, &attrs);
     return rc;
 }
