@@ -595,7 +595,9 @@ static int runtime_start(runtime *rt, strata_error *err) {
         .tls_cert_file = sc->tls.cert_file,
         .tls_key_file = sc->tls.key_file,
         .tls_client_ca_file = sc->tls.client_ca_file,
-        .auth = rt->auth};
+        .auth = rt->auth,
+        .cors_origins = (const char *const *)sc->cors_allowed_origins.items,
+        .n_cors_origins = sc->cors_allowed_origins.count};
     if ((rt->http = http_server_new(&hopts, err)) == NULL ||
         http_server_add_metrics(rt->http, rt->registry, err) != 0 ||
         http_server_add_ready(rt->http, ready_check, rt, err) != 0)

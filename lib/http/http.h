@@ -133,6 +133,16 @@ typedef struct http_server_options {
      * verified client certificate is 401, a tenant (X-Scope-OrgID) outside the credential's list
      * 403. NULL: none. Must outlive the server. */
     const struct strata_auth *auth;
+    /* CORS: origins (e.g. "http://grafana.example:3000", or "*" for any) whose pages may call
+     * this server from a browser. A preflight (OPTIONS with Access-Control-Request-Method) is
+     * answered by the server itself, before authentication and any route (it carries no
+     * credentials and returns no data): 204 with the allowed methods and the requested headers
+     * for an allowed origin, 403 otherwise; every response to an allowed origin carries
+     * Access-Control-Allow-Origin and exposes the gRPC-Web and Connect headers. None (the
+     * default): no CORS headers, so only same-origin pages can read answers. The strings must
+     * outlive the server. */
+    const char *const *cors_origins;
+    size_t n_cors_origins;
 } http_server_options;
 
 typedef enum http_match {

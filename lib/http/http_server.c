@@ -397,6 +397,61 @@ static void allowed_methods(const http_server *s, const char *path, char *out, s
     }
 }
 
+/* --- CORS ------------------------------------------------------------------------------------ */
+
+/* Headers a browser page may read from an answer: gRPC-Web's and Connect's status and trailers. */
+#define CORS_EXPOSED_HEADERS                                                                       \
+    "grpc-status, grpc-message, grpc-status-details-bin, connect-content-encoding, "               \
+    "trailer-warning, *"
+
+/* The request's Origin when server options allow it, else NULL. */
+static const char *allowed_origin(const http_server *s, const http_request *r) {
+    if (s->opts.n_cors_origins == 0)
+        return NULL;
+    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    if (origin == NULL || origin[0] == '\0')
+        return NULL;
+    for (size_t i = 0; i < s->opts.n_cors_origins; i++)
+        if (strcmp(s->opts.cors_origins[i], "*") == 0 ||
+            strcasecmp(s->opts.cors_origins[i], origin) == 0)
+            return origin;
+    return NULL;
+}
+
+static void add_cors_headers(const http_server *s, const http_request *r, http_response *resp) {
+    const char *origin = allowed_origin(s, r);
+    if (origin == NULL)
+        return;
+    (void)http_response_add_header(resp, "Access-Control-Allow-Origin", origin);
+    (void)http_response_add_header(resp, "Vary", "Origin");
+    (void)http_response_add_header(resp, "Access-Control-Expose-Headers", CORS_EXPOSED_HEADERS);
+}
+
+/* A CORS preflight: OPTIONS asking whether a request may follow. */
+static bool is_preflight(const http_server *s, const http_request *r, const char *method) {
+    return s->opts.n_cors_origins > 0 && strcmp(method, "OPTIONS") == 0 &&
+           MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Method") !=
+               NULL;
+}
+
+static enum MHD_Result respond(http_request *r, http_response *resp);
+
+static enum MHD_Result respond_preflight(http_server *s, http_request *r) {
+    if (allowed_origin(s, r) == NULL) {
+        http_response_error(&r->resp, r, 403, "origin not allowed (server.cors_allowed_origins)");
+        return respond(r, &r->resp);
+    }
+    http_response_set_status(&r->resp, 204);
+    (void)http_response_add_header(&r->resp, "Access-Control-Allow-Methods",
+                                   "GET, HEAD, POST, OPTIONS");
+    const char *asked =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    if (asked != NULL && asked[0] != '\0')
+        (void)http_response_add_header(&r->resp, "Access-Control-Allow-Headers", asked);
+    (void)http_response_add_header(&r->resp, "Access-Control-Max-Age", "7200");
+    return respond(r, &r->resp);
+}
+
 /* --- responding ------------------------------------------------------------------------------ */
 
 static enum MHD_Result respond(http_request *r, http_response *resp) {
@@ -404,6 +459,7 @@ static enum MHD_Result respond(http_request *r, http_response *resp) {
         http_response_release(resp);
         http_response_error(resp, r, 500, "internal error: the handler built an invalid response");
     }
+    add_cors_headers(r->server, r, resp);
     unsigned status = resp->status;
     struct MHD_Response *m = http_response_to_mhd(
         resp, atomic_load_explicit(&r->server->stopping, memory_order_relaxed));
@@ -608,6 +664,8 @@ static enum MHD_Result on_headers(http_server *s, http_request *r, const char *m
     http_request_set_peer(r);
     if (http_request_parse_uri(r) != 0)
         return respond_error(r, 400, "malformed request URI");
+    if (is_preflight(s, r, method))
+        return respond_preflight(s, r);
     if (s->tls_client_ca != NULL && !open_path(r->path) && !client_certificate_verified(r->conn))
         return refuse(r, 401, "a client certificate signed by the server's client CA is required");
     if (s->opts.auth != NULL && !open_path(r->path)) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/auth.h"
 #include "common/base64.h"
 #include "http/http.h"
 #include "metrics/metrics.h"
@@ -29,7 +30,7 @@ typedef struct fixture {
     char base[64];
 } fixture;
 
-static int setup(void **state) {
+static fixture *fixture_new(const char *const *cors, size_t n_cors, const strata_auth *auth) {
     fixture *f = calloc(1, sizeof *f);
     assert_non_null(f);
     strata_error err;
@@ -38,18 +39,25 @@ static int setup(void **state) {
     assert_non_null(f->rpc = rpc_server_new(&ro, &err));
     assert_int_equal(test_register_services(f->rpc, &f->delayer, &err), 0);
     assert_non_null(f->metrics = metrics_registry_new(&err));
-    http_server_options ho = {.bind = "127.0.0.1:0", .metrics = f->metrics};
+    http_server_options ho = {.bind = "127.0.0.1:0",
+                              .metrics = f->metrics,
+                              .auth = auth,
+                              .cors_origins = cors,
+                              .n_cors_origins = n_cors};
     assert_non_null(f->http = http_server_new(&ho, &err));
     assert_int_equal(rpcweb_new(f->http, f->rpc, &f->web, &err), 0);
     assert_int_equal(rpc_server_start(f->rpc, &err), 0);
     assert_int_equal(http_server_start(f->http, &err), 0);
     snprintf(f->base, sizeof f->base, "http://127.0.0.1:%u", http_server_port(f->http));
-    *state = f;
+    return f;
+}
+
+static int setup(void **state) {
+    *state = fixture_new(NULL, 0, NULL);
     return 0;
 }
 
-static int teardown(void **state) {
-    fixture *f = *state;
+static void fixture_free(fixture *f) {
     rpcweb_close(f->web);
     rpc_server_shutdown(f->rpc, 1000000000);
     http_server_stop(f->http);
@@ -58,6 +66,10 @@ static int teardown(void **state) {
     metrics_registry_free(f->metrics);
     test_delayer_stop(&f->delayer);
     free(f);
+}
+
+static int teardown(void **state) {
+    fixture_free(*state);
     return 0;
 }
 
@@ -71,24 +83,29 @@ static size_t on_write(char *data, size_t size, size_t n, void *ctx) {
     return strata_buffer_append(ctx, data, size * n) == 0 ? size * n : 0;
 }
 
-/* POSTs body to path with a Content-Type and extra headers (NULL-terminated). */
-static reply post(const fixture *f, const char *path, const char *type, const void *body,
-                  size_t len, const char *const *extra) {
+/* A request of method (POST when NULL) to path with a Content-Type (none when NULL) and extra
+ * headers (NULL-terminated). */
+static reply request(const fixture *f, const char *method, const char *path, const char *type,
+                     const void *body, size_t len, const char *const *extra) {
     reply r = {0};
     CURL *c = curl_easy_init();
     assert_non_null(c);
     char url[256], content_type[128];
     snprintf(url, sizeof url, "%s%s", f->base, path);
-    snprintf(content_type, sizeof content_type, "Content-Type: %s", type);
-    struct curl_slist *h = curl_slist_append(NULL, content_type);
+    snprintf(content_type, sizeof content_type, "Content-Type: %s", type != NULL ? type : "");
+    struct curl_slist *h = type != NULL ? curl_slist_append(NULL, content_type) : NULL;
     for (size_t i = 0; extra != NULL && extra[i] != NULL; i++)
         h = curl_slist_append(h, extra[i]);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-    curl_easy_setopt(c, CURLOPT_POST, 1L);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, (const char *)body);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    if (method != NULL) {
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    } else {
+        curl_easy_setopt(c, CURLOPT_POST, 1L);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, (const char *)body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
@@ -100,6 +117,11 @@ static reply post(const fixture *f, const char *path, const char *type, const vo
     curl_easy_cleanup(c);
     assert_int_equal(strata_buffer_append_byte(&r.headers, 0), 0);
     return r;
+}
+
+static reply post(const fixture *f, const char *path, const char *type, const void *body,
+                  size_t len, const char *const *extra) {
+    return request(f, NULL, path, type, body, len, extra);
 }
 
 static void reply_free(reply *r) {
@@ -262,6 +284,62 @@ static void test_closed_before_shutdown(void **state) {
     assert_string_equal(got, "TRAILER:grpc-status:14\r\ngrpc-message:server is shutting down\r\n");
 }
 
+/* CORS: preflights answered before authentication for allowed origins only; answers to them
+ * carry Access-Control-Allow-Origin and expose grpc-status; authentication still applies to the
+ * calls themselves. */
+static void test_cors(void **state) {
+    (void)state;
+    strata_error err;
+    const char *const tenants[] = {"*"};
+    strata_auth_credential cred = {.token = "s3cret", .tenants = tenants, .n_tenants = 1};
+    strata_auth *auth = strata_auth_new(&cred, 1, &err);
+    assert_non_null(auth);
+    const char *const origins[] = {"http://grafana.example:3000"};
+    fixture *f = fixture_new(origins, 1, auth);
+    reply r = request(f, "OPTIONS", "/test.Echo/Echo", NULL, NULL, 0,
+                      (const char *const[]){"Origin: http://grafana.example:3000",
+                                            "Access-Control-Request-Method: POST",
+                                            "Access-Control-Request-Headers: content-type, "
+                                            "x-grpc-web, authorization",
+                                            NULL});
+    const char *h = (const char *)r.headers.data;
+    assert_int_equal(r.status, 204);
+    assert_non_null(strstr(h, "Access-Control-Allow-Origin: http://grafana.example:3000"));
+    assert_non_null(
+        strstr(h, "Access-Control-Allow-Headers: content-type, x-grpc-web, authorization"));
+    assert_non_null(strstr(h, "Access-Control-Allow-Methods: GET, HEAD, POST, OPTIONS"));
+    reply_free(&r);
+    r = request(f, "OPTIONS", "/test.Echo/Echo", NULL, NULL, 0,
+                (const char *const[]){"Origin: http://evil.example",
+                                      "Access-Control-Request-Method: POST", NULL});
+    assert_int_equal(r.status, 403);
+    assert_null(strstr((const char *)r.headers.data, "Access-Control-Allow-Origin"));
+    reply_free(&r);
+    strata_buffer req = frame(0, "hi");
+    r = post(f, "/test.Echo/Echo", "application/grpc-web+proto", req.data, req.len,
+             (const char *const[]){"Origin: http://grafana.example:3000", NULL});
+    assert_int_equal(r.status, 401); /* no token: authentication is not skipped */
+    reply_free(&r);
+    r = post(f, "/test.Echo/Echo", "application/grpc-web+proto", req.data, req.len,
+             (const char *const[]){"Origin: http://grafana.example:3000",
+                                   "Authorization: Bearer s3cret", NULL});
+    h = (const char *)r.headers.data;
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(h, "Access-Control-Allow-Origin: http://grafana.example:3000"));
+    assert_non_null(strstr(h, "Access-Control-Expose-Headers: grpc-status, grpc-message"));
+    reply_free(&r);
+    /* another origin gets its answer (CORS is the browser's rule) but no permission to read it */
+    r = post(
+        f, "/test.Echo/Echo", "application/grpc-web+proto", req.data, req.len,
+        (const char *const[]){"Origin: http://evil.example", "Authorization: Bearer s3cret", NULL});
+    assert_int_equal(r.status, 200);
+    assert_null(strstr((const char *)r.headers.data, "Access-Control-Allow-Origin"));
+    reply_free(&r);
+    strata_buffer_free(&req);
+    fixture_free(f);
+    strata_auth_free(auth);
+}
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
@@ -270,6 +348,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_connect_unary, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_frames, setup, teardown),
         cmocka_unit_test_setup_teardown(test_closed_before_shutdown, setup, teardown),
+        cmocka_unit_test(test_cors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
