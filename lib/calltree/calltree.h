@@ -286,6 +286,70 @@ const char *calltree_frame_label(const calltree *tree, uint32_t frame);
 size_t calltree_child_count(const calltree *tree, uint32_t node);
 uint32_t calltree_child_at(const calltree *tree, uint32_t node, size_t i);
 
+/* ---- views: Parca's filters, inverted stacks and the sandwich, over a merged tree ---------- */
+
+/* String conditions compare case-insensitively (Parca's StringCondition). */
+typedef enum calltree_match_op {
+    CALLTREE_MATCH_EQUAL,
+    CALLTREE_MATCH_NOT_EQUAL,
+    CALLTREE_MATCH_CONTAINS,
+    CALLTREE_MATCH_NOT_CONTAINS,
+    CALLTREE_MATCH_STARTS_WITH,
+    CALLTREE_MATCH_NOT_STARTS_WITH,
+} calltree_match_op;
+
+typedef struct calltree_string_match {
+    bool set;
+    calltree_match_op op;
+    const char *value;
+} calltree_string_match;
+
+typedef struct calltree_number_match {
+    bool set;
+    bool not_equal;
+    uint64_t value;
+} calltree_number_match;
+
+/* Parca's FilterCriteria: every set condition must hold. binary is the mapping file's base name;
+ * line_number the call site's line, else the function's start line. binaries (the deprecated
+ * BinaryFrameFilter): the base name is one of them (none: no condition). */
+typedef struct calltree_criteria {
+    calltree_string_match function_name, system_name, binary, filename;
+    calltree_number_match address, line_number;
+    const char *const *binaries;
+    size_t n_binaries;
+} calltree_criteria;
+
+/* A stack filter keeps the stacks that satisfy its criteria: a positive condition (equal,
+ * contains, starts with) when some frame of the stack meets it, a negative one when every frame
+ * does (so "function name not contains X" keeps the stacks without X). A frame filter keeps, in
+ * every stack, the frames that meet every condition. Label frames (group by labels) are never
+ * tested nor removed. */
+typedef struct calltree_filter {
+    bool frames; /* a frame filter; else a stack filter */
+    calltree_criteria criteria;
+} calltree_filter;
+
+/* What a query asks beyond the merge: filters in order, then the sandwich (stacks through the
+ * function named sandwich, exactly, cut to begin at its outermost call: its callees; inverted, cut
+ * at its innermost call and reversed: its callers), then inversion (code frames leaf first; label
+ * frames stay on top). */
+typedef struct calltree_view {
+    const calltree_filter *filters;
+    size_t n_filters;
+    const char *sandwich; /* NULL: none */
+    bool invert;
+} calltree_view;
+
+/* Whether v changes nothing (no filter, sandwich or inversion). */
+bool calltree_view_is_identity(const calltree_view *v);
+/* Builds, finalized, the tree of src's stacks (src finalized) seen through v: each stack (a node's
+ * path, with the node's self on both sides) filtered, cut and turned as v says. *removed: the
+ * main side's value of the stacks v dropped (QueryResponse.filtered). A stack whose frames are all
+ * filtered away keeps its value on the root. */
+int calltree_view_apply(const calltree *src, const calltree_view *v, calltree **out,
+                        int64_t *removed, strata_error *err);
+
 /* pprof metadata for REPORT_TYPE_PPROF; strings may be NULL (""). */
 typedef struct calltree_pprof_meta {
     const char *sample_type;
@@ -302,8 +366,8 @@ typedef struct calltree_report_options {
     size_t max_nodes; /* flame graph nodes (both forms), TOP entries, table rows; 0 = unlimited */
     const char *unit; /* Flamegraph.unit, Top.unit, flamebearer metadata.units; NULL = "" */
     const char *name; /* flamebearer metadata.name; NULL = "" */
-    int64_t total;    /* QueryResponse.total: total before filtering */
-    int64_t filtered; /* QueryResponse.filtered */
+    int64_t total;    /* QueryResponse.total: the samples shown (after a calltree_view) */
+    int64_t filtered; /* QueryResponse.filtered: the samples a calltree_view removed */
     calltree_pprof_meta pprof;
 } calltree_report_options;
 

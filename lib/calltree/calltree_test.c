@@ -1289,6 +1289,163 @@ static void test_partial_malformed(void **state) {
     calltree_free(src);
 }
 
+/* ---- views ---- */
+
+static int compare_lines(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The stacks of t as sorted lines "f1;f2;... self/self_base" ("{k=v}" for label frames, "-" for
+ * the root), joined by '|'. */
+static void stacks_of(const calltree *t, char *out, size_t cap) {
+    size_t n = calltree_node_count(t), lines = 0;
+    char **line = calloc(n, sizeof *line);
+    assert_non_null(line);
+    for (uint32_t node = 0; node < n; node++) {
+        calltree_node_values v = calltree_node_get(t, node);
+        if (v.self == 0 && v.self_base == 0)
+            continue;
+        char path[512] = "";
+        uint32_t chain[64];
+        size_t depth = 0;
+        for (uint32_t x = node; x != CALLTREE_ROOT; x = calltree_node_parent(t, x))
+            chain[depth++] = x;
+        if (depth == 0)
+            snprintf(path, sizeof path, "-");
+        for (size_t k = depth; k-- > 0;) {
+            uint32_t f = calltree_node_frame(t, chain[k]);
+            size_t used = strlen(path);
+            if (calltree_frame_label_count(t, f) > 0) {
+                const char *name, *value;
+                calltree_frame_label_at(t, f, 0, &name, &value);
+                snprintf(path + used, sizeof path - used, "%s{%s=%s}", used ? ";" : "", name,
+                         value);
+            } else {
+                snprintf(path + used, sizeof path - used, "%s%s", used ? ";" : "",
+                         calltree_frame_get(t, f).name);
+            }
+        }
+        char buf[600];
+        snprintf(buf, sizeof buf, "%s %lld/%lld", path, (long long)v.self, (long long)v.self_base);
+        assert_non_null(line[lines++] = strdup(buf));
+    }
+    qsort(line, lines, sizeof *line, compare_lines);
+    out[0] = '\0';
+    for (size_t i = 0; i < lines; i++) {
+        size_t used = strlen(out);
+        snprintf(out + used, cap - used, "%s%s", i ? "|" : "", line[i]);
+        free(line[i]);
+    }
+    free(line);
+}
+
+static void expect_view(const calltree *src, const calltree_view *v, const char *want,
+                        int64_t want_removed) {
+    calltree *t;
+    int64_t removed;
+    strata_error err;
+    assert_int_equal(calltree_view_apply(src, v, &t, &removed, &err), 0);
+    char got[2048];
+    stacks_of(t, got, sizeof got);
+    assert_string_equal(got, want);
+    assert_int_equal(removed, want_removed);
+    /* totals are the kept stacks' sums */
+    assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total,
+                     calltree_node_get(src, CALLTREE_ROOT).total - want_removed);
+    calltree_free(t);
+}
+
+static calltree_filter string_filter(bool frames, int which, calltree_match_op op,
+                                     const char *value) {
+    calltree_filter f = {.frames = frames};
+    calltree_string_match m = {true, op, value};
+    if (which == 0)
+        f.criteria.function_name = m;
+    else
+        f.criteria.binary = m;
+    return f;
+}
+
+/* STACKS_B: main;a;b 3, main;a;c 2, main;d 5 (d in /lib/libc.so), main;r;r 1. */
+static void test_views(void **state) {
+    (void)state;
+    calltree *t = tree_b();
+    calltree_view v = {0};
+    assert_true(calltree_view_is_identity(&v));
+    expect_view(t, &v, "main;a;b 3/0|main;a;c 2/0|main;d 5/0|main;r;r 1/0", 0);
+    /* stack filters: positive conditions need one frame, negative ones every frame */
+    calltree_filter f = string_filter(false, 0, CALLTREE_MATCH_CONTAINS, "B");
+    v = (calltree_view){.filters = &f, .n_filters = 1};
+    assert_false(calltree_view_is_identity(&v));
+    expect_view(t, &v, "main;a;b 3/0", 8);
+    f = string_filter(false, 0, CALLTREE_MATCH_NOT_EQUAL, "a");
+    expect_view(t, &v, "main;d 5/0|main;r;r 1/0", 5);
+    f = string_filter(false, 0, CALLTREE_MATCH_STARTS_WITH, "R");
+    expect_view(t, &v, "main;r;r 1/0", 10);
+    /* frame filters: frames of libc hidden; frames named m* only */
+    f = string_filter(true, 1, CALLTREE_MATCH_NOT_EQUAL, "libc.so");
+    expect_view(t, &v, "main 5/0|main;a;b 3/0|main;a;c 2/0|main;r;r 1/0", 0);
+    f = string_filter(true, 0, CALLTREE_MATCH_STARTS_WITH, "m");
+    expect_view(t, &v, "main 11/0", 0);
+    /* the deprecated binary list: only libc's frames; stacks left empty weigh on the root */
+    const char *const libc[] = {"libc.so"};
+    f = (calltree_filter){.frames = true, .criteria = {.binaries = libc, .n_binaries = 1}};
+    expect_view(t, &v, "- 6/0|d 5/0", 0);
+    /* numbers: start_line is 10 x the name's length here */
+    f = (calltree_filter){.frames = false,
+                          .criteria = {.line_number = {true, true, 40}}}; /* no "main" */
+    expect_view(t, &v, "", 11);
+    /* two filters apply in order */
+    calltree_filter two[2] = {string_filter(false, 0, CALLTREE_MATCH_EQUAL, "a"),
+                              string_filter(true, 0, CALLTREE_MATCH_NOT_EQUAL, "main")};
+    v = (calltree_view){.filters = two, .n_filters = 2};
+    expect_view(t, &v, "a;b 3/0|a;c 2/0", 6);
+    /* inverted, the sandwich's callees and callers */
+    v = (calltree_view){.invert = true};
+    expect_view(t, &v, "b;a;main 3/0|c;a;main 2/0|d;main 5/0|r;r;main 1/0", 0);
+    v = (calltree_view){.sandwich = "a"};
+    expect_view(t, &v, "a;b 3/0|a;c 2/0", 6);
+    v = (calltree_view){.sandwich = "a", .invert = true};
+    expect_view(t, &v, "a;main 5/0", 6);
+    v = (calltree_view){.sandwich = "r"};
+    expect_view(t, &v, "r;r 1/0", 10);
+    v = (calltree_view){.sandwich = "r", .invert = true};
+    expect_view(t, &v, "r;r;main 1/0", 10);
+    calltree_free(t);
+
+    /* both sides of a diff are carried */
+    t = tree_diff(true);
+    v = (calltree_view){.invert = true};
+    calltree *inv;
+    int64_t removed;
+    assert_int_equal(calltree_view_apply(t, &v, &inv, &removed, NULL), 0);
+    assert_true(calltree_is_diff(inv));
+    assert_int_equal(calltree_node_get(inv, CALLTREE_ROOT).total_base,
+                     calltree_node_get(t, CALLTREE_ROOT).total_base);
+    assert_int_equal(calltree_node_get(inv, CALLTREE_ROOT).total,
+                     calltree_node_get(t, CALLTREE_ROOT).total);
+    calltree_free(inv);
+    calltree_free(t);
+
+    /* label frames stay on top and are never filtered */
+    t = tree_labels(CALLTREE_GROUP_DEFAULT);
+    v = (calltree_view){.invert = true};
+    char got[2048];
+    assert_int_equal(calltree_view_apply(t, &v, &inv, &removed, NULL), 0);
+    stacks_of(inv, got, sizeof got);
+    assert_non_null(strstr(got, "{endpoint=/a};b;a;main 3/0"));
+    assert_non_null(strstr(got, "d;main 4/0"));
+    calltree_free(inv);
+    f = string_filter(true, 0, CALLTREE_MATCH_EQUAL, "d");
+    v = (calltree_view){.filters = &f, .n_filters = 1};
+    assert_int_equal(calltree_view_apply(t, &v, &inv, &removed, NULL), 0);
+    stacks_of(inv, got, sizeof got);
+    assert_non_null(strstr(got, "{endpoint=/a} 3/0"));
+    assert_non_null(strstr(got, "{endpoint=/b};d 2/0"));
+    calltree_free(inv);
+    calltree_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nodes_and_totals),
@@ -1315,6 +1472,7 @@ int main(void) {
         cmocka_unit_test(test_pprof_faithful),
         cmocka_unit_test(test_depth_first_order),
         cmocka_unit_test(test_frame_ids),
+        cmocka_unit_test(test_views),
         cmocka_unit_test(test_partial_round_trip),
         cmocka_unit_test(test_partial_malformed),
     };

@@ -345,6 +345,127 @@ static int request_group_by(const query_request_pb *r,
     return rc;
 }
 
+/* ---- Parca's filters, inverted stacks and the sandwich (calltree_view) -------------------- */
+
+#define MAX_QUERY_FILTERS 64
+#define P(x) PARCA__QUERY__V1ALPHA1__##x
+
+static void string_match_of(const Parca__Query__V1alpha1__StringCondition *c,
+                            calltree_string_match *m) {
+    if (c == NULL)
+        return;
+    m->set = true;
+    switch (c->condition_case) {
+        case P(STRING_CONDITION__CONDITION_EQUAL):
+            *m = (calltree_string_match){true, CALLTREE_MATCH_EQUAL, c->equal};
+            break;
+        case P(STRING_CONDITION__CONDITION_NOT_EQUAL):
+            *m = (calltree_string_match){true, CALLTREE_MATCH_NOT_EQUAL, c->not_equal};
+            break;
+        case P(STRING_CONDITION__CONDITION_CONTAINS):
+            *m = (calltree_string_match){true, CALLTREE_MATCH_CONTAINS, c->contains};
+            break;
+        case P(STRING_CONDITION__CONDITION_NOT_CONTAINS):
+            *m = (calltree_string_match){true, CALLTREE_MATCH_NOT_CONTAINS, c->not_contains};
+            break;
+        case P(STRING_CONDITION__CONDITION_STARTS_WITH):
+            *m = (calltree_string_match){true, CALLTREE_MATCH_STARTS_WITH, c->starts_with};
+            break;
+        case P(STRING_CONDITION__CONDITION_NOT_STARTS_WITH):
+            *m = (calltree_string_match){true, CALLTREE_MATCH_NOT_STARTS_WITH, c->not_starts_with};
+            break;
+        default:
+            m->set = false; /* no condition: matches everything */
+    }
+}
+
+static void number_match_of(const Parca__Query__V1alpha1__NumberCondition *c,
+                            calltree_number_match *m) {
+    if (c == NULL || c->condition_case == P(NUMBER_CONDITION__CONDITION__NOT_SET))
+        return;
+    bool not_equal = c->condition_case == P(NUMBER_CONDITION__CONDITION_NOT_EQUAL);
+    *m = (calltree_number_match){true, not_equal, not_equal ? c->not_equal : c->equal};
+}
+
+static void criteria_of(const Parca__Query__V1alpha1__FilterCriteria *fc, calltree_criteria *c) {
+    if (fc == NULL)
+        return;
+    string_match_of(fc->function_name, &c->function_name);
+    string_match_of(fc->system_name, &c->system_name);
+    string_match_of(fc->binary, &c->binary);
+    string_match_of(fc->filename, &c->filename);
+    number_match_of(fc->address, &c->address);
+    number_match_of(fc->line_number, &c->line_number);
+}
+
+/* The request's filters (into filters[0..MAX_QUERY_FILTERS)), invert_call_stack and
+ * sandwich_by_function; strings point into r. Filters without a condition are skipped. */
+static int request_view(const query_request_pb *r, calltree_filter *filters, calltree_view *v,
+                        strata_error *err) {
+    *v = (calltree_view){.filters = filters};
+    if (r->n_filter > MAX_QUERY_FILTERS)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%zu filters: at most %d",
+                                r->n_filter, MAX_QUERY_FILTERS);
+    for (size_t i = 0; i < r->n_filter; i++) {
+        const Parca__Query__V1alpha1__Filter *f = r->filter[i];
+        calltree_filter *out = &filters[v->n_filters];
+        *out = (calltree_filter){0};
+        if (f->filter_case == P(FILTER__FILTER_STACK_FILTER) && f->stack_filter != NULL) {
+            const Parca__Query__V1alpha1__StackFilter *sf = f->stack_filter;
+            if (sf->filter_case == P(STACK_FILTER__FILTER_CRITERIA)) {
+                criteria_of(sf->criteria, &out->criteria);
+            } else if (sf->filter_case == P(STACK_FILTER__FILTER_FUNCTION_NAME_STACK_FILTER) &&
+                       sf->function_name_stack_filter != NULL &&
+                       sf->function_name_stack_filter->function_to_filter[0] != '\0') {
+                const Parca__Query__V1alpha1__FunctionNameStackFilter *fn =
+                    sf->function_name_stack_filter;
+                out->criteria.function_name = (calltree_string_match){
+                    true, fn->exclude ? CALLTREE_MATCH_NOT_CONTAINS : CALLTREE_MATCH_CONTAINS,
+                    fn->function_to_filter};
+            }
+        } else if (f->filter_case == P(FILTER__FILTER_FRAME_FILTER) && f->frame_filter != NULL) {
+            const Parca__Query__V1alpha1__FrameFilter *ff = f->frame_filter;
+            out->frames = true;
+            if (ff->filter_case == P(FRAME_FILTER__FILTER_CRITERIA)) {
+                criteria_of(ff->criteria, &out->criteria);
+            } else if (ff->filter_case == P(FRAME_FILTER__FILTER_BINARY_FRAME_FILTER) &&
+                       ff->binary_frame_filter != NULL) {
+                out->criteria.binaries =
+                    (const char *const *)ff->binary_frame_filter->include_binaries;
+                out->criteria.n_binaries = ff->binary_frame_filter->n_include_binaries;
+            }
+        }
+        const calltree_criteria *c = &out->criteria;
+        if (c->function_name.set || c->system_name.set || c->binary.set || c->filename.set ||
+            c->address.set || c->line_number.set || c->n_binaries > 0)
+            v->n_filters++;
+    }
+    v->invert =
+        r->_invert_call_stack_case == P(QUERY_REQUEST___INVERT_CALL_STACK_INVERT_CALL_STACK) &&
+        r->invert_call_stack;
+    if (r->_sandwich_by_function_case ==
+            P(QUERY_REQUEST___SANDWICH_BY_FUNCTION_SANDWICH_BY_FUNCTION) &&
+        r->sandwich_by_function != NULL && r->sandwich_by_function[0] != '\0')
+        v->sandwich = r->sandwich_by_function;
+    return 0;
+}
+
+/* Replaces tr's tree with its view; *filtered: what the view removed. */
+static int apply_view(query_tree_result *tr, const calltree_view *v, int64_t *filtered,
+                      strata_error *err) {
+    *filtered = 0;
+    if (calltree_view_is_identity(v))
+        return 0;
+    calltree *viewed;
+    if (calltree_view_apply(tr->tree, v, &viewed, filtered, err) != 0)
+        return -1;
+    calltree_free(tr->tree);
+    tr->tree = viewed;
+    return 0;
+}
+
+#undef P
+
 static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *out,
                         strata_error *errp, void *arg) {
     querier *q = arg;
@@ -370,14 +491,20 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     if (type ==
         PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_UNSPECIFIED)
         type = PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_TABLE;
+    calltree_filter filters[MAX_QUERY_FILTERS];
+    calltree_view view;
+    int64_t filtered = 0;
     if (request_selections(r, &a, &b, &is_diff, &absolute, &err) != 0 ||
         request_group_by(r, type, &group_by, &err) != 0 ||
+        request_view(r, filters, &view, &err) != 0 ||
         querier_build_tree(q, tenant.name, is_diff ? &a : NULL, &b, absolute, &group_by, &tr,
-                           &err) != 0)
+                           &err) != 0 ||
+        apply_view(&tr, &view, &filtered, &err) != 0)
         goto out;
     calltree_report_options opts;
     double trim = r->_node_trim_threshold_case ? r->node_trim_threshold : 0;
     querier_report_options(q, &tr, trim, 0, &opts);
+    opts.filtered = filtered;
     rc = calltree_encode_query_response(tr.tree, type, &opts, &resp, &err);
     if (rc == 0)
         set_warnings(q, call, &tr.main.stats, is_diff ? &tr.base.stats : NULL);

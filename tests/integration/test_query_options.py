@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""Parca's query options beyond the merge (issue 19 item 3): stack and frame filters (criteria
+and the deprecated forms), invert_call_stack and sandwich_by_function, over gRPC on `strata all`,
+checked on TOP reports (flat and cumulative per function) and QueryResponse.total / filtered.
+
+Data: main;app.handle;app.parse x7 and main;app.handle;app.encode x5 (cpu, one process).
+"""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import strata_testlib as lib  # noqa: E402
+import test_query_common as qc  # noqa: E402
+
+import grpc  # noqa: E402
+from google.protobuf import timestamp_pb2  # noqa: E402
+from parca.profilestore.v1alpha1 import profilestore_pb2_grpc as ps_grpc  # noqa: E402
+from parca.query.v1alpha1 import query_pb2 as qpb  # noqa: E402
+from parca.query.v1alpha1 import query_pb2_grpc as q_grpc  # noqa: E402
+
+TENANT = [("x-scope-orgid", "options")]
+P = qc.PERIOD
+
+
+def ts(ns):
+    t = timestamp_pb2.Timestamp()
+    t.seconds, t.nanos = divmod(ns, 10**9)
+    return t
+
+
+def criteria(**conds):
+    c = qpb.FilterCriteria()
+    for field, (op, value) in conds.items():
+        getattr(c, field).CopyFrom(qpb.StringCondition(**{op: value}))
+    return c
+
+
+class QueryOptionsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = lib.make_workdir("query-options")
+        ports = [lib.free_port() for _ in range(2)]
+        http = f"http://127.0.0.1:{ports[1]}"
+        cls.server = lib.Strata(cls.work, "all", f"""
+server:
+  grpc_listen_address: 127.0.0.1:{ports[0]}
+  http_listen_address: 127.0.0.1:{ports[1]}
+bucket:
+  type: FILESYSTEM
+  config:
+    directory: {os.path.join(cls.work, "data")}
+compactor:
+  enabled: false
+""").start(ready_url=http + "/ready")
+        cls.channel = grpc.insecure_channel(f"127.0.0.1:{ports[0]}")
+        cls.query = q_grpc.QueryServiceStub(cls.channel)
+        cls.t_ns = 1767225600 * 10**9
+        b = qc.PprofBuilder([("samples", "count"), ("cpu", "nanoseconds")], ("cpu", "nanoseconds"),
+                            P, cls.t_ns, qc.DURATION)
+        b.sample(qc.A, [7, 7 * P])
+        b.sample(qc.B, [5, 5 * P])
+        ps_grpc.ProfileStoreServiceStub(cls.channel).WriteRaw(
+            qc.write_request([({"__name__": "process_cpu", "job": "o"}, [b.bytes()])]),
+            metadata=TENANT, timeout=30)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        if cls.server.stop() != 0:
+            print(cls.server.logs())
+        lib.remove_workdir(cls.work)
+
+    def top(self, **options):
+        """({function: (flat, cumulative)}, total, filtered) of a merge with options."""
+        r = self.query.Query(qpb.QueryRequest(
+            mode=qpb.QueryRequest.MODE_MERGE, report_type=qpb.QueryRequest.REPORT_TYPE_TOP,
+            merge=qpb.MergeProfile(query=qc.CPU_SAMPLES + "{}", start=ts(self.t_ns - 10**9),
+                                   end=ts(self.t_ns + 10**9)), **options),
+            metadata=TENANT, timeout=60)
+        rows = {n.meta.function.name: (n.flat // P, n.cumulative // P) for n in r.top.list}
+        return rows, r.total // P, r.filtered // P
+
+    def test_plain(self):
+        rows, total, filtered = self.top()
+        self.assertEqual(rows, {"app.parse": (7, 7), "app.encode": (5, 5), "main": (0, 12),
+                                "app.handle": (0, 12)})
+        self.assertEqual((total, filtered), (12, 0))
+
+    def test_invert_call_stack(self):
+        rows, total, _ = self.top(invert_call_stack=True)
+        self.assertEqual(rows["main"], (12, 12))  # every stack now ends in main
+        self.assertEqual(rows["app.parse"], (0, 7))
+        self.assertEqual(total, 12)
+
+    def test_stack_filters(self):
+        keep_parse = qpb.Filter(stack_filter=qpb.StackFilter(
+            criteria=criteria(function_name=("contains", "PARSE"))))
+        rows, total, filtered = self.top(filter=[keep_parse])
+        self.assertEqual(set(rows), {"main", "app.handle", "app.parse"})
+        self.assertEqual((total, filtered), (7, 5))
+        hide_encode = qpb.Filter(stack_filter=qpb.StackFilter(
+            criteria=criteria(function_name=("not_contains", "encode"))))
+        self.assertEqual(self.top(filter=[hide_encode])[1:], (7, 5))
+        legacy = qpb.Filter(stack_filter=qpb.StackFilter(
+            function_name_stack_filter=qpb.FunctionNameStackFilter(function_to_filter="encode",
+                                                                   exclude=True)))
+        self.assertEqual(self.top(filter=[legacy])[1:], (7, 5))
+        none = qpb.Filter(stack_filter=qpb.StackFilter(
+            criteria=criteria(function_name=("equal", "nothing.here"))))
+        self.assertEqual(self.top(filter=[none]), ({}, 0, 12))
+
+    def test_frame_filter(self):
+        hide_handle = qpb.Filter(frame_filter=qpb.FrameFilter(
+            criteria=criteria(function_name=("not_equal", "app.handle"))))
+        rows, total, filtered = self.top(filter=[hide_handle])
+        self.assertNotIn("app.handle", rows)
+        self.assertEqual(rows["main"], (0, 12))
+        self.assertEqual((total, filtered), (12, 0))
+
+    def test_sandwich(self):
+        rows, total, filtered = self.top(sandwich_by_function="app.handle")
+        self.assertEqual(rows, {"app.handle": (0, 12), "app.parse": (7, 7),
+                                "app.encode": (5, 5)})  # callees: main is cut away
+        rows, _, _ = self.top(sandwich_by_function="app.handle", invert_call_stack=True)
+        self.assertEqual(rows, {"app.handle": (0, 12), "main": (12, 12)})  # callers
+        rows, total, filtered = self.top(sandwich_by_function="app.parse")
+        self.assertEqual((total, filtered), (7, 5))
+
+
+if __name__ == "__main__":
+    unittest.main()
