@@ -70,7 +70,7 @@ typedef struct server_config {
     int64_t http_io_threads;
     int64_t http_handler_threads;
     server_tls_config tls;
-    server_auth_config auth; /* no entries: no authentication */
+    server_auth_config auth;                 /* no entries: no authentication */
     config_string_list cors_allowed_origins; /* lib/http: origins whose pages may call; "*": any */
 } server_config;
 
