@@ -368,6 +368,8 @@ typedef struct calltree_report_options {
     const char *name; /* flamebearer metadata.name; NULL = "" */
     int64_t total;    /* QueryResponse.total: the samples shown (after a calltree_view) */
     int64_t filtered; /* QueryResponse.filtered: the samples a calltree_view removed */
+    const char *const *metadata_labels; /* PROFILE_METADATA's labels */
+    size_t n_metadata_labels;
     calltree_pprof_meta pprof;
 } calltree_report_options;
 
@@ -405,6 +407,14 @@ typedef struct calltree_report_options {
  * one sample per node with non-zero self whose locations are the node's path leaf first and whose
  * value is self (B's value for a diff tree); a label frame on the path is no location but gives
  * the sample its labels (pprof Label key and str). No trimming. Ids are dense from 1.
+ *
+ * REPORT_TYPE_CALLGRAPH: `callgraph`: one node per frame (TOP's rows and values, at most
+ * max_nodes, ids "0", "1", ... in TOP's order), one edge per caller -> callee pair of those frames
+ * seen as parent and child nodes (id "<source>-<target>", cumulative = the sum of those child
+ * nodes' cumulatives; none from the root), cumulative = the root's.
+ *
+ * REPORT_TYPE_PROFILE_METADATA: `profile_metadata`: mapping_files = the distinct non-empty
+ * mapping files of the tree's frames, sorted; labels = opts->metadata_labels.
  *
  * Other report types: UNIMPLEMENTED with a message naming the type.
  */

@@ -10,6 +10,7 @@
 #include "pprof/pprof.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef Parca__Query__V1alpha1__QueryResponse QueryResponse;
@@ -366,6 +367,208 @@ out:
     free(metas);
     free(fns);
     free(maps);
+    return rc;
+}
+
+/* ---- callgraph ----
+ *
+ * One node per frame (TOP's rows: flat, and cumulative counting a frame once per stack), one edge
+ * per caller -> callee pair of frames found as parent and child nodes, weighing the sum of those
+ * children's cumulatives. At most max_nodes nodes (TOP's first rows), with the edges among them.
+ * Ids are "<row>" and "<caller row>-<callee row>". */
+
+typedef Parca__Query__V1alpha1__Callgraph Callgraph;
+typedef Parca__Query__V1alpha1__CallgraphNode CallgraphNode;
+typedef Parca__Query__V1alpha1__CallgraphNodeMeta CallgraphNodeMeta;
+typedef Parca__Query__V1alpha1__CallgraphEdge CallgraphEdge;
+
+typedef struct callgraph_build {
+    calltree_frame_stats *rows;
+    size_t n_rows;
+    uint32_t *row_of;    /* frame -> row + 1; 0: not a node */
+    strata_u64_map keys; /* caller row << 32 | callee row, + 1 -> edge + 1 */
+    int64_t *edge_cum;
+    uint32_t *edge_from, *edge_to;
+    size_t n_edges, cap_edges;
+    CallgraphNode *nodes;
+    CallgraphNode **node_ptrs;
+    CallgraphNodeMeta *metas;
+    PbFunction *fns;
+    PbMapping *maps;
+    CallgraphEdge *edges;
+    CallgraphEdge **edge_ptrs;
+    char (*node_ids)[24];
+    char (*edge_ids)[48];
+} callgraph_build;
+
+static void callgraph_free(callgraph_build *b) {
+    free(b->rows);
+    free(b->row_of);
+    strata_u64_map_free(&b->keys);
+    free(b->edge_cum);
+    free(b->edge_from);
+    free(b->edge_to);
+    free(b->nodes);
+    free(b->node_ptrs);
+    free(b->metas);
+    free(b->fns);
+    free(b->maps);
+    free(b->edges);
+    free(b->edge_ptrs);
+    free(b->node_ids);
+    free(b->edge_ids);
+}
+
+static int callgraph_add_edge(callgraph_build *b, uint32_t from, uint32_t to, int64_t cum) {
+    bool inserted;
+    uint64_t *slot = strata_u64_map_upsert(&b->keys, ((uint64_t)from << 32 | to) + 1, 0, &inserted);
+    if (slot == NULL)
+        return -1;
+    if (inserted) {
+        if (b->n_edges == b->cap_edges) {
+            size_t cap = b->cap_edges ? 2 * b->cap_edges : 64;
+            int64_t *c = realloc(b->edge_cum, cap * sizeof *c);
+            if (c == NULL)
+                return -1;
+            b->edge_cum = c;
+            uint32_t *f = realloc(b->edge_from, cap * sizeof *f);
+            if (f == NULL)
+                return -1;
+            b->edge_from = f;
+            uint32_t *t = realloc(b->edge_to, cap * sizeof *t);
+            if (t == NULL)
+                return -1;
+            b->edge_to = t;
+            b->cap_edges = cap;
+        }
+        b->edge_cum[b->n_edges] = 0;
+        b->edge_from[b->n_edges] = from;
+        b->edge_to[b->n_edges] = to;
+        *slot = ++b->n_edges;
+    }
+    b->edge_cum[*slot - 1] += cum;
+    return 0;
+}
+
+static int callgraph_collect(const calltree *t, const calltree_report_options *opts,
+                             callgraph_build *b, strata_error *err) {
+    if (calltree_frame_stats_compute(t, &b->rows, &b->n_rows, err) != 0)
+        return -1;
+    if (opts->max_nodes > 0 && b->n_rows > opts->max_nodes)
+        b->n_rows = opts->max_nodes;
+    b->row_of = calloc(t->n_frames + 1, sizeof *b->row_of);
+    if (b->row_of == NULL || strata_u64_map_init(&b->keys, 64) != 0)
+        return strata_error_oom(err);
+    for (size_t i = 0; i < b->n_rows; i++)
+        b->row_of[b->rows[i].frame] = (uint32_t)i + 1;
+    for (uint32_t node = 1; node < t->n_nodes; node++) {
+        uint32_t parent = calltree_node_parent(t, node);
+        if (parent == CALLTREE_ROOT)
+            continue;
+        uint32_t from = b->row_of[calltree_node_frame(t, parent)];
+        uint32_t to = b->row_of[calltree_node_frame(t, node)];
+        if (from != 0 && to != 0 && callgraph_add_edge(b, from - 1, to - 1, t->total[node]) != 0)
+            return strata_error_oom(err);
+    }
+    return 0;
+}
+
+static int encode_callgraph(const calltree *t, const calltree_report_options *opts,
+                            QueryResponse *resp, strata_buffer *out, strata_error *err) {
+    callgraph_build b;
+    memset(&b, 0, sizeof b);
+    int rc = -1;
+    if (callgraph_collect(t, opts, &b, err) != 0)
+        goto out;
+    size_t nn = b.n_rows ? b.n_rows : 1, ne = b.n_edges ? b.n_edges : 1;
+    b.nodes = malloc(nn * sizeof *b.nodes);
+    b.node_ptrs = malloc(nn * sizeof *b.node_ptrs);
+    b.metas = malloc(nn * sizeof *b.metas);
+    b.fns = malloc(nn * sizeof *b.fns);
+    b.maps = malloc(nn * sizeof *b.maps);
+    b.node_ids = malloc(nn * sizeof *b.node_ids);
+    b.edges = malloc(ne * sizeof *b.edges);
+    b.edge_ptrs = malloc(ne * sizeof *b.edge_ptrs);
+    b.edge_ids = malloc(ne * sizeof *b.edge_ids);
+    if (b.nodes == NULL || b.node_ptrs == NULL || b.metas == NULL || b.fns == NULL ||
+        b.maps == NULL || b.node_ids == NULL || b.edges == NULL || b.edge_ptrs == NULL ||
+        b.edge_ids == NULL) {
+        strata_error_oom(err);
+        goto out;
+    }
+    for (size_t i = 0; i < b.n_rows; i++) {
+        const calltree_frame_stats *r = &b.rows[i];
+        fill_function(NULL, t, r->frame, &b.fns[i]);
+        PbMapping *m = &b.maps[i];
+        parca__metastore__v1alpha1__mapping__init(m);
+        m->file = mutable_str(calltree_frame_string(t, r->frame, FRAME_MAPPING_FILE));
+        m->build_id = mutable_str(calltree_frame_string(t, r->frame, FRAME_BUILD_ID));
+        parca__query__v1alpha1__callgraph_node_meta__init(&b.metas[i]);
+        b.metas[i].function = &b.fns[i];
+        b.metas[i].mapping = (m->file[0] != '\0' || m->build_id[0] != '\0') ? m : NULL;
+        snprintf(b.node_ids[i], sizeof b.node_ids[i], "%u", (unsigned)i);
+        parca__query__v1alpha1__callgraph_node__init(&b.nodes[i]);
+        b.nodes[i].id = b.node_ids[i];
+        b.nodes[i].meta = &b.metas[i];
+        b.nodes[i].flat = r->flat;
+        b.nodes[i].cumulative = r->cumulative;
+        b.node_ptrs[i] = &b.nodes[i];
+    }
+    for (size_t i = 0; i < b.n_edges; i++) {
+        CallgraphEdge *e = &b.edges[i];
+        parca__query__v1alpha1__callgraph_edge__init(e);
+        snprintf(b.edge_ids[i], sizeof b.edge_ids[i], "%u-%u", b.edge_from[i], b.edge_to[i]);
+        e->id = b.edge_ids[i];
+        e->source = b.node_ids[b.edge_from[i]];
+        e->target = b.node_ids[b.edge_to[i]];
+        e->cumulative = b.edge_cum[i];
+        b.edge_ptrs[i] = e;
+    }
+    Callgraph cg = PARCA__QUERY__V1ALPHA1__CALLGRAPH__INIT;
+    cg.nodes = b.node_ptrs;
+    cg.n_nodes = b.n_rows;
+    cg.edges = b.edge_ptrs;
+    cg.n_edges = b.n_edges;
+    cg.cumulative = t->total[CALLTREE_ROOT];
+    resp->report_case = PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_CALLGRAPH;
+    resp->callgraph = &cg;
+    rc = pack_response(resp, out, err);
+out:
+    callgraph_free(&b);
+    return rc;
+}
+
+/* ---- profile metadata: the binaries the profile's frames come from, and opts' labels ---- */
+
+static int compare_cstrings(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int encode_profile_metadata(const calltree *t, const calltree_report_options *opts,
+                                   QueryResponse *resp, strata_buffer *out, strata_error *err) {
+    char **files = malloc((t->n_frames + 1) * sizeof *files);
+    if (files == NULL)
+        return strata_error_oom(err);
+    size_t n = 0;
+    for (uint32_t f = 0; f < t->n_frames; f++) {
+        const char *file = calltree_frame_string(t, f, FRAME_MAPPING_FILE);
+        if (file[0] != '\0')
+            files[n++] = mutable_str(file);
+    }
+    qsort(files, n, sizeof *files, compare_cstrings);
+    size_t unique = 0;
+    for (size_t i = 0; i < n; i++)
+        if (unique == 0 || strcmp(files[unique - 1], files[i]) != 0)
+            files[unique++] = files[i];
+    Parca__Query__V1alpha1__ProfileMetadata md = PARCA__QUERY__V1ALPHA1__PROFILE_METADATA__INIT;
+    md.mapping_files = files;
+    md.n_mapping_files = unique;
+    md.labels = (char **)opts->metadata_labels;
+    md.n_labels = opts->n_metadata_labels;
+    resp->report_case = PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_PROFILE_METADATA;
+    resp->profile_metadata = &md;
+    int rc = pack_response(resp, out, err);
+    free(files);
     return rc;
 }
 
@@ -842,6 +1045,10 @@ int calltree_encode_query_response(const calltree *t,
             return encode_top(t, opts, &resp, out, err);
         case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PPROF:
             return encode_pprof(t, opts, &resp, out, err);
+        case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_CALLGRAPH:
+            return encode_callgraph(t, opts, &resp, out, err);
+        case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PROFILE_METADATA:
+            return encode_profile_metadata(t, opts, &resp, out, err);
         default:
             return strata_error_set(err, STRATA_UNIMPLEMENTED,
                                     "report type %s (%d) is not implemented",

@@ -89,8 +89,13 @@ static calltree *tree_diff(bool absolute) {
 }
 
 static QueryResponse *encode(const calltree *t, int type, double threshold) {
-    calltree_report_options o = {
-        .node_trim_threshold = threshold, .unit = "count", .total = 42, .filtered = 7};
+    static const char *const labels[] = {"instance", "job"};
+    calltree_report_options o = {.node_trim_threshold = threshold,
+                                 .unit = "count",
+                                 .total = 42,
+                                 .filtered = 7,
+                                 .metadata_labels = labels,
+                                 .n_metadata_labels = 2};
     o.pprof = (calltree_pprof_meta){"samples", "count", "cpu", "nanoseconds", 10000000, 123, 456};
     strata_buffer b = STRATA_BUFFER_INIT;
     strata_error err;
@@ -203,9 +208,9 @@ static void test_errors(void **state) {
     assert_int_equal(calltree_encode_query_response(t, REPORT(TOP), &o, &b, &err), -1);
     assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
     assert_int_equal(calltree_finalize(t, NULL), 0);
-    assert_int_equal(calltree_encode_query_response(t, REPORT(CALLGRAPH), &o, &b, &err), -1);
+    assert_int_equal(calltree_encode_query_response(t, REPORT(SOURCE), &o, &b, &err), -1);
     assert_int_equal(err.code, STRATA_UNIMPLEMENTED);
-    assert_non_null(strstr(err.message, "REPORT_TYPE_CALLGRAPH"));
+    assert_non_null(strstr(err.message, "REPORT_TYPE_SOURCE"));
     assert_int_equal(calltree_encode_query_response(t, 77, &o, &b, &err), -1);
     assert_int_equal(err.code, STRATA_UNIMPLEMENTED);
     o.node_trim_threshold = -1;
@@ -324,6 +329,51 @@ static void test_top(void **state) {
     expect_top(top->list[3], "r", 1, 1, 0); /* recursive: counted once */
     expect_top(top->list[4], "main", 0, 11, 0);
     expect_top(top->list[5], "a", 0, 5, 0);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    calltree_free(t);
+}
+
+/* STACKS_B as a call graph: TOP's rows as nodes, caller -> callee edges once per pair. */
+static void test_callgraph_and_metadata(void **state) {
+    (void)state;
+    calltree *t = tree_b();
+    QueryResponse *r = encode(t, REPORT(CALLGRAPH), 0);
+    assert_int_equal(r->report_case, PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_CALLGRAPH);
+    const Parca__Query__V1alpha1__Callgraph *cg = r->callgraph;
+    assert_int_equal(cg->cumulative, 11);
+    assert_int_equal(cg->n_nodes, 6);
+    const char *names[6];
+    for (size_t i = 0; i < cg->n_nodes; i++) {
+        names[i] = cg->nodes[i]->meta->function->name;
+        char id[8];
+        snprintf(id, sizeof id, "%zu", i);
+        assert_string_equal(cg->nodes[i]->id, id);
+    }
+    assert_string_equal(names[0], "d"); /* TOP's order */
+    assert_int_equal(cg->nodes[0]->flat, 5);
+    assert_string_equal(cg->nodes[0]->meta->mapping->file, "/lib/libc.so");
+    assert_int_equal(cg->nodes[4]->cumulative, 11); /* main */
+    char edges[512] = "";
+    for (size_t i = 0; i < cg->n_edges; i++) {
+        const Parca__Query__V1alpha1__CallgraphEdge *e = cg->edges[i];
+        char want_id[32];
+        snprintf(want_id, sizeof want_id, "%s-%s", e->source, e->target);
+        assert_string_equal(e->id, want_id);
+        size_t used = strlen(edges);
+        snprintf(edges + used, sizeof edges - used, "%s%s>%s=%lld", used ? " " : "",
+                 names[atoi(e->source)], names[atoi(e->target)], (long long)e->cumulative);
+    }
+    assert_string_equal(edges, "main>a=5 a>b=3 a>c=2 main>d=5 main>r=1 r>r=1");
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+
+    r = encode(t, REPORT(PROFILE_METADATA), 0);
+    assert_int_equal(r->report_case,
+                     PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_PROFILE_METADATA);
+    assert_int_equal(r->profile_metadata->n_mapping_files, 2);
+    assert_string_equal(r->profile_metadata->mapping_files[0], "/bin/app");
+    assert_string_equal(r->profile_metadata->mapping_files[1], "/lib/libc.so");
+    assert_int_equal(r->profile_metadata->n_labels, 2);
+    assert_string_equal(r->profile_metadata->labels[1], "job");
     parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
     calltree_free(t);
 }
@@ -1473,6 +1523,7 @@ int main(void) {
         cmocka_unit_test(test_depth_first_order),
         cmocka_unit_test(test_frame_ids),
         cmocka_unit_test(test_views),
+        cmocka_unit_test(test_callgraph_and_metadata),
         cmocka_unit_test(test_partial_round_trip),
         cmocka_unit_test(test_partial_malformed),
     };

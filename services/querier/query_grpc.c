@@ -466,6 +466,20 @@ static int apply_view(query_tree_result *tr, const calltree_view *v, int64_t *fi
 
 #undef P
 
+/* PROFILE_METADATA's labels: the label names of what the selection selects. */
+static int metadata_labels(querier *q, const char *tenant, const profile_selection *sel,
+                           char ***names, size_t *n, strata_error *err) {
+    selector s;
+    if (selector_parse(sel->query, &s, err) != 0)
+        return -1;
+    int64_t start = sel->mode == SELECTION_MERGE ? sel->start_ns : sel->time_ns;
+    int64_t end = sel->mode == SELECTION_MERGE ? sel->end_ns : sel->time_ns;
+    int rc = query_labels(q->engine, tenant, NULL, &s, 1,
+                          s.has_profile_type ? &s.profile_type : NULL, start, end, names, n, err);
+    selector_free(&s);
+    return rc;
+}
+
 static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *out,
                         strata_error *errp, void *arg) {
     querier *q = arg;
@@ -478,6 +492,8 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     query_tree_result tr;
     memset(&tr, 0, sizeof tr);
     calltree_grouping group_by = {0, false, NULL, 0};
+    char **md_labels = NULL;
+    size_t n_md_labels = 0;
     strata_tenant tenant;
     if (call_tenant(call, &tenant, &err) != 0)
         goto out;
@@ -505,6 +521,12 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     double trim = r->_node_trim_threshold_case ? r->node_trim_threshold : 0;
     querier_report_options(q, &tr, trim, 0, &opts);
     opts.filtered = filtered;
+    if (type == PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PROFILE_METADATA) {
+        if (metadata_labels(q, tenant.name, &b, &md_labels, &n_md_labels, &err) != 0)
+            goto out;
+        opts.metadata_labels = (const char *const *)md_labels;
+        opts.n_metadata_labels = n_md_labels;
+    }
     rc = calltree_encode_query_response(tr.tree, type, &opts, &resp, &err);
     if (rc == 0)
         set_warnings(q, call, &tr.main.stats, is_diff ? &tr.base.stats : NULL);
@@ -513,6 +535,7 @@ out:
         parca__query__v1alpha1__query_request__free_unpacked(r, NULL);
     query_tree_result_free(&tr);
     calltree_grouping_free(&group_by);
+    query_strings_free(md_labels, n_md_labels);
     querier_observe(q, "query", rc == 0 ? STRATA_OK : err.code, start);
     if (rc == 0) {
         *out = resp; /* hand the bytes over without copying */

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Parca's query options beyond the merge (issue 19 item 3): stack and frame filters (criteria
 and the deprecated forms), invert_call_stack and sandwich_by_function, over gRPC on `strata all`,
-checked on TOP reports (flat and cumulative per function) and QueryResponse.total / filtered.
+checked on TOP reports (flat and cumulative per function) and QueryResponse.total / filtered;
+and the CALLGRAPH and PROFILE_METADATA reports (issue 19 item 2).
 
 Data: main;app.handle;app.parse x7 and main;app.handle;app.encode x5 (cpu, one process).
 """
@@ -70,6 +71,30 @@ compactor:
         if cls.server.stop() != 0:
             print(cls.server.logs())
         lib.remove_workdir(cls.work)
+
+    def merge(self, report, **options):
+        return self.query.Query(qpb.QueryRequest(
+            mode=qpb.QueryRequest.MODE_MERGE, report_type=report,
+            merge=qpb.MergeProfile(query=qc.CPU_SAMPLES + "{}", start=ts(self.t_ns - 10**9),
+                                   end=ts(self.t_ns + 10**9)), **options),
+            metadata=TENANT, timeout=60)
+
+    def test_callgraph(self):
+        r = self.merge(qpb.QueryRequest.REPORT_TYPE_CALLGRAPH)
+        cg = r.callgraph
+        names = {n.id: n.meta.function.name for n in cg.nodes}
+        nodes = {n.meta.function.name: (n.flat // P, n.cumulative // P) for n in cg.nodes}
+        self.assertEqual(nodes, {"app.parse": (7, 7), "app.encode": (5, 5), "main": (0, 12),
+                                 "app.handle": (0, 12)})
+        edges = {(names[e.source], names[e.target]): e.cumulative // P for e in cg.edges}
+        self.assertEqual(edges, {("main", "app.handle"): 12, ("app.handle", "app.parse"): 7,
+                                 ("app.handle", "app.encode"): 5})
+        self.assertEqual(cg.cumulative // P, 12)
+
+    def test_profile_metadata(self):
+        r = self.merge(qpb.QueryRequest.REPORT_TYPE_PROFILE_METADATA)
+        self.assertIn("job", list(r.profile_metadata.labels))
+        self.assertEqual(list(r.profile_metadata.mapping_files), ["/usr/bin/app"])
 
     def top(self, **options):
         """({function: (flat, cumulative)}, total, filtered) of a merge with options."""
