@@ -48,6 +48,9 @@
 #include "querier.h"
 #include "scraper.h"
 #include "rpc/rpc.h"
+#include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
+#include "parca/query/v1alpha1/query.pb-c.h"
+#include "parca/scrape/v1alpha1/scrape.pb-c.h"
 #include "rpcweb/rpcweb.h"
 #include "strata_config.h"
 
@@ -624,6 +627,15 @@ static int runtime_start(runtime *rt, strata_error *err) {
         return -1;
     if (rt->grpc != NULL && rpcweb_new(rt->http, rt->grpc, &rt->web, err) != 0)
         return -1;
+    static const ProtobufCServiceDescriptor *const json_services[] = {
+        &parca__query__v1alpha1__query_service__descriptor,
+        &parca__profilestore__v1alpha1__profile_store_service__descriptor,
+        &parca__profilestore__v1alpha1__agents_service__descriptor,
+        &parca__scrape__v1alpha1__scrape_service__descriptor,
+    };
+    if (rt->web != NULL)
+        rpcweb_set_json_services(rt->web, json_services,
+                                 sizeof json_services / sizeof json_services[0]);
     const char *ui = rt->config.server.ui_directory;
     if (rt->qr != NULL && ui != NULL && ui[0] != '\0' &&
         http_server_serve_static(rt->http, "/", ui, err) != 0)

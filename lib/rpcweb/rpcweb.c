@@ -18,6 +18,7 @@
 
 #include "common/base64.h"
 #include "common/clock.h"
+#include "pbjson/pbjson.h"
 
 #define MAX_SERVICES 32
 
@@ -25,6 +26,7 @@ typedef enum web_protocol {
     GRPC_WEB,      /* application/grpc-web(+proto) */
     GRPC_WEB_TEXT, /* application/grpc-web-text(+proto) */
     CONNECT_PROTO, /* application/proto */
+    CONNECT_JSON,  /* application/json: pbjson both ways */
 } web_protocol;
 
 struct rpcweb {
@@ -33,13 +35,16 @@ struct rpcweb {
     bool closed;
     char *prefixes[MAX_SERVICES];
     size_t n_prefixes;
+    const ProtobufCServiceDescriptor *const *json_services; /* rpcweb_set_json_services */
+    size_t n_json_services;
 };
 
 typedef struct rpcweb_call {
     http_deferred *deferred;
     const http_request *request;
     web_protocol protocol;
-    strata_buffer decoded; /* the text protocol's request, decoded */
+    strata_buffer decoded;                    /* the text or JSON protocol's request, decoded */
+    const ProtobufCMessageDescriptor *output; /* CONNECT_JSON: the response's type */
 } rpcweb_call;
 
 /* ---- responses ------------------------------------------------------------------------------ */
@@ -139,16 +144,25 @@ static void answer_grpc_web(rpcweb_call *c, http_response *resp, strata_status c
                                              : "application/grpc-web+proto");
 }
 
-static void answer_connect(http_response *resp, strata_status code, const char *message,
-                           const strata_buffer *response, const char *trailer_key,
-                           const char *trailer_value) {
+static void answer_connect(const rpcweb_call *c, http_response *resp, strata_status code,
+                           const char *message, const strata_buffer *response,
+                           const char *trailer_key, const char *trailer_value) {
     strata_buffer *body = http_response_body(resp);
     if (trailer_key != NULL) {
         char name[96];
         snprintf(name, sizeof name, "trailer-%s", trailer_key);
         (void)http_response_add_header(resp, name, trailer_value);
     }
-    if (code == STRATA_OK) {
+    strata_error err;
+    if (code == STRATA_OK && c->protocol == CONNECT_JSON) {
+        if (pbjson_encode(c->output, response->data, response->len, body, &err) == 0) {
+            http_response_set_content_type(resp, "application/json");
+            return;
+        }
+        strata_buffer_reset(body);
+        code = err.code;
+        message = err.message;
+    } else if (code == STRATA_OK) {
         http_response_set_content_type(resp, "application/proto");
         if (strata_buffer_append(body, response->data, response->len) != 0)
             http_response_set_status(resp, 500);
@@ -175,8 +189,8 @@ static void finish_call(void *ctx, strata_status code, const char *message, stra
                         const char *trailer_key, const char *trailer_value) {
     rpcweb_call *c = ctx;
     http_response *resp = http_deferred_response(c->deferred);
-    if (c->protocol == CONNECT_PROTO)
-        answer_connect(resp, code, message, response, trailer_key, trailer_value);
+    if (c->protocol == CONNECT_PROTO || c->protocol == CONNECT_JSON)
+        answer_connect(c, resp, code, message, response, trailer_key, trailer_value);
     else
         answer_grpc_web(c, resp, code, message, response, trailer_key, trailer_value);
     http_deferred *d = c->deferred;
@@ -218,7 +232,7 @@ static bool protocol_of(const char *type, web_protocol *out, bool *json) {
     else if (IS("application/proto"))
         *out = CONNECT_PROTO;
     else if (IS("application/json"))
-        *json = true;
+        *json = true, *out = CONNECT_JSON;
     else
         return false;
 #undef IS
@@ -228,16 +242,16 @@ static bool protocol_of(const char *type, web_protocol *out, bool *json) {
 /* The deadline grpc-timeout ("<1-8 digits><H|M|S|m|u|n>") or connect-timeout-ms sets; INT64_MAX
  * for none; -1 when malformed. */
 static int64_t deadline_of(const http_request *req, web_protocol protocol) {
-    const char *t =
-        http_request_header(req, protocol == CONNECT_PROTO ? "connect-timeout-ms" : "grpc-timeout");
+    bool connect = protocol == CONNECT_PROTO || protocol == CONNECT_JSON;
+    const char *t = http_request_header(req, connect ? "connect-timeout-ms" : "grpc-timeout");
     if (t == NULL)
         return INT64_MAX;
     size_t digits = strspn(t, "0123456789");
-    if (digits == 0 || digits > (protocol == CONNECT_PROTO ? 10 : 8))
+    if (digits == 0 || digits > (connect ? 10 : 8))
         return -1;
     int64_t n = strtoll(t, NULL, 10), unit;
     const char *u = t + digits;
-    if (protocol == CONNECT_PROTO)
+    if (connect)
         unit = u[0] == '\0' ? STRATA_NS_PER_MS : -1;
     else if (u[0] == '\0' || u[1] != '\0')
         unit = -1;
@@ -294,6 +308,23 @@ static int unwrap_frame(const uint8_t *body, size_t len, const uint8_t **msg, si
     return 0;
 }
 
+/* The method descriptor of path "/package.Service/Method" among the JSON services, or NULL. */
+static const ProtobufCMethodDescriptor *json_method(const rpcweb *w, const char *path) {
+    const char *slash = strchr(path + 1, '/');
+    if (path[0] != '/' || slash == NULL)
+        return NULL;
+    size_t service_len = (size_t)(slash - path - 1);
+    for (size_t i = 0; i < w->n_json_services; i++) {
+        const ProtobufCServiceDescriptor *s = w->json_services[i];
+        if (strlen(s->name) != service_len || strncmp(s->name, path + 1, service_len) != 0)
+            continue;
+        for (unsigned k = 0; k < s->n_methods; k++)
+            if (strcmp(s->methods[k].name, slash + 1) == 0)
+                return &s->methods[k];
+    }
+    return NULL;
+}
+
 static void handle(void *ctx, const http_request *req, http_response *resp) {
     rpcweb *w = ctx;
     web_protocol protocol = GRPC_WEB;
@@ -303,12 +334,11 @@ static void handle(void *ctx, const http_request *req, http_response *resp) {
         http_response_error(resp, req, 405, "gRPC-Web and Connect calls are POST requests");
         return;
     }
-    if (!protocol_of(http_request_header(req, "content-type"), &protocol, &json) || json) {
+    if (!protocol_of(http_request_header(req, "content-type"), &protocol, &json)) {
         http_response_error(resp, req, 415,
-                            json
-                                ? "Connect's JSON codec is not supported yet: use application/proto"
-                                : "unsupported content type: application/grpc-web(+proto), "
-                                  "application/grpc-web-text(+proto) or application/proto");
+                            "unsupported content type: application/grpc-web(+proto), "
+                            "application/grpc-web-text(+proto), application/proto or "
+                            "application/json");
         return;
     }
     rpcweb_call *c = calloc(1, sizeof *c);
@@ -334,7 +364,23 @@ static void handle(void *ctx, const http_request *req, http_response *resp) {
         body = c->decoded.data;
         len = c->decoded.len;
     }
-    if (protocol != CONNECT_PROTO && unwrap_frame(body, len, &msg, &msg_len, &code, &why) != 0) {
+    if (protocol == CONNECT_JSON) {
+        const ProtobufCMethodDescriptor *m = json_method(w, http_request_path(req));
+        if (m == NULL) {
+            fail_call(c, STRATA_UNIMPLEMENTED,
+                      "no JSON codec for this method: use application/proto");
+            return;
+        }
+        c->output = m->output;
+        if (pbjson_decode(m->input, (const char *)body, len, &c->decoded, &err) != 0) {
+            fail_call(c, err.code, err.message);
+            return;
+        }
+        msg = c->decoded.data;
+        msg_len = c->decoded.len;
+    }
+    if (protocol != CONNECT_PROTO && protocol != CONNECT_JSON &&
+        unwrap_frame(body, len, &msg, &msg_len, &code, &why) != 0) {
         fail_call(c, code, why);
         return;
     }
@@ -401,6 +447,12 @@ int rpcweb_new(http_server *http, rpc_server *rpc, rpcweb **out, strata_error *e
     }
     *out = w;
     return 0;
+}
+
+void rpcweb_set_json_services(rpcweb *w, const ProtobufCServiceDescriptor *const *services,
+                              size_t n) {
+    w->json_services = services;
+    w->n_json_services = n;
 }
 
 void rpcweb_close(rpcweb *w) {

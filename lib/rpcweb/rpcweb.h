@@ -18,8 +18,9 @@
  *     application/proto with the response, or the Connect error: the HTTP status for the code
  *     and {"code": "not_found", "message": "..."} as application/json. The call's trailer is a
  *     "trailer-<key>" header.
- *   - Connect's JSON codec (application/json) is answered 415: the JSON mapping of the messages
- *     is not implemented yet.
+ *   - Connect, unary, JSON: application/json, the messages in the proto3 JSON mapping (lib/pbjson)
+ *     for the methods of the services given to rpcweb_set_json_services; others are
+ *     UNIMPLEMENTED. Answers and errors as for the binary codec, with application/json.
  * Metadata (x-scope-orgid, authorization, ...) are the request's HTTP headers; authentication
  * happened in the HTTP server (http_server_options.auth), as the gRPC server does it for gRPC. A
  * deadline comes from grpc-timeout (gRPC-Web) or connect-timeout-ms (Connect).
@@ -31,6 +32,8 @@
 #ifndef STRATA_RPCWEB_H
 #define STRATA_RPCWEB_H
 
+#include <protobuf-c/protobuf-c.h>
+
 #include "common/error.h"
 #include "http/http.h"
 #include "rpc/rpc.h"
@@ -38,6 +41,10 @@
 typedef struct rpcweb rpcweb;
 
 int rpcweb_new(http_server *http, rpc_server *rpc, rpcweb **out, strata_error *err);
+/* The services whose methods Connect's JSON codec may call (their descriptors give the message
+ * types); the array must outlive w. */
+void rpcweb_set_json_services(rpcweb *w, const ProtobufCServiceDescriptor *const *services,
+                              size_t n);
 void rpcweb_close(rpcweb *w);
 void rpcweb_free(rpcweb *w);
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""gRPC-Web (binary and text) and Connect (unary, binary) on the HTTP port of `strata all`, into
-the same handlers as gRPC (issue 19 item 1).
+"""gRPC-Web (binary and text) and Connect (unary, binary and JSON) on the HTTP port of
+`strata all`, into the same handlers as gRPC (issue 19 item 1).
 
 Profiles are written through WriteRaw over gRPC and over gRPC-Web (an ingester write answered
 only once durable, through the bridge), then every QueryService method is asked the same
@@ -22,6 +22,7 @@ import strata_testlib as lib  # noqa: E402
 import test_query_common as qc  # noqa: E402
 
 import grpc  # noqa: E402
+from google.protobuf import json_format  # noqa: E402
 from google.protobuf import timestamp_pb2  # noqa: E402
 from parca.profilestore.v1alpha1 import profilestore_pb2 as pspb  # noqa: E402
 from parca.profilestore.v1alpha1 import profilestore_pb2_grpc as ps_grpc  # noqa: E402
@@ -139,6 +140,14 @@ compactor:
                                      {"Connect-Protocol-Version": "1"})
         self.assertEqual(status, 200)
         self.assertEqual(response_type.FromString(body), native, f"{method} over Connect")
+        # Connect, JSON (the proto3 JSON mapping, as Python's json_format writes and reads it)
+        status, headers, body = post(url, "application/json",
+                                     json_format.MessageToJson(request).encode(),
+                                     {"Connect-Protocol-Version": "1"})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(headers["Content-Type"], "application/json")
+        self.assertEqual(json_format.Parse(body, response_type()), native,
+                         f"{method} over Connect JSON")
         return native
 
     def test_every_method_answers_alike(self):
@@ -180,6 +189,15 @@ compactor:
         self.assertEqual(status, 400)
         self.assertEqual(json.loads(body), {"code": "invalid_argument",
                                             "message": native.exception.details()})
+        status, _, body = post(self.http + QUERY + "QueryRange", "application/json",
+                               json_format.MessageToJson(request).encode())
+        self.assertEqual(status, 400)
+        self.assertEqual(json.loads(body), {"code": "invalid_argument",
+                                            "message": native.exception.details()})
+        status, _, body = post(self.http + QUERY + "QueryRange", "application/json",
+                               b'{"query": 7}')
+        self.assertEqual(status, 400)
+        self.assertEqual(json.loads(body)["message"], "JSON field query: not a string")
         status, _, body = post(self.http + QUERY + "Nope", "application/proto", b"")
         self.assertEqual(status, 501)
         self.assertEqual(json.loads(body)["code"], "unimplemented")
