@@ -125,6 +125,36 @@ class Strata:
             return f.read()
 
 
+class LocalStrata:
+    """`strata all` on a FILESYSTEM bucket under a fresh work directory, no compactor, with a gRPC
+    channel to it: the setup of tests that push and query one process."""
+
+    def __init__(self, name, extra_config=""):
+        import grpc
+        self.work = make_workdir(name)
+        ports = [free_port() for _ in range(2)]
+        self.http = f"http://127.0.0.1:{ports[1]}"
+        self.grpc_address = f"127.0.0.1:{ports[0]}"
+        self.server = Strata(self.work, "all", f"""
+server:
+  grpc_listen_address: 127.0.0.1:{ports[0]}
+  http_listen_address: 127.0.0.1:{ports[1]}
+bucket:
+  type: FILESYSTEM
+  config:
+    directory: {os.path.join(self.work, "data")}
+compactor:
+  enabled: false
+{extra_config}""").start(ready_url=self.http + "/ready")
+        self.channel = grpc.insecure_channel(self.grpc_address)
+
+    def close(self):
+        self.channel.close()
+        if self.server.stop() != 0:
+            print(self.server.logs())
+        remove_workdir(self.work)
+
+
 def decode_pprof(data):
     """Parses pprof bytes with the Python protobuf stubs (independent of Strata's C decoder)."""
     from perftools.profiles import profile_pb2

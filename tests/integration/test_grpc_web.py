@@ -73,21 +73,8 @@ def frames(body):
 class GrpcWebTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.work = lib.make_workdir("grpc-web")
-        ports = [lib.free_port() for _ in range(2)]
-        cls.http = f"http://127.0.0.1:{ports[1]}"
-        cls.server = lib.Strata(cls.work, "all", f"""
-server:
-  grpc_listen_address: 127.0.0.1:{ports[0]}
-  http_listen_address: 127.0.0.1:{ports[1]}
-bucket:
-  type: FILESYSTEM
-  config:
-    directory: {os.path.join(cls.work, "data")}
-compactor:
-  enabled: false
-""").start(ready_url=cls.http + "/ready")
-        cls.channel = grpc.insecure_channel(f"127.0.0.1:{ports[0]}")
+        cls.local = lib.LocalStrata("grpc-web")
+        cls.http, cls.channel = cls.local.http, cls.local.channel
         cls.query = q_grpc.QueryServiceStub(cls.channel)
         cls.t_ns = 1767225600 * 10**9
         a = qc.PprofBuilder([("samples", "count"), ("cpu", "nanoseconds")], ("cpu", "nanoseconds"),
@@ -110,10 +97,7 @@ compactor:
 
     @classmethod
     def tearDownClass(cls):
-        cls.channel.close()
-        if cls.server.stop() != 0:
-            print(cls.server.logs())
-        lib.remove_workdir(cls.work)
+        cls.local.close()
 
     def call_all(self, method, request, response_type):
         """The answer over gRPC and each web protocol: all equal; returns it."""

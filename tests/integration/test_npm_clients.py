@@ -37,21 +37,8 @@ def ts(s):
 class NpmClientsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.work = lib.make_workdir("npm-clients")
-        ports = [lib.free_port() for _ in range(2)]
-        cls.http = f"http://127.0.0.1:{ports[1]}"
-        cls.server = lib.Strata(cls.work, "all", f"""
-server:
-  grpc_listen_address: 127.0.0.1:{ports[0]}
-  http_listen_address: 127.0.0.1:{ports[1]}
-bucket:
-  type: FILESYSTEM
-  config:
-    directory: {os.path.join(cls.work, "data")}
-compactor:
-  enabled: false
-""").start(ready_url=cls.http + "/ready")
-        cls.channel = grpc.insecure_channel(f"127.0.0.1:{ports[0]}")
+        cls.local = lib.LocalStrata("npm-clients")
+        cls.http, cls.channel = cls.local.http, cls.local.channel
         cls.t_s = 1767225600
         for i, (job, stack, n) in enumerate([("api", qc.A, 7), ("worker", qc.B, 5)]):
             b = qc.PprofBuilder([("samples", "count"), ("cpu", "nanoseconds")],
@@ -64,10 +51,7 @@ compactor:
 
     @classmethod
     def tearDownClass(cls):
-        cls.channel.close()
-        if cls.server.stop() != 0:
-            print(cls.server.logs())
-        lib.remove_workdir(cls.work)
+        cls.local.close()
 
     def native(self, name, start, end):
         """(response type, answer or RpcError) over grpcio for the client's call `name`."""

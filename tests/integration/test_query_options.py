@@ -40,21 +40,8 @@ def criteria(**conds):
 class QueryOptionsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.work = lib.make_workdir("query-options")
-        ports = [lib.free_port() for _ in range(2)]
-        http = f"http://127.0.0.1:{ports[1]}"
-        cls.server = lib.Strata(cls.work, "all", f"""
-server:
-  grpc_listen_address: 127.0.0.1:{ports[0]}
-  http_listen_address: 127.0.0.1:{ports[1]}
-bucket:
-  type: FILESYSTEM
-  config:
-    directory: {os.path.join(cls.work, "data")}
-compactor:
-  enabled: false
-""").start(ready_url=http + "/ready")
-        cls.channel = grpc.insecure_channel(f"127.0.0.1:{ports[0]}")
+        cls.local = lib.LocalStrata("query-options")
+        cls.http, cls.channel = cls.local.http, cls.local.channel
         cls.query = q_grpc.QueryServiceStub(cls.channel)
         cls.t_ns = 1767225600 * 10**9
         b = qc.PprofBuilder([("samples", "count"), ("cpu", "nanoseconds")], ("cpu", "nanoseconds"),
@@ -67,10 +54,7 @@ compactor:
 
     @classmethod
     def tearDownClass(cls):
-        cls.channel.close()
-        if cls.server.stop() != 0:
-            print(cls.server.logs())
-        lib.remove_workdir(cls.work)
+        cls.local.close()
 
     def merge(self, report, **options):
         return self.query.Query(qpb.QueryRequest(
