@@ -1,9 +1,11 @@
-// Parca's own web client (@parca/client over @protobuf-ts/grpcweb-transport, with fetch) asks
-// Strata's HTTP port the questions tests/integration/test_npm_clients.py also asks over native
-// gRPC. Prints one JSON line per call: the answer as @parca/client decoded it, encoded again
-// (base64 of toBinary), or the error's code and message.
+// Parca's own client library (@parca/client) asks Strata the questions
+// tests/integration/test_npm_clients.py also asks with grpcio: over gRPC-Web on the HTTP port
+// (@protobuf-ts/grpcweb-transport with fetch, binary and text) and over native gRPC on the gRPC
+// port (@protobuf-ts/grpc-transport on @grpc/grpc-js). Prints one JSON line per call: the answer
+// as @parca/client decoded it, encoded again (base64 of toBinary), or the error's code and message.
 //
-//   node --import ./register.mjs grpcweb_client.mjs <http base URL> <tenant> <start s> <end s>
+//   node --import ./register.mjs grpcweb_client.mjs <http base URL> <grpc host:port> <tenant> \
+//        <start s> <end s>
 import {
   HasProfileDataRequest,
   HasProfileDataResponse,
@@ -21,9 +23,11 @@ import {
   ValuesRequest,
   ValuesResponse,
 } from '@parca/client';
+import { ChannelCredentials } from '@grpc/grpc-js';
+import { GrpcTransport } from '@protobuf-ts/grpc-transport';
 import { GrpcWebFetchTransport } from '@protobuf-ts/grpcweb-transport';
 
-const [base, tenant, startS, endS] = process.argv.slice(2);
+const [base, grpcAddress, tenant, startS, endS] = process.argv.slice(2);
 const ts = (s) => ({ seconds: BigInt(s), nanos: 0 });
 const query = 'process_cpu:samples:count:cpu:nanoseconds:delta{}';
 
@@ -37,8 +41,15 @@ async function ask(format, name, call, type) {
   }
 }
 
-for (const format of ['binary', 'text']) {
-  const transport = new GrpcWebFetchTransport({ baseUrl: base, format, meta: { 'x-scope-orgid': tenant } });
+function transportFor(format) {
+  const meta = { 'x-scope-orgid': tenant };
+  if (format === 'grpc')
+    return new GrpcTransport({ host: grpcAddress, channelCredentials: ChannelCredentials.createInsecure(), meta });
+  return new GrpcWebFetchTransport({ baseUrl: base, format, meta });
+}
+
+for (const format of ['binary', 'text', 'grpc']) {
+  const transport = transportFor(format);
   const client = new QueryServiceClient(transport);
   const range = { start: ts(startS), end: ts(endS) };
   await ask(format, 'ProfileTypes', client.profileTypes(ProfileTypesRequest.create()), ProfileTypesResponse);
@@ -59,4 +70,7 @@ for (const format of ['binary', 'text']) {
   }
   await ask(format, 'HasProfileData', client.hasProfileData(HasProfileDataRequest.create()), HasProfileDataResponse);
   await ask(format, 'QueryRange/bad', client.queryRange(QueryRangeRequest.create({ query: 'not a selector{', ...range })), QueryRangeResponse);
+  // Grafana's Parca data source: QueryRange with only query, start, end and limit (no step)
+  await ask(format, 'QueryRange/grafana', client.queryRange(QueryRangeRequest.create({ query, ...range, limit: 1 })), QueryRangeResponse);
+  if (format === 'grpc') transport.close();
 }

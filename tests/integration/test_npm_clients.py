@@ -1,9 +1,11 @@
 #!/usr/bin/python3
-"""Parca's own web client, npm's @parca/client over @protobuf-ts/grpcweb-transport (fetch, gRPC-Web
-binary and text), against `strata all`'s HTTP port (issue 19 item 4, first part).
+"""Parca's own client library, npm's @parca/client, against `strata all`: over
+@protobuf-ts/grpcweb-transport (fetch, gRPC-Web binary and text) on the HTTP port and over
+@protobuf-ts/grpc-transport (@grpc/grpc-js) on the gRPC port (issue 19 item 4, first part).
 
 tests/clients/grpcweb_client.mjs asks ProfileTypes, Labels, Values, QueryRange, Query (merge:
-flame graph table, top, pprof), HasProfileData and a malformed QueryRange; each answer, as the
+flame graph table, top, pprof), HasProfileData, a malformed QueryRange and Grafana's QueryRange
+(query, start, end and limit, no step); each answer, as the
 client decoded it and encoded again, must equal the answer grpcio gets over native gRPC, and the
 error the same code and message. Needs `npm ci` in tests/clients (scripts/test.sh runs it).
 """
@@ -70,6 +72,9 @@ class NpmClientsTest(unittest.TestCase):
                 qpb.HasProfileDataRequest(), metadata=md)),
             "QueryRange/bad": (qpb.QueryRangeResponse, lambda: q.QueryRange(qpb.QueryRangeRequest(
                 query="not a selector{", start=ts(start), end=ts(end)), metadata=md)),
+            "QueryRange/grafana": (qpb.QueryRangeResponse, lambda: q.QueryRange(
+                qpb.QueryRangeRequest(query=query, start=ts(start), end=ts(end), limit=1),
+                metadata=md)),
         }
         for report in ("FLAMEGRAPH_TABLE", "TOP", "PPROF"):
             calls["Query/" + report] = (qpb.QueryResponse, lambda r=report: q.Query(
@@ -83,16 +88,17 @@ class NpmClientsTest(unittest.TestCase):
         except grpc.RpcError as e:
             return response_type, e
 
-    def test_parca_client_over_grpc_web(self):
+    def test_parca_client(self):
         start, end = self.t_s - 60, self.t_s + 60
         out = subprocess.run(
-            ["node", "--import", "./register.mjs", "grpcweb_client.mjs", self.http, TENANT,
-             str(start), str(end)], cwd=CLIENTS, capture_output=True, text=True, timeout=120)
+            ["node", "--import", "./register.mjs", "grpcweb_client.mjs", self.http,
+             self.local.grpc_address, TENANT, str(start), str(end)],
+            cwd=CLIENTS, capture_output=True, text=True, timeout=120)
         self.assertEqual(out.returncode, 0, out.stderr)
         answers = [json.loads(line) for line in out.stdout.splitlines()]
-        self.assertEqual(len(answers), 2 * 9, out.stdout)
+        self.assertEqual(len(answers), 3 * 10, out.stdout)
         for a in answers:
-            what = f"{a['name']} over gRPC-Web {a['format']}"
+            what = f"{a['name']} over {a['format']}"
             response_type, want = self.native(a["name"], start, end)
             if isinstance(want, grpc.RpcError):
                 self.assertFalse(a["ok"], what)
