@@ -6,6 +6,7 @@
  * message type, never one allocation per node) and packed once into the caller's buffer.
  * Strings point into the tree's intern arena, which outlives the call.
  */
+#include "arrow/arrow_ipc.h"
 #include "calltree/calltree_internal.h"
 #include "pprof/pprof.h"
 
@@ -367,6 +368,189 @@ out:
     free(metas);
     free(fns);
     free(maps);
+    return rc;
+}
+
+/* ---- flame graph as Arrow (FLAMEGRAPH_ARROW) ----
+ *
+ * One row per node the flame graph shows (calltree_select: the same nodes as FLAMEGRAPH_TABLE,
+ * depth-first, row 0 the root), with Parca's column names: labels_only, location_address,
+ * mapping_file, mapping_build_id, location_line, inlined, function_startline, function_name,
+ * function_system_name, function_file_name (strings dictionary-encoded), children (row numbers),
+ * parent (-1 for the root), cumulative, flat, diff, depth. A label frame's row has labels_only and
+ * its "name=value" text as function_name. */
+
+/* A dictionary column over the tree's string ids. */
+typedef struct arrow_dict {
+    int32_t *index_of_sid; /* sid -> dictionary index + 1 */
+    const char **values;
+    size_t *lengths;
+    size_t n;
+    int32_t *rows;
+} arrow_dict;
+
+static void arrow_dict_free(arrow_dict *d) {
+    free(d->index_of_sid);
+    free(d->values);
+    free(d->lengths);
+    free(d->rows);
+}
+
+static int arrow_dict_init(arrow_dict *d, const calltree *t, size_t rows) {
+    memset(d, 0, sizeof *d);
+    size_t n = t->strings.count + 1;
+    d->index_of_sid = calloc(n, sizeof *d->index_of_sid);
+    d->values = malloc(n * sizeof *d->values);
+    d->lengths = malloc(n * sizeof *d->lengths);
+    d->rows = malloc((rows ? rows : 1) * sizeof *d->rows);
+    return d->index_of_sid && d->values && d->lengths && d->rows ? 0 : -1;
+}
+
+static void arrow_dict_set(arrow_dict *d, const calltree *t, size_t row, uint32_t sid) {
+    if (d->index_of_sid[sid] == 0) {
+        d->values[d->n] = calltree_string(t, sid);
+        d->lengths[d->n] = t->strings.lengths[sid];
+        d->index_of_sid[sid] = (int32_t)++d->n;
+    }
+    d->rows[row] = d->index_of_sid[sid] - 1;
+}
+
+enum { DICT_MAPPING, DICT_BUILD, DICT_NAME, DICT_SYSTEM, DICT_FILE, N_DICTS };
+
+static int build_flamegraph_arrow(const calltree *t, const calltree_selection *sel,
+                                  strata_buffer *record, int32_t *height, strata_error *err) {
+    size_t n = sel->n_order;
+    uint32_t *row_of = malloc(t->n_nodes * sizeof *row_of);
+    uint32_t *depth = malloc(t->n_nodes * sizeof *depth);
+    bool *labels_only = calloc(n ? n : 1, sizeof *labels_only);
+    bool *inlined = calloc(n ? n : 1, sizeof *inlined);
+    uint64_t *address = calloc(n ? n : 1, sizeof *address);
+    int64_t *line = calloc(n ? n : 1, sizeof *line), *start_line = calloc(n ? n : 1, sizeof *line);
+    int64_t *cum = malloc((n ? n : 1) * sizeof *cum), *flat = malloc((n ? n : 1) * sizeof *flat);
+    int64_t *diff = malloc((n ? n : 1) * sizeof *diff);
+    int32_t *parent = malloc((n ? n : 1) * sizeof *parent);
+    uint32_t *depths = malloc((n ? n : 1) * sizeof *depths);
+    int32_t *child_offsets = malloc((n + 1) * sizeof *child_offsets);
+    uint32_t *children = malloc((n ? n : 1) * sizeof *children);
+    arrow_dict dicts[N_DICTS];
+    bool ok = row_of && depth && labels_only && inlined && address && line && start_line && cum &&
+              flat && diff && parent && depths && child_offsets && children;
+    for (int k = 0; k < N_DICTS; k++)
+        ok = arrow_dict_init(&dicts[k], t, n) == 0 && ok;
+    int rc = -1;
+    if (!ok) {
+        strata_error_oom(err);
+        goto out;
+    }
+    *height = 0;
+    for (size_t e = 0; e < n; e++) {
+        uint32_t v = sel->order[e];
+        row_of[v] = (uint32_t)e;
+        depth[v] = v == CALLTREE_ROOT ? 0 : depth[t->parent[v]] + 1;
+        depths[e] = depth[v];
+        if ((int32_t)depth[v] > *height)
+            *height = (int32_t)depth[v];
+        parent[e] = v == CALLTREE_ROOT ? -1 : (int32_t)row_of[t->parent[v]];
+        cum[e] = t->total[v];
+        flat[e] = t->self[v];
+        diff[e] = node_diff(t, v);
+        if (v == CALLTREE_ROOT) {
+            for (int k = 0; k < N_DICTS; k++)
+                arrow_dict_set(&dicts[k], t, e, t->empty_sid);
+            continue;
+        }
+        uint32_t f = t->frame[v];
+        const calltree_frame_location *loc = calltree_frame_loc(t, f);
+        labels_only[e] = calltree_frame_is_labels(t, f);
+        inlined[e] = loc->inlined;
+        address[e] = loc->address;
+        line[e] = loc->line;
+        start_line[e] = calltree_frame_start_line(t, f);
+        arrow_dict_set(&dicts[DICT_MAPPING], t, e, calltree_frame_sid(t, f, FRAME_MAPPING_FILE));
+        arrow_dict_set(&dicts[DICT_BUILD], t, e, calltree_frame_sid(t, f, FRAME_BUILD_ID));
+        arrow_dict_set(&dicts[DICT_NAME], t, e,
+                       labels_only[e] ? t->frame_label[f] : calltree_frame_sid(t, f, FRAME_NAME));
+        arrow_dict_set(&dicts[DICT_SYSTEM], t, e, calltree_frame_sid(t, f, FRAME_SYSTEM_NAME));
+        arrow_dict_set(&dicts[DICT_FILE], t, e, calltree_frame_sid(t, f, FRAME_FILENAME));
+    }
+    /* children: each row's kept children, in sorted order */
+    size_t k = 0;
+    for (size_t e = 0; e < n; e++) {
+        uint32_t v = sel->order[e];
+        child_offsets[e] = (int32_t)k;
+        for (uint32_t i = t->child_offset[v]; i < t->child_offset[v + 1]; i++)
+            if (sel->keep[t->children[i]])
+                children[k++] = row_of[t->children[i]];
+    }
+    child_offsets[n] = (int32_t)k;
+    arrow_writer w;
+    arrow_writer_init(&w);
+    arrow_add_bool(&w, "labels_only", labels_only, n, false);
+    arrow_add_int(&w, "location_address", 64, false, address, n);
+    arrow_add_dict_binary(&w, "mapping_file", dicts[DICT_MAPPING].rows, n,
+                          dicts[DICT_MAPPING].values, dicts[DICT_MAPPING].lengths,
+                          dicts[DICT_MAPPING].n);
+    arrow_add_dict_binary(&w, "mapping_build_id", dicts[DICT_BUILD].rows, n,
+                          dicts[DICT_BUILD].values, dicts[DICT_BUILD].lengths, dicts[DICT_BUILD].n);
+    arrow_add_int(&w, "location_line", 64, true, line, n);
+    arrow_add_bool(&w, "inlined", inlined, n, true);
+    arrow_add_int(&w, "function_startline", 64, true, start_line, n);
+    arrow_add_dict_binary(&w, "function_name", dicts[DICT_NAME].rows, n, dicts[DICT_NAME].values,
+                          dicts[DICT_NAME].lengths, dicts[DICT_NAME].n);
+    arrow_add_dict_binary(&w, "function_system_name", dicts[DICT_SYSTEM].rows, n,
+                          dicts[DICT_SYSTEM].values, dicts[DICT_SYSTEM].lengths,
+                          dicts[DICT_SYSTEM].n);
+    arrow_add_dict_binary(&w, "function_file_name", dicts[DICT_FILE].rows, n,
+                          dicts[DICT_FILE].values, dicts[DICT_FILE].lengths, dicts[DICT_FILE].n);
+    arrow_add_list_uint32(&w, "children", child_offsets, n, children);
+    arrow_add_int(&w, "parent", 32, true, parent, n);
+    arrow_add_int(&w, "cumulative", 64, true, cum, n);
+    arrow_add_int(&w, "flat", 64, true, flat, n);
+    arrow_add_int(&w, "diff", 64, true, diff, n);
+    arrow_add_int(&w, "depth", 32, false, depths, n);
+    rc = arrow_writer_finish(&w, n, record, err);
+    arrow_writer_free(&w);
+out:
+    free(row_of);
+    free(depth);
+    free(labels_only);
+    free(inlined);
+    free(address);
+    free(line);
+    free(start_line);
+    free(cum);
+    free(flat);
+    free(diff);
+    free(parent);
+    free(depths);
+    free(child_offsets);
+    free(children);
+    for (int d = 0; d < N_DICTS; d++)
+        arrow_dict_free(&dicts[d]);
+    return rc;
+}
+
+static int encode_flamegraph_arrow(const calltree *t, const calltree_report_options *opts,
+                                   QueryResponse *resp, strata_buffer *out, strata_error *err) {
+    calltree_selection sel;
+    if (calltree_select(t, t->total, opts->node_trim_threshold, opts->max_nodes, &sel, err) != 0)
+        return -1;
+    strata_buffer record = STRATA_BUFFER_INIT;
+    int32_t height = 0;
+    int rc = build_flamegraph_arrow(t, &sel, &record, &height, err);
+    if (rc == 0) {
+        Parca__Query__V1alpha1__FlamegraphArrow fa = PARCA__QUERY__V1ALPHA1__FLAMEGRAPH_ARROW__INIT;
+        fa.record.data = record.data;
+        fa.record.len = record.len;
+        fa.unit = mutable_str(opts->unit != NULL ? opts->unit : "");
+        fa.height = height;
+        fa.trimmed = sel.trimmed;
+        resp->report_case = PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_FLAMEGRAPH_ARROW;
+        resp->flamegraph_arrow = &fa;
+        rc = pack_response(resp, out, err);
+    }
+    strata_buffer_free(&record);
+    calltree_selection_free(&sel);
     return rc;
 }
 
@@ -1045,6 +1229,8 @@ int calltree_encode_query_response(const calltree *t,
             return encode_top(t, opts, &resp, out, err);
         case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PPROF:
             return encode_pprof(t, opts, &resp, out, err);
+        case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_ARROW:
+            return encode_flamegraph_arrow(t, opts, &resp, out, err);
         case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_CALLGRAPH:
             return encode_callgraph(t, opts, &resp, out, err);
         case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PROFILE_METADATA:

@@ -366,6 +366,19 @@ static void test_callgraph_and_metadata(void **state) {
     assert_string_equal(edges, "main>a=5 a>b=3 a>c=2 main>d=5 main>r=1 r>r=1");
     parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
 
+    /* FLAMEGRAPH_ARROW: an Arrow IPC stream (read by npm's apache-arrow in
+     * integration_npm_clients); here its framing and the response's fields */
+    r = encode(t, REPORT(FLAMEGRAPH_ARROW), 0);
+    assert_int_equal(r->report_case,
+                     PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_FLAMEGRAPH_ARROW);
+    assert_true(r->flamegraph_arrow->record.len > 16);
+    assert_memory_equal(r->flamegraph_arrow->record.data, "\xff\xff\xff\xff", 4);
+    assert_memory_equal(r->flamegraph_arrow->record.data + r->flamegraph_arrow->record.len - 8,
+                        "\xff\xff\xff\xff\0\0\0\0", 8);
+    assert_int_equal(r->flamegraph_arrow->height, 3);
+    assert_string_equal(r->flamegraph_arrow->unit, "count");
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+
     r = encode(t, REPORT(PROFILE_METADATA), 0);
     assert_int_equal(r->report_case,
                      PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_PROFILE_METADATA);

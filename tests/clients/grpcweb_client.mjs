@@ -24,6 +24,7 @@ import {
   ValuesResponse,
 } from '@parca/client';
 import { ChannelCredentials } from '@grpc/grpc-js';
+import { tableFromIPC } from 'apache-arrow';
 import { GrpcTransport } from '@protobuf-ts/grpc-transport';
 import { GrpcWebFetchTransport } from '@protobuf-ts/grpcweb-transport';
 
@@ -31,11 +32,31 @@ const [base, grpcAddress, tenant, startS, endS] = process.argv.slice(2);
 const ts = (s) => ({ seconds: BigInt(s), nanos: 0 });
 const query = 'process_cpu:samples:count:cpu:nanoseconds:delta{}';
 
+// The rows of an Arrow record as apache-arrow reads them: strings decoded, 64-bit numbers as text.
+function arrowRows(record) {
+  const table = tableFromIPC(record);
+  const text = (v) => (v instanceof Uint8Array ? Buffer.from(v).toString('utf8') : v);
+  return {
+    fields: table.schema.fields.map((f) => `${f.name}:${f.type}`),
+    rows: [...table].map((row) => {
+      const out = {};
+      for (const [k, v] of Object.entries(row.toJSON())) {
+        if (typeof v === 'bigint') out[k] = v.toString();
+        else if (v && typeof v.toArray === 'function') out[k] = [...v.toArray()];
+        else out[k] = text(v);
+      }
+      return out;
+    }),
+  };
+}
+
 async function ask(format, name, call, type) {
   try {
     const { response } = await call;
     const bytes = type.toBinary(response);
-    console.log(JSON.stringify({ format, name, ok: true, b64: Buffer.from(bytes).toString('base64') }));
+    const answer = { format, name, ok: true, b64: Buffer.from(bytes).toString('base64') };
+    if (response.report?.oneofKind === 'flamegraphArrow') answer.arrow = arrowRows(response.report.flamegraphArrow.record);
+    console.log(JSON.stringify(answer));
   } catch (e) {
     console.log(JSON.stringify({ format, name, ok: false, code: String(e.code), message: e.message }));
   }
@@ -60,6 +81,7 @@ for (const format of ['binary', 'text', 'grpc']) {
     ['Query/FLAMEGRAPH_TABLE', QueryRequest_ReportType.FLAMEGRAPH_TABLE],
     ['Query/TOP', QueryRequest_ReportType.TOP],
     ['Query/PPROF', QueryRequest_ReportType.PPROF],
+    ['Query/FLAMEGRAPH_ARROW', QueryRequest_ReportType.FLAMEGRAPH_ARROW],
   ]) {
     const request = QueryRequest.create({
       mode: QueryRequest_Mode.MERGE,

@@ -76,7 +76,7 @@ class NpmClientsTest(unittest.TestCase):
                 qpb.QueryRangeRequest(query=query, start=ts(start), end=ts(end), limit=1),
                 metadata=md)),
         }
-        for report in ("FLAMEGRAPH_TABLE", "TOP", "PPROF"):
+        for report in ("FLAMEGRAPH_TABLE", "TOP", "PPROF", "FLAMEGRAPH_ARROW"):
             calls["Query/" + report] = (qpb.QueryResponse, lambda r=report: q.Query(
                 qpb.QueryRequest(mode=qpb.QueryRequest.MODE_MERGE,
                                  report_type=qpb.QueryRequest.ReportType.Value("REPORT_TYPE_" + r),
@@ -96,7 +96,8 @@ class NpmClientsTest(unittest.TestCase):
             cwd=CLIENTS, capture_output=True, text=True, timeout=120)
         self.assertEqual(out.returncode, 0, out.stderr)
         answers = [json.loads(line) for line in out.stdout.splitlines()]
-        self.assertEqual(len(answers), 3 * 10, out.stdout)
+        self.assertEqual(len(answers), 3 * 11, out.stdout)
+        _, table = self.native("Query/FLAMEGRAPH_TABLE", start, end)
         for a in answers:
             what = f"{a['name']} over {a['format']}"
             response_type, want = self.native(a["name"], start, end)
@@ -112,6 +113,28 @@ class NpmClientsTest(unittest.TestCase):
                 self.assertEqual(sorted(got.label_values), ["api", "worker"])
             if a["name"].startswith("Query/"):
                 self.assertEqual(got.total, 12 * qc.PERIOD, what)
+            if a["name"] == "Query/FLAMEGRAPH_ARROW":
+                self.check_arrow(a["arrow"], table.flamegraph, what)
+
+    def check_arrow(self, arrow, fg, what):
+        """The Arrow record, as npm's apache-arrow reads it, against FLAMEGRAPH_TABLE node for
+        node: names, cumulatives, parents, depths and children."""
+        self.assertIn("function_name:Dictionary<Int32, Binary>", arrow["fields"], what)
+        self.assertIn("children:List<Uint32>", arrow["fields"], what)
+        rows = arrow["rows"]
+        want = []  # (name, cumulative, parent row, depth), depth first in children order
+
+        def walk(node, name, parent, depth):
+            row = len(want)
+            want.append((name, str(node.cumulative), parent, depth))
+            for child in node.children:
+                walk(child, child.meta.function.name, row, depth + 1)
+
+        walk(fg.root, "", -1, 0)
+        got = [(r["function_name"], r["cumulative"], r["parent"], r["depth"]) for r in rows]
+        self.assertEqual(got, want, what)
+        for i, r in enumerate(rows):
+            self.assertEqual(r["children"], [j for j, w in enumerate(want) if w[2] == i], what)
 
 
 if __name__ == "__main__":

@@ -636,8 +636,8 @@ querier:
             self.assert_code(lambda: self.query(merge_req(CPU_SAMPLES, T0, END, trim=trim)), IA,
                              "node_trim_threshold")
         self.assert_code(lambda: self.query(merge_req(CPU_SAMPLES, T0, END,
-                                                      report=qpb.QueryRequest.REPORT_TYPE_FLAMEGRAPH_ARROW)),
-                         grpc.StatusCode.UNIMPLEMENTED, "REPORT_TYPE_FLAMEGRAPH_ARROW")
+                                                      report=qpb.QueryRequest.REPORT_TYPE_SOURCE)),
+                         grpc.StatusCode.UNIMPLEMENTED, "REPORT_TYPE_SOURCE")
         self.assert_code(lambda: self.range(CPU_SAMPLES, END, T0, 60 * NS), IA, "before")
         self.assert_code(lambda: self.range(CPU_SAMPLES + "{", T0, END, 60 * NS), IA, "invalid query")
         self.assert_code(lambda: self.range('{job="api"}', T0, END, 60 * NS), IA, "profile type")
