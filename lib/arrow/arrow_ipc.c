@@ -134,16 +134,23 @@ void arrow_add_dict_binary(arrow_writer *w, const char *name, const int32_t *ind
         w->failed = true;
 }
 
-void arrow_add_list_uint32(arrow_writer *w, const char *name, const int32_t *offsets, size_t n,
-                           const uint32_t *values) {
+void arrow_add_list(arrow_writer *w, const char *name, const int32_t *offsets, size_t n,
+                    int child_bit_width, bool child_signed, const void *values) {
     arrow_column *c = add_column(w, name, COL_LIST, n);
     if (c == NULL)
         return;
+    c->bit_width = child_bit_width;
+    c->is_signed = child_signed;
     c->n_child = (size_t)offsets[n];
+    size_t bytes = c->n_child * (size_t)(child_bit_width / 8);
     if (strata_buffer_append(&c->offsets, offsets, (n + 1) * sizeof *offsets) != 0 ||
-        (c->n_child > 0 &&
-         strata_buffer_append(&c->values, values, c->n_child * sizeof *values) != 0))
+        (bytes > 0 && strata_buffer_append(&c->values, values, bytes) != 0))
         w->failed = true;
+}
+
+void arrow_add_list_uint32(arrow_writer *w, const char *name, const int32_t *offsets, size_t n,
+                           const uint32_t *values) {
+    arrow_add_list(w, name, offsets, n, 32, false, values);
 }
 
 /* ---- flatbuffers, front to back ------------------------------------------------------------ */
@@ -286,17 +293,19 @@ static size_t empty_table(fb *f) {
 
 /* A Field table (and what it points to). */
 static size_t write_field(fb *f, const char *name, bool nullable, int type, int bit_width,
-                          bool is_signed, bool list_of_uint32, int64_t dict_id) {
+                          bool is_signed, bool list, int64_t dict_id) {
     fb_field fields[6] = {{0, 4, 0}, {1, 1, nullable}, {2, 1, (uint64_t)type},
                           {3, 4, 0}, {5, 4, 0},        {4, 4, 0}};
     size_t n = dict_id >= 0 ? 6 : 5, pos[6];
     size_t table = fb_table(f, fields, n, pos);
     fb_patch(f, pos[0], fb_string(f, name));
-    fb_patch(f, pos[3], type == TYPE_INT ? int_type(f, bit_width, is_signed) : empty_table(f));
-    size_t children = fb_offset_vector(f, list_of_uint32 ? 1 : 0);
+    fb_patch(f, pos[3],
+             type == TYPE_INT && !list ? int_type(f, bit_width, is_signed) : empty_table(f));
+    size_t children = fb_offset_vector(f, list ? 1 : 0);
     fb_patch(f, pos[4], children);
-    if (list_of_uint32)
-        fb_patch(f, children + 4, write_field(f, "item", true, TYPE_INT, 32, false, false, -1));
+    if (list) /* the element type: Int of the list's width and sign */
+        fb_patch(f, children + 4,
+                 write_field(f, "item", true, TYPE_INT, bit_width, is_signed, false, -1));
     if (dict_id >= 0) {
         fb_field enc[] = {{0, 8, (uint64_t)dict_id}, {1, 4, 0}};
         size_t epos[2];
@@ -328,7 +337,8 @@ static void write_schema(fb *f, const arrow_writer *w) {
                 field = write_field(f, c->name, false, TYPE_BINARY, 0, false, false, c->dict_id);
                 break;
             default:
-                field = write_field(f, c->name, false, TYPE_LIST, 0, false, true, -1);
+                field =
+                    write_field(f, c->name, false, TYPE_LIST, c->bit_width, c->is_signed, true, -1);
                 break;
         }
         fb_patch(f, vec + 4 + 4 * i, field);

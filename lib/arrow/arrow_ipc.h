@@ -6,7 +6,7 @@
  *   bool                    (values as a bitmap)
  *   int 8/16/32/64, signed or not
  *   binary dictionary       (int32 indices into a dictionary of byte strings)
- *   list<uint32>            (int32 offsets into one uint32 child array)
+ *   list<int>               (int32 offsets into one child array of ints)
  *
  * No nulls (null counts are 0 and validity buffers empty, which the format allows), no
  * compression. Messages are flatbuffers (Message.fbs, Schema.fbs), built front to back: a table
@@ -44,7 +44,10 @@ void arrow_add_bool(arrow_writer *w, const char *name, const bool *values, size_
 /* Row i holds dict[indices[i]]; dict[0..n_dict) are byte strings of dict_len[k] bytes. */
 void arrow_add_dict_binary(arrow_writer *w, const char *name, const int32_t *indices, size_t n,
                            const char *const *dict, const size_t *dict_len, size_t n_dict);
-/* Row i holds values[offsets[i] .. offsets[i + 1]); offsets has n + 1 entries. */
+/* Row i holds values[offsets[i] .. offsets[i + 1]); offsets has n + 1 entries; the values are
+ * ints of child_bit_width (8 ... 64). */
+void arrow_add_list(arrow_writer *w, const char *name, const int32_t *offsets, size_t n,
+                    int child_bit_width, bool child_signed, const void *values);
 void arrow_add_list_uint32(arrow_writer *w, const char *name, const int32_t *offsets, size_t n,
                            const uint32_t *values);
 

@@ -722,6 +722,133 @@ out:
     return rc;
 }
 
+/* ---- the table as Arrow (TABLE_ARROW) ----
+ *
+ * One row per frame, TOP's rows in TOP's order, with Parca's columns: mapping_file,
+ * mapping_build_id, location_address, location_line, function_startline, function_name,
+ * function_system_name, function_file_name, cumulative, cumulative_diff, flat, flat_diff, and
+ * callers / callees: the rows of the frames calling it and called by it (CALLGRAPH's edges). */
+
+/* The rows of one end of every edge, grouped by the other end: offsets n + 1, values n_edges. */
+static int edge_lists(const callgraph_build *b, bool callers, int32_t *offsets, int64_t *values) {
+    size_t n = b->n_rows;
+    int32_t *fill = calloc(n + 1, sizeof *fill);
+    if (fill == NULL)
+        return -1;
+    memset(offsets, 0, (n + 1) * sizeof *offsets);
+    for (size_t e = 0; e < b->n_edges; e++)
+        offsets[(callers ? b->edge_to[e] : b->edge_from[e]) + 1]++;
+    for (size_t i = 0; i < n; i++)
+        offsets[i + 1] += offsets[i];
+    for (size_t e = 0; e < b->n_edges; e++) {
+        uint32_t row = callers ? b->edge_to[e] : b->edge_from[e];
+        values[offsets[row] + fill[row]++] = callers ? b->edge_from[e] : b->edge_to[e];
+    }
+    free(fill);
+    return 0;
+}
+
+static int build_table_arrow(const calltree *t, const callgraph_build *b, strata_buffer *record,
+                             strata_error *err) {
+    size_t n = b->n_rows, m = n ? n : 1;
+    uint64_t *address = malloc(m * sizeof *address);
+    int64_t *line = malloc(m * sizeof *line), *start_line = malloc(m * sizeof *start_line);
+    int64_t *cum = malloc(m * sizeof *cum), *cum_diff = malloc(m * sizeof *cum_diff);
+    int64_t *flat = malloc(m * sizeof *flat), *flat_diff = malloc(m * sizeof *flat_diff);
+    int32_t *caller_offsets = malloc((n + 1) * sizeof *caller_offsets);
+    int32_t *callee_offsets = malloc((n + 1) * sizeof *callee_offsets);
+    int64_t *callers = malloc((b->n_edges + 1) * sizeof *callers);
+    int64_t *callees = malloc((b->n_edges + 1) * sizeof *callees);
+    arrow_dict dicts[N_DICTS];
+    bool ok = address && line && start_line && cum && cum_diff && flat && flat_diff &&
+              caller_offsets && callee_offsets && callers && callees;
+    for (int k = 0; k < N_DICTS; k++)
+        ok = arrow_dict_init(&dicts[k], t, n) == 0 && ok;
+    int rc = -1;
+    if (!ok || edge_lists(b, true, caller_offsets, callers) != 0 ||
+        edge_lists(b, false, callee_offsets, callees) != 0) {
+        strata_error_oom(err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const calltree_frame_stats *r = &b->rows[i];
+        uint32_t f = r->frame;
+        const calltree_frame_location *loc = calltree_frame_loc(t, f);
+        address[i] = loc->address;
+        line[i] = loc->line;
+        start_line[i] = calltree_frame_start_line(t, f);
+        cum[i] = r->cumulative;
+        flat[i] = r->flat;
+        cum_diff[i] = t->diff ? r->cumulative - r->cumulative_base : 0;
+        flat_diff[i] = t->diff ? r->flat - r->flat_base : 0;
+        arrow_dict_set(&dicts[DICT_MAPPING], t, i, calltree_frame_sid(t, f, FRAME_MAPPING_FILE));
+        arrow_dict_set(&dicts[DICT_BUILD], t, i, calltree_frame_sid(t, f, FRAME_BUILD_ID));
+        arrow_dict_set(&dicts[DICT_NAME], t, i,
+                       calltree_frame_is_labels(t, f) ? t->frame_label[f]
+                                                      : calltree_frame_sid(t, f, FRAME_NAME));
+        arrow_dict_set(&dicts[DICT_SYSTEM], t, i, calltree_frame_sid(t, f, FRAME_SYSTEM_NAME));
+        arrow_dict_set(&dicts[DICT_FILE], t, i, calltree_frame_sid(t, f, FRAME_FILENAME));
+    }
+    arrow_writer w;
+    arrow_writer_init(&w);
+#define DICT(name, k)                                                                              \
+    arrow_add_dict_binary(&w, name, dicts[k].rows, n, dicts[k].values, dicts[k].lengths, dicts[k].n)
+    DICT("mapping_file", DICT_MAPPING);
+    DICT("mapping_build_id", DICT_BUILD);
+    arrow_add_int(&w, "location_address", 64, false, address, n);
+    arrow_add_int(&w, "location_line", 64, true, line, n);
+    arrow_add_int(&w, "function_startline", 64, true, start_line, n);
+    DICT("function_name", DICT_NAME);
+    DICT("function_system_name", DICT_SYSTEM);
+    DICT("function_file_name", DICT_FILE);
+#undef DICT
+    arrow_add_int(&w, "cumulative", 64, true, cum, n);
+    arrow_add_int(&w, "cumulative_diff", 64, true, cum_diff, n);
+    arrow_add_int(&w, "flat", 64, true, flat, n);
+    arrow_add_int(&w, "flat_diff", 64, true, flat_diff, n);
+    arrow_add_list(&w, "callers", caller_offsets, n, 64, true, callers);
+    arrow_add_list(&w, "callees", callee_offsets, n, 64, true, callees);
+    rc = arrow_writer_finish(&w, n, record, err);
+    arrow_writer_free(&w);
+out:
+    free(address);
+    free(line);
+    free(start_line);
+    free(cum);
+    free(cum_diff);
+    free(flat);
+    free(flat_diff);
+    free(caller_offsets);
+    free(callee_offsets);
+    free(callers);
+    free(callees);
+    for (int d = 0; d < N_DICTS; d++)
+        arrow_dict_free(&dicts[d]);
+    return rc;
+}
+
+static int encode_table_arrow(const calltree *t, const calltree_report_options *opts,
+                              QueryResponse *resp, strata_buffer *out, strata_error *err) {
+    callgraph_build b;
+    memset(&b, 0, sizeof b);
+    strata_buffer record = STRATA_BUFFER_INIT;
+    int rc = callgraph_collect(t, opts, &b, err);
+    if (rc == 0)
+        rc = build_table_arrow(t, &b, &record, err);
+    if (rc == 0) {
+        Parca__Query__V1alpha1__TableArrow ta = PARCA__QUERY__V1ALPHA1__TABLE_ARROW__INIT;
+        ta.record.data = record.data;
+        ta.record.len = record.len;
+        ta.unit = mutable_str(opts->unit != NULL ? opts->unit : "");
+        resp->report_case = PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_TABLE_ARROW;
+        resp->table_arrow = &ta;
+        rc = pack_response(resp, out, err);
+    }
+    strata_buffer_free(&record);
+    callgraph_free(&b);
+    return rc;
+}
+
 /* ---- profile metadata: the binaries the profile's frames come from, and opts' labels ---- */
 
 static int compare_cstrings(const void *a, const void *b) {
@@ -1231,6 +1358,8 @@ int calltree_encode_query_response(const calltree *t,
             return encode_pprof(t, opts, &resp, out, err);
         case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_ARROW:
             return encode_flamegraph_arrow(t, opts, &resp, out, err);
+        case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_TABLE_ARROW:
+            return encode_table_arrow(t, opts, &resp, out, err);
         case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_CALLGRAPH:
             return encode_callgraph(t, opts, &resp, out, err);
         case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PROFILE_METADATA:

@@ -379,6 +379,13 @@ static void test_callgraph_and_metadata(void **state) {
     assert_string_equal(r->flamegraph_arrow->unit, "count");
     parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
 
+    r = encode(t, REPORT(TABLE_ARROW), 0);
+    assert_int_equal(r->report_case, PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_TABLE_ARROW);
+    assert_true(r->table_arrow->record.len > 16);
+    assert_memory_equal(r->table_arrow->record.data, "\xff\xff\xff\xff", 4);
+    assert_string_equal(r->table_arrow->unit, "count");
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+
     r = encode(t, REPORT(PROFILE_METADATA), 0);
     assert_int_equal(r->report_case,
                      PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_PROFILE_METADATA);

@@ -42,7 +42,7 @@ function arrowRows(record) {
       const out = {};
       for (const [k, v] of Object.entries(row.toJSON())) {
         if (typeof v === 'bigint') out[k] = v.toString();
-        else if (v && typeof v.toArray === 'function') out[k] = [...v.toArray()];
+        else if (v && typeof v.toArray === 'function') out[k] = [...v.toArray()].map((x) => (typeof x === 'bigint' ? x.toString() : x));
         else out[k] = text(v);
       }
       return out;
@@ -56,6 +56,7 @@ async function ask(format, name, call, type) {
     const bytes = type.toBinary(response);
     const answer = { format, name, ok: true, b64: Buffer.from(bytes).toString('base64') };
     if (response.report?.oneofKind === 'flamegraphArrow') answer.arrow = arrowRows(response.report.flamegraphArrow.record);
+    if (response.report?.oneofKind === 'tableArrow') answer.arrow = arrowRows(response.report.tableArrow.record);
     console.log(JSON.stringify(answer));
   } catch (e) {
     console.log(JSON.stringify({ format, name, ok: false, code: String(e.code), message: e.message }));
@@ -82,6 +83,8 @@ for (const format of ['binary', 'text', 'grpc']) {
     ['Query/TOP', QueryRequest_ReportType.TOP],
     ['Query/PPROF', QueryRequest_ReportType.PPROF],
     ['Query/FLAMEGRAPH_ARROW', QueryRequest_ReportType.FLAMEGRAPH_ARROW],
+    ['Query/TABLE_ARROW', QueryRequest_ReportType.TABLE_ARROW],
+    ['Query/CALLGRAPH', QueryRequest_ReportType.CALLGRAPH],
   ]) {
     const request = QueryRequest.create({
       mode: QueryRequest_Mode.MERGE,

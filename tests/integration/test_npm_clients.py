@@ -76,7 +76,8 @@ class NpmClientsTest(unittest.TestCase):
                 qpb.QueryRangeRequest(query=query, start=ts(start), end=ts(end), limit=1),
                 metadata=md)),
         }
-        for report in ("FLAMEGRAPH_TABLE", "TOP", "PPROF", "FLAMEGRAPH_ARROW"):
+        for report in ("FLAMEGRAPH_TABLE", "TOP", "PPROF", "FLAMEGRAPH_ARROW", "TABLE_ARROW",
+                       "CALLGRAPH"):
             calls["Query/" + report] = (qpb.QueryResponse, lambda r=report: q.Query(
                 qpb.QueryRequest(mode=qpb.QueryRequest.MODE_MERGE,
                                  report_type=qpb.QueryRequest.ReportType.Value("REPORT_TYPE_" + r),
@@ -96,8 +97,10 @@ class NpmClientsTest(unittest.TestCase):
             cwd=CLIENTS, capture_output=True, text=True, timeout=120)
         self.assertEqual(out.returncode, 0, out.stderr)
         answers = [json.loads(line) for line in out.stdout.splitlines()]
-        self.assertEqual(len(answers), 3 * 11, out.stdout)
+        self.assertEqual(len(answers), 3 * 13, out.stdout)
         _, table = self.native("Query/FLAMEGRAPH_TABLE", start, end)
+        _, top = self.native("Query/TOP", start, end)
+        _, callgraph = self.native("Query/CALLGRAPH", start, end)
         for a in answers:
             what = f"{a['name']} over {a['format']}"
             response_type, want = self.native(a["name"], start, end)
@@ -115,6 +118,27 @@ class NpmClientsTest(unittest.TestCase):
                 self.assertEqual(got.total, 12 * qc.PERIOD, what)
             if a["name"] == "Query/FLAMEGRAPH_ARROW":
                 self.check_arrow(a["arrow"], table.flamegraph, what)
+            if a["name"] == "Query/TABLE_ARROW":
+                self.check_table_arrow(a["arrow"], top.top, callgraph.callgraph, what)
+
+    def check_table_arrow(self, arrow, top, callgraph, what):
+        """TABLE_ARROW's rows against TOP (names, flat, cumulative, in order) and CALLGRAPH's
+        edges (callers and callees as row numbers)."""
+        rows = arrow["rows"]
+        self.assertEqual([(r["function_name"], r["flat"], r["cumulative"]) for r in rows],
+                         [(n.meta.function.name, str(n.flat), str(n.cumulative)) for n in top.list],
+                         what)
+        names = {n.id: n.meta.function.name for n in callgraph.nodes}
+        row_of = {r["function_name"]: i for i, r in enumerate(rows)}
+        edges = {(names[e.source], names[e.target]) for e in callgraph.edges}
+        self.assertTrue(edges, what)
+        got = {(rows[int(c)]["function_name"], r["function_name"]) for r in rows
+               for c in r["callers"]}
+        self.assertEqual(got, edges, what)
+        got = {(r["function_name"], rows[int(c)]["function_name"]) for r in rows
+               for c in r["callees"]}
+        self.assertEqual(got, edges, what)
+        self.assertEqual(set(row_of), {n.meta.function.name for n in top.list}, what)
 
     def check_arrow(self, arrow, fg, what):
         """The Arrow record, as npm's apache-arrow reads it, against FLAMEGRAPH_TABLE node for
