@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Parca's own client library, npm's @parca/client, against `strata all`: over
+"""Parca's own client library, npm's @parca/client, and a Connect client against `strata all`: over
 @protobuf-ts/grpcweb-transport (fetch, gRPC-Web binary and text) on the HTTP port and over
 @protobuf-ts/grpc-transport (@grpc/grpc-js) on the gRPC port (issue 19 item 4, first part).
 
@@ -120,6 +120,33 @@ class NpmClientsTest(unittest.TestCase):
                 self.check_arrow(a["arrow"], table.flamegraph, what)
             if a["name"] == "Query/TABLE_ARROW":
                 self.check_table_arrow(a["arrow"], top.top, callgraph.callgraph, what)
+
+    def test_connect_client(self):
+        """npm's Connect client (@connectrpc/connect-node), JSON and binary codecs, built from a
+        descriptor set protoc makes of Strata's own query.proto: every answer equal to grpcio's,
+        the error the same code and message."""
+        start, end = self.t_s - 60, self.t_s + 60
+        proto = os.path.join(CLIENTS, "..", "..", "proto")
+        descriptors = os.path.join(self.local.work, "query.pb")
+        subprocess.run(["protoc", "--include_imports", f"--descriptor_set_out={descriptors}",
+                        f"-I{proto}", os.path.join(proto, "parca/query/v1alpha1/query.proto")],
+                       check=True, timeout=60)
+        out = subprocess.run(["node", "connect_client.mjs", descriptors, self.http, TENANT,
+                              str(start), str(end)],
+                             cwd=CLIENTS, capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        answers = [json.loads(line) for line in out.stdout.splitlines()]
+        self.assertEqual(len(answers), 2 * 10, out.stdout)
+        for a in answers:
+            what = f"{a['name']} over {a['format']}"
+            response_type, want = self.native(a["name"], start, end)
+            if isinstance(want, grpc.RpcError):
+                self.assertFalse(a["ok"], what)
+                self.assertEqual(a["code"].lower(), want.code().name.replace("_", "").lower(), what)
+                self.assertEqual(a["message"], want.details(), what)
+                continue
+            self.assertTrue(a["ok"], f"{what}: {a}")
+            self.assertEqual(response_type.FromString(base64.b64decode(a["b64"])), want, what)
 
     def check_table_arrow(self, arrow, top, callgraph, what):
         """TABLE_ARROW's rows against TOP (names, flat, cumulative, in order) and CALLGRAPH's
