@@ -377,8 +377,10 @@ out:
  * depth-first, row 0 the root), with Parca's column names: labels_only, location_address,
  * mapping_file, mapping_build_id, location_line, inlined, function_startline, function_name,
  * function_system_name, function_file_name (strings dictionary-encoded), children (row numbers),
- * parent (-1 for the root), cumulative, flat, diff, depth. A label frame's row has labels_only and
- * its "name=value" text as function_name. */
+ * parent (-1 for the root), cumulative, flat, diff, timestamp and value_offset (0: no flame chart),
+ * depth, and one dictionary column "labels.<name>" per pprof label a shown label frame carries.
+ * A label frame's row has labels_only, its labels in those columns ("" in other rows) and its
+ * "name=value" text as function_name. */
 
 /* A dictionary column over the tree's string ids. */
 typedef struct arrow_dict {
@@ -413,6 +415,53 @@ static void arrow_dict_set(arrow_dict *d, const calltree *t, size_t row, uint32_
         d->index_of_sid[sid] = (int32_t)++d->n;
     }
     d->rows[row] = d->index_of_sid[sid] - 1;
+}
+
+#define MAX_ARROW_LABELS 64
+
+/* The label columns: each distinct label name of the shown label frames, as its string id. */
+static size_t arrow_label_names(const calltree *t, const calltree_selection *sel, uint32_t *names) {
+    size_t n = 0;
+    for (size_t e = 1; e < sel->n_order; e++) {
+        uint32_t f = t->frame[sel->order[e]];
+        for (uint32_t i = 0; i < t->frame_extra[f].label_count; i++) {
+            uint32_t sid = t->label_words[t->frame_extra[f].label_first + 2 * i];
+            bool seen = false;
+            for (size_t k = 0; k < n && !seen; k++)
+                seen = names[k] == sid;
+            if (!seen && n < MAX_ARROW_LABELS)
+                names[n++] = sid;
+        }
+    }
+    return n;
+}
+
+/* Adds the "labels.<name>" columns of the rows (row e: node sel->order[e]). */
+static int add_label_columns(arrow_writer *w, const calltree *t, const calltree_selection *sel) {
+    uint32_t names[MAX_ARROW_LABELS];
+    size_t n_names = arrow_label_names(t, sel, names), n = sel->n_order;
+    int rc = 0;
+    for (size_t k = 0; k < n_names && rc == 0; k++) {
+        arrow_dict d;
+        if (arrow_dict_init(&d, t, n) != 0) {
+            arrow_dict_free(&d);
+            return -1;
+        }
+        for (size_t e = 0; e < n; e++) {
+            uint32_t f = t->frame[sel->order[e]], value = t->empty_sid;
+            for (uint32_t i = 0; e > 0 && i < t->frame_extra[f].label_count; i++) {
+                const uint32_t *pair = &t->label_words[t->frame_extra[f].label_first + 2 * i];
+                if (pair[0] == names[k])
+                    value = pair[1];
+            }
+            arrow_dict_set(&d, t, e, value);
+        }
+        char column[256];
+        snprintf(column, sizeof column, "labels.%s", calltree_string(t, names[k]));
+        arrow_add_dict_binary(w, column, d.rows, n, d.values, d.lengths, d.n);
+        arrow_dict_free(&d);
+    }
+    return rc;
 }
 
 enum { DICT_MAPPING, DICT_BUILD, DICT_NAME, DICT_SYSTEM, DICT_FILE, N_DICTS };
@@ -507,7 +556,12 @@ static int build_flamegraph_arrow(const calltree *t, const calltree_selection *s
     arrow_add_int(&w, "cumulative", 64, true, cum, n);
     arrow_add_int(&w, "flat", 64, true, flat, n);
     arrow_add_int(&w, "diff", 64, true, diff, n);
+    memset(line, 0, (n ? n : 1) * sizeof *line); /* no flame chart: no time, no offset */
+    arrow_add_int(&w, "timestamp", 64, true, line, n);
+    arrow_add_int(&w, "value_offset", 64, true, line, n);
     arrow_add_int(&w, "depth", 32, false, depths, n);
+    if (add_label_columns(&w, t, sel) != 0)
+        w.failed = true;
     rc = arrow_writer_finish(&w, n, record, err);
     arrow_writer_free(&w);
 out:

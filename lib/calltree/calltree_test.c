@@ -333,6 +333,8 @@ static void test_top(void **state) {
     calltree_free(t);
 }
 
+static calltree *tree_labels(unsigned group_by);
+
 /* STACKS_B as a call graph: TOP's rows as nodes, caller -> callee edges once per pair. */
 static void test_callgraph_and_metadata(void **state) {
     (void)state;
@@ -378,6 +380,15 @@ static void test_callgraph_and_metadata(void **state) {
     assert_int_equal(r->flamegraph_arrow->height, 3);
     assert_string_equal(r->flamegraph_arrow->unit, "count");
     parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+
+    calltree *labeled = tree_labels(CALLTREE_GROUP_DEFAULT);
+    QueryResponse *lr = encode(labeled, REPORT(FLAMEGRAPH_ARROW), 0);
+    const ProtobufCBinaryData *rec = &lr->flamegraph_arrow->record;
+    assert_non_null(memmem(rec->data, rec->len, "labels.endpoint", 15)); /* a column */
+    assert_non_null(memmem(rec->data, rec->len, "/a", 2));               /* its dictionary */
+    assert_non_null(memmem(rec->data, rec->len, "value_offset", 12));
+    parca__query__v1alpha1__query_response__free_unpacked(lr, NULL);
+    calltree_free(labeled);
 
     r = encode(t, REPORT(TABLE_ARROW), 0);
     assert_int_equal(r->report_case, PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_TABLE_ARROW);

@@ -172,6 +172,10 @@ class NpmClientsTest(unittest.TestCase):
         node: names, cumulatives, parents, depths and children."""
         self.assertIn("function_name:Dictionary<Int32, Binary>", arrow["fields"], what)
         self.assertIn("children:List<Uint32>", arrow["fields"], what)
+        for field in ("labels_only:Bool", "location_address:Uint64", "cumulative:Int64",
+                      "flat:Int64", "diff:Int64", "parent:Int32", "timestamp:Int64",
+                      "mapping_file:Dictionary<Int32, Binary>"):
+            self.assertIn(field, arrow["fields"], what)
         rows = arrow["rows"]
         want = []  # (name, cumulative, parent row, depth), depth first in children order
 
