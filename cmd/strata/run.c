@@ -52,6 +52,7 @@
 #include "parca/query/v1alpha1/query.pb-c.h"
 #include "parca/scrape/v1alpha1/scrape.pb-c.h"
 #include "rpcweb/rpcweb.h"
+#include "strata/querier/v1/peer.pb-c.h"
 #include "strata_config.h"
 
 typedef struct run_args {
@@ -632,6 +633,7 @@ static int runtime_start(runtime *rt, strata_error *err) {
         &parca__profilestore__v1alpha1__profile_store_service__descriptor,
         &parca__profilestore__v1alpha1__agents_service__descriptor,
         &parca__scrape__v1alpha1__scrape_service__descriptor,
+        &strata__querier__v1__peer_service__descriptor,
     };
     if (rt->web != NULL)
         rpcweb_set_json_services(rt->web, json_services,
