@@ -107,7 +107,7 @@ struct block_index {
 void block_index_options_default(block_index_options *opts) {
     opts->sync_interval_ns = STRATA_NS_PER_SEC;
     opts->idle_sync_interval_ns = 0;
-    opts->full_sync_interval_ns = 5 * 60 * STRATA_NS_PER_SEC;
+    opts->full_sync_interval_ns = 60 * STRATA_NS_PER_SEC;
     opts->max_open_readers = 1024;
     opts->max_open_reader_bytes = (uint64_t)1 << 30;
     opts->reader_cache_bytes = 16u << 20;
@@ -1167,7 +1167,9 @@ static bool busy_locked(const block_index *ix, int64_t now) {
  * minute and still answers with what a busy one would know. A listing is full every
  * full_sync_interval (finding blocks older than a recent listing looks back and dropping deleted
  * ones), recent otherwise; marks are rechecked every tenth sync and at least every ten
- * sync_intervals. */
+ * sync_intervals. The listing a query asks for after idleness is a full one: whatever was
+ * uploaded meanwhile, even under an old ULID (a block copied in from elsewhere), is in its answer.
+ */
 static void *sync_thread_main(void *arg) {
     block_index *ix = arg;
     pthread_mutex_lock(&ix->mu);
@@ -1185,9 +1187,10 @@ static void *sync_thread_main(void *arg) {
         }
         if (ix->stopping)
             break;
+        bool woken = ix->sync_requested; /* by a query after idleness: a full listing */
         ix->sync_requested = false;
         int64_t now = strata_monotonic_ns();
-        bool full = now - ix->last_full_ns >= ix->opts.full_sync_interval_ns;
+        bool full = woken || now - ix->last_full_ns >= ix->opts.full_sync_interval_ns;
         bool recheck = ix->stats.syncs % MARK_RECHECK_SYNCS == 0 ||
                        now - ix->last_recheck_ns >= MARK_RECHECK_SYNCS * ix->opts.sync_interval_ns;
         pthread_mutex_unlock(&ix->mu);

@@ -10,7 +10,7 @@
  * grows with what changes, not with the blocks there (block_index.c, sync_thread_main): most
  * listings are recent ones, asking only for the ULIDs of the last 15 minutes (one request on S3
  * however many blocks), every sync_interval while queries come and every idle_sync_interval
- * when none has come for a minute (the first query after that waits for a listing); every
+ * when none has come for a minute (the first query after that waits for a full listing); every
  * full_sync_interval a full listing drops blocks whose meta.json is gone and finds any older
  * block a recent listing could not; and every tenth sync the tenants are listed again and each
  * tenant's bucket-index.json is read if it changed (one attributes request when it did not), for
@@ -74,7 +74,7 @@ typedef struct block_index_options {
     int64_t sync_interval_ns;       /* default 1 s */
     int64_t idle_sync_interval_ns;  /* listing interval with no query for a minute; 0 (default):
                                        10 x sync_interval */
-    int64_t full_sync_interval_ns;  /* a full listing at least this often; default 5 min; 0:
+    int64_t full_sync_interval_ns;  /* a full listing at least this often; default 1 min; 0:
                                        every listing is full */
     size_t max_open_readers;        /* 0: no count bound; default 1024 */
     uint64_t max_open_reader_bytes; /* all open readers together; 0: no byte bound; default 1 GiB */
