@@ -347,7 +347,7 @@ static void test_callgraph_and_metadata(void **state) {
     const char *names[6];
     for (size_t i = 0; i < cg->n_nodes; i++) {
         names[i] = cg->nodes[i]->meta->function->name;
-        char id[8];
+        char id[24];
         snprintf(id, sizeof id, "%zu", i);
         assert_string_equal(cg->nodes[i]->id, id);
     }
