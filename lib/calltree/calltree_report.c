@@ -466,6 +466,22 @@ static int add_label_columns(arrow_writer *w, const calltree *t, const calltree_
 
 enum { DICT_MAPPING, DICT_BUILD, DICT_NAME, DICT_SYSTEM, DICT_FILE, N_DICTS };
 
+/* Row `row` of the five dictionary columns holds frame f's strings (a label frame's "name=value"
+ * text as its function name). */
+static void arrow_dicts_set_frame(arrow_dict *dicts, const calltree *t, size_t row, uint32_t f) {
+    arrow_dict_set(&dicts[DICT_MAPPING], t, row, calltree_frame_sid(t, f, FRAME_MAPPING_FILE));
+    arrow_dict_set(&dicts[DICT_BUILD], t, row, calltree_frame_sid(t, f, FRAME_BUILD_ID));
+    arrow_dict_set(&dicts[DICT_NAME], t, row,
+                   calltree_frame_is_labels(t, f) ? t->frame_label[f]
+                                                  : calltree_frame_sid(t, f, FRAME_NAME));
+    arrow_dict_set(&dicts[DICT_SYSTEM], t, row, calltree_frame_sid(t, f, FRAME_SYSTEM_NAME));
+    arrow_dict_set(&dicts[DICT_FILE], t, row, calltree_frame_sid(t, f, FRAME_FILENAME));
+}
+
+static void add_dict_column(arrow_writer *w, const char *name, const arrow_dict *d, size_t n) {
+    arrow_add_dict_binary(w, name, d->rows, n, d->values, d->lengths, d->n);
+}
+
 static int build_flamegraph_arrow(const calltree *t, const calltree_selection *sel,
                                   strata_buffer *record, int32_t *height, strata_error *err) {
     size_t n = sel->n_order;
@@ -515,12 +531,7 @@ static int build_flamegraph_arrow(const calltree *t, const calltree_selection *s
         address[e] = loc->address;
         line[e] = loc->line;
         start_line[e] = calltree_frame_start_line(t, f);
-        arrow_dict_set(&dicts[DICT_MAPPING], t, e, calltree_frame_sid(t, f, FRAME_MAPPING_FILE));
-        arrow_dict_set(&dicts[DICT_BUILD], t, e, calltree_frame_sid(t, f, FRAME_BUILD_ID));
-        arrow_dict_set(&dicts[DICT_NAME], t, e,
-                       labels_only[e] ? t->frame_label[f] : calltree_frame_sid(t, f, FRAME_NAME));
-        arrow_dict_set(&dicts[DICT_SYSTEM], t, e, calltree_frame_sid(t, f, FRAME_SYSTEM_NAME));
-        arrow_dict_set(&dicts[DICT_FILE], t, e, calltree_frame_sid(t, f, FRAME_FILENAME));
+        arrow_dicts_set_frame(dicts, t, e, f);
     }
     /* children: each row's kept children, in sorted order */
     size_t k = 0;
@@ -536,21 +547,14 @@ static int build_flamegraph_arrow(const calltree *t, const calltree_selection *s
     arrow_writer_init(&w);
     arrow_add_bool(&w, "labels_only", labels_only, n, false);
     arrow_add_int(&w, "location_address", 64, false, address, n);
-    arrow_add_dict_binary(&w, "mapping_file", dicts[DICT_MAPPING].rows, n,
-                          dicts[DICT_MAPPING].values, dicts[DICT_MAPPING].lengths,
-                          dicts[DICT_MAPPING].n);
-    arrow_add_dict_binary(&w, "mapping_build_id", dicts[DICT_BUILD].rows, n,
-                          dicts[DICT_BUILD].values, dicts[DICT_BUILD].lengths, dicts[DICT_BUILD].n);
+    add_dict_column(&w, "mapping_file", &dicts[DICT_MAPPING], n);
+    add_dict_column(&w, "mapping_build_id", &dicts[DICT_BUILD], n);
     arrow_add_int(&w, "location_line", 64, true, line, n);
     arrow_add_bool(&w, "inlined", inlined, n, true);
     arrow_add_int(&w, "function_startline", 64, true, start_line, n);
-    arrow_add_dict_binary(&w, "function_name", dicts[DICT_NAME].rows, n, dicts[DICT_NAME].values,
-                          dicts[DICT_NAME].lengths, dicts[DICT_NAME].n);
-    arrow_add_dict_binary(&w, "function_system_name", dicts[DICT_SYSTEM].rows, n,
-                          dicts[DICT_SYSTEM].values, dicts[DICT_SYSTEM].lengths,
-                          dicts[DICT_SYSTEM].n);
-    arrow_add_dict_binary(&w, "function_file_name", dicts[DICT_FILE].rows, n,
-                          dicts[DICT_FILE].values, dicts[DICT_FILE].lengths, dicts[DICT_FILE].n);
+    add_dict_column(&w, "function_name", &dicts[DICT_NAME], n);
+    add_dict_column(&w, "function_system_name", &dicts[DICT_SYSTEM], n);
+    add_dict_column(&w, "function_file_name", &dicts[DICT_FILE], n);
     arrow_add_list_uint32(&w, "children", child_offsets, n, children);
     arrow_add_int(&w, "parent", 32, true, parent, n);
     arrow_add_int(&w, "cumulative", 64, true, cum, n);
@@ -835,27 +839,18 @@ static int build_table_arrow(const calltree *t, const callgraph_build *b, strata
         flat[i] = r->flat;
         cum_diff[i] = t->diff ? r->cumulative - r->cumulative_base : 0;
         flat_diff[i] = t->diff ? r->flat - r->flat_base : 0;
-        arrow_dict_set(&dicts[DICT_MAPPING], t, i, calltree_frame_sid(t, f, FRAME_MAPPING_FILE));
-        arrow_dict_set(&dicts[DICT_BUILD], t, i, calltree_frame_sid(t, f, FRAME_BUILD_ID));
-        arrow_dict_set(&dicts[DICT_NAME], t, i,
-                       calltree_frame_is_labels(t, f) ? t->frame_label[f]
-                                                      : calltree_frame_sid(t, f, FRAME_NAME));
-        arrow_dict_set(&dicts[DICT_SYSTEM], t, i, calltree_frame_sid(t, f, FRAME_SYSTEM_NAME));
-        arrow_dict_set(&dicts[DICT_FILE], t, i, calltree_frame_sid(t, f, FRAME_FILENAME));
+        arrow_dicts_set_frame(dicts, t, i, f);
     }
     arrow_writer w;
     arrow_writer_init(&w);
-#define DICT(name, k)                                                                              \
-    arrow_add_dict_binary(&w, name, dicts[k].rows, n, dicts[k].values, dicts[k].lengths, dicts[k].n)
-    DICT("mapping_file", DICT_MAPPING);
-    DICT("mapping_build_id", DICT_BUILD);
+    add_dict_column(&w, "mapping_file", &dicts[DICT_MAPPING], n);
+    add_dict_column(&w, "mapping_build_id", &dicts[DICT_BUILD], n);
     arrow_add_int(&w, "location_address", 64, false, address, n);
     arrow_add_int(&w, "location_line", 64, true, line, n);
     arrow_add_int(&w, "function_startline", 64, true, start_line, n);
-    DICT("function_name", DICT_NAME);
-    DICT("function_system_name", DICT_SYSTEM);
-    DICT("function_file_name", DICT_FILE);
-#undef DICT
+    add_dict_column(&w, "function_name", &dicts[DICT_NAME], n);
+    add_dict_column(&w, "function_system_name", &dicts[DICT_SYSTEM], n);
+    add_dict_column(&w, "function_file_name", &dicts[DICT_FILE], n);
     arrow_add_int(&w, "cumulative", 64, true, cum, n);
     arrow_add_int(&w, "cumulative_diff", 64, true, cum_diff, n);
     arrow_add_int(&w, "flat", 64, true, flat, n);
