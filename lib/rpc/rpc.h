@@ -57,11 +57,18 @@
  *   rpc_call_unary                      blocking unary call; thread-safe, any number of threads
  *                                       may call concurrently on one channel
  *
- * Limits. Only unary calls: server streaming, client streaming and bidirectional calls are not
- * supported. TLS (and mutual TLS) on the server from PEM files in the options, on the client from a
- * CA file (and a client certificate) in the channel options. Messages are limited to 64 MiB each
- * way unless the options say otherwise. Method lookup is a linear scan (services have a handful of
- * methods).
+ * Client streaming (a request that is a stream of messages, one response: the DebuginfoService's
+ * Upload) is served *collected*: the server gathers the stream's messages, up to a size limit given
+ * at registration (RESOURCE_EXHAUSTED past it), and runs an ordinary handler once the client has
+ * half-closed, with the messages framed one after another (rpc_stream_next walks them);
+ * rpc_call_client_stream is the client side. Such methods are gRPC only: bridged transports
+ * (gRPC-Web, Connect unary) get UNIMPLEMENTED for them.
+ *
+ * Limits. Unary and collected client-streaming calls: server streaming and bidirectional calls are
+ * not supported. TLS (and mutual TLS) on the server from PEM files in the options, on the client
+ * from a CA file (and a client certificate) in the channel options. Messages are limited to 64 MiB
+ * each way unless the options say otherwise. Method lookup is a linear scan (services have a
+ * handful of methods).
  */
 #ifndef STRATA_RPC_RPC_H
 #define STRATA_RPC_RPC_H
@@ -139,6 +146,15 @@ int rpc_server_add_sync_method(rpc_server *server, const char *path, rpc_sync_ha
 
 /* Starts the worker threads and accepting calls. On failure the server must still be given to
  * rpc_server_shutdown. */
+/* Registers a client-streaming method: handler runs once the client has sent its last message,
+ * with request = every message, each preceded by its size as a uvarint (see rpc_stream_next); a
+ * stream of more than max_bytes in all (> 0) is refused with RESOURCE_EXHAUSTED before that. */
+int rpc_server_add_client_stream_method(rpc_server *server, const char *path,
+                                        rpc_sync_handler handler, void *arg, size_t max_bytes,
+                                        strata_error *err);
+/* The next message of a collected client stream at [p, end): true with *message and *len set and *p
+ * advanced; false at the end (or on a malformed frame, which the server never produces). */
+bool rpc_stream_next(const uint8_t **p, const uint8_t *end, const uint8_t **message, size_t *len);
 int rpc_server_start(rpc_server *server, strata_error *err);
 
 /* Stops accepting calls (new ones get UNAVAILABLE), waits up to grace_ns for the calls in flight
@@ -271,5 +287,19 @@ void rpc_channel_free(rpc_channel *channel);
 int rpc_call_unary(rpc_channel *channel, const char *method, const void *request,
                    size_t request_len, const rpc_metadata *metadata, size_t metadata_count,
                    int64_t timeout_ns, strata_buffer *response, strata_error *err);
+
+/* One message of a client stream. */
+typedef struct rpc_stream_message {
+    const void *data;
+    size_t len;
+} rpc_stream_message;
+
+/* A client-streaming call: sends messages[0..n) in order, half-closes and waits for the one
+ * response, as rpc_call_unary does. A server that fails the call early stops the sending; its
+ * status is what comes back. */
+int rpc_call_client_stream(rpc_channel *channel, const char *method,
+                           const rpc_stream_message *messages, size_t n_messages,
+                           const rpc_metadata *metadata, size_t metadata_count, int64_t timeout_ns,
+                           strata_buffer *response, strata_error *err);
 
 #endif

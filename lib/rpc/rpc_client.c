@@ -299,3 +299,74 @@ int rpc_call_unary(rpc_channel *ch, const char *method, const void *request, siz
     unary_call_cleanup(&u);
     return rc;
 }
+
+/* Runs one batch of ops on u's call and waits for it; *ok: whether grpc says it succeeded. */
+static int run_ops(unary_call *u, const grpc_op *ops, size_t n, bool *ok, strata_error *err) {
+    grpc_call_error e = grpc_call_start_batch(u->call, ops, n, u, NULL);
+    if (e != GRPC_CALL_OK)
+        return strata_error_set(err, STRATA_INTERNAL, "rpc: cannot start a batch: %s",
+                                grpc_call_error_to_string(e));
+    grpc_event ev = grpc_completion_queue_pluck(u->cq, u, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type != GRPC_OP_COMPLETE)
+        return strata_error_set(err, STRATA_INTERNAL, "rpc: completion queue failed");
+    *ok = ev.success != 0;
+    return 0;
+}
+
+/* Sends the messages one batch each; stops early (without error) once the call has failed, whose
+ * status the caller then receives. */
+static int send_stream(unary_call *u, const rpc_stream_message *messages, size_t n,
+                       strata_error *err) {
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    op.data.send_initial_metadata.count = u->metadata_count;
+    op.data.send_initial_metadata.metadata = u->metadata;
+    bool ok = true;
+    if (run_ops(u, &op, 1, &ok, err) != 0)
+        return -1;
+    for (size_t i = 0; i < n && ok; i++) {
+        grpc_slice body = grpc_slice_from_copied_buffer(messages[i].data, messages[i].len);
+        grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&body, 1);
+        grpc_slice_unref(body);
+        memset(&op, 0, sizeof op);
+        op.op = GRPC_OP_SEND_MESSAGE;
+        op.data.send_message.send_message = bb;
+        int rc = run_ops(u, &op, 1, &ok, err);
+        grpc_byte_buffer_destroy(bb);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int rpc_call_client_stream(rpc_channel *ch, const char *method, const rpc_stream_message *messages,
+                           size_t n_messages, const rpc_metadata *metadata, size_t metadata_count,
+                           int64_t timeout_ns, strata_buffer *response, strata_error *err) {
+    unary_call u;
+    memset(&u, 0, sizeof(u));
+    u.cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_metadata_array_init(&u.initial_metadata);
+    grpc_metadata_array_init(&u.trailing_metadata);
+    u.details = grpc_empty_slice();
+    int rc = build_metadata(&u, metadata, metadata_count, ch->authorization, err);
+    if (rc == 0) {
+        grpc_slice path = grpc_slice_from_copied_string(method);
+        u.call = grpc_channel_create_call(ch->grpc, NULL, GRPC_PROPAGATE_DEFAULTS, u.cq, path, NULL,
+                                          rpc_deadline_after(timeout_ns), NULL);
+        grpc_slice_unref(path);
+        rc = send_stream(&u, messages, n_messages, err);
+    }
+    if (rc == 0) {
+        grpc_op ops[6];
+        fill_ops(&u, ops); /* ops[2..5]: close, then the answer */
+        bool ok;
+        rc = run_ops(&u, ops + 2, 4, &ok, err);
+    }
+    if (rc == 0 && u.status != GRPC_STATUS_OK)
+        rc = status_to_error(&u, method, err);
+    if (rc == 0)
+        rc = copy_response(u.response, response, err);
+    unary_call_cleanup(&u);
+    return rc;
+}

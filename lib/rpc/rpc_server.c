@@ -49,6 +49,7 @@ typedef struct rpc_method {
     rpc_handler handler; /* exactly one of handler and sync_handler is set */
     rpc_sync_handler sync_handler;
     void *arg;
+    size_t stream_max_bytes;   /* 0: unary; else client streaming, collected up to this size */
     method_counters *counters; /* separate allocation: atomics never move */
 } rpc_method;
 
@@ -97,7 +98,8 @@ struct rpc_call {
     grpc_call_details details;
     grpc_metadata_array metadata;
     grpc_byte_buffer *request_message;
-    grpc_slice request; /* the request flattened into one slice */
+    grpc_slice request;   /* the request flattened into one slice */
+    strata_buffer stream; /* a client stream's messages so far, each framed by its uvarint size */
     grpc_byte_buffer *response_message;
     char *peer;          /* gpr_malloc'd by grpc */
     int close_cancelled; /* written by grpc when TAG_CLOSED completes */
@@ -188,6 +190,7 @@ static void call_free(rpc_call *c) {
     if (c->response_message != NULL)
         grpc_byte_buffer_destroy(c->response_message);
     grpc_slice_unref(c->request);
+    strata_buffer_free(&c->stream);
     if (c->has_trailer) {
         grpc_slice_unref(c->trailer.key);
         grpc_slice_unref(c->trailer.value);
@@ -413,9 +416,7 @@ static bool authorized(rpc_call *c, const strata_auth *auth) {
     return false;
 }
 
-static void dispatch(rpc_call *c) {
-    const uint8_t *req = GRPC_SLICE_START_PTR(c->request);
-    size_t len = GRPC_SLICE_LENGTH(c->request);
+static void dispatch(rpc_call *c, const uint8_t *req, size_t len) {
     c->peer = grpc_call_get_peer(c->grpc);
     if (c->method->sync_handler != NULL)
         run_sync_handler(c, req, len);
@@ -423,9 +424,39 @@ static void dispatch(rpc_call *c) {
         c->method->handler(c, req, len, c->method->arg);
 }
 
+static void start_receive(rpc_call *c);
+
+/* One message of a client stream arrived (request_message), or the stream ended (NULL): frames it
+ * into c->stream and asks for the next, or hands the collected stream to the handler. */
+static void on_stream_message(rpc_call *c, grpc_slice message) {
+    size_t len = GRPC_SLICE_LENGTH(message);
+    size_t max = c->method->stream_max_bytes;
+    if (len > max || c->stream.len > max - len) {
+        grpc_slice_unref(message);
+        rpc_call_finish(c, STRATA_RESOURCE_EXHAUSTED, "the client stream is over its size limit",
+                        NULL, 0);
+        return;
+    }
+    int rc = strata_buffer_append_uvarint(&c->stream, len);
+    if (rc == 0)
+        rc = strata_buffer_append(&c->stream, GRPC_SLICE_START_PTR(message), len);
+    grpc_slice_unref(message);
+    if (rc != 0) {
+        rpc_call_finish(c, STRATA_RESOURCE_EXHAUSTED, "out of memory collecting the client stream",
+                        NULL, 0);
+        return;
+    }
+    start_receive(c);
+}
+
 static void on_received(rpc_call *c, bool ok) {
     if (!ok) {
         call_release(c); /* cancelled before the request arrived: nobody to answer */
+        return;
+    }
+    bool streaming = c->method->stream_max_bytes > 0;
+    if (c->request_message == NULL && streaming) {
+        dispatch(c, c->stream.data, c->stream.len); /* the client half-closed: all is in */
         return;
     }
     if (c->request_message == NULL) {
@@ -437,11 +468,17 @@ static void on_received(rpc_call *c, bool ok) {
         rpc_call_finish(c, STRATA_INTERNAL, "cannot decompress the request message", NULL, 0);
         return;
     }
-    c->request = grpc_byte_buffer_reader_readall(&reader);
+    grpc_slice message = grpc_byte_buffer_reader_readall(&reader);
     grpc_byte_buffer_reader_destroy(&reader);
     grpc_byte_buffer_destroy(c->request_message);
     c->request_message = NULL;
-    dispatch(c);
+    if (streaming) {
+        on_stream_message(c, message);
+        return;
+    }
+    grpc_slice_unref(c->request);
+    c->request = message;
+    dispatch(c, GRPC_SLICE_START_PTR(c->request), GRPC_SLICE_LENGTH(c->request));
 }
 
 static int start_close_watch(rpc_call *c) {
@@ -605,6 +642,10 @@ int rpc_server_call_bridged(rpc_server *s, const char *path, const uint8_t *requ
         atomic_fetch_add(&s->unimplemented, 1);
         return strata_error_set(err, STRATA_UNIMPLEMENTED, "unknown method %.200s", path);
     }
+    if (m->stream_max_bytes > 0)
+        return strata_error_set(err, STRATA_UNIMPLEMENTED,
+                                "%.200s is a client-streaming method: call it over gRPC (HTTP/2)",
+                                path);
     rpc_call *c = calloc(1, sizeof *c);
     if (c == NULL)
         return strata_error_oom(err);
@@ -788,6 +829,25 @@ int rpc_server_add_sync_method(rpc_server *s, const char *path, rpc_sync_handler
                                strata_error *err) {
     rpc_method m = {.sync_handler = handler, .arg = arg};
     return add_method(s, path, m, err);
+}
+
+int rpc_server_add_client_stream_method(rpc_server *s, const char *path, rpc_sync_handler handler,
+                                        void *arg, size_t max_bytes, strata_error *err) {
+    if (max_bytes == 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "rpc: a client-streaming method needs a size limit");
+    rpc_method m = {.sync_handler = handler, .arg = arg, .stream_max_bytes = max_bytes};
+    return add_method(s, path, m, err);
+}
+
+bool rpc_stream_next(const uint8_t **p, const uint8_t *end, const uint8_t **message, size_t *len) {
+    uint64_t n;
+    if (*p >= end || !strata_uvarint_get(p, end, &n) || n > (uint64_t)(end - *p))
+        return false;
+    *message = *p;
+    *len = (size_t)n;
+    *p += n;
+    return true;
 }
 
 int rpc_server_start(rpc_server *s, strata_error *err) {

@@ -294,6 +294,50 @@ static void test_message_limit(void **state) {
     rpc_server_shutdown(s, SECOND);
 }
 
+/* A collected client stream: every message in order, an empty stream, the size limit, and the
+ * method refused over a bridged transport. */
+static void test_client_stream(void **state) {
+    env *e = *state;
+    strata_error err;
+    strata_buffer resp = STRATA_BUFFER_INIT;
+    rpc_stream_message msgs[3] = {{"alpha", 5}, {"", 0}, {"gamma", 5}};
+    assert_int_equal(rpc_call_client_stream(e->channel, "/test.Stream/Join", msgs, 3, NULL, 0,
+                                            10 * SECOND, &resp, &err),
+                     0);
+    assert_int_equal(resp.len, strlen("3:alpha||gamma"));
+    assert_memory_equal(resp.data, "3:alpha||gamma", resp.len);
+    assert_int_equal(rpc_call_client_stream(e->channel, "/test.Stream/Join", NULL, 0, NULL, 0,
+                                            10 * SECOND, &resp, &err),
+                     0);
+    assert_int_equal(resp.len, 2);
+    assert_memory_equal(resp.data, "0:", 2);
+    /* 64 KiB in all is the limit: 5 messages of 16 KiB are over it. */
+    size_t chunk = 16 << 10;
+    uint8_t *big = calloc(1, chunk);
+    assert_non_null(big);
+    rpc_stream_message many[5];
+    for (int i = 0; i < 5; i++)
+        many[i] = (rpc_stream_message){big, chunk};
+    assert_int_equal(rpc_call_client_stream(e->channel, "/test.Stream/Join", many, 5, NULL, 0,
+                                            10 * SECOND, &resp, &err),
+                     -1);
+    assert_int_equal(err.code, STRATA_RESOURCE_EXHAUSTED);
+    assert_int_equal(rpc_call_client_stream(e->channel, "/test.Stream/Join", many, 3, NULL, 0,
+                                            10 * SECOND, &resp, &err),
+                     0);
+    assert_int_equal(resp.len, 2 + 3 * chunk + 2);
+    /* The unary client on the same channel still works after the refused stream. */
+    assert_int_equal(call_str(e, "/test.Echo/Echo", "after", 10 * SECOND, &resp, &err), 0);
+    assert_string_equal((const char *)resp.data, "after");
+    rpc_bridge bridge = {0};
+    assert_int_equal(rpc_server_call_bridged(e->server, "/test.Stream/Join", (const uint8_t *)"x",
+                                             1, &bridge, &err),
+                     -1);
+    assert_int_equal(err.code, STRATA_UNIMPLEMENTED);
+    free(big);
+    strata_buffer_free(&resp);
+}
+
 /* --- concurrency ------------------------------------------------------------------------------ */
 
 typedef struct client_job {
@@ -607,6 +651,7 @@ int main(void) {
         cmocka_unit_test(test_unavailable),
         cmocka_unit_test_setup_teardown(test_large_messages, setup, teardown),
         cmocka_unit_test(test_message_limit),
+        cmocka_unit_test_setup_teardown(test_client_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_calls_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_mixed_calls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_lets_calls_finish, setup, teardown),

@@ -220,7 +220,35 @@ void test_delayer_open_gate(test_delayer *d) {
     atomic_store(&d->gate_open, true);
 }
 
+/* Client stream: answers "<count>:<m1>|<m2>|..." (the messages in order). */
+static int join(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
+                strata_error *err, void *arg) {
+    (void)call;
+    (void)arg;
+    const uint8_t *p = req, *end = req + len, *m;
+    size_t n = 0, mlen;
+    strata_buffer body = STRATA_BUFFER_INIT;
+    while (rpc_stream_next(&p, end, &m, &mlen)) {
+        if ((n > 0 && strata_buffer_append_byte(&body, '|') != 0) ||
+            strata_buffer_append(&body, m, mlen) != 0) {
+            strata_buffer_free(&body);
+            return strata_error_oom(err);
+        }
+        n++;
+    }
+    char head[32];
+    int hl = snprintf(head, sizeof head, "%zu:", n);
+    int rc = strata_buffer_append(resp, head, (size_t)hl) != 0 ||
+                     strata_buffer_append(resp, body.data, body.len) != 0
+                 ? strata_error_oom(err)
+                 : 0;
+    strata_buffer_free(&body);
+    return rc;
+}
+
 int test_register_services(rpc_server *s, test_delayer *d, strata_error *err) {
+    if (rpc_server_add_client_stream_method(s, "/test.Stream/Join", join, NULL, 1 << 16, err) != 0)
+        return -1;
     static const struct {
         const char *path;
         rpc_sync_handler handler;
