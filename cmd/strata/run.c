@@ -48,6 +48,7 @@
 #include "querier.h"
 #include "scraper.h"
 #include "rpc/rpc.h"
+#include "parca/debuginfo/v1alpha1/debuginfo.pb-c.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
 #include "parca/query/v1alpha1/query.pb-c.h"
 #include "parca/scrape/v1alpha1/scrape.pb-c.h"
@@ -633,6 +634,7 @@ static int runtime_start(runtime *rt, strata_error *err) {
         &parca__profilestore__v1alpha1__profile_store_service__descriptor,
         &parca__profilestore__v1alpha1__agents_service__descriptor,
         &parca__scrape__v1alpha1__scrape_service__descriptor,
+        &parca__debuginfo__v1alpha1__debuginfo_service__descriptor,
         &strata__querier__v1__peer_service__descriptor,
     };
     if (rt->web != NULL)

@@ -361,6 +361,15 @@ typedef struct calltree_pprof_meta {
     int64_t duration_nanos;
 } calltree_pprof_meta;
 
+/* What REPORT_TYPE_SOURCE reports on: one file of one build, and its text (NUL-terminated,
+ * valid UTF-8: it goes into a proto3 string). */
+typedef struct calltree_source {
+    const char *build_id;
+    const char *filename;
+    const char *text;
+    size_t text_len;
+} calltree_source;
+
 typedef struct calltree_report_options {
     double node_trim_threshold; /* percent, 0 = no trimming; negative or NaN is INVALID_ARGUMENT */
     size_t max_nodes; /* flame graph nodes (both forms), TOP entries, table rows; 0 = unlimited */
@@ -371,6 +380,7 @@ typedef struct calltree_report_options {
     const char *const *metadata_labels; /* PROFILE_METADATA's labels */
     size_t n_metadata_labels;
     calltree_pprof_meta pprof;
+    calltree_source source; /* REPORT_TYPE_SOURCE */
 } calltree_report_options;
 
 /*
@@ -415,6 +425,13 @@ typedef struct calltree_report_options {
  *
  * REPORT_TYPE_PROFILE_METADATA: `profile_metadata`: mapping_files = the distinct non-empty
  * mapping files of the tree's frames, sorted; labels = opts->metadata_labels.
+ *
+ * REPORT_TYPE_SOURCE: `source` {record, source = opts->source.text, unit} where record is an
+ * Arrow IPC stream of one row per line of the text (a line per "\n", as Parca counts them) with
+ * Int64 columns `cumulative` and `flat`: over the nodes whose frame has opts->source's build id
+ * and file name, a line's cumulative sums their totals and its flat their self values (B's for a
+ * diff). total = the root's cumulative. The tree should group by CALLTREE_GROUP_EXACT, which
+ * keeps each frame's line and build id. INVALID_ARGUMENT when opts->source is not filled in.
  *
  * Other report types: UNIMPLEMENTED with a message naming the type.
  */

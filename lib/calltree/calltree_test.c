@@ -208,10 +208,8 @@ static void test_errors(void **state) {
     assert_int_equal(calltree_encode_query_response(t, REPORT(TOP), &o, &b, &err), -1);
     assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
     assert_int_equal(calltree_finalize(t, NULL), 0);
-    assert_int_equal(calltree_encode_query_response(t, REPORT(SOURCE), &o, &b, &err), -1);
-    assert_int_equal(err.code, STRATA_UNIMPLEMENTED);
-    assert_non_null(strstr(err.message, "REPORT_TYPE_SOURCE"));
     assert_int_equal(calltree_encode_query_response(t, 77, &o, &b, &err), -1);
+    assert_non_null(strstr(err.message, "77"));
     assert_int_equal(err.code, STRATA_UNIMPLEMENTED);
     o.node_trim_threshold = -1;
     assert_int_equal(calltree_encode_query_response(t, REPORT(TOP), &o, &b, &err), -1);
@@ -336,6 +334,77 @@ static void test_top(void **state) {
 static calltree *tree_labels(unsigned group_by);
 
 /* STACKS_B as a call graph: TOP's rows as nodes, caller -> callee edges once per pair. */
+static uint32_t line_frame(calltree *t, const char *name, const char *file, const char *build,
+                           int64_t line) {
+    calltree_frame_desc d = {calltree_cstr(name),
+                             calltree_cstr(""),
+                             calltree_cstr(file),
+                             calltree_cstr("/bin/app"),
+                             calltree_cstr(build),
+                             1,
+                             {0}};
+    d.loc.line = line;
+    d.loc.address = 0x1000 + (uint64_t)line;
+    uint32_t f;
+    assert_int_equal(calltree_intern_frame(t, &d, &f, NULL), 0);
+    return f;
+}
+
+static bool contains_int64s(const ProtobufCBinaryData *rec, const int64_t *v, size_t n) {
+    size_t len = n * sizeof *v;
+    for (size_t i = 0; i + len <= rec->len; i++)
+        if (memcmp(rec->data + i, v, len) == 0)
+            return true;
+    return false;
+}
+
+/* SOURCE: per line of one file of one build, cumulative sums node totals (a recursive line counts
+ * per occurrence) and flat the leaves' self; frames of other builds and files, and lines past the
+ * text, count nowhere. */
+static void test_source_report(void **state) {
+    (void)state;
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    uint32_t main3 = line_frame(t, "main", "app.c", "b1", 3);
+    uint32_t work7 = line_frame(t, "work", "app.c", "b1", 7);
+    uint32_t other = line_frame(t, "work", "app.c", "b2", 7); /* another build */
+    uint32_t lib2 = line_frame(t, "helper", "lib.c", "b1", 2);
+    uint32_t far = line_frame(t, "work", "app.c", "b1", 99); /* past the text */
+    uint32_t frames[][4] = {
+        {main3, work7}, {main3, work7, work7}, {main3, other}, {main3, work7, lib2}, {main3, far}};
+    size_t depth[] = {2, 3, 2, 3, 2};
+    int64_t value[] = {10, 2, 100, 5, 1000};
+    for (size_t i = 0; i < 5; i++) {
+        uint32_t node;
+        assert_int_equal(calltree_insert_stack(t, frames[i], depth[i], &node, NULL), 0);
+        calltree_add(t, node, value[i]);
+    }
+    assert_int_equal(calltree_finalize(t, NULL), 0);
+    const char text[] = "1\n2\n3\n4\n5\n6\n7\n8\n";
+    calltree_report_options o = {.unit = "nanoseconds"};
+    o.source = (calltree_source){"b1", "app.c", text, strlen(text)};
+    strata_buffer b = STRATA_BUFFER_INIT;
+    strata_error err;
+    assert_int_equal(calltree_encode_query_response(t, REPORT(SOURCE), &o, &b, &err), 0);
+    QueryResponse *r = parca__query__v1alpha1__query_response__unpack(NULL, b.len, b.data);
+    assert_non_null(r);
+    assert_int_equal(r->report_case, PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_SOURCE);
+    assert_string_equal(r->source->source, text);
+    assert_string_equal(r->source->unit, "nanoseconds");
+    assert_int_equal(r->total, 1117);
+    int64_t cumulative[8] = {0, 0, 1117, 0, 0, 0, 19, 0}, flat[8] = {0, 0, 0, 0, 0, 0, 12, 0};
+    assert_true(contains_int64s(&r->source->record, cumulative, 8));
+    assert_true(contains_int64s(&r->source->record, flat, 8));
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    /* without the source: refused */
+    o.source.text = NULL;
+    strata_buffer_reset(&b);
+    assert_int_equal(calltree_encode_query_response(t, REPORT(SOURCE), &o, &b, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    strata_buffer_free(&b);
+    calltree_free(t);
+}
+
 static void test_callgraph_and_metadata(void **state) {
     (void)state;
     calltree *t = tree_b();
@@ -1555,6 +1624,7 @@ int main(void) {
         cmocka_unit_test(test_frame_ids),
         cmocka_unit_test(test_views),
         cmocka_unit_test(test_callgraph_and_metadata),
+        cmocka_unit_test(test_source_report),
         cmocka_unit_test(test_partial_round_trip),
         cmocka_unit_test(test_partial_malformed),
     };

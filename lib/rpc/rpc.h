@@ -59,8 +59,8 @@
  *
  * Client streaming (a request that is a stream of messages, one response: the DebuginfoService's
  * Upload) is served *collected*: the server gathers the stream's messages, up to a size limit given
- * at registration (RESOURCE_EXHAUSTED past it), and runs an ordinary handler once the client has
- * half-closed, with the messages framed one after another (rpc_stream_next walks them);
+ * at registration (RESOURCE_EXHAUSTED past it), and runs an (asynchronous) handler once the client
+ * has half-closed, with the messages framed one after another (rpc_stream_next walks them);
  * rpc_call_client_stream is the client side. Such methods are gRPC only: bridged transports
  * (gRPC-Web, Connect unary) get UNIMPLEMENTED for them.
  *
@@ -149,9 +149,8 @@ int rpc_server_add_sync_method(rpc_server *server, const char *path, rpc_sync_ha
 /* Registers a client-streaming method: handler runs once the client has sent its last message,
  * with request = every message, each preceded by its size as a uvarint (see rpc_stream_next); a
  * stream of more than max_bytes in all (> 0) is refused with RESOURCE_EXHAUSTED before that. */
-int rpc_server_add_client_stream_method(rpc_server *server, const char *path,
-                                        rpc_sync_handler handler, void *arg, size_t max_bytes,
-                                        strata_error *err);
+int rpc_server_add_client_stream_method(rpc_server *server, const char *path, rpc_handler handler,
+                                        void *arg, size_t max_bytes, strata_error *err);
 /* The next message of a collected client stream at [p, end): true with *message and *len set and *p
  * advanced; false at the end (or on a malformed frame, which the server never produces). */
 bool rpc_stream_next(const uint8_t **p, const uint8_t *end, const uint8_t **message, size_t *len);

@@ -831,12 +831,12 @@ int rpc_server_add_sync_method(rpc_server *s, const char *path, rpc_sync_handler
     return add_method(s, path, m, err);
 }
 
-int rpc_server_add_client_stream_method(rpc_server *s, const char *path, rpc_sync_handler handler,
+int rpc_server_add_client_stream_method(rpc_server *s, const char *path, rpc_handler handler,
                                         void *arg, size_t max_bytes, strata_error *err) {
     if (max_bytes == 0)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "rpc: a client-streaming method needs a size limit");
-    rpc_method m = {.sync_handler = handler, .arg = arg, .stream_max_bytes = max_bytes};
+    rpc_method m = {.handler = handler, .arg = arg, .stream_max_bytes = max_bytes};
     return add_method(s, path, m, err);
 }
 

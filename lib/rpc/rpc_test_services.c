@@ -246,8 +246,19 @@ static int join(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *r
     return rc;
 }
 
+static void join_async(rpc_call *call, const uint8_t *req, size_t len, void *arg) {
+    strata_buffer resp = STRATA_BUFFER_INIT;
+    strata_error err;
+    if (join(call, req, len, &resp, &err, arg) == 0)
+        rpc_call_finish_buffer(call, STRATA_OK, NULL, &resp);
+    else
+        rpc_call_finish(call, err.code, err.message, NULL, 0);
+    strata_buffer_free(&resp);
+}
+
 int test_register_services(rpc_server *s, test_delayer *d, strata_error *err) {
-    if (rpc_server_add_client_stream_method(s, "/test.Stream/Join", join, NULL, 1 << 16, err) != 0)
+    if (rpc_server_add_client_stream_method(s, "/test.Stream/Join", join_async, NULL, 1 << 16,
+                                            err) != 0)
         return -1;
     static const struct {
         const char *path;

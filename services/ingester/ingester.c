@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/tenant.h"
+#include "debuginfo_service.h"
 #include "write_limits.h"
 #include "write_raw.h"
 
@@ -59,6 +60,10 @@ const config_field ingester_config_fields[] = {
      .kind = CONFIG_BYTES,
      .offset = offsetof(ingester_config, max_profile_bytes),
      .default_text = "64MiB"},
+    {.key = "max_source_upload_bytes",
+     .kind = CONFIG_BYTES,
+     .offset = offsetof(ingester_config, max_source_upload_bytes),
+     .default_text = "128MiB"},
     {.key = "announce_listen_address",
      .kind = CONFIG_STRING,
      .offset = offsetof(ingester_config, announce_listen_address),
@@ -129,6 +134,7 @@ struct ingester {
     metrics_registry *registry;
     batcher *batch;
     agent_registry *agents;
+    debuginfo_service *debuginfo;
     ingester_metrics metrics;
     bool started;
     bool stopping;
@@ -420,6 +426,8 @@ int ingester_new(const ingester_config *config, bucket *store, metrics_registry 
     bopts->upload_attempts = (int)config->upload_attempts;
     if (agent_registry_new(&ing->agents, err) != 0 ||
         limits_new(&config->limits, &config->overrides, &ing->tenant_limits, err) != 0 ||
+        debuginfo_service_new(store, config->max_source_upload_bytes, registry, &ing->debuginfo,
+                              err) != 0 ||
         create_metrics(ing, err) != 0) {
         ingester_free(ing);
         return -1;
@@ -429,7 +437,8 @@ int ingester_new(const ingester_config *config, bucket *store, metrics_registry 
 }
 
 int ingester_register(ingester *ing, rpc_server *server, strata_error *err) {
-    if (rpc_server_add_method(server, INGESTER_WRITE_RAW_METHOD, handle_write_raw, ing, err) != 0)
+    if (rpc_server_add_method(server, INGESTER_WRITE_RAW_METHOD, handle_write_raw, ing, err) != 0 ||
+        debuginfo_service_register(ing->debuginfo, server, err) != 0)
         return -1;
     return rpc_server_add_sync_method(server, INGESTER_AGENTS_METHOD, handle_agents, ing, err);
 }
@@ -501,6 +510,7 @@ void ingester_free(ingester *ing) {
         metrics_registry_remove_collector(ing->registry, collect_batcher_stats, ing);
     }
     batcher_free(ing->batch);
+    debuginfo_service_free(ing->debuginfo);
     agent_registry_free(ing->agents);
     limits_free(ing->tenant_limits);
     free(ing);

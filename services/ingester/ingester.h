@@ -1,6 +1,7 @@
 /*
  * ingester.h - the stateless ingester: Parca's ProfileStoreService/WriteRaw and
- * AgentsService/Agents on gRPC, writing blocks to a bucket.
+ * AgentsService/Agents on gRPC, writing blocks to a bucket, and Parca's DebuginfoService for
+ * source uploads (debuginfo_service.h).
  *
  * The ingester wires four modules together: write_raw (parse and validate a request outside any
  * lock), batcher (group per tenant, flush a block every flush_interval, acknowledge after the
@@ -48,10 +49,11 @@ typedef struct ingester_config {
     uint64_t max_labels_per_series;
     uint64_t max_samples_per_profile;
     uint64_t max_stack_depth;
-    uint64_t max_profile_bytes;    /* decompressed pprof size */
-    char *announce_listen_address; /* nng URL to publish committed blocks on; "" = off */
-    limits_values limits;          /* every tenant's limits (0 = unlimited) */
-    limits_overrides overrides;    /* per tenant: the keys of `limits` that differ */
+    uint64_t max_profile_bytes;       /* decompressed pprof size */
+    uint64_t max_source_upload_bytes; /* DebuginfoService: one source archive */
+    char *announce_listen_address;    /* nng URL to publish committed blocks on; "" = off */
+    limits_values limits;             /* every tenant's limits (0 = unlimited) */
+    limits_overrides overrides;       /* per tenant: the keys of `limits` that differ */
 } ingester_config;
 
 /* The `ingester:` section of a service config (config_decode descriptors). */
@@ -68,7 +70,8 @@ void ingester_set_block_listener(ingester *ing,
                                  void (*fn)(void *ctx, const char *tenant, const char *ulid),
                                  void *ctx);
 
-/* Registers WriteRaw and Agents on server (before it starts). */
+/* Registers WriteRaw, Agents and the DebuginfoService (debuginfo_service.h) on server (before it
+ * starts). */
 int ingester_register(ingester *ing, rpc_server *server, strata_error *err);
 /* Serves GET /api/v1/agents (JSON) on server (before it starts). */
 int ingester_register_http(ingester *ing, http_server *server, strata_error *err);

@@ -302,6 +302,7 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
         return strata_error_oom(err);
     }
     q->registry = registry;
+    q->store = store;
     block_index_options iopts;
     block_index_options_default(&iopts);
     iopts.sync_interval_ns =

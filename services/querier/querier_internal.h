@@ -12,6 +12,7 @@
 struct querier {
     querier_config config;
     metrics_registry *registry;
+    bucket *store; /* the blocks' bucket, also read for uploaded sources (SOURCE) */
     block_index *index;
     query_engine *engine;
     query_pool *pool;       /* runs gRPC queries off the completion-queue threads */

@@ -9,6 +9,8 @@
 
 #include "common/clock.h"
 #include "common/tenant.h"
+#include "common/utf8.h"
+#include "debuginfo/debuginfo.h"
 #include "labels/labels.h"
 #include "parca/query/v1alpha1/query.pb-c.h"
 #include "querier_internal.h"
@@ -342,7 +344,70 @@ static int request_group_by(const query_request_pb *r,
         group_by->mask = CALLTREE_GROUP_EXACT;
         group_by->all_labels = true;
     }
+    if (rc == 0 && type == PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_SOURCE)
+        group_by->mask = CALLTREE_GROUP_EXACT; /* lines and build ids as stored */
     return rc;
+}
+
+/* ---- uploaded sources (lib/debuginfo), as Parca: a request naming a source_reference needs the
+ * build's sources; with source_only it only asks whether they exist ---- */
+
+static const Parca__Query__V1alpha1__SourceReference *source_reference(const query_request_pb *r) {
+    return r->_source_reference_case ==
+                   PARCA__QUERY__V1ALPHA1__QUERY_REQUEST___SOURCE_REFERENCE_SOURCE_REFERENCE
+               ? r->source_reference
+               : NULL;
+}
+
+/* The archive of ref's build (NOT_FOUND naming the build id when none was uploaded). */
+static int load_archive(querier *q, const char *tenant,
+                        const Parca__Query__V1alpha1__SourceReference *ref, strata_buffer *archive,
+                        bool exists_only, strata_error *err) {
+    char key[STRATA_TENANT_MAX_LENGTH + DEBUGINFO_MAX_BUILD_ID + 64];
+    if (debuginfo_check_build_id(ref->build_id, err) != 0 ||
+        debuginfo_sources_key(tenant, ref->build_id, key, sizeof key, err) != 0)
+        return -1;
+    bool exists = true;
+    int rc = exists_only ? bucket_exists(q->store, key, &exists, err)
+                         : bucket_get(q->store, key, archive, err);
+    if ((rc != 0 && err->code == STRATA_NOT_FOUND) || (rc == 0 && !exists))
+        return strata_error_set(err, STRATA_NOT_FOUND, "no sources uploaded for build id %s",
+                                ref->build_id);
+    return rc;
+}
+
+/* The text of ref's file, valid UTF-8 and NUL-terminated, into text. */
+static int load_source(querier *q, const char *tenant,
+                       const Parca__Query__V1alpha1__SourceReference *ref, strata_buffer *text,
+                       strata_error *err) {
+    if (ref->filename[0] == '\0')
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "source_reference.filename is empty");
+    strata_buffer archive = STRATA_BUFFER_INIT, raw = STRATA_BUFFER_INIT;
+    int rc = load_archive(q, tenant, ref, &archive, false, err);
+    if (rc == 0)
+        rc = source_archive_find(archive.data, archive.len, ref->filename,
+                                 SOURCE_ARCHIVE_MAX_FILE_BYTES, &raw, err);
+    if (rc == 0 && (strata_utf8_append_sanitized(text, (const char *)raw.data, raw.len) != 0 ||
+                    strata_buffer_append_byte(text, 0) != 0))
+        rc = strata_error_oom(err);
+    if (rc == 0)
+        text->len--; /* the NUL stays after the text */
+    strata_buffer_free(&archive);
+    strata_buffer_free(&raw);
+    return rc;
+}
+
+/* source_only: an empty Source when the build's sources exist (how Parca's UI asks). */
+static int answer_source_exists(querier *q, const char *tenant,
+                                const Parca__Query__V1alpha1__SourceReference *ref,
+                                strata_buffer *out, strata_error *err) {
+    if (load_archive(q, tenant, ref, NULL, true, err) != 0)
+        return -1;
+    Parca__Query__V1alpha1__Source so = PARCA__QUERY__V1ALPHA1__SOURCE__INIT;
+    Parca__Query__V1alpha1__QueryResponse resp = PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__INIT;
+    resp.report_case = PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_SOURCE;
+    resp.source = &so;
+    return pack_into(&resp.base, out, err);
 }
 
 /* ---- Parca's filters, inverted stacks and the sandwich (calltree_view) -------------------- */
@@ -494,6 +559,7 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     calltree_grouping group_by = {0, false, NULL, 0};
     char **md_labels = NULL;
     size_t n_md_labels = 0;
+    strata_buffer source_text = STRATA_BUFFER_INIT;
     strata_tenant tenant;
     if (call_tenant(call, &tenant, &err) != 0)
         goto out;
@@ -510,6 +576,19 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     calltree_filter filters[MAX_QUERY_FILTERS];
     calltree_view view;
     int64_t filtered = 0;
+    const Parca__Query__V1alpha1__SourceReference *src = source_reference(r);
+    if (src != NULL && src->source_only) {
+        rc = answer_source_exists(q, tenant.name, src, &resp, &err);
+        goto out;
+    }
+    if (type == PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_SOURCE &&
+        src == NULL) {
+        strata_error_set(&err, STRATA_INVALID_ARGUMENT,
+                         "REPORT_TYPE_SOURCE needs source_reference (build_id and filename)");
+        goto out;
+    }
+    if (src != NULL && load_source(q, tenant.name, src, &source_text, &err) != 0)
+        goto out;
     if (request_selections(r, &a, &b, &is_diff, &absolute, &err) != 0 ||
         request_group_by(r, type, &group_by, &err) != 0 ||
         request_view(r, filters, &view, &err) != 0 ||
@@ -521,6 +600,9 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     double trim = r->_node_trim_threshold_case ? r->node_trim_threshold : 0;
     querier_report_options(q, &tr, trim, 0, &opts);
     opts.filtered = filtered;
+    if (src != NULL)
+        opts.source = (calltree_source){src->build_id, src->filename,
+                                        (const char *)source_text.data, source_text.len};
     if (type == PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PROFILE_METADATA) {
         if (metadata_labels(q, tenant.name, &b, &md_labels, &n_md_labels, &err) != 0)
             goto out;
@@ -536,6 +618,7 @@ out:
     query_tree_result_free(&tr);
     calltree_grouping_free(&group_by);
     query_strings_free(md_labels, n_md_labels);
+    strata_buffer_free(&source_text);
     querier_observe(q, "query", rc == 0 ? STRATA_OK : err.code, start);
     if (rc == 0) {
         *out = resp; /* hand the bytes over without copying */

@@ -1,7 +1,8 @@
 // Parca's own client library (@parca/client) asks Strata the questions
 // tests/integration/test_npm_clients.py also asks with grpcio: over gRPC-Web on the HTTP port
 // (@protobuf-ts/grpcweb-transport with fetch, binary and text) and over native gRPC on the gRPC
-// port (@protobuf-ts/grpc-transport on @grpc/grpc-js). Prints one JSON line per call: the answer
+// port (@protobuf-ts/grpc-transport on @grpc/grpc-js), SOURCE included (its sources uploaded by
+// the Python side). Prints one JSON line per call: the answer
 // as @parca/client decoded it, encoded again (base64 of toBinary), or the error's code and message.
 //
 //   node --import ./register.mjs grpcweb_client.mjs <http base URL> <grpc host:port> <tenant> \
@@ -57,6 +58,8 @@ async function ask(format, name, call, type) {
     const answer = { format, name, ok: true, b64: Buffer.from(bytes).toString('base64') };
     if (response.report?.oneofKind === 'flamegraphArrow') answer.arrow = arrowRows(response.report.flamegraphArrow.record);
     if (response.report?.oneofKind === 'tableArrow') answer.arrow = arrowRows(response.report.tableArrow.record);
+    if (response.report?.oneofKind === 'source' && response.report.source.record.length > 0)
+      answer.arrow = arrowRows(response.report.source.record);
     console.log(JSON.stringify(answer));
   } catch (e) {
     console.log(JSON.stringify({ format, name, ok: false, code: String(e.code), message: e.message }));
@@ -89,6 +92,16 @@ for (const format of ['binary', 'text', 'grpc']) {
     const request = QueryRequest.create({
       mode: QueryRequest_Mode.MERGE,
       reportType,
+      options: { oneofKind: 'merge', merge: { query, ...range } },
+    });
+    await ask(format, name, client.query(request), QueryResponse);
+  }
+  // SOURCE: the uploaded app.go with per-line values, and Parca UI's "are there sources?" probe
+  for (const [name, sourceOnly] of [['Query/SOURCE', false], ['Query/SOURCE/exists', true]]) {
+    const request = QueryRequest.create({
+      mode: QueryRequest_Mode.MERGE,
+      reportType: QueryRequest_ReportType.SOURCE,
+      sourceReference: { buildId: '4e504d6275696c64', filename: 'app.go', sourceOnly },
       options: { oneofKind: 'merge', merge: { query, ...range } },
     });
     await ask(format, name, client.query(request), QueryResponse);

@@ -19,11 +19,23 @@ SOURCE_DIR = os.environ.get("STRATA_SOURCE_DIR") or os.path.abspath(
 BINARY = os.environ.get("STRATA_BINARY", os.path.join(SOURCE_DIR, "build", "cmd", "strata", "strata"))
 
 
+def stubs_stale(marker):
+    """True when the stubs are missing or older than some .proto file (one added or edited)."""
+    if not os.path.exists(marker):
+        return True
+    built = os.path.getmtime(marker)
+    for root, _, files in os.walk(os.path.join(SOURCE_DIR, "proto")):
+        if any(f.endswith(".proto") and os.path.getmtime(os.path.join(root, f)) > built
+               for f in files):
+            return True
+    return False
+
+
 def load_stubs():
-    """Generates the Python stubs (once per directory) and puts them on sys.path."""
+    """Generates the Python stubs (again when a .proto changed) and puts them on sys.path."""
     out = os.environ.get("STRATA_PYTHON_STUBS") or os.path.join(tempfile.gettempdir(), "strata-stubs")
     marker = os.path.join(out, "parca", "profilestore", "v1alpha1", "profilestore_pb2_grpc.py")
-    if not os.path.exists(marker):
+    if stubs_stale(marker):
         subprocess.run([os.path.join(SOURCE_DIR, "tests", "python", "gen_stubs.sh"), out], check=True)
     if out not in sys.path:
         sys.path.insert(0, out)

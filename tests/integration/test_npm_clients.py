@@ -10,10 +10,12 @@ client decoded it and encoded again, must equal the answer grpcio gets over nati
 error the same code and message. Needs `npm ci` in tests/clients (scripts/test.sh runs it).
 """
 import base64
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -22,11 +24,17 @@ import test_query_common as qc  # noqa: E402
 
 import grpc  # noqa: E402
 from google.protobuf import timestamp_pb2  # noqa: E402
+from parca.debuginfo.v1alpha1 import debuginfo_pb2 as dpb  # noqa: E402
+from parca.debuginfo.v1alpha1 import debuginfo_pb2_grpc as d_grpc  # noqa: E402
 from parca.profilestore.v1alpha1 import profilestore_pb2_grpc as ps_grpc  # noqa: E402
 from parca.query.v1alpha1 import query_pb2 as qpb  # noqa: E402
 from parca.query.v1alpha1 import query_pb2_grpc as q_grpc  # noqa: E402
 
 TENANT = "npm"
+BUILD = "4e504d6275696c64"
+# app.go as uploaded. Each job's profile numbers its functions from the leaf: app.parse (api) and
+# app.encode (worker) both sit at line 11, app.handle at 21, main at 31.
+APP_GO = "".join(f"// line {i}\n" for i in range(1, 46))
 CLIENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients")
 
 
@@ -45,11 +53,20 @@ class NpmClientsTest(unittest.TestCase):
         for i, (job, stack, n) in enumerate([("api", qc.A, 7), ("worker", qc.B, 5)]):
             b = qc.PprofBuilder([("samples", "count"), ("cpu", "nanoseconds")],
                                 ("cpu", "nanoseconds"), qc.PERIOD, (cls.t_s + i) * 10**9,
-                                qc.DURATION)
+                                qc.DURATION, build_id=BUILD)
             b.sample(stack, [n, n * qc.PERIOD])
             ps_grpc.ProfileStoreServiceStub(cls.channel).WriteRaw(
                 qc.write_request([({"__name__": "process_cpu", "job": job}, [b.bytes()])]),
                 metadata=[("x-scope-orgid", TENANT)], timeout=30)
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            info = tarfile.TarInfo("app.go")
+            info.size = len(APP_GO)
+            tar.addfile(info, io.BytesIO(APP_GO.encode()))
+        d_grpc.DebuginfoServiceStub(cls.channel).Upload(iter([
+            dpb.UploadRequest(info=dpb.UploadInfo(build_id=BUILD, type=dpb.DEBUGINFO_TYPE_SOURCES)),
+            dpb.UploadRequest(chunk_data=raw.getvalue())]),
+            metadata=[("x-scope-orgid", TENANT)], timeout=30)
 
     @classmethod
     def tearDownClass(cls):
@@ -83,6 +100,14 @@ class NpmClientsTest(unittest.TestCase):
                                  report_type=qpb.QueryRequest.ReportType.Value("REPORT_TYPE_" + r),
                                  merge=qpb.MergeProfile(query=query, start=ts(start),
                                                         end=ts(end))), metadata=md))
+        for name_, only in (("Query/SOURCE", False), ("Query/SOURCE/exists", True)):
+            calls[name_] = (qpb.QueryResponse, lambda only=only: q.Query(
+                qpb.QueryRequest(mode=qpb.QueryRequest.MODE_MERGE,
+                                 report_type=qpb.QueryRequest.REPORT_TYPE_SOURCE,
+                                 source_reference=qpb.SourceReference(
+                                     build_id=BUILD, filename="app.go", source_only=only),
+                                 merge=qpb.MergeProfile(query=query, start=ts(start),
+                                                        end=ts(end))), metadata=md))
         response_type, call = calls[name]
         try:
             return response_type, call()
@@ -97,7 +122,7 @@ class NpmClientsTest(unittest.TestCase):
             cwd=CLIENTS, capture_output=True, text=True, timeout=120)
         self.assertEqual(out.returncode, 0, out.stderr)
         answers = [json.loads(line) for line in out.stdout.splitlines()]
-        self.assertEqual(len(answers), 3 * 13, out.stdout)
+        self.assertEqual(len(answers), 3 * 15, out.stdout)
         _, table = self.native("Query/FLAMEGRAPH_TABLE", start, end)
         _, top = self.native("Query/TOP", start, end)
         _, callgraph = self.native("Query/CALLGRAPH", start, end)
@@ -114,12 +139,27 @@ class NpmClientsTest(unittest.TestCase):
             self.assertEqual(got, want, what)
             if a["name"] == "Values":
                 self.assertEqual(sorted(got.label_values), ["api", "worker"])
-            if a["name"].startswith("Query/"):
+            if a["name"].startswith("Query/") and a["name"] != "Query/SOURCE/exists":
                 self.assertEqual(got.total, 12 * qc.PERIOD, what)
+            if a["name"] == "Query/SOURCE":
+                self.assertEqual(got.source.source, APP_GO, what)
+                self.check_source_arrow(a["arrow"], what)
+            if a["name"] == "Query/SOURCE/exists":
+                self.assertEqual((got.source.source, got.source.record), ("", b""), what)
             if a["name"] == "Query/FLAMEGRAPH_ARROW":
                 self.check_arrow(a["arrow"], table.flamegraph, what)
             if a["name"] == "Query/TABLE_ARROW":
                 self.check_table_arrow(a["arrow"], top.top, callgraph.callgraph, what)
+
+    def check_source_arrow(self, arrow, what):
+        """SOURCE's record as apache-arrow reads it: one row per line of app.go, Int64 columns."""
+        self.assertEqual(arrow["fields"], ["cumulative:Int64", "flat:Int64"], what)
+        self.assertEqual(len(arrow["rows"]), 45, what)
+        want = {11: (12, 12), 21: (12, 0), 31: (12, 0)}
+        for i, row in enumerate(arrow["rows"]):
+            cum, flat = want.get(i + 1, (0, 0))
+            self.assertEqual((int(row["cumulative"]), int(row["flat"])),
+                             (cum * qc.PERIOD, flat * qc.PERIOD), f"{what}: line {i + 1}")
 
     def test_connect_client(self):
         """npm's Connect client (@connectrpc/connect-node), JSON and binary codecs, built from a

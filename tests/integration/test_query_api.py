@@ -637,7 +637,7 @@ querier:
                              "node_trim_threshold")
         self.assert_code(lambda: self.query(merge_req(CPU_SAMPLES, T0, END,
                                                       report=qpb.QueryRequest.REPORT_TYPE_SOURCE)),
-                         grpc.StatusCode.UNIMPLEMENTED, "REPORT_TYPE_SOURCE")
+                         IA, "source_reference")
         self.assert_code(lambda: self.range(CPU_SAMPLES, END, T0, 60 * NS), IA, "before")
         self.assert_code(lambda: self.range(CPU_SAMPLES + "{", T0, END, 60 * NS), IA, "invalid query")
         self.assert_code(lambda: self.range('{job="api"}', T0, END, 60 * NS), IA, "profile type")

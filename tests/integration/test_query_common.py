@@ -77,7 +77,7 @@ MEM_PROFILES = [
 class PprofBuilder:
     """Builds one pprof Profile with interned strings, one function and location per name."""
 
-    def __init__(self, sample_types, period_type, period, time_ns, duration_ns):
+    def __init__(self, sample_types, period_type, period, time_ns, duration_ns, build_id=None):
         self.p = profile_pb2.Profile()
         self.strings = {"": 0}
         self.p.string_table.append("")
@@ -90,7 +90,8 @@ class PprofBuilder:
         self.p.time_nanos = time_ns
         self.p.duration_nanos = duration_ns
         self.p.mapping.add(id=1, memory_start=0x400000, memory_limit=0x800000, file_offset=0,
-                           filename=self.s("/usr/bin/app"), has_functions=True)
+                           filename=self.s("/usr/bin/app"), has_functions=True,
+                           build_id=self.s(build_id) if build_id else 0)
 
     def s(self, text):
         if text not in self.strings:
