@@ -98,6 +98,49 @@ void arrow_add_int(arrow_writer *w, const char *name, int bit_width, bool is_sig
         w->failed = true;
 }
 
+/* The narrowest width (8 ... 64) holding every value, unsigned or not. */
+static int narrow_width(const int64_t *values, size_t n, bool is_signed) {
+    int64_t lo = 0, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        lo = values[i] < lo ? values[i] : lo;
+        hi = values[i] > hi ? values[i] : hi;
+    }
+    for (int bits = 8; bits < 64; bits *= 2) {
+        int64_t max = is_signed ? ((int64_t)1 << (bits - 1)) - 1 : ((int64_t)1 << bits) - 1;
+        int64_t min = is_signed ? -((int64_t)1 << (bits - 1)) : 0;
+        if (lo >= min && hi <= max)
+            return bits;
+    }
+    return 64;
+}
+
+void arrow_add_int_narrowed(arrow_writer *w, const char *name, bool is_signed,
+                            const int64_t *values, size_t n) {
+    for (size_t i = 0; i < n && !is_signed; i++)
+        if (values[i] < 0)
+            is_signed = true; /* never wraps a negative value into an unsigned column */
+    int bits = narrow_width(values, n, is_signed);
+    if (bits == 64) {
+        arrow_add_int(w, name, 64, is_signed, values, n);
+        return;
+    }
+    void *narrow = malloc((n ? n : 1) * (size_t)(bits / 8));
+    if (narrow == NULL) {
+        w->failed = true;
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (bits == 8)
+            ((uint8_t *)narrow)[i] = (uint8_t)values[i];
+        else if (bits == 16)
+            ((uint16_t *)narrow)[i] = (uint16_t)values[i];
+        else
+            ((uint32_t *)narrow)[i] = (uint32_t)values[i];
+    }
+    arrow_add_int(w, name, bits, is_signed, narrow, n);
+    free(narrow);
+}
+
 void arrow_add_bool(arrow_writer *w, const char *name, const bool *values, size_t n,
                     bool nullable) {
     arrow_column *c = add_column(w, name, COL_BOOL, n);

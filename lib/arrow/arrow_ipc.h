@@ -40,6 +40,11 @@ void arrow_writer_free(arrow_writer *w);
 /* n values each; bit_width 8, 16, 32 or 64; values of that width (int8_t ... uint64_t). */
 void arrow_add_int(arrow_writer *w, const char *name, int bit_width, bool is_signed,
                    const void *values, size_t n);
+/* An int column of the narrowest width (8, 16, 32 or 64 bits) that holds every value, as Parca
+ * writes its flame graph's counts: unsigned when asked and no value is negative, else signed
+ * (two's complement bits of the narrow width). */
+void arrow_add_int_narrowed(arrow_writer *w, const char *name, bool is_signed,
+                            const int64_t *values, size_t n);
 void arrow_add_bool(arrow_writer *w, const char *name, const bool *values, size_t n, bool nullable);
 /* Row i holds dict[indices[i]]; dict[0..n_dict) are byte strings of dict_len[k] bytes. */
 void arrow_add_dict_binary(arrow_writer *w, const char *name, const int32_t *indices, size_t n,

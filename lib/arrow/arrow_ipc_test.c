@@ -1,8 +1,8 @@
 /*
  * arrow_ipc_test.c - the stream's framing checked byte by byte (message prefixes, 8-byte
  * alignment, body lengths, end of stream), and with STRATA_ARROW_OUT set, the stream of every
- * column kind written there for an independent reader (tests/clients/arrow_read.mjs, run by
- * integration_npm_clients with npm's apache-arrow).
+ * column kind written there for an independent reader (npm's apache-arrow through
+ * tests/clients/arrow_dump.mjs, run by integration_npm_clients).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,7 +33,7 @@ static void sample(strata_buffer *out) {
     const bool labels_only[] = {false, true, false};
     const int32_t names[] = {0, 1, 2};
     const char *dict[] = {"", "main", "app.h\xc3\xa9"};
-    const size_t dict_len[] = {0, 4, 6};
+    const size_t dict_len[] = {0, 4, 7};
     const int32_t offsets[] = {0, 1, 2, 2};
     const uint32_t children[] = {1, 2};
     const int64_t cum[] = {12, 12, -5};
@@ -43,6 +43,14 @@ static void sample(strata_buffer *out) {
     arrow_add_list_uint32(&w, "children", offsets, 3, children);
     arrow_add_int(&w, "parent", 32, true, parent, 3);
     arrow_add_int(&w, "cumulative", 64, true, cum, 3);
+    /* narrowed: to uint8, uint16, int8 (a negative value in an unsigned column), int32, uint64 */
+    const int64_t u8[] = {0, 200, 255}, u16[] = {0, 256, 65535}, neg[] = {3, -5, 100};
+    const int64_t i32[] = {-40000, 0, 40000}, u64[] = {1, (int64_t)1 << 40, 7};
+    arrow_add_int_narrowed(&w, "u8", false, u8, 3);
+    arrow_add_int_narrowed(&w, "u16", false, u16, 3);
+    arrow_add_int_narrowed(&w, "neg", false, neg, 3);
+    arrow_add_int_narrowed(&w, "i32", true, i32, 3);
+    arrow_add_int_narrowed(&w, "u64", false, u64, 3);
     strata_error err;
     assert_int_equal(arrow_writer_finish(&w, 3, out, &err), 0);
     arrow_writer_free(&w);

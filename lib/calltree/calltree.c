@@ -137,7 +137,7 @@ static int intern_str(calltree *t, calltree_str s, uint32_t *id) {
 }
 
 int calltree_set_group_by(calltree *t, unsigned mask, strata_error *err) {
-    calltree_grouping g = {mask, false, NULL, 0};
+    calltree_grouping g = {mask, false, NULL, 0, false};
     return calltree_set_grouping(t, &g, err);
 }
 
@@ -148,7 +148,7 @@ int calltree_set_grouping(calltree *t, const calltree_grouping *g, strata_error 
     if (g->mask == 0 || (g->mask & ~(unsigned)CALLTREE_GROUP_EXACT) != 0)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "call tree: bad group-by mask %#x",
                                 g->mask);
-    calltree_grouping copy = {g->mask, g->all_labels, NULL, 0};
+    calltree_grouping copy = {g->mask, g->all_labels, NULL, 0, g->by_timestamp};
     for (size_t i = 0; i < g->n_labels; i++) {
         if (calltree_grouping_add_label(&copy, g->labels[i], err) != 0) {
             calltree_grouping_free(&copy);
@@ -393,6 +393,34 @@ int calltree_intern_label_frame(calltree *t, const calltree_label *labels, size_
     strata_buffer_free(&text);
     free(sorted);
     return rc;
+}
+
+int calltree_intern_time_frame(calltree *t, int64_t time_ns, int64_t duration_ns, uint32_t *frame,
+                               strata_error *err) {
+    char ts[24], dur[24];
+    snprintf(ts, sizeof ts, "%lld", (long long)time_ns);
+    snprintf(dur, sizeof dur, "%lld", (long long)duration_ns);
+    calltree_label labels[2] = {{calltree_cstr(CALLTREE_TIME_LABEL), calltree_cstr(ts)},
+                                {calltree_cstr(CALLTREE_DURATION_LABEL), calltree_cstr(dur)}};
+    return calltree_intern_label_frame(t, labels, 2, frame, err);
+}
+
+bool calltree_frame_time(const calltree *t, uint32_t f, int64_t *time_ns, int64_t *duration_ns) {
+    if (calltree_frame_label_count(t, f) != 2)
+        return false;
+    const char *name, *value;
+    bool have_time = false, have_duration = false;
+    for (size_t i = 0; i < 2; i++) {
+        calltree_frame_label_at(t, f, i, &name, &value);
+        if (strcmp(name, CALLTREE_TIME_LABEL) == 0) {
+            *time_ns = strtoll(value, NULL, 10);
+            have_time = true;
+        } else if (strcmp(name, CALLTREE_DURATION_LABEL) == 0) {
+            *duration_ns = strtoll(value, NULL, 10);
+            have_duration = true;
+        }
+    }
+    return have_time && have_duration;
 }
 
 size_t calltree_frame_label_count(const calltree *t, uint32_t f) {
@@ -993,18 +1021,22 @@ static int group_by_field(const char *name, size_t len, calltree_grouping *g, st
         g->all_labels = true;
         return 0;
     }
+    if (len == 9 && memcmp(name, "timestamp", 9) == 0) {
+        g->by_timestamp = true;
+        return 0;
+    }
     if (len >= 7 && memcmp(name, "labels.", 7) == 0)
         return add_label_name(g, name + 7, len - 7, err);
     return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                             "group_by: unknown field \"%.*s\" (want function_name, "
-                            "function_file_name, location_address, mapping_file, labels or "
-                            "labels.<name>)",
+                            "function_file_name, location_address, mapping_file, timestamp, "
+                            "labels or labels.<name>)",
                             (int)(len > 64 ? 64 : len), name);
 }
 
 int calltree_group_by_parse(const char *const *fields, size_t n, calltree_grouping *out,
                             strata_error *err) {
-    calltree_grouping g = {0, false, NULL, 0};
+    calltree_grouping g = {0, false, NULL, 0, false};
     for (size_t i = 0; i < n; i++) {
         if (group_by_field(fields[i], strlen(fields[i]), &g, err) != 0) {
             calltree_grouping_free(&g);
@@ -1018,7 +1050,7 @@ int calltree_group_by_parse(const char *const *fields, size_t n, calltree_groupi
 }
 
 int calltree_group_by_parse_list(const char *list, calltree_grouping *out, strata_error *err) {
-    calltree_grouping g = {0, false, NULL, 0};
+    calltree_grouping g = {0, false, NULL, 0, false};
     for (const char *p = list; p != NULL && *p != '\0';) {
         const char *end = strchr(p, ',');
         size_t len = end != NULL ? (size_t)(end - p) : strlen(p);

@@ -141,10 +141,14 @@ typedef struct calltree_grouping {
     bool all_labels; /* bare "labels": every pprof sample label of a sample */
     char **labels;   /* "labels.<name>": the names, in request order, each once */
     size_t n_labels;
+    /* "timestamp": each profile's samples go under a time frame (calltree_intern_time_frame) for
+     * its timestamp, and the FLAMEGRAPH_ARROW report lays the tree out as a flame chart. */
+    bool by_timestamp;
 } calltree_grouping;
 
 /* Parses Parca's group_by field names (fields[0..n)) into *out (overwritten; free it with
- * calltree_grouping_free); n == 0 gives the default (function_name). `labels.<name>` groups by
+ * calltree_grouping_free); n == 0 gives the default (function_name); `timestamp` sets
+ * by_timestamp. `labels.<name>` groups by
  * one label (a pprof sample label, or a series label: Parca has one namespace), bare `labels` by
  * every sample label. Unknown names, and `labels.` with an empty name, are INVALID_ARGUMENT
  * naming the field. */
@@ -213,6 +217,16 @@ typedef struct calltree_label {
  * values. Label frames are identified by their labels alone. */
 int calltree_intern_label_frame(calltree *tree, const calltree_label *labels, size_t n,
                                 uint32_t *frame, strata_error *err);
+/* The time frame of profiles taken at time_ns lasting duration_ns (grouping by_timestamp): a
+ * label frame whose labels are CALLTREE_TIME_LABEL and CALLTREE_DURATION_LABEL (decimal
+ * nanoseconds), so it merges across partial trees as any label frame does. */
+#define CALLTREE_TIME_LABEL "__timestamp__"
+#define CALLTREE_DURATION_LABEL "__duration__"
+int calltree_intern_time_frame(calltree *tree, int64_t time_ns, int64_t duration_ns,
+                               uint32_t *frame, strata_error *err);
+/* True, with its time and duration, when frame is a time frame. */
+bool calltree_frame_time(const calltree *tree, uint32_t frame, int64_t *time_ns,
+                         int64_t *duration_ns);
 /* Labels of a label frame (0 for a code frame); the i-th pair's strings, valid while the tree
  * lives. */
 size_t calltree_frame_label_count(const calltree *tree, uint32_t frame);

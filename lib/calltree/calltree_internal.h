@@ -105,6 +105,11 @@ typedef struct calltree_selection {
 int calltree_select(const calltree *t, const int64_t *weight, double threshold_percent,
                     size_t max_nodes, calltree_selection *sel, strata_error *err);
 void calltree_selection_free(calltree_selection *sel);
+/* The trimming rule of calltree_select over any rows 0..n) whose parents come before them (row 0
+ * the root): keep[i] says whether row i stays, *trimmed grows by the weight of each dropped row
+ * whose parent stays. -1 when out of memory. */
+int calltree_trim_rows(size_t n, const uint32_t *parent, const int64_t *weight, double threshold,
+                       size_t max_nodes, bool *keep, int64_t *trimmed);
 
 /* Per-frame aggregates for TOP and the table. */
 typedef struct calltree_frame_stats {

@@ -420,10 +420,11 @@ static void arrow_dict_set(arrow_dict *d, const calltree *t, size_t row, uint32_
 #define MAX_ARROW_LABELS 64
 
 /* The label columns: each distinct label name of the shown label frames, as its string id. */
-static size_t arrow_label_names(const calltree *t, const calltree_selection *sel, uint32_t *names) {
+static size_t arrow_label_names(const calltree *t, const uint32_t *nodes, size_t n_rows,
+                                uint32_t *names) {
     size_t n = 0;
-    for (size_t e = 1; e < sel->n_order; e++) {
-        uint32_t f = t->frame[sel->order[e]];
+    for (size_t e = 1; e < n_rows; e++) {
+        uint32_t f = t->frame[nodes[e]];
         for (uint32_t i = 0; i < t->frame_extra[f].label_count; i++) {
             uint32_t sid = t->label_words[t->frame_extra[f].label_first + 2 * i];
             bool seen = false;
@@ -436,10 +437,10 @@ static size_t arrow_label_names(const calltree *t, const calltree_selection *sel
     return n;
 }
 
-/* Adds the "labels.<name>" columns of the rows (row e: node sel->order[e]). */
-static int add_label_columns(arrow_writer *w, const calltree *t, const calltree_selection *sel) {
+/* Adds the "labels.<name>" columns of the rows (row e: node nodes[e], row 0 the root). */
+static int add_label_columns(arrow_writer *w, const calltree *t, const uint32_t *nodes, size_t n) {
     uint32_t names[MAX_ARROW_LABELS];
-    size_t n_names = arrow_label_names(t, sel, names), n = sel->n_order;
+    size_t n_names = arrow_label_names(t, nodes, n, names);
     int rc = 0;
     for (size_t k = 0; k < n_names && rc == 0; k++) {
         arrow_dict d;
@@ -448,7 +449,7 @@ static int add_label_columns(arrow_writer *w, const calltree *t, const calltree_
             return -1;
         }
         for (size_t e = 0; e < n; e++) {
-            uint32_t f = t->frame[sel->order[e]], value = t->empty_sid;
+            uint32_t f = t->frame[nodes[e]], value = t->empty_sid;
             for (uint32_t i = 0; e > 0 && i < t->frame_extra[f].label_count; i++) {
                 const uint32_t *pair = &t->label_words[t->frame_extra[f].label_first + 2 * i];
                 if (pair[0] == names[k])
@@ -482,24 +483,327 @@ static void add_dict_column(arrow_writer *w, const char *name, const arrow_dict 
     arrow_add_dict_binary(w, name, d->rows, n, d->values, d->lengths, d->n);
 }
 
-static int build_flamegraph_arrow(const calltree *t, const calltree_selection *sel,
-                                  strata_buffer *record, int32_t *height, strata_error *err) {
+/* The rows of a flame graph record: row e shows node[e]'s frame (CALLTREE_ROOT for row 0) with
+ * these values, and children[child_offsets[e] .. child_offsets[e + 1]) are its rows. */
+typedef struct fg_rows {
+    size_t n;
+    uint32_t *node;
+    int64_t *cum, *flat, *diff, *time, *offset;
+    int32_t *parent;
+    uint32_t *depth;
+    int32_t *child_offsets; /* n + 1 */
+    uint32_t *children;
+    int32_t height;
+} fg_rows;
+
+static void fg_rows_free(fg_rows *r) {
+    free(r->node);
+    free(r->cum);
+    free(r->flat);
+    free(r->diff);
+    free(r->time);
+    free(r->offset);
+    free(r->parent);
+    free(r->depth);
+    free(r->child_offsets);
+    free(r->children);
+}
+
+static int fg_rows_alloc(fg_rows *r, size_t n, strata_error *err) {
+    memset(r, 0, sizeof *r);
+    size_t m = n ? n : 1;
+    r->n = n;
+    r->node = malloc(m * sizeof *r->node);
+    r->cum = malloc(m * sizeof *r->cum);
+    r->flat = malloc(m * sizeof *r->flat);
+    r->diff = malloc(m * sizeof *r->diff);
+    r->time = calloc(m, sizeof *r->time);
+    r->offset = calloc(m, sizeof *r->offset);
+    r->parent = malloc(m * sizeof *r->parent);
+    r->depth = malloc(m * sizeof *r->depth);
+    r->child_offsets = malloc((n + 1) * sizeof *r->child_offsets);
+    r->children = malloc(m * sizeof *r->children);
+    if (r->node && r->cum && r->flat && r->diff && r->time && r->offset && r->parent && r->depth &&
+        r->child_offsets && r->children)
+        return 0;
+    fg_rows_free(r);
+    return strata_error_oom(err);
+}
+
+/* A flame graph's rows: the selected nodes depth-first, children in the tree's order. */
+static int flamegraph_rows(const calltree *t, const calltree_selection *sel, fg_rows *rows,
+                           strata_error *err) {
     size_t n = sel->n_order;
-    uint32_t *row_of = malloc(t->n_nodes * sizeof *row_of);
-    uint32_t *depth = malloc(t->n_nodes * sizeof *depth);
-    bool *labels_only = calloc(n ? n : 1, sizeof *labels_only);
-    bool *inlined = calloc(n ? n : 1, sizeof *inlined);
-    uint64_t *address = calloc(n ? n : 1, sizeof *address);
-    int64_t *line = calloc(n ? n : 1, sizeof *line), *start_line = calloc(n ? n : 1, sizeof *line);
-    int64_t *cum = malloc((n ? n : 1) * sizeof *cum), *flat = malloc((n ? n : 1) * sizeof *flat);
-    int64_t *diff = malloc((n ? n : 1) * sizeof *diff);
-    int32_t *parent = malloc((n ? n : 1) * sizeof *parent);
-    uint32_t *depths = malloc((n ? n : 1) * sizeof *depths);
-    int32_t *child_offsets = malloc((n + 1) * sizeof *child_offsets);
-    uint32_t *children = malloc((n ? n : 1) * sizeof *children);
+    uint32_t *row_of = malloc((t->n_nodes ? t->n_nodes : 1) * sizeof *row_of);
+    if (row_of == NULL || fg_rows_alloc(rows, n, err) != 0) {
+        free(row_of);
+        return row_of == NULL ? strata_error_oom(err) : -1;
+    }
+    for (size_t e = 0; e < n; e++) {
+        uint32_t v = sel->order[e];
+        row_of[v] = (uint32_t)e;
+        rows->node[e] = v;
+        rows->depth[e] = v == CALLTREE_ROOT ? 0 : rows->depth[row_of[t->parent[v]]] + 1;
+        if ((int32_t)rows->depth[e] > rows->height)
+            rows->height = (int32_t)rows->depth[e];
+        rows->parent[e] = v == CALLTREE_ROOT ? -1 : (int32_t)row_of[t->parent[v]];
+        rows->cum[e] = t->total[v];
+        rows->flat[e] = t->self[v];
+        rows->diff[e] = node_diff(t, v);
+    }
+    size_t k = 0;
+    for (size_t e = 0; e < n; e++) {
+        uint32_t v = sel->order[e];
+        rows->child_offsets[e] = (int32_t)k;
+        for (uint32_t i = t->child_offset[v]; i < t->child_offset[v + 1]; i++)
+            if (sel->keep[t->children[i]])
+                rows->children[k++] = row_of[t->children[i]];
+    }
+    rows->child_offsets[n] = (int32_t)k;
+    free(row_of);
+    return 0;
+}
+
+/* ---- the flame chart (group_by timestamp, REPORT_TYPE_FLAMECHART) ----
+ *
+ * The tree holds each profile timestamp's samples under a time frame (calltree_frame_time). The
+ * chart takes the time frames in time order and merges each one's subtree into the chart, Parca's
+ * way: a subtree's node joins the *last* chart row under the same parent when that row has the
+ * same frame and the profile continues it in time (it starts at most a tenth of the previous
+ * profile's duration after that profile ended, or overlaps it); otherwise it starts a new row.
+ * So a function that runs through consecutive profiles is one wide row, and one that stops and
+ * starts again is two. A row's timestamp is the start of its first profile, its value_offset the
+ * sum of the cumulatives of the rows before it under its parent (plus the parent's offset). */
+
+typedef struct chart_row {
+    uint32_t node; /* a tree node of the row's frame */
+    uint32_t parent, depth;
+    uint32_t last_child, next_sibling, first_child; /* rows; UINT32_MAX: none */
+    int64_t cum, flat, diff;
+    int64_t time;                     /* the first profile's */
+    int64_t last_time, last_duration; /* the last profile merged in */
+} chart_row;
+
+typedef struct chart {
+    chart_row *rows;
+    size_t n, cap;
+} chart;
+
+#define NO_ROW UINT32_MAX
+
+static int chart_add_row(chart *c, uint32_t parent, uint32_t node, int64_t time, uint32_t *out) {
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 256;
+        chart_row *rows = cap < UINT32_MAX ? realloc(c->rows, cap * sizeof *rows) : NULL;
+        if (rows == NULL)
+            return -1;
+        c->rows = rows;
+        c->cap = cap;
+    }
+    uint32_t id = (uint32_t)c->n++;
+    c->rows[id] = (chart_row){node, parent, 0, NO_ROW, NO_ROW, NO_ROW, 0, 0, 0, time, time, 0};
+    if (id != 0) {
+        chart_row *p = &c->rows[parent];
+        c->rows[id].depth = p->depth + 1;
+        if (p->last_child == NO_ROW)
+            p->first_child = id;
+        else
+            c->rows[p->last_child].next_sibling = id;
+        p->last_child = id;
+    }
+    *out = id;
+    return 0;
+}
+
+/* Whether a profile at `time` continues row r. */
+static bool chart_continues(const chart_row *r, int64_t time) {
+    if (time <= r->last_time || r->last_duration <= 0)
+        return false;
+    return time - (r->last_time + r->last_duration) <= r->last_duration / 10;
+}
+
+/* Merges tree node v (of a profile at time, lasting duration) into the chart under row. */
+static int chart_merge_node(chart *c, const calltree *t, uint32_t row, uint32_t v, int64_t time,
+                            int64_t duration) {
+    uint32_t last = c->rows[row].last_child, target;
+    if (last != NO_ROW && t->frame[c->rows[last].node] == t->frame[v] &&
+        chart_continues(&c->rows[last], time))
+        target = last;
+    else if (chart_add_row(c, row, v, time, &target) != 0)
+        return -1;
+    chart_row *r = &c->rows[target];
+    r->cum += t->total[v];
+    r->flat += t->self[v];
+    r->diff += node_diff(t, v);
+    r->last_time = time;
+    r->last_duration = duration;
+    for (uint32_t i = t->child_offset[v]; i < t->child_offset[v + 1]; i++)
+        if (chart_merge_node(c, t, target, t->children[i], time, duration) != 0)
+            return -1;
+    return 0;
+}
+
+typedef struct chart_group {
+    int64_t time, duration;
+    uint32_t node; /* a time frame's node, or a code node straight under the root */
+    bool timed;
+} chart_group;
+
+static int compare_groups(const void *a, const void *b) {
+    const chart_group *x = a, *y = b;
+    if (x->time != y->time)
+        return (x->time > y->time) - (x->time < y->time);
+    if (x->duration != y->duration)
+        return (x->duration > y->duration) - (x->duration < y->duration);
+    return (x->node > y->node) - (x->node < y->node);
+}
+
+/* The chart's rows, in time order under the root. */
+static int chart_build(const calltree *t, chart *c) {
+    size_t n = t->child_offset[1] - t->child_offset[0];
+    chart_group *groups = malloc((n ? n : 1) * sizeof *groups);
+    uint32_t root;
+    if (groups == NULL || chart_add_row(c, 0, CALLTREE_ROOT, 0, &root) != 0) {
+        free(groups);
+        return -1;
+    }
+    c->rows[root].cum = t->total[CALLTREE_ROOT];
+    c->rows[root].flat = t->self[CALLTREE_ROOT];
+    c->rows[root].diff = node_diff(t, CALLTREE_ROOT);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = t->children[t->child_offset[0] + i];
+        groups[i] = (chart_group){0, 0, v, false};
+        groups[i].timed = calltree_frame_time(t, t->frame[v], &groups[i].time, &groups[i].duration);
+    }
+    qsort(groups, n, sizeof *groups, compare_groups);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        uint32_t v = groups[i].node;
+        if (!groups[i].timed) {
+            rc = chart_merge_node(c, t, root, v, 0, 0);
+            continue;
+        }
+        for (uint32_t k = t->child_offset[v]; rc == 0 && k < t->child_offset[v + 1]; k++)
+            rc = chart_merge_node(c, t, root, t->children[k], groups[i].time, groups[i].duration);
+    }
+    free(groups);
+    return rc;
+}
+
+/* Each row's value_offset: its parent's plus the cumulatives of the rows before it under that
+ * parent (dropped ones included, so trimming leaves gaps rather than shifting rows). */
+static void chart_offsets(const chart *c, int64_t *offset) {
+    offset[0] = 0;
+    for (size_t id = 0; id < c->n; id++) { /* parents come before their children */
+        int64_t run = offset[id];
+        for (uint32_t ch = c->rows[id].first_child; ch != NO_ROW; ch = c->rows[ch].next_sibling) {
+            offset[ch] = run;
+            run += c->rows[ch].cum;
+        }
+    }
+}
+
+/* Fills rows from the kept chart rows, depth-first with children in time order. */
+static void chart_emit(const chart *c, const bool *keep, const int64_t *offset, uint32_t *stack,
+                       uint32_t *out_of, fg_rows *rows) {
+    size_t sp = 0, e = 0;
+    stack[sp++] = 0;
+    while (sp > 0) {
+        uint32_t id = stack[--sp];
+        const chart_row *r = &c->rows[id];
+        out_of[id] = (uint32_t)e;
+        rows->node[e] = r->node;
+        rows->cum[e] = r->cum;
+        rows->flat[e] = r->flat;
+        rows->diff[e] = r->diff;
+        rows->time[e] = r->time;
+        rows->offset[e] = offset[id];
+        rows->depth[e] = r->depth;
+        rows->parent[e] = id == 0 ? -1 : (int32_t)out_of[r->parent];
+        if ((int32_t)r->depth > rows->height)
+            rows->height = (int32_t)r->depth;
+        e++;
+        size_t first = sp;
+        for (uint32_t ch = r->first_child; ch != NO_ROW; ch = c->rows[ch].next_sibling)
+            if (keep[ch])
+                stack[sp++] = ch;
+        for (size_t a = first, b = sp; a + 1 < b; a++, b--) { /* the earliest child on top */
+            uint32_t tmp = stack[a];
+            stack[a] = stack[b - 1];
+            stack[b - 1] = tmp;
+        }
+    }
+    /* children lists, each in emission (time) order: counted, then placed */
+    size_t n = rows->n;
+    memset(rows->child_offsets, 0, (n + 1) * sizeof *rows->child_offsets);
+    for (size_t i = 1; i < n; i++)
+        rows->child_offsets[rows->parent[i] + 1]++;
+    for (size_t i = 0; i < n; i++)
+        rows->child_offsets[i + 1] += rows->child_offsets[i];
+    uint32_t *fill = stack; /* reused: children placed per row so far */
+    memset(fill, 0, n * sizeof *fill);
+    for (size_t i = 1; i < n; i++) {
+        int32_t p = rows->parent[i];
+        rows->children[rows->child_offsets[p] + (int32_t)fill[p]++] = (uint32_t)i;
+    }
+}
+
+/* The flame chart's rows (trimmed by opts) into rows; *trimmed grows by what was dropped. */
+static int chart_rows(const calltree *t, const calltree_report_options *opts, fg_rows *rows,
+                      int64_t *trimmed, strata_error *err) {
+    chart c = {0};
+    uint32_t *parent = NULL, *stack = NULL, *out_of = NULL;
+    int64_t *weight = NULL, *offset = NULL;
+    bool *keep = NULL;
+    int rc = chart_build(t, &c) != 0 ? strata_error_oom(err) : 0;
+    size_t n = c.n;
+    if (rc == 0) {
+        parent = malloc(n * sizeof *parent);
+        weight = malloc(n * sizeof *weight);
+        offset = malloc(n * sizeof *offset);
+        keep = malloc(n * sizeof *keep);
+        stack = malloc(n * sizeof *stack);
+        out_of = malloc(n * sizeof *out_of);
+        if (!parent || !weight || !offset || !keep || !stack || !out_of)
+            rc = strata_error_oom(err);
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        parent[i] = c.rows[i].parent;
+        weight[i] = c.rows[i].cum;
+    }
+    if (rc == 0 && calltree_trim_rows(n, parent, weight, opts->node_trim_threshold, opts->max_nodes,
+                                      keep, trimmed) != 0)
+        rc = strata_error_oom(err);
+    size_t kept = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        kept += keep[i];
+    if (rc == 0)
+        rc = fg_rows_alloc(rows, kept, err);
+    if (rc == 0) {
+        chart_offsets(&c, offset);
+        chart_emit(&c, keep, offset, stack, out_of, rows);
+    }
+    free(c.rows);
+    free(parent);
+    free(weight);
+    free(offset);
+    free(keep);
+    free(stack);
+    free(out_of);
+    return rc;
+}
+
+/* Writes the Arrow record of rows (see the section comment above for the columns). */
+static int write_flamegraph_record(const calltree *t, const fg_rows *rows, strata_buffer *record,
+                                   strata_error *err) {
+    size_t n = rows->n, m = n ? n : 1;
+    bool *labels_only = calloc(m, sizeof *labels_only);
+    bool *inlined = calloc(m, sizeof *inlined);
+    uint64_t *address = calloc(m, sizeof *address);
+    int64_t *line = calloc(m, sizeof *line), *start_line = calloc(m, sizeof *start_line);
+    int64_t *depth = malloc(m * sizeof *depth);
     arrow_dict dicts[N_DICTS];
-    bool ok = row_of && depth && labels_only && inlined && address && line && start_line && cum &&
-              flat && diff && parent && depths && child_offsets && children;
+    bool ok = labels_only && inlined && address && line && start_line && depth;
     for (int k = 0; k < N_DICTS; k++)
         ok = arrow_dict_init(&dicts[k], t, n) == 0 && ok;
     int rc = -1;
@@ -507,18 +811,9 @@ static int build_flamegraph_arrow(const calltree *t, const calltree_selection *s
         strata_error_oom(err);
         goto out;
     }
-    *height = 0;
     for (size_t e = 0; e < n; e++) {
-        uint32_t v = sel->order[e];
-        row_of[v] = (uint32_t)e;
-        depth[v] = v == CALLTREE_ROOT ? 0 : depth[t->parent[v]] + 1;
-        depths[e] = depth[v];
-        if ((int32_t)depth[v] > *height)
-            *height = (int32_t)depth[v];
-        parent[e] = v == CALLTREE_ROOT ? -1 : (int32_t)row_of[t->parent[v]];
-        cum[e] = t->total[v];
-        flat[e] = t->self[v];
-        diff[e] = node_diff(t, v);
+        depth[e] = rows->depth[e];
+        uint32_t v = rows->node[e];
         if (v == CALLTREE_ROOT) {
             for (int k = 0; k < N_DICTS; k++)
                 arrow_dict_set(&dicts[k], t, e, t->empty_sid);
@@ -533,56 +828,37 @@ static int build_flamegraph_arrow(const calltree *t, const calltree_selection *s
         start_line[e] = calltree_frame_start_line(t, f);
         arrow_dicts_set_frame(dicts, t, e, f);
     }
-    /* children: each row's kept children, in sorted order */
-    size_t k = 0;
-    for (size_t e = 0; e < n; e++) {
-        uint32_t v = sel->order[e];
-        child_offsets[e] = (int32_t)k;
-        for (uint32_t i = t->child_offset[v]; i < t->child_offset[v + 1]; i++)
-            if (sel->keep[t->children[i]])
-                children[k++] = row_of[t->children[i]];
-    }
-    child_offsets[n] = (int32_t)k;
     arrow_writer w;
     arrow_writer_init(&w);
     arrow_add_bool(&w, "labels_only", labels_only, n, false);
     arrow_add_int(&w, "location_address", 64, false, address, n);
     add_dict_column(&w, "mapping_file", &dicts[DICT_MAPPING], n);
     add_dict_column(&w, "mapping_build_id", &dicts[DICT_BUILD], n);
-    arrow_add_int(&w, "location_line", 64, true, line, n);
+    arrow_add_int_narrowed(&w, "location_line", false, line, n);
     arrow_add_bool(&w, "inlined", inlined, n, true);
-    arrow_add_int(&w, "function_startline", 64, true, start_line, n);
+    arrow_add_int_narrowed(&w, "function_startline", false, start_line, n);
     add_dict_column(&w, "function_name", &dicts[DICT_NAME], n);
     add_dict_column(&w, "function_system_name", &dicts[DICT_SYSTEM], n);
     add_dict_column(&w, "function_file_name", &dicts[DICT_FILE], n);
-    arrow_add_list_uint32(&w, "children", child_offsets, n, children);
-    arrow_add_int(&w, "parent", 32, true, parent, n);
-    arrow_add_int(&w, "cumulative", 64, true, cum, n);
-    arrow_add_int(&w, "flat", 64, true, flat, n);
-    arrow_add_int(&w, "diff", 64, true, diff, n);
-    memset(line, 0, (n ? n : 1) * sizeof *line); /* no flame chart: no time, no offset */
-    arrow_add_int(&w, "timestamp", 64, true, line, n);
-    arrow_add_int(&w, "value_offset", 64, true, line, n);
-    arrow_add_int(&w, "depth", 32, false, depths, n);
-    if (add_label_columns(&w, t, sel) != 0)
+    arrow_add_list_uint32(&w, "children", rows->child_offsets, n, rows->children);
+    arrow_add_int(&w, "parent", 32, true, rows->parent, n);
+    arrow_add_int_narrowed(&w, "cumulative", false, rows->cum, n);
+    arrow_add_int_narrowed(&w, "flat", false, rows->flat, n);
+    arrow_add_int_narrowed(&w, "diff", true, rows->diff, n);
+    arrow_add_int(&w, "timestamp", 64, true, rows->time, n);
+    arrow_add_int_narrowed(&w, "value_offset", false, rows->offset, n);
+    arrow_add_int_narrowed(&w, "depth", false, depth, n);
+    if (add_label_columns(&w, t, rows->node, n) != 0)
         w.failed = true;
     rc = arrow_writer_finish(&w, n, record, err);
     arrow_writer_free(&w);
 out:
-    free(row_of);
-    free(depth);
     free(labels_only);
     free(inlined);
     free(address);
     free(line);
     free(start_line);
-    free(cum);
-    free(flat);
-    free(diff);
-    free(parent);
-    free(depths);
-    free(child_offsets);
-    free(children);
+    free(depth);
     for (int d = 0; d < N_DICTS; d++)
         arrow_dict_free(&dicts[d]);
     return rc;
@@ -590,25 +866,37 @@ out:
 
 static int encode_flamegraph_arrow(const calltree *t, const calltree_report_options *opts,
                                    QueryResponse *resp, strata_buffer *out, strata_error *err) {
-    calltree_selection sel;
-    if (calltree_select(t, t->total, opts->node_trim_threshold, opts->max_nodes, &sel, err) != 0)
+    fg_rows rows;
+    int64_t trimmed = 0;
+    int rc;
+    if (calltree_get_grouping(t)->by_timestamp) {
+        rc = chart_rows(t, opts, &rows, &trimmed, err);
+    } else {
+        calltree_selection sel;
+        if (calltree_select(t, t->total, opts->node_trim_threshold, opts->max_nodes, &sel, err) !=
+            0)
+            return -1;
+        trimmed = sel.trimmed;
+        rc = flamegraph_rows(t, &sel, &rows, err);
+        calltree_selection_free(&sel);
+    }
+    if (rc != 0)
         return -1;
     strata_buffer record = STRATA_BUFFER_INIT;
-    int32_t height = 0;
-    int rc = build_flamegraph_arrow(t, &sel, &record, &height, err);
+    rc = write_flamegraph_record(t, &rows, &record, err);
     if (rc == 0) {
         Parca__Query__V1alpha1__FlamegraphArrow fa = PARCA__QUERY__V1ALPHA1__FLAMEGRAPH_ARROW__INIT;
         fa.record.data = record.data;
         fa.record.len = record.len;
         fa.unit = mutable_str(opts->unit != NULL ? opts->unit : "");
-        fa.height = height;
-        fa.trimmed = sel.trimmed;
+        fa.height = rows.height;
+        fa.trimmed = trimmed;
         resp->report_case = PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_FLAMEGRAPH_ARROW;
         resp->flamegraph_arrow = &fa;
         rc = pack_response(resp, out, err);
     }
     strata_buffer_free(&record);
-    calltree_selection_free(&sel);
+    fg_rows_free(&rows);
     return rc;
 }
 
@@ -1467,6 +1755,7 @@ int calltree_encode_query_response(const calltree *t,
         case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PPROF:
             return encode_pprof(t, opts, &resp, out, err);
         case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_ARROW:
+        case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMECHART:
             return encode_flamegraph_arrow(t, opts, &resp, out, err);
         case PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_TABLE_ARROW:
             return encode_table_arrow(t, opts, &resp, out, err);

@@ -20,29 +20,50 @@ static int compare_i64_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-/* Drops kept nodes whose weight is not above the (max_nodes+1)-th largest kept weight. */
-static int apply_max_nodes(const calltree *t, const int64_t *weight, size_t max_nodes, size_t kept,
-                           calltree_selection *sel) {
+/* Drops kept rows whose weight is not above the (max_nodes+1)-th largest kept weight. */
+static int apply_max_nodes(size_t n, const uint32_t *parent, const int64_t *weight,
+                           size_t max_nodes, size_t kept, bool *keep, int64_t *trimmed) {
     int64_t *w = malloc(kept * sizeof *w);
     if (w == NULL)
         return -1;
     size_t k = 0;
-    for (size_t i = 1; i < t->n_nodes; i++)
-        if (sel->keep[i])
+    for (size_t i = 1; i < n; i++)
+        if (keep[i])
             w[k++] = weight[i];
     qsort(w, k, sizeof *w, compare_i64_desc);
     int64_t cutoff = w[max_nodes];
     free(w);
-    for (size_t i = 1; i < t->n_nodes; i++) {
-        if (!sel->keep[i])
+    for (size_t i = 1; i < n; i++) {
+        if (!keep[i])
             continue;
-        if (!sel->keep[t->parent[i]]) {
-            sel->keep[i] = false;
+        if (!keep[parent[i]]) {
+            keep[i] = false;
         } else if (weight[i] <= cutoff) {
-            sel->keep[i] = false;
-            sel->trimmed += weight[i];
+            keep[i] = false;
+            *trimmed += weight[i];
         }
     }
+    return 0;
+}
+
+int calltree_trim_rows(size_t n, const uint32_t *parent, const int64_t *weight, double threshold,
+                       size_t max_nodes, bool *keep, int64_t *trimmed) {
+    keep[0] = true;
+    size_t kept = 0;
+    for (size_t i = 1; i < n; i++) {
+        keep[i] = false;
+        uint32_t p = parent[i];
+        if (!keep[p])
+            continue;
+        if (below_threshold(weight[i], weight[p], threshold)) {
+            *trimmed += weight[i];
+            continue;
+        }
+        keep[i] = true;
+        kept++;
+    }
+    if (max_nodes > 0 && kept > max_nodes)
+        return apply_max_nodes(n, parent, weight, max_nodes, kept, keep, trimmed);
     return 0;
 }
 
@@ -75,21 +96,8 @@ int calltree_select(const calltree *t, const int64_t *weight, double threshold, 
     sel->keep = calloc(t->n_nodes, sizeof *sel->keep);
     if (sel->keep == NULL)
         return strata_error_oom(err);
-    sel->keep[CALLTREE_ROOT] = true;
-    size_t kept = 0;
-    for (size_t i = 1; i < t->n_nodes; i++) {
-        uint32_t p = t->parent[i];
-        if (!sel->keep[p])
-            continue;
-        if (below_threshold(weight[i], weight[p], threshold)) {
-            sel->trimmed += weight[i];
-            continue;
-        }
-        sel->keep[i] = true;
-        kept++;
-    }
-    if ((max_nodes > 0 && kept > max_nodes &&
-         apply_max_nodes(t, weight, max_nodes, kept, sel) != 0) ||
+    if (calltree_trim_rows(t->n_nodes, t->parent, weight, threshold, max_nodes, sel->keep,
+                           &sel->trimmed) != 0 ||
         order_kept(t, sel) != 0) {
         calltree_selection_free(sel);
         return strata_error_oom(err);

@@ -405,6 +405,62 @@ static void test_source_report(void **state) {
     calltree_free(t);
 }
 
+/* The flame chart: time frames in time order, a function running on through adjacent profiles
+ * one row, after a gap a new one; offsets, timestamps and trimming. */
+static void test_flamechart(void **state) {
+    (void)state;
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    calltree_grouping g = {.mask = CALLTREE_GROUP_DEFAULT, .by_timestamp = true};
+    assert_int_equal(calltree_set_grouping(t, &g, NULL), 0);
+    const int64_t S = 1000000000, T = 1767225600 * S;
+    struct {
+        int64_t time;
+        const char *stack;
+        int64_t value;
+    } samples[] = {{T + 30 * S, "main;work", 2}, /* out of order: the chart sorts by time */
+                   {T, "main;work", 5},
+                   {T, "main;idle", 1},
+                   {T + 10 * S, "main;work", 3}};
+    for (size_t i = 0; i < 4; i++) {
+        uint32_t tf, node;
+        assert_int_equal(calltree_intern_time_frame(t, samples[i].time, 10 * S, &tf, NULL), 0);
+        int64_t time = 0, duration = 0;
+        assert_true(calltree_frame_time(t, tf, &time, &duration));
+        assert_true(time == samples[i].time && duration == 10 * S);
+        assert_int_equal(calltree_child(t, CALLTREE_ROOT, tf, &node, NULL), 0);
+        for (const char *p = samples[i].stack; *p != '\0';) {
+            size_t len = strcspn(p, ";");
+            assert_int_equal(calltree_child(t, node, frame_for(t, p, len), &node, NULL), 0);
+            p += len + (p[len] == ';');
+        }
+        calltree_add(t, node, samples[i].value);
+    }
+    assert_int_equal(calltree_finalize(t, NULL), 0);
+    QueryResponse *r = encode(t, REPORT(FLAMECHART), 0);
+    assert_int_equal(r->report_case,
+                     PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_FLAMEGRAPH_ARROW);
+    const ProtobufCBinaryData *rec = &r->flamegraph_arrow->record;
+    /* rows: root, main@T, idle@T, work@T, main@T+30, work@T+30; counts narrowed to uint8 */
+    uint8_t cumulative[6] = {11, 9, 1, 8, 2, 2}, offset[6] = {0, 0, 0, 1, 9, 9};
+    int64_t time[6] = {0, T, T, T, T + 30 * S, T + 30 * S};
+    assert_non_null(memmem(rec->data, rec->len, cumulative, 6));
+    assert_non_null(memmem(rec->data, rec->len, offset, 6));
+    assert_true(contains_int64s(rec, time, 6));
+    assert_int_equal(r->flamegraph_arrow->height, 2);
+    assert_int_equal(r->flamegraph_arrow->trimmed, 0);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    /* 20 %: idle (1 of 9) and the second main (2 of 11) go; offsets keep their gaps */
+    r = encode(t, REPORT(FLAMECHART), 20);
+    uint8_t kept_cum[3] = {11, 9, 8}, kept_offset[3] = {0, 0, 1};
+    rec = &r->flamegraph_arrow->record;
+    assert_non_null(memmem(rec->data, rec->len, kept_cum, 3));
+    assert_non_null(memmem(rec->data, rec->len, kept_offset, 3));
+    assert_int_equal(r->flamegraph_arrow->trimmed, 3);
+    parca__query__v1alpha1__query_response__free_unpacked(r, NULL);
+    calltree_free(t);
+}
+
 static void test_callgraph_and_metadata(void **state) {
     (void)state;
     calltree *t = tree_b();
@@ -966,7 +1022,7 @@ static uint32_t label_frame(calltree *t, const char *name, const char *value, co
 static calltree *tree_labels(unsigned group_by) {
     calltree *t;
     assert_int_equal(calltree_create(&t, 0, NULL), 0);
-    calltree_grouping g = {group_by, false, NULL, 0};
+    calltree_grouping g = {group_by, false, NULL, 0, false};
     assert_int_equal(calltree_grouping_add_label(&g, "endpoint", NULL), 0);
     assert_int_equal(calltree_set_grouping(t, &g, NULL), 0);
     calltree_grouping_free(&g);
@@ -1625,6 +1681,7 @@ int main(void) {
         cmocka_unit_test(test_views),
         cmocka_unit_test(test_callgraph_and_metadata),
         cmocka_unit_test(test_source_report),
+        cmocka_unit_test(test_flamechart),
         cmocka_unit_test(test_partial_round_trip),
         cmocka_unit_test(test_partial_malformed),
     };

@@ -474,7 +474,9 @@ typedef struct sample_view {
     const calltree_grouping *grouping; /* NULL, or labels grouped by */
     calltree *tree;                    /* label frames are interned here */
     bool filter;                       /* some selected series has sample matchers */
-    bool active;                       /* filter or grouping */
+    bool by_time;                      /* each profile's rows under its time frame */
+    bool active;                       /* filter, grouping or by_time */
+    strata_u64_map time_frames;        /* by_time: profile time -> its time frame + 1 */
     strata_u64_map cache;              /* (series << 32 | set) + 1 -> result << 1 | pass */
     uint64_t *by_set;                  /* per label set: the cached result for stamp's series */
     uint32_t *stamp;                   /* per label set: series + 1 whose result by_set holds */
@@ -488,6 +490,7 @@ typedef struct sample_view {
 
 static void sample_view_free(sample_view *v) {
     strata_u64_map_free(&v->cache);
+    strata_u64_map_free(&v->time_frames);
     free(v->by_set);
     free(v->stamp);
     free(v->labels);
@@ -513,7 +516,10 @@ static int sample_view_init(sample_view *v, block_reader *r, const selector *sel
         last = profiles[i].series_id;
         v->filter = has_sample_matchers(sel, block_reader_series_labels(r, last));
     }
-    v->active = v->filter || v->grouping != NULL;
+    v->by_time = tree != NULL && calltree_get_grouping(tree)->by_timestamp;
+    if (v->by_time && strata_u64_map_init(&v->time_frames, 64) != 0)
+        return strata_error_oom(err);
+    v->active = v->filter || v->grouping != NULL || v->by_time;
     if (!v->active)
         return 0;
     v->n_sets = block_reader_label_set_count(r) + 1;
@@ -621,6 +627,22 @@ static inline int view_get(sample_view *v, uint32_t series, uint32_t set, bool *
     }
     *pass = (v->by_set[set] & 1) != 0;
     *frame = (uint32_t)(v->by_set[set] >> 1);
+    return 0;
+}
+
+/* The time frame of profile p's samples (grouping by timestamp), interned once per time. */
+static int view_time_frame(sample_view *v, const block_profile *p, uint32_t *frame,
+                           strata_error *err) {
+    uint64_t key = (uint64_t)p->time_ns;
+    const uint64_t *known = strata_u64_map_get(&v->time_frames, key);
+    if (known != NULL) {
+        *frame = (uint32_t)(*known - 1);
+        return 0;
+    }
+    if (calltree_intern_time_frame(v->tree, p->time_ns, p->duration_ns, frame, err) != 0)
+        return -1;
+    if (strata_u64_map_upsert(&v->time_frames, key, (uint64_t)*frame + 1, NULL) == NULL)
+        return strata_error_oom(err);
     return 0;
 }
 
@@ -1840,8 +1862,8 @@ static inline void add_to_stack(row_sums *sums, uint32_t stack, uint64_t value) 
  * multiplied by mult: the same sums whether rows come from samples or rollups. The rows are read
  * in place from the reader's pages (block_reader_visit_samples): copying them out first was a
  * third of a merge over fresh blocks of real Go profiles. */
-static int add_rows(const block_row_run *run, int64_t mult, uint32_t series, row_sums *sums,
-                    strata_error *err) {
+static int add_rows(const block_row_run *run, int64_t mult, uint32_t series, uint32_t time_frame,
+                    row_sums *sums, strata_error *err) {
     if (sums->view == NULL) {
         for (size_t i = 0; i < run->n; i++) {
             uint64_t stack = run->stacks[i];
@@ -1867,6 +1889,8 @@ static int add_rows(const block_row_run *run, int64_t mult, uint32_t series, row
         if (!pass)
             continue;
         sums->passed++;
+        if (time_frame != VIEW_NO_FRAME)
+            frame = time_frame; /* grouping by time replaces label frames */
         if (frame == VIEW_NO_FRAME) {
             add_to_stack(sums, (uint32_t)stack, value);
             continue;
@@ -1894,7 +1918,11 @@ static int add_row_run(void *arg, size_t profile, const block_row_run *run, stra
     const block_profile *p = &v->profiles[profile];
     int64_t mult = !v->rollup && v->q->samples_count ? p->period : 1;
     v->rows += run->n;
-    return add_rows(run, mult, p->series_id, v->sums, err);
+    uint32_t time_frame = VIEW_NO_FRAME;
+    sample_view *view = v->sums->view;
+    if (view != NULL && view->by_time && view_time_frame(view, p, &time_frame, err) != 0)
+        return -1;
+    return add_rows(run, mult, p->series_id, time_frame, v->sums, err);
 }
 
 /* Sums the samples of profiles into sums. */
@@ -1916,7 +1944,8 @@ static int aggregate_rollup(block_reader *r, const merge_query *q, const block_p
                             size_t n, row_sums *sums, merge_result *res, bool *used,
                             strata_error *err) {
     *used = false;
-    if (!q->use_rollups || n < BLOCK_ROLLUP_MIN_PROFILES || !block_reader_has_rollups(r))
+    if (!q->use_rollups || (sums->view != NULL && sums->view->by_time) ||
+        n < BLOCK_ROLLUP_MIN_PROFILES || !block_reader_has_rollups(r))
         return 0;
     block_rollup_series info = {0};
     if (block_reader_series_rollup_info(r, profiles[0].series_id, &info, err) != 0)

@@ -472,7 +472,7 @@ static void test_group_by_sample_label(void **state) {
     /* the same through rows instead of rollups: one profile at a time */
     selector sel;
     assert_int_equal(selector_parse(CPU, &sel, &err), 0);
-    calltree_grouping g = {CALLTREE_GROUP_DEFAULT, false, NULL, 0};
+    calltree_grouping g = {CALLTREE_GROUP_DEFAULT, false, NULL, 0, false};
     assert_int_equal(calltree_grouping_add_label(&g, "endpoint", &err), 0);
     assert_int_equal(calltree_create(&t, 0, &err), 0);
     assert_int_equal(calltree_set_grouping(t, &g, &err), 0);
@@ -828,6 +828,30 @@ static void test_fanout_counts_copies_once(void **state) {
         calltree_free(t);
     }
     assert_int_equal(atomic_load(&lb.shares), 2);
+    /* Grouped by time (the flame chart), the peer's share keeps its profiles' time frames: one per
+     * profile time under the root, each with that profile's value, the copy still counted once. */
+    for (size_t offset = 0; offset < 2; offset++) {
+        lb.offset = offset;
+        calltree *t;
+        assert_int_equal(calltree_create(&t, 0, &err), 0);
+        calltree_grouping by_time = {.mask = CALLTREE_GROUP_DEFAULT, .by_timestamp = true};
+        assert_int_equal(calltree_set_grouping(t, &by_time, &err), 0);
+        merge_result res;
+        assert_int_equal(query_merge_opts(f.engine, TENANT, &opts, &sel, T0 - 60 * SEC,
+                                          T0 + 600 * SEC, t, false, &res, &err),
+                         0);
+        assert_int_equal(calltree_finalize(t, &err), 0);
+        assert_int_equal(calltree_child_count(t, CALLTREE_ROOT), 3);
+        for (size_t i = 0; i < 3; i++) {
+            uint32_t node = calltree_child_at(t, CALLTREE_ROOT, i);
+            int64_t time = 0, duration = 0;
+            assert_true(calltree_frame_time(t, calltree_node_frame(t, node), &time, &duration));
+            assert_true(time == T0 || time == T0 + 10 * SEC || time == T0 + 20 * SEC);
+            assert_int_equal(calltree_node_get(t, node).total, 8 * PERIOD);
+        }
+        calltree_free(t);
+    }
+    assert_int_equal(atomic_load(&lb.shares), 4);
     selector_free(&sel);
     query_engine_free(peer.engine);
     block_index_free(peer.index);

@@ -478,6 +478,7 @@ static int pack_share(const merge_share *share, strata_buffer *out, strata_error
     req.max_query_bytes = share->max_query_bytes;
     req.group_mask = share->grouping->mask;
     req.group_all_labels = share->grouping->all_labels;
+    req.group_by_timestamp = share->grouping->by_timestamp;
     req.group_labels = share->grouping->labels;
     req.n_group_labels = share->grouping->n_labels;
     for (size_t i = 0; i < share->n_blocks; i++) {

@@ -346,6 +346,20 @@ static int request_group_by(const query_request_pb *r,
     }
     if (rc == 0 && type == PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_SOURCE)
         group_by->mask = CALLTREE_GROUP_EXACT; /* lines and build ids as stored */
+    /* Time splits the tree only where a report lays it out in time: the flame chart, which
+     * FLAMECHART always is and FLAMEGRAPH_ARROW becomes with group_by timestamp (as in Parca).
+     * The chart is laid out by time alone: label frames do not go with it. */
+    if (type == PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMECHART)
+        group_by->by_timestamp = true;
+    else if (type !=
+             PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_FLAMEGRAPH_ARROW)
+        group_by->by_timestamp = false;
+    if (rc == 0 && group_by->by_timestamp) {
+        calltree_grouping_free(group_by);
+        group_by->labels = NULL;
+        group_by->n_labels = 0;
+        group_by->all_labels = false;
+    }
     return rc;
 }
 
@@ -556,7 +570,7 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     int rc = -1;
     query_tree_result tr;
     memset(&tr, 0, sizeof tr);
-    calltree_grouping group_by = {0, false, NULL, 0};
+    calltree_grouping group_by = {0, false, NULL, 0, false};
     char **md_labels = NULL;
     size_t n_md_labels = 0;
     strata_buffer source_text = STRATA_BUFFER_INIT;

@@ -524,13 +524,14 @@ static void answer_tree(querier *q, const http_request *req, http_response *resp
         rc = selection_param(req, "_a", now, &a, &err);
     if (rc == 0)
         rc = selection_param(req, diff ? "_b" : "", now, &b, &err);
-    calltree_grouping group_by = {0, false, NULL, 0};
+    calltree_grouping group_by = {0, false, NULL, 0, false};
     if (rc == 0)
         rc = calltree_group_by_parse_list(http_request_query(req, "group_by"), &group_by, &err);
     if (rc == 0 && kind == REPORT_PPROF) { /* a pprof download keeps every location and label */
         group_by.mask = CALLTREE_GROUP_EXACT;
         group_by.all_labels = true;
     }
+    group_by.by_timestamp = false; /* no JSON report is a flame chart */
     const char *max_nodes = http_request_query(req, "max_nodes");
     uint64_t mn = 0;
     if (rc == 0 && max_nodes != NULL && !config_parse_uint64(max_nodes, &mn))

@@ -25,31 +25,13 @@ import {
   ValuesResponse,
 } from '@parca/client';
 import { ChannelCredentials } from '@grpc/grpc-js';
-import { tableFromIPC } from 'apache-arrow';
+import { arrowRows } from './arrow_rows.mjs';
 import { GrpcTransport } from '@protobuf-ts/grpc-transport';
 import { GrpcWebFetchTransport } from '@protobuf-ts/grpcweb-transport';
 
 const [base, grpcAddress, tenant, startS, endS] = process.argv.slice(2);
 const ts = (s) => ({ seconds: BigInt(s), nanos: 0 });
 const query = 'process_cpu:samples:count:cpu:nanoseconds:delta{}';
-
-// The rows of an Arrow record as apache-arrow reads them: strings decoded, 64-bit numbers as text.
-function arrowRows(record) {
-  const table = tableFromIPC(record);
-  const text = (v) => (v instanceof Uint8Array ? Buffer.from(v).toString('utf8') : v);
-  return {
-    fields: table.schema.fields.map((f) => `${f.name}:${f.type}`),
-    rows: [...table].map((row) => {
-      const out = {};
-      for (const [k, v] of Object.entries(row.toJSON())) {
-        if (typeof v === 'bigint') out[k] = v.toString();
-        else if (v && typeof v.toArray === 'function') out[k] = [...v.toArray()].map((x) => (typeof x === 'bigint' ? x.toString() : x));
-        else out[k] = text(v);
-      }
-      return out;
-    }),
-  };
-}
 
 async function ask(format, name, call, type) {
   try {
@@ -88,6 +70,7 @@ for (const format of ['binary', 'text', 'grpc']) {
     ['Query/FLAMEGRAPH_ARROW', QueryRequest_ReportType.FLAMEGRAPH_ARROW],
     ['Query/TABLE_ARROW', QueryRequest_ReportType.TABLE_ARROW],
     ['Query/CALLGRAPH', QueryRequest_ReportType.CALLGRAPH],
+    ['Query/FLAMECHART', QueryRequest_ReportType.FLAMECHART],
   ]) {
     const request = QueryRequest.create({
       mode: QueryRequest_Mode.MERGE,

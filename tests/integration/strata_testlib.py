@@ -167,6 +167,19 @@ compactor:
         remove_workdir(self.work)
 
 
+def arrow_rows(records):
+    """Decodes Arrow IPC streams (bytes) with npm's apache-arrow: for each, {"fields": ["name:type",
+    ...], "rows": [{column: value}]} with 64-bit integers as decimal strings (tests/clients/
+    arrow_dump.mjs; needs `npm ci` there, as scripts/test.sh runs)."""
+    import base64
+    import json
+    clients = os.path.join(SOURCE_DIR, "tests", "clients")
+    lines = "\n".join(base64.b64encode(r).decode() for r in records) + "\n"
+    out = subprocess.run(["node", "arrow_dump.mjs"], input=lines, cwd=clients,
+                         capture_output=True, text=True, timeout=120, check=True)
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
 def decode_pprof(data):
     """Parses pprof bytes with the Python protobuf stubs (independent of Strata's C decoder)."""
     from perftools.profiles import profile_pb2

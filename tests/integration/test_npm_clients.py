@@ -94,7 +94,7 @@ class NpmClientsTest(unittest.TestCase):
                 metadata=md)),
         }
         for report in ("FLAMEGRAPH_TABLE", "TOP", "PPROF", "FLAMEGRAPH_ARROW", "TABLE_ARROW",
-                       "CALLGRAPH"):
+                       "CALLGRAPH", "FLAMECHART"):
             calls["Query/" + report] = (qpb.QueryResponse, lambda r=report: q.Query(
                 qpb.QueryRequest(mode=qpb.QueryRequest.MODE_MERGE,
                                  report_type=qpb.QueryRequest.ReportType.Value("REPORT_TYPE_" + r),
@@ -122,7 +122,7 @@ class NpmClientsTest(unittest.TestCase):
             cwd=CLIENTS, capture_output=True, text=True, timeout=120)
         self.assertEqual(out.returncode, 0, out.stderr)
         answers = [json.loads(line) for line in out.stdout.splitlines()]
-        self.assertEqual(len(answers), 3 * 15, out.stdout)
+        self.assertEqual(len(answers), 3 * 16, out.stdout)
         _, table = self.native("Query/FLAMEGRAPH_TABLE", start, end)
         _, top = self.native("Query/TOP", start, end)
         _, callgraph = self.native("Query/CALLGRAPH", start, end)
@@ -141,6 +141,8 @@ class NpmClientsTest(unittest.TestCase):
                 self.assertEqual(sorted(got.label_values), ["api", "worker"])
             if a["name"].startswith("Query/") and a["name"] != "Query/SOURCE/exists":
                 self.assertEqual(got.total, 12 * qc.PERIOD, what)
+            if a["name"] == "Query/FLAMECHART":
+                self.check_chart_arrow(a["arrow"], what)
             if a["name"] == "Query/SOURCE":
                 self.assertEqual(got.source.source, APP_GO, what)
                 self.check_source_arrow(a["arrow"], what)
@@ -150,6 +152,41 @@ class NpmClientsTest(unittest.TestCase):
                 self.check_arrow(a["arrow"], table.flamegraph, what)
             if a["name"] == "Query/TABLE_ARROW":
                 self.check_table_arrow(a["arrow"], top.top, callgraph.callgraph, what)
+
+    def test_arrow_writer_columns(self):
+        """lib/arrow's every column kind, as apache-arrow reads the stream arrow_ipc_test writes."""
+        test = os.path.join(os.path.dirname(lib.BINARY), "..", "..", "lib", "arrow", "arrow_ipc_test")
+        path = os.path.join(self.local.work, "sample.arrow")
+        subprocess.run([test], env=dict(os.environ, STRATA_ARROW_OUT=path), check=True,
+                       capture_output=True, timeout=60)
+        with open(path, "rb") as f:
+            arrow = lib.arrow_rows([f.read()])[0]
+        self.assertEqual(arrow["fields"], [
+            "labels_only:Bool", "location_address:Uint64",
+            "function_name:Dictionary<Int32, Binary>", "children:List<Uint32>", "parent:Int32",
+            "cumulative:Int64", "u8:Uint8", "u16:Uint16", "neg:Int8", "i32:Int32", "u64:Uint64"])
+        rows = arrow["rows"]
+        self.assertEqual([r["function_name"] for r in rows], ["", "main", "app.h\u00e9"])
+        self.assertEqual([r["location_address"] for r in rows], ["0", "4198400", str(2**64 - 1)])
+        self.assertEqual([r["children"] for r in rows], [[1], [2], []])
+        self.assertEqual([r["cumulative"] for r in rows], ["12", "12", "-5"])
+        self.assertEqual([r["u8"] for r in rows], [0, 200, 255])
+        self.assertEqual([r["u16"] for r in rows], [0, 256, 65535])
+        self.assertEqual([r["neg"] for r in rows], [3, -5, 100])
+        self.assertEqual([r["i32"] for r in rows], [-40000, 0, 40000])
+        self.assertEqual([r["u64"] for r in rows], ["1", str(2**40), "7"])
+
+    def check_chart_arrow(self, arrow, what):
+        """FLAMECHART as apache-arrow reads it: the api profile (t) and the worker's (t + 1 s, inside
+        the first one's 10 s) share main and app.handle; app.parse starts at t, app.encode at
+        t + 1 s to its right (value_offset 7 periods)."""
+        t = self.t_s * 10**9
+        rows = [(r["function_name"], int(r["timestamp"]), int(r["value_offset"]),
+                 int(r["cumulative"]) // qc.PERIOD, list(r["children"])) for r in arrow["rows"]]
+        self.assertEqual(rows, [("", 0, 0, 12, [1]), ("main", t, 0, 12, [2]),
+                                ("app.handle", t, 0, 12, [3, 4]),
+                                ("app.parse", t, 0, 7, []),
+                                ("app.encode", t + 10**9, 7 * qc.PERIOD, 5, [])], what)
 
     def check_source_arrow(self, arrow, what):
         """SOURCE's record as apache-arrow reads it: one row per line of app.go, Int64 columns."""
@@ -212,9 +249,12 @@ class NpmClientsTest(unittest.TestCase):
         node: names, cumulatives, parents, depths and children."""
         self.assertIn("function_name:Dictionary<Int32, Binary>", arrow["fields"], what)
         self.assertIn("children:List<Uint32>", arrow["fields"], what)
-        for field in ("labels_only:Bool", "location_address:Uint64", "cumulative:Int64",
-                      "flat:Int64", "diff:Int64", "parent:Int32", "timestamp:Int64",
-                      "mapping_file:Dictionary<Int32, Binary>"):
+        # Parca's types: counts narrowed to the smallest width, unsigned where they cannot be
+        # negative (Grafana's reader wants cumulative unsigned); 1.2e8 needs 32 bits.
+        for field in ("labels_only:Bool", "location_address:Uint64", "cumulative:Uint32",
+                      "flat:Uint32", "diff:Int8", "parent:Int32", "timestamp:Int64",
+                      "depth:Uint8", "value_offset:Uint8", "location_line:Uint8",
+                      "function_startline:Uint8", "mapping_file:Dictionary<Int32, Binary>"):
             self.assertIn(field, arrow["fields"], what)
         rows = arrow["rows"]
         want = []  # (name, cumulative, parent row, depth), depth first in children order
@@ -226,7 +266,7 @@ class NpmClientsTest(unittest.TestCase):
                 walk(child, child.meta.function.name, row, depth + 1)
 
         walk(fg.root, "", -1, 0)
-        got = [(r["function_name"], r["cumulative"], r["parent"], r["depth"]) for r in rows]
+        got = [(r["function_name"], str(r["cumulative"]), r["parent"], r["depth"]) for r in rows]
         self.assertEqual(got, want, what)
         for i, r in enumerate(rows):
             self.assertEqual(r["children"], [j for j, w in enumerate(want) if w[2] == i], what)

@@ -2,9 +2,12 @@
 """Parca's query options beyond the merge (issue 19 item 3): stack and frame filters (criteria
 and the deprecated forms), invert_call_stack and sandwich_by_function, over gRPC on `strata all`,
 checked on TOP reports (flat and cumulative per function) and QueryResponse.total / filtered;
-and the CALLGRAPH and PROFILE_METADATA reports (issue 19 item 2).
+the CALLGRAPH and PROFILE_METADATA reports (issue 19 item 2); and the flame chart (FLAMECHART,
+and FLAMEGRAPH_ARROW with group_by timestamp), decoded with npm's apache-arrow.
 
-Data: main;app.handle;app.parse x7 and main;app.handle;app.encode x5 (cpu, one process).
+Data: main;app.handle;app.parse x7 and main;app.handle;app.encode x5 (cpu, one process). For the
+chart, tenant "chart": 10 s profiles at t (main;work x5, main;idle x1), t + 10 s (main;work x3) and
+t + 30 s (main;work x2), so main runs on through the first two and starts again after a gap.
 """
 import os
 import sys
@@ -21,6 +24,7 @@ from parca.query.v1alpha1 import query_pb2 as qpb  # noqa: E402
 from parca.query.v1alpha1 import query_pb2_grpc as q_grpc  # noqa: E402
 
 TENANT = [("x-scope-orgid", "options")]
+CHART = [("x-scope-orgid", "chart")]
 P = qc.PERIOD
 
 
@@ -51,6 +55,15 @@ class QueryOptionsTest(unittest.TestCase):
         ps_grpc.ProfileStoreServiceStub(cls.channel).WriteRaw(
             qc.write_request([({"__name__": "process_cpu", "job": "o"}, [b.bytes()])]),
             metadata=TENANT, timeout=30)
+        for dt, stacks in ((0, {("main", "work"): 5, ("main", "idle"): 1}),
+                           (10, {("main", "work"): 3}), (30, {("main", "work"): 2})):
+            b = qc.PprofBuilder([("samples", "count"), ("cpu", "nanoseconds")],
+                                ("cpu", "nanoseconds"), P, cls.t_ns + dt * 10**9, qc.DURATION)
+            for stack, n in stacks.items():
+                b.sample(stack, [n, n * P])
+            ps_grpc.ProfileStoreServiceStub(cls.channel).WriteRaw(
+                qc.write_request([({"__name__": "process_cpu", "job": "c"}, [b.bytes()])]),
+                metadata=CHART, timeout=30)
 
     @classmethod
     def tearDownClass(cls):
@@ -62,6 +75,54 @@ class QueryOptionsTest(unittest.TestCase):
             merge=qpb.MergeProfile(query=qc.CPU_SAMPLES + "{}", start=ts(self.t_ns - 10**9),
                                    end=ts(self.t_ns + 10**9)), **options),
             metadata=TENANT, timeout=60)
+
+    def chart(self, report, group_by=None):
+        r = self.query.Query(qpb.QueryRequest(
+            mode=qpb.QueryRequest.MODE_MERGE, report_type=report,
+            group_by=qpb.GroupBy(fields=group_by) if group_by is not None else None,
+            merge=qpb.MergeProfile(query=qc.CPU_SAMPLES + "{}", start=ts(self.t_ns - 10**9),
+                                   end=ts(self.t_ns + 40 * 10**9))),
+            metadata=CHART, timeout=60)
+        return r, lib.arrow_rows([r.flamegraph_arrow.record])[0]
+
+    def test_flamechart(self):
+        t = self.t_ns
+        want = [("", 0, 0, 11, [1, 4]), ("main", t, 0, 9, [2, 3]), ("idle", t, 0, 1, []),
+                ("work", t, 1, 8, []), ("main", t + 30 * 10**9, 9, 2, [5]),
+                ("work", t + 30 * 10**9, 9, 2, [])]
+        for report, group_by in ((qpb.QueryRequest.REPORT_TYPE_FLAMECHART, None),
+                                 (qpb.QueryRequest.REPORT_TYPE_FLAMECHART, ["function_name"]),
+                                 (qpb.QueryRequest.REPORT_TYPE_FLAMEGRAPH_ARROW, ["timestamp"])):
+            r, arrow = self.chart(report, group_by)
+            rows = [(row["function_name"], int(row["timestamp"]),
+                     int(row["value_offset"]) // P, int(row["cumulative"]) // P,
+                     list(row["children"])) for row in arrow["rows"]]
+            self.assertEqual(rows, want, (report, group_by))
+            self.assertEqual(r.total, 11 * P)
+            self.assertEqual(r.flamegraph_arrow.height, 2)
+            self.assertEqual([int(row["depth"]) for row in arrow["rows"]], [0, 1, 2, 2, 1, 2])
+        # Trimming drops the chart's small rows (idle: 1 of main's 9 is under 20 %).
+        r = self.query.Query(qpb.QueryRequest(
+            mode=qpb.QueryRequest.MODE_MERGE, report_type=qpb.QueryRequest.REPORT_TYPE_FLAMECHART,
+            node_trim_threshold=20.0,
+            merge=qpb.MergeProfile(query=qc.CPU_SAMPLES + "{}", start=ts(self.t_ns - 10**9),
+                                   end=ts(self.t_ns + 40 * 10**9))), metadata=CHART, timeout=60)
+        names = [row["function_name"] for row in lib.arrow_rows([r.flamegraph_arrow.record])[0]["rows"]]
+        self.assertEqual(names, ["", "main", "work"])  # main after the gap is 2 of 11: trimmed
+        self.assertEqual(r.flamegraph_arrow.trimmed, 3 * P)
+        # Without timestamp the Arrow flame graph merges over time as before.
+        _, arrow = self.chart(qpb.QueryRequest.REPORT_TYPE_FLAMEGRAPH_ARROW)
+        rows = [(row["function_name"], int(row["timestamp"]), int(row["cumulative"]) // P)
+                for row in arrow["rows"]]
+        self.assertEqual(rows, [("", 0, 11), ("main", 0, 11), ("idle", 0, 1), ("work", 0, 10)])
+        # Reports that are not laid out in time ignore the field (as Parca's do).
+        top = self.query.Query(qpb.QueryRequest(
+            mode=qpb.QueryRequest.MODE_MERGE, report_type=qpb.QueryRequest.REPORT_TYPE_TOP,
+            group_by=qpb.GroupBy(fields=["timestamp"]),
+            merge=qpb.MergeProfile(query=qc.CPU_SAMPLES + "{}", start=ts(self.t_ns - 10**9),
+                                   end=ts(self.t_ns + 40 * 10**9))), metadata=CHART, timeout=60)
+        self.assertEqual({n.meta.function.name: n.flat // P for n in top.top.list},
+                         {"work": 10, "idle": 1, "main": 0})
 
     def test_callgraph(self):
         r = self.merge(qpb.QueryRequest.REPORT_TYPE_CALLGRAPH)

@@ -3,7 +3,7 @@
 
 Generates the Python stubs into a temporary directory with gen_stubs.sh, imports them, and
 compares every message, field, enum and service method against the tables below, transcribed
-from the reference (sections 1.1, 1.3, 1.4, 1.6 of parca-api.md) plus pprof's profile.proto.
+from the reference (sections 1.1, 1.2, 1.3, 1.4, 1.6 of parca-api.md) plus pprof's profile.proto.
 Each listed message must have exactly the listed fields: nothing missing, nothing extra.
 Exits non-zero on any mismatch. Run with /usr/bin/python3 (Debian's protobuf + grpc_tools).
 """
@@ -19,6 +19,7 @@ PS = "parca.profilestore.v1alpha1"
 MS = "parca.metastore.v1alpha1"
 Q = "parca.query.v1alpha1"
 SC = "parca.scrape.v1alpha1"
+DI = "parca.debuginfo.v1alpha1"
 PP = "perftools.profiles"
 TS = "google.protobuf.Timestamp"
 DUR = "google.protobuf.Duration"
@@ -157,6 +158,25 @@ MESSAGES = {
     f"{SC}.Target": [("discovered_labels", 1, f"{PS}.LabelSet"), ("labels", 2, f"{PS}.LabelSet"),
                      ("last_error", 3, "string"), ("last_scrape", 4, TS), ("last_scrape_duration", 5, DUR),
                      ("url", 6, "string"), ("health", 7, f"{SC}.Target.Health")],
+    # 1.2 parca.debuginfo.v1alpha1
+    f"{DI}.ShouldInitiateUploadRequest": [("build_id", 1, "string"), ("hash", 2, "string"),
+                                          ("force", 3, "bool"), ("type", 4, f"{DI}.DebuginfoType"),
+                                          ("build_id_type", 5, f"{DI}.BuildIDType")],
+    f"{DI}.ShouldInitiateUploadResponse": [("should_initiate_upload", 1, "bool"), ("reason", 2, "string")],
+    f"{DI}.InitiateUploadRequest": [("build_id", 1, "string"), ("size", 2, "int64"), ("hash", 3, "string"),
+                                    ("force", 4, "bool"), ("type", 5, f"{DI}.DebuginfoType"),
+                                    ("build_id_type", 6, f"{DI}.BuildIDType")],
+    f"{DI}.InitiateUploadResponse": [("upload_instructions", 1, f"{DI}.UploadInstructions")],
+    f"{DI}.UploadInstructions": [("build_id", 1, "string"), ("upload_id", 2, "string"),
+                                 ("upload_strategy", 3, f"{DI}.UploadInstructions.UploadStrategy"),
+                                 ("signed_url", 4, "string"), ("type", 5, f"{DI}.DebuginfoType")],
+    f"{DI}.MarkUploadFinishedRequest": [("build_id", 1, "string"), ("upload_id", 2, "string"),
+                                        ("type", 3, f"{DI}.DebuginfoType")],
+    f"{DI}.MarkUploadFinishedResponse": [],
+    f"{DI}.UploadRequest": [("info", 1, f"{DI}.UploadInfo"), ("chunk_data", 2, "bytes")],
+    f"{DI}.UploadInfo": [("build_id", 1, "string"), ("upload_id", 2, "string"),
+                         ("type", 3, f"{DI}.DebuginfoType")],
+    f"{DI}.UploadResponse": [("build_id", 1, "string"), ("size", 2, "uint64")],
     # pprof
     f"{PP}.Profile": [("sample_type", 1, f"repeated {PP}.ValueType"), ("sample", 2, f"repeated {PP}.Sample"),
                       ("mapping", 3, f"repeated {PP}.Mapping"), ("location", 4, f"repeated {PP}.Location"),
@@ -190,6 +210,7 @@ ONEOFS = {
     f"{Q}.StringCondition": {"condition": ["equal", "not_equal", "contains", "not_contains", "starts_with",
                                            "not_starts_with"]},
     f"{Q}.NumberCondition": {"condition": ["equal", "not_equal"]},
+    f"{DI}.UploadRequest": {"data": ["info", "chunk_data"]},
     f"{Q}.QueryResponse": {"report": ["flamegraph", "pprof", "top", "callgraph", "flamegraph_arrow", "source",
                                       "table_arrow", "profile_metadata"]},
 }
@@ -204,6 +225,13 @@ ENUMS = {
                                      ("REPORT_TYPE_PROFILE_METADATA", 8), ("REPORT_TYPE_FLAMECHART", 9)],
     f"{SC}.TargetsRequest.State": [("STATE_ANY_UNSPECIFIED", 0), ("STATE_ACTIVE", 1), ("STATE_DROPPED", 2)],
     f"{SC}.Target.Health": [("HEALTH_UNKNOWN_UNSPECIFIED", 0), ("HEALTH_GOOD", 1), ("HEALTH_BAD", 2)],
+    f"{DI}.DebuginfoType": [("DEBUGINFO_TYPE_DEBUGINFO_UNSPECIFIED", 0), ("DEBUGINFO_TYPE_EXECUTABLE", 1),
+                            ("DEBUGINFO_TYPE_SOURCES", 2), ("DEBUGINFO_TYPE_SOURCE_MAP", 3)],
+    f"{DI}.BuildIDType": [("BUILD_ID_TYPE_UNKNOWN_UNSPECIFIED", 0), ("BUILD_ID_TYPE_GNU", 1),
+                          ("BUILD_ID_TYPE_HASH", 2), ("BUILD_ID_TYPE_GO", 3),
+                          ("BUILD_ID_TYPE_SOURCE_MAP_DEBUG_ID", 4)],
+    f"{DI}.UploadInstructions.UploadStrategy": [("UPLOAD_STRATEGY_UNSPECIFIED", 0), ("UPLOAD_STRATEGY_GRPC", 1),
+                                                ("UPLOAD_STRATEGY_SIGNED_URL", 2)],
 }
 
 # service -> [(method, input, output, client_streaming, server_streaming)]
@@ -218,6 +246,14 @@ SERVICES = {
                           for m in ("QueryRange", "Query", "Series", "ProfileTypes", "Labels", "Values",
                                     "ShareProfile", "HasProfileData")],
     f"{SC}.ScrapeService": [("Targets", f"{SC}.TargetsRequest", f"{SC}.TargetsResponse", False, False)],
+    f"{DI}.DebuginfoService": [
+        ("Upload", f"{DI}.UploadRequest", f"{DI}.UploadResponse", True, False),
+        ("ShouldInitiateUpload", f"{DI}.ShouldInitiateUploadRequest", f"{DI}.ShouldInitiateUploadResponse",
+         False, False),
+        ("InitiateUpload", f"{DI}.InitiateUploadRequest", f"{DI}.InitiateUploadResponse", False, False),
+        ("MarkUploadFinished", f"{DI}.MarkUploadFinishedRequest", f"{DI}.MarkUploadFinishedResponse",
+         False, False),
+    ],
 }
 
 MODULES = {
@@ -225,6 +261,7 @@ MODULES = {
     MS: "parca.metastore.v1alpha1.metastore",
     Q: "parca.query.v1alpha1.query",
     SC: "parca.scrape.v1alpha1.scrape",
+    DI: "parca.debuginfo.v1alpha1.debuginfo",
     PP: "perftools.profiles.profile",
 }
 
