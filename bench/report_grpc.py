@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "integration"))
 from cluster_bench import ROOT, cpu_seconds  # noqa: E402
 from fresh_query import START_UNIX, TYPE, Server, first_pod, wait_profiles  # noqa: E402
+from range_grpc import percentile  # noqa: E402
 import strata_testlib  # noqa: E402
 
 strata_testlib.load_stubs()
@@ -38,11 +39,6 @@ from parca.query.v1alpha1 import query_pb2 as qpb  # noqa: E402
 
 REPORTS = ["FLAMEGRAPH_TABLE", "FLAMEGRAPH_ARROW", "TABLE_ARROW", "TOP", "CALLGRAPH", "PPROF",
            "FLAMECHART"]
-
-
-def percentile(values, p):
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))]
 
 
 def main():
@@ -98,6 +94,7 @@ def main():
                     answer = raw(req, metadata=md, timeout=600)
                     walls.append((time.monotonic() - t0) * 1000)
                 cpu = (cpu_seconds(srv.proc.pid) - cpu0) * 1000 / args.runs
+                walls.sort()
                 print(f"{name:16s} trim {trim:3.1f}%: wall p50 {percentile(walls, 50):7.1f} ms, "
                       f"p99 {percentile(walls, 99):7.1f} ms; server CPU {cpu:7.1f} ms per query; "
                       f"answer {len(answer) / 1e6:7.2f} MB", flush=True)

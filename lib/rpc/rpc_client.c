@@ -272,32 +272,48 @@ static int copy_response(grpc_byte_buffer *bb, strata_buffer *out, strata_error 
     return 0;
 }
 
+/* Sets u up and creates its call of method on ch (0), or fails with err set; u needs
+ * unary_call_cleanup either way. */
+static int call_open(rpc_channel *ch, unary_call *u, const char *method,
+                     const rpc_metadata *metadata, size_t metadata_count, int64_t timeout_ns,
+                     strata_error *err) {
+    memset(u, 0, sizeof(*u));
+    u->cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_metadata_array_init(&u->initial_metadata);
+    grpc_metadata_array_init(&u->trailing_metadata);
+    u->details = grpc_empty_slice();
+    if (build_metadata(u, metadata, metadata_count, ch->authorization, err) != 0)
+        return -1;
+    grpc_slice path = grpc_slice_from_copied_string(method);
+    u->call = grpc_channel_create_call(ch->grpc, NULL, GRPC_PROPAGATE_DEFAULTS, u->cq, path, NULL,
+                                       rpc_deadline_after(timeout_ns), NULL);
+    grpc_slice_unref(path);
+    return 0;
+}
+
+/* The call's outcome (rc: how running it went) into err or response; frees u. */
+static int call_close(unary_call *u, int rc, const char *method, strata_buffer *response,
+                      strata_error *err) {
+    if (rc == 0 && u->status != GRPC_STATUS_OK)
+        rc = status_to_error(u, method, err);
+    if (rc == 0)
+        rc = copy_response(u->response, response, err);
+    unary_call_cleanup(u);
+    return rc;
+}
+
 int rpc_call_unary(rpc_channel *ch, const char *method, const void *request, size_t request_len,
                    const rpc_metadata *metadata, size_t metadata_count, int64_t timeout_ns,
                    strata_buffer *response, strata_error *err) {
     unary_call u;
-    memset(&u, 0, sizeof(u));
-    u.cq = grpc_completion_queue_create_for_pluck(NULL);
-    grpc_metadata_array_init(&u.initial_metadata);
-    grpc_metadata_array_init(&u.trailing_metadata);
-    u.details = grpc_empty_slice();
-    int rc = build_metadata(&u, metadata, metadata_count, ch->authorization, err);
+    int rc = call_open(ch, &u, method, metadata, metadata_count, timeout_ns, err);
     if (rc == 0) {
-        grpc_slice path = grpc_slice_from_copied_string(method);
-        u.call = grpc_channel_create_call(ch->grpc, NULL, GRPC_PROPAGATE_DEFAULTS, u.cq, path, NULL,
-                                          rpc_deadline_after(timeout_ns), NULL);
-        grpc_slice_unref(path);
         grpc_slice body = grpc_slice_from_copied_buffer(request, request_len);
         u.request = grpc_raw_byte_buffer_create(&body, 1);
         grpc_slice_unref(body);
         rc = run_batch(&u, err);
     }
-    if (rc == 0 && u.status != GRPC_STATUS_OK)
-        rc = status_to_error(&u, method, err);
-    if (rc == 0)
-        rc = copy_response(u.response, response, err);
-    unary_call_cleanup(&u);
-    return rc;
+    return call_close(&u, rc, method, response, err);
 }
 
 /* Runs one batch of ops on u's call and waits for it; *ok: whether grpc says it succeeded. */
@@ -344,29 +360,14 @@ int rpc_call_client_stream(rpc_channel *ch, const char *method, const rpc_stream
                            size_t n_messages, const rpc_metadata *metadata, size_t metadata_count,
                            int64_t timeout_ns, strata_buffer *response, strata_error *err) {
     unary_call u;
-    memset(&u, 0, sizeof(u));
-    u.cq = grpc_completion_queue_create_for_pluck(NULL);
-    grpc_metadata_array_init(&u.initial_metadata);
-    grpc_metadata_array_init(&u.trailing_metadata);
-    u.details = grpc_empty_slice();
-    int rc = build_metadata(&u, metadata, metadata_count, ch->authorization, err);
-    if (rc == 0) {
-        grpc_slice path = grpc_slice_from_copied_string(method);
-        u.call = grpc_channel_create_call(ch->grpc, NULL, GRPC_PROPAGATE_DEFAULTS, u.cq, path, NULL,
-                                          rpc_deadline_after(timeout_ns), NULL);
-        grpc_slice_unref(path);
+    int rc = call_open(ch, &u, method, metadata, metadata_count, timeout_ns, err);
+    if (rc == 0)
         rc = send_stream(&u, messages, n_messages, err);
-    }
     if (rc == 0) {
         grpc_op ops[6];
         fill_ops(&u, ops); /* ops[2..5]: close, then the answer */
         bool ok;
         rc = run_ops(&u, ops + 2, 4, &ok, err);
     }
-    if (rc == 0 && u.status != GRPC_STATUS_OK)
-        rc = status_to_error(&u, method, err);
-    if (rc == 0)
-        rc = copy_response(u.response, response, err);
-    unary_call_cleanup(&u);
-    return rc;
+    return call_close(&u, rc, method, response, err);
 }
