@@ -144,16 +144,20 @@ int rpc_server_add_method(rpc_server *server, const char *path, rpc_handler hand
 int rpc_server_add_sync_method(rpc_server *server, const char *path, rpc_sync_handler handler,
                                void *arg, strata_error *err);
 
-/* Starts the worker threads and accepting calls. On failure the server must still be given to
- * rpc_server_shutdown. */
 /* Registers a client-streaming method: handler runs once the client has sent its last message,
  * with request = every message, each preceded by its size as a uvarint (see rpc_stream_next); a
- * stream of more than max_bytes in all (> 0) is refused with RESOURCE_EXHAUSTED before that. */
+ * stream of more than max_bytes in all (> 0) is refused with RESOURCE_EXHAUSTED before that.
+ * At most max_calls (> 0) such calls are held at once (collecting or handled, their bytes in
+ * memory), so the method holds at most max_calls * max_bytes: a call beyond it is refused at
+ * once with RESOURCE_EXHAUSTED, which clients retry. */
 int rpc_server_add_client_stream_method(rpc_server *server, const char *path, rpc_handler handler,
-                                        void *arg, size_t max_bytes, strata_error *err);
-/* The next message of a collected client stream at [p, end): true with *message and *len set and *p
- * advanced; false at the end (or on a malformed frame, which the server never produces). */
+                                        void *arg, size_t max_bytes, size_t max_calls,
+                                        strata_error *err);
+/* The next message of a collected client stream at [p, end): true with *message and *len set and
+ * *p advanced; false at the end (or on a malformed frame, which the server never produces). */
 bool rpc_stream_next(const uint8_t **p, const uint8_t *end, const uint8_t **message, size_t *len);
+/* Starts the worker threads and accepting calls. On failure the server must still be given to
+ * rpc_server_shutdown. */
 int rpc_server_start(rpc_server *server, strata_error *err);
 
 /* Stops accepting calls (new ones get UNAVAILABLE), waits up to grace_ns for the calls in flight

@@ -38,6 +38,7 @@
 #define REQUEST_SLOTS_PER_QUEUE 32
 
 typedef struct method_counters {
+    atomic_uint_fast64_t streams; /* client streams being collected or handled (held in memory) */
     atomic_uint_fast64_t started;
     atomic_uint_fast64_t in_flight;
     atomic_uint_fast64_t finished[RPC_STATUS_COUNT];
@@ -50,6 +51,7 @@ typedef struct rpc_method {
     rpc_sync_handler sync_handler;
     void *arg;
     size_t stream_max_bytes;   /* 0: unary; else client streaming, collected up to this size */
+    size_t stream_max_calls;   /* streams held at once; more are refused at once */
     method_counters *counters; /* separate allocation: atomics never move */
 } rpc_method;
 
@@ -104,6 +106,7 @@ struct rpc_call {
     char *peer;          /* gpr_malloc'd by grpc */
     int close_cancelled; /* written by grpc when TAG_CLOSED completes */
     bool handled;        /* given to a handler (counted in server->handled) */
+    bool holds_stream;   /* counted in method->counters->streams until freed */
     atomic_bool cancelled;
     atomic_bool finished;
     atomic_int refs;
@@ -179,6 +182,8 @@ static void call_count_end(const rpc_call *c) {
 
 static void call_free(rpc_call *c) {
     rpc_server *s = c->worker->server;
+    if (c->holds_stream)
+        atomic_fetch_sub(&c->method->counters->streams, 1);
     if (c->grpc != NULL) {
         call_count_end(c);
         grpc_call_unref(c->grpc);
@@ -517,6 +522,18 @@ static void answer_unimplemented(rpc_call *c) {
     answer_now(c, STRATA_UNIMPLEMENTED, message);
 }
 
+/* Counts a client stream against its method's limit (each holds up to stream_max_bytes in memory
+ * until it is over); false when the method is at its limit. */
+static bool hold_stream(rpc_call *c) {
+    atomic_uint_fast64_t *streams = &c->method->counters->streams;
+    if (atomic_fetch_add(streams, 1) >= c->method->stream_max_calls) {
+        atomic_fetch_sub(streams, 1);
+        return false;
+    }
+    c->holds_stream = true;
+    return true;
+}
+
 static void on_accepted(rpc_call *c, bool ok) {
     rpc_worker *w = c->worker;
     if (!ok) { /* the server is shutting down: the slot is returned unused */
@@ -543,6 +560,9 @@ static void on_accepted(rpc_call *c, bool ok) {
         answer_now(c, STRATA_UNAVAILABLE, "server is shutting down");
     else if (w->server->auth != NULL && !authorized(c, w->server->auth))
         return; /* refused before its message is read */
+    else if (c->method->stream_max_bytes > 0 && !hold_stream(c))
+        answer_now(c, STRATA_RESOURCE_EXHAUSTED,
+                   "too many client streams of this method in flight: retry later");
     else
         start_receive(c);
 }
@@ -832,11 +852,15 @@ int rpc_server_add_sync_method(rpc_server *s, const char *path, rpc_sync_handler
 }
 
 int rpc_server_add_client_stream_method(rpc_server *s, const char *path, rpc_handler handler,
-                                        void *arg, size_t max_bytes, strata_error *err) {
-    if (max_bytes == 0)
+                                        void *arg, size_t max_bytes, size_t max_calls,
+                                        strata_error *err) {
+    if (max_bytes == 0 || max_calls == 0)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                "rpc: a client-streaming method needs a size limit");
-    rpc_method m = {.handler = handler, .arg = arg, .stream_max_bytes = max_bytes};
+                                "rpc: a client-streaming method needs size and call limits");
+    rpc_method m = {.handler = handler,
+                    .arg = arg,
+                    .stream_max_bytes = max_bytes,
+                    .stream_max_calls = max_calls};
     return add_method(s, path, m, err);
 }
 

@@ -338,6 +338,56 @@ static void test_client_stream(void **state) {
     strata_buffer_free(&resp);
 }
 
+typedef struct stream_job {
+    env *e;
+    pthread_t thread;
+    int rc;
+    strata_status code;
+} stream_job;
+
+static void *run_gated_stream(void *arg) {
+    stream_job *j = arg;
+    strata_error err;
+    strata_buffer resp = STRATA_BUFFER_INIT;
+    rpc_stream_message m = {"held", 4};
+    j->rc = rpc_call_client_stream(j->e->channel, "/test.Stream/Gated", &m, 1, NULL, 0, 30 * SECOND,
+                                   &resp, &err);
+    j->code = j->rc == 0 ? STRATA_OK : err.code;
+    strata_buffer_free(&resp);
+    return NULL;
+}
+
+/* A client-streaming method holds at most its max_calls streams: the next is refused at once,
+ * and served again once those are over. */
+static void test_client_stream_call_limit(void **state) {
+    env *e = *state;
+    stream_job jobs[2];
+    for (int i = 0; i < 2; i++) {
+        jobs[i] = (stream_job){.e = e};
+        assert_int_equal(pthread_create(&jobs[i].thread, NULL, run_gated_stream, &jobs[i]), 0);
+    }
+    wait_in_flight(e->server, "/test.Stream/Gated", 2);
+    strata_error err;
+    strata_buffer resp = STRATA_BUFFER_INIT;
+    rpc_stream_message m = {"third", 5};
+    assert_int_equal(rpc_call_client_stream(e->channel, "/test.Stream/Gated", &m, 1, NULL, 0,
+                                            10 * SECOND, &resp, &err),
+                     -1);
+    assert_int_equal(err.code, STRATA_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.message, "too many client streams"));
+    test_delayer_open_gate(&e->delayer);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pthread_join(jobs[i].thread, NULL), 0);
+        assert_int_equal(jobs[i].rc, 0);
+    }
+    wait_in_flight(e->server, "/test.Stream/Gated", 0);
+    assert_int_equal(rpc_call_client_stream(e->channel, "/test.Stream/Gated", &m, 1, NULL, 0,
+                                            10 * SECOND, &resp, &err),
+                     0);
+    assert_int_equal(resp.len, 6); /* the framed message: its size, then "third" */
+    strata_buffer_free(&resp);
+}
+
 /* --- concurrency ------------------------------------------------------------------------------ */
 
 typedef struct client_job {
@@ -652,6 +702,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_large_messages, setup, teardown),
         cmocka_unit_test(test_message_limit),
         cmocka_unit_test_setup_teardown(test_client_stream, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_client_stream_call_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_calls_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_mixed_calls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_lets_calls_finish, setup, teardown),

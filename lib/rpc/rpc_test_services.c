@@ -257,8 +257,11 @@ static void join_async(rpc_call *call, const uint8_t *req, size_t len, void *arg
 }
 
 int test_register_services(rpc_server *s, test_delayer *d, strata_error *err) {
-    if (rpc_server_add_client_stream_method(s, "/test.Stream/Join", join_async, NULL, 1 << 16,
+    if (rpc_server_add_client_stream_method(s, "/test.Stream/Join", join_async, NULL, 1 << 16, 4,
                                             err) != 0)
+        return -1;
+    if (d != NULL &&
+        rpc_server_add_client_stream_method(s, "/test.Stream/Gated", gate, d, 1 << 16, 2, err) != 0)
         return -1;
     static const struct {
         const char *path;

@@ -12,6 +12,9 @@
  *   /test.Async/WaitCancel   async: answered only once the call is cancelled (or after 30 s)
  *   /test.Async/Gate         async: returns the request once test_delayer_open_gate is called (or
  *                            after 30 s)
+ *   /test.Stream/Join        client stream: answers "<count>:<m1>|<m2>|..." (64 KiB, 4 at once)
+ *   /test.Stream/Gated       client stream held like Gate (returns the framed stream); at most 2
+ *                            at once
  */
 #ifndef STRATA_RPC_TEST_SERVICES_H
 #define STRATA_RPC_TEST_SERVICES_H

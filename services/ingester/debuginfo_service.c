@@ -370,7 +370,7 @@ int debuginfo_service_register(debuginfo_service *s, rpc_server *server, strata_
                               s, err) != 0)
         return -1;
     return rpc_server_add_client_stream_method(server, DEBUGINFO_SERVICE "Upload", handle_upload, s,
-                                               stream_max, err);
+                                               stream_max, DEBUGINFO_MAX_UPLOADS_IN_FLIGHT, err);
 }
 
 void debuginfo_service_free(debuginfo_service *s) {

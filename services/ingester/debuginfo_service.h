@@ -23,7 +23,9 @@
  *
  * Calls touch the bucket, so each runs on a thread of its own, at most
  * DEBUGINFO_MAX_CALLS_IN_FLIGHT at once (more are refused with RESOURCE_EXHAUSTED, which clients
- * retry). An Upload is collected in memory up to max_source_upload_bytes before it is checked.
+ * retry). An Upload is collected in memory up to max_source_upload_bytes before it is checked, and
+ * at most DEBUGINFO_MAX_UPLOADS_IN_FLIGHT are held at once (lib/rpc refuses more with
+ * RESOURCE_EXHAUSTED before reading them), so uploads hold at most 4 x max_source_upload_bytes.
  */
 #ifndef STRATA_DEBUGINFO_SERVICE_H
 #define STRATA_DEBUGINFO_SERVICE_H
@@ -37,6 +39,8 @@
 
 #define DEBUGINFO_SERVICE "/parca.debuginfo.v1alpha1.DebuginfoService/"
 #define DEBUGINFO_MAX_CALLS_IN_FLIGHT 8
+/* Uploads held at once (each up to max_source_upload_bytes in memory); more are refused. */
+#define DEBUGINFO_MAX_UPLOADS_IN_FLIGHT 4
 
 typedef struct debuginfo_service debuginfo_service;
 
