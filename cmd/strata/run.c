@@ -335,6 +335,33 @@ static void collect_announce_stats(void *ctx) {
     }
 }
 
+/* querier.external_url when not set: the HTTP listen address, a wildcard host as localhost
+ * (ShareProfile's links; behind a proxy or in a cluster, set it). */
+static int default_external_url(strata_config *c, strata_error *err) {
+    if (c->querier.external_url != NULL && c->querier.external_url[0] != '\0')
+        return 0;
+    const char *addr = c->server.http_listen_address != NULL ? c->server.http_listen_address : "";
+    const char *colon = strrchr(addr, ':');
+    const char *port = colon != NULL ? colon + 1 : "7070";
+    size_t host_len = colon != NULL ? (size_t)(colon - addr) : strlen(addr);
+    bool wildcard = host_len == 0 || (host_len == 7 && strncmp(addr, "0.0.0.0", 7) == 0) ||
+                    (host_len == 4 && strncmp(addr, "[::]", 4) == 0);
+    const char *scheme =
+        c->server.tls.cert_file != NULL && c->server.tls.cert_file[0] != '\0' ? "https" : "http";
+    char url[512];
+    int n = wildcard ? snprintf(url, sizeof url, "%s://localhost:%s", scheme, port)
+                     : snprintf(url, sizeof url, "%s://%.*s:%s", scheme, (int)host_len, addr, port);
+    if (n < 0 || (size_t)n >= sizeof url)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "server.http_listen_address is too long");
+    char *copy = strdup(url);
+    if (copy == NULL)
+        return strata_error_oom(err);
+    free(c->querier.external_url);
+    c->querier.external_url = copy;
+    return 0;
+}
+
 static int register_announce_metrics(runtime *rt, strata_error *err) {
     metrics_opts o = {.name = "strata_announce_published_total",
                       .help = "Block announcements published over nng by this ingester."};
@@ -453,7 +480,8 @@ static int runtime_prepare(runtime *rt, const run_args *a, strata_error *err) {
         ingester_new(&rt->config.ingester, rt->store, rt->registry, &rt->ing, err) != 0)
         return -1;
     if ((all || strcmp(rt->mode, "querier") == 0) &&
-        querier_new(&rt->config.querier, rt->store, rt->registry, &rt->qr, err) != 0)
+        (default_external_url(&rt->config, err) != 0 ||
+         querier_new(&rt->config.querier, rt->store, rt->registry, &rt->qr, err) != 0))
         return -1;
     if (((all && rt->config.compactor.enabled) || strcmp(rt->mode, "compactor") == 0) &&
         compactor_new(&rt->config.compactor, rt->store, rt->registry, &rt->cmp, err) != 0)

@@ -125,6 +125,10 @@ const config_field querier_config_fields[] = {
      .kind = CONFIG_UINT64,
      .offset = offsetof(querier_config, max_report_nodes),
      .default_text = "20000"},
+    {.key = "external_url",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(querier_config, external_url),
+     .default_text = "\"\""},
     {.key = "limits",
      .kind = CONFIG_STRUCT,
      .offset = offsetof(querier_config, limits),
@@ -303,6 +307,13 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
     }
     q->registry = registry;
     q->store = store;
+    q->config.external_url = NULL; /* the caller's string; ours is below */
+    if ((q->external_url = strdup(config->external_url != NULL ? config->external_url : "")) ==
+        NULL) {
+        limits_overrides_release(&q->config.overrides);
+        free(q);
+        return strata_error_oom(err);
+    }
     block_index_options iopts;
     block_index_options_default(&iopts);
     iopts.sync_interval_ns =
@@ -364,6 +375,7 @@ void querier_free(querier *q) {
     query_engine_free(q->engine);
     block_index_free(q->index);
     limits_overrides_release(&q->config.overrides);
+    free(q->external_url);
     free(q);
 }
 

@@ -12,7 +12,8 @@
 struct querier {
     querier_config config;
     metrics_registry *registry;
-    bucket *store; /* the blocks' bucket, also read for uploaded sources (SOURCE) */
+    bucket *store;      /* the blocks' bucket, also read for sources (SOURCE) and shared profiles */
+    char *external_url; /* querier_config's, owned; "" = links relative to the HTTP port */
     block_index *index;
     query_engine *engine;
     query_pool *pool;       /* runs gRPC queries off the completion-queue threads */

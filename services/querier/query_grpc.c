@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "common/clock.h"
 #include "common/tenant.h"
 #include "common/utf8.h"
+#include "json/json.h"
 #include "debuginfo/debuginfo.h"
 #include "labels/labels.h"
 #include "parca/query/v1alpha1/query.pb-c.h"
@@ -645,6 +647,8 @@ out:
 
 static int handle_has_profile_data(rpc_call *call, const uint8_t *req, size_t len,
                                    strata_buffer *resp, strata_error *err, void *arg);
+static int handle_share_profile(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
+                                strata_error *err, void *arg);
 
 /* ---- running handlers on the query pool --------------------------------------------------- */
 
@@ -700,6 +704,7 @@ OFFLOAD(async_values, handle_values)
 OFFLOAD(async_query_range, handle_query_range)
 OFFLOAD(async_query, handle_query)
 OFFLOAD(async_has_profile_data, handle_has_profile_data)
+OFFLOAD(async_share_profile, handle_share_profile)
 
 /* ---- small ones --------------------------------------------------------------------------- */
 
@@ -720,6 +725,95 @@ static int handle_has_profile_data(rpc_call *call, const uint8_t *req, size_t le
         PARCA__QUERY__V1ALPHA1__HAS_PROFILE_DATA_RESPONSE__INIT;
     out.has_data = n > 0;
     return pack_into(&out.base, resp, err);
+}
+
+/* ---- ShareProfile: a link to the query's pprof, kept in the bucket ----
+ *
+ * Parca hands the profile to the public pprof.me service; a self-hosted Strata keeps it: the
+ * query's PPROF report (the same request with report_type PPROF) is stored at
+ * <tenant>/shared/<id>/profile.pb.gz with meta.json {description, created}, and the link is
+ * <querier.external_url>/api/v1/shared/<id>, which serves it (`go tool pprof <link>` opens it).
+ * The id is 128 random bits, so a link is as private as the tenant's other data is to those who
+ * hold it. */
+
+static int new_share_id(char *out, strata_error *err) {
+    uint8_t raw[16];
+    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+        return strata_error_set(err, STRATA_UNAVAILABLE, "getrandom failed");
+    for (size_t i = 0; i < sizeof raw; i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    return 0;
+}
+
+static int store_shared(querier *q, const char *tenant, const char *id,
+                        const ProtobufCBinaryData *pprof, const char *description,
+                        strata_error *err) {
+    char key[STRATA_TENANT_MAX_LENGTH + 96];
+    strata_buffer meta = STRATA_BUFFER_INIT;
+    json_writer w;
+    json_writer_init(&w, &meta);
+    json_begin_object(&w);
+    json_key(&w, "description");
+    json_string(&w, description != NULL ? description : "");
+    json_key(&w, "created");
+    json_timestamp_ns(&w, strata_now_ns());
+    json_end_object(&w);
+    int rc = json_writer_finish(&w) != 0 ? strata_error_oom(err) : 0;
+    snprintf(key, sizeof key, "%s/shared/%s/profile.pb.gz", tenant, id);
+    if (rc == 0)
+        rc = bucket_upload(q->store, key, pprof->data, pprof->len, err);
+    snprintf(key, sizeof key, "%s/shared/%s/meta.json", tenant, id);
+    if (rc == 0)
+        rc = bucket_upload(q->store, key, meta.data, meta.len, err);
+    strata_buffer_free(&meta);
+    return rc;
+}
+
+static int handle_share_profile(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
+                                strata_error *err, void *arg) {
+    querier *q = arg;
+    strata_tenant tenant;
+    if (call_tenant(call, &tenant, err) != 0)
+        return -1;
+    Parca__Query__V1alpha1__ShareProfileRequest *r =
+        parca__query__v1alpha1__share_profile_request__unpack(NULL, len, req);
+    if (r == NULL)
+        return bad_request(err, "ShareProfileRequest");
+    strata_buffer packed = STRATA_BUFFER_INIT, answer = STRATA_BUFFER_INIT;
+    Parca__Query__V1alpha1__QueryResponse *qr = NULL;
+    char id[33], link[2048];
+    int rc = 0;
+    if (r->query_request == NULL) {
+        rc = strata_error_set(err, STRATA_INVALID_ARGUMENT, "ShareProfile needs query_request");
+    } else {
+        r->query_request->report_type =
+            PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PPROF;
+        rc = pack_into(&r->query_request->base, &packed, err);
+    }
+    if (rc == 0)
+        rc = handle_query(call, packed.data, packed.len, &answer, err, q);
+    if (rc == 0 && ((qr = parca__query__v1alpha1__query_response__unpack(NULL, answer.len,
+                                                                         answer.data)) == NULL ||
+                    qr->report_case != PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_PPROF))
+        rc = strata_error_set(err, STRATA_INTERNAL, "the PPROF report did not come back");
+    if (rc == 0)
+        rc = new_share_id(id, err);
+    if (rc == 0)
+        rc = store_shared(q, tenant.name, id, &qr->pprof,
+                          r->_description_case ? r->description : NULL, err);
+    if (rc == 0) {
+        snprintf(link, sizeof link, "%s/api/v1/shared/%s", q->external_url, id);
+        Parca__Query__V1alpha1__ShareProfileResponse out =
+            PARCA__QUERY__V1ALPHA1__SHARE_PROFILE_RESPONSE__INIT;
+        out.link = link;
+        rc = pack_into(&out.base, resp, err);
+    }
+    if (qr != NULL)
+        parca__query__v1alpha1__query_response__free_unpacked(qr, NULL);
+    parca__query__v1alpha1__share_profile_request__free_unpacked(r, NULL);
+    strata_buffer_free(&packed);
+    strata_buffer_free(&answer);
+    return rc;
 }
 
 static int handle_unimplemented(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
@@ -750,8 +844,8 @@ int querier_register_grpc(querier *q, rpc_server *server, strata_error *err) {
     if (rpc_server_add_sync_method(server, QUERIER_SERVICE "Series", handle_unimplemented, q,
                                    err) != 0)
         return -1;
-    if (rpc_server_add_sync_method(server, QUERIER_SERVICE "ShareProfile", handle_unimplemented, q,
-                                   err) != 0)
+    if (rpc_server_add_method(server, QUERIER_SERVICE "ShareProfile", async_share_profile, q,
+                              err) != 0)
         return -1;
     return querier_register_peer_service(q, server, err);
 }

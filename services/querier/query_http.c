@@ -617,7 +617,45 @@ static void http_diff(void *ctx, const http_request *req, http_response *resp) {
     answer_on_query_threads(ctx, req, resp, "diff", answer_tree, true);
 }
 
+/* GET /api/v1/shared/<id>: a profile ShareProfile stored (query_grpc.c), as a pprof download. */
+static void http_shared(void *ctx, const http_request *req, http_response *resp) {
+    querier *q = ctx;
+    int64_t start = strata_monotonic_ns();
+    strata_error err;
+    strata_error_clear(&err);
+    const char *id = http_request_path_rest(req);
+    bool ok = strlen(id) == 32;
+    for (size_t i = 0; ok && id[i] != '\0'; i++)
+        ok = (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f');
+    strata_tenant tenant;
+    char key[STRATA_TENANT_MAX_LENGTH + 96], disposition[96];
+    if (tenant_of(req, &tenant, &err) != 0 ||
+        (!ok && strata_error_set(&err, STRATA_INVALID_ARGUMENT,
+                                 "a shared profile's id is 32 hex digits") != 0)) {
+        send_error(q, resp, req, "shared", start, &err);
+        return;
+    }
+    snprintf(key, sizeof key, "%s/shared/%s/profile.pb.gz", tenant.name, id);
+    if (bucket_get(q->store, key, http_response_body(resp), &err) != 0) {
+        if (err.code == STRATA_NOT_FOUND)
+            strata_error_set(&err, STRATA_NOT_FOUND, "no shared profile %s", id);
+        send_error(q, resp, req, "shared", start, &err);
+        return;
+    }
+    snprintf(disposition, sizeof disposition, "attachment; filename=\"profile-%s.pb.gz\"", id);
+    if (http_response_set_content_type(resp, "application/octet-stream") != 0 ||
+        http_response_add_header(resp, "Content-Disposition", disposition) != 0) {
+        strata_error_oom(&err);
+        send_error(q, resp, req, "shared", start, &err);
+        return;
+    }
+    querier_observe(q, "shared", STRATA_OK, start);
+}
+
 int querier_register_http(querier *q, http_server *server, strata_error *err) {
+    if (http_server_route(server, "GET", API_PREFIX "shared/", HTTP_MATCH_PREFIX, http_shared, q,
+                          err) != 0)
+        return -1;
     if (http_server_route(server, "GET", API_PREFIX "profile_types", HTTP_MATCH_EXACT,
                           http_profile_types, q, err) != 0 ||
         http_server_route(server, "GET", API_PREFIX "labels", HTTP_MATCH_PREFIX, http_labels, q,

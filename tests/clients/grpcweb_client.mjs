@@ -21,6 +21,10 @@ import {
   QueryRequest_ReportType,
   QueryResponse,
   QueryServiceClient,
+  SeriesRequest,
+  SeriesResponse,
+  ShareProfileRequest,
+  ShareProfileResponse,
   ValuesRequest,
   ValuesResponse,
 } from '@parca/client';
@@ -71,6 +75,7 @@ for (const format of ['binary', 'text', 'grpc']) {
     ['Query/TABLE_ARROW', QueryRequest_ReportType.TABLE_ARROW],
     ['Query/CALLGRAPH', QueryRequest_ReportType.CALLGRAPH],
     ['Query/FLAMECHART', QueryRequest_ReportType.FLAMECHART],
+    ['Query/PROFILE_METADATA', QueryRequest_ReportType.PROFILE_METADATA],
   ]) {
     const request = QueryRequest.create({
       mode: QueryRequest_Mode.MERGE,
@@ -89,6 +94,14 @@ for (const format of ['binary', 'text', 'grpc']) {
     });
     await ask(format, name, client.query(request), QueryResponse);
   }
+  // Series (unimplemented, as in Parca) and ShareProfile (a link to the stored pprof)
+  await ask(format, 'Series', client.series(SeriesRequest.create({ match: [query], ...range })), SeriesResponse);
+  const shared = QueryRequest.create({
+    mode: QueryRequest_Mode.MERGE,
+    reportType: QueryRequest_ReportType.FLAMEGRAPH_TABLE,
+    options: { oneofKind: 'merge', merge: { query, ...range } },
+  });
+  await ask(format, 'ShareProfile', client.shareProfile(ShareProfileRequest.create({ queryRequest: shared, description: 'npm' })), ShareProfileResponse);
   await ask(format, 'HasProfileData', client.hasProfileData(HasProfileDataRequest.create()), HasProfileDataResponse);
   await ask(format, 'QueryRange/bad', client.queryRange(QueryRangeRequest.create({ query: 'not a selector{', ...range })), QueryRangeResponse);
   // Grafana's Parca data source: QueryRange with only query, start, end and limit (no step)

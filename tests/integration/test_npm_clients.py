@@ -3,8 +3,10 @@
 @protobuf-ts/grpcweb-transport (fetch, gRPC-Web binary and text) on the HTTP port and over
 @protobuf-ts/grpc-transport (@grpc/grpc-js) on the gRPC port (issue 19 item 4, first part).
 
-tests/clients/grpcweb_client.mjs asks ProfileTypes, Labels, Values, QueryRange, Query (merge:
-flame graph table, top, pprof), HasProfileData, a malformed QueryRange and Grafana's QueryRange
+tests/clients/grpcweb_client.mjs asks every QueryService method: ProfileTypes, Labels, Values,
+QueryRange, Query (merge, every report type: flame graph table and Arrow, Arrow table, top, pprof,
+call graph, flame chart, source with uploaded sources, profile metadata), Series, ShareProfile,
+HasProfileData, a malformed QueryRange and Grafana's QueryRange
 (query, start, end and limit, no step); each answer, as the
 client decoded it and encoded again, must equal the answer grpcio gets over native gRPC, and the
 error the same code and message. Needs `npm ci` in tests/clients (scripts/test.sh runs it).
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import tarfile
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import strata_testlib as lib  # noqa: E402
@@ -87,6 +90,14 @@ class NpmClientsTest(unittest.TestCase):
                 query=query, start=ts(start), end=ts(end), sum_by=["job"]), metadata=md)),
             "HasProfileData": (qpb.HasProfileDataResponse, lambda: q.HasProfileData(
                 qpb.HasProfileDataRequest(), metadata=md)),
+            "Series": (qpb.SeriesResponse, lambda: q.Series(qpb.SeriesRequest(
+                match=[query], start=ts(start), end=ts(end)), metadata=md)),
+            "ShareProfile": (qpb.ShareProfileResponse, lambda: q.ShareProfile(
+                qpb.ShareProfileRequest(query_request=qpb.QueryRequest(
+                    mode=qpb.QueryRequest.MODE_MERGE,
+                    report_type=qpb.QueryRequest.REPORT_TYPE_FLAMEGRAPH_TABLE,
+                    merge=qpb.MergeProfile(query=query, start=ts(start), end=ts(end))),
+                    description="npm"), metadata=md)),
             "QueryRange/bad": (qpb.QueryRangeResponse, lambda: q.QueryRange(qpb.QueryRangeRequest(
                 query="not a selector{", start=ts(start), end=ts(end)), metadata=md)),
             "QueryRange/grafana": (qpb.QueryRangeResponse, lambda: q.QueryRange(
@@ -94,7 +105,7 @@ class NpmClientsTest(unittest.TestCase):
                 metadata=md)),
         }
         for report in ("FLAMEGRAPH_TABLE", "TOP", "PPROF", "FLAMEGRAPH_ARROW", "TABLE_ARROW",
-                       "CALLGRAPH", "FLAMECHART"):
+                       "CALLGRAPH", "FLAMECHART", "PROFILE_METADATA"):
             calls["Query/" + report] = (qpb.QueryResponse, lambda r=report: q.Query(
                 qpb.QueryRequest(mode=qpb.QueryRequest.MODE_MERGE,
                                  report_type=qpb.QueryRequest.ReportType.Value("REPORT_TYPE_" + r),
@@ -122,7 +133,7 @@ class NpmClientsTest(unittest.TestCase):
             cwd=CLIENTS, capture_output=True, text=True, timeout=120)
         self.assertEqual(out.returncode, 0, out.stderr)
         answers = [json.loads(line) for line in out.stdout.splitlines()]
-        self.assertEqual(len(answers), 3 * 16, out.stdout)
+        self.assertEqual(len(answers), 3 * 19, out.stdout)
         _, table = self.native("Query/FLAMEGRAPH_TABLE", start, end)
         _, top = self.native("Query/TOP", start, end)
         _, callgraph = self.native("Query/CALLGRAPH", start, end)
@@ -136,10 +147,21 @@ class NpmClientsTest(unittest.TestCase):
                 continue
             self.assertTrue(a["ok"], f"{what}: {a}")
             got = response_type.FromString(base64.b64decode(a["b64"]))
+            if a["name"] == "ShareProfile":  # a new link each time: same form, both served
+                prefix = self.http + "/api/v1/shared/"
+                for link in (got.link, want.link):
+                    self.assertRegex(link, "^" + prefix + "[0-9a-f]{32}$", what)
+                    with urllib.request.urlopen(urllib.request.Request(
+                            link, headers={"X-Scope-OrgID": TENANT}), timeout=30) as r:
+                        self.assertEqual(r.read()[:2], b"\x1f\x8b", what)  # a gzipped pprof
+                continue
             self.assertEqual(got, want, what)
             if a["name"] == "Values":
                 self.assertEqual(sorted(got.label_values), ["api", "worker"])
-            if a["name"].startswith("Query/") and a["name"] != "Query/SOURCE/exists":
+            if a["name"] == "Query/PROFILE_METADATA":
+                self.assertEqual(list(got.profile_metadata.mapping_files), ["/usr/bin/app"], what)
+                self.assertIn("job", list(got.profile_metadata.labels), what)
+            elif a["name"].startswith("Query/") and a["name"] != "Query/SOURCE/exists":
                 self.assertEqual(got.total, 12 * qc.PERIOD, what)
             if a["name"] == "Query/FLAMECHART":
                 self.check_chart_arrow(a["arrow"], what)

@@ -12,6 +12,8 @@ t + 30 s (main;work x2), so main runs on through the first two and starts again 
 import os
 import sys
 import unittest
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import strata_testlib as lib  # noqa: E402
@@ -123,6 +125,41 @@ class QueryOptionsTest(unittest.TestCase):
                                    end=ts(self.t_ns + 40 * 10**9))), metadata=CHART, timeout=60)
         self.assertEqual({n.meta.function.name: n.flat // P for n in top.top.list},
                          {"work": 10, "idle": 1, "main": 0})
+
+    def test_share_profile(self):
+        """ShareProfile keeps the query's pprof and links to it on the HTTP port (Parca would hand
+        it to pprof.me): the link serves what REPORT_TYPE_PPROF answers, to its tenant only."""
+        req = qpb.QueryRequest(
+            mode=qpb.QueryRequest.MODE_MERGE, report_type=qpb.QueryRequest.REPORT_TYPE_FLAMEGRAPH_TABLE,
+            merge=qpb.MergeProfile(query=qc.CPU_SAMPLES + "{}", start=ts(self.t_ns - 10**9),
+                                   end=ts(self.t_ns + 10**9)))
+        r = self.query.ShareProfile(qpb.ShareProfileRequest(query_request=req,
+                                                            description="slow parse"),
+                                    metadata=TENANT, timeout=60)
+        prefix = self.http + "/api/v1/shared/"
+        self.assertTrue(r.link.startswith(prefix), r.link)
+        self.assertRegex(r.link[len(prefix):], r"^[0-9a-f]{32}$")
+        get = urllib.request.Request(r.link, headers={"X-Scope-OrgID": "options"})
+        with urllib.request.urlopen(get, timeout=30) as answer:
+            self.assertEqual(answer.headers["Content-Type"], "application/octet-stream")
+            shared = answer.read()
+        req.report_type = qpb.QueryRequest.REPORT_TYPE_PPROF
+        direct = self.query.Query(req, metadata=TENANT, timeout=60).pprof
+        got, want = lib.decode_pprof(shared), lib.decode_pprof(direct)
+        self.assertEqual(lib.pprof_expectations(got), lib.pprof_expectations(want))
+        (kind, totals), = lib.pprof_expectations(got).items()
+        self.assertEqual(totals["total"], 12 * P, kind)
+        self.assertEqual(totals["functions"], {"main", "app.handle", "app.parse", "app.encode"})
+        for headers, code in (({"X-Scope-OrgID": "someone-else"}, 404), ({}, 404)):
+            with self.assertRaises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(urllib.request.Request(r.link, headers=headers), timeout=30)
+            self.assertEqual(e.exception.code, code)
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(prefix + "not-an-id", timeout=30)
+        self.assertEqual(e.exception.code, 400)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.query.ShareProfile(qpb.ShareProfileRequest(), metadata=TENANT, timeout=60)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
 
     def test_callgraph(self):
         r = self.merge(qpb.QueryRequest.REPORT_TYPE_CALLGRAPH)
