@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/tenant.h"
 #include "debuginfo_service.h"
+#include "push_api.h"
 #include "write_limits.h"
 #include "write_raw.h"
 
@@ -436,7 +437,24 @@ int ingester_new(const ingester_config *config, bucket *store, metrics_registry 
     return 0;
 }
 
+/* Pyroscope's Push: the WriteRaw it means, through WriteRaw's own path (push_api.h). */
+static void handle_push(rpc_call *call, const uint8_t *request, size_t request_len, void *arg) {
+    ingester *ing = arg;
+    strata_buffer raw = STRATA_BUFFER_INIT;
+    strata_error err;
+    strata_error_clear(&err);
+    if (push_to_write_raw(request, request_len, &raw, &err) != 0) {
+        metrics_counter_inc(ing->metrics.requests);
+        reject(ing, call, INGEST_REJECT_MALFORMED_REQUEST, NULL, strata_monotonic_ns(), &err);
+    } else {
+        handle_write_raw(call, raw.data, raw.len, arg); /* parses (and copies) before returning */
+    }
+    strata_buffer_free(&raw);
+}
+
 int ingester_register(ingester *ing, rpc_server *server, strata_error *err) {
+    if (rpc_server_add_method(server, PUSH_METHOD, handle_push, ing, err) != 0)
+        return -1;
     if (rpc_server_add_method(server, INGESTER_WRITE_RAW_METHOD, handle_write_raw, ing, err) != 0 ||
         debuginfo_service_register(ing->debuginfo, server, err) != 0)
         return -1;

@@ -1,7 +1,7 @@
 /*
  * ingester.h - the stateless ingester: Parca's ProfileStoreService/WriteRaw and
- * AgentsService/Agents on gRPC, writing blocks to a bucket, and Parca's DebuginfoService for
- * source uploads (debuginfo_service.h).
+ * AgentsService/Agents on gRPC, writing blocks to a bucket; Pyroscope's Push (push_api.h), which
+ * takes WriteRaw's path; and Parca's DebuginfoService for source uploads (debuginfo_service.h).
  *
  * The ingester wires four modules together: write_raw (parse and validate a request outside any
  * lock), batcher (group per tenant, flush a block every flush_interval, acknowledge after the
@@ -70,7 +70,7 @@ void ingester_set_block_listener(ingester *ing,
                                  void (*fn)(void *ctx, const char *tenant, const char *ulid),
                                  void *ctx);
 
-/* Registers WriteRaw, Agents and the DebuginfoService (debuginfo_service.h) on server (before it
+/* Registers WriteRaw, Agents, Pyroscope's Push and the DebuginfoService on server (before it
  * starts). */
 int ingester_register(ingester *ing, rpc_server *server, strata_error *err);
 /* Serves GET /api/v1/agents (JSON) on server (before it starts). */

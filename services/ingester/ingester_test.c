@@ -27,6 +27,8 @@
 #include "metrics/metrics.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
 #include "pprof/pprof.h"
+#include "push/v1/push.pb-c.h"
+#include "push_api.h"
 #include "rpc/rpc.h"
 #include "write_limits.h"
 #include "write_raw.h"
@@ -422,6 +424,59 @@ static void test_parse_refuses_bad_strings(void **state) {
 }
 
 /* ---- agents ------------------------------------------------------------------------------- */
+
+/* Push's series become WriteRaw's: labels in a LabelSet, profiles as they are, IDs dropped. */
+static void test_push_is_write_raw(void **state) {
+    (void)state;
+    Push__V1__LabelPair name = PUSH__V1__LABEL_PAIR__INIT, app = PUSH__V1__LABEL_PAIR__INIT;
+    name.name = "__name__";
+    name.value = "process_cpu";
+    app.name = "service_name";
+    app.value = "shop";
+    Push__V1__LabelPair *labels[2] = {&name, &app};
+    Push__V1__RawSample a = PUSH__V1__RAW_SAMPLE__INIT, b = PUSH__V1__RAW_SAMPLE__INIT;
+    a.raw_profile = (ProtobufCBinaryData){3, (uint8_t *)"abc"};
+    a.id = "id-a";
+    b.raw_profile = (ProtobufCBinaryData){2, (uint8_t *)"de"};
+    Push__V1__RawSample *samples[2] = {&a, &b};
+    Push__V1__RawProfileSeries series[2] = {PUSH__V1__RAW_PROFILE_SERIES__INIT,
+                                            PUSH__V1__RAW_PROFILE_SERIES__INIT};
+    series[0].labels = labels;
+    series[0].n_labels = 2;
+    series[0].samples = samples;
+    series[0].n_samples = 2;
+    series[1].labels = labels;
+    series[1].n_labels = 1;
+    Push__V1__RawProfileSeries *series_ptrs[2] = {&series[0], &series[1]};
+    Push__V1__PushRequest push = PUSH__V1__PUSH_REQUEST__INIT;
+    push.series = series_ptrs;
+    push.n_series = 2;
+    uint8_t packed[512];
+    size_t len = push__v1__push_request__pack(&push, packed);
+    strata_buffer out = STRATA_BUFFER_INIT;
+    strata_error err;
+    assert_int_equal(push_to_write_raw(packed, len, &out, &err), 0);
+    Parca__Profilestore__V1alpha1__WriteRawRequest *raw =
+        parca__profilestore__v1alpha1__write_raw_request__unpack(NULL, out.len, out.data);
+    assert_non_null(raw);
+    assert_int_equal(raw->n_series, 2);
+    const Parca__Profilestore__V1alpha1__RawProfileSeries *s0 = raw->series[0];
+    assert_int_equal(s0->labels->n_labels, 2);
+    assert_string_equal(s0->labels->labels[1]->name, "service_name");
+    assert_string_equal(s0->labels->labels[1]->value, "shop");
+    assert_int_equal(s0->n_samples, 2);
+    assert_int_equal(s0->samples[0]->raw_profile.len, 3);
+    assert_memory_equal(s0->samples[0]->raw_profile.data, "abc", 3);
+    assert_int_equal(s0->samples[0]->n_executable_info, 0); /* the ID is not executable info */
+    assert_memory_equal(s0->samples[1]->raw_profile.data, "de", 2);
+    assert_int_equal(raw->series[1]->labels->n_labels, 1);
+    assert_int_equal(raw->series[1]->n_samples, 0);
+    parca__profilestore__v1alpha1__write_raw_request__free_unpacked(raw, NULL);
+    strata_buffer_reset(&out);
+    assert_int_equal(push_to_write_raw((const uint8_t *)"\x0a\xff", 2, &out, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    strata_buffer_free(&out);
+}
 
 static void test_agents_registry(void **state) {
     (void)state;
@@ -1081,6 +1136,7 @@ int main(void) {
         cmocka_unit_test(test_parse_rejects_non_protobuf),
         cmocka_unit_test(test_parse_label_limit),
         cmocka_unit_test(test_parse_refuses_bad_strings),
+        cmocka_unit_test(test_push_is_write_raw),
         cmocka_unit_test(test_agents_registry),
         cmocka_unit_test(test_batcher_acknowledges_after_durable),
         cmocka_unit_test(test_batcher_reports_failed_upload),

@@ -20,6 +20,7 @@ MS = "parca.metastore.v1alpha1"
 Q = "parca.query.v1alpha1"
 SC = "parca.scrape.v1alpha1"
 DI = "parca.debuginfo.v1alpha1"
+PU = "push.v1"
 PP = "perftools.profiles"
 TS = "google.protobuf.Timestamp"
 DUR = "google.protobuf.Duration"
@@ -177,6 +178,13 @@ MESSAGES = {
     f"{DI}.UploadInfo": [("build_id", 1, "string"), ("upload_id", 2, "string"),
                          ("type", 3, f"{DI}.DebuginfoType")],
     f"{DI}.UploadResponse": [("build_id", 1, "string"), ("size", 2, "uint64")],
+    # Grafana Pyroscope's push.v1 (pyroscope-api.md)
+    f"{PU}.PushRequest": [("series", 1, f"repeated {PU}.RawProfileSeries")],
+    f"{PU}.PushResponse": [],
+    f"{PU}.RawProfileSeries": [("labels", 1, f"repeated {PU}.LabelPair"),
+                               ("samples", 2, f"repeated {PU}.RawSample")],
+    f"{PU}.LabelPair": [("name", 1, "string"), ("value", 2, "string")],
+    f"{PU}.RawSample": [("raw_profile", 1, "bytes"), ("ID", 2, "string")],
     # pprof
     f"{PP}.Profile": [("sample_type", 1, f"repeated {PP}.ValueType"), ("sample", 2, f"repeated {PP}.Sample"),
                       ("mapping", 3, f"repeated {PP}.Mapping"), ("location", 4, f"repeated {PP}.Location"),
@@ -246,6 +254,7 @@ SERVICES = {
                           for m in ("QueryRange", "Query", "Series", "ProfileTypes", "Labels", "Values",
                                     "ShareProfile", "HasProfileData")],
     f"{SC}.ScrapeService": [("Targets", f"{SC}.TargetsRequest", f"{SC}.TargetsResponse", False, False)],
+    f"{PU}.PusherService": [("Push", f"{PU}.PushRequest", f"{PU}.PushResponse", False, False)],
     f"{DI}.DebuginfoService": [
         ("Upload", f"{DI}.UploadRequest", f"{DI}.UploadResponse", True, False),
         ("ShouldInitiateUpload", f"{DI}.ShouldInitiateUploadRequest", f"{DI}.ShouldInitiateUploadResponse",
@@ -262,6 +271,7 @@ MODULES = {
     Q: "parca.query.v1alpha1.query",
     SC: "parca.scrape.v1alpha1.scrape",
     DI: "parca.debuginfo.v1alpha1.debuginfo",
+    PU: "push.v1.push",
     PP: "perftools.profiles.profile",
 }
 
