@@ -633,7 +633,9 @@ static inline int view_get(sample_view *v, uint32_t series, uint32_t set, bool *
 /* The time frame of profile p's samples (grouping by timestamp), interned once per time. */
 static int view_time_frame(sample_view *v, const block_profile *p, uint32_t *frame,
                            strata_error *err) {
-    uint64_t key = (uint64_t)p->time_ns;
+    uint64_t key = (uint64_t)p->time_ns + 1; /* key 0 is the map's empty slot */
+    if (key == 0) /* time -1 wraps to it: interned directly (the same frame, found each time) */
+        return calltree_intern_time_frame(v->tree, p->time_ns, p->duration_ns, frame, err);
     const uint64_t *known = strata_u64_map_get(&v->time_frames, key);
     if (known != NULL) {
         *frame = (uint32_t)(*known - 1);
