@@ -403,8 +403,16 @@ static int load_source(querier *q, const char *tenant,
     if (rc == 0)
         rc = source_archive_find(archive.data, archive.len, ref->filename,
                                  SOURCE_ARCHIVE_MAX_FILE_BYTES, &raw, err);
-    if (rc == 0 && (strata_utf8_append_sanitized(text, (const char *)raw.data, raw.len) != 0 ||
-                    strata_buffer_append_byte(text, 0) != 0))
+    /* valid UTF-8 for the proto3 string, and no NUL (the string is packed up to its first) */
+    for (size_t at = 0; rc == 0 && at <= raw.len;) {
+        const uint8_t *nul = at < raw.len ? memchr(raw.data + at, 0, raw.len - at) : NULL;
+        size_t end = nul != NULL ? (size_t)(nul - raw.data) : raw.len;
+        if (strata_utf8_append_sanitized(text, (const char *)raw.data + at, end - at) != 0 ||
+            (nul != NULL && strata_buffer_append(text, "\xef\xbf\xbd", 3) != 0))
+            rc = strata_error_oom(err);
+        at = end + 1;
+    }
+    if (rc == 0 && strata_buffer_append_byte(text, 0) != 0)
         rc = strata_error_oom(err);
     if (rc == 0)
         text->len--; /* the NUL stays after the text */

@@ -55,7 +55,7 @@ def archive(files):
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w:gz") as tar:
         for name, text in files.items():
-            data = text.encode()
+            data = text if isinstance(text, bytes) else text.encode()
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -118,7 +118,8 @@ class SourcesTest(unittest.TestCase):
         ps_grpc.ProfileStoreServiceStub(cls.channel).WriteRaw(
             qc.write_request([({"__name__": "process_cpu", "job": "src"}, [profile(cls.t_ns)])]),
             metadata=TENANT, timeout=30)
-        cls.archive = archive({"./src/app.c": APP_C, "src/lib.c": LIB_C, "README": "hi\n"})
+        cls.archive = archive({"./src/app.c": APP_C, "src/lib.c": LIB_C, "README": "hi\n",
+                               "src/odd.c": b"a\x00b\n\xff\n"})
         cls.uploaded = False
 
     @classmethod
@@ -240,6 +241,11 @@ class SourcesTest(unittest.TestCase):
                        qpb.SourceReference(build_id=BUILD, filename="src/lib.c"))
         self.assertEqual(r.source.source, LIB_C)
         self.assertIn(int64_column([0, 5 * qc.PERIOD, 0]), r.source.record)
+        # A file that is not UTF-8 (a NUL, a stray byte) comes back repaired, its lines kept.
+        r = self.merge(qpb.QueryRequest.REPORT_TYPE_SOURCE,
+                       qpb.SourceReference(build_id=BUILD, filename="src/odd.c"))
+        self.assertEqual(r.source.source, "a\ufffdb\n\ufffd\n")
+        self.assertIn(int64_column([0, 0]), r.source.record)
         with self.assertRaises(grpc.RpcError) as e:
             self.merge(qpb.QueryRequest.REPORT_TYPE_SOURCE,
                        qpb.SourceReference(build_id=BUILD, filename="src/missing.c"))
