@@ -20,6 +20,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/radix_sort.h"
+#include "common/random_id.h"
 #include "common/tenant.h"
 #include "common/textfile.h"
 #include "common/utf8.h"
@@ -565,9 +566,23 @@ static void test_base64(void **state) {
     strata_buffer_free(&b);
 }
 
+/* Random ids: 32 lowercase hex digits, and two never alike. */
+static void test_random_id(void **state) {
+    (void)state;
+    char a[STRATA_RANDOM_ID_LEN + 1], b[STRATA_RANDOM_ID_LEN + 1];
+    strata_error err;
+    assert_int_equal(strata_random_id(a, &err), 0);
+    assert_int_equal(strata_random_id(b, &err), 0);
+    assert_int_equal(strlen(a), STRATA_RANDOM_ID_LEN);
+    for (size_t i = 0; i < STRATA_RANDOM_ID_LEN; i++)
+        assert_true((a[i] >= '0' && a[i] <= '9') || (a[i] >= 'a' && a[i] <= 'f'));
+    assert_string_not_equal(a, b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_set_and_wrap),
+        cmocka_unit_test(test_random_id),
         cmocka_unit_test(test_buffer_append_and_varints),
         cmocka_unit_test(test_hash_is_stable),
         cmocka_unit_test(test_u64_map),

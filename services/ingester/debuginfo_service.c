@@ -10,9 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "common/log.h"
+#include "common/random_id.h"
 #include "common/tenant.h"
 #include "debuginfo/debuginfo.h"
 #include "debuginfo_service.h"
@@ -99,15 +99,6 @@ static int should_initiate(debuginfo_service *s, const char *tenant, const uint8
     return rc;
 }
 
-static int new_upload_id(char *out, strata_error *err) {
-    uint8_t raw[16];
-    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
-        return strata_error_set(err, STRATA_UNAVAILABLE, "getrandom failed");
-    for (size_t i = 0; i < sizeof raw; i++)
-        snprintf(out + 2 * i, 3, "%02x", raw[i]);
-    return 0;
-}
-
 static int initiate(debuginfo_service *s, const char *tenant, const uint8_t *req, size_t len,
                     strata_buffer *resp, strata_error *err) {
     Parca__Debuginfo__V1alpha1__InitiateUploadRequest *r =
@@ -116,7 +107,7 @@ static int initiate(debuginfo_service *s, const char *tenant, const uint8_t *req
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "cannot decode InitiateUploadRequest");
     bool exists = false;
-    char upload_id[33];
+    char upload_id[STRATA_RANDOM_ID_LEN + 1];
     int rc = debuginfo_check_build_id(r->build_id, err);
     if (rc == 0)
         rc = refuse_type(r->type, err);
@@ -131,7 +122,7 @@ static int initiate(debuginfo_service *s, const char *tenant, const uint8_t *req
         rc = strata_error_set(err, STRATA_ALREADY_EXISTS,
                               "sources for build id %s are already uploaded", r->build_id);
     if (rc == 0)
-        rc = new_upload_id(upload_id, err);
+        rc = strata_random_id(upload_id, err);
     if (rc == 0) {
         Parca__Debuginfo__V1alpha1__UploadInstructions in =
             PARCA__DEBUGINFO__V1ALPHA1__UPLOAD_INSTRUCTIONS__INIT;

@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "common/clock.h"
 #include "common/tenant.h"
+#include "common/random_id.h"
 #include "common/utf8.h"
 #include "json/json.h"
 #include "debuginfo/debuginfo.h"
@@ -744,15 +744,6 @@ static int handle_has_profile_data(rpc_call *call, const uint8_t *req, size_t le
  * The id is 128 random bits, so a link is as private as the tenant's other data is to those who
  * hold it. */
 
-static int new_share_id(char *out, strata_error *err) {
-    uint8_t raw[16];
-    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
-        return strata_error_set(err, STRATA_UNAVAILABLE, "getrandom failed");
-    for (size_t i = 0; i < sizeof raw; i++)
-        snprintf(out + 2 * i, 3, "%02x", raw[i]);
-    return 0;
-}
-
 static int store_shared(querier *q, const char *tenant, const char *id,
                         const ProtobufCBinaryData *pprof, const char *description,
                         strata_error *err) {
@@ -789,7 +780,7 @@ static int handle_share_profile(rpc_call *call, const uint8_t *req, size_t len, 
         return bad_request(err, "ShareProfileRequest");
     strata_buffer packed = STRATA_BUFFER_INIT, answer = STRATA_BUFFER_INIT;
     Parca__Query__V1alpha1__QueryResponse *qr = NULL;
-    char id[33], link[2048];
+    char id[STRATA_RANDOM_ID_LEN + 1], link[2048];
     int rc = 0;
     if (r->query_request == NULL) {
         rc = strata_error_set(err, STRATA_INVALID_ARGUMENT, "ShareProfile needs query_request");
@@ -805,7 +796,7 @@ static int handle_share_profile(rpc_call *call, const uint8_t *req, size_t len, 
                     qr->report_case != PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_PPROF))
         rc = strata_error_set(err, STRATA_INTERNAL, "the PPROF report did not come back");
     if (rc == 0)
-        rc = new_share_id(id, err);
+        rc = strata_random_id(id, err);
     if (rc == 0)
         rc = store_shared(q, tenant.name, id, &qr->pprof,
                           r->_description_case ? r->description : NULL, err);
