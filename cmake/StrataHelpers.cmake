@@ -23,16 +23,19 @@ function(strata_test name)
 endfunction()
 
 function(strata_fuzzer name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "CORPUS" "SOURCES;DEPS" ${ARGN})
+  if(NOT ARG_CORPUS)
+    set(ARG_CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz-corpus)
+  endif()
   if(NOT STRATA_FUZZ)
     return()
   endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   target_link_options(${name} PRIVATE -fsanitize=fuzzer)
-  # Recorded so scripts/test.sh can run every fuzzer with its seed corpus (fuzz-corpus/ beside it).
-  set_property(GLOBAL APPEND PROPERTY STRATA_FUZZERS
-               "$<TARGET_FILE:${name}> ${CMAKE_CURRENT_SOURCE_DIR}/fuzz-corpus")
+  # Recorded so scripts/test.sh can run every fuzzer with its seed corpus (fuzz-corpus/ beside it
+  # unless CORPUS names another directory).
+  set_property(GLOBAL APPEND PROPERTY STRATA_FUZZERS "$<TARGET_FILE:${name}> ${ARG_CORPUS}")
 endfunction()
 
 # Writes build/fuzzers.txt: one "binary corpus-dir" line per fuzzer. Called at the end of the

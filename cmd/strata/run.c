@@ -658,6 +658,8 @@ static int runtime_start(runtime *rt, strata_error *err) {
         return -1;
     if (rt->grpc != NULL && rpcweb_new(rt->http, rt->grpc, &rt->web, err) != 0)
         return -1;
+    if (rt->ing != NULL && ingester_register_web(rt->ing, rt->web, err) != 0)
+        return -1;
     static const ProtobufCServiceDescriptor *const json_services[] = {
         &parca__query__v1alpha1__query_service__descriptor,
         &parca__profilestore__v1alpha1__profile_store_service__descriptor,

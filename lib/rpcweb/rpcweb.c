@@ -7,6 +7,10 @@
  * the HTTP response in the protocol's shape and finishes the deferred answer. A read-write lock
  * orders calls against rpcweb_close: a call holds it shared from its check of `closed` until the
  * rpc server has taken the call (and counted it, so rpc_server_shutdown waits for it).
+ *
+ * Translated routes (rpcweb_add_translated_route) reuse the same path after their own first
+ * step: they run on a handler thread (the translation may inflate and decode a profile), build
+ * the method's request message, then defer and hand it over exactly as a Connect call would.
  */
 #include "rpcweb/rpcweb.h"
 
@@ -21,15 +25,25 @@
 #include "pbjson/pbjson.h"
 
 #define MAX_SERVICES 32
+#define MAX_TRANSLATED_ROUTES 8
 
 typedef enum web_protocol {
     GRPC_WEB,      /* application/grpc-web(+proto) */
     GRPC_WEB_TEXT, /* application/grpc-web-text(+proto) */
     CONNECT_PROTO, /* application/proto */
     CONNECT_JSON,  /* application/json: pbjson both ways */
+    PLAIN_HTTP,    /* a translated route: 200 and no body, or the error as HTTP */
 } web_protocol;
 
+typedef struct translated_route {
+    struct rpcweb *web;
+    char *rpc_method;
+    rpcweb_translate_fn translate;
+    void *ctx;
+} translated_route;
+
 struct rpcweb {
+    http_server *http;
     rpc_server *rpc;
     pthread_rwlock_t lock;
     bool closed;
@@ -37,6 +51,8 @@ struct rpcweb {
     size_t n_prefixes;
     const ProtobufCServiceDescriptor *const *json_services; /* rpcweb_set_json_services */
     size_t n_json_services;
+    translated_route *routes[MAX_TRANSLATED_ROUTES];
+    size_t n_routes;
 };
 
 typedef struct rpcweb_call {
@@ -179,6 +195,17 @@ static void answer_connect(const rpcweb_call *c, http_response *resp, strata_sta
         http_response_set_status(resp, 500);
 }
 
+/* A translated route's answer: 200 with no body, or the HTTP status for the code and the message
+ * (text or JSON as the request's Accept asks). */
+static void answer_plain(const rpcweb_call *c, http_response *resp, strata_status code,
+                         const char *message) {
+    if (code == STRATA_OK)
+        return;
+    strata_error err;
+    strata_error_set(&err, code, "%s", message != NULL ? message : "");
+    http_response_strata_error(resp, c->request, &err);
+}
+
 static void call_free(rpcweb_call *c) {
     strata_buffer_free(&c->decoded);
     free(c);
@@ -189,7 +216,9 @@ static void finish_call(void *ctx, strata_status code, const char *message, stra
                         const char *trailer_key, const char *trailer_value) {
     rpcweb_call *c = ctx;
     http_response *resp = http_deferred_response(c->deferred);
-    if (c->protocol == CONNECT_PROTO || c->protocol == CONNECT_JSON)
+    if (c->protocol == PLAIN_HTTP)
+        answer_plain(c, resp, code, message);
+    else if (c->protocol == CONNECT_PROTO || c->protocol == CONNECT_JSON)
         answer_connect(c, resp, code, message, response, trailer_key, trailer_value);
     else
         answer_grpc_web(c, resp, code, message, response, trailer_key, trailer_value);
@@ -325,6 +354,25 @@ static const ProtobufCMethodDescriptor *json_method(const rpcweb *w, const char 
     return NULL;
 }
 
+/* Hands the call to the rpc server (or answers it UNAVAILABLE once closed); msg must stay valid
+ * until the call finishes. */
+static void hand_over(rpcweb *w, rpcweb_call *c, const char *path, const uint8_t *msg,
+                      size_t msg_len, int64_t deadline) {
+    rpc_bridge bridge = {.finish = finish_call,
+                         .metadata = call_metadata,
+                         .ctx = c,
+                         .peer = http_request_peer(c->request),
+                         .deadline_ns = deadline};
+    strata_error err;
+    pthread_rwlock_rdlock(&w->lock);
+    int rc = w->closed ? 1 : rpc_server_call_bridged(w->rpc, path, msg, msg_len, &bridge, &err);
+    pthread_rwlock_unlock(&w->lock);
+    if (rc == 1)
+        fail_call(c, STRATA_UNAVAILABLE, "server is shutting down");
+    else if (rc != 0)
+        fail_call(c, err.code, err.message);
+}
+
 static void handle(void *ctx, const http_request *req, http_response *resp) {
     rpcweb *w = ctx;
     web_protocol protocol = GRPC_WEB;
@@ -389,20 +437,48 @@ static void handle(void *ctx, const http_request *req, http_response *resp) {
         fail_call(c, STRATA_INVALID_ARGUMENT, "malformed timeout header");
         return;
     }
-    rpc_bridge bridge = {.finish = finish_call,
-                         .metadata = call_metadata,
-                         .ctx = c,
-                         .peer = http_request_peer(req),
-                         .deadline_ns = deadline};
-    pthread_rwlock_rdlock(&w->lock);
-    int rc = w->closed ? 1
-                       : rpc_server_call_bridged(w->rpc, http_request_path(req), msg, msg_len,
-                                                 &bridge, &err);
-    pthread_rwlock_unlock(&w->lock);
-    if (rc == 1)
-        fail_call(c, STRATA_UNAVAILABLE, "server is shutting down");
-    else if (rc != 0)
-        fail_call(c, err.code, err.message);
+    hand_over(w, c, http_request_path(req), msg, msg_len, deadline);
+}
+
+/* ---- translated routes ---------------------------------------------------------------------- */
+
+static void handle_translated(void *ctx, const http_request *req, http_response *resp) {
+    translated_route *r = ctx;
+    rpcweb_call *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        http_response_error(resp, req, 500, "out of memory");
+        return;
+    }
+    c->protocol = PLAIN_HTTP;
+    strata_error err;
+    strata_error_clear(&err);
+    if (r->translate(r->ctx, req, &c->decoded, &err) != 0) {
+        http_response_strata_error(resp, req, &err);
+        call_free(c);
+        return;
+    }
+    c->deferred = http_response_defer(resp);
+    c->request = http_deferred_request(c->deferred);
+    hand_over(r->web, c, r->rpc_method, c->decoded.data, c->decoded.len, INT64_MAX);
+}
+
+int rpcweb_add_translated_route(rpcweb *w, const char *http_method, const char *path,
+                                const char *rpc_method, rpcweb_translate_fn translate, void *ctx,
+                                strata_error *err) {
+    if (w->n_routes == MAX_TRANSLATED_ROUTES)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "more than %d translated routes",
+                                MAX_TRANSLATED_ROUTES);
+    translated_route *r = calloc(1, sizeof *r);
+    if (r == NULL || (r->rpc_method = strdup(rpc_method)) == NULL) {
+        free(r);
+        return strata_error_oom(err);
+    }
+    r->web = w;
+    r->translate = translate;
+    r->ctx = ctx;
+    w->routes[w->n_routes++] = r;
+    return http_server_route(w->http, http_method, path, HTTP_MATCH_EXACT, handle_translated, r,
+                             err);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
@@ -411,6 +487,7 @@ int rpcweb_new(http_server *http, rpc_server *rpc, rpcweb **out, strata_error *e
     rpcweb *w = calloc(1, sizeof *w);
     if (w == NULL)
         return strata_error_oom(err);
+    w->http = http;
     w->rpc = rpc;
     if (pthread_rwlock_init(&w->lock, NULL) != 0) {
         free(w);
@@ -468,6 +545,10 @@ void rpcweb_free(rpcweb *w) {
         return;
     for (size_t i = 0; i < w->n_prefixes; i++)
         free(w->prefixes[i]);
+    for (size_t i = 0; i < w->n_routes; i++) {
+        free(w->routes[i]->rpc_method);
+        free(w->routes[i]);
+    }
     pthread_rwlock_destroy(&w->lock);
     free(w);
 }

@@ -25,6 +25,13 @@
  * happened in the HTTP server (http_server_options.auth), as the gRPC server does it for gRPC. A
  * deadline comes from grpc-timeout (gRPC-Web) or connect-timeout-ms (Connect).
  *
+ * Translated routes serve plain-HTTP APIs older than gRPC (Pyroscope's POST /ingest) with a gRPC
+ * method's own handler: the route's translate function, on an HTTP handler thread, turns the
+ * request into the method's request message; the call then runs as any bridged call (request
+ * headers as metadata, no deadline), and the answer is 200 with an empty body when it succeeds,
+ * otherwise the HTTP status for its code (http_status_from_strata) with its message. A failed
+ * translation is answered the same way, without a call.
+ *
  * Lifecycle: rpcweb_new after the rpc_server's methods are registered and before http_server_start;
  * rpcweb_close before rpc_server_shutdown (calls arriving after it get UNAVAILABLE, and none is
  * between its check and the rpc server); rpcweb_free after http_server_stop.
@@ -45,6 +52,15 @@ int rpcweb_new(http_server *http, rpc_server *rpc, rpcweb **out, strata_error *e
  * types); the array must outlive w. */
 void rpcweb_set_json_services(rpcweb *w, const ProtobufCServiceDescriptor *const *services,
                               size_t n);
+/* Builds the request message for a translated route into message; -1 with the error to answer. May
+ * block (it runs on an HTTP handler thread). */
+typedef int (*rpcweb_translate_fn)(void *ctx, const http_request *req, strata_buffer *message,
+                                   strata_error *err);
+/* POST (or http_method) at path, an exact route, answered by rpc_method after translate. Call
+ * after rpcweb_new and before http_server_start; ctx must outlive w. */
+int rpcweb_add_translated_route(rpcweb *w, const char *http_method, const char *path,
+                                const char *rpc_method, rpcweb_translate_fn translate, void *ctx,
+                                strata_error *err);
 void rpcweb_close(rpcweb *w);
 void rpcweb_free(rpcweb *w);
 

@@ -15,6 +15,7 @@
 #include "common/tenant.h"
 #include "debuginfo_service.h"
 #include "push_api.h"
+#include "pyroscope_ingest.h"
 #include "write_limits.h"
 #include "write_raw.h"
 
@@ -309,6 +310,28 @@ static void http_agents(void *ctx, const http_request *req, http_response *resp)
 int ingester_register_http(ingester *ing, http_server *server, strata_error *err) {
     return http_server_route(server, "GET", "/api/v1/agents", HTTP_MATCH_EXACT, http_agents, ing,
                              err);
+}
+
+/* Pyroscope's /ingest: the query and body as the WriteRawRequest they mean. */
+static int translate_ingest(void *ctx, const http_request *req, strata_buffer *message,
+                            strata_error *err) {
+    const ingester *ing = ctx;
+    size_t len = 0;
+    pyroscope_ingest_params p = {.name = http_request_query(req, "name"),
+                                 .from = http_request_query(req, "from"),
+                                 .until = http_request_query(req, "until"),
+                                 .sample_rate = http_request_query(req, "sampleRate"),
+                                 .spy_name = http_request_query(req, "spyName"),
+                                 .format = http_request_query(req, "format"),
+                                 .content_type = http_request_header(req, "content-type")};
+    p.body = http_request_body(req, &len);
+    p.body_len = len;
+    return pyroscope_ingest_to_write_raw(&p, &ing->limits, strata_now_ns(), message, err);
+}
+
+int ingester_register_web(ingester *ing, rpcweb *web, strata_error *err) {
+    return rpcweb_add_translated_route(web, "POST", "/ingest", INGESTER_WRITE_RAW_METHOD,
+                                       translate_ingest, ing, err);
 }
 
 static int create_metrics(ingester *ing, strata_error *err) {

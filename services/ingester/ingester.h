@@ -36,6 +36,7 @@
 #include "limits/limits.h"
 #include "metrics/metrics.h"
 #include "rpc/rpc.h"
+#include "rpcweb/rpcweb.h"
 
 #define INGESTER_WRITE_RAW_METHOD "/parca.profilestore.v1alpha1.ProfileStoreService/WriteRaw"
 #define INGESTER_AGENTS_METHOD "/parca.profilestore.v1alpha1.AgentsService/Agents"
@@ -75,6 +76,9 @@ void ingester_set_block_listener(ingester *ing,
 int ingester_register(ingester *ing, rpc_server *server, strata_error *err);
 /* Serves GET /api/v1/agents (JSON) on server (before it starts). */
 int ingester_register_http(ingester *ing, http_server *server, strata_error *err);
+/* Serves Pyroscope's POST /ingest (pyroscope_ingest.h) through web, as WriteRaw calls of the rpc
+ * server ingester_register filled (after rpcweb_new, before the HTTP server starts). */
+int ingester_register_web(ingester *ing, rpcweb *web, strata_error *err);
 int ingester_start(ingester *ing, strata_error *err);
 /* Replaces the per-tenant limits with config's `limits` and `overrides` (a reload; other keys are
  * ignored): tenants keep their active series and tokens (limits_apply). Safe while serving. */

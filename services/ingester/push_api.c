@@ -11,6 +11,7 @@
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
 #include "push/v1/push.pb-c.h"
 #include "push_api.h"
+#include "pyroscope_ingest.h"
 
 typedef Parca__Profilestore__V1alpha1__RawProfileSeries parca_series;
 typedef Parca__Profilestore__V1alpha1__LabelSet parca_label_set;
@@ -64,6 +65,7 @@ static int translate(const Push__V1__PushRequest *push, translation *t,
         set->n_labels = in->n_labels;
         for (size_t k = 0; k < in->n_labels; k++, l++) {
             t->labels[l] = (parca_label)PARCA__PROFILESTORE__V1ALPHA1__LABEL__INIT;
+            pyroscope_sanitize_label_name(in->labels[k]->name); /* as /ingest */
             t->labels[l].name = in->labels[k]->name;
             t->labels[l].value = in->labels[k]->value;
             t->label_ptrs[l] = &t->labels[l];
