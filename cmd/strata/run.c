@@ -50,6 +50,7 @@
 #include "rpc/rpc.h"
 #include "parca/debuginfo/v1alpha1/debuginfo.pb-c.h"
 #include "push/v1/push.pb-c.h"
+#include "querier/v1/querier.pb-c.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
 #include "parca/query/v1alpha1/query.pb-c.h"
 #include "parca/scrape/v1alpha1/scrape.pb-c.h"
@@ -667,6 +668,7 @@ static int runtime_start(runtime *rt, strata_error *err) {
         &parca__scrape__v1alpha1__scrape_service__descriptor,
         &parca__debuginfo__v1alpha1__debuginfo_service__descriptor,
         &push__v1__pusher_service__descriptor,
+        &querier__v1__querier_service__descriptor,
         &strata__querier__v1__peer_service__descriptor,
     };
     if (rt->web != NULL)

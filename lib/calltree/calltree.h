@@ -449,6 +449,9 @@ typedef struct calltree_report_options {
  *
  * Other report types: UNIMPLEMENTED with a message naming the type.
  */
+/* REPORT_TYPE_PPROF's profile alone (gzipped or not), appended to out. */
+int calltree_encode_pprof(const calltree *tree, const calltree_report_options *opts, bool gzip,
+                          strata_buffer *out, strata_error *err);
 int calltree_encode_query_response(const calltree *tree,
                                    Parca__Query__V1alpha1__QueryRequest__ReportType report_type,
                                    const calltree_report_options *opts, strata_buffer *out,
@@ -475,6 +478,12 @@ int calltree_encode_query_response(const calltree *tree,
  */
 int calltree_write_flamebearer_json(const calltree *tree, const calltree_report_options *opts,
                                     json_writer *w, strata_error *err);
+
+/* The same names and levels as Pyroscope's querier.v1.FlameGraph message (its fields: names = 1,
+ * levels = 2 as Level{values = 1, packed}, total = 3, max_self = 4), or FlameGraphDiff for a diff
+ * tree (also leftTicks = 5: side A's total, rightTicks = 6: side B's), appended to out. */
+int calltree_encode_pyroscope_flamegraph(const calltree *tree, const calltree_report_options *opts,
+                                         strata_buffer *out, strata_error *err);
 
 /*
  * Writes one JSON object to w: {"unit":u,"total":root cumulative,"rows_total":n,"rows":[row...]},

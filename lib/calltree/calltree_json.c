@@ -1,6 +1,7 @@
 /*
  * calltree_json.c - JSON reports for the web UI and curl: Pyroscope's flamebearer and a
- * per-function table. See calltree.h for the exact shapes.
+ * per-function table; the flamebearer's levels also as Pyroscope's protobuf FlameGraph (its query
+ * API). See calltree.h for the exact shapes.
  *
  * Flamebearer layout: a node's x is its parent's x plus the totals of the siblings before it (all
  * of them, trimmed or not), computed per side in one forward pass over node ids (parents come
@@ -8,6 +9,7 @@
  * a level.
  */
 #include "calltree/calltree_internal.h"
+#include "common/protobuf_writer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,33 +143,52 @@ static uint32_t node_name_index(const flamebearer *fb, uint32_t v) {
     return fb->name_index[fb->t->frame_label[fb->t->frame[v]]];
 }
 
-static void write_level(const flamebearer *fb, json_writer *w, uint32_t d, int64_t *max_self) {
+/* The values of level d, left to right: 4 per node ([x delta, total, self, name index]), 7 for a
+ * diff tree (side A's three first); into vals (room for 7 per node of the level). Returns how many;
+ * raises *max_self to the level's largest self. */
+static size_t level_values(const flamebearer *fb, uint32_t d, int64_t *vals, int64_t *max_self) {
     const calltree *t = fb->t;
     int64_t end = 0, end_base = 0;
-    json_begin_array(w);
+    size_t n = 0;
     for (uint32_t i = fb->level_offset[d]; i < fb->level_offset[d + 1]; i++) {
         uint32_t v = fb->level_of[i];
         if (t->diff) {
-            json_int(w, fb->x_base[v] - end_base);
-            json_int(w, t->total_base[v]);
-            json_int(w, t->self_base[v]);
+            vals[n++] = fb->x_base[v] - end_base;
+            vals[n++] = t->total_base[v];
+            vals[n++] = t->self_base[v];
             end_base = fb->x_base[v] + t->total_base[v];
             if (t->self_base[v] > *max_self)
                 *max_self = t->self_base[v];
         }
-        json_int(w, fb->x[v] - end);
-        json_int(w, t->total[v]);
-        json_int(w, t->self[v]);
-        json_int(w, node_name_index(fb, v));
+        vals[n++] = fb->x[v] - end;
+        vals[n++] = t->total[v];
+        vals[n++] = t->self[v];
+        vals[n++] = node_name_index(fb, v);
         end = fb->x[v] + t->total[v];
         if (t->self[v] > *max_self)
             *max_self = t->self[v];
     }
+    return n;
+}
+
+/* The most nodes any level holds. */
+static size_t widest_level(const flamebearer *fb) {
+    size_t widest = 1;
+    for (uint32_t d = 0; d < fb->n_levels; d++)
+        if (fb->level_offset[d + 1] - fb->level_offset[d] > widest)
+            widest = fb->level_offset[d + 1] - fb->level_offset[d];
+    return widest;
+}
+
+static void write_level(json_writer *w, const int64_t *vals, size_t n) {
+    json_begin_array(w);
+    for (size_t i = 0; i < n; i++)
+        json_int(w, vals[i]);
     json_end_array(w);
 }
 
 static void write_flamebearer(const flamebearer *fb, const calltree_report_options *opts,
-                              json_writer *w) {
+                              int64_t *vals, json_writer *w) {
     const calltree *t = fb->t;
     json_begin_object(w);
     json_key(w, "version");
@@ -184,7 +205,7 @@ static void write_flamebearer(const flamebearer *fb, const calltree_report_optio
     json_begin_array(w);
     int64_t max_self = 0;
     for (uint32_t d = 0; d < fb->n_levels; d++)
-        write_level(fb, w, d, &max_self);
+        write_level(w, vals, level_values(fb, d, vals, &max_self));
     json_end_array(w);
     json_key(w, "numTicks");
     json_int(w, t->total[CALLTREE_ROOT] + (t->diff ? t->total_base[CALLTREE_ROOT] : 0));
@@ -219,8 +240,94 @@ int calltree_write_flamebearer_json(const calltree *t, const calltree_report_opt
     memset(&fb, 0, sizeof fb);
     fb.t = t;
     int rc = flamebearer_build(&fb, opts, err);
+    int64_t *vals = rc == 0 ? malloc(widest_level(&fb) * 7 * sizeof *vals) : NULL;
+    if (rc == 0 && vals == NULL)
+        rc = strata_error_oom(err);
     if (rc == 0)
-        write_flamebearer(&fb, opts, w);
+        write_flamebearer(&fb, opts, vals, w);
+    free(vals);
+    flamebearer_free(&fb);
+    return rc;
+}
+
+/* ---- Pyroscope's querier.v1.FlameGraph / FlameGraphDiff, protobuf ---- */
+
+static int put_varint_field(strata_buffer *out, unsigned field, uint64_t v) {
+    if (v == 0)
+        return 0;
+    return strata_buffer_append_uvarint(out, (uint64_t)field << 3) != 0 ||
+                   strata_buffer_append_uvarint(out, v) != 0
+               ? -1
+               : 0;
+}
+
+static int put_len_field(strata_buffer *out, unsigned field, const void *data, size_t len) {
+    return strata_buffer_append_uvarint(out, (uint64_t)field << 3 | 2) != 0 ||
+                   strata_buffer_append_uvarint(out, len) != 0 ||
+                   strata_buffer_append(out, data, len) != 0
+               ? -1
+               : 0;
+}
+
+/* Level{repeated int64 values = 1} (packed) as field 2 of the flame graph. */
+static int put_level(strata_buffer *out, const int64_t *vals, size_t n) {
+    size_t packed = 0;
+    for (size_t i = 0; i < n; i++)
+        packed += strata_pb_varint_size((uint64_t)vals[i]);
+    size_t level = n > 0 ? strata_pb_len_field_size(1, packed) : 0;
+    if (strata_buffer_append_uvarint(out, 2 << 3 | 2) != 0 ||
+        strata_buffer_append_uvarint(out, level) != 0)
+        return -1;
+    if (n == 0)
+        return 0;
+    if (strata_buffer_append_uvarint(out, 1 << 3 | 2) != 0 ||
+        strata_buffer_append_uvarint(out, packed) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (strata_buffer_append_uvarint(out, (uint64_t)vals[i]) != 0)
+            return -1;
+    return 0;
+}
+
+static int put_flamegraph(const flamebearer *fb, int64_t *vals, strata_buffer *out) {
+    const calltree *t = fb->t;
+    if (put_len_field(out, 1, "total", 5) != 0)
+        return -1;
+    for (size_t i = 1; i < fb->n_names; i++)
+        if (put_len_field(out, 1, calltree_string(t, fb->names[i]),
+                          t->strings.lengths[fb->names[i]]) != 0)
+            return -1;
+    int64_t max_self = 0;
+    for (uint32_t d = 0; d < fb->n_levels; d++)
+        if (put_level(out, vals, level_values(fb, d, vals, &max_self)) != 0)
+            return -1;
+    int64_t total = t->total[CALLTREE_ROOT] + (t->diff ? t->total_base[CALLTREE_ROOT] : 0);
+    if (put_varint_field(out, 3, (uint64_t)total) != 0 ||
+        put_varint_field(out, 4, (uint64_t)max_self) != 0)
+        return -1;
+    if (t->diff && (put_varint_field(out, 5, (uint64_t)t->total_base[CALLTREE_ROOT]) != 0 ||
+                    put_varint_field(out, 6, (uint64_t)t->total[CALLTREE_ROOT]) != 0))
+        return -1;
+    return 0;
+}
+
+int calltree_encode_pyroscope_flamegraph(const calltree *t, const calltree_report_options *opts,
+                                         strata_buffer *out, strata_error *err) {
+    if (calltree_require_finalized(t, err) != 0 || calltree_validate_options(opts, err) != 0)
+        return -1;
+    flamebearer fb;
+    memset(&fb, 0, sizeof fb);
+    fb.t = t;
+    int rc = flamebearer_build(&fb, opts, err);
+    int64_t *vals = rc == 0 ? malloc(widest_level(&fb) * 7 * sizeof *vals) : NULL;
+    if (rc == 0 && vals == NULL)
+        rc = strata_error_oom(err);
+    size_t len = out->len;
+    if (rc == 0 && put_flamegraph(&fb, vals, out) != 0) {
+        out->len = len;
+        rc = strata_error_oom(err);
+    }
+    free(vals);
     flamebearer_free(&fb);
     return rc;
 }

@@ -1708,23 +1708,28 @@ static int build_pprof(const calltree *t, const calltree_report_options *opts, p
     return pprof_add_samples(t, b);
 }
 
+int calltree_encode_pprof(const calltree *t, const calltree_report_options *opts, bool gzip,
+                          strata_buffer *out, strata_error *err) {
+    if (calltree_require_finalized(t, err) != 0 || calltree_validate_options(opts, err) != 0)
+        return -1;
+    pprof_build b;
+    int rc =
+        build_pprof(t, opts, &b) != 0 ? strata_error_oom(err) : pprof_encode(&b.p, gzip, out, err);
+    pprof_build_free(&b);
+    return rc;
+}
+
 static int encode_pprof(const calltree *t, const calltree_report_options *opts, QueryResponse *resp,
                         strata_buffer *out, strata_error *err) {
-    pprof_build b;
     strata_buffer gz = STRATA_BUFFER_INIT;
     int rc = -1;
-    if (build_pprof(t, opts, &b) != 0) {
-        strata_error_oom(err);
-        goto out;
-    }
-    if (pprof_encode(&b.p, true, &gz, err) != 0)
+    if (calltree_encode_pprof(t, opts, true, &gz, err) != 0)
         goto out;
     resp->report_case = PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_PPROF;
     resp->pprof.data = gz.data;
     resp->pprof.len = gz.len;
     rc = pack_response(resp, out, err);
 out:
-    pprof_build_free(&b);
     strata_buffer_free(&gz);
     return rc;
 }

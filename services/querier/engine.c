@@ -1163,8 +1163,9 @@ static int series_from_group(const range_query *q, range_group *g, range_series 
 
 static int query_range_attempt(query_engine *e, const char *tenant, const selector *sel,
                                int64_t start_ns, int64_t end_ns, int64_t step_ns,
-                               const char *const *sum_by, size_t n_sum_by, range_series **out,
-                               size_t *n, query_stats *stats, strata_error *err) {
+                               const char *const *sum_by, size_t n_sum_by, bool sum_every_profile,
+                               range_series **out, size_t *n, query_stats *stats,
+                               strata_error *err) {
     *out = NULL;
     *n = 0;
     memset(stats, 0, sizeof *stats);
@@ -1183,7 +1184,7 @@ static int query_range_attempt(query_engine *e, const char *tenant, const select
                      step_ns,
                      sum_by,
                      n_sum_by,
-                     t->delta,
+                     t->delta || sum_every_profile,
                      strcmp(t->sample_type, "samples") == 0 && strcmp(t->sample_unit, "count") == 0,
                      bucket_of(start_ns, step_ns),
                      0};
@@ -2628,20 +2629,35 @@ int query_labels(query_engine *e, const char *tenant, const char *name, const se
     return rc;
 }
 
-int query_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
-                int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
-                range_series **out, size_t *n, query_stats *stats, strata_error *err) {
+static int run_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
+                     int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
+                     bool sum_every_profile, range_series **out, size_t *n, query_stats *stats,
+                     strata_error *err) {
     int rc = -1;
     query_stats ignored;
     if (stats == NULL)
         stats = &ignored;
     for (int attempt = 0; attempt < QUERY_ATTEMPTS; attempt++) {
-        rc = query_range_attempt(e, tenant, sel, start_ns, end_ns, step_ns, sum_by, n_sum_by, out,
-                                 n, stats, err);
+        rc = query_range_attempt(e, tenant, sel, start_ns, end_ns, step_ns, sum_by, n_sum_by,
+                                 sum_every_profile, out, n, stats, err);
         if (rc == 0 || err->code != STRATA_ABORTED)
             break;
     }
     return rc;
+}
+
+int query_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
+                int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
+                range_series **out, size_t *n, query_stats *stats, strata_error *err) {
+    return run_range(e, tenant, sel, start_ns, end_ns, step_ns, sum_by, n_sum_by, false, out, n,
+                     stats, err);
+}
+
+int query_range_summed(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
+                       int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
+                       range_series **out, size_t *n, query_stats *stats, strata_error *err) {
+    return run_range(e, tenant, sel, start_ns, end_ns, step_ns, sum_by, n_sum_by, true, out, n,
+                     stats, err);
 }
 
 static int run_merge(query_engine *e, const char *tenant, merge_query *q, calltree *tree,

@@ -105,6 +105,12 @@ typedef struct range_series {
 int query_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
                 int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
                 range_series **out, size_t *n, query_stats *stats, strata_error *err);
+/* The same with every type summed as delta types are (Pyroscope's SelectSeries): a gauge's
+ * bucket holds the sum (and count) of all its profiles there, not the earliest one's, and sum_by
+ * groups it too. */
+int query_range_summed(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
+                       int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
+                       range_series **out, size_t *n, query_stats *stats, strata_error *err);
 void query_range_free(range_series *series, size_t n);
 
 typedef struct merge_result {

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "labels/labels.h"
 #include "querier_internal.h"
+#include "common/tenant.h"
 
 /* Bounds of thread counts, intervals and delays (lib/config: CONFIG_DEFINE_BOUNDS). */
 CONFIG_DEFINE_BOUNDS(querier_sync_interval_bounds, CONFIG_DURATION, "10ms", "24h")
@@ -465,6 +466,14 @@ void query_tree_result_free(query_tree_result *r) {
     calltree_free(r->tree);
     profile_type_free(&r->type);
     memset(r, 0, sizeof *r);
+}
+
+int querier_call_tenant(rpc_call *call, strata_tenant *out, strata_error *err) {
+    const char *v = NULL;
+    size_t len = 0;
+    if (!rpc_call_metadata(call, STRATA_TENANT_HEADER, &v, &len))
+        v = NULL;
+    return strata_tenant_from_header(v, len, out, err);
 }
 
 void querier_report_options(const querier *q, const query_tree_result *r,

@@ -5,6 +5,7 @@
 #define STRATA_QUERIER_INTERNAL_H
 
 #include "block_index.h"
+#include "common/tenant.h"
 #include "querier.h"
 #include "peers.h"
 #include "query_pool.h"
@@ -44,6 +45,12 @@ void querier_offload(querier *q, query_pool *pool, rpc_call *call, const uint8_t
                      rpc_sync_handler fn);
 /* PeerService (peer_service.c). */
 int querier_register_peer_service(querier *q, rpc_server *server, strata_error *err);
+
+/* The tenant of a call by the one rule (common/tenant.h): x-scope-orgid, anonymous when absent,
+ * INVALID_ARGUMENT when the value breaks the rule. Resolved before anything is read. */
+int querier_call_tenant(rpc_call *call, strata_tenant *out, strata_error *err);
+/* Pyroscope's querier.v1.QuerierService (pyroscope_api.c). */
+int querier_register_pyroscope_api(querier *q, rpc_server *server, strata_error *err);
 
 /* Counts a finished query and its latency. */
 void querier_observe(querier *q, const char *operation, strata_status code, int64_t start_ns);

@@ -31,15 +31,7 @@ static int64_t ts_to_ns(const timestamp_pb *ts, int64_t fallback) {
     return ts->seconds * STRATA_NS_PER_SEC + ts->nanos;
 }
 
-/* The tenant of a call by the one rule (common/tenant.h): x-scope-orgid, anonymous when absent,
- * INVALID_ARGUMENT when the value breaks the rule. Resolved before anything is read. */
-static int call_tenant(rpc_call *call, strata_tenant *out, strata_error *err) {
-    const char *v = NULL;
-    size_t len = 0;
-    if (!rpc_call_metadata(call, STRATA_TENANT_HEADER, &v, &len))
-        v = NULL;
-    return strata_tenant_from_header(v, len, out, err);
-}
+#define call_tenant querier_call_tenant
 
 static int pack_into(const ProtobufCMessage *msg, strata_buffer *out, strata_error *err) {
     size_t size = protobuf_c_message_get_packed_size(msg);
@@ -845,6 +837,8 @@ int querier_register_grpc(querier *q, rpc_server *server, strata_error *err) {
         return -1;
     if (rpc_server_add_method(server, QUERIER_SERVICE "ShareProfile", async_share_profile, q,
                               err) != 0)
+        return -1;
+    if (querier_register_pyroscope_api(q, server, err) != 0)
         return -1;
     return querier_register_peer_service(q, server, err);
 }
