@@ -680,6 +680,85 @@ static void test_flamebearer_diff(void **state) {
     calltree_free(t);
 }
 
+/* Pyroscope's FlameGraph(Diff) protobuf, read back with a minimal wire reader into the
+ * flamebearer JSON's shape: names, levels, total, max_self, then leftTicks and rightTicks. */
+static uint64_t read_varint(const uint8_t **p, const uint8_t *end) {
+    uint64_t v = 0;
+    assert_true(strata_uvarint_get(p, end, &v));
+    return v;
+}
+
+static char *flamegraph_proto_text(const calltree *t, size_t max_nodes) {
+    calltree_report_options o = {.max_nodes = max_nodes, .unit = "count", .name = "cpu"};
+    strata_buffer b = STRATA_BUFFER_INIT, text = STRATA_BUFFER_INIT;
+    assert_int_equal(calltree_encode_pyroscope_flamegraph(t, &o, &b, NULL), 0);
+    strata_buffer names = STRATA_BUFFER_INIT, levels = STRATA_BUFFER_INIT,
+                  ints = STRATA_BUFFER_INIT;
+    const uint8_t *p = b.data, *end = b.data + b.len;
+    while (p < end) {
+        uint64_t key = read_varint(&p, end);
+        if ((key & 7) == 0) {
+            strata_buffer_appendf(&ints, ";%u=%lld", (unsigned)(key >> 3),
+                                  (long long)read_varint(&p, end));
+            continue;
+        }
+        assert_int_equal(key & 7, 2);
+        uint64_t len = read_varint(&p, end);
+        assert_true(len <= (uint64_t)(end - p));
+        if (key >> 3 == 1) {
+            strata_buffer_appendf(&names, "%s\"%.*s\"", names.len ? "," : "", (int)len, p);
+        } else {
+            assert_int_equal(key >> 3, 2);
+            const uint8_t *q = p, *level_end = p + len;
+            strata_buffer_appendf(&levels, "%s[", levels.len ? "," : "");
+            if (q < level_end) {
+                assert_int_equal(read_varint(&q, level_end), 1 << 3 | 2);
+                uint64_t packed = read_varint(&q, level_end);
+                const uint8_t *packed_end = q + packed;
+                for (int i = 0; q < packed_end; i++)
+                    strata_buffer_appendf(&levels, "%s%lld", i ? "," : "",
+                                          (long long)read_varint(&q, packed_end));
+            }
+            strata_buffer_append_str(&levels, "]");
+        }
+        p += len;
+    }
+    strata_buffer_appendf(&text, "names=[%.*s] levels=[%.*s]%.*s", (int)names.len,
+                          (const char *)names.data, (int)levels.len, (const char *)levels.data,
+                          (int)ints.len, (const char *)ints.data);
+    strata_buffer_free(&b);
+    strata_buffer_free(&names);
+    strata_buffer_free(&levels);
+    strata_buffer_free(&ints);
+    strata_buffer_append_byte(&text, 0);
+    return (char *)text.data;
+}
+
+/* The same names and levels as the flamebearer, as Pyroscope's protobuf messages. */
+static void test_pyroscope_flamegraph(void **state) {
+    (void)state;
+    calltree *t = tree_b();
+    char *text = flamegraph_proto_text(t, 0);
+    assert_string_equal(text, "names=[\"total\",\"main\",\"a\",\"b\",\"c\",\"d\",\"r\"] "
+                              "levels=[[0,11,0,0],[0,11,0,1],[0,5,0,2,0,5,5,5,0,1,0,6],"
+                              "[0,3,3,3,0,2,2,4,5,1,1,6]];3=11;4=5");
+    free(text);
+    text = flamegraph_proto_text(t, 3);
+    assert_string_equal(text, "names=[\"total\",\"main\",\"a\",\"d\"] "
+                              "levels=[[0,11,0,0],[0,11,0,1],[0,5,0,2,0,5,5,3]];3=11;4=5");
+    free(text);
+    calltree_free(t);
+    t = tree_diff(true);
+    text = flamegraph_proto_text(t, 0);
+    assert_string_equal(text,
+                        "names=[\"total\",\"main\",\"a\",\"b\",\"c\",\"d\",\"e\",\"r\"] levels=["
+                        "[0,22,0,0,11,0,0],[0,22,0,0,11,0,1],"
+                        "[0,4,0,0,5,0,2,0,14,14,0,5,5,5,0,4,4,0,0,0,6,0,0,0,0,1,0,7],"
+                        "[0,4,4,0,3,3,3,0,0,0,0,2,2,4,18,0,0,5,1,1,7]];3=33;4=14;5=22;6=11");
+    free(text);
+    calltree_free(t);
+}
+
 /* ---- diff ---- */
 
 static void test_diff_absolute(void **state) {
@@ -1664,6 +1743,7 @@ int main(void) {
         cmocka_unit_test(test_table_json_diff_cut),
         cmocka_unit_test(test_flamebearer),
         cmocka_unit_test(test_flamebearer_diff),
+        cmocka_unit_test(test_pyroscope_flamegraph),
         cmocka_unit_test(test_diff_absolute),
         cmocka_unit_test(test_diff_relative),
         cmocka_unit_test(test_scaling_rounding),

@@ -41,18 +41,6 @@
 
 typedef Querier__V1__LabelPair label_pair_pb;
 
-static int pack(const ProtobufCMessage *msg, strata_buffer *out, strata_error *err) {
-    if (strata_buffer_reserve(out, protobuf_c_message_get_packed_size(msg)) != 0)
-        return strata_error_oom(err);
-    out->len += protobuf_c_message_pack(msg, out->data + out->len);
-    return 0;
-}
-
-static int bad_request(strata_error *err, const char *what) {
-    return strata_error_set(err, STRATA_INVALID_ARGUMENT, "request is not a valid %s protobuf",
-                            what);
-}
-
 static int64_t ms_to_ns(int64_t ms, int64_t when_zero) {
     if (ms == 0)
         return when_zero;
@@ -244,13 +232,14 @@ static void string_list_unique(string_list *l) {
 static int handle_profile_types(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
                                 strata_error *err, void *arg) {
     querier *q = arg;
+    int64_t start = strata_monotonic_ns();
     strata_tenant tenant;
     if (querier_call_tenant(call, &tenant, err) != 0)
         return -1;
     Querier__V1__ProfileTypesRequest *r =
         querier__v1__profile_types_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "ProfileTypesRequest");
+        return querier_bad_request(err, "ProfileTypesRequest");
     type_list types = {0};
     int rc = list_types(q, tenant.name, ms_to_ns(r->start, INT64_MIN), ms_to_ns(r->end, INT64_MAX),
                         &types, err);
@@ -283,7 +272,7 @@ static int handle_profile_types(rpc_call *call, const uint8_t *req, size_t len, 
         Querier__V1__ProfileTypesResponse out = QUERIER__V1__PROFILE_TYPES_RESPONSE__INIT;
         out.profile_types = ptrs;
         out.n_profile_types = n;
-        rc = pack(&out.base, resp, err);
+        rc = querier_pack(&out.base, resp, err);
     }
     for (size_t i = 0; ids != NULL && i < types.n; i++)
         strata_buffer_free(&ids[i]);
@@ -291,6 +280,7 @@ static int handle_profile_types(rpc_call *call, const uint8_t *req, size_t len, 
     free(pts);
     free(ptrs);
     type_list_free(&types);
+    querier_observe(q, "pyroscope_profile_types", rc == 0 ? STRATA_OK : err->code, start);
     return rc;
 }
 
@@ -355,23 +345,24 @@ static int answer_names(const string_list *l, bool values, strata_buffer *resp, 
         Querier__V1__LabelValuesResponse out = QUERIER__V1__LABEL_VALUES_RESPONSE__INIT;
         out.names = l->items;
         out.n_names = l->n;
-        return pack(&out.base, resp, err);
+        return querier_pack(&out.base, resp, err);
     }
     Querier__V1__LabelNamesResponse out = QUERIER__V1__LABEL_NAMES_RESPONSE__INIT;
     out.names = l->items;
     out.n_names = l->n;
-    return pack(&out.base, resp, err);
+    return querier_pack(&out.base, resp, err);
 }
 
 static int handle_label_names(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
                               strata_error *err, void *arg) {
     querier *q = arg;
+    int64_t start = strata_monotonic_ns();
     strata_tenant tenant;
     if (querier_call_tenant(call, &tenant, err) != 0)
         return -1;
     Querier__V1__LabelNamesRequest *r = querier__v1__label_names_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "LabelNamesRequest");
+        return querier_bad_request(err, "LabelNamesRequest");
     matcher_set ms = {0};
     string_list names = {0};
     int rc = parse_matcher_set(r->matchers, r->n_matchers, &ms, err);
@@ -384,18 +375,20 @@ static int handle_label_names(rpc_call *call, const uint8_t *req, size_t len, st
         matcher_set_free(&ms);
     string_list_free(&names);
     querier__v1__label_names_request__free_unpacked(r, NULL);
+    querier_observe(q, "pyroscope_label_names", rc == 0 ? STRATA_OK : err->code, start);
     return rc;
 }
 
 static int handle_label_values(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
                                strata_error *err, void *arg) {
     querier *q = arg;
+    int64_t start = strata_monotonic_ns();
     strata_tenant tenant;
     if (querier_call_tenant(call, &tenant, err) != 0)
         return -1;
     Querier__V1__LabelValuesRequest *r = querier__v1__label_values_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "LabelValuesRequest");
+        return querier_bad_request(err, "LabelValuesRequest");
     matcher_set ms = {0};
     string_list values = {0};
     int rc = 0;
@@ -413,6 +406,7 @@ static int handle_label_values(rpc_call *call, const uint8_t *req, size_t len, s
         matcher_set_free(&ms);
     string_list_free(&values);
     querier__v1__label_values_request__free_unpacked(r, NULL);
+    querier_observe(q, "pyroscope_label_values", rc == 0 ? STRATA_OK : err->code, start);
     return rc;
 }
 
@@ -511,10 +505,14 @@ static int answer_flamegraph(querier *q, const query_tree_result *tr, int64_t ma
     return rc;
 }
 
+/* A stack_trace_selector that selects something (call-site prefixes). */
+static bool selects_stacks(int selector_case, const Querier__V1__StackTraceSelector *s) {
+    return selector_case != 0 && s != NULL && s->n_call_site > 0;
+}
+
 static merge_args stacktraces_args(const Querier__V1__SelectMergeStacktracesRequest *r) {
     return (merge_args){r->profile_typeid, r->label_selector, r->start, r->end,
-                        r->_stack_trace_selector_case != 0 && r->stack_trace_selector != NULL &&
-                            r->stack_trace_selector->n_call_site > 0};
+                        selects_stacks(r->_stack_trace_selector_case, r->stack_trace_selector)};
 }
 
 static int handle_select_merge_stacktraces(rpc_call *call, const uint8_t *req, size_t len,
@@ -527,7 +525,7 @@ static int handle_select_merge_stacktraces(rpc_call *call, const uint8_t *req, s
     Querier__V1__SelectMergeStacktracesRequest *r =
         querier__v1__select_merge_stacktraces_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "SelectMergeStacktracesRequest");
+        return querier_bad_request(err, "SelectMergeStacktracesRequest");
     merge_args a = stacktraces_args(r);
     query_tree_result tr;
     int rc = merge_tree(q, tenant.name, NULL, &a, CALLTREE_GROUP_FUNCTION_NAME, &tr, err);
@@ -548,7 +546,7 @@ static int handle_diff(rpc_call *call, const uint8_t *req, size_t len, strata_bu
         return -1;
     Querier__V1__DiffRequest *r = querier__v1__diff_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "DiffRequest");
+        return querier_bad_request(err, "DiffRequest");
     int rc = 0;
     query_tree_result tr;
     memset(&tr, 0, sizeof tr);
@@ -577,10 +575,9 @@ static int handle_select_merge_profile(rpc_call *call, const uint8_t *req, size_
     Querier__V1__SelectMergeProfileRequest *r =
         querier__v1__select_merge_profile_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "SelectMergeProfileRequest");
+        return querier_bad_request(err, "SelectMergeProfileRequest");
     merge_args a = {r->profile_typeid, r->label_selector, r->start, r->end,
-                    r->_stack_trace_selector_case != 0 && r->stack_trace_selector != NULL &&
-                        r->stack_trace_selector->n_call_site > 0};
+                    selects_stacks(r->_stack_trace_selector_case, r->stack_trace_selector)};
     query_tree_result tr;
     int rc = merge_tree(q, tenant.name, NULL, &a, CALLTREE_GROUP_EXACT, &tr, err);
     if (rc == 0 && calltree_node_count(tr.tree) > 1) { /* none: an empty Profile */
@@ -783,7 +780,7 @@ static int answer_series(const series_set *set, bool average, strata_buffer *res
         Querier__V1__SelectSeriesResponse out = QUERIER__V1__SELECT_SERIES_RESPONSE__INIT;
         out.series = ptrs;
         out.n_series = n;
-        rc = pack(&out.base, resp, err);
+        rc = querier_pack(&out.base, resp, err);
     }
     for (size_t i = 0; i < n; i++) {
         free(pairs != NULL ? pairs[i] : NULL);
@@ -826,10 +823,9 @@ static int handle_select_series(rpc_call *call, const uint8_t *req, size_t len, 
     Querier__V1__SelectSeriesRequest *r =
         querier__v1__select_series_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "SelectSeriesRequest");
+        return querier_bad_request(err, "SelectSeriesRequest");
     merge_args a = {r->profile_typeid, r->label_selector, r->start, r->end,
-                    r->_stack_trace_selector_case != 0 && r->stack_trace_selector != NULL &&
-                        r->stack_trace_selector->n_call_site > 0};
+                    selects_stacks(r->_stack_trace_selector_case, r->stack_trace_selector)};
     int64_t now = strata_now_ns();
     int64_t from = ms_to_ns(r->start, now - SERIES_DEFAULT_WINDOW_NS), to = ms_to_ns(r->end, now);
     int64_t step = r->step > 0 && r->step < 1e9 ? (int64_t)llround(r->step * 1e9) : 0;
@@ -937,7 +933,7 @@ static int answer_label_sets(const series_set *set, strata_buffer *resp, strata_
         Querier__V1__SeriesResponse out = QUERIER__V1__SERIES_RESPONSE__INIT;
         out.labels_set = ptrs;
         out.n_labels_set = set->n;
-        rc = pack(&out.base, resp, err);
+        rc = querier_pack(&out.base, resp, err);
     }
     for (size_t i = 0; pairs != NULL && i < set->n; i++) {
         free(pairs[i]);
@@ -957,12 +953,13 @@ static int compare_label_sets(const void *a, const void *b) {
 static int handle_series(rpc_call *call, const uint8_t *req, size_t len, strata_buffer *resp,
                          strata_error *err, void *arg) {
     querier *q = arg;
+    int64_t start = strata_monotonic_ns();
     strata_tenant tenant;
     if (querier_call_tenant(call, &tenant, err) != 0)
         return -1;
     Querier__V1__SeriesRequest *r = querier__v1__series_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "SeriesRequest");
+        return querier_bad_request(err, "SeriesRequest");
     int64_t now = strata_now_ns();
     int64_t from = ms_to_ns(r->start, now - SERIES_DEFAULT_WINDOW_NS), to = ms_to_ns(r->end, now);
     matcher_set ms = {0};
@@ -985,6 +982,7 @@ static int handle_series(rpc_call *call, const uint8_t *req, size_t len, strata_
     if (ms.sels != NULL)
         matcher_set_free(&ms);
     querier__v1__series_request__free_unpacked(r, NULL);
+    querier_observe(q, "pyroscope_series_labels", rc == 0 ? STRATA_OK : err->code, start);
     return rc;
 }
 
@@ -1012,7 +1010,7 @@ static int handle_profile_stats(rpc_call *call, const uint8_t *req, size_t len, 
             out.newest_profile_time = m->max_time_ms - 1; /* max_time is exclusive */
     }
     block_index_release_all(q->index, blocks, n);
-    return pack(&out.base, resp, err);
+    return querier_pack(&out.base, resp, err);
 }
 
 /* ---- registration ------------------------------------------------------------------------- */

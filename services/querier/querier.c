@@ -468,6 +468,19 @@ void query_tree_result_free(query_tree_result *r) {
     memset(r, 0, sizeof *r);
 }
 
+int querier_pack(const ProtobufCMessage *msg, strata_buffer *out, strata_error *err) {
+    size_t size = protobuf_c_message_get_packed_size(msg);
+    if (strata_buffer_reserve(out, size) != 0)
+        return strata_error_oom(err);
+    out->len += protobuf_c_message_pack(msg, out->data + out->len);
+    return 0;
+}
+
+int querier_bad_request(strata_error *err, const char *what) {
+    return strata_error_set(err, STRATA_INVALID_ARGUMENT, "request is not a valid %s protobuf",
+                            what);
+}
+
 int querier_call_tenant(rpc_call *call, strata_tenant *out, strata_error *err) {
     const char *v = NULL;
     size_t len = 0;

@@ -49,6 +49,10 @@ int querier_register_peer_service(querier *q, rpc_server *server, strata_error *
 /* The tenant of a call by the one rule (common/tenant.h): x-scope-orgid, anonymous when absent,
  * INVALID_ARGUMENT when the value breaks the rule. Resolved before anything is read. */
 int querier_call_tenant(rpc_call *call, strata_tenant *out, strata_error *err);
+/* Appends msg packed to out. */
+int querier_pack(const ProtobufCMessage *msg, strata_buffer *out, strata_error *err);
+/* INVALID_ARGUMENT: "request is not a valid <what> protobuf". */
+int querier_bad_request(strata_error *err, const char *what);
 /* Pyroscope's querier.v1.QuerierService (pyroscope_api.c). */
 int querier_register_pyroscope_api(querier *q, rpc_server *server, strata_error *err);
 

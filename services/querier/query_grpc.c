@@ -33,19 +33,6 @@ static int64_t ts_to_ns(const timestamp_pb *ts, int64_t fallback) {
 
 #define call_tenant querier_call_tenant
 
-static int pack_into(const ProtobufCMessage *msg, strata_buffer *out, strata_error *err) {
-    size_t size = protobuf_c_message_get_packed_size(msg);
-    if (strata_buffer_reserve(out, size) != 0)
-        return strata_error_oom(err);
-    out->len += protobuf_c_message_pack(msg, out->data + out->len);
-    return 0;
-}
-
-static int bad_request(strata_error *err, const char *what) {
-    return strata_error_set(err, STRATA_INVALID_ARGUMENT, "request is not a valid %s protobuf",
-                            what);
-}
-
 /* Parses each match string into sels (an empty string selects all). */
 static int parse_matchers(char **match, size_t n, selector **out, size_t *n_out,
                           strata_error *err) {
@@ -84,7 +71,7 @@ static int handle_profile_types(rpc_call *call, const uint8_t *req, size_t len, 
     Parca__Query__V1alpha1__ProfileTypesRequest *r =
         parca__query__v1alpha1__profile_types_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "ProfileTypesRequest");
+        return querier_bad_request(err, "ProfileTypesRequest");
     int64_t from = r->_start_case ? ts_to_ns(r->start, TIME_MIN) : TIME_MIN;
     int64_t to = r->_end_case ? ts_to_ns(r->end, TIME_MAX) : TIME_MAX;
     parca__query__v1alpha1__profile_types_request__free_unpacked(r, NULL);
@@ -110,7 +97,7 @@ static int handle_profile_types(rpc_call *call, const uint8_t *req, size_t len, 
             PARCA__QUERY__V1ALPHA1__PROFILE_TYPES_RESPONSE__INIT;
         out.n_types = n;
         out.types = ptrs;
-        rc = pack_into(&out.base, resp, err);
+        rc = querier_pack(&out.base, resp, err);
     }
     free(pts);
     free(ptrs);
@@ -157,7 +144,7 @@ static int handle_labels(rpc_call *call, const uint8_t *req, size_t len, strata_
     Parca__Query__V1alpha1__LabelsRequest *r =
         parca__query__v1alpha1__labels_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "LabelsRequest");
+        return querier_bad_request(err, "LabelsRequest");
     labels_args a = {
         r->match, r->n_match, r->start, r->end, r->_profile_type_case ? r->profile_type : NULL,
         NULL};
@@ -169,7 +156,7 @@ static int handle_labels(rpc_call *call, const uint8_t *req, size_t len, strata_
         Parca__Query__V1alpha1__LabelsResponse out = PARCA__QUERY__V1ALPHA1__LABELS_RESPONSE__INIT;
         out.n_label_names = n;
         out.label_names = names;
-        rc = pack_into(&out.base, resp, err);
+        rc = querier_pack(&out.base, resp, err);
     }
     query_strings_free(names, n);
     querier_observe(q, "labels", rc == 0 ? STRATA_OK : err->code, start);
@@ -186,7 +173,7 @@ static int handle_values(rpc_call *call, const uint8_t *req, size_t len, strata_
     Parca__Query__V1alpha1__ValuesRequest *r =
         parca__query__v1alpha1__values_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "ValuesRequest");
+        return querier_bad_request(err, "ValuesRequest");
     int rc = 0;
     char **values = NULL;
     size_t n = 0;
@@ -203,7 +190,7 @@ static int handle_values(rpc_call *call, const uint8_t *req, size_t len, strata_
         Parca__Query__V1alpha1__ValuesResponse out = PARCA__QUERY__V1ALPHA1__VALUES_RESPONSE__INIT;
         out.n_label_values = n;
         out.label_values = values;
-        rc = pack_into(&out.base, resp, err);
+        rc = querier_pack(&out.base, resp, err);
     }
     query_strings_free(values, n);
     querier_observe(q, "values", rc == 0 ? STRATA_OK : err->code, start);
@@ -230,7 +217,7 @@ static int handle_query_range(rpc_call *call, const uint8_t *req, size_t len, st
     Parca__Query__V1alpha1__QueryRangeRequest *r =
         parca__query__v1alpha1__query_range_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "QueryRangeRequest");
+        return querier_bad_request(err, "QueryRangeRequest");
     selector sel;
     range_series *series = NULL;
     size_t n = 0;
@@ -423,7 +410,7 @@ static int answer_source_exists(querier *q, const char *tenant,
     Parca__Query__V1alpha1__QueryResponse resp = PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__INIT;
     resp.report_case = PARCA__QUERY__V1ALPHA1__QUERY_RESPONSE__REPORT_SOURCE;
     resp.source = &so;
-    return pack_into(&resp.base, out, err);
+    return querier_pack(&resp.base, out, err);
 }
 
 /* ---- Parca's filters, inverted stacks and the sandwich (calltree_view) -------------------- */
@@ -580,7 +567,7 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     if (call_tenant(call, &tenant, &err) != 0)
         goto out;
     if (r == NULL) {
-        bad_request(&err, "QueryRequest");
+        querier_bad_request(&err, "QueryRequest");
         goto out;
     }
     profile_selection a, b;
@@ -724,7 +711,7 @@ static int handle_has_profile_data(rpc_call *call, const uint8_t *req, size_t le
     Parca__Query__V1alpha1__HasProfileDataResponse out =
         PARCA__QUERY__V1ALPHA1__HAS_PROFILE_DATA_RESPONSE__INIT;
     out.has_data = n > 0;
-    return pack_into(&out.base, resp, err);
+    return querier_pack(&out.base, resp, err);
 }
 
 /* ---- ShareProfile: a link to the query's pprof, kept in the bucket ----
@@ -769,7 +756,7 @@ static int handle_share_profile(rpc_call *call, const uint8_t *req, size_t len, 
     Parca__Query__V1alpha1__ShareProfileRequest *r =
         parca__query__v1alpha1__share_profile_request__unpack(NULL, len, req);
     if (r == NULL)
-        return bad_request(err, "ShareProfileRequest");
+        return querier_bad_request(err, "ShareProfileRequest");
     strata_buffer packed = STRATA_BUFFER_INIT, answer = STRATA_BUFFER_INIT;
     Parca__Query__V1alpha1__QueryResponse *qr = NULL;
     char id[STRATA_RANDOM_ID_LEN + 1], link[2048];
@@ -779,7 +766,7 @@ static int handle_share_profile(rpc_call *call, const uint8_t *req, size_t len, 
     } else {
         r->query_request->report_type =
             PARCA__QUERY__V1ALPHA1__QUERY_REQUEST__REPORT_TYPE__REPORT_TYPE_PPROF;
-        rc = pack_into(&r->query_request->base, &packed, err);
+        rc = querier_pack(&r->query_request->base, &packed, err);
     }
     if (rc == 0)
         rc = handle_query(call, packed.data, packed.len, &answer, err, q);
@@ -797,7 +784,7 @@ static int handle_share_profile(rpc_call *call, const uint8_t *req, size_t len, 
         Parca__Query__V1alpha1__ShareProfileResponse out =
             PARCA__QUERY__V1ALPHA1__SHARE_PROFILE_RESPONSE__INIT;
         out.link = link;
-        rc = pack_into(&out.base, resp, err);
+        rc = querier_pack(&out.base, resp, err);
     }
     if (qr != NULL)
         parca__query__v1alpha1__query_response__free_unpacked(qr, NULL);

@@ -257,6 +257,32 @@ class PyroscopeQuerierTest(unittest.TestCase):
         self.assertLessEqual(r.oldest_profile_time, qc.T0_S * MS)
         self.assertGreaterEqual(r.newest_profile_time, (qc.T0_S + 130) * MS)
 
+    def test_grafana_data_source_calls(self):
+        """The request shapes Grafana's Pyroscope data source sends (its Go client): the health
+        check's ProfileTypes over 1 s to 4 s, LabelNames and LabelValues with the query's
+        selector as the one matcher, SelectSeries with a float step and a limit."""
+        r = self.call("ProfileTypes", pq.ProfileTypesRequest(start=1000, end=4000),
+                      pq.ProfileTypesResponse)
+        self.assertEqual(list(r.profile_types), [])  # answered: the data source is healthy
+        names = self.call("LabelNames", pq.LabelNamesRequest(
+            matchers=['{job="worker"}'], start=START_MS, end=END_MS), pq.LabelNamesResponse).names
+        self.assertEqual([n for n in names if not n.startswith("__")],
+                         ["instance", "job", "pod", "queue"])
+        values = self.call("LabelValues", pq.LabelValuesRequest(
+            name="instance", matchers=["{}"], start=START_MS, end=END_MS),
+            pq.LabelValuesResponse).names
+        self.assertEqual(list(values), ["10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080"])
+        r = self.call("SelectSeries", pq.SelectSeriesRequest(
+            profile_typeID=CPU_ID, label_selector='{job="api"}', start=START_MS, end=END_MS,
+            step=15.0, group_by=[], limit=10), pq.SelectSeriesResponse)
+        self.assertEqual(len(r.series), 1)
+        want = sum(qc.merge_stacks(qc.select(qc.CPU_NANOS,
+                                             lambda ls: ls["job"] == "api")).values())
+        self.assertEqual(sum(p.value for p in r.series[0].points), want)
+        times = [p.timestamp for p in r.series[0].points]
+        self.assertEqual(times, sorted(times))
+        self.assertTrue(all(t % 15000 == 0 for t in times), times)
+
     def test_json_codec(self):
         status, body = self.call_json("SelectMergeStacktraces", {
             "profileTypeID": CPU_ID, "labelSelector": '{pod="worker-1"}',
