@@ -802,14 +802,17 @@ typedef struct range_cell {
     bool several_times; /* profiles at more than one timestamp */
 } range_cell;
 
-/* A group's points: dense (cells[i] is bucket first_bucket + i * step, count 0 while empty; the
- * common case, one array index per profile) when the query has few enough buckets, else sparse
- * (cells in arrival order, found through cell_index). */
+/* A group's points: dense (cells[i] is bucket first_bucket + i * step, in use when bit i of
+ * in_use is set; the common case, one array index per profile) when the query has few enough
+ * buckets, else sparse (cells in arrival order, found through cell_index). Dense cells are not
+ * zeroed when made: a day at 1-minute steps is 1,440 cells (56 KiB) per group and partial, and
+ * zeroing them was a fifth of a range query's CPU; the bitmap is 180 bytes. */
 typedef struct range_group {
     label_set labels;
     uint64_t hash;
     range_cell *cells;
-    size_t n_cells; /* dense: the query's bucket count */
+    uint64_t *in_use; /* dense: one bit per cell */
+    size_t n_cells;   /* dense: the query's bucket count */
     size_t cap_cells;
     bool dense;
     strata_u64_map cell_index; /* sparse: bucket+1 -> cell index (buckets are >= 0 after offset) */
@@ -844,6 +847,7 @@ typedef struct range_partial {
 static void range_group_free(range_group *g) {
     label_set_free(&g->labels);
     free(g->cells);
+    free(g->in_use);
     strata_u64_map_free(&g->cell_index);
 }
 
@@ -907,7 +911,13 @@ static range_group *find_group(range_partial *p, label_set *labels, strata_error
         memset(g, 0, sizeof *g);
         size_t buckets = p->q->n_buckets;
         if (buckets > 0 && p->dense_cells + buckets <= RANGE_DENSE_CELLS) {
-            if ((g->cells = calloc(buckets, sizeof *g->cells)) == NULL) {
+            g->cells = malloc(buckets * sizeof *g->cells);
+            g->in_use = calloc((buckets + 63) / 64, sizeof *g->in_use);
+            if (g->cells == NULL || g->in_use == NULL) {
+                free(g->cells);
+                free(g->in_use);
+                g->cells = NULL;
+                g->in_use = NULL;
                 label_set_free(labels);
                 strata_error_oom(err);
                 return NULL;
@@ -923,6 +933,11 @@ static range_group *find_group(range_partial *p, label_set *labels, strata_error
     }
 }
 
+/* Whether cell i of g holds a point (sparse cells always do). */
+static bool cell_in_use(const range_group *g, size_t i) {
+    return !g->dense || (g->in_use[i / 64] >> (i % 64) & 1);
+}
+
 static range_cell *find_cell(const range_query *q, range_group *g, int64_t time_bucket,
                              strata_error *err) {
     if (g->dense) {
@@ -932,7 +947,9 @@ static range_cell *find_cell(const range_query *q, range_group *g, int64_t time_
             return NULL;
         }
         range_cell *c = &g->cells[i];
-        if (c->count == 0) {
+        if (!(g->in_use[i / 64] >> (i % 64) & 1)) {
+            g->in_use[i / 64] |= (uint64_t)1 << (i % 64);
+            memset(c, 0, sizeof *c);
             c->bucket = time_bucket;
             c->first_time = INT64_MAX;
         }
@@ -1102,9 +1119,9 @@ static int range_partial_merge(range_partial *dst, range_partial *src, bool delt
         if (dg == NULL)
             return -1;
         for (size_t c = 0; c < sg->n_cells; c++) {
+            if (!cell_in_use(sg, c))
+                continue;
             range_cell *sc = &sg->cells[c];
-            if (sc->count == 0)
-                continue; /* an empty dense cell */
             range_cell *dc = find_cell(dst->q, dg, sc->bucket, err);
             if (dc == NULL)
                 return -1;
@@ -1155,7 +1172,7 @@ static int series_from_group(const range_query *q, range_group *g, range_series 
     bool per_ns = strcmp(s->sample_unit, "nanoseconds") == 0;
     size_t n = 0;
     for (size_t c = 0; c < g->n_cells; c++)
-        if (g->cells[c].count > 0)
+        if (cell_in_use(g, c) && g->cells[c].count > 0)
             fill_point(q, &g->cells[c], per_ns, &s->points[n++]);
     s->n_points = n;
     return 0;

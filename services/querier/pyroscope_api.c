@@ -21,8 +21,12 @@
  *     series per group_by value set, all series summed when group_by is empty, every profile in
  *     a step summed (or averaged per profile), gauges too (query_range_summed: Parca's QueryRange
  *     keeps a gauge's earliest profile per step and every series).
+ *   - SelectMergeSpanProfile is SelectMergeStacktraces with one more matcher, on the pprof sample
+ *     label span_id (what OpenTelemetry's profiling integrations attach): span_id=~"id1|id2|...",
+ *     which the engine applies to samples, as any matcher naming a sample label.
  * stack_trace_selector (call-site prefixes, Go PGO) is not supported: INVALID_ARGUMENT says so.
  */
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -418,7 +422,56 @@ typedef struct merge_args {
     const char *label_selector;
     int64_t start_ms, end_ms;
     bool has_stack_selector;
+    char **span_ids; /* SelectMergeSpanProfile: only samples of these spans */
+    size_t n_span_ids;
 } merge_args;
+
+#define SPAN_LABEL "span_id"
+#define MAX_SPAN_ID 64
+
+/* Adds span_id=~"id|id|..." to s (ids hex, lower-cased, so nothing in them is a regex
+ * operator). */
+static int add_span_matcher(split_selector *s, char *const *ids, size_t n, strata_error *err) {
+    strata_buffer re = STRATA_BUFFER_INIT;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(ids[i]);
+        if (len == 0 || len > MAX_SPAN_ID || strspn(ids[i], "0123456789abcdefABCDEF") != len) {
+            strata_buffer_free(&re);
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "span_selector[%zu] \"%.64s\" is not a hex span ID", i, ids[i]);
+        }
+        if (i > 0 && strata_buffer_append_byte(&re, '|') != 0) {
+            strata_buffer_free(&re);
+            return strata_error_oom(err);
+        }
+        for (size_t k = 0; k < len; k++) /* OpenTelemetry writes IDs in lower case */
+            if (strata_buffer_append_byte(&re, (uint8_t)tolower((unsigned char)ids[i][k])) != 0) {
+                strata_buffer_free(&re);
+                return strata_error_oom(err);
+            }
+    }
+    size_t total = s->sel.n_matchers + s->n_type_matchers;
+    label_matcher *grown = realloc(s->sel.matchers, (total + 1) * sizeof *grown);
+    if (grown == NULL || strata_buffer_append_byte(&re, 0) != 0) {
+        if (grown != NULL)
+            s->sel.matchers = grown;
+        strata_buffer_free(&re);
+        return strata_error_oom(err);
+    }
+    s->sel.matchers = grown;
+    /* the type matchers stay last, beyond n_matchers */
+    memmove(&grown[s->sel.n_matchers + 1], &grown[s->sel.n_matchers],
+            s->n_type_matchers * sizeof *grown);
+    int rc = label_matcher_init(&grown[s->sel.n_matchers], SPAN_LABEL, LABEL_MATCH_REGEX,
+                                (const char *)re.data, err);
+    if (rc != 0)
+        memmove(&grown[s->sel.n_matchers], &grown[s->sel.n_matchers + 1],
+                s->n_type_matchers * sizeof *grown);
+    else
+        s->sel.n_matchers++;
+    strata_buffer_free(&re);
+    return rc;
+}
 
 /* The Parca query text for a merge: the resolved type and the selector's label matchers.
  * *found is false (and nothing written) when the window holds no data of the type. */
@@ -435,6 +488,11 @@ static int merge_query(querier *q, const char *tenant, const merge_args *a, int6
         return -1;
     if ((rc = split_parse(a->label_selector, &s, err)) == 0) {
         const profile_type *t = resolve_type(&types, a->type_id, err, &rc);
+        if (t != NULL && a->n_span_ids > 0 &&
+            add_span_matcher(&s, a->span_ids, a->n_span_ids, err) != 0) {
+            rc = -1;
+            t = NULL;
+        }
         if (t != NULL && admits_type(&s, t)) {
             s.sel.has_profile_type = true;
             rc = profile_type_copy(&s.sel.profile_type, t, err);
@@ -447,6 +505,15 @@ static int merge_query(querier *q, const char *tenant, const merge_args *a, int6
     }
     type_list_free(&types);
     return rc;
+}
+
+/* An empty finalized tree (a diff tree when diff). */
+static int empty_tree(query_tree_result *tr, bool diff, strata_error *err) {
+    memset(tr, 0, sizeof *tr);
+    if (calltree_create(&tr->tree, 0, err) != 0)
+        return -1;
+    calltree_set_diff(tr->tree, diff);
+    return calltree_finalize(tr->tree, err);
 }
 
 /* The tree of one merge (or a diff of base against main), grouped as given; *empty when either
@@ -478,12 +545,7 @@ static int merge_tree(querier *q, const char *tenant, const merge_args *base,
         rc = strata_error_set(err, STRATA_NOT_FOUND, "no profiles of the type");
     if (rc != 0 && err->code == STRATA_NOT_FOUND) { /* no data: an empty answer, as Pyroscope */
         query_tree_result_free(tr);
-        memset(tr, 0, sizeof *tr);
-        rc = calltree_create(&tr->tree, 0, err);
-        if (rc == 0 && base != NULL)
-            calltree_set_diff(tr->tree, true);
-        if (rc == 0)
-            rc = calltree_finalize(tr->tree, err);
+        rc = empty_tree(tr, base != NULL, err);
     }
     strata_buffer_free(&text[0]);
     strata_buffer_free(&text[1]);
@@ -510,9 +572,18 @@ static bool selects_stacks(int selector_case, const Querier__V1__StackTraceSelec
     return selector_case != 0 && s != NULL && s->n_call_site > 0;
 }
 
+/* The merge_args of a request with Pyroscope's merge fields (the three Select requests share
+ * their names). */
+#define MERGE_ARGS(r)                                                                              \
+    ((merge_args){.type_id = (r)->profile_typeid,                                                  \
+                  .label_selector = (r)->label_selector,                                           \
+                  .start_ms = (r)->start,                                                          \
+                  .end_ms = (r)->end,                                                              \
+                  .has_stack_selector =                                                            \
+                      selects_stacks((r)->_stack_trace_selector_case, (r)->stack_trace_selector)})
+
 static merge_args stacktraces_args(const Querier__V1__SelectMergeStacktracesRequest *r) {
-    return (merge_args){r->profile_typeid, r->label_selector, r->start, r->end,
-                        selects_stacks(r->_stack_trace_selector_case, r->stack_trace_selector)};
+    return MERGE_ARGS(r);
 }
 
 static int handle_select_merge_stacktraces(rpc_call *call, const uint8_t *req, size_t len,
@@ -534,6 +605,36 @@ static int handle_select_merge_stacktraces(rpc_call *call, const uint8_t *req, s
     query_tree_result_free(&tr);
     querier__v1__select_merge_stacktraces_request__free_unpacked(r, NULL);
     querier_observe(q, "pyroscope_merge", rc == 0 ? STRATA_OK : err->code, start);
+    return rc;
+}
+
+static int handle_select_merge_span_profile(rpc_call *call, const uint8_t *req, size_t len,
+                                            strata_buffer *resp, strata_error *err, void *arg) {
+    querier *q = arg;
+    int64_t start = strata_monotonic_ns();
+    strata_tenant tenant;
+    if (querier_call_tenant(call, &tenant, err) != 0)
+        return -1;
+    Querier__V1__SelectMergeSpanProfileRequest *r =
+        querier__v1__select_merge_span_profile_request__unpack(NULL, len, req);
+    if (r == NULL)
+        return querier_bad_request(err, "SelectMergeSpanProfileRequest");
+    merge_args a = {.type_id = r->profile_typeid,
+                    .label_selector = r->label_selector,
+                    .start_ms = r->start,
+                    .end_ms = r->end,
+                    .span_ids = r->span_selector,
+                    .n_span_ids = r->n_span_selector};
+    query_tree_result tr;
+    memset(&tr, 0, sizeof tr);
+    int rc = r->n_span_selector == 0 /* no span: no samples */
+                 ? empty_tree(&tr, false, err)
+                 : merge_tree(q, tenant.name, NULL, &a, CALLTREE_GROUP_FUNCTION_NAME, &tr, err);
+    if (rc == 0)
+        rc = answer_flamegraph(q, &tr, r->_max_nodes_case ? r->max_nodes : 0, resp, err);
+    query_tree_result_free(&tr);
+    querier__v1__select_merge_span_profile_request__free_unpacked(r, NULL);
+    querier_observe(q, "pyroscope_span_merge", rc == 0 ? STRATA_OK : err->code, start);
     return rc;
 }
 
@@ -576,8 +677,7 @@ static int handle_select_merge_profile(rpc_call *call, const uint8_t *req, size_
         querier__v1__select_merge_profile_request__unpack(NULL, len, req);
     if (r == NULL)
         return querier_bad_request(err, "SelectMergeProfileRequest");
-    merge_args a = {r->profile_typeid, r->label_selector, r->start, r->end,
-                    selects_stacks(r->_stack_trace_selector_case, r->stack_trace_selector)};
+    merge_args a = MERGE_ARGS(r);
     query_tree_result tr;
     int rc = merge_tree(q, tenant.name, NULL, &a, CALLTREE_GROUP_EXACT, &tr, err);
     if (rc == 0 && calltree_node_count(tr.tree) > 1) { /* none: an empty Profile */
@@ -824,8 +924,7 @@ static int handle_select_series(rpc_call *call, const uint8_t *req, size_t len, 
         querier__v1__select_series_request__unpack(NULL, len, req);
     if (r == NULL)
         return querier_bad_request(err, "SelectSeriesRequest");
-    merge_args a = {r->profile_typeid, r->label_selector, r->start, r->end,
-                    selects_stacks(r->_stack_trace_selector_case, r->stack_trace_selector)};
+    merge_args a = MERGE_ARGS(r);
     int64_t now = strata_now_ns();
     int64_t from = ms_to_ns(r->start, now - SERIES_DEFAULT_WINDOW_NS), to = ms_to_ns(r->end, now);
     int64_t step = r->step > 0 && r->step < 1e9 ? (int64_t)llround(r->step * 1e9) : 0;
@@ -1027,6 +1126,7 @@ OFFLOAD(async_label_values, handle_label_values)
 OFFLOAD(async_series, handle_series)
 OFFLOAD(async_select_merge_stacktraces, handle_select_merge_stacktraces)
 OFFLOAD(async_select_merge_profile, handle_select_merge_profile)
+OFFLOAD(async_select_merge_span_profile, handle_select_merge_span_profile)
 OFFLOAD(async_select_series, handle_select_series)
 OFFLOAD(async_diff, handle_diff)
 OFFLOAD(async_profile_stats, handle_profile_stats)
@@ -1042,6 +1142,7 @@ int querier_register_pyroscope_api(querier *q, rpc_server *server, strata_error 
         {QUERIER_V1 "Series", async_series},
         {QUERIER_V1 "SelectMergeStacktraces", async_select_merge_stacktraces},
         {QUERIER_V1 "SelectMergeProfile", async_select_merge_profile},
+        {QUERIER_V1 "SelectMergeSpanProfile", async_select_merge_span_profile},
         {QUERIER_V1 "SelectSeries", async_select_series},
         {QUERIER_V1 "Diff", async_diff},
         {QUERIER_V1 "GetProfileStats", async_profile_stats},

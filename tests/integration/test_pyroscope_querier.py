@@ -86,12 +86,12 @@ class PyroscopeQuerierTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.local.close()
 
-    def call(self, method, request, response_type):
+    def call(self, method, request, response_type, tenant=TENANT):
         """A Connect unary call with the binary codec, as Grafana's data source makes it."""
         req = urllib.request.Request(
             self.local.http + "/querier.v1.QuerierService/" + method,
             data=request.SerializeToString(),
-            headers={"Content-Type": "application/proto", "X-Scope-OrgID": TENANT})
+            headers={"Content-Type": "application/proto", "X-Scope-OrgID": tenant})
         with urllib.request.urlopen(req, timeout=60) as r:
             self.assertEqual(r.headers["Content-Type"], "application/proto")
             out = response_type()
@@ -237,6 +237,34 @@ class PyroscopeQuerierTest(unittest.TestCase):
             group_by=["job"], step=3600, limit=1), pq.SelectSeriesResponse)
         self.assertEqual([s.labels[0].value for s in r.series], ["worker"])
 
+    def test_select_merge_span_profile(self):
+        """Samples labelled with span_id (as OpenTelemetry's profiling integrations label them)
+        merged for the spans asked for, in a tenant of their own."""
+        b = qc.PprofBuilder([("samples", "count"), ("cpu", "nanoseconds")],
+                            ("cpu", "nanoseconds"), qc.PERIOD, qc.T0, qc.DURATION)
+        for stack, n, span in [(qc.A, 3, "a1b2"), (qc.B, 5, "c3d4"), (qc.D, 7, None)]:
+            b.sample(stack, [n, n * 1000])
+            if span:
+                b.p.sample[-1].label.add(key=b.s("span_id"), str=b.s(span))
+        ps_grpc.ProfileStoreServiceStub(self.local.channel).WriteRaw(
+            qc.write_request([({"__name__": "process_cpu", "service_name": "traced"},
+                               [b.bytes()])]), metadata=[("x-scope-orgid", "spans")], timeout=60)
+
+        def spans(ids, selector="{}"):
+            r = self.call("SelectMergeSpanProfile", pq.SelectMergeSpanProfileRequest(
+                profile_typeID=CPU_ID, label_selector=selector, span_selector=ids,
+                start=START_MS, end=END_MS), pq.SelectMergeSpanProfileResponse, tenant="spans")
+            return flamegraph_stacks(r.flamegraph)
+
+        self.assertEqual(spans(["a1b2"]), {qc.A: 3000})
+        self.assertEqual(spans(["a1b2", "C3D4"], '{service_name="traced"}'),
+                         {qc.A: 3000, qc.B: 5000})
+        self.assertEqual(spans(["c3d4"], '{service_name="other"}'), {})
+        self.assertEqual(spans([]), {})
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            spans(["not-hex|.*"])
+        self.assertEqual(e.exception.code, 400)
+
     def test_diff(self):
         r = self.call("Diff", pq.DiffRequest(
             left=self.merge_request(CPU_ID, '{pod="api-2"}'),
@@ -308,7 +336,7 @@ class PyroscopeQuerierTest(unittest.TestCase):
             "stackTraceSelector": {"callSite": [{"name": "main"}]}})
         self.assertEqual((status, body["code"]), (400, "invalid_argument"))
         self.assertIn("stack_trace_selector", body["message"])
-        status, body = self.call_json("SelectHeatmap", {})
+        status, body = self.call_json("SelectHeatmap", {})  # not served
         self.assertEqual((status, body["code"]), (501, "unimplemented"))
 
 
