@@ -12,6 +12,9 @@
      CPU per query (utime + stime of all its threads, /proc/PID/stat), and the answer's size.
      The same with node_trim_threshold 1 % (Parca's UI trims sub-pixel nodes) for the flame
      graphs. The merge itself is the same in every row; the differences are the reports'.
+  3. The same merge through Grafana Pyroscope's query API as Grafana's data source asks it
+     (Connect, binary codec, on the HTTP port): SelectMergeStacktraces with max_nodes 16384 (the
+     data source's default) and SelectMergeProfile.
 
   /usr/bin/python3 bench/report_grpc.py [--build build-perf] [--minutes 2] [--processes 20]
                                         [--runs 20]
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
@@ -36,6 +40,7 @@ strata_testlib.load_stubs()
 import grpc  # noqa: E402
 from google.protobuf import timestamp_pb2  # noqa: E402
 from parca.query.v1alpha1 import query_pb2 as qpb  # noqa: E402
+from querier.v1 import querier_pb2 as pq  # noqa: E402
 
 REPORTS = ["FLAMEGRAPH_TABLE", "FLAMEGRAPH_ARROW", "TABLE_ARROW", "TOP", "CALLGRAPH", "PPROF",
            "FLAMECHART"]
@@ -99,10 +104,46 @@ def main():
                       f"p99 {percentile(walls, 99):7.1f} ms; server CPU {cpu:7.1f} ms per query; "
                       f"answer {len(answer) / 1e6:7.2f} MB", flush=True)
         channel.close()
+        pyroscope_rows(srv, pod, end_s, args.runs)
     finally:
         if srv is not None:
             srv.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def pyroscope_rows(srv, pod, end_s, runs):
+    """Step 3: the merge through querier.v1.QuerierService over Connect."""
+    type_id = ":".join(TYPE.split(":")[:5])
+    calls = [
+        ("SelectMergeStacktraces", pq.SelectMergeStacktracesRequest(
+            profile_typeID=type_id, label_selector=f'{{pod="{pod}"}}', start=START_UNIX * 1000,
+            end=end_s * 1000, max_nodes=16384)),
+        ("SelectMergeProfile", pq.SelectMergeProfileRequest(
+            profile_typeID=type_id, label_selector=f'{{pod="{pod}"}}', start=START_UNIX * 1000,
+            end=end_s * 1000)),
+    ]
+    for name, msg in calls:
+        body = msg.SerializeToString()
+
+        def call():
+            req = urllib.request.Request(
+                f"{srv.http}/querier.v1.QuerierService/{name}", data=body,
+                headers={"Content-Type": "application/proto", "X-Scope-OrgID": "anonymous"})
+            with urllib.request.urlopen(req, timeout=600) as r:
+                return r.read()
+
+        answer = call()  # warm-up
+        walls = []
+        cpu0 = cpu_seconds(srv.proc.pid)
+        for _ in range(runs):
+            t0 = time.monotonic()
+            answer = call()
+            walls.append((time.monotonic() - t0) * 1000)
+        cpu = (cpu_seconds(srv.proc.pid) - cpu0) * 1000 / runs
+        walls.sort()
+        print(f"pyroscope {name:22s}: wall p50 {percentile(walls, 50):7.1f} ms, "
+              f"p99 {percentile(walls, 99):7.1f} ms; server CPU {cpu:7.1f} ms per query; "
+              f"answer {len(answer) / 1e6:7.2f} MB", flush=True)
 
 
 if __name__ == "__main__":

@@ -256,8 +256,11 @@ static int handle_profile_types(rpc_call *call, const uint8_t *req, size_t len, 
     size_t n = 0;
     for (size_t i = 0; rc == 0 && i < types.n; i++) {
         const profile_type *t = &types.types[i];
-        if (n > 0 && same_five_parts(t, &types.types[i - 1]))
-            continue; /* delta and not: one Pyroscope type */
+        bool seen = false; /* delta and not: one Pyroscope type */
+        for (size_t k = 0; k < i && !seen; k++)
+            seen = same_five_parts(t, &types.types[k]);
+        if (seen)
+            continue;
         if (type_id(t, &ids[n]) != 0 || strata_buffer_append_byte(&ids[n], 0) != 0) {
             rc = strata_error_oom(err);
             break;
