@@ -232,17 +232,26 @@ static void write_flamebearer(const flamebearer *fb, const calltree_report_optio
     json_end_object(w);
 }
 
+/* Lays out t for opts into fb, with *vals room for the widest level's values; on failure fb
+ * still needs flamebearer_free. */
+static int flamebearer_layout(const calltree *t, const calltree_report_options *opts,
+                              flamebearer *fb, int64_t **vals, strata_error *err) {
+    memset(fb, 0, sizeof *fb);
+    fb->t = t;
+    *vals = NULL;
+    if (calltree_require_finalized(t, err) != 0 || calltree_validate_options(opts, err) != 0 ||
+        flamebearer_build(fb, opts, err) != 0)
+        return -1;
+    if ((*vals = malloc(widest_level(fb) * 7 * sizeof **vals)) == NULL)
+        return strata_error_oom(err);
+    return 0;
+}
+
 int calltree_write_flamebearer_json(const calltree *t, const calltree_report_options *opts,
                                     json_writer *w, strata_error *err) {
-    if (calltree_require_finalized(t, err) != 0 || calltree_validate_options(opts, err) != 0)
-        return -1;
     flamebearer fb;
-    memset(&fb, 0, sizeof fb);
-    fb.t = t;
-    int rc = flamebearer_build(&fb, opts, err);
-    int64_t *vals = rc == 0 ? malloc(widest_level(&fb) * 7 * sizeof *vals) : NULL;
-    if (rc == 0 && vals == NULL)
-        rc = strata_error_oom(err);
+    int64_t *vals;
+    int rc = flamebearer_layout(t, opts, &fb, &vals, err);
     if (rc == 0)
         write_flamebearer(&fb, opts, vals, w);
     free(vals);
@@ -313,15 +322,9 @@ static int put_flamegraph(const flamebearer *fb, int64_t *vals, strata_buffer *o
 
 int calltree_encode_pyroscope_flamegraph(const calltree *t, const calltree_report_options *opts,
                                          strata_buffer *out, strata_error *err) {
-    if (calltree_require_finalized(t, err) != 0 || calltree_validate_options(opts, err) != 0)
-        return -1;
     flamebearer fb;
-    memset(&fb, 0, sizeof fb);
-    fb.t = t;
-    int rc = flamebearer_build(&fb, opts, err);
-    int64_t *vals = rc == 0 ? malloc(widest_level(&fb) * 7 * sizeof *vals) : NULL;
-    if (rc == 0 && vals == NULL)
-        rc = strata_error_oom(err);
+    int64_t *vals;
+    int rc = flamebearer_layout(t, opts, &fb, &vals, err);
     size_t len = out->len;
     if (rc == 0 && put_flamegraph(&fb, vals, out) != 0) {
         out->len = len;
