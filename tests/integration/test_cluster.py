@@ -166,7 +166,11 @@ def metric(http, name):
 
 
 def can_run_agent():
-    return os.geteuid() == 0 and os.path.exists("/sys/kernel/btf/vmlinux")
+    """Root, kernel BTF, and a binary built with the agent (STRATA_AGENT, on by default)."""
+    if os.geteuid() != 0 or not os.path.exists("/sys/kernel/btf/vmlinux"):
+        return False
+    usage = subprocess.run([lib.BINARY], capture_output=True, text=True, timeout=60).stderr
+    return "agent -remote-store" in usage
 
 
 class ClusterTest(unittest.TestCase):
