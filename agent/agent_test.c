@@ -18,6 +18,7 @@
 #include "aggregate.h"
 #include "agent_cli.h"
 #include "common/clock.h"
+#include "demangle.h"
 #include "elfsym.h"
 #include "gopclntab.h"
 #include "ksyms.h"
@@ -597,8 +598,61 @@ static void test_relabel_config(void **state) {
     unlink(path);
 }
 
+/* ---- demangling ---- */
+
+/* What c++filt prints for name, or NULL when c++filt is not installed. */
+static char *cxxfilt(const char *name) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "c++filt '%s' 2>/dev/null", name);
+    FILE *f = popen(cmd, "r");
+    if (f == NULL)
+        return NULL;
+    char line[512];
+    char *got = fgets(line, sizeof line, f);
+    int status = pclose(f);
+    if (got == NULL || status != 0)
+        return NULL;
+    line[strcspn(line, "\n")] = '\0';
+    return strdup(line);
+}
+
+static void test_demangle_as_cxxfilt(void **state) {
+    (void)state;
+    static const char *const cases[][2] = {
+        {"_ZN2ns6Worker4spinEi", "ns::Worker::spin(int)"},
+        {"_ZNSt6vectorIiSaIiEE9push_backERKi",
+         "std::vector<int, std::allocator<int> >::push_back(int const&)"},
+        {"_ZNK3foo3BarIcE3getEv", "foo::Bar<char>::get() const"},
+        {"_ZN3fooplERKS_S1_", "foo::operator+(foo const&, foo const&)"},
+        {"_Znwm", "operator new(unsigned long)"},
+        {"_Z4mainv", "main()"},
+        /* Rust, legacy (Itanium with a hash) and v0: the hash and the crate disambiguator go,
+         * as perf and rustfilt print them (c++filt keeps both: not compared with it) */
+        {"_ZN4core3fmt5write17h0123456789abcdefE", "core::fmt::write"},
+        {"_RNvCs15kBYyAo9fc_7mycrate7example", "mycrate::example"},
+    };
+    size_t n_cases = sizeof cases / sizeof cases[0], n_cxx = n_cases - 2;
+    for (size_t i = 0; i < n_cases; i++) {
+        assert_true(agent_is_mangled(cases[i][0]));
+        char *got = agent_demangle(cases[i][0]);
+        assert_non_null(got);
+        assert_string_equal(got, cases[i][1]);
+        char *filt = cxxfilt(cases[i][0]);
+        if (filt != NULL && i < n_cxx) /* the same as c++filt on this machine */
+            assert_string_equal(got, filt);
+        free(filt);
+        free(got);
+    }
+    /* not mangled, or not understood: left alone */
+    static const char *const plain[] = {"main", "runtime.mallocgc", "_start", "_R", "_Rx", ""};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        assert_null(agent_demangle(plain[i]));
+    assert_null(agent_demangle("_ZN3foo")); /* truncated */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_demangle_as_cxxfilt),
         cmocka_unit_test(test_container_ids),
         cmocka_unit_test(test_maps_and_stat_parsing),
         cmocka_unit_test(test_cpu_list_and_durations),

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/utf8.h"
+#include "demangle.h"
 #include "pprof/pprof.h"
 
 #define KERNEL_MAPPING_KEY 1
@@ -107,13 +108,19 @@ static int user_mapping(builder *b, const agent_mapping *am, const agent_elf *el
     return 0;
 }
 
+/* The function of a symbol name (system_name: as in the symbol table; name: demangled). */
 static int function_for(builder *b, const char *name, uint64_t *id) {
-    int64_t name_id = 0;
-    if (intern(b, name, &name_id) != 0)
+    int64_t system_id = 0, name_id = 0;
+    if (intern(b, name, &system_id) != 0)
         return -1;
-    uint64_t *known = strata_u64_map_get(&b->function_ids, (uint64_t)name_id + 1);
+    uint64_t *known = strata_u64_map_get(&b->function_ids, (uint64_t)system_id + 1);
     if (known != NULL)
         return (*id = *known), 0;
+    char *demangled = agent_demangle(name);
+    int rc = intern(b, demangled != NULL ? demangled : name, &name_id);
+    free(demangled);
+    if (rc != 0)
+        return -1;
     pprof_profile *pr = &b->prof;
     if (grow((void **)&pr->functions, &b->cap_functions, pr->n_functions, sizeof *pr->functions,
              b->err) != 0)
@@ -122,9 +129,9 @@ static int function_for(builder *b, const char *name, uint64_t *id) {
     memset(f, 0, sizeof *f);
     f->id = pr->n_functions + 1;
     f->name = name_id;
-    f->system_name = name_id;
+    f->system_name = system_id;
     pr->n_functions++;
-    if (strata_u64_map_upsert(&b->function_ids, (uint64_t)name_id + 1, f->id, NULL) == NULL)
+    if (strata_u64_map_upsert(&b->function_ids, (uint64_t)system_id + 1, f->id, NULL) == NULL)
         return strata_error_oom(b->err);
     *id = f->id;
     return 0;

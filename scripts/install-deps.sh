@@ -13,6 +13,7 @@ BUILD_PACKAGES=(
   libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev libssl-dev libnng-dev libzstd-dev libyaml-dev zlib1g-dev
   libdeflate-dev libre2-dev  # RE2: label matchers and relabel regexes as Prometheus has them
   libelf-dev libdw-dev libbpf-dev bpftool clang llvm
+  libiberty-dev  # the agent's C++ and Rust demangler (c++filt's)
   nodejs
   golang-go curl  # the demo Go program scripts/start.sh builds, starts and keeps busy
 )

@@ -9,6 +9,8 @@ protobuf stubs and the tests assert ordered frames, kernel frames, labels and sa
   cchain_frameless  same, but GCC gives the leaf no frame: the agent must recover chain_b
   cchain_debuglink  stripped, symbols only in a .gnu_debuglink file beside it
   cchain_buildid    stripped, symbols only under <debug-dir>/.build-id/xx/yyyy.debug
+  cxxchain          C++, main -> ns::Worker::run(double) -> ns::Worker::spin(unsigned long):
+                    names demangled as c++filt prints them, mangled ones as system names
   gohot             Go, stripped (-s -w): main.hotFunction <- main.run <- main.main via .gopclntab
   urandom           reads /dev/urandom: kernel frames under the user stack
 
@@ -100,6 +102,8 @@ class AgentTest(unittest.TestCase):
         cls.bin["cchain_buildid"] = cls.stripped_with_build_id_file(src, w, cls.debug_dir)
         cls.bin["urandom"] = os.path.join(w, "urandom")
         tl.build_c(os.path.join(SRC, "urandom.c"), cls.bin["urandom"])
+        cls.bin["cxxchain"] = os.path.join(w, "cxxchain")
+        tl.build_cxx(os.path.join(SRC, "cxxchain.cpp"), cls.bin["cxxchain"])
         cls.bin["gohot"] = os.path.join(w, "gohot")
         tl.build_go(os.path.join(SRC, "gohot"), cls.bin["gohot"])
         cls.run_loads()
@@ -213,6 +217,18 @@ class AgentTest(unittest.TestCase):
 
     def test_debug_file_by_build_id(self):
         self.assert_chain("cchain_buildid", CHAIN)
+
+    def test_cxx_names_demangled(self):
+        """C++ frames carry c++filt's names, the mangled ones as system names."""
+        self.assert_chain("cxxchain", ["ns::Worker::spin(unsigned long)", "ns::Worker::run(double)",
+                                       "main"])
+        systems = {}
+        for _, p in self.series_of("cxxchain"):
+            s = p.string_table
+            systems.update({s[f.name]: s[f.system_name] for f in p.function})
+        self.assertEqual(systems["ns::Worker::spin(unsigned long)"], "_ZN2ns6Worker4spinEm")
+        self.assertEqual(systems["ns::Worker::run(double)"], "_ZN2ns6Worker3runEd")
+        self.assertEqual(systems["main"], "main")
 
     def test_go_hot_function_from_gopclntab(self):
         self.assert_chain("gohot", ["main.hotFunction", "main.run", "main.main"])

@@ -97,6 +97,11 @@ def build_c(source, output, extra=()):
                     *extra, "-o", output, source], check=True)
 
 
+def build_cxx(source, output):
+    subprocess.run(["g++", "-O1", "-g", "-fno-omit-frame-pointer", "-fno-inline", "-o", output,
+                    source], check=True)
+
+
 def build_go(source_dir, output):
     env = dict(os.environ, HOME=os.path.dirname(output), GOCACHE=output + ".gocache",
                GOFLAGS="-mod=mod", GOPROXY="off", GOTOOLCHAIN="local")
