@@ -424,6 +424,7 @@ static int set_up(agent *a, strata_error *err) {
     if (a->symcache == NULL || agent_aggregator_init(&a->agg, NULL, 0, err) != 0)
         return -1;
     a->agg.fixup = fix_leaf;
+    a->agg.sample_labels = a->o.sample_labels;
     a->agg.fixup_ctx = a;
     if (start_pusher(a, err) != 0 || start_kubepods(a, err) != 0)
         return -1;

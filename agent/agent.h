@@ -55,6 +55,7 @@ typedef struct agent_options {
     const char *kubeconfig; /* Kubernetes labels from this kubeconfig; NULL = in-cluster when
                                KUBERNETES_SERVICE_HOST is set, else none (see kubepods.h) */
     rpc_channel_options push_channel; /* TLS and bearer token of the pushes (lib/rpc) */
+    unsigned sample_labels;           /* AGENT_LABEL_* (aggregate.h); 0 = none */
 } agent_options;
 
 /* Runs until *stop becomes non-zero or run_for_ns passes. Returns 0 after a clean stop, -1 with

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "aggregate.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "push/push.h"
@@ -52,6 +53,35 @@ static int parse_size(const char *text, size_t *out, strata_error *err) {
     return 0;
 }
 
+int agent_parse_sample_labels(const char *list, unsigned *out, strata_error *err) {
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } known[] = {{"thread_id", AGENT_LABEL_THREAD_ID},
+                 {"thread_name", AGENT_LABEL_THREAD_NAME},
+                 {"cpu", AGENT_LABEL_CPU}};
+    unsigned bits = 0;
+    for (const char *p = list; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        bool found = false;
+        for (size_t i = 0; i < sizeof known / sizeof known[0] && !found; i++)
+            if (strlen(known[i].name) == len && strncmp(known[i].name, p, len) == 0) {
+                bits |= known[i].bit;
+                found = true;
+            }
+        if (!found && len > 0)
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "-sample-labels: unknown label \"%.*s\" (thread_id, "
+                                    "thread_name, cpu)",
+                                    (int)(len > 32 ? 32 : len), p);
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    *out = bits;
+    return 0;
+}
+
 static void usage(FILE *out) {
     fprintf(out,
             "usage: strata agent -remote-store HOST:PORT [flags]\n"
@@ -86,6 +116,9 @@ static void usage(FILE *out) {
             "  -push-max-request-bytes N   windows ready at once ride in one WriteRaw up to\n"
             "                              this size (default 3 MiB)\n"
             "  -symbol-cache-bytes N       memory for symbol tables (default 6 MiB)\n"
+            "  -sample-labels LIST         per-sample pprof labels, any of thread_id,\n"
+            "                              thread_name, cpu (default none: each multiplies\n"
+            "                              the stacks a profile holds)\n"
             "  -duration DURATION          stop after this long (default: run until signalled)\n"
             "  -log-level LEVEL            debug, info, warn or error\n");
 }
@@ -156,6 +189,8 @@ static int set_flag(agent_options *o, const char *name, const char *value, strat
         o->max_in_flight = (unsigned)v;
     } else if (strcmp(name, "symbol-cache-bytes") == 0)
         return parse_size(value, &o->symbol_cache_bytes, err);
+    else if (strcmp(name, "sample-labels") == 0)
+        return agent_parse_sample_labels(value, &o->sample_labels, err);
     else if (strcmp(name, "sampling-frequency") == 0) {
         size_t v = 0;
         if (parse_size(value, &v, err) != 0 || v == 0 || v > 1000)

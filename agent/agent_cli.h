@@ -36,4 +36,8 @@ int agent_relabel_with_rules(void *rules, label_set *labels, bool *drop, strata_
 /* Parses a Go-style duration ("1h2m3.5s", "250ms", "10s"); -1 (INVALID_ARGUMENT) on bad text. */
 int agent_parse_duration(const char *text, int64_t *out_ns, strata_error *err);
 
+/* Parses -sample-labels: a comma-separated subset of thread_id, thread_name and cpu (or "" for
+ * none) into AGENT_LABEL_* bits (aggregate.h); INVALID_ARGUMENT names an unknown one. */
+int agent_parse_sample_labels(const char *list, unsigned *out, strata_error *err);
+
 #endif

@@ -424,6 +424,118 @@ static void test_aggregate_and_build_profile(void **state) {
     agent_aggregator_free(&a);
 }
 
+/* The value of label key of sample i, or "" when it has none. */
+static const char *sample_label(const pprof_profile *prof, size_t i, const char *key, char *buf,
+                                size_t cap) {
+    const pprof_sample *s = &prof->samples[i];
+    buf[0] = '\0';
+    for (uint32_t l = 0; l < s->label_count; l++) {
+        const pprof_label *lb = &prof->sample_labels[s->label_offset + l];
+        pprof_string k = pprof_string_at(prof, lb->key), v = pprof_string_at(prof, lb->str);
+        if (k.len == strlen(key) && memcmp(k.ptr, key, k.len) == 0)
+            snprintf(buf, cap, "%.*s", (int)v.len, v.ptr);
+    }
+    return buf;
+}
+
+/* Samples of one stack on two threads and two CPUs, with each choice of per-sample labels. */
+static void test_sample_labels(void **state) {
+    (void)state;
+    unsigned bits = 99;
+    strata_error err;
+    assert_int_equal(agent_parse_sample_labels("", &bits, NULL), 0);
+    assert_int_equal(bits, 0); /* the default: none */
+    assert_int_equal(agent_parse_sample_labels("thread_id,cpu", &bits, NULL), 0);
+    assert_int_equal(bits, AGENT_LABEL_THREAD_ID | AGENT_LABEL_CPU);
+    assert_int_equal(agent_parse_sample_labels("thread_id,pid", &bits, &err), -1);
+    assert_non_null(strstr(err.message, "\"pid\""));
+    static const struct {
+        unsigned labels;
+        size_t stacks;
+    } cases[] = {{0, 1},
+                 {AGENT_LABEL_THREAD_ID, 2},
+                 {AGENT_LABEL_CPU, 2},
+                 {AGENT_LABEL_THREAD_NAME, 2},
+                 {AGENT_LABEL_THREAD_ID | AGENT_LABEL_THREAD_NAME | AGENT_LABEL_CPU, 3}};
+    uint64_t pc = (uint64_t)(uintptr_t)&agent_test_known_function + 1;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        agent_aggregator a;
+        assert_int_equal(agent_aggregator_init(&a, NULL, 0, NULL), 0);
+        a.sample_labels = cases[c].labels;
+        /* main thread on CPU 1 (twice), a worker thread on CPU 1, the main thread on CPU 3 */
+        struct agent_sample *s = make_sample(getpid(), pc, 0);
+        s->cpu = 1;
+        assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
+        assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
+        s->tid = (__u32)getpid() + 1;
+        strcpy(s->comm, "worker");
+        assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
+        s->tid = (__u32)getpid();
+        strcpy(s->comm, "agent_test");
+        s->cpu = 3;
+        assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
+        agent_process *p = a.procs[0];
+        assert_int_equal(p->samples, 4);
+        assert_int_equal(p->n_stacks, cases[c].stacks);
+
+        agent_symcache *sc = agent_symcache_new(NULL, NULL);
+        agent_profile_context ctx = {NULL, sc, 1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC,
+                                     STRATA_NS_PER_SEC / 19};
+        strata_buffer out = STRATA_BUFFER_INIT;
+        assert_int_equal(agent_profile_build(&a, p, &ctx, &out, NULL, NULL), 0);
+        pprof_profile prof;
+        assert_int_equal(pprof_decode(out.data, out.len, NULL, &prof, NULL), 0);
+        char want[64], buf[64];
+        for (size_t i = 0; i < prof.n_samples; i++) {
+            const char *tid = sample_label(&prof, i, "thread_id", buf, sizeof buf);
+            if (cases[c].labels & AGENT_LABEL_THREAD_ID)
+                assert_true(strtol(tid, NULL, 10) == getpid() ||
+                            strtol(tid, NULL, 10) == getpid() + 1);
+            else
+                assert_string_equal(tid, "");
+            const char *name = sample_label(&prof, i, "thread_name", buf, sizeof buf);
+            if (cases[c].labels & AGENT_LABEL_THREAD_NAME)
+                assert_true(strcmp(name, "agent_test") == 0 || strcmp(name, "worker") == 0);
+            else
+                assert_string_equal(name, "");
+            const char *cpu = sample_label(&prof, i, "cpu", buf, sizeof buf);
+            if (cases[c].labels & AGENT_LABEL_CPU)
+                assert_true(strcmp(cpu, "1") == 0 || strcmp(cpu, "3") == 0);
+            else
+                assert_string_equal(cpu, "");
+        }
+        if (cases[c].labels ==
+            (AGENT_LABEL_THREAD_ID | AGENT_LABEL_THREAD_NAME | AGENT_LABEL_CPU)) {
+            /* exactly: (main, agent_test, 1) x2, (main+1, worker, 1), (main, agent_test, 3) */
+            int seen = 0;
+            for (size_t i = 0; i < prof.n_samples; i++) {
+                char tid[16], name[16], cpu[16];
+                sample_label(&prof, i, "thread_id", tid, sizeof tid);
+                sample_label(&prof, i, "thread_name", name, sizeof name);
+                sample_label(&prof, i, "cpu", cpu, sizeof cpu);
+                int64_t v = pprof_sample_value(&prof, i, 0);
+                snprintf(want, sizeof want, "%d", (int)getpid());
+                if (strcmp(tid, want) == 0 && strcmp(name, "agent_test") == 0 &&
+                    strcmp(cpu, "1") == 0 && v == 2)
+                    seen |= 1;
+                if (strcmp(tid, want) == 0 && strcmp(name, "agent_test") == 0 &&
+                    strcmp(cpu, "3") == 0 && v == 1)
+                    seen |= 2;
+                snprintf(want, sizeof want, "%d", (int)getpid() + 1);
+                if (strcmp(tid, want) == 0 && strcmp(name, "worker") == 0 &&
+                    strcmp(cpu, "1") == 0 && v == 1)
+                    seen |= 4;
+            }
+            assert_int_equal(seen, 7);
+        }
+        pprof_profile_free(&prof);
+        strata_buffer_free(&out);
+        agent_symcache_free(sc);
+        free(s);
+        agent_aggregator_free(&a);
+    }
+}
+
 static void test_frame_limit_is_counted(void **state) {
     (void)state;
     agent_aggregator a;
@@ -653,6 +765,7 @@ static void test_demangle_as_cxxfilt(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_demangle_as_cxxfilt),
+        cmocka_unit_test(test_sample_labels),
         cmocka_unit_test(test_container_ids),
         cmocka_unit_test(test_maps_and_stat_parsing),
         cmocka_unit_test(test_cpu_list_and_durations),

@@ -3,6 +3,7 @@
  */
 #include "aggregate.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,7 @@ static void process_free(agent_process *p) {
     agent_proc_free(&p->proc);
     label_set_free(&p->labels);
     free(p->stacks);
+    free(p->thread_names);
     strata_u64_map_free(&p->stack_index);
     free(p);
 }
@@ -78,22 +80,36 @@ static agent_process *process_for(agent_aggregator *a, pid_t pid, strata_error *
     return p;
 }
 
-static uint64_t stack_hash(const uint64_t *k, size_t nk, const uint64_t *u, size_t nu) {
-    uint64_t h = strata_hash_bytes(k, nk * sizeof *k, nk);
-    h = strata_hash_combine(h, strata_hash_bytes(u, nu * sizeof *u, nu));
+/* A sample's identity: its frames and the label values that are on (0 / "" otherwise). */
+typedef struct sample_key {
+    const uint64_t *k, *u;
+    size_t nk, nu;
+    uint32_t tid, cpu;
+    const char *thread; /* NUL-terminated, at most AGENT_COMM_LEN - 1 bytes */
+} sample_key;
+
+static uint64_t stack_hash(const sample_key *key) {
+    uint64_t h = strata_hash_bytes(key->k, key->nk * sizeof *key->k, key->nk);
+    h = strata_hash_combine(h, strata_hash_bytes(key->u, key->nu * sizeof *key->u, key->nu));
+    h = strata_hash_combine(h, (uint64_t)key->tid << 32 | key->cpu);
+    if (key->thread[0] != '\0')
+        h = strata_hash_combine(h, strata_hash_bytes(key->thread, strlen(key->thread), 0));
     return h != 0 ? h : 1;
 }
 
-static bool stack_equal(const agent_aggregator *a, const agent_stack *s, const uint64_t *k,
-                        size_t nk, const uint64_t *u, size_t nu) {
+static bool stack_equal(const agent_aggregator *a, const agent_process *p, size_t i,
+                        const sample_key *key) {
+    const agent_stack *s = &p->stacks[i];
     const uint64_t *f = agent_stack_frames(a, s);
-    return s->n_kernel == nk && s->n_user == nu && memcmp(f, k, nk * sizeof *k) == 0 &&
-           memcmp(f + nk, u, nu * sizeof *u) == 0;
+    return s->n_kernel == key->nk && s->n_user == key->nu && s->tid == key->tid &&
+           s->cpu == key->cpu && memcmp(f, key->k, key->nk * sizeof *key->k) == 0 &&
+           memcmp(f + key->nk, key->u, key->nu * sizeof *key->u) == 0 &&
+           (p->thread_names == NULL || strcmp(p->thread_names[i], key->thread) == 0);
 }
 
-static int append_frames(agent_aggregator *a, const uint64_t *k, size_t nk, const uint64_t *u,
-                         size_t nu, uint32_t *offset, strata_error *err) {
-    size_t need = a->n_frames + nk + nu;
+static int append_frames(agent_aggregator *a, const sample_key *key, uint32_t *offset,
+                         strata_error *err) {
+    size_t need = a->n_frames + key->nk + key->nu;
     if (need > a->cap_frames) {
         size_t cap = a->cap_frames ? a->cap_frames * 2 : 4096;
         while (cap < need)
@@ -105,57 +121,75 @@ static int append_frames(agent_aggregator *a, const uint64_t *k, size_t nk, cons
         a->cap_frames = cap;
     }
     *offset = (uint32_t)a->n_frames;
-    memcpy(a->frames + a->n_frames, k, nk * sizeof *k);
-    memcpy(a->frames + a->n_frames + nk, u, nu * sizeof *u);
+    memcpy(a->frames + a->n_frames, key->k, key->nk * sizeof *key->k);
+    memcpy(a->frames + a->n_frames + key->nk, key->u, key->nu * sizeof *key->u);
     a->n_frames = need;
     return 0;
 }
 
-static int new_stack(agent_aggregator *a, agent_process *p, uint64_t key, uint64_t hash,
-                     const uint64_t *k, size_t nk, const uint64_t *u, size_t nu,
-                     strata_error *err) {
-    if (a->n_frames + nk + nu > a->max_frames) {
+/* Room for one more stack (and its thread name when that label is on). */
+static int reserve_stack(const agent_aggregator *a, agent_process *p, strata_error *err) {
+    bool names = (a->sample_labels & AGENT_LABEL_THREAD_NAME) != 0;
+    if (p->n_stacks < p->cap_stacks && (!names || p->thread_names != NULL))
+        return 0;
+    size_t cap = p->n_stacks < p->cap_stacks ? p->cap_stacks
+                 : p->cap_stacks             ? p->cap_stacks * 2
+                                             : 16;
+    agent_stack *grown = realloc(p->stacks, cap * sizeof *grown);
+    if (grown == NULL)
+        return strata_error_oom(err);
+    p->stacks = grown;
+    if (names) {
+        char(*grown_names)[AGENT_COMM_LEN] = realloc(p->thread_names, cap * sizeof *grown_names);
+        if (grown_names == NULL)
+            return strata_error_oom(err);
+        p->thread_names = grown_names;
+    }
+    p->cap_stacks = cap;
+    return 0;
+}
+
+static int new_stack(agent_aggregator *a, agent_process *p, uint64_t map_key, uint64_t hash,
+                     const sample_key *key, strata_error *err) {
+    if (a->n_frames + key->nk + key->nu > a->max_frames) {
         a->stats.over_limit++;
         return 0;
     }
-    if (p->n_stacks == p->cap_stacks) {
-        size_t cap = p->cap_stacks ? p->cap_stacks * 2 : 16;
-        agent_stack *grown = realloc(p->stacks, cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        p->stacks = grown;
-        p->cap_stacks = cap;
-    }
-    agent_stack *s = &p->stacks[p->n_stacks];
-    if (append_frames(a, k, nk, u, nu, &s->frames, err) != 0)
+    if (reserve_stack(a, p, err) != 0)
         return -1;
-    if (strata_u64_map_upsert(&p->stack_index, key, p->n_stacks + 1, NULL) == NULL)
+    agent_stack *s = &p->stacks[p->n_stacks];
+    if (append_frames(a, key, &s->frames, err) != 0)
+        return -1;
+    if (strata_u64_map_upsert(&p->stack_index, map_key, p->n_stacks + 1, NULL) == NULL)
         return strata_error_oom(err);
     s->hash = hash;
     s->count = 1;
-    s->n_kernel = (uint16_t)nk;
-    s->n_user = (uint16_t)nu;
+    s->n_kernel = (uint16_t)key->nk;
+    s->n_user = (uint16_t)key->nu;
+    s->tid = key->tid;
+    s->cpu = key->cpu;
+    if (p->thread_names != NULL)
+        snprintf(p->thread_names[p->n_stacks], AGENT_COMM_LEN, "%s", key->thread);
     p->n_stacks++;
     p->samples++;
     a->stats.samples++;
     return 0;
 }
 
-static int add_stack(agent_aggregator *a, agent_process *p, const uint64_t *k, size_t nk,
-                     const uint64_t *u, size_t nu, strata_error *err) {
-    uint64_t hash = stack_hash(k, nk, u, nu), key = hash;
+static int add_stack(agent_aggregator *a, agent_process *p, const sample_key *key,
+                     strata_error *err) {
+    uint64_t hash = stack_hash(key), map_key = hash;
     for (;;) {
-        uint64_t *index = strata_u64_map_get(&p->stack_index, key);
+        uint64_t *index = strata_u64_map_get(&p->stack_index, map_key);
         if (index == NULL)
-            return new_stack(a, p, key, hash, k, nk, u, nu, err);
-        agent_stack *s = &p->stacks[*index - 1];
-        if (stack_equal(a, s, k, nk, u, nu)) {
-            s->count++;
+            return new_stack(a, p, map_key, hash, key, err);
+        if (stack_equal(a, p, *index - 1, key)) {
+            p->stacks[*index - 1].count++;
             p->samples++;
             a->stats.samples++;
             return 0;
         }
-        key = strata_hash_combine(key, 1) | 1; /* a true collision: probe on */
+        map_key = strata_hash_combine(map_key, 1) | 1; /* a true collision: probe on */
     }
 }
 
@@ -196,7 +230,14 @@ int agent_aggregator_add(agent_aggregator *a, const struct agent_sample *s, stra
     if (a->fixup != NULL && p->have_proc &&
         a->fixup(a->fixup_ctx, &p->proc, s, u, &nu, sizeof u / sizeof *u))
         a->stats.fixups++;
-    return add_stack(a, p, k, nk, u, nu, err);
+    sample_key key = {.k = k,
+                      .nk = nk,
+                      .u = u,
+                      .nu = nu,
+                      .tid = (a->sample_labels & AGENT_LABEL_THREAD_ID) ? s->tid : 0,
+                      .cpu = (a->sample_labels & AGENT_LABEL_CPU) ? s->cpu : 0,
+                      .thread = (a->sample_labels & AGENT_LABEL_THREAD_NAME) ? p->comm : ""};
+    return add_stack(a, p, &key, err);
 }
 
 void agent_aggregator_next_window(agent_aggregator *a) {

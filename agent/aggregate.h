@@ -17,6 +17,11 @@
  *    counted in stats.over_limit, never silently merged into another stack.
  *  - Samples with no frames at all (a kernel thread whose stack could not be read) are kept as a
  *    stack of zero frames, so counts still agree with the number of ticks.
+ *  - Per-sample labels (sample_labels, off by default for their cardinality, as in Parca's
+ *    agent): with AGENT_LABEL_THREAD_ID, _THREAD_NAME or _CPU set, the thread id, the thread's
+ *    name or the CPU of a sample are part of its stack's identity, so the same frames on two
+ *    threads are two stacks; profile_build.c writes them as the pprof sample labels `thread_id`,
+ *    `thread_name` and `cpu`. Thread names are kept only while that label is on.
  *
  * The agent's main loop is the only user; nothing here is thread-safe.
  */
@@ -34,12 +39,19 @@
 #include "labels/labels.h"
 #include "procinfo.h"
 
+/* agent_aggregator.sample_labels */
+#define AGENT_LABEL_THREAD_ID 1u
+#define AGENT_LABEL_THREAD_NAME 2u
+#define AGENT_LABEL_CPU 4u
+
 typedef struct agent_stack {
     uint64_t hash;
     uint64_t count;
     uint32_t frames; /* offset into agent_aggregator.frames */
     uint16_t n_kernel;
     uint16_t n_user;
+    uint32_t tid; /* with AGENT_LABEL_THREAD_ID, else 0 */
+    uint32_t cpu; /* with AGENT_LABEL_CPU, else 0 */
 } agent_stack;
 
 typedef struct agent_process {
@@ -55,6 +67,7 @@ typedef struct agent_process {
     bool maps_reloaded;   /* in this window */
     /* This window's stacks. */
     agent_stack *stacks;
+    char (*thread_names)[AGENT_COMM_LEN]; /* beside stacks, with AGENT_LABEL_THREAD_NAME */
     size_t n_stacks;
     size_t cap_stacks;
     strata_u64_map stack_index; /* hash -> index + 1 (collisions probe with rehash) */
@@ -81,7 +94,8 @@ typedef struct agent_aggregator {
     agent_stack_fixup_fn fixup; /* NULL = none; set after init */
     void *fixup_ctx;
     size_t max_frames;
-    strata_u64_map by_pid; /* pid + 1 -> index + 1 into procs */
+    unsigned sample_labels; /* AGENT_LABEL_*; 0 (none) by default; set after init */
+    strata_u64_map by_pid;  /* pid + 1 -> index + 1 into procs */
     agent_process **procs;
     size_t n_procs;
     size_t cap_procs;

@@ -3,6 +3,7 @@
  */
 #include "profile_build.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -204,6 +205,40 @@ static int add_location(builder *b, uint64_t addr, bool kernel, bool leaf, uint6
     return 0;
 }
 
+/* A string sample label. */
+static int add_label(builder *b, const char *key, const char *value) {
+    pprof_profile *pr = &b->prof;
+    pprof_label *l = &pr->sample_labels[pr->n_sample_labels];
+    memset(l, 0, sizeof *l);
+    if (intern(b, key, &l->key) != 0 || intern(b, value, &l->str) != 0)
+        return -1;
+    pr->n_sample_labels++;
+    return 0;
+}
+
+/* The per-sample labels that are on (aggregate.h) of stack i. */
+static int add_sample_labels(builder *b, const agent_aggregator *a, size_t i, pprof_sample *ps) {
+    const agent_process *p = b->p;
+    const agent_stack *s = &p->stacks[i];
+    ps->label_offset = (uint32_t)b->prof.n_sample_labels;
+    char num[16];
+    if (a->sample_labels & AGENT_LABEL_THREAD_ID) {
+        snprintf(num, sizeof num, "%u", (unsigned)s->tid);
+        if (add_label(b, "thread_id", num) != 0)
+            return -1;
+    }
+    if ((a->sample_labels & AGENT_LABEL_THREAD_NAME) && p->thread_names != NULL &&
+        add_label(b, "thread_name", p->thread_names[i]) != 0)
+        return -1;
+    if (a->sample_labels & AGENT_LABEL_CPU) {
+        snprintf(num, sizeof num, "%u", (unsigned)s->cpu);
+        if (add_label(b, "cpu", num) != 0)
+            return -1;
+    }
+    ps->label_count = (uint32_t)b->prof.n_sample_labels - ps->label_offset;
+    return 0;
+}
+
 static int add_samples(builder *b, const agent_aggregator *a) {
     const agent_process *p = b->p;
     pprof_profile *pr = &b->prof;
@@ -213,7 +248,10 @@ static int add_samples(builder *b, const agent_aggregator *a) {
     pr->samples = calloc(p->n_stacks ? p->n_stacks : 1, sizeof *pr->samples);
     pr->sample_values = calloc(p->n_stacks ? p->n_stacks : 1, sizeof *pr->sample_values);
     pr->sample_location_ids = calloc(total ? total : 1, sizeof *pr->sample_location_ids);
-    if (pr->samples == NULL || pr->sample_values == NULL || pr->sample_location_ids == NULL)
+    pr->sample_labels =
+        calloc(a->sample_labels != 0 ? p->n_stacks * 3 + 1 : 1, sizeof *pr->sample_labels);
+    if (pr->samples == NULL || pr->sample_values == NULL || pr->sample_location_ids == NULL ||
+        pr->sample_labels == NULL)
         return strata_error_oom(b->err);
     for (size_t i = 0; i < p->n_stacks; i++) {
         const agent_stack *s = &p->stacks[i];
@@ -232,6 +270,8 @@ static int add_samples(builder *b, const agent_aggregator *a) {
             pr->sample_location_ids[pr->n_sample_location_ids++] = id;
         }
         pr->sample_values[i] = (int64_t)s->count;
+        if (a->sample_labels != 0 && add_sample_labels(b, a, i, ps) != 0)
+            return -1;
     }
     pr->n_samples = p->n_stacks;
     return 0;
@@ -272,6 +312,7 @@ static void builder_free(builder *b) {
     free(pr->samples);
     free(pr->sample_values);
     free(pr->sample_location_ids);
+    free(pr->sample_labels);
     free(pr->mappings);
     free(pr->locations);
     free(pr->lines);

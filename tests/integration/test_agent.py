@@ -9,6 +9,7 @@ protobuf stubs and the tests assert ordered frames, kernel frames, labels and sa
   cchain_frameless  same, but GCC gives the leaf no frame: the agent must recover chain_b
   cchain_debuglink  stripped, symbols only in a .gnu_debuglink file beside it
   cchain_buildid    stripped, symbols only under <debug-dir>/.build-id/xx/yyyy.debug
+  cchain_threads    cchain on three threads, for the per-sample labels thread_id, thread_name, cpu
   cxxchain          C++, main -> ns::Worker::run(double) -> ns::Worker::spin(unsigned long):
                     names demangled as c++filt prints them, mangled ones as system names
   gohot             Go, stripped (-s -w): main.hotFunction <- main.run <- main.main via .gopclntab
@@ -102,6 +103,8 @@ class AgentTest(unittest.TestCase):
         cls.bin["cchain_buildid"] = cls.stripped_with_build_id_file(src, w, cls.debug_dir)
         cls.bin["urandom"] = os.path.join(w, "urandom")
         tl.build_c(os.path.join(SRC, "urandom.c"), cls.bin["urandom"])
+        cls.bin["cchain_threads"] = os.path.join(w, "cchain_threads")  # run with 3 threads
+        tl.build_c(src, cls.bin["cchain_threads"])
         cls.bin["cxxchain"] = os.path.join(w, "cxxchain")
         tl.build_cxx(os.path.join(SRC, "cxxchain.cpp"), cls.bin["cxxchain"])
         cls.bin["gohot"] = os.path.join(w, "gohot")
@@ -133,8 +136,10 @@ class AgentTest(unittest.TestCase):
     def run_loads(cls):
         # The first push fails (UNAVAILABLE): the agent must retry it.
         cls.server, cls.sink, port = tl.start_sink(fail_first=1)
-        cls.agent = Agent(cls.work, port, "-tenant", "team-a", "-debug-dir", cls.debug_dir)
-        procs = {name: subprocess.Popen([path, "2"], stdout=subprocess.DEVNULL)
+        cls.agent = Agent(cls.work, port, "-tenant", "team-a", "-debug-dir", cls.debug_dir,
+                          "-sample-labels", "thread_id,thread_name,cpu")
+        args = {"cchain_threads": ["2", "3"]}
+        procs = {name: subprocess.Popen([path, *args.get(name, ["2"])], stdout=subprocess.DEVNULL)
                  for name, path in cls.bin.items()}
         cls.pids = {name: p.pid for name, p in procs.items()}
         for p in procs.values():
@@ -217,6 +222,25 @@ class AgentTest(unittest.TestCase):
 
     def test_debug_file_by_build_id(self):
         self.assert_chain("cchain_buildid", CHAIN)
+
+    def test_sample_labels(self):
+        """-sample-labels thread_id,thread_name,cpu: a three-thread process's samples carry its
+        threads' ids (three of them, the main thread's the pid), their name and real CPUs."""
+        tids, names, cpus, total = set(), set(), set(), 0
+        for _, p in self.series_of("cchain_threads"):
+            s = p.string_table
+            for sample in p.sample:
+                labels = {s[lb.key]: s[lb.str] for lb in sample.label}
+                self.assertEqual(sorted(labels), ["cpu", "thread_id", "thread_name"])
+                tids.add(int(labels["thread_id"]))
+                names.add(labels["thread_name"])
+                cpus.add(int(labels["cpu"]))
+                total += sample.value[0]
+        self.assertGreater(total, 30)
+        self.assertEqual(len(tids), 3, tids)
+        self.assertIn(self.pids["cchain_threads"], tids)
+        self.assertEqual(names, {"cchain_threads"[:15]})
+        self.assertTrue(all(0 <= c < os.cpu_count() for c in cpus), cpus)
 
     def test_cxx_names_demangled(self):
         """C++ frames carry c++filt's names, the mangled ones as system names."""
