@@ -23,6 +23,7 @@ static void sleep_ms(long ms) {
 }
 
 static atomic_int running, max_running, ran;
+static atomic_bool gate_open; /* busy tasks wait for it: overlap is a condition, not a timing */
 
 static void busy_task(void *arg) {
     atomic_bool *finished = arg;
@@ -30,7 +31,8 @@ static void busy_task(void *arg) {
     int seen = atomic_load(&max_running);
     while (now > seen && !atomic_compare_exchange_weak(&max_running, &seen, now))
         ;
-    sleep_ms(100); /* long enough that the callers overlap even under valgrind */
+    while (!atomic_load(&gate_open))
+        sleep_ms(1);
     atomic_fetch_sub(&running, 1);
     atomic_fetch_add(&ran, 1);
     atomic_store(finished, true);
@@ -60,6 +62,7 @@ static void test_run_waits_and_threads_bound_concurrency(void **state) {
     atomic_store(&running, 0);
     atomic_store(&max_running, 0);
     atomic_store(&ran, 0);
+    atomic_store(&gate_open, false);
     caller callers[CALLERS];
     pthread_t threads[CALLERS];
     for (int i = 0; i < CALLERS; i++) {
@@ -67,6 +70,16 @@ static void test_run_waits_and_threads_bound_concurrency(void **state) {
         atomic_init(&callers[i].finished, false);
         assert_int_equal(pthread_create(&threads[i], NULL, call_run, &callers[i]), 0);
     }
+    /* Both threads take a task and hold it: wait for that (60 s at most, for loaded machines),
+     * then give a third task, were the bound broken, time to start before opening the gate. */
+    for (int waited = 0; atomic_load(&running) < 2 && waited < 60000; waited++)
+        sleep_ms(1);
+    assert_int_equal(atomic_load(&running), 2);
+    sleep_ms(50);
+    assert_int_equal(atomic_load(&running), 2);
+    for (int i = 0; i < CALLERS; i++) /* nobody returned while the tasks were held */
+        assert_false(atomic_load(&callers[i].finished));
+    atomic_store(&gate_open, true);
     for (int i = 0; i < CALLERS; i++) {
         pthread_join(threads[i], NULL);
         assert_int_equal(callers[i].rc, 0);
