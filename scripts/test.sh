@@ -4,6 +4,7 @@
 #
 #   scripts/test.sh              everything
 #   STRATA_SKIP_ASAN=1 ...       skip the sanitizer build (faster local runs)
+#   STRATA_SKIP_TSAN=1 ...       skip the ThreadSanitizer pass over the unit tests
 #   STRATA_SKIP_VALGRIND=1 ...   skip valgrind over the unit tests
 #   STRATA_SKIP_FUZZ=1 ...       skip the fuzzers
 #   STRATA_FUZZ_SECONDS=N        seconds per fuzz target (default 20)
@@ -51,6 +52,20 @@ if [ -z "${STRATA_SKIP_ASAN:-}" ]; then
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      LSAN_OPTIONS=suppressions="$root/scripts/lsan.supp" \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$jobs" -LE "ui|storage" -E "^(test_agent|test_agent_compaction)$")
+fi
+
+# ThreadSanitizer over the unit tests (the threaded ones: rpc, http, push, the ingester's batcher,
+# the query pool, the engine's workers, the scraper, the compactor). Libraries not built with TSan
+# are suppressed (scripts/tsan.supp); Strata's hand-offs through them are annotated
+# (lib/common/tsan.h). The agent is left out of this build (its BPF needs no second compile).
+if [ -z "${STRATA_SKIP_TSAN:-}" ]; then
+  echo "== ThreadSanitizer build"
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_TSAN=ON -DSTRATA_AGENT=OFF \
+        >/dev/null
+  cmake --build build-tsan -j "$jobs"
+  echo "== unit tests (ThreadSanitizer)"
+  (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$root/scripts/tsan.supp" \
+     ctest --output-on-failure -j "$jobs" -L unit)
 fi
 
 if [ -z "${STRATA_SKIP_FUZZ:-}" ]; then

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/textfile.h"
+#include "common/tsan.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
 
@@ -228,11 +229,13 @@ static void fill_ops(unary_call *u, grpc_op ops[6]) {
 static int run_batch(unary_call *u, strata_error *err) {
     grpc_op ops[6];
     fill_ops(u, ops);
+    strata_tsan_release(u);
     grpc_call_error e = grpc_call_start_batch(u->call, ops, 6, u, NULL);
     if (e != GRPC_CALL_OK)
         return strata_error_set(err, STRATA_INTERNAL, "rpc: cannot start call: %s",
                                 grpc_call_error_to_string(e));
     grpc_event ev = grpc_completion_queue_pluck(u->cq, u, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    strata_tsan_acquire(u);
     if (ev.type != GRPC_OP_COMPLETE)
         return strata_error_set(err, STRATA_INTERNAL, "rpc: completion queue failed");
     return 0;
@@ -318,11 +321,13 @@ int rpc_call_unary(rpc_channel *ch, const char *method, const void *request, siz
 
 /* Runs one batch of ops on u's call and waits for it; *ok: whether grpc says it succeeded. */
 static int run_ops(unary_call *u, const grpc_op *ops, size_t n, bool *ok, strata_error *err) {
+    strata_tsan_release(u);
     grpc_call_error e = grpc_call_start_batch(u->call, ops, n, u, NULL);
     if (e != GRPC_CALL_OK)
         return strata_error_set(err, STRATA_INTERNAL, "rpc: cannot start a batch: %s",
                                 grpc_call_error_to_string(e));
     grpc_event ev = grpc_completion_queue_pluck(u->cq, u, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    strata_tsan_acquire(u);
     if (ev.type != GRPC_OP_COMPLETE)
         return strata_error_set(err, STRATA_INTERNAL, "rpc: completion queue failed");
     *ok = ev.success != 0;

@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/tenant.h"
 #include "common/textfile.h"
+#include "common/tsan.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
 
@@ -216,6 +217,7 @@ static int post_request_slot(rpc_worker *w) {
     rpc_call *c = call_new(w);
     if (c == NULL)
         return -1;
+    strata_tsan_release(&c->tags[TAG_ACCEPTED]);
     grpc_call_error e = grpc_server_request_call(
         w->server->grpc, &c->grpc, &c->details, &c->metadata, w->cq, w->cq, &c->tags[TAG_ACCEPTED]);
     if (e != GRPC_CALL_OK) {
@@ -267,7 +269,9 @@ static void call_send_status(rpc_call *c, strata_status code, const char *messag
     }
     n++;
     c->status = code;
-    grpc_call_error e = grpc_call_start_batch(c->grpc, ops, n, &c->tags[TAG_SENT], NULL);
+    grpc_call *call = c->grpc; /* read before the hand-off: the completion may free c */
+    strata_tsan_release(&c->tags[TAG_SENT]);
+    grpc_call_error e = grpc_call_start_batch(call, ops, n, &c->tags[TAG_SENT], NULL);
     grpc_slice_unref(details);
     if (e != GRPC_CALL_OK)
         call_release(c); /* no completion will come: drop the handler's reference here */
@@ -491,8 +495,9 @@ static int start_close_watch(rpc_call *c) {
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &c->close_cancelled;
-    return grpc_call_start_batch(c->grpc, &op, 1, &c->tags[TAG_CLOSED], NULL) == GRPC_CALL_OK ? 0
-                                                                                              : -1;
+    grpc_call *call = c->grpc;
+    strata_tsan_release(&c->tags[TAG_CLOSED]);
+    return grpc_call_start_batch(call, &op, 1, &c->tags[TAG_CLOSED], NULL) == GRPC_CALL_OK ? 0 : -1;
 }
 
 static void start_receive(rpc_call *c) {
@@ -500,7 +505,9 @@ static void start_receive(rpc_call *c) {
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &c->request_message;
-    if (grpc_call_start_batch(c->grpc, &op, 1, &c->tags[TAG_RECEIVED], NULL) != GRPC_CALL_OK) {
+    grpc_call *call = c->grpc;
+    strata_tsan_release(&c->tags[TAG_RECEIVED]);
+    if (grpc_call_start_batch(call, &op, 1, &c->tags[TAG_RECEIVED], NULL) != GRPC_CALL_OK) {
         grpc_call_cancel(c->grpc, NULL);
         call_release(c);
     }
@@ -597,6 +604,7 @@ static void *worker_main(void *arg) {
         grpc_event ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             return NULL;
+        strata_tsan_acquire(ev.tag);
         if (ev.type == GRPC_OP_COMPLETE)
             handle_event(ev);
     }
