@@ -197,6 +197,19 @@ static void test_damaged_archives(void **state) {
     int rc = source_archive_find(gz.data, gz.len, "/abs/pax/named/file.c", 1 << 20, &out, &err);
     assert_int_equal(rc, -1);
     assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    /* pax records whose length does not cover their own length field (found by the fuzzer:
+     * "1 x" once read past the header's end) */
+    static const char *const short_records[] = {"1 x", "2 path=a\n", "3 4 path=b\n"};
+    for (size_t i = 0; i < sizeof short_records / sizeof short_records[0]; i++) {
+        strata_buffer bad_tar = STRATA_BUFFER_INIT, bad_gz = STRATA_BUFFER_INIT;
+        add_entry(&bad_tar, "PaxHeaders/x", NULL, 'x', short_records[i], strlen(short_records[i]));
+        add_file(&bad_tar, "a.c", "x\n");
+        gzip_of(&bad_tar, &bad_gz);
+        assert_int_equal(source_archive_check(bad_gz.data, bad_gz.len, NULL, &err), -1);
+        assert_non_null(strstr(err.message, "damaged pax header"));
+        strata_buffer_free(&bad_tar);
+        strata_buffer_free(&bad_gz);
+    }
     /* empty input */
     assert_int_equal(source_archive_check(NULL, 0, NULL, &err), -1);
     strata_buffer_free(&out);

@@ -192,7 +192,9 @@ static int pax_path(const char *pax, size_t len, char *name, strata_error *err) 
     for (size_t pos = 0; pos < len;) {
         char *end;
         unsigned long rec = strtoul(pax + pos, &end, 10);
-        if (end == pax + pos || *end != ' ' || rec == 0 || rec > len - pos)
+        /* the record must hold its own length field and the space after it */
+        if (end == pax + pos || *end != ' ' || rec > len - pos ||
+            rec < (size_t)(end + 1 - (pax + pos)))
             return bad(err, "damaged pax header");
         const char *kv = end + 1;
         size_t kv_len = (size_t)(pax + pos + rec - kv);
