@@ -1223,7 +1223,7 @@ static int query_range_attempt(query_engine *e, const char *tenant, const select
     }
     /* the range pass reads the profile pages selection decoded: nothing to keep for it */
     if (engine_select_profiles(e, blocks, n_blocks, sel, start_ns, end_ns, q.selections, skipped,
-                               stats, true, NULL, err) != 0) {
+                               stats, NULL, err) != 0) {
         free(skipped);
         block_selections_free(q.selections, n_blocks);
         block_index_release_all(e->index, blocks, n_blocks);
@@ -2594,6 +2594,26 @@ int engine_merge_outcome(const merge_outcome *o, merge_result *result, strata_er
     return 0;
 }
 
+int engine_select_and_merge(query_engine *e, merge_query *q, indexed_block **blocks,
+                            size_t n_blocks, calltree *tree, merge_outcome *out,
+                            strata_error *err) {
+    bool *skipped = calloc(n_blocks + 1, sizeof *skipped);
+    q->selections = calloc(n_blocks + 1, sizeof *q->selections);
+    readahead_keep keep;
+    readahead_keep_init(&keep, n_blocks);
+    int rc = (skipped && q->selections) ? 0 : strata_error_oom(err);
+    if (rc == 0)
+        rc = engine_select_profiles(e, blocks, n_blocks, q->sel, q->start_ns, q->end_ns,
+                                    q->selections, skipped, &out->stats, &keep, err);
+    if (rc == 0)
+        rc = engine_merge_blocks(e, q, blocks, n_blocks, skipped, tree, out, err);
+    engine_drop_kept_readahead(blocks, n_blocks, &keep);
+    block_selections_free(q->selections, n_blocks);
+    q->selections = NULL;
+    free(skipped);
+    return rc;
+}
+
 static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q, calltree *tree,
                              merge_result *result, strata_error *err) {
     memset(result, 0, sizeof *result);
@@ -2601,24 +2621,11 @@ static int run_merge_attempt(query_engine *e, const char *tenant, merge_query *q
     size_t n_blocks;
     if (block_index_acquire(e->index, tenant, q->start_ns, q->end_ns, &blocks, &n_blocks, err) != 0)
         return -1;
-    bool *skipped = calloc(n_blocks + 1, sizeof *skipped);
-    q->selections = calloc(n_blocks + 1, sizeof *q->selections);
     merge_outcome out = {0};
-    readahead_keep keep;
-    readahead_keep_init(&keep, n_blocks);
-    int rc = (skipped && q->selections) ? 0 : strata_error_oom(err);
-    if (rc == 0)
-        rc = engine_select_profiles(e, blocks, n_blocks, q->sel, q->start_ns, q->end_ns,
-                                    q->selections, skipped, &out.stats, true, &keep, err);
-    if (rc == 0 && engine_fanout_wanted(e, q, n_blocks))
-        rc = engine_fanout_merge(e, tenant, q, blocks, n_blocks, skipped, tree, &out, err);
-    else if (rc == 0)
-        rc = engine_merge_blocks(e, q, blocks, n_blocks, skipped, tree, &out, err);
-    engine_drop_kept_readahead(blocks, n_blocks, &keep);
+    int rc = engine_fanout_wanted(e, q, blocks, n_blocks)
+                 ? engine_fanout_merge(e, tenant, q, blocks, n_blocks, tree, &out, err)
+                 : engine_select_and_merge(e, q, blocks, n_blocks, tree, &out, err);
     block_index_release_all(e->index, blocks, n_blocks);
-    block_selections_free(q->selections, n_blocks);
-    q->selections = NULL;
-    free(skipped);
     if (rc != 0) {
         result->stats = out.stats;
         return rc;

@@ -159,51 +159,45 @@ int query_single_opts(query_engine *e, const char *tenant, const query_options *
 
 /* ---- fan-out: a merge shared out over several queriers (engine_fanout.c) ---------------------
  *
- * The querier that receives a merge (the coordinator) selects the profiles in every block and
- * finds duplicates across all of them (cheap: series and profile tables), then, when the merge is
- * big enough, asks query_fanout.assign who merges each block: itself or a peer. Each peer gets
- * one share (its blocks, with the profiles to leave out of each) and merges it with
- * query_merge_share into a partial tree; meanwhile the coordinator merges its own blocks, then
- * adds the peers' partial trees to its own. The call-tree merge is associative and a frame's
- * fields are reconciled the same way whatever the order (calltree.h), so the answer is the one
- * the coordinator would give alone. A peer that fails (dies, times out, answers an error) or
- * cannot find some of its blocks has them merged by the coordinator after its own share.
+ * The querier that receives a big merge (the coordinator) cuts the query's time range into one
+ * shard per member (itself and its live peers), balanced by the sample rows the blocks' meta.json
+ * declare. Each member selects the profiles of its shard in the blocks the coordinator names,
+ * drops the duplicates among them (a copy of a profile has the same series and time, so it falls
+ * in the same shard) and merges them into a partial tree; the coordinator merges its own shard
+ * meanwhile and then adds the peers' partial trees to its tree. The call-tree merge is
+ * associative and a frame's fields are reconciled the same way whatever the order (calltree.h),
+ * so the answer is the one the coordinator would give alone. A peer that fails (dies, times out,
+ * answers an error) or cannot find one of its blocks has its shard merged by the coordinator.
  */
 
-/* One block of a share. */
-typedef struct merge_share_block {
-    const char *ulid;
-    uint64_t selected;       /* profiles the query selects in it: both sides must agree */
-    const uint32_t *dropped; /* selection indexes of profiles not to count (duplicates) */
-    size_t n_dropped;
-} merge_share_block;
-
+/* One member's shard of a merge. */
 typedef struct merge_share {
     const char *tenant;
-    const char *query; /* the selector's text */
-    int64_t start_ns, end_ns;
+    const char *query;        /* the selector's text */
+    int64_t start_ns, end_ns; /* the shard: profiles with start_ns <= time <= end_ns */
     bool base;
     bool use_rollups;
     uint64_t max_query_bytes;
     const calltree_grouping *grouping;
-    const merge_share_block *blocks;
+    const char *const *blocks; /* ULIDs of the coordinator's blocks that meet the shard */
     size_t n_blocks;
 } merge_share;
 
 /* What a share gives besides its tree. */
 typedef struct merge_share_result {
-    merge_result result; /* stats: blocks the peer left out (failed checks) */
+    merge_result result; /* stats: duplicates dropped, blocks left out (failed checks) */
     uint64_t passed;     /* sample rows that passed sample-label matchers */
     bool filtered;
     bool *missing; /* per block of the share: not found there (n_blocks entries, caller's) */
 } merge_share_result;
 
 typedef struct query_fanout {
-    /* Who merges each block: owner[i] = 0 for the coordinator, p + 1 for peer p, given each
-     * block's ulid and weight (sample rows). Returns the number of peers (0: everything here);
+    /* The members a merge can use now: returns the number of peers (0: this querier alone) and
+     * sets *self to this querier's place among the 1 + peers members, in an order every querier
+     * agrees on (so a part of the time line goes to the same querier whichever one coordinates,
+     * and that querier's readers are warm). Member m != *self is peer m (m < *self) or m - 1.
      * *plan (may stay NULL) is handed to run and release: the peers as they were chosen. */
-    size_t (*assign)(void *arg, const char *const *ulids, const uint64_t *weights, size_t n,
-                     uint32_t *owner, void **plan);
+    size_t (*members)(void *arg, size_t *self, void **plan);
     /* Runs share on peer p (blocking, on a thread of its own): adds the peer's partial tree into
      * tree (empty, with the share's grouping) and fills *res. -1 when the peer failed: the
      * coordinator merges the share itself. */
@@ -212,18 +206,17 @@ typedef struct query_fanout {
     /* Ends a plan once every run is over (NULL: nothing to do). */
     void (*release)(void *arg, void *plan);
     void *arg;
-    uint64_t min_rows; /* merges selecting fewer sample rows stay on the coordinator */
+    uint64_t min_rows; /* merges over blocks declaring fewer sample rows stay on the coordinator */
 } query_fanout;
 
-/* Installs fan-out (before any query); NULL or assign NULL turns it off. */
+/* Installs fan-out (before any query); NULL or members NULL turns it off. */
 void query_engine_set_fanout(query_engine *e, const query_fanout *fanout);
 
-/* The peer's side: merges exactly share->blocks (sel parsed from share->query) into tree, without
- * fanning out and without looking for duplicates other than share's dropped lists. A block the
- * index lacks is looked up in the bucket (block_index_announce); one that is not there either is
- * marked in res->missing. FAILED_PRECONDITION when a block selects another number of profiles
- * than share says; INVALID_ARGUMENT for a dropped index outside the selection. Unlike
- * query_merge, nothing matching is not an error (res->result.profiles is 0). */
+/* The peer's side: selects the profiles of the share's range in exactly share->blocks (sel parsed
+ * from share->query), drops duplicates among them and merges them into tree, without fanning out.
+ * A block the index lacks is looked up in the bucket (block_index_announce); one that is not there
+ * either is marked in res->missing, and then nothing is merged (the coordinator merges the whole
+ * share). Unlike query_merge, nothing matching is not an error (res->result.profiles is 0). */
 int query_merge_share(query_engine *e, const merge_share *share, const selector *sel,
                       calltree *tree, merge_share_result *res, strata_error *err);
 

@@ -2,24 +2,34 @@
  * engine_fanout.c - a merge shared out over several queriers (engine.h, "fan-out"): the
  * coordinator's side (engine_fanout_merge) and the peer's (query_merge_share).
  *
- * Coordinator. By the time a merge gets here its profiles are selected in every block and the
- * duplicates across blocks are marked (engine_select.c): that needs every block, so it stays on
- * the coordinator, and it is the small part (series and profile tables). The sample pages, most
- * of the bytes and the CPU, are what is shared: query_fanout.assign maps each block to the
- * coordinator or a peer, weighing blocks by their selected sample rows. One thread per peer calls
- * query_fanout.run with the peer's share (block ids, each with its selected count and the indexes
- * of its dropped duplicates) while the coordinator merges its own blocks on the query's workers.
- * Blocks of a peer that failed, and blocks a peer could not find, are then merged here. All of it
- * goes into a private tree that replaces or joins the caller's only once everything succeeded, so
- * an attempt that fails (a block deleted under the query: ABORTED, retried by the engine) leaves
- * the caller's tree as it was.
+ * Shards of time. The coordinator cuts the query's range into one shard per member (itself and
+ * the peers query_fanout.members names, in the order every querier agrees on), and each member
+ * selects, de-duplicates and merges the profiles of its shard. Time is what makes shards
+ * independent: a copy of a profile (a client's retried push) has the profile's series and time,
+ * so both fall in one shard, where the member finds the copy exactly as a lone querier would
+ * (engine_select.c: the first in block order counts, and a shard's blocks keep the query's
+ * order); and a profile falls in exactly one shard. An earlier design shared out blocks instead:
+ * the coordinator had to select every block and find duplicates across all of them before any
+ * peer could start, and on a cold querier that selection (every block's series and profile
+ * tables, fetched from the bucket) was most of the wall time, so fan-out made merges slower.
  *
- * Peer. The share's blocks are looked up by id in the index (announced from the bucket when the
- * peer has not seen them yet: a block the coordinator learnt of a moment ago), selected with the
- * same selector and range (selection is deterministic in an immutable block, and the selected
- * count is compared to be sure), the coordinator's dropped profiles are marked, and the blocks are
- * merged as any merge merges blocks. The peer does not look for duplicates itself: the
- * coordinator chose which copy counts, over blocks the peer does not see.
+ * Where to cut. Shards are balanced by the sample rows the blocks' meta.json declare (a block's
+ * rows counted at its start), and a cut is made only at a block's start and never inside a
+ * compacted block's range when another cut will do: a series' rollup answers only for all of its
+ * profiles in a block, so a cut compacted block would have its rows scanned on both sides.
+ * Level-1 blocks are short, so a cut meets few of them; one that is met is read by both members,
+ * each selecting its own profiles. With too few places to cut there are fewer shards.
+ *
+ * Who gets which shard. Shard k goes to member k of the agreed order (peers.c sorts by instance
+ * id) whichever querier coordinates: a dashboard refreshing "the last hour" through any querier
+ * sends each part of the hour to the querier that merged it last time, whose readers are warm.
+ *
+ * Failures. A peer's shard names the blocks the coordinator sees in it, and the peer uses exactly
+ * these (its own view may lag or lead). A peer that fails (dies, times out, answers an error) or
+ * cannot find one of the blocks has its whole shard merged by the coordinator afterwards. All of
+ * it goes into a private tree that replaces or joins the caller's only once everything succeeded,
+ * so an attempt that fails (a block deleted under the query: ABORTED, retried by the engine)
+ * leaves the caller's tree as it was.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -27,36 +37,186 @@
 #include <string.h>
 
 #include "block/block_rollup.h"
+#include "common/clock.h"
 #include "engine.h"
 #include "engine_internal.h"
 
 void query_engine_set_fanout(query_engine *e, const query_fanout *fanout) {
-    if (fanout == NULL || fanout->assign == NULL || fanout->run == NULL)
+    if (fanout == NULL || fanout->members == NULL || fanout->run == NULL)
         memset(&e->fanout, 0, sizeof e->fanout);
     else
         e->fanout = *fanout;
 }
 
-/* Sample rows of a block's selected profiles that count. */
-static uint64_t block_weight(const block_selection *s) {
-    uint64_t rows = 0;
-    for (size_t k = 0; k < s->n; k++)
-        if (s->dropped == NULL || !s->dropped[k])
-            rows += s->profiles[k].sample_count;
-    return rows;
+/* ---- shards -----------------------------------------------------------------------------------
+ */
+
+typedef struct time_shard {
+    int64_t start_ns, end_ns; /* inclusive */
+} time_shard;
+
+/* A block's range in ns, [min, max), saturating (meta times are milliseconds). */
+static int64_t ms_to_ns(int64_t ms) {
+    if (ms > INT64_MAX / STRATA_NS_PER_MS)
+        return INT64_MAX;
+    if (ms < INT64_MIN / STRATA_NS_PER_MS)
+        return INT64_MIN;
+    return ms * STRATA_NS_PER_MS;
 }
 
-bool engine_fanout_wanted(const query_engine *e, const merge_query *q, size_t n_blocks) {
-    if (e->fanout.assign == NULL || q->query_text == NULL || n_blocks < 2)
-        return false;
-    uint64_t rows = 0;
-    size_t busy = 0;
-    for (size_t i = 0; i < n_blocks; i++) {
-        uint64_t w = block_weight(&q->selections[i]);
-        rows += w;
-        busy += w > 0;
+/* Whether block b holds profiles that can fall in [start, end]. */
+static bool block_meets(const indexed_block *b, int64_t start, int64_t end) {
+    return ms_to_ns(b->meta.min_time_ms) <= end && ms_to_ns(b->meta.max_time_ms) > start;
+}
+
+typedef struct weighted_start {
+    int64_t at; /* the block's start, clipped to the query */
+    double rows;
+} weighted_start;
+
+typedef struct span {
+    int64_t min, max; /* [min, max) */
+} span;
+
+static int compare_starts(const void *a, const void *b) {
+    const weighted_start *x = a, *y = b;
+    return (x->at > y->at) - (x->at < y->at);
+}
+
+static int compare_spans(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return (x->min > y->min) - (x->min < y->min);
+}
+
+/* Sorts spans and merges overlapping ones; returns how many are left. */
+static size_t merge_spans(span *s, size_t n) {
+    if (n == 0)
+        return 0;
+    qsort(s, n, sizeof *s, compare_spans);
+    size_t out = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (s[i].min < s[out].max) {
+            if (s[i].max > s[out].max)
+                s[out].max = s[i].max;
+        } else {
+            s[++out] = s[i];
+        }
     }
-    return busy >= 2 && rows >= e->fanout.min_rows;
+    return out + 1;
+}
+
+/* Whether t lies strictly inside one of the merged spans (a cut there splits a compacted block). */
+static bool inside_span(const span *s, size_t n, int64_t t) {
+    size_t lo = 0, hi = n; /* the first span with min >= t */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s[mid].min < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && t < s[lo - 1].max;
+}
+
+/* A block's declared rows, scaled to the part of its range the query covers. */
+static double rows_in_range(const indexed_block *b, int64_t start, int64_t end) {
+    int64_t min = ms_to_ns(b->meta.min_time_ms), max = ms_to_ns(b->meta.max_time_ms);
+    double rows = (double)b->meta.num_samples;
+    if (max <= min)
+        return rows;
+    double lo = (double)(min > start ? min : start), hi = (double)(max - 1 < end ? max - 1 : end);
+    double covered = hi >= lo ? (hi - lo + 1) / ((double)max - (double)min) : 0;
+    return rows * (covered < 1 ? covered : 1);
+}
+
+typedef struct cut {
+    int64_t at;
+    double before; /* rows of blocks starting before at */
+} cut;
+
+/* The places a cut can go (block starts inside the range, outside compacted blocks, with rows on
+ * both sides), ascending, into cuts; returns how many. starts is sorted. */
+static size_t find_cuts(const weighted_start *starts, size_t n, int64_t start, int64_t end,
+                        const span *compacted, size_t n_compacted, double total, cut *cuts) {
+    size_t count = 0;
+    double before = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool first_at = i == 0 || starts[i].at != starts[i - 1].at;
+        if (first_at && starts[i].at > start && starts[i].at <= end && before > 0 &&
+            before < total && !inside_span(compacted, n_compacted, starts[i].at))
+            cuts[count++] = (cut){starts[i].at, before};
+        before += starts[i].rows;
+    }
+    return count;
+}
+
+/* Of cuts[from..n), the one whose rows before it are nearest target (before ascends). */
+static size_t nearest_cut(const cut *cuts, size_t from, size_t n, double target) {
+    size_t lo = from, hi = n; /* the first with before >= target */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cuts[mid].before < target)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == n)
+        return n - 1;
+    if (lo > from && target - cuts[lo - 1].before < cuts[lo].before - target)
+        return lo - 1;
+    return lo;
+}
+
+/* Cuts [start, end] into at most want shards (shards[want]) of about equal rows; returns how
+ * many (0: out of memory). */
+static size_t plan_shards(indexed_block **blocks, size_t n, int64_t start, int64_t end, size_t want,
+                          time_shard *shards, strata_error *err) {
+    weighted_start *starts = calloc(n + 1, sizeof *starts);
+    span *compacted = calloc(n + 1, sizeof *compacted);
+    cut *cuts = calloc(n + 1, sizeof *cuts);
+    if (starts == NULL || compacted == NULL || cuts == NULL) {
+        free(starts);
+        free(compacted);
+        free(cuts);
+        strata_error_oom(err);
+        return 0;
+    }
+    size_t n_compacted = 0;
+    double total = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t min = ms_to_ns(blocks[i]->meta.min_time_ms);
+        starts[i] =
+            (weighted_start){min > start ? min : start, rows_in_range(blocks[i], start, end)};
+        total += starts[i].rows;
+        if (blocks[i]->meta.compaction_level > 1)
+            compacted[n_compacted++] = (span){min, ms_to_ns(blocks[i]->meta.max_time_ms)};
+    }
+    qsort(starts, n, sizeof *starts, compare_starts);
+    n_compacted = merge_spans(compacted, n_compacted);
+    size_t n_cuts = find_cuts(starts, n, start, end, compacted, n_compacted, total, cuts);
+    size_t count = 0, next = 0;
+    int64_t from = start;
+    for (size_t k = 1; k < want && next < n_cuts; k++) {
+        size_t c = nearest_cut(cuts, next, n_cuts, total * (double)k / (double)want);
+        shards[count++] = (time_shard){from, cuts[c].at - 1};
+        from = cuts[c].at;
+        next = c + 1;
+    }
+    shards[count++] = (time_shard){from, end};
+    free(starts);
+    free(compacted);
+    free(cuts);
+    return count;
+}
+
+bool engine_fanout_wanted(const query_engine *e, const merge_query *q, indexed_block **blocks,
+                          size_t n_blocks) {
+    if (e->fanout.members == NULL || q->query_text == NULL || n_blocks < 2)
+        return false;
+    double rows = 0;
+    for (size_t i = 0; i < n_blocks; i++)
+        rows += rows_in_range(blocks[i], q->start_ns, q->end_ns);
+    return rows >= (double)e->fanout.min_rows;
 }
 
 /* ---- coordinator ---------------------------------------------------------------------------- */
@@ -66,9 +226,8 @@ typedef struct share_job {
     void *plan;
     size_t peer;
     merge_share share;
-    merge_share_block *blocks;
-    size_t *block_index; /* share block -> position in the query's block list */
-    uint32_t *dropped;   /* every block's dropped indexes, one after another */
+    const char **ulids;
+    indexed_block **blocks; /* the coordinator's, for merging the shard here */
     calltree *tree;
     merge_share_result res;
     strata_error err;
@@ -85,62 +244,71 @@ static void *share_job_run(void *arg) {
 }
 
 static void share_job_free(share_job *job) {
+    free(job->ulids);
     free(job->blocks);
-    free(job->block_index);
-    free(job->dropped);
     free(job->res.missing);
     calltree_free(job->tree);
 }
 
-/* Fills job with peer p's blocks (owner p + 1). */
-static int share_job_init(share_job *job, query_engine *e, void *plan, const char *tenant,
-                          const merge_query *q, const calltree_grouping *grouping,
-                          indexed_block **blocks, size_t n_blocks, const uint32_t *owner, size_t p,
-                          strata_error *err) {
-    size_t n = 0, n_dropped = 0;
-    for (size_t i = 0; i < n_blocks; i++) {
-        if (owner[i] != p + 1)
-            continue;
-        n++;
-        const block_selection *s = &q->selections[i];
-        for (size_t k = 0; s->dropped != NULL && k < s->n; k++)
-            n_dropped += s->dropped[k];
-    }
-    *job = (share_job){.e = e, .plan = plan, .peer = p};
-    job->blocks = calloc(n + 1, sizeof *job->blocks);
-    job->block_index = calloc(n + 1, sizeof *job->block_index);
-    job->dropped = calloc(n_dropped + 1, sizeof *job->dropped);
-    job->res.missing = calloc(n + 1, sizeof *job->res.missing);
-    if (!job->blocks || !job->block_index || !job->dropped || !job->res.missing)
+/* Fills job with the shard and the blocks that meet it. */
+static int share_job_init(share_job *job, query_engine *e, void *plan, size_t peer,
+                          const char *tenant, const merge_query *q,
+                          const calltree_grouping *grouping, indexed_block **blocks,
+                          size_t n_blocks, time_shard shard, strata_error *err) {
+    *job = (share_job){.e = e, .plan = plan, .peer = peer};
+    job->ulids = calloc(n_blocks + 1, sizeof *job->ulids);
+    job->blocks = calloc(n_blocks + 1, sizeof *job->blocks);
+    job->res.missing = calloc(n_blocks + 1, sizeof *job->res.missing);
+    if (!job->ulids || !job->blocks || !job->res.missing)
         return strata_error_oom(err);
-    size_t k = 0, d = 0;
+    size_t n = 0;
     for (size_t i = 0; i < n_blocks; i++) {
-        if (owner[i] != p + 1)
+        if (!block_meets(blocks[i], shard.start_ns, shard.end_ns))
             continue;
-        const block_selection *s = &q->selections[i];
-        merge_share_block *b = &job->blocks[k];
-        b->ulid = blocks[i]->ulid_text;
-        b->selected = s->n;
-        b->dropped = &job->dropped[d];
-        for (size_t j = 0; s->dropped != NULL && j < s->n; j++)
-            if (s->dropped[j])
-                job->dropped[d++] = (uint32_t)j;
-        b->n_dropped = (size_t)(&job->dropped[d] - b->dropped);
-        job->block_index[k++] = i;
+        job->blocks[n] = blocks[i];
+        job->ulids[n++] = blocks[i]->ulid_text;
     }
     job->share = (merge_share){.tenant = tenant,
                                .query = q->query_text,
-                               .start_ns = q->start_ns,
-                               .end_ns = q->end_ns,
+                               .start_ns = shard.start_ns,
+                               .end_ns = shard.end_ns,
                                .base = q->base,
                                .use_rollups = q->use_rollups,
                                .max_query_bytes = q->max_bytes,
                                .grouping = grouping,
-                               .blocks = job->blocks,
+                               .blocks = job->ulids,
                                .n_blocks = n};
     if (calltree_create(&job->tree, 1024, err) != 0)
         return -1;
     return calltree_set_grouping(job->tree, grouping, err);
+}
+
+/* Merges the blocks of q that meet shard, over the shard's range, into tree. */
+static int merge_shard_here(query_engine *e, const merge_query *q, indexed_block **blocks,
+                            size_t n_blocks, time_shard shard, calltree *tree, merge_outcome *out,
+                            strata_error *err) {
+    indexed_block **mine = calloc(n_blocks + 1, sizeof *mine);
+    if (mine == NULL)
+        return strata_error_oom(err);
+    size_t n = 0;
+    for (size_t i = 0; i < n_blocks; i++)
+        if (block_meets(blocks[i], shard.start_ns, shard.end_ns))
+            mine[n++] = blocks[i];
+    merge_query part = *q;
+    part.start_ns = shard.start_ns;
+    part.end_ns = shard.end_ns;
+    int rc = n > 0 ? engine_select_and_merge(e, &part, mine, n, tree, out, err) : 0;
+    free(mine);
+    return rc;
+}
+
+static bool share_failed(const share_job *job) {
+    if (job->rc != 0)
+        return true;
+    for (size_t k = 0; k < job->share.n_blocks; k++)
+        if (job->res.missing[k])
+            return true;
+    return false;
 }
 
 static void add_peer_stats(query_stats *dst, const query_stats *src) {
@@ -149,35 +317,24 @@ static void add_peer_stats(query_stats *dst, const query_stats *src) {
         memcpy(dst->skipped_error, src->skipped_error, sizeof dst->skipped_error);
     }
     dst->skipped_blocks += src->skipped_blocks;
+    dst->duplicates += src->duplicates;
 }
 
-/* Marks in redo the blocks of jobs that failed, or that their peer could not find. */
-static bool blocks_to_redo(share_job *jobs, size_t n_jobs, bool *redo) {
-    bool any = false;
-    for (size_t j = 0; j < n_jobs; j++) {
-        for (size_t k = 0; k < jobs[j].share.n_blocks; k++) {
-            if (jobs[j].rc == 0 && !jobs[j].res.missing[k])
-                continue;
-            redo[jobs[j].block_index[k]] = false; /* redo[] is a skip mask */
-            any = true;
-        }
+/* Adds a peer's tree and counts into acc and out, or merges its shard here when it failed. */
+static int gather_share(query_engine *e, const merge_query *q, share_job *job, calltree *acc,
+                        merge_outcome *out, strata_error *err) {
+    if (job->share.n_blocks == 0)
+        return 0;
+    if (share_failed(job)) {
+        time_shard shard = {job->share.start_ns, job->share.end_ns};
+        return merge_shard_here(e, q, job->blocks, job->share.n_blocks, shard, acc, out, err);
     }
-    return any;
-}
-
-/* Adds what the peers that succeeded merged into acc and out. */
-static int add_peer_results(share_job *jobs, size_t n_jobs, calltree *acc, merge_outcome *out,
-                            strata_error *err) {
-    for (size_t j = 0; j < n_jobs; j++) {
-        if (jobs[j].rc != 0)
-            continue;
-        if (engine_merge_tree(acc, jobs[j].tree, err) != 0)
-            return -1;
-        engine_merge_results_add(&out->result, &jobs[j].res.result);
-        add_peer_stats(&out->stats, &jobs[j].res.result.stats);
-        out->passed += jobs[j].res.passed;
-        out->filtered |= jobs[j].res.filtered;
-    }
+    if (engine_merge_tree(acc, job->tree, err) != 0)
+        return -1;
+    engine_merge_results_add(&out->result, &job->res.result);
+    add_peer_stats(&out->stats, &job->res.result.stats);
+    out->passed += job->res.passed;
+    out->filtered |= job->res.filtered;
     return 0;
 }
 
@@ -199,79 +356,70 @@ static void join_jobs(share_job *jobs, size_t n_jobs) {
             pthread_join(jobs[j].thread, NULL);
 }
 
-/* The coordinator's blocks (owner 0), then the peers' results and whatever they left, into acc. */
-static int run_shares(query_engine *e, merge_query *q, indexed_block **blocks, size_t n_blocks,
-                      bool *skipped, const uint32_t *owner, share_job *jobs, size_t n_jobs,
+/* Runs the shards: member self's here, the others on their peers (jobs[0..n_jobs)). */
+static int run_shards(query_engine *e, const merge_query *q, indexed_block **blocks,
+                      size_t n_blocks, const time_shard *own, share_job *jobs, size_t n_jobs,
                       calltree *acc, merge_outcome *out, strata_error *err) {
-    bool *mask = malloc((n_blocks + 1) * sizeof *mask);
-    if (mask == NULL)
-        return strata_error_oom(err);
     start_jobs(jobs, n_jobs);
-    for (size_t i = 0; i < n_blocks; i++)
-        mask[i] = skipped[i] || owner[i] != 0;
-    int rc = engine_merge_blocks(e, q, blocks, n_blocks, mask, acc, out, err);
+    int rc = own != NULL ? merge_shard_here(e, q, blocks, n_blocks, *own, acc, out, err) : 0;
     join_jobs(jobs, n_jobs);
-    for (size_t i = 0; i < n_blocks; i++)
-        mask[i] = true;
-    if (rc == 0 && blocks_to_redo(jobs, n_jobs, mask)) {
-        for (size_t i = 0; i < n_blocks; i++)
-            mask[i] = mask[i] || skipped[i];
-        rc = engine_merge_blocks(e, q, blocks, n_blocks, mask, acc, out, err);
-    }
-    free(mask);
-    if (rc == 0)
-        rc = add_peer_results(jobs, n_jobs, acc, out, err);
+    for (size_t j = 0; rc == 0 && j < n_jobs; j++)
+        rc = gather_share(e, q, &jobs[j], acc, out, err);
     if (rc == 0)
         rc = engine_check_merged_bytes(q, calltree_memory_bytes(acc), err);
     return rc;
 }
 
-int engine_fanout_merge(query_engine *e, const char *tenant, merge_query *q, indexed_block **blocks,
-                        size_t n_blocks, bool *skipped, calltree *tree, merge_outcome *out,
-                        strata_error *err) {
-    const char **ulids = calloc(n_blocks + 1, sizeof *ulids);
-    uint64_t *weights = calloc(n_blocks + 1, sizeof *weights);
-    uint32_t *owner = calloc(n_blocks + 1, sizeof *owner);
-    if (ulids == NULL || weights == NULL || owner == NULL) {
-        free(ulids);
-        free(weights);
-        free(owner);
-        return strata_error_oom(err);
-    }
-    for (size_t i = 0; i < n_blocks; i++) {
-        ulids[i] = blocks[i]->ulid_text;
-        weights[i] = skipped[i] ? 0 : block_weight(&q->selections[i]);
-    }
-    void *plan = NULL;
-    size_t peers = e->fanout.assign(e->fanout.arg, ulids, weights, n_blocks, owner, &plan);
-    for (size_t i = 0; i < n_blocks; i++)
-        if (weights[i] == 0 || owner[i] > peers)
-            owner[i] = 0; /* nothing to send, or a peer that is not there */
-    free(ulids);
-    free(weights);
-    share_job *jobs = peers > 0 ? calloc(peers, sizeof *jobs) : NULL;
+/* Shares the merge out over the plan's members; shards[k] is member k's. */
+static int fan_out(query_engine *e, const char *tenant, merge_query *q, indexed_block **blocks,
+                   size_t n_blocks, void *plan, size_t self, const time_shard *shards,
+                   size_t n_shards, calltree *tree, merge_outcome *out, strata_error *err) {
+    share_job *jobs = calloc(n_shards, sizeof *jobs);
     const calltree_grouping *grouping = calltree_get_grouping(tree);
     calltree *acc = NULL;
-    int rc = 0;
-    if (peers == 0)
-        rc = engine_merge_blocks(e, q, blocks, n_blocks, skipped, tree, out, err);
-    else if (jobs == NULL)
-        rc = strata_error_oom(err);
-    else if (calltree_create(&acc, 1024, err) != 0 ||
-             calltree_set_grouping(acc, grouping, err) != 0)
+    int rc = jobs != NULL ? 0 : strata_error_oom(err);
+    if (rc == 0 &&
+        (calltree_create(&acc, 1024, err) != 0 || calltree_set_grouping(acc, grouping, err) != 0))
         rc = -1;
-    for (size_t p = 0; rc == 0 && jobs != NULL && p < peers; p++)
-        rc =
-            share_job_init(&jobs[p], e, plan, tenant, q, grouping, blocks, n_blocks, owner, p, err);
-    if (rc == 0 && jobs != NULL)
-        rc = run_shares(e, q, blocks, n_blocks, skipped, owner, jobs, peers, acc, out, err);
-    if (rc == 0 && acc != NULL)
+    size_t n_jobs = 0;
+    for (size_t m = 0; rc == 0 && m < n_shards; m++) {
+        if (m == self)
+            continue;
+        size_t peer = m < self ? m : m - 1;
+        rc = share_job_init(&jobs[n_jobs++], e, plan, peer, tenant, q, grouping, blocks, n_blocks,
+                            shards[m], err);
+    }
+    if (rc == 0)
+        rc = run_shards(e, q, blocks, n_blocks, self < n_shards ? &shards[self] : NULL, jobs,
+                        n_jobs, acc, out, err);
+    if (rc == 0)
         rc = engine_merge_tree(tree, acc, err);
-    for (size_t p = 0; jobs != NULL && p < peers; p++)
-        share_job_free(&jobs[p]);
+    for (size_t j = 0; j < n_jobs; j++)
+        share_job_free(&jobs[j]);
     free(jobs);
-    free(owner);
     calltree_free(acc);
+    return rc;
+}
+
+int engine_fanout_merge(query_engine *e, const char *tenant, merge_query *q, indexed_block **blocks,
+                        size_t n_blocks, calltree *tree, merge_outcome *out, strata_error *err) {
+    void *plan = NULL;
+    size_t self = 0;
+    size_t peers = e->fanout.members(e->fanout.arg, &self, &plan);
+    time_shard *shards = peers > 0 ? calloc(peers + 1, sizeof *shards) : NULL;
+    size_t n_shards = 0;
+    int rc = 0;
+    if (shards != NULL)
+        n_shards = plan_shards(blocks, n_blocks, q->start_ns, q->end_ns, peers + 1, shards, err);
+    else if (peers > 0)
+        rc = strata_error_oom(err);
+    if (rc == 0 && peers > 0 && n_shards == 0)
+        rc = -1; /* out of memory, said by plan_shards */
+    if (rc == 0 && n_shards > 1)
+        rc = fan_out(e, tenant, q, blocks, n_blocks, plan, self, shards, n_shards, tree, out, err);
+    else if (rc == 0)
+        rc = engine_select_and_merge(e, q, blocks, n_blocks, tree, out, err);
+    free(shards);
     if (e->fanout.release != NULL)
         e->fanout.release(e->fanout.arg, plan);
     return rc;
@@ -301,22 +449,24 @@ static indexed_block *find_block(indexed_block **sorted, size_t n, const char *i
 
 /* Acquires the tenant's blocks of the share's range, announcing from the bucket the share's blocks
  * the index does not hold yet (once). *all is what to release; mine[k] the share's k-th block or
- * NULL when it is not in the bucket (res->missing[k]). */
+ * NULL when it is not in the bucket (res->missing[k]). Returns whether every block was found. */
 static int acquire_share(query_engine *e, const merge_share *share, indexed_block ***all,
                          size_t *n_all, indexed_block **mine, merge_share_result *res,
-                         strata_error *err) {
+                         bool *complete, strata_error *err) {
     for (int round = 0; round < 2; round++) {
         if (block_index_acquire(e->index, share->tenant, share->start_ns, share->end_ns, all, n_all,
                                 err) != 0)
             return -1;
         qsort(*all, *n_all, sizeof **all, compare_block_ulids);
         bool announced = false;
+        *complete = true;
         for (size_t k = 0; k < share->n_blocks; k++) {
-            mine[k] = find_block(*all, *n_all, share->blocks[k].ulid);
+            mine[k] = find_block(*all, *n_all, share->blocks[k]);
             res->missing[k] = mine[k] == NULL;
+            *complete = *complete && mine[k] != NULL;
             strata_error ignored;
             if (mine[k] == NULL && round == 0 &&
-                block_index_announce(e->index, share->tenant, share->blocks[k].ulid, &ignored) == 0)
+                block_index_announce(e->index, share->tenant, share->blocks[k], &ignored) == 0)
                 announced = true;
         }
         if (!announced)
@@ -328,50 +478,17 @@ static int acquire_share(query_engine *e, const merge_share *share, indexed_bloc
     return 0;
 }
 
-/* Checks each block's selection against the share and marks its dropped profiles. */
-static int apply_share(const merge_share *share, const size_t *share_of, block_selection *sel,
-                       const bool *skipped, size_t n, strata_error *err) {
-    for (size_t i = 0; i < n; i++) {
-        const merge_share_block *b = &share->blocks[share_of[i]];
-        if (skipped[i])
-            continue; /* failed its checks here: reported, not merged */
-        if (sel[i].n != b->selected)
-            return strata_error_set(err, STRATA_FAILED_PRECONDITION,
-                                    "block %s: %zu profiles selected here, %llu by the querier "
-                                    "that shared it out",
-                                    b->ulid, sel[i].n, (unsigned long long)b->selected);
-        if (b->n_dropped == 0)
-            continue;
-        if ((sel[i].dropped = calloc(sel[i].n, sizeof *sel[i].dropped)) == NULL)
-            return strata_error_oom(err);
-        for (size_t k = 0; k < b->n_dropped; k++) {
-            if (b->dropped[k] >= sel[i].n)
-                return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                        "block %s: dropped profile %u of %zu selected", b->ulid,
-                                        b->dropped[k], sel[i].n);
-            sel[i].dropped[b->dropped[k]] = true;
-        }
-    }
-    return 0;
-}
-
 int query_merge_share(query_engine *e, const merge_share *share, const selector *sel,
                       calltree *tree, merge_share_result *res, strata_error *err) {
     memset(&res->result, 0, sizeof res->result);
     res->passed = 0;
     res->filtered = false;
     indexed_block **all = NULL, **mine = calloc(share->n_blocks + 1, sizeof *mine);
-    size_t *share_of = calloc(share->n_blocks + 1, sizeof *share_of);
-    size_t n_all = 0, n = 0;
-    int rc = mine && share_of ? 0 : strata_error_oom(err);
+    size_t n_all = 0;
+    bool complete = false;
+    int rc = mine != NULL ? 0 : strata_error_oom(err);
     if (rc == 0)
-        rc = acquire_share(e, share, &all, &n_all, mine, res, err);
-    for (size_t k = 0; rc == 0 && k < share->n_blocks; k++)
-        if (mine[k] != NULL) {
-            share_of[n] = k;
-            mine[n++] = mine[k];
-        }
-    bool *skipped = calloc(n + 1, sizeof *skipped);
+        rc = acquire_share(e, share, &all, &n_all, mine, res, &complete, err);
     merge_query q = {.sel = sel,
                      .start_ns = share->start_ns,
                      .end_ns = share->end_ns,
@@ -380,26 +497,14 @@ int query_merge_share(query_engine *e, const merge_share *share, const selector 
                                                          sel->profile_type.sample_unit),
                      .max_bytes = share->max_query_bytes,
                      .use_rollups = share->use_rollups};
-    q.selections = calloc(n + 1, sizeof *q.selections);
     merge_outcome out = {0};
-    readahead_keep keep;
-    readahead_keep_init(&keep, n);
-    if (rc == 0 && (skipped == NULL || q.selections == NULL))
-        rc = strata_error_oom(err);
-    if (rc == 0)
-        rc = engine_select_profiles(e, mine, n, sel, share->start_ns, share->end_ns, q.selections,
-                                    skipped, &out.stats, false, &keep, err);
-    if (rc == 0)
-        rc = apply_share(share, share_of, q.selections, skipped, n, err);
-    if (rc == 0)
-        rc = engine_merge_blocks(e, &q, mine, n, skipped, tree, &out, err);
-    engine_drop_kept_readahead(mine, n, &keep);
+    /* The blocks keep the coordinator's order (its index's), so the same copy of a duplicate
+     * counts. A block missing here: the coordinator merges the whole shard, nothing to do. */
+    if (rc == 0 && complete)
+        rc = engine_select_and_merge(e, &q, mine, share->n_blocks, tree, &out, err);
     if (all != NULL)
         block_index_release_all(e->index, all, n_all);
-    block_selections_free(q.selections, n);
-    free(skipped);
     free(mine);
-    free(share_of);
     if (rc != 0)
         return rc;
     res->result = out.result;

@@ -74,20 +74,19 @@ typedef struct block_selection {
  * This is the compactor's rule (block_merge.c), so an answer is the same before, during and
  * after compaction. Candidates are found by (series, time, duration, period, total) first; only
  * they have their samples read and fingerprinted. Blocks whose data fails its checks are left out
- * (skipped[i], counted in stats), as engine_for_each_block does. dedupe false selects only (a
- * peer's share of a fanned-out merge, whose duplicates the receiving querier found). keep (may
- * be NULL) keeps what the selection read ahead for the query's merge pass.
+ * (skipped[i], counted in stats), as engine_for_each_block does. keep (may be NULL) keeps what
+ * the selection read ahead for the query's merge pass.
  */
 int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blocks,
                            const selector *sel, int64_t start_ns, int64_t end_ns,
-                           block_selection *out, bool *skipped, query_stats *stats, bool dedupe,
+                           block_selection *out, bool *skipped, query_stats *stats,
                            readahead_keep *keep, strata_error *err);
 void block_selections_free(block_selection *s, size_t n);
 
 struct query_engine {
     query_engine_options opts;
     block_index *index;
-    query_fanout fanout; /* fanout.assign NULL: every merge runs here alone */
+    query_fanout fanout; /* fanout.members NULL: every merge runs here alone */
 };
 
 typedef struct shared_tree shared_tree;
@@ -129,10 +128,16 @@ void engine_merge_results_add(merge_result *dst, const merge_result *src);
 /* RESOURCE_EXHAUSTED, naming max_query_bytes, when a merged tree of `bytes` is over q's bound. */
 int engine_check_merged_bytes(const merge_query *q, size_t bytes, strata_error *err);
 
-/* engine_fanout.c: whether a merge of n_blocks with its selections goes to peers, and doing so. */
-bool engine_fanout_wanted(const query_engine *e, const merge_query *q, size_t n_blocks);
+/* Selects q's profiles in blocks[0..n) (duplicates dropped, engine_select_profiles) and merges
+ * them into tree (engine_merge_blocks); out gathers the counts. q->selections is set only during
+ * the call. */
+int engine_select_and_merge(query_engine *e, merge_query *q, indexed_block **blocks,
+                            size_t n_blocks, calltree *tree, merge_outcome *out, strata_error *err);
+
+/* engine_fanout.c: whether a merge over blocks[0..n) goes to peers, and doing so. */
+bool engine_fanout_wanted(const query_engine *e, const merge_query *q, indexed_block **blocks,
+                          size_t n_blocks);
 int engine_fanout_merge(query_engine *e, const char *tenant, merge_query *q, indexed_block **blocks,
-                        size_t n_blocks, bool *skipped, calltree *tree, merge_outcome *out,
-                        strata_error *err);
+                        size_t n_blocks, calltree *tree, merge_outcome *out, strata_error *err);
 
 #endif

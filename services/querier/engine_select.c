@@ -424,7 +424,7 @@ static void free_arrays(void **arrays, size_t n) {
 
 int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blocks,
                            const selector *sel, int64_t start_ns, int64_t end_ns,
-                           block_selection *out, bool *skipped, query_stats *stats, bool dedupe,
+                           block_selection *out, bool *skipped, query_stats *stats,
                            readahead_keep *keep, strata_error *err) {
     size_t workers = engine_fetch_worker_count(e, n_blocks);
     select_pass *passes = calloc(workers, sizeof *passes);
@@ -445,7 +445,7 @@ int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blo
         rc = engine_for_each_block_keep(e, blocks, n_blocks, select_block, ptrs, workers, skipped,
                                         stats, keep, err);
     size_t n_cand = 0;
-    if (rc == 0 && dedupe)
+    if (rc == 0)
         rc = find_candidates(out, keys, n_blocks, cand, &n_cand, err);
     if (rc == 0 && n_cand > 0) {
         for (size_t w = 0; w < workers; w++) {

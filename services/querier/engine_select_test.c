@@ -777,9 +777,9 @@ static void test_copies_in_compacted_blocks(void **state) {
     fixture_close(&f);
 }
 
-/* A merge shared out between queriers counts a retried profile once too: the coordinator finds the
- * copies over every block and tells the peer which of its profiles not to count, whichever of the
- * two blocks the peer gets. */
+/* A merge shared out between queriers counts a retried profile once too: the copies have the same
+ * time, so they fall in one shard of time, and whichever querier merges that shard (the coordinator
+ * or the peer) drops the copies exactly as a lone querier does. */
 static void test_fanout_counts_copies_once(void **state) {
     (void)state;
     fixture f;
@@ -793,6 +793,9 @@ static void test_fanout_counts_copies_once(void **state) {
     add_profile(w, T0, "/v1/app", "leaf", 5, 3);
     add_profile(w, T0, "/v1/app", "leaf", 5, 3);
     add_profile(w, T0 + 20 * SEC, "/v1/app", "leaf", 3, 5);
+    upload(&f, w, id);
+    w = writer_new(); /* a later block: the merge is cut in two shards of time at its start */
+    add_profile(w, T0 + 300 * SEC, "/v1/app", "leaf", 5, 3);
     upload(&f, w, id);
     fixture_engine(&f);
     fixture peer = f; /* the same bucket, its own index and engine */
@@ -820,10 +823,11 @@ static void test_fanout_counts_copies_once(void **state) {
                                           T0 + 600 * SEC, t, false, &res, &err),
                          0);
         assert_int_equal(calltree_finalize(t, &err), 0);
-        int64_t want = (8 + 8 + 8) * PERIOD; /* T0 once, T0+10, the look-alike at T0+20 */
+        /* T0 once, T0+10, the look-alike at T0+20, and T0+300 in the other shard */
+        int64_t want = (8 + 8 + 8 + 8) * PERIOD;
         assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, want);
         assert_int_equal(res.total, want);
-        assert_int_equal(res.profiles, 3);
+        assert_int_equal(res.profiles, 4);
         assert_int_equal(res.stats.duplicates, 2);
         calltree_free(t);
     }
@@ -841,12 +845,13 @@ static void test_fanout_counts_copies_once(void **state) {
                                           T0 + 600 * SEC, t, false, &res, &err),
                          0);
         assert_int_equal(calltree_finalize(t, &err), 0);
-        assert_int_equal(calltree_child_count(t, CALLTREE_ROOT), 3);
-        for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(calltree_child_count(t, CALLTREE_ROOT), 4);
+        for (size_t i = 0; i < 4; i++) {
             uint32_t node = calltree_child_at(t, CALLTREE_ROOT, i);
             int64_t time = 0, duration = 0;
             assert_true(calltree_frame_time(t, calltree_node_frame(t, node), &time, &duration));
-            assert_true(time == T0 || time == T0 + 10 * SEC || time == T0 + 20 * SEC);
+            assert_true(time == T0 || time == T0 + 10 * SEC || time == T0 + 20 * SEC ||
+                        time == T0 + 300 * SEC);
             assert_int_equal(calltree_node_get(t, node).total, 8 * PERIOD);
         }
         calltree_free(t);
@@ -858,10 +863,84 @@ static void test_fanout_counts_copies_once(void **state) {
     fixture_close(&f);
 }
 
+/* A fanned-out merge is cut into shards of time at a block's start, never inside a compacted
+ * block's range when another cut will do (its series' rollups answer only for all of their
+ * profiles): here the start of the level-1 block inside the compacted one would balance the rows
+ * best, and the cut goes to the next block's start instead. The answer is a lone querier's. */
+static void test_fanout_cuts_around_compacted_blocks(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    char id[ULID_STRING_LEN + 1];
+    block_writer *w = writer_new(); /* compacted: T0 .. T0+210 s, 6 sample rows */
+    for (int k = 0; k < 3; k++)
+        add_profile(w, T0 + 100 * k * SEC, "/v1/app", "leaf", 5, 3);
+    upload_level = 2;
+    upload(&f, w, id);
+    upload_level = 1;
+    w = writer_new(); /* level 1, inside the compacted block's range: 2 rows */
+    add_profile(w, T0 + 150 * SEC, "/v1/app", "leaf", 1, 1);
+    upload(&f, w, id);
+    w = writer_new(); /* level 1, after it: 2 rows */
+    add_profile(w, T0 + 300 * SEC, "/v1/app", "leaf", 2, 2);
+    upload(&f, w, id);
+    fixture_engine(&f);
+    merge_result alone;
+    strata_error err;
+    calltree *want = merge(&f, CALLTREE_GROUP_DEFAULT, CPU, &alone, &err);
+    assert_non_null(want);
+    assert_int_equal(alone.total, (3 * 8 + 2 + 4) * PERIOD);
+
+    fixture peer = f;
+    block_index_options io;
+    block_index_options_default(&io);
+    assert_int_equal(block_index_new(&io, f.store, &peer.index, &err), 0);
+    assert_int_equal(block_index_sync(peer.index, &err), 0);
+    query_engine_options eo;
+    query_engine_options_default(&eo);
+    assert_int_equal(query_engine_new(&eo, peer.index, &peer.engine, &err), 0);
+    static loopback_fanout lb;
+    lb = (loopback_fanout){.peers = {peer.engine}, .n_peers = 1};
+    loopback_fanout_install(f.engine, &lb);
+    selector sel;
+    assert_int_equal(selector_parse(CPU, &sel, &err), 0);
+    query_options opts = {.query_text = CPU};
+    for (size_t offset = 0; offset < 2; offset++) {
+        lb.offset = offset; /* the peer merges the later shard, then the earlier one */
+        calltree *t;
+        assert_int_equal(calltree_create(&t, 0, &err), 0);
+        assert_int_equal(calltree_set_group_by(t, CALLTREE_GROUP_DEFAULT, &err), 0);
+        merge_result res;
+        assert_int_equal(query_merge_opts(f.engine, TENANT, &opts, &sel, T0 - 60 * SEC,
+                                          T0 + 600 * SEC, t, false, &res, &err),
+                         0);
+        assert_int_equal(calltree_finalize(t, &err), 0);
+        assert_int_equal(res.total, alone.total);
+        assert_int_equal(res.profiles, 5);
+        assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total,
+                         calltree_node_get(want, CALLTREE_ROOT).total);
+        if (offset == 0) {
+            assert_int_equal(lb.last_start_ns[0], T0 + 300 * SEC);
+            assert_int_equal(lb.last_end_ns[0], T0 + 600 * SEC);
+        } else {
+            assert_int_equal(lb.last_start_ns[0], T0 - 60 * SEC);
+            assert_int_equal(lb.last_end_ns[0], T0 + 300 * SEC - 1);
+        }
+        calltree_free(t);
+    }
+    assert_int_equal(atomic_load(&lb.shares), 2);
+    calltree_free(want);
+    selector_free(&sel);
+    query_engine_free(peer.engine);
+    block_index_free(peer.index);
+    fixture_close(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_twice_pushed_profile_counts_once),
         cmocka_unit_test(test_fanout_counts_copies_once),
+        cmocka_unit_test(test_fanout_cuts_around_compacted_blocks),
         cmocka_unit_test(test_range_points_dense_and_sparse),
         cmocka_unit_test(test_two_builds_line_up_by_function),
         cmocka_unit_test(test_corrupt_block_left_out),

@@ -517,9 +517,10 @@ static void expect_fanout_agrees(engine_fixture *alone, engine_fixture *coordina
 }
 
 /* Merges shared out over two peers (other engines; partial trees through the wire format) answer
- * what one engine answers, node for node: whichever querier gets which block, over blocks cut from
- * one or two writer dictionaries, with a peer whose index has not seen the blocks yet (it looks
- * them up in the bucket), and with a peer down (the coordinator merges its blocks). */
+ * what one engine answers, node for node: whichever querier gets which shard of time, over blocks
+ * cut from one or two writer dictionaries, over a range that cuts blocks, with a peer whose index
+ * has not seen the blocks yet (it looks them up in the bucket), and with a peer down (the
+ * coordinator merges its shard). */
 static void test_fanout_agrees(void **state) {
     (void)state;
     engine_fixture alone, coordinator, peer1, peer2;
@@ -551,9 +552,11 @@ static void test_fanout_agrees(void **state) {
             for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
                 expect_fanout_agrees(&alone, &coordinator, tenants[t], &cases[c]);
     }
-    /* the four cases over all three blocks send a share to each peer: 4 x 3 tenants x 3 offsets
-     * x 2 peers; the cut range adds some */
-    assert_true(atomic_load(&lb.shares) >= 4 * 3 * 3 * 2);
+    /* The four cases over all three blocks make three shards, one per member: a share to each
+     * peer (4 cases x 3 tenants x 3 offsets x 2 peers). The cut range meets two blocks, so two
+     * shards, for members 0 and 1: one share when the coordinator is one of them, two when it is
+     * member 2 (3 tenants x (1 + 1 + 2)). */
+    assert_int_equal(atomic_load(&lb.shares), 4 * 3 * 3 * 2 + 3 * 4);
     assert_int_equal(atomic_load(&lb.blocks_missing), 0);
     lb.failing[1] = true;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)

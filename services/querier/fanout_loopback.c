@@ -7,14 +7,10 @@
 
 #include "calltree/calltree.h"
 
-static size_t loopback_assign(void *arg, const char *const *ulids, const uint64_t *weights,
-                              size_t n, uint32_t *owner, void **plan) {
+static size_t loopback_members(void *arg, size_t *self, void **plan) {
     loopback_fanout *lb = arg;
     *plan = NULL;
-    (void)ulids;
-    (void)weights;
-    for (size_t i = 0; i < n; i++)
-        owner[i] = (uint32_t)((i + lb->offset) % (lb->n_peers + 1));
+    *self = lb->offset % (lb->n_peers + 1);
     return lb->n_peers;
 }
 
@@ -45,6 +41,8 @@ static int loopback_run(void *arg, void *plan, size_t peer, const merge_share *s
                         calltree *tree, merge_share_result *res, strata_error *err) {
     loopback_fanout *lb = arg;
     (void)plan;
+    lb->last_start_ns[peer] = share->start_ns;
+    lb->last_end_ns[peer] = share->end_ns;
     if (lb->failing[peer]) {
         atomic_fetch_add(&lb->shares_failed, 1);
         return strata_error_set(err, STRATA_UNAVAILABLE, "loopback peer %zu is down", peer);
@@ -71,6 +69,6 @@ static int loopback_run(void *arg, void *plan, size_t peer, const merge_share *s
 }
 
 void loopback_fanout_install(query_engine *coordinator, loopback_fanout *lb) {
-    query_fanout f = {.assign = loopback_assign, .run = loopback_run, .arg = lb, .min_rows = 0};
+    query_fanout f = {.members = loopback_members, .run = loopback_run, .arg = lb, .min_rows = 0};
     query_engine_set_fanout(coordinator, &f);
 }

@@ -47,9 +47,8 @@ static int handle_info(rpc_call *call, const uint8_t *req, size_t len, strata_bu
 }
 
 /* The share a request describes; blocks and grouping point into r and the caller's arrays. */
-static int share_from_request(const share_request_pb *r, const char *tenant,
-                              merge_share_block *blocks, calltree_grouping *grouping,
-                              merge_share *share, strata_error *err) {
+static int share_from_request(const share_request_pb *r, const char *tenant, const char **blocks,
+                              calltree_grouping *grouping, merge_share *share, strata_error *err) {
     if (r->group_mask == 0 || r->group_mask > CALLTREE_GROUP_EXACT)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "group_mask %u is not valid",
                                 r->group_mask);
@@ -67,7 +66,7 @@ static int share_from_request(const share_request_pb *r, const char *tenant,
         ulid id; /* a block id names a bucket key: nothing else may pass */
         if (ulid_parse(b->ulid, strlen(b->ulid), &id, err) != 0)
             return strata_error_wrap(err, "blocks[%zu]", i);
-        blocks[i] = (merge_share_block){b->ulid, b->selected, b->dropped, b->n_dropped};
+        blocks[i] = b->ulid;
     }
     *share = (merge_share){.tenant = tenant,
                            .query = r->query,
@@ -103,13 +102,14 @@ static int pack_answer(const calltree *tree, const merge_share *share,
     out.duration_ns = m->duration_ns;
     out.dictionary_blocks = m->dictionary_blocks;
     out.skipped_blocks = m->stats.skipped_blocks;
+    out.duplicates = m->stats.duplicates;
     out.skipped_block = (char *)(uintptr_t)m->stats.skipped_block;
     out.skipped_error = (char *)(uintptr_t)m->stats.skipped_error;
     out.passed = res->passed;
     out.filtered = res->filtered;
     for (size_t k = 0; rc == 0 && k < share->n_blocks; k++)
         if (res->missing[k])
-            missing[out.n_missing++] = (char *)(uintptr_t)share->blocks[k].ulid;
+            missing[out.n_missing++] = (char *)(uintptr_t)share->blocks[k];
     out.missing = missing;
     size_t size = rc == 0 ? strata__querier__v1__merge_shard_response__get_packed_size(&out) : 0;
     if (rc == 0 && strata_buffer_reserve(resp, size) != 0)
@@ -132,7 +132,7 @@ static void test_delay(rpc_call *call, int64_t ns) {
 
 static int merge_share_answer(querier *q, const char *tenant, const share_request_pb *r,
                               strata_buffer *resp, strata_error *err) {
-    merge_share_block *blocks = calloc(r->n_blocks + 1, sizeof *blocks);
+    const char **blocks = calloc(r->n_blocks + 1, sizeof *blocks);
     bool *missing = calloc(r->n_blocks + 1, sizeof *missing);
     calltree_grouping grouping = {0};
     merge_share share;

@@ -1,10 +1,10 @@
 /*
- * peers.c - see peers.h. The peer list, its refresh thread, the block assignment and the client
+ * peers.c - see peers.h. The peer list, its refresh thread, the members of a merge and the client
  * side of MergeShard.
  *
  * Lifetime. A peer (address, channel, instance id) is reference counted under the set's lock: the
- * current list holds one reference, and every merge plan (the members a merge chose at assign
- * time) holds one per peer until the merge releases it, so a refresh that drops a peer never
+ * current list holds one reference, and every merge plan (the peers a merge chose when it started)
+ * holds one per peer until the merge releases it, so a refresh that drops a peer never
  * frees a channel a merge is calling through.
  */
 #include "peers.h"
@@ -26,7 +26,6 @@
 #include "strata/querier/v1/peer.pb-c.h"
 
 #define INFO_TIMEOUT_NS (2 * STRATA_NS_PER_SEC)
-#define LOAD_SLACK 1.25
 
 typedef struct peer {
     char address[300]; /* as dialled: "10.0.0.7:7071", "[fd00::7]:7071" */
@@ -53,7 +52,7 @@ struct querier_peers {
     metrics_counter *blocks_shared;
 };
 
-/* A merge's members: this querier (index 0, implicit) and the peers, as chosen at assign. */
+/* A merge's peers, in the members' order (peers_members), as chosen when it started. */
 typedef struct peer_plan {
     peer **peers;
     size_t n;
@@ -356,60 +355,24 @@ void querier_peers_refresh(querier_peers *p) {
         strata_log_info("querier", "peers changed", "peers=%zu before=%zu", n_next, before);
 }
 
-/* ---- assignment -------------------------------------------------------------------------------
- */
+/* ---- members ----------------------------------------------------------------------------- */
 
-typedef struct weighted_block {
-    uint64_t weight;
-    size_t index;
-} weighted_block;
-
-static int heavier_first(const void *a, const void *b) {
-    const weighted_block *x = a, *y = b;
-    if (x->weight != y->weight)
-        return x->weight < y->weight ? 1 : -1;
-    return (x->index > y->index) - (x->index < y->index);
+static int lower_id_first(const void *a, const void *b) {
+    const peer *x = *(peer *const *)a, *y = *(peer *const *)b;
+    if (x->id_hash != y->id_hash)
+        return x->id_hash < y->id_hash ? -1 : 1;
+    return strcmp(x->instance_id, y->instance_id);
 }
 
-/* Member m's rank score for a block (higher first); member 0 is this querier. */
-static uint64_t member_score(const querier_peers *p, const peer_plan *plan, size_t m,
-                             uint64_t block_hash) {
-    uint64_t id = m == 0 ? p->self_hash : plan->peers[m - 1]->id_hash;
-    return strata_hash_u64(strata_hash_combine(id, block_hash));
-}
-
-/* The member a block goes to: the best-ranked one with room, else the least loaded. */
-static uint32_t choose_member(const querier_peers *p, const peer_plan *plan, uint64_t block_hash,
-                              uint64_t weight, const uint64_t *load, double cap) {
-    size_t members = plan->n + 1;
-    uint32_t best = UINT32_MAX, lightest = 0;
-    uint64_t best_score = 0;
-    for (size_t m = 0; m < members; m++) {
-        if (load[m] < load[lightest])
-            lightest = (uint32_t)m;
-        if ((double)(load[m] + weight) > cap && load[m] > 0)
-            continue; /* full: a block alone may exceed the cap */
-        uint64_t s = member_score(p, plan, m, block_hash);
-        if (best == UINT32_MAX || s > best_score) {
-            best = (uint32_t)m;
-            best_score = s;
-        }
-    }
-    return best != UINT32_MAX ? best : lightest;
-}
-
-static size_t peers_assign(void *arg, const char *const *ulids, const uint64_t *weights, size_t n,
-                           uint32_t *owner, void **plan_out) {
+/* The members are this querier and the live peers, ordered by instance id hash: every querier
+ * that sees the same peers agrees on the order, whichever of them coordinates. */
+static size_t peers_members(void *arg, size_t *self, void **plan_out) {
     querier_peers *p = arg;
     *plan_out = NULL;
-    memset(owner, 0, n * sizeof *owner);
+    *self = 0;
     peer_plan *plan = calloc(1, sizeof *plan);
-    weighted_block *order = calloc(n + 1, sizeof *order);
-    if (plan == NULL || order == NULL) {
-        free(plan);
-        free(order);
+    if (plan == NULL)
         return 0;
-    }
     pthread_mutex_lock(&p->mu);
     if (p->n_list > 0 && (plan->peers = calloc(p->n_list, sizeof *plan->peers)) != NULL) {
         for (size_t i = 0; i < p->n_list; i++) {
@@ -419,28 +382,13 @@ static size_t peers_assign(void *arg, const char *const *ulids, const uint64_t *
         plan->n = p->n_list;
     }
     pthread_mutex_unlock(&p->mu);
-    uint64_t *load = calloc(plan->n + 1, sizeof *load);
-    if (plan->n == 0 || load == NULL) {
-        free(load);
-        free(order);
-        *plan_out = plan;
-        return 0;
-    }
-    uint64_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        order[i] = (weighted_block){weights[i], i};
-        total += weights[i];
-    }
-    qsort(order, n, sizeof *order, heavier_first);
-    double cap = (double)total / (double)(plan->n + 1) * LOAD_SLACK;
-    for (size_t k = 0; k < n && order[k].weight > 0; k++) {
-        size_t i = order[k].index;
-        uint64_t h = strata_hash_bytes(ulids[i], strlen(ulids[i]), 0);
-        owner[i] = choose_member(p, plan, h, weights[i], load, cap);
-        load[owner[i]] += weights[i];
-    }
-    free(load);
-    free(order);
+    if (plan->n > 1)
+        qsort(plan->peers, plan->n, sizeof *plan->peers, lower_id_first);
+    for (size_t i = 0; i < plan->n; i++)
+        if (plan->peers[i]->id_hash < p->self_hash ||
+            (plan->peers[i]->id_hash == p->self_hash &&
+             strcmp(plan->peers[i]->instance_id, p->instance_id) < 0))
+            (*self)++;
     *plan_out = plan;
     return plan->n;
 }
@@ -483,10 +431,7 @@ static int pack_share(const merge_share *share, strata_buffer *out, strata_error
     req.n_group_labels = share->grouping->n_labels;
     for (size_t i = 0; i < share->n_blocks; i++) {
         strata__querier__v1__share_block__init(&blocks[i]);
-        blocks[i].ulid = (char *)(uintptr_t)share->blocks[i].ulid;
-        blocks[i].selected = share->blocks[i].selected;
-        blocks[i].dropped = (uint32_t *)(uintptr_t)share->blocks[i].dropped;
-        blocks[i].n_dropped = share->blocks[i].n_dropped;
+        blocks[i].ulid = (char *)(uintptr_t)share->blocks[i];
         ptrs[i] = &blocks[i];
     }
     req.blocks = ptrs;
@@ -513,6 +458,7 @@ static void copy_result(const Strata__Querier__V1__MergeShardResponse *r, const 
     m->duration_ns = r->duration_ns;
     m->dictionary_blocks = r->dictionary_blocks;
     m->stats.skipped_blocks = r->skipped_blocks;
+    m->stats.duplicates = r->duplicates;
     snprintf(m->stats.skipped_block, sizeof m->stats.skipped_block, "%s", r->skipped_block);
     snprintf(m->stats.skipped_error, sizeof m->stats.skipped_error, "%s", r->skipped_error);
     res->passed = r->passed;
@@ -521,7 +467,7 @@ static void copy_result(const Strata__Querier__V1__MergeShardResponse *r, const 
         res->missing[k] = false;
     for (size_t i = 0; i < r->n_missing; i++)
         for (size_t k = 0; k < share->n_blocks; k++)
-            if (strcmp(r->missing[i], share->blocks[k].ulid) == 0)
+            if (strcmp(r->missing[i], share->blocks[k]) == 0)
                 res->missing[k] = true;
 }
 
@@ -574,7 +520,7 @@ static int peers_run(void *arg, void *plan_arg, size_t index, const merge_share 
 }
 
 query_fanout querier_peers_fanout(querier_peers *p) {
-    return (query_fanout){.assign = peers_assign,
+    return (query_fanout){.members = peers_members,
                           .run = peers_run,
                           .release = peers_release,
                           .arg = p,

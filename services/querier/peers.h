@@ -10,12 +10,12 @@
  * id per process, so a querier leaves itself out, and one querier reachable at two addresses
  * counts once. An address that does not answer Info is not a peer until it does.
  *
- * Which blocks. Rendezvous hashing of block ids over the coordinator and the live peers, by their
- * ids, with bounded load: each block goes to the member it ranks first unless that member
- * already has more than 1.25 times an even share of the merge's sample rows, then to the next.
- * So a block is usually merged by the same querier whichever querier coordinates, and its reader
- * and pages stay warm in one querier's cache instead of every querier's, while a merge is still
- * split evenly.
+ * Which shard. The members of a merge are the coordinator and the live peers ordered by the hash
+ * of their instance ids; the coordinator cuts the query's time range into one shard per member
+ * and shard k goes to member k (engine_fanout.c). Every querier that sees the same peers agrees on
+ * the order, so a part of the time line is usually merged by the same querier whichever querier
+ * coordinates, and its readers and pages stay warm in that querier's cache instead of every
+ * querier's.
  *
  * Serving. PeerService/MergeShard runs on its own pool of share_threads, apart from the query
  * pool: a coordinator waits for its peers on a query thread, and shares queued behind such
@@ -34,7 +34,7 @@
 #include "rpc/rpc.h"
 
 #define PEER_SERVICE "/strata.querier.v1.PeerService/"
-#define PEER_PROTOCOL 1
+#define PEER_PROTOCOL 2 /* 2: shards of time, selected and de-duplicated by the peer */
 
 typedef struct querier_peers querier_peers;
 

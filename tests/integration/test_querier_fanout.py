@@ -5,8 +5,9 @@ SIGKILL while it merges its share does not change the answer.
 
 Data: `strata all` (compactor off, 100 ms flushes) takes BLOCKS WriteRaw calls through Python
 grpcio, each one block of three series (job a, b, c), each profile with hundreds of distinct stacks
-4 to 16 deep over 400 function names; the first call is retried later, so one profile sits in two
-blocks and must count once (the coordinator finds the copy; the peer holding it leaves it out).
+4 to 16 deep over 400 function names, ten seconds apart; the first call is retried later, so one
+profile sits in two blocks and must count once (both copies have the same time, so they fall in the
+same shard of time, and whichever querier merges that shard drops the copy).
 Then a lone querier (no peers) and three queriers whose `peers` list names all three gRPC ports
 (each leaves itself out by its instance id) serve the bucket. Every query (merge, a selector,
 single, diff, TOP, PPROF, group-by binary) goes to each of the three and to the lone querier, and
@@ -229,7 +230,8 @@ compactor:
                      for q in self.queriers)
         served = sum(metric(q.http, "strata_querier_queries_total", 'operation="merge_shard"')
                      for q in self.queriers)
-        # every merge of the three queriers fans out to both peers (12 blocks, bounded load)
+        # every merge of the three queriers fans out to both peers (13 blocks ten seconds apart:
+        # three shards of time)
         self.assertGreaterEqual(shared, 3 * len(queries()))
         self.assertEqual(served, shared)
         self.assertEqual(sum(metric(q.http, "strata_querier_fanout_shares_total", 'result="failed"')
@@ -246,7 +248,7 @@ compactor:
                     max_query_bytes=1 << 30, group_mask=1)
         cases = {
             "block id is not a ULID": peer_pb2.MergeShardRequest(
-                **good, blocks=[peer_pb2.ShareBlock(ulid="../../etc/passwd", selected=1)]),
+                **good, blocks=[peer_pb2.ShareBlock(ulid="../../etc/passwd")]),
             "group_mask": peer_pb2.MergeShardRequest(**dict(good, group_mask=99)),
             "selector": peer_pb2.MergeShardRequest(**dict(good, query="process_cpu{")),
             "end is before start": peer_pb2.MergeShardRequest(**dict(good, end_ns=T0 - 1)),
