@@ -116,8 +116,35 @@ class Server:
         self.log.close()
 
 
+def bucket_server_pids():
+    """The processes serving the bucket (radosgw and its Ceph daemons), for their CPU."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/comm") as f:
+                    if f.read().strip() in ("radosgw", "ceph-osd", "ceph-mon"):
+                        pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+def bucket_cpu(pids):
+    total = 0.0
+    for pid in pids:
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            pass
+    return total
+
+
 def timed_merge(binary, servers, target, end):
+    """Wall time, the queriers' CPU and the bucket server's CPU of one merge, and its answer."""
+    gw = bucket_server_pids()
     cpu0 = sum(cpu_seconds(s.proc.pid) for s in servers)
+    gw0 = bucket_cpu(gw)
     t0 = time.monotonic()
     out = subprocess.run([binary, "query", "merge", TYPE_QUERIED, "--start",
                           time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(START_UNIX - 60)),
@@ -125,7 +152,7 @@ def timed_merge(binary, servers, target, end):
                          check=True, capture_output=True, text=True).stdout
     wall = time.monotonic() - t0
     cpu = sum(cpu_seconds(s.proc.pid) for s in servers) - cpu0
-    return wall, cpu, out
+    return wall, cpu, out, bucket_cpu(gw) - gw0
 
 
 def main():
@@ -144,6 +171,9 @@ def main():
     ap.add_argument("--one-core", action="store_true",
                     help="each querier pinned to one core (taskset, querier i on core i mod CPUs) "
                     "with parallelism 1: N queriers of one core each, as N one-core machines")
+    ap.add_argument("--filesystem", metavar="DIR",
+                    help="a FILESYSTEM bucket in DIR instead of radosgw (the queriers share the "
+                    "directory; no bucket server competes for this machine's cores)")
     ap.add_argument("--go", action="store_true",
                     help="real Go CPU profiles (bench/testdata, re-stamped per target) instead of "
                     "agent-like ones")
@@ -153,9 +183,16 @@ def main():
         TYPE_QUERIED = GO_TYPE
     binary = os.path.join(ROOT, args.build, "cmd", "strata", "strata")
     load = os.path.join(ROOT, args.build, "bench", "push_load")
-    env = radosgw_env()
     prefix = args.prefix or f"fanout-bench-{os.getpid()}"
-    bucket = bucket_yaml(env, prefix)
+    if args.filesystem:
+        bucket = f"""bucket:
+  type: FILESYSTEM
+  prefix: {prefix}
+  config:
+    directory: {os.path.abspath(args.filesystem)}
+"""
+    else:
+        bucket = bucket_yaml(radosgw_env(), prefix)
     work = tempfile.mkdtemp(prefix="strata-fanout-bench-")
     windows = args.minutes * 6
     end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(START_UNIX + windows * 10 + 60))
@@ -166,7 +203,7 @@ def main():
         source += ["--targets", str(args.processes)]
     if not args.prefix:
         push(binary, load, work, bucket, windows, args.processes, prefix, source, args.pace)
-    print(f"{'queriers':>8} {'blocks':>6} {'cold wall s':>11} {'cold CPU s':>10} "
+    print(f"{'queriers':>8} {'blocks':>6} {'cold wall s':>11} {'cold CPU s':>10} {'bucket CPU':>11} "
           f"{'warm wall s (median)':>20} {'warm CPU s':>10} {'shares ok/failed':>16}")
     reference = None
     for n in (int(x) for x in args.queriers.split(",")):
@@ -186,7 +223,7 @@ def push(binary, load, work, bucket, windows, processes, prefix, source, pace):
         if int(r["errors"]) != 0:
             raise SystemExit(f"push_load: {r['errors']} calls failed")
         print(f"pushed {windows * processes} profiles, {int(r['samples']) / 1e6:.2f} M pprof "
-              f"samples to radosgw under prefix {prefix}", flush=True)
+              f"samples under bucket prefix {prefix}", flush=True)
     finally:
         writer.stop()
 
@@ -211,8 +248,16 @@ def run_queriers(binary, work, bucket, n, end, runs, reference, one_core, querie
         for s in servers:
             while s.metric("strata_querier_peers") < n - 1:
                 time.sleep(0.2)
-        blocks = int(servers[0].metric("strata_querier_blocks"))
-        cold_wall, cold_cpu, answer = timed_merge(binary, servers, servers[0], end)
+        # every querier has learnt every block (its first listing and meta.json reads are over),
+        # so the cold merge measures the merge, not a peer still syncing
+        blocks = 0
+        for _ in range(600):
+            seen = [int(s.metric("strata_querier_blocks")) for s in servers]
+            if seen[0] > 0 and len(set(seen)) == 1 and seen[0] == blocks:
+                break
+            blocks = seen[0]
+            time.sleep(0.5)
+        cold_wall, cold_cpu, answer, cold_gw = timed_merge(binary, servers, servers[0], end)
         if reference is None:
             reference = answer
         elif answer != reference:
@@ -221,7 +266,7 @@ def run_queriers(binary, work, bucket, n, end, runs, reference, one_core, querie
         ok = sum(s.metric("strata_querier_fanout_shares_total", 'result="ok"') for s in servers)
         failed = sum(s.metric("strata_querier_fanout_shares_total", 'result="failed"')
                      for s in servers)
-        print(f"{n:>8} {blocks:>6} {cold_wall:>11.2f} {cold_cpu:>10.2f} "
+        print(f"{n:>8} {blocks:>6} {cold_wall:>11.2f} {cold_cpu:>10.2f} {cold_gw:>11.2f} "
               f"{warm[len(warm) // 2][0]:>20.2f} {warm[len(warm) // 2][1]:>10.2f} "
               f"{f'{int(ok)}/{int(failed)}':>16}", flush=True)
     finally:
