@@ -30,6 +30,8 @@
 typedef struct agent_metrics {
     metrics_counter *samples;
     metrics_counter *dropped;
+    metrics_counter *off_cpu_timed;
+    metrics_counter *off_cpu_events;
     metrics_counter *kernel_misses;
     metrics_counter *user_misses;
     metrics_counter *push_errors;
@@ -145,6 +147,12 @@ static int register_metrics(agent *a, strata_error *err) {
             NULL ||
         (m->dropped = counter(a, "strata_agent_samples_dropped_total",
                               "Samples lost because the ring buffer was full.", err)) == NULL ||
+        (m->off_cpu_timed =
+             counter(a, "strata_agent_off_cpu_timed_total",
+                     "Voluntary context switches timed for off-CPU profiles.", err)) == NULL ||
+        (m->off_cpu_events = counter(a, "strata_agent_off_cpu_events_total",
+                                     "Off-CPU records: timed threads that ran again.", err)) ==
+            NULL ||
         (m->push_errors = counter(a, "strata_agent_push_errors_total", "Failed WriteRaw attempts.",
                                   err)) == NULL ||
         (m->pushes = counter(a, "strata_agent_pushes_total", "Acknowledged WriteRaw requests.",
@@ -171,8 +179,11 @@ static int register_metrics(agent *a, strata_error *err) {
 static void collect(void *ctx) {
     agent *a = ctx;
     struct agent_counters c;
-    if (a->sampler != NULL && agent_sampler_counters(a->sampler, &c, NULL) == 0)
+    if (a->sampler != NULL && agent_sampler_counters(a->sampler, &c, NULL) == 0) {
         metrics_counter_set(a->m.dropped, (int64_t)c.ring_full);
+        metrics_counter_set(a->m.off_cpu_timed, (int64_t)c.off_cpu_timed);
+        metrics_counter_set(a->m.off_cpu_events, (int64_t)c.off_cpu_events);
+    }
     push_stats ps;
     push_stats_get(a->pusher, &ps);
     metrics_counter_set(a->m.push_errors, (int64_t)ps.errors);
@@ -237,6 +248,7 @@ typedef struct window_out {
     size_t n;
 } window_out;
 
+/* p's on-CPU or off-CPU profile (pc->off_cpu). */
 static int build_one(agent *a, agent_process *p, const agent_profile_context *pc, window_out *w,
                      strata_error *err) {
     agent_profile_stats st;
@@ -253,12 +265,18 @@ static int build_one(agent *a, agent_process *p, const agent_profile_context *pc
 
 static int build_window(agent *a, int64_t now_wall, int64_t now_mono, window_out *w,
                         strata_error *err) {
-    agent_profile_context pc = {&a->ksyms, a->symcache, a->window_start_wall,
+    agent_profile_context on = {&a->ksyms,
+                                a->symcache,
+                                a->window_start_wall,
                                 now_mono - a->window_start_mono,
-                                STRATA_NS_PER_SEC / (int64_t)a->o.frequency_hz};
+                                STRATA_NS_PER_SEC / (int64_t)a->o.frequency_hz,
+                                false};
+    agent_profile_context off = on;
+    off.off_cpu = true;
     (void)now_wall;
-    w->series = calloc(a->agg.n_procs ? a->agg.n_procs : 1, sizeof *w->series);
-    w->pprofs = calloc(a->agg.n_procs ? a->agg.n_procs : 1, sizeof *w->pprofs);
+    size_t cap = 2 * a->agg.n_procs + 1; /* an on-CPU and an off-CPU profile per process */
+    w->series = calloc(cap, sizeof *w->series);
+    w->pprofs = calloc(cap, sizeof *w->pprofs);
     if (w->series == NULL || w->pprofs == NULL)
         return strata_error_oom(err);
     for (size_t i = 0; i < a->agg.n_procs; i++) {
@@ -266,7 +284,11 @@ static int build_window(agent *a, int64_t now_wall, int64_t now_mono, window_out
         if (p->samples == 0)
             continue;
         label_process(a, p);
-        if (!p->dropped && build_one(a, p, &pc, w, err) != 0)
+        if (p->dropped)
+            continue;
+        if (p->n_stacks > p->n_off_cpu && build_one(a, p, &on, w, err) != 0)
+            return -1;
+        if (p->n_off_cpu > 0 && build_one(a, p, &off, w, err) != 0)
             return -1;
     }
     return 0;
@@ -425,6 +447,7 @@ static int set_up(agent *a, strata_error *err) {
         return -1;
     a->agg.fixup = fix_leaf;
     a->agg.sample_labels = a->o.sample_labels;
+    a->agg.off_cpu_rate = a->o.off_cpu_threshold;
     a->agg.fixup_ctx = a;
     if (start_pusher(a, err) != 0 || start_kubepods(a, err) != 0)
         return -1;
@@ -437,7 +460,10 @@ static int set_up(agent *a, strata_error *err) {
     a->collector_added = true;
     if (start_http(a, err) != 0)
         return -1;
-    agent_sampler_options sopt = {a->o.frequency_hz, 0, on_sample, a};
+    agent_sampler_options sopt = {.frequency_hz = a->o.frequency_hz,
+                                  .off_cpu_rate = a->o.off_cpu_threshold,
+                                  .on_sample = on_sample,
+                                  .ctx = a};
     a->sampler = agent_sampler_open(&sopt, err);
     return a->sampler != NULL ? 0 : -1;
 }

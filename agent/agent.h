@@ -56,6 +56,7 @@ typedef struct agent_options {
                                KUBERNETES_SERVICE_HOST is set, else none (see kubepods.h) */
     rpc_channel_options push_channel; /* TLS and bearer token of the pushes (lib/rpc) */
     unsigned sample_labels;           /* AGENT_LABEL_* (aggregate.h); 0 = none */
+    double off_cpu_threshold; /* off-CPU profiles: probability a blocking is timed; 0 = off */
 } agent_options;
 
 /* Runs until *stop becomes non-zero or run_for_ns passes. Returns 0 after a clean stop, -1 with

@@ -119,6 +119,10 @@ static void usage(FILE *out) {
             "  -sample-labels LIST         per-sample pprof labels, any of thread_id,\n"
             "                              thread_name, cpu (default none: each multiplies\n"
             "                              the stacks a profile holds)\n"
+            "  -off-cpu-threshold P        off-CPU profiles: the probability (0..1) that a\n"
+            "                              thread's blocking is timed (as Parca's and the\n"
+            "                              OpenTelemetry agents' flag; default 0 = off;\n"
+            "                              Linux 5.18 or later)\n"
             "  -duration DURATION          stop after this long (default: run until signalled)\n"
             "  -log-level LEVEL            debug, info, warn or error\n");
 }
@@ -191,7 +195,16 @@ static int set_flag(agent_options *o, const char *name, const char *value, strat
         return parse_size(value, &o->symbol_cache_bytes, err);
     else if (strcmp(name, "sample-labels") == 0)
         return agent_parse_sample_labels(value, &o->sample_labels, err);
-    else if (strcmp(name, "sampling-frequency") == 0) {
+    else if (strcmp(name, "off-cpu-threshold") == 0) {
+        char *end = NULL;
+        errno = 0;
+        double p = strtod(value, &end);
+        if (end == value || *end != '\0' || errno != 0 || !(p >= 0 && p <= 1))
+            return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                    "-off-cpu-threshold wants a probability 0..1, got \"%s\"",
+                                    value);
+        o->off_cpu_threshold = p;
+    } else if (strcmp(name, "sampling-frequency") == 0) {
         size_t v = 0;
         if (parse_size(value, &v, err) != 0 || v == 0 || v > 1000)
             return strata_error_set(err, STRATA_INVALID_ARGUMENT,

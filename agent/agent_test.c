@@ -359,8 +359,8 @@ static void test_aggregate_and_build_profile(void **state) {
     agent_ksyms k;
     assert_int_equal(agent_ksyms_parse(kallsyms_fixture, strlen(kallsyms_fixture), &k, NULL), 0);
     agent_symcache *c = agent_symcache_new(NULL, NULL);
-    agent_profile_context ctx = {&k, c, 1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC,
-                                 STRATA_NS_PER_SEC / 19};
+    agent_profile_context ctx = {
+        &k, c, 1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC, STRATA_NS_PER_SEC / 19, false};
     strata_buffer out = STRATA_BUFFER_INIT;
     agent_profile_stats st;
     assert_int_equal(agent_profile_build(&a, p, &ctx, &out, &st, NULL), 0);
@@ -439,6 +439,78 @@ static const char *sample_label(const pprof_profile *prof, size_t i, const char 
 }
 
 /* Samples of one stack on two threads and two CPUs, with each choice of per-sample labels. */
+/* The decoded pprof's first sample type and period type, as "type/unit type/unit". */
+static void profile_types(const pprof_profile *prof, char *out, size_t cap) {
+    pprof_string st = pprof_string_at(prof, prof->sample_types[0].type);
+    pprof_string su = pprof_string_at(prof, prof->sample_types[0].unit);
+    pprof_string pt = pprof_string_at(prof, prof->period_type.type);
+    pprof_string pu = pprof_string_at(prof, prof->period_type.unit);
+    snprintf(out, cap, "%.*s/%.*s %.*s/%.*s", (int)st.len, st.ptr, (int)su.len, su.ptr, (int)pt.len,
+             pt.ptr, (int)pu.len, pu.ptr);
+}
+
+/* Off-CPU records are stacks of their own beside CPU ticks with the same frames, counting the
+ * blocked time scaled back by the rate; the off-CPU profile holds only them, as Parca's
+ * wallclock:nanoseconds:samples:count, and the on-CPU profile only the ticks. */
+static void test_off_cpu_stacks_and_profile(void **state) {
+    (void)state;
+    agent_aggregator a;
+    assert_int_equal(agent_aggregator_init(&a, NULL, 0, NULL), 0);
+    a.off_cpu_rate = 0.25; /* one blocking in four timed */
+    uint64_t pc = (uint64_t)(uintptr_t)&agent_test_known_function + 1;
+    struct agent_sample *tick = make_sample(getpid(), pc, 2);
+    struct agent_sample *blocked = make_sample(getpid(), pc, 2);
+    blocked->flags |= AGENT_SAMPLE_OFF_CPU;
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(agent_aggregator_add(&a, tick, NULL), 0);
+    blocked->value_ns = 1000000; /* 1 ms, then 3 ms: 4 ms timed, 16 ms estimated */
+    assert_int_equal(agent_aggregator_add(&a, blocked, NULL), 0);
+    blocked->value_ns = 3000000;
+    assert_int_equal(agent_aggregator_add(&a, blocked, NULL), 0);
+    blocked->value_ns = 0; /* a blocking shorter than the clock's grain still counts */
+    assert_int_equal(agent_aggregator_add(&a, blocked, NULL), 0);
+    agent_process *p = a.procs[0];
+    assert_int_equal(p->n_stacks, 2);
+    assert_int_equal(p->n_off_cpu, 1);
+    assert_int_equal(p->samples, 5);
+
+    agent_ksyms k;
+    assert_int_equal(agent_ksyms_parse(kallsyms_fixture, strlen(kallsyms_fixture), &k, NULL), 0);
+    agent_symcache *c = agent_symcache_new(NULL, NULL);
+    for (int off = 0; off < 2; off++) {
+        agent_profile_context ctx = {
+            &k,      c, 1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC, STRATA_NS_PER_SEC / 19,
+            off == 1};
+        strata_buffer out = STRATA_BUFFER_INIT;
+        assert_int_equal(agent_profile_build(&a, p, &ctx, &out, NULL, NULL), 0);
+        pprof_profile prof;
+        assert_int_equal(pprof_decode(out.data, out.len, NULL, &prof, NULL), 0);
+        char types[128];
+        profile_types(&prof, types, sizeof types);
+        assert_int_equal(prof.n_samples, 1);
+        const pprof_sample *smp = &prof.samples[0];
+        assert_int_equal(smp->location_count, 3); /* two kernel frames, the user pc */
+        if (off) {
+            assert_string_equal(types, "wallclock/nanoseconds samples/count");
+            assert_int_equal(prof.period, 1);
+            assert_int_equal(pprof_sample_value(&prof, 0, 0), 16000000 + 1);
+        } else {
+            assert_string_equal(types, "samples/count cpu/nanoseconds");
+            assert_int_equal(prof.period, STRATA_NS_PER_SEC / 19);
+            assert_int_equal(pprof_sample_value(&prof, 0, 0), 2);
+        }
+        pprof_profile_free(&prof);
+        strata_buffer_free(&out);
+    }
+    agent_aggregator_next_window(&a);
+    assert_int_equal(a.procs[0]->n_off_cpu, 0);
+    agent_symcache_free(c);
+    agent_ksyms_free(&k);
+    agent_aggregator_free(&a);
+    free(tick);
+    free(blocked);
+}
+
 static void test_sample_labels(void **state) {
     (void)state;
     unsigned bits = 99;
@@ -479,8 +551,9 @@ static void test_sample_labels(void **state) {
         assert_int_equal(p->n_stacks, cases[c].stacks);
 
         agent_symcache *sc = agent_symcache_new(NULL, NULL);
-        agent_profile_context ctx = {NULL, sc, 1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC,
-                                     STRATA_NS_PER_SEC / 19};
+        agent_profile_context ctx = {
+            NULL, sc, 1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC, STRATA_NS_PER_SEC / 19,
+            false};
         strata_buffer out = STRATA_BUFFER_INIT;
         assert_int_equal(agent_profile_build(&a, p, &ctx, &out, NULL, NULL), 0);
         pprof_profile prof;
@@ -773,6 +846,7 @@ int main(void) {
         cmocka_unit_test(test_elf_symbolizes_self_with_aslr),
         cmocka_unit_test(test_gopclntab),
         cmocka_unit_test(test_aggregate_and_build_profile),
+        cmocka_unit_test(test_off_cpu_stacks_and_profile),
         cmocka_unit_test(test_frame_limit_is_counted),
         cmocka_unit_test(test_labels),
         cmocka_unit_test(test_write_raw_and_bounded_queue),

@@ -3,6 +3,8 @@
  */
 #include "aggregate.h"
 
+#include <math.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,12 +88,15 @@ typedef struct sample_key {
     size_t nk, nu;
     uint32_t tid, cpu;
     const char *thread; /* NUL-terminated, at most AGENT_COMM_LEN - 1 bytes */
+    bool off_cpu;
+    uint64_t weight; /* 1 for a CPU tick; the (scaled) blocked nanoseconds off-CPU */
 } sample_key;
 
 static uint64_t stack_hash(const sample_key *key) {
     uint64_t h = strata_hash_bytes(key->k, key->nk * sizeof *key->k, key->nk);
     h = strata_hash_combine(h, strata_hash_bytes(key->u, key->nu * sizeof *key->u, key->nu));
     h = strata_hash_combine(h, (uint64_t)key->tid << 32 | key->cpu);
+    h = strata_hash_combine(h, key->off_cpu);
     if (key->thread[0] != '\0')
         h = strata_hash_combine(h, strata_hash_bytes(key->thread, strlen(key->thread), 0));
     return h != 0 ? h : 1;
@@ -102,7 +107,8 @@ static bool stack_equal(const agent_aggregator *a, const agent_process *p, size_
     const agent_stack *s = &p->stacks[i];
     const uint64_t *f = agent_stack_frames(a, s);
     return s->n_kernel == key->nk && s->n_user == key->nu && s->tid == key->tid &&
-           s->cpu == key->cpu && memcmp(f, key->k, key->nk * sizeof *key->k) == 0 &&
+           s->cpu == key->cpu && s->off_cpu == key->off_cpu &&
+           memcmp(f, key->k, key->nk * sizeof *key->k) == 0 &&
            memcmp(f + key->nk, key->u, key->nu * sizeof *key->u) == 0 &&
            (p->thread_names == NULL || strcmp(p->thread_names[i], key->thread) == 0);
 }
@@ -163,7 +169,9 @@ static int new_stack(agent_aggregator *a, agent_process *p, uint64_t map_key, ui
     if (strata_u64_map_upsert(&p->stack_index, map_key, p->n_stacks + 1, NULL) == NULL)
         return strata_error_oom(err);
     s->hash = hash;
-    s->count = 1;
+    s->count = key->weight;
+    s->off_cpu = key->off_cpu;
+    p->n_off_cpu += key->off_cpu;
     s->n_kernel = (uint16_t)key->nk;
     s->n_user = (uint16_t)key->nu;
     s->tid = key->tid;
@@ -184,7 +192,7 @@ static int add_stack(agent_aggregator *a, agent_process *p, const sample_key *ke
         if (index == NULL)
             return new_stack(a, p, map_key, hash, key, err);
         if (stack_equal(a, p, *index - 1, key)) {
-            p->stacks[*index - 1].count++;
+            p->stacks[*index - 1].count += key->weight;
             p->samples++;
             a->stats.samples++;
             return 0;
@@ -213,6 +221,15 @@ static void check_mappings(agent_aggregator *a, agent_process *p, const uint64_t
         }
 }
 
+/* A timed switch-out stands for 1/rate of them: its blocked time, scaled back (at least 1 ns, so
+ * the stack is never a zero sample). */
+static uint64_t off_cpu_weight(const agent_aggregator *a, uint64_t value_ns) {
+    double scaled = a->off_cpu_rate > 0 ? (double)value_ns / a->off_cpu_rate : (double)value_ns;
+    if (scaled >= 9.2e18)
+        return (uint64_t)9.2e18;
+    return scaled < 1 ? 1 : (uint64_t)llround(scaled);
+}
+
 int agent_aggregator_add(agent_aggregator *a, const struct agent_sample *s, strata_error *err) {
     agent_process *p = process_for(a, (pid_t)s->pid, err);
     if (p == NULL)
@@ -236,7 +253,11 @@ int agent_aggregator_add(agent_aggregator *a, const struct agent_sample *s, stra
                       .nu = nu,
                       .tid = (a->sample_labels & AGENT_LABEL_THREAD_ID) ? s->tid : 0,
                       .cpu = (a->sample_labels & AGENT_LABEL_CPU) ? s->cpu : 0,
-                      .thread = (a->sample_labels & AGENT_LABEL_THREAD_NAME) ? p->comm : ""};
+                      .thread = (a->sample_labels & AGENT_LABEL_THREAD_NAME) ? p->comm : "",
+                      .off_cpu = (s->flags & AGENT_SAMPLE_OFF_CPU) != 0,
+                      .weight = 1};
+    if (key.off_cpu)
+        key.weight = off_cpu_weight(a, s->value_ns);
     return add_stack(a, p, &key, err);
 }
 
@@ -250,6 +271,7 @@ void agent_aggregator_next_window(agent_aggregator *a) {
             continue;
         }
         p->n_stacks = 0;
+        p->n_off_cpu = 0;
         p->samples = 0;
         p->maps_reloaded = false;
         strata_u64_map_clear(&p->stack_index);

@@ -17,6 +17,10 @@
  *    counted in stats.over_limit, never silently merged into another stack.
  *  - Samples with no frames at all (a kernel thread whose stack could not be read) are kept as a
  *    stack of zero frames, so counts still agree with the number of ticks.
+ *  - Off-CPU records (AGENT_SAMPLE_OFF_CPU) are stacks of their own, even with the frames of an
+ *    on-CPU stack: their count is the blocked time in nanoseconds, divided by off_cpu_rate (each
+ *    timed switch-out stands for 1/rate of them), so profile_build.c writes them as a separate
+ *    profile.
  *  - Per-sample labels (sample_labels, off by default for their cardinality, as in Parca's
  *    agent): with AGENT_LABEL_THREAD_ID, _THREAD_NAME or _CPU set, the thread id, the thread's
  *    name or the CPU of a sample are part of its stack's identity, so the same frames on two
@@ -52,6 +56,7 @@ typedef struct agent_stack {
     uint16_t n_user;
     uint32_t tid; /* with AGENT_LABEL_THREAD_ID, else 0 */
     uint32_t cpu; /* with AGENT_LABEL_CPU, else 0 */
+    bool off_cpu; /* count is blocked nanoseconds (scaled by the rate), not CPU ticks */
 } agent_stack;
 
 typedef struct agent_process {
@@ -69,6 +74,7 @@ typedef struct agent_process {
     agent_stack *stacks;
     char (*thread_names)[AGENT_COMM_LEN]; /* beside stacks, with AGENT_LABEL_THREAD_NAME */
     size_t n_stacks;
+    size_t n_off_cpu; /* of them, off-CPU stacks */
     size_t cap_stacks;
     strata_u64_map stack_index; /* hash -> index + 1 (collisions probe with rehash) */
     uint64_t samples;
@@ -95,6 +101,7 @@ typedef struct agent_aggregator {
     void *fixup_ctx;
     size_t max_frames;
     unsigned sample_labels; /* AGENT_LABEL_*; 0 (none) by default; set after init */
+    double off_cpu_rate;    /* the sampler's; an off-CPU record's time is divided by it */
     strata_u64_map by_pid;  /* pid + 1 -> index + 1 into procs */
     agent_process **procs;
     size_t n_procs;

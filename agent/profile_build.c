@@ -239,6 +239,14 @@ static int add_sample_labels(builder *b, const agent_aggregator *a, size_t i, pp
     return 0;
 }
 
+/* Whether a kernel frame at the top of an off-CPU stack is the tracer's own (the BPF program,
+ * which may have no symbol, and the tracepoint's BPF glue), not the kernel's path to schedule. */
+static bool tracer_frame(const builder *b, uint64_t addr) {
+    const char *name = b->ctx->ksyms != NULL ? agent_ksyms_lookup(b->ctx->ksyms, addr) : NULL;
+    return name == NULL || strncmp(name, "bpf_", 4) == 0 || strncmp(name, "__bpf_trace", 11) == 0 ||
+           strncmp(name, "__traceiter", 11) == 0;
+}
+
 static int add_samples(builder *b, const agent_aggregator *a) {
     const agent_process *p = b->p;
     pprof_profile *pr = &b->prof;
@@ -255,25 +263,32 @@ static int add_samples(builder *b, const agent_aggregator *a) {
         return strata_error_oom(b->err);
     for (size_t i = 0; i < p->n_stacks; i++) {
         const agent_stack *s = &p->stacks[i];
+        if (s->off_cpu != b->ctx->off_cpu)
+            continue; /* the other profile's */
         const uint64_t *frames = agent_stack_frames(a, s);
-        size_t n = (size_t)s->n_kernel + s->n_user;
-        pprof_sample *ps = &pr->samples[i];
+        size_t n = (size_t)s->n_kernel + s->n_user, n_kernel = s->n_kernel;
+        while (s->off_cpu && n_kernel > 0 && tracer_frame(b, frames[0])) {
+            frames++; /* the stack starts where the thread blocked */
+            n_kernel--;
+            n--;
+        }
+        size_t k = pr->n_samples++;
+        pprof_sample *ps = &pr->samples[k];
         ps->location_offset = (uint32_t)pr->n_sample_location_ids;
         ps->location_count = (uint32_t)n;
-        ps->value_offset = (uint32_t)i;
+        ps->value_offset = (uint32_t)k;
         for (size_t f = 0; f < n; f++) {
-            bool kernel = f < s->n_kernel;
-            bool leaf = f == 0 || (!kernel && f == s->n_kernel); /* the user pc is a leaf too */
+            bool kernel = f < n_kernel;
+            bool leaf = f == 0 || (!kernel && f == n_kernel); /* the user pc is a leaf too */
             uint64_t id = 0;
             if (add_location(b, frames[f], kernel, leaf, &id) != 0)
                 return -1;
             pr->sample_location_ids[pr->n_sample_location_ids++] = id;
         }
-        pr->sample_values[i] = (int64_t)s->count;
+        pr->sample_values[k] = (int64_t)s->count;
         if (a->sample_labels != 0 && add_sample_labels(b, a, i, ps) != 0)
             return -1;
     }
-    pr->n_samples = p->n_stacks;
     return 0;
 }
 
@@ -284,14 +299,16 @@ static int set_header(builder *b) {
     if (pr->sample_types == NULL)
         return strata_error_oom(b->err);
     pr->n_sample_types = 1;
-    if (intern(b, "", &empty) != 0 || intern(b, "samples", &pr->sample_types[0].type) != 0 ||
-        intern(b, "count", &pr->sample_types[0].unit) != 0 ||
-        intern(b, "cpu", &pr->period_type.type) != 0 ||
-        intern(b, "nanoseconds", &pr->period_type.unit) != 0)
+    bool off = b->ctx->off_cpu;
+    if (intern(b, "", &empty) != 0 ||
+        intern(b, off ? "wallclock" : "samples", &pr->sample_types[0].type) != 0 ||
+        intern(b, off ? "nanoseconds" : "count", &pr->sample_types[0].unit) != 0 ||
+        intern(b, off ? "samples" : "cpu", &pr->period_type.type) != 0 ||
+        intern(b, off ? "count" : "nanoseconds", &pr->period_type.unit) != 0)
         return -1;
     pr->time_nanos = b->ctx->time_ns;
     pr->duration_nanos = b->ctx->duration_ns;
-    pr->period = b->ctx->period_ns;
+    pr->period = off ? 1 : b->ctx->period_ns;
     return 0;
 }
 

@@ -1,10 +1,14 @@
 /*
  * profile_build.h - turns one process's window of stack counts into a gzipped pprof.
  *
- * Design. The profile has one sample type, samples/count, with period type cpu/nanoseconds and
- * period 1e9/Hz, so a sample count times the period is CPU time; time_nanos is the window's start
- * and duration_nanos its length (non-zero: the profile is a delta). Each distinct stack is one
- * sample, its frames leaf first: kernel frames, then user frames.
+ * Design. The on-CPU profile has one sample type, samples/count, with period type cpu/nanoseconds
+ * and period 1e9/Hz, so a sample count times the period is CPU time (Parca's
+ * parca_agent:samples:count:cpu:nanoseconds:delta, "On-CPU"). The off-CPU profile (ctx->off_cpu:
+ * the process's off-CPU stacks only) has one sample type, wallclock/nanoseconds, the time its
+ * threads were blocked there, with period type samples/count and period 1 (Parca's
+ * parca_agent:wallclock:nanoseconds:samples:count:delta, "Off-CPU"). time_nanos is the window's
+ * start and duration_nanos its length (non-zero: the profile is a delta). Each distinct stack is
+ * one sample, its frames leaf first: kernel frames, then user frames.
  *
  *  - Kernel frames are symbolized from /proc/kallsyms and belong to a mapping named
  *    "[kernel.kallsyms]".
@@ -20,6 +24,7 @@
 #ifndef STRATA_AGENT_PROFILE_BUILD_H
 #define STRATA_AGENT_PROFILE_BUILD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "aggregate.h"
@@ -34,6 +39,7 @@ typedef struct agent_profile_context {
     int64_t time_ns;          /* window start, wall clock */
     int64_t duration_ns;
     int64_t period_ns; /* 1e9 / Hz */
+    bool off_cpu;      /* build the off-CPU profile instead of the on-CPU one */
 } agent_profile_context;
 
 typedef struct agent_profile_stats {

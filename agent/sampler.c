@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "offcpu.skel.h"
 #include "oncpu.skel.h"
 
 #define MAX_CPUS 1024
@@ -26,6 +27,8 @@ struct agent_sampler {
     struct ring_buffer *ring;
     int *event_fds;
     struct bpf_link **links;
+    struct offcpu_bpf *off; /* off-CPU, when on */
+    struct bpf_link *off_link;
     unsigned n_events;
     size_t ring_bytes;
     agent_sample_fn on_sample;
@@ -168,8 +171,11 @@ static int read_online_cpus(uint8_t *bitmap, strata_error *err) {
     return agent_parse_cpu_list(line, bitmap, MAX_CPUS, err);
 }
 
-static size_t ring_size_for(unsigned hz, unsigned n_cpus) {
-    uint64_t need = (uint64_t)hz * n_cpus * sizeof(struct agent_sample) * 2;
+/* Off-CPU records have a ring of their own, so a burst of them never crowds out CPU ticks. */
+#define OFF_CPU_RECORDS_PER_CPU_SECOND 256
+
+static size_t ring_size_for(uint64_t per_cpu_second, unsigned n_cpus) {
+    uint64_t need = per_cpu_second * n_cpus * sizeof(struct agent_sample) * 2;
     size_t size = MIN_RING_BYTES;
     while (size < need && size < ((size_t)1 << 30))
         size <<= 1;
@@ -231,6 +237,42 @@ static int attach_cpu(agent_sampler *s, unsigned hz, unsigned cpu, strata_error 
     return 0;
 }
 
+/* Loads bpf/offcpu.bpf.c, adds its ring to the poll and attaches it. */
+static int load_off_cpu(agent_sampler *s, const agent_sampler_options *o, unsigned n_cpus,
+                        strata_error *err) {
+    s->off = offcpu_bpf__open();
+    if (s->off == NULL)
+        return strata_error_set(err, STRATA_INTERNAL, "cannot open the off-CPU BPF object: %s",
+                                strerror(errno));
+    s->off->rodata->agent_pid = (__u32)(o->self_pid != 0 ? o->self_pid : getpid());
+    double threshold = o->off_cpu_rate * AGENT_OFF_CPU_SCALE;
+    s->off->rodata->offcpu_threshold =
+        threshold >= (double)UINT32_MAX ? UINT32_MAX : (__u32)(threshold < 1 ? 1 : threshold);
+    size_t ring = ring_size_for(OFF_CPU_RECORDS_PER_CPU_SECOND, n_cpus);
+    int rc = bpf_map__set_max_entries(s->off->maps.samples, (__u32)ring);
+    if (rc == 0 && o->off_cpu_pending > 0)
+        rc = bpf_map__set_max_entries(s->off->maps.pending, o->off_cpu_pending);
+    if (rc != 0)
+        return strata_error_set(err, STRATA_INTERNAL, "cannot set up the off-CPU maps: %s",
+                                strerror(-rc));
+    rc = offcpu_bpf__load(s->off);
+    if (rc != 0)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "cannot load the off-CPU BPF program: %s", strerror(-rc));
+    rc = ring_buffer__add(s->ring, bpf_map__fd(s->off->maps.samples), handle_record, s);
+    if (rc != 0)
+        return strata_error_set(err, STRATA_INTERNAL, "cannot map the off-CPU ring buffer: %s",
+                                strerror(-rc));
+    s->ring_bytes += ring;
+    s->off_link = bpf_program__attach_raw_tracepoint(s->off->progs.offcpu_switch, "sched_switch");
+    if (s->off_link == NULL)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "off-CPU: cannot attach to the sched_switch tracepoint: %s (Linux "
+                                "5.18 or later is needed)",
+                                strerror(errno));
+    return 0;
+}
+
 static int attach_all(agent_sampler *s, unsigned hz, const uint8_t *online, strata_error *err) {
     for (unsigned cpu = 0; cpu < MAX_CPUS; cpu++)
         if ((online[cpu / 8] & (1u << (cpu % 8))) && attach_cpu(s, hz, cpu, err) != 0)
@@ -267,8 +309,15 @@ agent_sampler *agent_sampler_open(const agent_sampler_options *options, strata_e
         agent_sampler_close(s);
         return NULL;
     }
+    if (o.off_cpu_rate < 0 || o.off_cpu_rate > 1) {
+        strata_error_set(err, STRATA_INVALID_ARGUMENT, "off-CPU rate %g is not within 0..1",
+                         o.off_cpu_rate);
+        agent_sampler_close(s);
+        return NULL;
+    }
     if (load_program(s, &o, (unsigned)n_cpus, err) != 0 ||
-        attach_all(s, o.frequency_hz, online, err) != 0) {
+        attach_all(s, o.frequency_hz, online, err) != 0 ||
+        (o.off_cpu_rate > 0 && load_off_cpu(s, &o, (unsigned)n_cpus, err) != 0)) {
         agent_sampler_close(s);
         return NULL;
     }
@@ -282,8 +331,19 @@ int agent_sampler_poll(agent_sampler *s, strata_error *err) {
     return n;
 }
 
+static int add_counters(int map_fd, struct agent_counters *out, strata_error *err);
+
 int agent_sampler_counters(const agent_sampler *s, struct agent_counters *out, strata_error *err) {
     memset(out, 0, sizeof *out);
+    if (add_counters(bpf_map__fd(s->skel->maps.counters), out, err) != 0)
+        return -1;
+    if (s->off != NULL)
+        return add_counters(bpf_map__fd(s->off->maps.counters), out, err);
+    return 0;
+}
+
+/* Adds the per-CPU counters of one object's `counters` map into out. */
+static int add_counters(int map_fd, struct agent_counters *out, strata_error *err) {
     int n = libbpf_num_possible_cpus();
     if (n <= 0)
         return strata_error_set(err, STRATA_INTERNAL, "cannot count possible CPUs");
@@ -291,7 +351,7 @@ int agent_sampler_counters(const agent_sampler *s, struct agent_counters *out, s
     if (per_cpu == NULL)
         return strata_error_oom(err);
     __u32 zero = 0;
-    int rc = bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.counters), &zero, per_cpu);
+    int rc = bpf_map_lookup_elem(map_fd, &zero, per_cpu);
     if (rc != 0) {
         free(per_cpu);
         return strata_error_set(err, STRATA_INTERNAL, "reading counters: %s", strerror(errno));
@@ -302,6 +362,8 @@ int agent_sampler_counters(const agent_sampler *s, struct agent_counters *out, s
         out->skipped_self += per_cpu[i].skipped_self;
         out->kstack_errors += per_cpu[i].kstack_errors;
         out->ustack_errors += per_cpu[i].ustack_errors;
+        out->off_cpu_timed += per_cpu[i].off_cpu_timed;
+        out->off_cpu_events += per_cpu[i].off_cpu_events;
     }
     free(per_cpu);
     return 0;
@@ -318,6 +380,8 @@ size_t agent_sampler_ring_bytes(const agent_sampler *s) {
 void agent_sampler_close(agent_sampler *s) {
     if (s == NULL)
         return;
+    bpf_link__destroy(s->off_link);
+    offcpu_bpf__destroy(s->off);
     for (unsigned i = 0; i < s->n_events; i++) {
         bpf_link__destroy(s->links[i]);
         close(s->event_fds[i]);

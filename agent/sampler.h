@@ -16,6 +16,12 @@
  * software CPU-clock event. CPUs that are offline (ENODEV) are skipped; hot-plugged CPUs are not
  * picked up until restart.
  *
+ * Off-CPU (off_cpu_rate > 0) loads a second object, bpf/offcpu.bpf.c (a raw tracepoint on
+ * sched_switch), with a ring of its own (room for 256 records per CPU per second, two seconds), so
+ * a burst of blockings never crowds out CPU ticks; both rings are drained by the same poll. That
+ * object reads a task_struct field through CO-RE, so libbpf reads the kernel's BTF, but only when
+ * off-CPU is on; the on-CPU object has no relocation (oncpu.bpf.c says why).
+ *
  * Perf events and BPF links are file descriptors: if the agent dies, the kernel tears everything
  * down by itself.
  */
@@ -39,7 +45,11 @@ typedef void (*agent_sample_fn)(void *ctx, const struct agent_sample *sample);
 
 typedef struct agent_sampler_options {
     unsigned frequency_hz; /* 0 = AGENT_DEFAULT_FREQUENCY_HZ */
-    pid_t self_pid;        /* ticks on this process are skipped; 0 = getpid() */
+    /* Off-CPU: the fraction of voluntary context switches timed (0 = off-CPU is off, the
+     * programs are not even loaded; at most 1). Needs Linux 5.18 (sched_switch's prev_state). */
+    double off_cpu_rate;
+    unsigned off_cpu_pending; /* threads timed at once (kernel memory: 2.3 KB each); 0 = 1024 */
+    pid_t self_pid;           /* ticks on this process are skipped; 0 = getpid() */
     agent_sample_fn on_sample;
     void *ctx;
 } agent_sampler_options;

@@ -14,6 +14,12 @@
  * set up no frame (GCC omits the frame in leaf functions even with -fno-omit-frame-pointer): the
  * frame-pointer chain skips that caller, but its return address is at [sp] or [sp+8].
  *
+ * Off-CPU (bpf/offcpu.bpf.c, loaded only when asked for) writes the same record for a thread that
+ * blocked: its stacks are taken when it leaves the CPU (the place it blocked), value_ns is how long
+ * until it ran again, and flags has AGENT_SAMPLE_OFF_CPU. A fixed fraction of blockings is timed
+ * (offcpu_threshold), which bounds the cost on a node that switches a million times a second;
+ * user space scales the times back by that fraction.
+ *
  * This header is included from both sides, so it uses only fixed-width kernel types.
  */
 #ifndef STRATA_AGENT_ONCPU_H
@@ -30,6 +36,10 @@
 
 /* agent_sample.flags */
 #define AGENT_SAMPLE_SP_WORDS_VALID 1u
+#define AGENT_SAMPLE_OFF_CPU 2u /* a thread that blocked for value_ns, not a CPU tick */
+
+/* The off-CPU switch-out rate is a fraction of 2^32 (offcpu_threshold). */
+#define AGENT_OFF_CPU_SCALE 4294967296.0
 
 struct agent_sample {
     __u32 pid; /* thread group id (the process) */
@@ -37,6 +47,7 @@ struct agent_sample {
     __u64 time_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
     __u32 cpu;
     __u32 flags;
+    __u64 value_ns;     /* AGENT_SAMPLE_OFF_CPU: how long the thread was blocked; else 0 */
     __s32 kstack_bytes; /* bpf_get_stack's result: bytes written, or a negative errno */
     __s32 ustack_bytes;
     __u64 user_sp;
@@ -53,6 +64,8 @@ struct agent_counters {
     __u64 skipped_self; /* ticks that hit the agent itself */
     __u64 kstack_errors;
     __u64 ustack_errors;
+    __u64 off_cpu_timed;  /* voluntary switch-outs chosen for timing */
+    __u64 off_cpu_events; /* off-CPU records submitted (the thread ran again) */
 };
 
 #endif

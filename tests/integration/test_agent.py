@@ -14,6 +14,9 @@ protobuf stubs and the tests assert ordered frames, kernel frames, labels and sa
                     names demangled as c++filt prints them, mangled ones as system names
   gohot             Go, stripped (-s -w): main.hotFunction <- main.run <- main.main via .gopclntab
   urandom           reads /dev/urandom: kernel frames under the user stack
+  sleeper           blocks in nanosleep 10 ms at a time under main -> wait_a -> wait_b: the
+                    off-CPU profile (-off-cpu-threshold) holds that chain under the kernel's
+                    schedule, with the time the program measured itself sleeping
 
 AgentKubernetesTest puts cchain in a kubepods-style cgroup named after a container of a pod that a
 fake API server (tests/kubernetes) lists for the agent's node, and checks its namespace, pod and
@@ -282,6 +285,83 @@ class AgentTest(unittest.TestCase):
         samples = re.search(r"^strata_agent_samples_total (\d+)", text, re.M)
         self.assertGreater(int(samples.group(1)), 50)
         self.assertRegex(text, r"(?m)^strata_agent_samples_dropped_total 0$")
+
+
+def profile_type(p):
+    """"sample_type/unit period_type/unit" of a decoded pprof."""
+    st = p.sample_type[0]
+    return (f"{p.string_table[st.type]}/{p.string_table[st.unit]} "
+            f"{p.string_table[p.period_type.type]}/{p.string_table[p.period_type.unit]}")
+
+
+@unittest.skipUnless(can_run_bpf(), "needs root, /sys/kernel/btf/vmlinux and the agent binary")
+class AgentOffCpuTest(unittest.TestCase):
+    """-off-cpu-threshold 1 (every blocking timed): a program that sleeps 10 ms at a time for
+    3 s gets an off-CPU profile (Parca's wallclock:nanoseconds:samples:count) whose time is the
+    time the program measured itself sleeping, at main -> wait_a -> wait_b under the kernel's
+    schedule; its CPU ticks stay in the on-CPU profile; a busy program has next to no off-CPU
+    time. The agent's counters show the timed blockings."""
+
+    def test_off_cpu_profile(self):
+        work = lib.make_workdir("agent-offcpu")
+        try:
+            sleeper = os.path.join(work, "sleeper")
+            tl.build_c(os.path.join(SRC, "sleeper.c"), sleeper)
+            cchain = os.path.join(work, "cchain")
+            tl.build_c(os.path.join(SRC, "cchain.c"), cchain)
+            server, sink, port = tl.start_sink()
+            agent = Agent(work, port, "-off-cpu-threshold", "1")
+            busy = subprocess.Popen([cchain, "2"], stdout=subprocess.DEVNULL)
+            out = subprocess.run([sleeper, "3"], check=True, capture_output=True, text=True)
+            slept_ns = int(out.stdout.strip())
+            busy.wait(timeout=60)
+            time.sleep(2.5)  # the last window
+            metrics = agent.metrics()
+            self.assertEqual(agent.stop(), 0)
+            server.stop(0)
+            pid = str(out.args and self.pid_of(sink, "sleeper"))
+            off, on = [], []
+            for labels, p in sink.series():
+                if labels.get("pid") != pid:
+                    continue
+                self.assertEqual(labels.get("__name__"), "strata_agent")
+                (off if profile_type(p) == "wallclock/nanoseconds samples/count" else on).append(p)
+            self.assertTrue(off, "no off-CPU profile for the sleeper")
+            for p in off:
+                self.assertEqual(p.period, 1)
+            stacks = [s for p in off for s in tl.stacks(p)]
+            total = sum(c for c, _, _ in stacks)
+            chain = sum(c for c, names, _ in stacks
+                        if tl.contains_in_order(names, ["wait_b", "wait_a", "main"]))
+            # kernel frames from the kernel's path to schedule (the tracer's own are left out)
+            kernel = sum(c for c, names, _ in stacks
+                         if names[:2] == ["__schedule", "schedule"] and "do_nanosleep" in names)
+            print(f"\noff-CPU: {total / 1e9:.3f} s in {len(stacks)} stacks, measured sleep "
+                  f"{slept_ns / 1e9:.3f} s; at wait_b > wait_a > main {chain / total:.1%}, under "
+                  f"schedule {kernel / total:.1%}", file=sys.stderr)
+            self.assertGreaterEqual(total, 0.9 * slept_ns)
+            self.assertLessEqual(total, 1.1 * slept_ns + 0.1e9)
+            self.assertGreaterEqual(chain, 0.99 * total)
+            self.assertGreaterEqual(kernel, 0.95 * total)
+            for p in on:  # the on-CPU profile of the same process has only CPU ticks
+                self.assertEqual(profile_type(p), "samples/count cpu/nanoseconds")
+            busy_off = sum(s.value[0] for labels, p in sink.series()
+                           if labels.get("pid") == str(busy.pid)
+                           and profile_type(p) == "wallclock/nanoseconds samples/count"
+                           for s in p.sample)
+            self.assertLess(busy_off, 0.5e9, "a CPU-bound program is hardly ever off CPU")
+            timed = re.search(r"^strata_agent_off_cpu_events_total (\d+)", metrics, re.M)
+            self.assertIsNotNone(timed, "strata_agent_off_cpu_events_total missing")
+            self.assertGreaterEqual(int(timed.group(1)), 250)  # 300 sleeps of 10 ms at least
+        finally:
+            lib.remove_workdir(work)
+
+    @staticmethod
+    def pid_of(sink, comm):
+        for labels, _ in sink.series():
+            if labels.get("comm") == comm:
+                return int(labels["pid"])
+        return None
 
 
 @unittest.skipUnless(can_run_bpf(), "needs root, /sys/kernel/btf/vmlinux and the agent binary")
