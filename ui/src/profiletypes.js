@@ -6,6 +6,7 @@ const WELL_KNOWN = {
   'strata_agent:samples:count:cpu:nanoseconds:delta': 'On-CPU',
   'otel_profiling_agent_on_cpu:samples:count:cpu:nanoseconds:delta': 'On-CPU',
   'parca_agent:wallclock:nanoseconds:samples:count:delta': 'Off-CPU',
+  'strata_agent:wallclock:nanoseconds:samples:count:delta': 'Off-CPU',
   'parca_agent:cuda:nanoseconds:cuda:nanoseconds:delta': 'On-GPU',
   'process_cpu:samples:count:cpu:nanoseconds:delta': 'Process CPU Samples',
   'process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta': 'Process CPU Nanoseconds',

@@ -41,6 +41,7 @@ describe('profile types', () => {
   it('has friendly names and units', () => {
     assert.equal(friendlyName('memory:inuse_space:bytes:space:bytes'), 'Memory In-Use Bytes');
     assert.equal(friendlyName('parca_agent:samples:count:cpu:nanoseconds:delta'), 'On-CPU');
+    assert.equal(friendlyName('strata_agent:wallclock:nanoseconds:samples:count:delta'), 'Off-CPU');
     assert.equal(friendlyName('foo:bar_baz:count:x:y'), 'Foo Bar Baz Total');
     const cpu = { delta: true, sample_unit: 'count' };
     assert.deepEqual(metricUnit({ sample_type: { unit: 'nanoseconds' } }, cpu), { unit: 'cores', label: 'CPU Cores' });
