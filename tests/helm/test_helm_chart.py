@@ -301,7 +301,11 @@ class HelmChartTest(unittest.TestCase):
         grpc = [p["port"] for p in ingester_svc["spec"]["ports"] if p["name"] == "grpc"][0]
         self.assertEqual(flag_value(c["args"], "-remote-store"), f"{ingester_svc['metadata']['name']}:{grpc}")
         self.assertEqual(flag_value(c["args"], "-sampling-frequency"), "19")
+        self.assertNotIn("-off-cpu-threshold", c["args"], "off-CPU is off by default")
         self.assertEqual([t.get("operator") for t in spec["tolerations"]], ["Exists"])
+        off = self.render_ok([self.overlay("off-cpu", "agent:\n  offCpuThreshold: 0.01\n")])
+        c = list(off.kind("DaemonSet").values())[0]["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(flag_value(c["args"], "-off-cpu-threshold"), "0.01")
 
     def test_services_meet_the_restricted_pod_security_level(self):
         for scenario, r in self.renders.items():
