@@ -14,23 +14,12 @@ import argparse
 import os
 import statistics
 import subprocess
+import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_bench import ROOT, cpu_seconds  # noqa: E402
+from ingest_cost import peak_rss_mib  # noqa: E402
 
 
 def pipe_round_trip_us(loops):

@@ -38,13 +38,6 @@ struct {
     __uint(max_entries, 1024 * 1024);
 } samples SEC(".maps");
 
-struct {
-    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, struct agent_counters);
-} counters SEC(".maps");
-
 /* Thread id -> the record of its timed blocking, time_ns the switch-out. */
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -113,7 +106,7 @@ int offcpu_switch(void *ctx) {
      * make each access a CO-RE relocation. */
     const __u64 *args = ctx;
     __u32 zero = 0;
-    struct agent_counters *c = bpf_map_lookup_elem(&counters, &zero);
+    struct agent_counters *c = this_cpu_counters();
     __u64 *last = bpf_map_lookup_elem(&last_switch, &zero);
     if (c == NULL || last == NULL)
         return 0;

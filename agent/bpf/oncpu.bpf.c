@@ -25,18 +25,6 @@ struct {
     __uint(max_entries, 512 * 1024); /* resized by the loader before load */
 } samples SEC(".maps");
 
-struct {
-    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, struct agent_counters);
-} counters SEC(".maps");
-
-static __always_inline struct agent_counters *this_cpu_counters(void) {
-    __u32 zero = 0;
-    return bpf_map_lookup_elem(&counters, &zero);
-}
-
 SEC("perf_event")
 int oncpu_sample(struct bpf_perf_event_data *ctx) {
     __u64 id = bpf_get_current_pid_tgid();

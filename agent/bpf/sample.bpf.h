@@ -1,6 +1,7 @@
 /*
- * sample.bpf.h - filling an agent_sample record (oncpu.h) for the current thread: what the on-CPU
- * sampler (oncpu.bpf.c) and the off-CPU tracer (offcpu.bpf.c) write alike. BPF side only.
+ * sample.bpf.h - what the on-CPU sampler (oncpu.bpf.c) and the off-CPU tracer (offcpu.bpf.c)
+ * share: each object's per-CPU `counters` map (oncpu.h's agent_counters; user space sums both) and
+ * filling an agent_sample record for the current thread. BPF side only; included once per object.
  */
 #ifndef STRATA_AGENT_SAMPLE_BPF_H
 #define STRATA_AGENT_SAMPLE_BPF_H
@@ -10,6 +11,18 @@
 #include <bpf/bpf_helpers.h>
 
 #include "oncpu.h"
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct agent_counters);
+} counters SEC(".maps");
+
+static __always_inline struct agent_counters *this_cpu_counters(void) {
+    __u32 zero = 0;
+    return bpf_map_lookup_elem(&counters, &zero);
+}
 
 /* Where struct pt_regs keeps the user stack pointer. pt_regs is the architecture's ptrace ABI
  * (x86_64: the user_regs_struct order; arm64: user_pt_regs), which never changes, so the one

@@ -777,6 +777,22 @@ static void test_copies_in_compacted_blocks(void **state) {
     fixture_close(&f);
 }
 
+/* A second querier over f's bucket (its own index, synced, and engine), installed as f's one
+ * fan-out peer through lb. */
+static void open_peer(fixture *f, fixture *peer, loopback_fanout *lb) {
+    *peer = *f;
+    strata_error err;
+    block_index_options io;
+    block_index_options_default(&io);
+    assert_int_equal(block_index_new(&io, f->store, &peer->index, &err), 0);
+    assert_int_equal(block_index_sync(peer->index, &err), 0);
+    query_engine_options eo;
+    query_engine_options_default(&eo);
+    assert_int_equal(query_engine_new(&eo, peer->index, &peer->engine, &err), 0);
+    *lb = (loopback_fanout){.peers = {peer->engine}, .n_peers = 1};
+    loopback_fanout_install(f->engine, lb);
+}
+
 /* A merge shared out between queriers counts a retried profile once too: the copies have the same
  * time, so they fall in one shard of time, and whichever querier merges that shard (the coordinator
  * or the peer) drops the copies exactly as a lone querier does. */
@@ -798,18 +814,10 @@ static void test_fanout_counts_copies_once(void **state) {
     add_profile(w, T0 + 300 * SEC, "/v1/app", "leaf", 5, 3);
     upload(&f, w, id);
     fixture_engine(&f);
-    fixture peer = f; /* the same bucket, its own index and engine */
-    strata_error err;
-    block_index_options io;
-    block_index_options_default(&io);
-    assert_int_equal(block_index_new(&io, f.store, &peer.index, &err), 0);
-    assert_int_equal(block_index_sync(peer.index, &err), 0);
-    query_engine_options eo;
-    query_engine_options_default(&eo);
-    assert_int_equal(query_engine_new(&eo, peer.index, &peer.engine, &err), 0);
+    fixture peer;
     static loopback_fanout lb;
-    lb = (loopback_fanout){.peers = {peer.engine}, .n_peers = 1};
-    loopback_fanout_install(f.engine, &lb);
+    open_peer(&f, &peer, &lb);
+    strata_error err;
     selector sel;
     assert_int_equal(selector_parse(CPU, &sel, &err), 0);
     query_options opts = {.query_text = CPU};
@@ -891,17 +899,9 @@ static void test_fanout_cuts_around_compacted_blocks(void **state) {
     assert_non_null(want);
     assert_int_equal(alone.total, (3 * 8 + 2 + 4) * PERIOD);
 
-    fixture peer = f;
-    block_index_options io;
-    block_index_options_default(&io);
-    assert_int_equal(block_index_new(&io, f.store, &peer.index, &err), 0);
-    assert_int_equal(block_index_sync(peer.index, &err), 0);
-    query_engine_options eo;
-    query_engine_options_default(&eo);
-    assert_int_equal(query_engine_new(&eo, peer.index, &peer.engine, &err), 0);
+    fixture peer;
     static loopback_fanout lb;
-    lb = (loopback_fanout){.peers = {peer.engine}, .n_peers = 1};
-    loopback_fanout_install(f.engine, &lb);
+    open_peer(&f, &peer, &lb);
     selector sel;
     assert_int_equal(selector_parse(CPU, &sel, &err), 0);
     query_options opts = {.query_text = CPU};
