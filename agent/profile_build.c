@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/utf8.h"
 #include "demangle.h"
 #include "pprof/pprof.h"
@@ -25,18 +26,6 @@ typedef struct builder {
     strata_u64_map function_ids; /* name string id + 1 -> function id */
     strata_u64_map mapping_ids;  /* 1 = kernel, proc mapping index + 2 -> mapping id */
 } builder;
-
-static int grow(void **arr, size_t *cap, size_t n, size_t elem, strata_error *err) {
-    if (n < *cap)
-        return 0;
-    size_t ncap = *cap ? *cap * 2 : 16;
-    void *grown = realloc(*arr, ncap * elem);
-    if (grown == NULL)
-        return strata_error_oom(err);
-    *arr = grown;
-    *cap = ncap;
-    return 0;
-}
 
 /* Interns a string of the profile. Symbol names and paths come from arbitrary binaries and file
  * systems, and the ingester refuses a pprof with a string that is not valid UTF-8, so such a
@@ -66,8 +55,7 @@ static int kernel_mapping(builder *b, uint64_t *id) {
     if (known != NULL)
         return (*id = *known), 0;
     pprof_profile *pr = &b->prof;
-    if (grow((void **)&pr->mappings, &b->cap_mappings, pr->n_mappings, sizeof *pr->mappings,
-             b->err) != 0)
+    if (STRATA_ARRAY_RESERVE_OR_OOM(pr->mappings, b->cap_mappings, pr->n_mappings + 1, b->err) != 0)
         return -1;
     pprof_mapping *m = &pr->mappings[pr->n_mappings];
     memset(m, 0, sizeof *m);
@@ -89,8 +77,7 @@ static int user_mapping(builder *b, const agent_mapping *am, const agent_elf *el
     if (known != NULL)
         return (*id = *known), 0;
     pprof_profile *pr = &b->prof;
-    if (grow((void **)&pr->mappings, &b->cap_mappings, pr->n_mappings, sizeof *pr->mappings,
-             b->err) != 0)
+    if (STRATA_ARRAY_RESERVE_OR_OOM(pr->mappings, b->cap_mappings, pr->n_mappings + 1, b->err) != 0)
         return -1;
     pprof_mapping *m = &pr->mappings[pr->n_mappings];
     memset(m, 0, sizeof *m);
@@ -123,8 +110,8 @@ static int function_for(builder *b, const char *name, uint64_t *id) {
     if (rc != 0)
         return -1;
     pprof_profile *pr = &b->prof;
-    if (grow((void **)&pr->functions, &b->cap_functions, pr->n_functions, sizeof *pr->functions,
-             b->err) != 0)
+    if (STRATA_ARRAY_RESERVE_OR_OOM(pr->functions, b->cap_functions, pr->n_functions + 1, b->err) !=
+        0)
         return -1;
     pprof_function *f = &pr->functions[pr->n_functions];
     memset(f, 0, sizeof *f);
@@ -179,9 +166,9 @@ static int add_location(builder *b, uint64_t addr, bool kernel, bool leaf, uint6
         (name != NULL && function_for(b, name, &function_id) != 0))
         return -1;
     pprof_profile *pr = &b->prof;
-    if (grow((void **)&pr->locations, &b->cap_locations, pr->n_locations, sizeof *pr->locations,
-             b->err) != 0 ||
-        grow((void **)&pr->lines, &b->cap_lines, pr->n_lines, sizeof *pr->lines, b->err) != 0)
+    if (STRATA_ARRAY_RESERVE_OR_OOM(pr->locations, b->cap_locations, pr->n_locations + 1, b->err) !=
+            0 ||
+        STRATA_ARRAY_RESERVE_OR_OOM(pr->lines, b->cap_lines, pr->n_lines + 1, b->err) != 0)
         return -1;
     pprof_location *loc = &pr->locations[pr->n_locations];
     memset(loc, 0, sizeof *loc);

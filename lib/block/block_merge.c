@@ -14,6 +14,7 @@
 #include "block/block_format.h"
 #include "block/block_reader.h"
 #include "block/block_writer.h"
+#include "common/array.h"
 
 #define DEFAULT_MEMORY_LIMIT ((size_t)1 << 30)
 #define DEFAULT_READER_CACHE ((size_t)4 << 20)
@@ -133,23 +134,6 @@ typedef struct merge_state {
 } merge_state;
 
 /* ---- helpers ----------------------------------------------------------------------------- */
-
-static int grow(void **arr, size_t *cap, size_t need, size_t elem, strata_error *err) {
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 64;
-    while (n < need) {
-        if (n > SIZE_MAX / 2 / elem)
-            return strata_error_oom(err);
-        n *= 2;
-    }
-    void *p = realloc(*arr, n * elem);
-    if (p == NULL)
-        return strata_error_oom(err);
-    *arr = p;
-    *cap = n;
-    return 0;
-}
 
 static int source_error(const merge_source *s, strata_error *err) {
     return strata_error_wrap(err, "block %s", s->name);
@@ -459,7 +443,7 @@ static int translate_location(merge_state *m, merge_source *s, uint32_t id, uint
             return -1;
         mapping = mid + 1;
     }
-    if (grow((void **)&m->lines, &m->cap_lines, bl.n_lines, sizeof *m->lines, err) != 0)
+    if (STRATA_ARRAY_RESERVE_OR_OOM(m->lines, m->cap_lines, bl.n_lines, err) != 0)
         return -1;
     for (uint32_t i = 0; i < bl.n_lines; i++) {
         m->lines[i].line = bl.lines[i].line;
@@ -491,8 +475,7 @@ static int translate_label_set(merge_state *m, merge_source *s, uint32_t id, uin
     const label_set *set;
     if (block_reader_label_set(s->reader, id, &set, err) != 0)
         return source_error(s, err);
-    if (grow((void **)&m->set_pairs, &m->cap_set_pairs, 2 * set->count + 1, sizeof *m->set_pairs,
-             err) != 0)
+    if (STRATA_ARRAY_RESERVE_OR_OOM(m->set_pairs, m->cap_set_pairs, 2 * set->count + 1, err) != 0)
         return -1;
     for (size_t i = 0; i < set->count; i++) {
         if (translate_string(m, set->labels[i].name, &m->set_pairs[2 * i], err) != 0 ||
@@ -518,7 +501,7 @@ static int translate_stack_path(merge_state *m, merge_source *s, uint32_t id, ui
             return strata_error_set(err, STRATA_DATA_LOSS,
                                     "block %s: stack %u has parent %u (not an earlier stack)",
                                     s->name, at, parent);
-        if (grow((void **)&m->chain, &m->cap_chain, n + 1, sizeof *m->chain, err) != 0 ||
+        if (STRATA_ARRAY_RESERVE_OR_OOM(m->chain, m->cap_chain, n + 1, err) != 0 ||
             translate_location(m, s, location, &m->chain[n], err) != 0)
             return -1;
         n++;
@@ -581,7 +564,7 @@ static int translate_stack(merge_state *m, merge_source *s, uint32_t id, uint32_
     size_t n = 0;
     uint32_t at = id;
     while (at != 0 && *stack_slot(s, at) == 0) {
-        if (grow((void **)&m->chain, &m->cap_chain, n + 1, sizeof *m->chain, err) != 0)
+        if (STRATA_ARRAY_RESERVE_OR_OOM(m->chain, m->cap_chain, n + 1, err) != 0)
             return -1;
         m->chain[n++] = at;
         uint32_t parent, location;
@@ -679,8 +662,8 @@ static int collect_candidates(merge_state *m, const series_ref *refs, size_t n, 
         if (block_reader_profiles(s->reader, &refs[i].series, 1, INT64_MIN, INT64_MAX, &m->fetched,
                                   &m->n_fetched, err) != 0)
             return source_error(s, err);
-        if (grow((void **)&m->cands, &m->cap_cands, m->n_cands + m->n_fetched, sizeof *m->cands,
-                 err) != 0)
+        if (STRATA_ARRAY_RESERVE_OR_OOM(m->cands, m->cap_cands, m->n_cands + m->n_fetched, err) !=
+            0)
             return -1;
         for (size_t j = 0; j < m->n_fetched; j++) {
             candidate *c = &m->cands[m->n_cands++];
@@ -713,8 +696,7 @@ static int load_canonical(merge_state *m, const candidate *c, size_t *first, siz
     m->stats->samples_in += m->samples.len;
     size_t n = m->samples.len;
     size_t cap_run = m->cap_run;
-    if (grow((void **)&m->run_stacks, &m->cap_run, m->n_run + n + 1, sizeof *m->run_stacks, err) !=
-        0)
+    if (STRATA_ARRAY_RESERVE_OR_OOM(m->run_stacks, m->cap_run, m->n_run + n + 1, err) != 0)
         return -1;
     if (m->cap_run != cap_run || m->run_values == NULL) {
         int64_t *values = realloc(m->run_values, m->cap_run * sizeof *values);
@@ -726,7 +708,7 @@ static int load_canonical(merge_state *m, const candidate *c, size_t *first, siz
             return strata_error_oom(err);
         m->run_sets = sets;
     }
-    if (grow((void **)&m->pairs, &m->cap_pairs, n + 1, sizeof *m->pairs, err) != 0)
+    if (STRATA_ARRAY_RESERVE_OR_OOM(m->pairs, m->cap_pairs, n + 1, err) != 0)
         return -1;
     out_pair *pairs = m->pairs;
     bool sorted = true;
@@ -793,7 +775,7 @@ static int merge_run(merge_state *m, const series_ref *ref, size_t from, size_t 
             return -1;
         m->stats->profiles_out++;
         m->stats->samples_out += count;
-        if (grow((void **)&m->kept, &m->cap_kept, m->n_kept + 1, sizeof *m->kept, err) != 0)
+        if (STRATA_ARRAY_RESERVE_OR_OOM(m->kept, m->cap_kept, m->n_kept + 1, err) != 0)
             return -1;
         m->kept[m->n_kept++] =
             (kept_profile){c->profile.duration_ns, c->profile.period, first, count};

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "json/json.h"
 
 void bucket_index_init(bucket_index *ix) {
@@ -20,20 +21,8 @@ void bucket_index_free(bucket_index *ix) {
     memset(ix, 0, sizeof *ix);
 }
 
-/* Makes room for element `count`: the capacity is 8, then doubles whenever count reaches it. */
-static int grow(void **items, size_t count, size_t elem, strata_error *err) {
-    if (count != 0 && (count < 8 || (count & (count - 1)) != 0))
-        return 0;
-    size_t cap = count == 0 ? 8 : count * 2;
-    void *grown = realloc(*items, cap * elem);
-    if (grown == NULL)
-        return strata_error_oom(err);
-    *items = grown;
-    return 0;
-}
-
 int bucket_index_add_block(bucket_index *ix, const block_meta *meta, strata_error *err) {
-    if (grow((void **)&ix->blocks, ix->n_blocks, sizeof *ix->blocks, err) != 0)
+    if (STRATA_ARRAY_RESERVE_OR_OOM(ix->blocks, ix->cap_blocks, ix->n_blocks + 1, err) != 0)
         return -1;
     if (block_meta_copy(&ix->blocks[ix->n_blocks], meta, err) != 0)
         return -1;
@@ -43,7 +32,7 @@ int bucket_index_add_block(bucket_index *ix, const block_meta *meta, strata_erro
 
 int bucket_index_add_mark(bucket_index *ix, const ulid *id, int64_t deletion_time,
                           strata_error *err) {
-    if (grow((void **)&ix->marks, ix->n_marks, sizeof *ix->marks, err) != 0)
+    if (STRATA_ARRAY_RESERVE_OR_OOM(ix->marks, ix->cap_marks, ix->n_marks + 1, err) != 0)
         return -1;
     ix->marks[ix->n_marks++] = (bucket_index_mark){.id = *id, .deletion_time = deletion_time};
     return 0;

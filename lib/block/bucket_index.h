@@ -39,9 +39,9 @@ typedef struct bucket_index_mark {
 typedef struct bucket_index {
     int64_t updated_at; /* unix seconds */
     block_meta *blocks;
-    size_t n_blocks;
+    size_t n_blocks, cap_blocks;
     bucket_index_mark *marks;
-    size_t n_marks;
+    size_t n_marks, cap_marks;
 } bucket_index;
 
 void bucket_index_init(bucket_index *ix);

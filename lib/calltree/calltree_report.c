@@ -8,6 +8,7 @@
  */
 #include "arrow/arrow_ipc.h"
 #include "calltree/calltree_internal.h"
+#include "common/array.h"
 #include "pprof/pprof.h"
 
 #include <stdlib.h>
@@ -1350,20 +1351,6 @@ static int dedup_find(dedup_table *d, const void *key, size_t len, uint64_t *id,
     }
 }
 
-/* Growable arrays of the profile's tables. */
-#define PPROF_GROW(arr, n, cap)                                                                    \
-    ((n) < (cap) ? 0 : pprof_grow((void **)&(arr), &(cap), sizeof *(arr)))
-
-static int pprof_grow(void **arr, size_t *cap, size_t elem) {
-    size_t n = *cap ? *cap * 2 : 64;
-    void *grown = realloc(*arr, n * elem);
-    if (grown == NULL)
-        return -1;
-    *arr = grown;
-    *cap = n;
-    return 0;
-}
-
 typedef struct pprof_build {
     pprof_profile p;
     size_t cap_mappings, cap_locations, cap_lines, cap_functions, cap_strings;
@@ -1404,7 +1391,7 @@ static int pprof_add_string(pprof_build *b, const char *s, size_t len, int64_t *
     *index = 0;
     if (len == 0)
         return 0;
-    if (PPROF_GROW(b->p.strings, b->p.n_strings, b->cap_strings) != 0)
+    if (STRATA_ARRAY_RESERVE(b->p.strings, b->cap_strings, b->p.n_strings + 1) != 0)
         return -1;
     pprof_string *e = &b->p.strings[b->p.n_strings];
     e->ptr = s;
@@ -1440,7 +1427,7 @@ static int pprof_function_id(const calltree *t, pprof_build *b, uint32_t f, uint
         return -1;
     if (!added)
         return 0;
-    if (PPROF_GROW(b->p.functions, b->p.n_functions, b->cap_functions) != 0)
+    if (STRATA_ARRAY_RESERVE(b->p.functions, b->cap_functions, b->p.n_functions + 1) != 0)
         return -1;
     pprof_function *fn = &b->p.functions[b->p.n_functions++];
     memset(fn, 0, sizeof *fn);
@@ -1475,7 +1462,7 @@ static int pprof_mapping_id(const calltree *t, pprof_build *b, uint32_t f, uint6
         return -1;
     if (!added)
         return 0;
-    if (PPROF_GROW(b->p.mappings, b->p.n_mappings, b->cap_mappings) != 0)
+    if (STRATA_ARRAY_RESERVE(b->p.mappings, b->cap_mappings, b->p.n_mappings + 1) != 0)
         return -1;
     pprof_mapping *m = &b->p.mappings[b->p.n_mappings++];
     memset(m, 0, sizeof *m);
@@ -1494,7 +1481,7 @@ static int pprof_mapping_id(const calltree *t, pprof_build *b, uint32_t f, uint6
 }
 
 static int scratch_push(pprof_build *b, size_t *n, uint64_t v) {
-    if (PPROF_GROW(b->scratch, *n, b->cap_scratch) != 0)
+    if (STRATA_ARRAY_RESERVE(b->scratch, b->cap_scratch, *n + 1) != 0)
         return -1;
     b->scratch[(*n)++] = v;
     return 0;
@@ -1536,7 +1523,7 @@ static int pprof_location_at(const calltree *t, pprof_build *b, uint32_t v) {
     b->loc_of_node[v] = id;
     if (!added)
         return 0;
-    if (PPROF_GROW(b->p.locations, b->p.n_locations, b->cap_locations) != 0)
+    if (STRATA_ARRAY_RESERVE(b->p.locations, b->cap_locations, b->p.n_locations + 1) != 0)
         return -1;
     pprof_location *loc = &b->p.locations[b->p.n_locations++];
     memset(loc, 0, sizeof *loc);
@@ -1546,7 +1533,7 @@ static int pprof_location_at(const calltree *t, pprof_build *b, uint32_t v) {
     loc->is_folded = fl->folded;
     loc->line_offset = (uint32_t)b->p.n_lines;
     for (size_t i = 3; i + 1 < n; i += 2) {
-        if (PPROF_GROW(b->p.lines, b->p.n_lines, b->cap_lines) != 0)
+        if (STRATA_ARRAY_RESERVE(b->p.lines, b->cap_lines, b->p.n_lines + 1) != 0)
             return -1;
         pprof_line *line = &b->p.lines[b->p.n_lines++];
         line->function_id = b->scratch[i];
@@ -1687,7 +1674,7 @@ static int build_pprof(const calltree *t, const calltree_report_options *opts, p
         b->depth == NULL || b->order == NULL || b->p.sample_types == NULL)
         return -1;
     sorted_preorder(t, b->order);
-    if (PPROF_GROW(b->p.strings, b->p.n_strings, b->cap_strings) != 0)
+    if (STRATA_ARRAY_RESERVE(b->p.strings, b->cap_strings, b->p.n_strings + 1) != 0)
         return -1;
     b->p.strings[0].ptr = ""; /* pprof's string_table[0] is always "" */
     b->p.strings[0].len = 0;

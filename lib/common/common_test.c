@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "common/auth.h"
 #include "common/base64.h"
 #include "common/buffer.h"
@@ -24,6 +25,44 @@
 #include "common/tenant.h"
 #include "common/textfile.h"
 #include "common/utf8.h"
+
+/* Arrays grow to 16, then double, or straight to what is needed; a size whose bytes overflow
+ * size_t is refused with the array and its capacity untouched. */
+static void test_array_grow(void **state) {
+    (void)state;
+    uint32_t *ids = NULL;
+    size_t cap = 0, n = 0;
+    for (uint32_t i = 0; i < 100; i++) {
+        assert_int_equal(STRATA_ARRAY_RESERVE(ids, cap, n + 1), 0);
+        ids[n++] = i;
+        if (i == 0)
+            assert_int_equal(cap, 16);
+        if (i == 16)
+            assert_int_equal(cap, 32);
+    }
+    assert_int_equal(cap, 128);
+    for (uint32_t i = 0; i < 100; i++)
+        assert_int_equal(ids[i], i);                           /* moved with their values */
+    assert_int_equal(STRATA_ARRAY_RESERVE(ids, cap, 1000), 0); /* more than double: exactly that */
+    assert_int_equal(cap, 1000);
+    assert_int_equal(STRATA_ARRAY_RESERVE(ids, cap, 10), 0); /* room already: nothing moves */
+    assert_int_equal(cap, 1000);
+    uint32_t *before = ids;
+    assert_int_equal(STRATA_ARRAY_RESERVE(ids, cap, SIZE_MAX / 2), -1); /* 4 x that overflows */
+    assert_ptr_equal(ids, before);
+    assert_int_equal(cap, 1000);
+    size_t big_cap = 0;
+    assert_null(strata_array_grow(NULL, &big_cap, 2, SIZE_MAX / 2 + 1));
+    assert_int_equal(big_cap, 0);
+    size_t small_cap = 9; /* past half the minimum: doubles */
+    char *bytes = malloc(9);
+    assert_non_null(bytes);
+    bytes = strata_array_grow(bytes, &small_cap, 10, 1);
+    assert_non_null(bytes);
+    assert_int_equal(small_cap, 18);
+    free(bytes);
+    free(ids);
+}
 
 static void test_error_set_and_wrap(void **state) {
     (void)state;
@@ -581,21 +620,14 @@ static void test_random_id(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_error_set_and_wrap),
-        cmocka_unit_test(test_random_id),
-        cmocka_unit_test(test_buffer_append_and_varints),
-        cmocka_unit_test(test_hash_is_stable),
-        cmocka_unit_test(test_u64_map),
-        cmocka_unit_test(test_u64_map_large),
-        cmocka_unit_test(test_u64_map_reserve),
-        cmocka_unit_test(test_radix_sort),
-        cmocka_unit_test(test_intern),
-        cmocka_unit_test(test_log_quote),
-        cmocka_unit_test(test_utf8_sequences),
-        cmocka_unit_test(test_utf8_check_text),
-        cmocka_unit_test(test_tenant_rule),
-        cmocka_unit_test(test_auth_tenant_map),
-        cmocka_unit_test(test_textfile_read),
+        cmocka_unit_test(test_array_grow),      cmocka_unit_test(test_error_set_and_wrap),
+        cmocka_unit_test(test_random_id),       cmocka_unit_test(test_buffer_append_and_varints),
+        cmocka_unit_test(test_hash_is_stable),  cmocka_unit_test(test_u64_map),
+        cmocka_unit_test(test_u64_map_large),   cmocka_unit_test(test_u64_map_reserve),
+        cmocka_unit_test(test_radix_sort),      cmocka_unit_test(test_intern),
+        cmocka_unit_test(test_log_quote),       cmocka_unit_test(test_utf8_sequences),
+        cmocka_unit_test(test_utf8_check_text), cmocka_unit_test(test_tenant_rule),
+        cmocka_unit_test(test_auth_tenant_map), cmocka_unit_test(test_textfile_read),
         cmocka_unit_test(test_base64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

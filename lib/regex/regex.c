@@ -23,6 +23,7 @@
 #include <string.h>
 #include <wctype.h>
 
+#include "common/array.h"
 #include "common/utf8.h"
 
 /* ---- messages ----------------------------------------------------------------------------- */
@@ -154,20 +155,6 @@ typedef struct template_builder {
     size_t pending; /* start of the literal run not yet in a part */
 } template_builder;
 
-static int grow(void **items, size_t *cap, size_t need, size_t size) {
-    if (need <= *cap)
-        return 0;
-    size_t cap2 = *cap > 0 ? *cap * 2 : 4;
-    while (cap2 < need)
-        cap2 *= 2;
-    void *grown = realloc(*items, cap2 * size);
-    if (grown == NULL)
-        return -1;
-    *items = grown;
-    *cap = cap2;
-    return 0;
-}
-
 /* t->literals has room for the whole template, and a template byte yields at most one. */
 static void add_literal(template_builder *b, const char *s, size_t len) {
     memcpy(b->t->literals + b->literals_len, s, len);
@@ -177,7 +164,7 @@ static void add_literal(template_builder *b, const char *s, size_t len) {
 /* Ends the current part with the groups [first, n_group_refs) (none: a final literal run). */
 static int end_part(template_builder *b, size_t first) {
     strata_regex_template *t = b->t;
-    if (grow((void **)&t->parts, &b->parts_cap, t->n_parts + 1, sizeof *t->parts) != 0)
+    if (STRATA_ARRAY_RESERVE(t->parts, b->parts_cap, t->n_parts + 1) != 0)
         return -1;
     t->parts[t->n_parts++] = (template_part){
         .literal_start = b->pending,
@@ -190,8 +177,7 @@ static int end_part(template_builder *b, size_t first) {
 }
 
 static int add_group(template_builder *b, size_t group) {
-    if (grow((void **)&b->t->groups, &b->groups_cap, b->n_group_refs + 1, sizeof *b->t->groups) !=
-        0)
+    if (STRATA_ARRAY_RESERVE(b->t->groups, b->groups_cap, b->n_group_refs + 1) != 0)
         return -1;
     b->t->groups[b->n_group_refs++] = group;
     if (group + 1 > b->t->spans)

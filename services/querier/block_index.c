@@ -18,6 +18,7 @@
 
 #include "block/block_format.h"
 #include "block/bucket_index.h"
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -181,14 +182,8 @@ static int collect_dirs(const char *key, void *ctx, strata_error *err) {
         start = slash + 1;
         slash = memchr(start, '/', (size_t)(key + len - 1 - start));
     }
-    if (l->count == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        char **grown = realloc(l->items, cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        l->items = grown;
-        l->cap = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(l->items, l->cap, l->count + 1, err) != 0)
+        return -1;
     if ((l->items[l->count] = strndup(start, (size_t)(key + len - 1 - start))) == NULL)
         return strata_error_oom(err);
     l->count++;
@@ -562,14 +557,8 @@ static bool retired_has_locked(const block_index *ix, const char *tenant, const 
 static void retire_locked(block_index *ix, const char *tenant, const char *id) {
     if (retired_has_locked(ix, tenant, id))
         return;
-    if (ix->n_retired == ix->cap_retired) {
-        size_t cap = ix->cap_retired ? ix->cap_retired * 2 : 64;
-        char **grown = realloc(ix->retired, cap * sizeof *grown);
-        if (grown == NULL)
-            return;
-        ix->retired = grown;
-        ix->cap_retired = cap;
-    }
+    if (STRATA_ARRAY_RESERVE(ix->retired, ix->cap_retired, ix->n_retired + 1) != 0)
+        return;
     size_t len = strlen(tenant) + strlen(id) + 2;
     char *key = malloc(len);
     if (key == NULL)
@@ -740,14 +729,8 @@ out:
 /* Adds b (its lineage set up) to the index: b is hidden if a block there covers it, and hides
  * the blocks it covers. */
 static int add_entry_locked(block_index *ix, indexed_block *b, strata_error *err) {
-    if (ix->n_blocks == ix->cap_blocks) {
-        size_t cap = ix->cap_blocks ? ix->cap_blocks * 2 : 64;
-        indexed_block **grown = realloc(ix->blocks, cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        ix->blocks = grown;
-        ix->cap_blocks = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(ix->blocks, ix->cap_blocks, ix->n_blocks + 1, err) != 0)
+        return -1;
     if (link_block(ix, b, err) != 0)
         return -1;
     b->refs = 1; /* the index's own reference */
@@ -864,14 +847,8 @@ static index_seen *seen_for(block_index *ix, const char *tenant) {
     for (size_t i = 0; i < ix->n_seen; i++)
         if (strcmp(ix->seen[i].tenant, tenant) == 0)
             return &ix->seen[i];
-    if (ix->n_seen == ix->cap_seen) {
-        size_t cap = ix->cap_seen ? 2 * ix->cap_seen : 8;
-        index_seen *grown = realloc(ix->seen, cap * sizeof *grown);
-        if (grown == NULL)
-            return NULL;
-        ix->seen = grown;
-        ix->cap_seen = cap;
-    }
+    if (STRATA_ARRAY_RESERVE(ix->seen, ix->cap_seen, ix->n_seen + 1) != 0)
+        return NULL;
     index_seen *e = &ix->seen[ix->n_seen];
     *e = (index_seen){.tenant = strdup(tenant)};
     if (e->tenant == NULL)

@@ -18,6 +18,7 @@
 
 #include "block/block_format.h"
 #include "block/block_rollup.h"
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/hash.h"
 
@@ -1732,27 +1733,13 @@ static int translate_location(block_reader *r, calltree *tree, frame_memo *m, ui
     return 0;
 }
 
-static int grow_u32(uint32_t **p, size_t *cap, size_t need, strata_error *err) {
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 256;
-    while (n < need)
-        n *= 2;
-    uint32_t *grown = realloc(*p, n * sizeof *grown);
-    if (grown == NULL)
-        return strata_error_oom(err);
-    *p = grown;
-    *cap = n;
-    return 0;
-}
-
 /* Marks `stack` and its ancestors neither in the memo nor in the plan yet, with their levels. */
 static int plan_stack(block_reader *r, stack_plan *plan, const stack_memo *sm, uint32_t stack,
                       strata_error *err) {
     size_t n_path = 0;
     uint32_t id = stack;
     while (!memo_has(sm, memo_slot(sm, id)) && plan->level[id] == 0) { /* stack 0 always is */
-        if (grow_u32(&plan->path, &plan->cap_path, n_path + 1, err) != 0)
+        if (STRATA_ARRAY_RESERVE_OR_OOM(plan->path, plan->cap_path, n_path + 1, err) != 0)
             return -1;
         plan->path[n_path++] = id;
         uint32_t parent, loc;
@@ -2011,7 +1998,7 @@ static int grouped_stack_node(block_reader *r, calltree *tree, frame_memo *m, st
     uint32_t id = stack;
     const uint64_t *known;
     while ((known = strata_u64_map_get(nodes, hi | id)) == NULL && id != 0) {
-        if (grow_u32(&m->path, &m->cap_path, n_pending + 1, err) != 0)
+        if (STRATA_ARRAY_RESERVE_OR_OOM(m->path, m->cap_path, n_pending + 1, err) != 0)
             return -1;
         m->path[n_pending++] = id;
         uint32_t parent, loc;

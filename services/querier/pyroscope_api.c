@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/clock.h"
 #include "labels/labels.h"
 #include "perftools/profiles/profile.pb-c.h"
@@ -198,14 +199,8 @@ static void string_list_free(string_list *l) {
 }
 
 static int string_list_add(string_list *l, const char *s, strata_error *err) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        char **grown = realloc(l->items, cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        l->items = grown;
-        l->cap = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(l->items, l->cap, l->n + 1, err) != 0)
+        return -1;
     if ((l->items[l->n] = strdup(s)) == NULL)
         return strata_error_oom(err);
     l->n++;
@@ -730,16 +725,9 @@ static out_series *series_for(series_set *s, label_set *labels, strata_error *er
             label_set_free(labels);
             return &s->items[i];
         }
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 8;
-        out_series *grown = realloc(s->items, cap * sizeof *grown);
-        if (grown == NULL) {
-            label_set_free(labels);
-            strata_error_oom(err);
-            return NULL;
-        }
-        s->items = grown;
-        s->cap = cap;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(s->items, s->cap, s->n + 1, err) != 0) {
+        label_set_free(labels);
+        return NULL;
     }
     out_series *o = &s->items[s->n++];
     memset(o, 0, sizeof *o);
@@ -748,16 +736,8 @@ static out_series *series_for(series_set *s, label_set *labels, strata_error *er
 }
 
 static int add_points(out_series *o, const range_series *in, strata_error *err) {
-    if (o->n + in->n_points > o->cap) {
-        size_t cap = o->cap ? o->cap : 64;
-        while (cap < o->n + in->n_points)
-            cap *= 2;
-        sum_point *grown = realloc(o->points, cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        o->points = grown;
-        o->cap = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(o->points, o->cap, o->n + in->n_points, err) != 0)
+        return -1;
     for (size_t i = 0; i < in->n_points; i++) {
         const range_point *p = &in->points[i];
         o->points[o->n++] = (sum_point){p->time_ns, p->value, p->count > 0 ? p->count : 1};
