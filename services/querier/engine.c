@@ -897,16 +897,9 @@ static range_group *find_group(range_partial *p, label_set *labels, strata_error
             key = strata_hash_u64(key) | 1; /* a hash collision: probe the next key */
             continue;
         }
-        if (p->n_groups == p->cap_groups) {
-            size_t cap = p->cap_groups ? p->cap_groups * 2 : 16;
-            range_group *grown = realloc(p->groups, cap * sizeof *grown);
-            if (grown == NULL) {
-                label_set_free(labels);
-                strata_error_oom(err);
-                return NULL;
-            }
-            p->groups = grown;
-            p->cap_groups = cap;
+        if (STRATA_ARRAY_RESERVE_OR_OOM(p->groups, p->cap_groups, p->n_groups + 1, err) != 0) {
+            label_set_free(labels);
+            return NULL;
         }
         range_group *g = &p->groups[p->n_groups];
         memset(g, 0, sizeof *g);
@@ -965,16 +958,8 @@ static range_cell *find_cell(const range_query *q, range_group *g, int64_t time_
     }
     if (!inserted)
         return &g->cells[*slot];
-    if (g->n_cells == g->cap_cells) {
-        size_t cap = g->cap_cells ? g->cap_cells * 2 : 16;
-        range_cell *grown = realloc(g->cells, cap * sizeof *grown);
-        if (grown == NULL) {
-            strata_error_oom(err);
-            return NULL;
-        }
-        g->cells = grown;
-        g->cap_cells = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(g->cells, g->cap_cells, g->n_cells + 1, err) != 0)
+        return NULL;
     range_cell *c = &g->cells[g->n_cells++];
     memset(c, 0, sizeof *c);
     c->bucket = time_bucket;
@@ -1583,14 +1568,8 @@ static inline uint32_t frame_slot(const frame_memo *m, uint32_t location) {
 }
 
 static int push_frame(frame_memo *m, uint32_t frame, strata_error *err) {
-    if (m->n_frames == m->cap_frames) {
-        size_t cap = m->cap_frames ? m->cap_frames * 2 : 1024;
-        uint32_t *grown = realloc(m->frames, cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        m->frames = grown;
-        m->cap_frames = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(m->frames, m->cap_frames, m->n_frames + 1, err) != 0)
+        return -1;
     m->frames[m->n_frames++] = frame;
     return 0;
 }
