@@ -8,8 +8,9 @@
  * Elements past the old capacity are uninitialised. Doubling keeps appends amortised O(1); the
  * overflow check is why modules must not write their own.
  *
- * STRATA_ARRAY_RESERVE(arr, cap, need), for an array lvalue and its capacity lvalue, makes room
- * the same way and evaluates to 0, or -1 when it could not (arr and cap unchanged):
+ * STRATA_ARRAY_RESERVE(arr, cap, need), for an array lvalue and its capacity lvalue (a size_t),
+ * makes room the same way and evaluates to 0, or -1 when it could not (arr and cap unchanged); its
+ * arguments are evaluated more than once, so they must have no side effects:
  *
  *     if (STRATA_ARRAY_RESERVE(t->ids, t->cap_ids, t->n_ids + 1) != 0)
  *         return strata_error_oom(err);
