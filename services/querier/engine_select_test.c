@@ -793,6 +793,25 @@ static void open_peer(fixture *f, fixture *peer, loopback_fanout *lb) {
     loopback_fanout_install(f->engine, lb);
 }
 
+/* The merge of CPU over the fixture's whole range through f's engine as a fan-out coordinator
+ * (the selector's text given, so shares can go out), grouped by time when by_time. */
+static calltree *fanned_merge(fixture *f, bool by_time, merge_result *res) {
+    strata_error err;
+    selector sel;
+    assert_int_equal(selector_parse(CPU, &sel, &err), 0);
+    query_options opts = {.query_text = CPU};
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, &err), 0);
+    calltree_grouping grouping = {.mask = CALLTREE_GROUP_DEFAULT, .by_timestamp = by_time};
+    assert_int_equal(calltree_set_grouping(t, &grouping, &err), 0);
+    assert_int_equal(query_merge_opts(f->engine, TENANT, &opts, &sel, T0 - 60 * SEC, T0 + 600 * SEC,
+                                      t, false, res, &err),
+                     0);
+    assert_int_equal(calltree_finalize(t, &err), 0);
+    selector_free(&sel);
+    return t;
+}
+
 /* A merge shared out between queriers counts a retried profile once too: the copies have the same
  * time, so they fall in one shard of time, and whichever querier merges that shard (the coordinator
  * or the peer) drops the copies exactly as a lone querier does. */
@@ -817,20 +836,10 @@ static void test_fanout_counts_copies_once(void **state) {
     fixture peer;
     static loopback_fanout lb;
     open_peer(&f, &peer, &lb);
-    strata_error err;
-    selector sel;
-    assert_int_equal(selector_parse(CPU, &sel, &err), 0);
-    query_options opts = {.query_text = CPU};
     for (size_t offset = 0; offset < 2; offset++) {
         lb.offset = offset;
-        calltree *t;
-        assert_int_equal(calltree_create(&t, 0, &err), 0);
-        assert_int_equal(calltree_set_group_by(t, CALLTREE_GROUP_DEFAULT, &err), 0);
         merge_result res;
-        assert_int_equal(query_merge_opts(f.engine, TENANT, &opts, &sel, T0 - 60 * SEC,
-                                          T0 + 600 * SEC, t, false, &res, &err),
-                         0);
-        assert_int_equal(calltree_finalize(t, &err), 0);
+        calltree *t = fanned_merge(&f, false, &res);
         /* T0 once, T0+10, the look-alike at T0+20, and T0+300 in the other shard */
         int64_t want = (8 + 8 + 8 + 8) * PERIOD;
         assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, want);
@@ -844,15 +853,8 @@ static void test_fanout_counts_copies_once(void **state) {
      * profile time under the root, each with that profile's value, the copy still counted once. */
     for (size_t offset = 0; offset < 2; offset++) {
         lb.offset = offset;
-        calltree *t;
-        assert_int_equal(calltree_create(&t, 0, &err), 0);
-        calltree_grouping by_time = {.mask = CALLTREE_GROUP_DEFAULT, .by_timestamp = true};
-        assert_int_equal(calltree_set_grouping(t, &by_time, &err), 0);
         merge_result res;
-        assert_int_equal(query_merge_opts(f.engine, TENANT, &opts, &sel, T0 - 60 * SEC,
-                                          T0 + 600 * SEC, t, false, &res, &err),
-                         0);
-        assert_int_equal(calltree_finalize(t, &err), 0);
+        calltree *t = fanned_merge(&f, true, &res);
         assert_int_equal(calltree_child_count(t, CALLTREE_ROOT), 4);
         for (size_t i = 0; i < 4; i++) {
             uint32_t node = calltree_child_at(t, CALLTREE_ROOT, i);
@@ -865,7 +867,6 @@ static void test_fanout_counts_copies_once(void **state) {
         calltree_free(t);
     }
     assert_int_equal(atomic_load(&lb.shares), 4);
-    selector_free(&sel);
     query_engine_free(peer.engine);
     block_index_free(peer.index);
     fixture_close(&f);
@@ -902,19 +903,10 @@ static void test_fanout_cuts_around_compacted_blocks(void **state) {
     fixture peer;
     static loopback_fanout lb;
     open_peer(&f, &peer, &lb);
-    selector sel;
-    assert_int_equal(selector_parse(CPU, &sel, &err), 0);
-    query_options opts = {.query_text = CPU};
     for (size_t offset = 0; offset < 2; offset++) {
         lb.offset = offset; /* the peer merges the later shard, then the earlier one */
-        calltree *t;
-        assert_int_equal(calltree_create(&t, 0, &err), 0);
-        assert_int_equal(calltree_set_group_by(t, CALLTREE_GROUP_DEFAULT, &err), 0);
         merge_result res;
-        assert_int_equal(query_merge_opts(f.engine, TENANT, &opts, &sel, T0 - 60 * SEC,
-                                          T0 + 600 * SEC, t, false, &res, &err),
-                         0);
-        assert_int_equal(calltree_finalize(t, &err), 0);
+        calltree *t = fanned_merge(&f, false, &res);
         assert_int_equal(res.total, alone.total);
         assert_int_equal(res.profiles, 5);
         assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total,
@@ -930,7 +922,6 @@ static void test_fanout_cuts_around_compacted_blocks(void **state) {
     }
     assert_int_equal(atomic_load(&lb.shares), 2);
     calltree_free(want);
-    selector_free(&sel);
     query_engine_free(peer.engine);
     block_index_free(peer.index);
     fixture_close(&f);
