@@ -992,15 +992,27 @@ static int callgraph_collect(const calltree *t, const calltree_report_options *o
         return strata_error_oom(err);
     for (size_t i = 0; i < b->n_rows; i++)
         b->row_of[b->rows[i].frame] = (uint32_t)i + 1;
-    for (uint32_t node = 1; node < t->n_nodes; node++) {
-        uint32_t parent = calltree_node_parent(t, node);
-        if (parent == CALLTREE_ROOT)
-            continue;
-        uint32_t from = b->row_of[calltree_node_frame(t, parent)];
-        uint32_t to = b->row_of[calltree_node_frame(t, node)];
-        if (from != 0 && to != 0 && callgraph_add_edge(b, from - 1, to - 1, t->total[node]) != 0)
+    /* Nodes in depth-first order over the sorted child lists, not in the order they were made
+     * (which depends on the order the query's workers merged): edges come out in the same order
+     * for the same tree however it was built. */
+    uint32_t *stack = malloc((t->n_nodes + 1) * sizeof *stack);
+    if (stack == NULL)
+        return strata_error_oom(err);
+    size_t sp = 0;
+    stack[sp++] = CALLTREE_ROOT;
+    while (sp > 0) {
+        uint32_t node = stack[--sp];
+        uint32_t parent = node == CALLTREE_ROOT ? CALLTREE_ROOT : calltree_node_parent(t, node);
+        uint32_t from = parent == CALLTREE_ROOT ? 0 : b->row_of[calltree_node_frame(t, parent)];
+        uint32_t to = node == CALLTREE_ROOT ? 0 : b->row_of[calltree_node_frame(t, node)];
+        if (from != 0 && to != 0 && callgraph_add_edge(b, from - 1, to - 1, t->total[node]) != 0) {
+            free(stack);
             return strata_error_oom(err);
+        }
+        for (size_t i = calltree_child_count(t, node); i > 0; i--)
+            stack[sp++] = calltree_child_at(t, node, i - 1); /* the first child pops first */
     }
+    free(stack);
     return 0;
 }
 
