@@ -9,6 +9,8 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "common/array.h"
+
 #define MAX_FOOTER_COLUMNS 64
 #define MAX_FOOTER_BYTES (256u << 20)
 
@@ -1038,42 +1040,53 @@ static size_t profile_capacity(size_t n) {
     return cap;
 }
 
-/* Appends to an array of capacity *cap (doubled when full). */
-static int append_profile(block_profile **out, size_t *n, size_t *cap, const block_profile *p,
-                          strata_error *err) {
-    if (*n == *cap) {
-        size_t grown_cap = *cap < 16 ? 16 : *cap * 2;
-        block_profile *grown = realloc(*out, grown_cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        *out = grown;
-        *cap = grown_cap;
-    }
-    (*out)[(*n)++] = *p;
+/* The profiles a visit hands out, grown into an array for block_reader_profiles. */
+typedef struct profile_array {
+    block_profile **out;
+    size_t *n;
+    size_t cap; /* a power of two, at least 16, or 0 */
+} profile_array;
+
+static int append_profile(void *arg, const block_profile *p, strata_error *err) {
+    profile_array *a = arg;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(*a->out, a->cap, *a->n + 1, err) != 0)
+        return -1;
+    (*a->out)[(*a->n)++] = *p;
     return 0;
 }
 
-static int scan_profile_group(block_reader *r, uint64_t g, const uint32_t *ids, size_t n_ids,
-                              int64_t start, int64_t end, block_profile **out, size_t *n,
-                              size_t *cap, strata_error *err) {
+/* The profile columns of page g, loaded, with every row's series id and sample range checked. */
+static int load_profile_group(block_reader *r, uint64_t g, const r_decoded **cols,
+                              strata_error *err) {
     const r_table *t = &r->tables[BLOCK_TABLE_PROFILES];
-    const r_decoded *cols[BLOCK_COL_PROFILES_COUNT];
     for (int c = 0; c < BLOCK_COL_PROFILES_COUNT; c++) {
         if (load_page(r, BLOCK_TABLE_PROFILES, c, g, &cols[c], err) != 0)
             return -1;
     }
     uint64_t n_samples = r->tables[BLOCK_TABLE_SAMPLES].rows;
+    if (cols[BLOCK_COL_PROFILES_SERIES]->max_value >= r->n_series ||
+        cols[BLOCK_COL_PROFILES_SAMPLE_COUNT]->max_value > UINT32_MAX)
+        return data_loss(err, BLOCK_TABLE_PROFILES, -1, g,
+                         "series id or sample range out of bounds");
+    const uint64_t *first = cols[BLOCK_COL_PROFILES_FIRST_SAMPLE]->values;
+    const uint64_t *count = cols[BLOCK_COL_PROFILES_SAMPLE_COUNT]->values;
+    for (uint64_t i = 0; i < t->groups[g].rows; i++)
+        if (first[i] > n_samples || count[i] > n_samples - first[i])
+            return data_loss(err, BLOCK_TABLE_PROFILES, -1, g,
+                             "series id or sample range out of bounds");
+    return 0;
+}
+
+/* Calls fn for each selected profile of page g, whose columns load_profile_group checked. */
+static int visit_profile_group(block_reader *r, uint64_t g, const r_decoded **cols,
+                               const uint32_t *ids, size_t n_ids, int64_t start, int64_t end,
+                               block_profile_fn fn, void *arg, strata_error *err) {
+    const r_table *t = &r->tables[BLOCK_TABLE_PROFILES];
     uint64_t last_series = UINT64_MAX; /* profiles come in series order: decide once per run */
     bool last_selected = false;
     for (uint64_t i = 0; i < t->groups[g].rows; i++) {
         block_profile p;
         uint64_t series = cols[BLOCK_COL_PROFILES_SERIES]->values[i];
-        uint64_t first = cols[BLOCK_COL_PROFILES_FIRST_SAMPLE]->values[i];
-        uint64_t count = cols[BLOCK_COL_PROFILES_SAMPLE_COUNT]->values[i];
-        if (series >= r->n_series || first > n_samples || count > n_samples - first ||
-            count > UINT32_MAX)
-            return data_loss(err, BLOCK_TABLE_PROFILES, -1, g,
-                             "series id or sample range out of bounds");
         p.series_id = (uint32_t)series;
         p.time_ns = as_signed(cols[BLOCK_COL_PROFILES_TIME]->values[i]);
         if (ids != NULL && series != last_series) {
@@ -1085,9 +1098,9 @@ static int scan_profile_group(block_reader *r, uint64_t g, const uint32_t *ids, 
         p.duration_ns = as_signed(cols[BLOCK_COL_PROFILES_DURATION]->values[i]);
         p.period = as_signed(cols[BLOCK_COL_PROFILES_PERIOD]->values[i]);
         p.total = as_signed(cols[BLOCK_COL_PROFILES_TOTAL]->values[i]);
-        p.first_sample = first;
-        p.sample_count = (uint32_t)count;
-        if (append_profile(out, n, cap, &p, err) != 0)
+        p.first_sample = cols[BLOCK_COL_PROFILES_FIRST_SAMPLE]->values[i];
+        p.sample_count = (uint32_t)cols[BLOCK_COL_PROFILES_SAMPLE_COUNT]->values[i];
+        if (fn(arg, &p, err) != 0)
             return -1;
     }
     return 0;
@@ -1098,44 +1111,90 @@ static int compare_u32(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The selected series ids sorted (NULL when every series is selected). */
+static int sorted_ids(const uint32_t *series_ids, size_t n_series, uint32_t **out,
+                      strata_error *err) {
+    *out = NULL;
+    if (series_ids == NULL)
+        return 0;
+    if ((*out = malloc((n_series + 1) * sizeof **out)) == NULL)
+        return strata_error_oom(err);
+    memcpy(*out, series_ids, n_series * sizeof **out);
+    qsort(*out, n_series, sizeof **out, compare_u32);
+    return 0;
+}
+
+/* Rows of the profile pages that may hold selected profiles. */
+static uint64_t rows_that_may_match(const r_table *t, const uint32_t *ids, size_t n_ids,
+                                    int64_t start, int64_t end) {
+    uint64_t rows = 0;
+    for (uint64_t g = 0; g < t->n_groups; g++)
+        if (group_may_match(t, g, ids, n_ids, start, end))
+            rows += t->groups[g].rows;
+    return rows;
+}
+
+int block_reader_visit_profiles(block_reader *r, const uint32_t *series_ids, size_t n_series,
+                                int64_t start_ns, int64_t end_ns, block_profile_fn fn, void *arg,
+                                strata_error *err) {
+    if (series_ids != NULL && n_series == 0)
+        return 0;
+    uint32_t *ids;
+    if (sorted_ids(series_ids, n_series, &ids, err) != 0)
+        return -1;
+    const r_table *t = &r->tables[BLOCK_TABLE_PROFILES];
+    /* Every page is loaded and checked before the first call, so a damaged block hands out
+     * nothing (a query leaves it out whole instead of counting part of it). */
+    int rc = 0;
+    for (uint64_t g = 0; g < t->n_groups && rc == 0; g++) {
+        const r_decoded *cols[BLOCK_COL_PROFILES_COUNT];
+        if (group_may_match(t, g, ids, n_series, start_ns, end_ns))
+            rc = load_profile_group(r, g, cols, err);
+    }
+    for (uint64_t g = 0; g < t->n_groups && rc == 0; g++) {
+        const r_decoded *cols[BLOCK_COL_PROFILES_COUNT];
+        maybe_evict(r);
+        if (group_may_match(t, g, ids, n_series, start_ns, end_ns) &&
+            (rc = load_profile_group(r, g, cols, err)) == 0)
+            rc = visit_profile_group(r, g, cols, ids, n_series, start_ns, end_ns, fn, arg, err);
+    }
+    free(ids);
+    return rc;
+}
+
 int block_reader_profiles(block_reader *r, const uint32_t *series_ids, size_t n_series,
                           int64_t start_ns, int64_t end_ns, block_profile **out, size_t *n,
                           strata_error *err) {
-    uint32_t *ids = NULL;
-    if (series_ids != NULL) {
-        if (n_series == 0)
-            return 0;
-        ids = malloc(n_series * sizeof *ids);
-        if (ids == NULL)
-            return strata_error_oom(err);
-        memcpy(ids, series_ids, n_series * sizeof *ids);
-        qsort(ids, n_series, sizeof *ids, compare_u32);
-    }
+    if (series_ids != NULL && n_series == 0)
+        return 0;
+    uint32_t *ids;
+    if (sorted_ids(series_ids, n_series, &ids, err) != 0)
+        return -1;
     const r_table *t = &r->tables[BLOCK_TABLE_PROFILES];
-    /* Room for every row of the groups that may match, at once: a range query selects hundreds of
-     * thousands of profiles, and growing the array by doubling copied and faulted them in again
-     * and again. The capacity stays the power of two append_profile expects. */
-    uint64_t bound = *n;
-    for (uint64_t g = 0; g < t->n_groups; g++)
-        if (group_may_match(t, g, ids, n_series, start_ns, end_ns))
-            bound += t->groups[g].rows;
-    size_t cap = *out == NULL ? 0 : profile_capacity(*n);
+    /* Room for every row of the pages that may match, at once: a range query selects hundreds
+     * of thousands of profiles, and growing the array by doubling copied and faulted them in
+     * again and again. */
+    profile_array a = {out, n, *out == NULL ? 0 : profile_capacity(*n)};
+    uint64_t bound = *n + rows_that_may_match(t, ids, n_series, start_ns, end_ns);
     int rc = 0;
-    if (bound > cap && bound <= SIZE_MAX / 2 / sizeof **out) {
+    if (bound > a.cap && bound <= SIZE_MAX / 2 / sizeof **out) {
         size_t want = profile_capacity((size_t)bound);
         block_profile *grown = realloc(*out, want * sizeof *grown);
         if (grown == NULL)
             rc = strata_error_oom(err);
         else {
             *out = grown;
-            cap = want;
+            a.cap = want;
         }
     }
     bool was_empty = *n == 0;
     for (uint64_t g = 0; g < t->n_groups && rc == 0; g++) {
+        const r_decoded *cols[BLOCK_COL_PROFILES_COUNT];
         maybe_evict(r);
-        if (group_may_match(t, g, ids, n_series, start_ns, end_ns))
-            rc = scan_profile_group(r, g, ids, n_series, start_ns, end_ns, out, n, &cap, err);
+        if (group_may_match(t, g, ids, n_series, start_ns, end_ns) &&
+            (rc = load_profile_group(r, g, cols, err)) == 0)
+            rc = visit_profile_group(r, g, cols, ids, n_series, start_ns, end_ns, append_profile,
+                                     &a, err);
     }
     if (was_empty && *n == 0) { /* as before the reservation: nothing selected, nothing held */
         free(*out);

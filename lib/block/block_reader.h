@@ -142,6 +142,17 @@ int block_reader_profiles(block_reader *r, const uint32_t *series_ids, size_t n_
                           int64_t start_ns, int64_t end_ns, block_profile **out, size_t *n,
                           strata_error *err);
 
+/* Called for each selected profile; p is valid during the call only. Non-zero stops the visit. */
+typedef int (*block_profile_fn)(void *arg, const block_profile *p, strata_error *err);
+
+/* The same profiles as block_reader_profiles, handed to fn one at a time in the same order
+ * instead of copied into an array (a range query only sums them). Every page that may match is
+ * loaded and checked before the first call, so a block whose profile pages are damaged fails
+ * (DATA_LOSS) before handing out any profile. */
+int block_reader_visit_profiles(block_reader *r, const uint32_t *series_ids, size_t n_series,
+                                int64_t start_ns, int64_t end_ns, block_profile_fn fn, void *arg,
+                                strata_error *err);
+
 /* (stack id, value, label set) rows; (stack id, label set) ascending within one profile. */
 typedef struct block_samples {
     uint32_t *stacks;

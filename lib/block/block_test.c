@@ -416,13 +416,15 @@ static void test_select(void **state) {
     fixture_free(&fx);
 }
 
-static void test_range_query_reads_no_sample_pages(void **state) {
-    (void)state;
+/* 300 profiles of profile_a, one every 10 s, alternating between job=b (series 1: times 0, 20,
+ * ..., 2980 s) and job=a (series 0: 10, 30, ... s), in 256-byte pages (many profile pages). */
+static void write_timeline_block(strata_buffer *data, block_meta *meta) {
     block_writer_options opt;
     block_writer_options_default(&opt);
     opt.page_size = 256; /* many small pages */
     strata_error err;
     block_writer *w = block_writer_new(&opt, &err);
+    assert_non_null(w);
     pprof_profile pa;
     build_pprof(&pa, profile_a, 4, 0);
     profile_type cpu = cpu_type();
@@ -434,10 +436,19 @@ static void test_range_query_reads_no_sample_pages(void **state) {
                                                   10 * SEC, 1, &pa, 0, &err),
                          0);
     }
+    assert_int_equal(block_writer_finish(w, data, meta, &err), 0);
+    block_writer_free(w);
+    pprof_profile_free(&pa);
+    label_set_free(&l1);
+    label_set_free(&l2);
+}
+
+static void test_range_query_reads_no_sample_pages(void **state) {
+    (void)state;
+    strata_error err;
     strata_buffer data = STRATA_BUFFER_INIT;
     block_meta meta;
-    assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
-    block_writer_free(w);
+    write_timeline_block(&data, &meta);
     block_memory_source src = {data.data, data.len};
     block_reader *r;
     assert_int_equal(block_reader_open(block_memory_fetch, &src, data.len, NULL, &r, &err), 0);
@@ -488,9 +499,116 @@ static void test_range_query_reads_no_sample_pages(void **state) {
     block_reader_close(r2);
     strata_buffer_free(&data);
     block_meta_free(&meta);
-    pprof_profile_free(&pa);
-    label_set_free(&l1);
-    label_set_free(&l2);
+}
+
+/* Collects visited profiles; fails the visit at call fail_at (0: never). */
+typedef struct visited_profiles {
+    block_profile got[400];
+    size_t n;
+    size_t fail_at;
+} visited_profiles;
+
+static int collect_profile(void *arg, const block_profile *p, strata_error *err) {
+    visited_profiles *v = arg;
+    if (v->n == sizeof v->got / sizeof v->got[0])
+        return strata_error_set(err, STRATA_INTERNAL, "too many profiles");
+    v->got[v->n++] = *p;
+    if (v->fail_at != 0 && v->n == v->fail_at)
+        return strata_error_set(err, STRATA_CANCELLED, "stop");
+    return 0;
+}
+
+/* A memory source that records the bytes fetched while `record` is set and, while `damage` is
+ * set, hands out those bytes with one flipped. */
+typedef struct damaging_source {
+    block_memory_source src;
+    bool record, damage;
+    uint64_t lo, hi; /* recorded: [lo, hi) */
+} damaging_source;
+
+static int damaging_fetch(void *ctx, uint64_t offset, uint64_t length, strata_buffer *out,
+                          strata_error *err) {
+    damaging_source *d = ctx;
+    size_t before = out->len;
+    if (block_memory_fetch(&d->src, offset, length, out, err) != 0)
+        return -1;
+    if (d->record) {
+        d->lo = d->hi == 0 || offset < d->lo ? offset : d->lo;
+        d->hi = offset + length > d->hi ? offset + length : d->hi;
+    }
+    if (d->damage && offset < d->hi && offset + length > d->lo) {
+        uint64_t at = d->lo > offset ? d->lo - offset : 0;
+        out->data[before + at] ^= 0x10;
+    }
+    return 0;
+}
+
+/* block_reader_visit_profiles hands out exactly block_reader_profiles' profiles, in order; a
+ * callback's error stops it; and a damaged profile page late in the block fails the visit before
+ * any profile is handed out (a query then leaves the block out whole). */
+static void test_visit_profiles(void **state) {
+    (void)state;
+    strata_error err;
+    strata_buffer data = STRATA_BUFFER_INIT;
+    block_meta meta;
+    write_timeline_block(&data, &meta);
+    block_reader_options o;
+    block_reader_options_default(&o);
+    o.tail_guess = 64; /* pages fetched one by one, not from the tail read at open */
+    damaging_source d = {.src = {data.data, data.len}};
+    block_reader *r;
+    assert_int_equal(block_reader_open(damaging_fetch, &d, data.len, &o, &r, &err), 0);
+    uint32_t series = 1;
+    int64_t ranges[][2] = {{INT64_MIN, INT64_MAX}, {1000 * SEC, 1100 * SEC}, {5 * SEC, 6 * SEC}};
+    for (size_t k = 0; k < 3; k++) {
+        for (int all = 0; all < 2; all++) {
+            block_profile *want = NULL;
+            size_t n = 0;
+            assert_int_equal(block_reader_profiles(r, all ? NULL : &series, all ? 0 : 1,
+                                                   ranges[k][0], ranges[k][1], &want, &n, &err),
+                             0);
+            visited_profiles v = {.n = 0};
+            assert_int_equal(block_reader_visit_profiles(r, all ? NULL : &series, all ? 0 : 1,
+                                                         ranges[k][0], ranges[k][1],
+                                                         collect_profile, &v, &err),
+                             0);
+            assert_int_equal(v.n, n);
+            if (n > 0)
+                assert_memory_equal(v.got, want, n * sizeof *want);
+            free(want);
+        }
+    }
+    visited_profiles v = {.fail_at = 3};
+    assert_int_equal(
+        block_reader_visit_profiles(r, NULL, 0, INT64_MIN, INT64_MAX, collect_profile, &v, &err),
+        -1);
+    assert_int_equal(err.code, STRATA_CANCELLED);
+    assert_int_equal(v.n, 3);
+    block_reader_close(r);
+
+    /* the pages holding job=b's last profiles (time 2800-2980 s), read alone, then damaged */
+    assert_int_equal(block_reader_open(damaging_fetch, &d, data.len, &o, &r, &err), 0);
+    block_profile *late = NULL;
+    size_t n_late = 0;
+    d.record = true;
+    assert_int_equal(
+        block_reader_profiles(r, &series, 1, 2800 * SEC, 2980 * SEC, &late, &n_late, &err), 0);
+    d.record = false;
+    assert_int_equal(n_late, 10);
+    assert_true(d.hi > d.lo);
+    free(late);
+    block_reader_close(r);
+    d.damage = true;
+    assert_int_equal(block_reader_open(damaging_fetch, &d, data.len, &o, &r, &err), 0);
+    v = (visited_profiles){.n = 0};
+    assert_int_equal(
+        block_reader_visit_profiles(r, &series, 1, INT64_MIN, INT64_MAX, collect_profile, &v, &err),
+        -1);
+    assert_int_equal(err.code, STRATA_DATA_LOSS);
+    assert_int_equal(v.n, 0);
+    block_reader_close(r);
+    strata_buffer_free(&data);
+    block_meta_free(&meta);
 }
 
 /* ---- symbolized path and writer errors --------------------------------------------------- */
@@ -2681,6 +2799,7 @@ int main(void) {
         cmocka_unit_test(test_meta_from_writer),
         cmocka_unit_test(test_select),
         cmocka_unit_test(test_range_query_reads_no_sample_pages),
+        cmocka_unit_test(test_visit_profiles),
         cmocka_unit_test(test_symbolized_path),
         cmocka_unit_test(test_writer_errors),
         cmocka_unit_test(test_writer_id_path_errors),

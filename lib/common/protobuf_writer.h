@@ -20,12 +20,10 @@
 enum { STRATA_PB_VARINT = 0, STRATA_PB_FIXED64 = 1, STRATA_PB_LEN = 2 };
 
 static inline size_t strata_pb_varint_size(uint64_t v) {
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
+    /* 7 bits per byte: ceil(significant bits / 7), at least one byte (no loop: encoders size
+     * every field of large answers twice) */
+    unsigned bits = 64u - (unsigned)__builtin_clzll(v | 1);
+    return (bits + 6) / 7;
 }
 
 static inline size_t strata_pb_key_size(unsigned field) {

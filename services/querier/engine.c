@@ -1033,65 +1033,122 @@ static int profile_sample_total(sample_view *view, const block_profile *bp, bloc
     return 0;
 }
 
-static int block_range(indexed_block *b, size_t index, block_reader *r, void *partial,
-                       strata_error *err) {
-    range_partial *p = partial;
-    const range_query *q = p->q;
-    (void)b;
-    const block_selection *selection = &q->selections[index];
-    const block_profile *profiles = selection->profiles;
-    size_t n_profiles = selection->n;
+/* A block's pass over the range partial: profiles come sorted by (series, time), so the group
+ * and the bucket of the last profile usually serve the next. */
+typedef struct range_cursor {
+    range_partial *p;
+    block_reader *r;
+    uint32_t last_series;
+    range_group *g;
+    size_t last_cell; /* SIZE_MAX: none */
+    int64_t last_bucket;
+} range_cursor;
+
+/* Adds one profile, counting total for it, to its group's cell. */
+static int range_add_profile(range_cursor *cur, const block_profile *bp, int64_t total,
+                             strata_error *err) {
+    const range_query *q = cur->p->q;
+    if (bp->series_id != cur->last_series || cur->g == NULL) {
+        cur->last_cell = SIZE_MAX;
+        label_set labels = LABEL_SET_INIT;
+        if (group_labels(q, block_reader_series_labels(cur->r, bp->series_id), &labels, err) != 0) {
+            label_set_free(&labels);
+            return -1;
+        }
+        if ((cur->g = find_group(cur->p, &labels, err)) == NULL)
+            return -1;
+        cur->last_series = bp->series_id;
+    }
+    range_cell *c;
+    /* profiles of a series come in time order, several per step: the last bucket usually holds
+     * this one too, found without a 64-bit division */
+    if (cur->last_cell != SIZE_MAX && bp->time_ns >= cur->last_bucket &&
+        (uint64_t)bp->time_ns - (uint64_t)cur->last_bucket < (uint64_t)q->step_ns) {
+        c = &cur->g->cells[cur->last_cell];
+    } else {
+        int64_t time_bucket = bucket_of(bp->time_ns, q->step_ns);
+        if ((c = find_cell(q, cur->g, time_bucket, err)) == NULL)
+            return -1;
+        cur->last_cell = (size_t)(c - cur->g->cells);
+        cur->last_bucket = time_bucket;
+    }
+    int64_t value = q->samples_count ? total * bp->period : total;
+    cell_add(c, q->delta, bp->time_ns, bp->duration_ns, value, 1, false);
+    return 0;
+}
+
+static int range_visit_profile(void *arg, const block_profile *bp, strata_error *err) {
+    return range_add_profile(arg, bp, bp->total, err);
+}
+
+/* Adds profiles[0..n) but the dropped ones; with sample-label matchers, only the samples whose
+ * labels match count. */
+static int range_add_selected(range_cursor *cur, const block_profile *profiles, size_t n,
+                              const bool *dropped, strata_error *err) {
+    const range_query *q = cur->p->q;
     int rc = -1;
-    uint32_t last_series = UINT32_MAX;
-    range_group *g = NULL;
-    size_t last_cell = SIZE_MAX; /* profiles come sorted by (series, time): buckets repeat */
-    int64_t last_bucket = 0;
     sample_view view;
     block_samples samples = {0};
-    if (sample_view_init(&view, r, q->sel, NULL, profiles, n_profiles, err) != 0)
+    if (sample_view_init(&view, cur->r, q->sel, NULL, profiles, n, err) != 0)
         goto out;
-    for (size_t i = 0; i < n_profiles; i++) {
+    for (size_t i = 0; i < n; i++) {
         const block_profile *bp = &profiles[i];
-        if (selection->dropped != NULL && selection->dropped[i])
+        if (dropped != NULL && dropped[i])
             continue; /* counted in another block (or earlier in this one) */
         int64_t total = bp->total;
         if (view.filter &&
-            has_sample_matchers(q->sel, block_reader_series_labels(r, bp->series_id))) {
-            bool any = false; /* only the samples whose labels match count */
+            has_sample_matchers(q->sel, block_reader_series_labels(cur->r, bp->series_id))) {
+            bool any = false;
             if (profile_sample_total(&view, bp, &samples, &total, &any, err) != 0)
                 goto out;
             if (!any)
                 continue;
         }
-        if (bp->series_id != last_series || g == NULL) {
-            last_cell = SIZE_MAX;
-            label_set labels = LABEL_SET_INIT;
-            if (group_labels(q, block_reader_series_labels(r, bp->series_id), &labels, err) != 0) {
-                label_set_free(&labels);
-                goto out;
-            }
-            if ((g = find_group(p, &labels, err)) == NULL)
-                goto out;
-            last_series = bp->series_id;
-        }
-        int64_t time_bucket = bucket_of(bp->time_ns, q->step_ns);
-        range_cell *c;
-        if (last_cell != SIZE_MAX && time_bucket == last_bucket) {
-            c = &g->cells[last_cell];
-        } else {
-            if ((c = find_cell(q, g, time_bucket, err)) == NULL)
-                goto out;
-            last_cell = (size_t)(c - g->cells);
-            last_bucket = time_bucket;
-        }
-        int64_t value = q->samples_count ? total * bp->period : total;
-        cell_add(c, q->delta, bp->time_ns, bp->duration_ns, value, 1, false);
+        if (range_add_profile(cur, bp, total, err) != 0)
+            goto out;
     }
     rc = 0;
 out:
     block_samples_free(&samples);
     sample_view_free(&view);
     return rc;
+}
+
+/* A deferred block (no copy of another block's profile can hide in it) selects as it reads:
+ * its profiles go straight into the cells unless the matchers name sample labels, whose filter
+ * needs them as an array. */
+static int range_add_deferred(range_cursor *cur, strata_error *err) {
+    const range_query *q = cur->p->q;
+    uint32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (engine_select_series(cur->r, q->sel, &q->sel->profile_type, &ids, &n_ids, err) != 0)
+        return -1;
+    bool by_samples = false;
+    int rc = n_ids > 0 ? matchers_name_sample_labels(cur->r, q->sel, &by_samples, err) : 0;
+    if (rc == 0 && n_ids > 0 && !by_samples) {
+        rc = block_reader_visit_profiles(cur->r, ids, n_ids, q->start_ns, q->end_ns,
+                                         range_visit_profile, cur, err);
+    } else if (rc == 0 && n_ids > 0) {
+        block_profile *profiles = NULL;
+        size_t n = 0;
+        rc = block_reader_profiles(cur->r, ids, n_ids, q->start_ns, q->end_ns, &profiles, &n, err);
+        if (rc == 0)
+            rc = range_add_selected(cur, profiles, n, NULL, err);
+        free(profiles);
+    }
+    free(ids);
+    return rc;
+}
+
+static int block_range(indexed_block *b, size_t index, block_reader *r, void *partial,
+                       strata_error *err) {
+    range_partial *p = partial;
+    const block_selection *selection = &p->q->selections[index];
+    (void)b;
+    range_cursor cur = {p, r, UINT32_MAX, NULL, SIZE_MAX, 0};
+    if (selection->deferred)
+        return range_add_deferred(&cur, err);
+    return range_add_selected(&cur, selection->profiles, selection->n, selection->dropped, err);
 }
 
 /* Merges partial src into dst. */
@@ -1208,8 +1265,8 @@ static int query_range_attempt(query_engine *e, const char *tenant, const select
         return strata_error_oom(err);
     }
     /* the range pass reads the profile pages selection decoded: nothing to keep for it */
-    if (engine_select_profiles(e, blocks, n_blocks, sel, start_ns, end_ns, q.selections, skipped,
-                               stats, NULL, err) != 0) {
+    if (engine_select_profiles(e, blocks, n_blocks, sel, start_ns, end_ns, true, q.selections,
+                               skipped, stats, NULL, err) != 0) {
         free(skipped);
         block_selections_free(q.selections, n_blocks);
         block_index_release_all(e->index, blocks, n_blocks);
@@ -2569,7 +2626,7 @@ int engine_select_and_merge(query_engine *e, merge_query *q, indexed_block **blo
     readahead_keep_init(&keep, n_blocks);
     int rc = (skipped && q->selections) ? 0 : strata_error_oom(err);
     if (rc == 0)
-        rc = engine_select_profiles(e, blocks, n_blocks, q->sel, q->start_ns, q->end_ns,
+        rc = engine_select_profiles(e, blocks, n_blocks, q->sel, q->start_ns, q->end_ns, false,
                                     q->selections, skipped, &out->stats, &keep, err);
     if (rc == 0)
         rc = engine_merge_blocks(e, q, blocks, n_blocks, skipped, tree, out, err);

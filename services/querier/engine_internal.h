@@ -64,6 +64,9 @@ typedef struct block_selection {
     block_profile *profiles;
     size_t n;
     bool *dropped; /* per profile: a duplicate counted elsewhere; NULL when none is */
+    /* not selected here (engine_select_profiles' defer): the block cannot hold a copy of another
+     * block's profile, so the pass that reads it selects its profiles as it goes */
+    bool deferred;
 } block_selection;
 
 /*
@@ -75,10 +78,13 @@ typedef struct block_selection {
  * after compaction. Candidates are found by (series, time, duration, period, total) first; only
  * they have their samples read and fingerprinted. Blocks whose data fails its checks are left out
  * (skipped[i], counted in stats), as engine_for_each_block does. keep (may be NULL) keeps what
- * the selection read ahead for the query's merge pass.
+ * the selection read ahead for the query's merge pass. With defer, blocks that cannot hold a
+ * copy (a compacted block alone in its time range) are not read: their selection is marked
+ * deferred, for a pass that needs each profile once and can select as it reads (a range query:
+ * a day of hourly blocks is then never copied into arrays).
  */
 int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blocks,
-                           const selector *sel, int64_t start_ns, int64_t end_ns,
+                           const selector *sel, int64_t start_ns, int64_t end_ns, bool defer,
                            block_selection *out, bool *skipped, query_stats *stats,
                            readahead_keep *keep, strata_error *err);
 void block_selections_free(block_selection *s, size_t n);

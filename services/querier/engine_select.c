@@ -44,6 +44,7 @@ typedef struct select_pass {
     block_selection *out;
     uint64_t **keys;    /* per block, per profile */
     const bool *checks; /* per block: may hold a copy of a profile stored elsewhere */
+    bool defer;         /* blocks that cannot are left to the pass that reads them */
 } select_pass;
 
 static uint64_t profile_key(uint64_t series, const block_profile *p) {
@@ -61,6 +62,10 @@ static int select_block(indexed_block *b, size_t index, block_reader *r, void *p
     uint32_t *ids = NULL;
     size_t n_ids = 0;
     block_selection *out = &pass->out[index];
+    if (pass->defer && !pass->checks[index]) {
+        out->deferred = true;
+        return 0;
+    }
     if (engine_select_series(r, pass->sel, &pass->sel->profile_type, &ids, &n_ids, err) != 0)
         return -1;
     int rc = 0;
@@ -423,7 +428,7 @@ static void free_arrays(void **arrays, size_t n) {
 }
 
 int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blocks,
-                           const selector *sel, int64_t start_ns, int64_t end_ns,
+                           const selector *sel, int64_t start_ns, int64_t end_ns, bool defer,
                            block_selection *out, bool *skipped, query_stats *stats,
                            readahead_keep *keep, strata_error *err) {
     size_t workers = engine_fetch_worker_count(e, n_blocks);
@@ -438,7 +443,7 @@ int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blo
     if (rc == 0)
         rc = blocks_to_check(blocks, n_blocks, checks, err);
     for (size_t w = 0; rc == 0 && w < workers; w++) {
-        passes[w] = (select_pass){sel, start_ns, end_ns, out, keys, checks};
+        passes[w] = (select_pass){sel, start_ns, end_ns, out, keys, checks, defer};
         ptrs[w] = &passes[w];
     }
     if (rc == 0)

@@ -927,6 +927,22 @@ static void test_fanout_cuts_around_compacted_blocks(void **state) {
     fixture_close(&f);
 }
 
+/* The blocks the next tests upload are compacted (level 2) and each alone in its time range: no
+ * copy can hide in them, so a range query selects their profiles as it reads them
+ * (block_reader_visit_profiles) instead of from the selection's arrays; the answers must not
+ * change, nor must a damaged block be counted in part. */
+static int compacted_uploads(void **state) {
+    (void)state;
+    upload_level = 2;
+    return 0;
+}
+
+static int level1_uploads(void **state) {
+    (void)state;
+    upload_level = 1;
+    return 0;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_twice_pushed_profile_counts_once),
@@ -942,6 +958,12 @@ int main(void) {
         cmocka_unit_test(test_labelled_copies_count_once),
         cmocka_unit_test(test_group_by_sample_label),
         cmocka_unit_test(test_filter_by_sample_label),
+        cmocka_unit_test_setup_teardown(test_range_points_dense_and_sparse, compacted_uploads,
+                                        level1_uploads),
+        cmocka_unit_test_setup_teardown(test_corrupt_block_left_out, compacted_uploads,
+                                        level1_uploads),
+        cmocka_unit_test_setup_teardown(test_filter_by_sample_label, compacted_uploads,
+                                        level1_uploads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
  */
 #include "range_encode.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/protobuf_writer.h"
@@ -84,17 +85,21 @@ static size_t label_set_size(const label_set *ls) {
     return size;
 }
 
-/* The payload size of one MetricsSeries. */
-static size_t series_size(const range_series *s) {
+/* The payload size of one MetricsSeries; each point's MetricsSample size goes to sizes[k] (at most
+ * 66 bytes: a Timestamp of 24, four scalars of 9-11). */
+static size_t series_size(const range_series *s, uint8_t *sizes) {
     size_t size = strata_pb_len_field_size(1, label_set_size(&s->labels));
-    for (size_t k = 0; k < s->n_points; k++)
-        size += strata_pb_len_field_size(2, sample_size(&s->points[k]));
+    for (size_t k = 0; k < s->n_points; k++) {
+        size_t point = sample_size(&s->points[k]);
+        sizes[k] = (uint8_t)point;
+        size += strata_pb_len_field_size(2, point);
+    }
     size += strata_pb_len_field_size(3, value_type_size(s->period_type, s->period_unit));
     size += strata_pb_len_field_size(4, value_type_size(s->sample_type, s->sample_unit));
     return size;
 }
 
-static uint8_t *put_series(uint8_t *o, const range_series *s, size_t size) {
+static uint8_t *put_series(uint8_t *o, const range_series *s, size_t size, const uint8_t *sizes) {
     o = strata_pb_put_len_key(o, 1, size);
     o = strata_pb_put_len_key(o, 1, label_set_size(&s->labels));
     for (size_t i = 0; i < s->labels.count; i++) {
@@ -104,25 +109,45 @@ static uint8_t *put_series(uint8_t *o, const range_series *s, size_t size) {
         o = strata_pb_put_string_field(o, 2, l->value, strlen(l->value));
     }
     for (size_t k = 0; k < s->n_points; k++)
-        o = put_sample(o, &s->points[k], sample_size(&s->points[k]));
+        o = put_sample(o, &s->points[k], sizes[k]);
     o = put_value_type(o, 3, s->period_type, s->period_unit);
     return put_value_type(o, 4, s->sample_type, s->sample_unit);
 }
 
+/* Sizes first (each series' and each point's, kept), then one pass writing into a buffer of
+ * exactly that size. */
 int range_encode_response(const range_series *series, size_t n, strata_buffer *out,
                           strata_error *err) {
-    size_t total = 0;
+    size_t points = 0;
     for (size_t i = 0; i < n; i++)
-        total += strata_pb_len_field_size(1, series_size(&series[i]));
-    if (strata_buffer_reserve(out, total) != 0)
+        points += series[i].n_points;
+    size_t *series_sizes = malloc((n + 1) * sizeof *series_sizes);
+    uint8_t *sizes = malloc(points + 1);
+    if (series_sizes == NULL || sizes == NULL) {
+        free(series_sizes);
+        free(sizes);
         return strata_error_oom(err);
-    uint8_t *o = out->data + out->len;
-    for (size_t i = 0; i < n; i++)
-        o = put_series(o, &series[i], series_size(&series[i]));
-    size_t written = (size_t)(o - (out->data + out->len));
-    if (written != total)
-        return strata_error_set(err, STRATA_INTERNAL,
-                                "range answer: wrote %zu bytes of the %zu sized", written, total);
-    out->len += written;
-    return 0;
+    }
+    size_t total = 0;
+    for (size_t i = 0, at = 0; i < n; at += series[i].n_points, i++) {
+        series_sizes[i] = series_size(&series[i], sizes + at);
+        total += strata_pb_len_field_size(1, series_sizes[i]);
+    }
+    int rc = 0;
+    if (strata_buffer_reserve(out, total) != 0) {
+        rc = strata_error_oom(err);
+    } else {
+        uint8_t *o = out->data + out->len;
+        for (size_t i = 0, at = 0; i < n; at += series[i].n_points, i++)
+            o = put_series(o, &series[i], series_sizes[i], sizes + at);
+        size_t written = (size_t)(o - (out->data + out->len));
+        if (written != total)
+            rc = strata_error_set(err, STRATA_INTERNAL,
+                                  "range answer: wrote %zu bytes of the %zu sized", written, total);
+        else
+            out->len += written;
+    }
+    free(series_sizes);
+    free(sizes);
+    return rc;
 }
