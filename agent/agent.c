@@ -44,6 +44,9 @@ typedef struct agent_metrics {
     metrics_gauge *in_flight;
     metrics_gauge *processes;
     metrics_gauge *symcache_bytes;
+    metrics_gauge *symcache_peak_bytes;
+    metrics_counter *symcache_loads;
+    metrics_counter *symcache_evictions;
 } agent_metrics;
 
 typedef struct agent {
@@ -167,7 +170,19 @@ static int register_metrics(agent *a, strata_error *err) {
             NULL ||
         (m->processes = gauge(a, "strata_agent_processes", "Processes tracked.", err)) == NULL ||
         (m->symcache_bytes = gauge(a, "strata_agent_symbol_cache_bytes",
-                                   "Memory held by cached symbol tables.", err)) == NULL)
+                                   "Memory held by cached symbol tables.", err)) == NULL ||
+        (m->symcache_peak_bytes =
+             gauge(a, "strata_agent_symbol_cache_peak_bytes",
+                   "The most memory cached symbol tables held at once (bounded by the symbol "
+                   "cache budget, or by the largest single table when that is larger).",
+                   err)) == NULL ||
+        (m->symcache_loads = counter(a, "strata_agent_symbol_cache_loads_total",
+                                     "Symbol tables read from files (first use, or again "
+                                     "after eviction).",
+                                     err)) == NULL ||
+        (m->symcache_evictions =
+             counter(a, "strata_agent_symbol_cache_evictions_total",
+                     "Symbol tables freed to stay within the symbol cache budget.", err)) == NULL)
         return -1;
     if (register_misses(a, err) != 0 || register_push_drops(a, err) != 0 ||
         register_push_addresses(a, err) != 0)
@@ -333,6 +348,9 @@ static void finish_window(agent *a) {
     agent_symcache_stats cs;
     agent_symcache_stats_get(a->symcache, &cs);
     metrics_gauge_set(a->m.symcache_bytes, (int64_t)cs.bytes);
+    metrics_gauge_set(a->m.symcache_peak_bytes, (int64_t)cs.peak_bytes);
+    metrics_counter_set(a->m.symcache_loads, (int64_t)cs.loads);
+    metrics_counter_set(a->m.symcache_evictions, (int64_t)cs.evictions);
     strata_log_debug(COMPONENT, "symbol cache", "entries=%zu bytes=%zu loads=%llu evictions=%llu",
                      cs.entries, cs.bytes, (unsigned long long)cs.loads,
                      (unsigned long long)cs.evictions);

@@ -194,14 +194,27 @@ static void test_elf_symbolizes_self_with_aslr(void **state) {
     assert_true(agent_elf_offset_to_vaddr(&e, addr - m->start + m->offset, &vaddr));
     assert_string_equal(agent_elf_lookup(&e, vaddr, &start), "agent_test_known_function");
     assert_int_equal(vaddr - start, 2);
-    /* The table is sorted in place, one symbol per address. */
+    /* The table is sorted in place, one symbol per address; names are read only when looked
+     * up, and kept: the arena holds exactly the one name read so far. */
     assert_true(e.n_symbols > 100);
-    size_t names_len = strlen(e.names + e.symbols[0].name) + 1;
-    for (size_t i = 1; i < e.n_symbols; i++) {
+    for (size_t i = 1; i < e.n_symbols; i++)
         assert_true(e.symbols[i - 1].addr < e.symbols[i].addr);
-        names_len += strlen(e.names + e.symbols[i].name) + 1;
+    assert_int_equal(e.names_len, strlen("agent_test_known_function") + 1);
+    size_t names_len = e.names_len;
+    for (size_t i = 0; i < e.n_symbols; i++) {
+        const char *name = agent_elf_lookup(&e, e.symbols[i].addr, NULL);
+        if (name == NULL && i + 1 == e.n_symbols && e.symbols[i].size == 0)
+            continue; /* an unsized last symbol claims nothing */
+        if (name == NULL)
+            fail_msg("symbol %zu of %zu (addr %llx size %u name %x): no name", i, e.n_symbols,
+                     (unsigned long long)e.symbols[i].addr, e.symbols[i].size, e.symbols[i].name);
+        assert_true(name[0] != '\0');
+        if (strcmp(name, "agent_test_known_function") != 0)
+            names_len += strlen(name) + 1;
     }
-    assert_int_equal(e.names_len, names_len); /* no name of a dropped alias is kept */
+    assert_int_equal(e.names_len, names_len); /* each name read once, no alias's name */
+    assert_string_equal(agent_elf_lookup(&e, vaddr, NULL), "agent_test_known_function");
+    assert_int_equal(e.names_len, names_len); /* read before: not read again */
     agent_elf_free(&e);
 
     /* libc's .dynsym has aliases (getpid and __getpid at one address): one name is kept. */
@@ -209,10 +222,7 @@ static void test_elf_symbolizes_self_with_aslr(void **state) {
     const agent_mapping *lm = agent_proc_find_mapping(&p, libc_addr);
     assert_non_null(lm);
     assert_int_equal(agent_elf_load(lm->path, NULL, &e, NULL), 0);
-    names_len = 0;
-    for (size_t i = 0; i < e.n_symbols; i++)
-        names_len += strlen(e.names + e.symbols[i].name) + 1;
-    assert_int_equal(e.names_len, names_len);
+    assert_int_equal(e.names_len, 0);
     assert_true(agent_elf_offset_to_vaddr(&e, libc_addr - lm->start + lm->offset, &vaddr));
     assert_non_null(strstr(agent_elf_lookup(&e, vaddr, &start), "getpid"));
     agent_elf_free(&e);
@@ -225,7 +235,7 @@ static void test_elf_symbolizes_self_with_aslr(void **state) {
     /* The symcache loads it once and shares it across identities with the same build id. */
     agent_symcache *c = agent_symcache_new(NULL, NULL);
     assert_non_null(c);
-    const agent_elf *cached = agent_symcache_get(c, &p, m);
+    agent_elf *cached = agent_symcache_get(c, &p, m);
     assert_non_null(cached);
     assert_ptr_equal(agent_symcache_get(c, &p, m), cached);
     agent_symcache_stats st;
@@ -240,6 +250,126 @@ static void test_elf_symbolizes_self_with_aslr(void **state) {
     assert_int_equal(err.code, STRATA_NOT_FOUND);
     assert_int_equal(agent_elf_load("/proc/self/status", NULL, &e, &err), -1);
     assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+}
+
+static void copy_file(const char *from, const char *to) {
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        assert_int_equal(fwrite(buf, 1, n, out), n);
+    assert_int_equal(fclose(in), 0);
+    assert_int_equal(fclose(out), 0);
+}
+
+/* Names read from a file stay readable when it cannot be opened any more; a name not read yet
+ * is then unknown, and so it is when the path now holds another file (replaced on disk: its
+ * string table is not the one indexed). */
+static void test_elf_names_read_from_the_file(void **state) {
+    (void)state;
+    char dir[] = "/tmp/strata-elf-names-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char copy[256], moved[256];
+    snprintf(copy, sizeof copy, "%s/exe", dir);
+    snprintf(moved, sizeof moved, "%s/moved", dir);
+    copy_file("/proc/self/exe", copy); /* in process: under valgrind, the test's binary */
+    agent_elf e;
+    assert_int_equal(agent_elf_load(copy, NULL, &e, NULL), 0);
+    assert_true(e.n_symbols > 10);
+    const char *first = agent_elf_lookup(&e, e.symbols[0].addr, NULL);
+    assert_non_null(first);
+    char want[256];
+    snprintf(want, sizeof want, "%s", first);
+    assert_true(agent_elf_names_file_open(&e));
+    size_t bytes = agent_elf_bytes(&e);
+
+    /* the file moved away: the name read stays, the others cannot be read */
+    agent_elf_close_names_file(&e);
+    assert_int_equal(rename(copy, moved), 0);
+    assert_string_equal(agent_elf_lookup(&e, e.symbols[0].addr, NULL), want);
+    assert_null(agent_elf_lookup(&e, e.symbols[1].addr, NULL));
+    assert_false(agent_elf_names_file_open(&e));
+    /* another file at the path: refused */
+    copy_file("/bin/true", copy);
+    assert_null(agent_elf_lookup(&e, e.symbols[1].addr, NULL));
+    /* the same file under another path (another process's view of it): read again */
+    assert_true(agent_elf_set_names_path(&e, moved));
+    const char *second = agent_elf_lookup(&e, e.symbols[1].addr, NULL);
+    assert_non_null(second);
+    assert_true(agent_elf_bytes(&e) > bytes);
+    assert_string_equal(agent_elf_lookup(&e, e.symbols[0].addr, NULL), want);
+    agent_elf_free(&e);
+    assert_int_equal(unlink(copy), 0);
+    assert_int_equal(unlink(moved), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+/* The symbol cache holds its budget at every load, not only between windows: with room for
+ * about one table, each new file's table evicts the least recently looked-up others, the table
+ * just returned stays usable, the files every process maps (looked up most recently) survive, and
+ * an evicted file reloads on its next use. */
+static void test_symcache_holds_budget_within_a_window(void **state) {
+    (void)state;
+    agent_proc p;
+    assert_int_equal(agent_proc_read("/proc", getpid(), &p, NULL), 0);
+    const agent_mapping *files[4];
+    size_t n = 0;
+    for (size_t i = 0; i < p.n_mappings && n < 4; i++) {
+        const agent_mapping *m = &p.mappings[i];
+        bool seen = false;
+        for (size_t k = 0; k < n; k++)
+            seen |= files[k]->inode == m->inode;
+        if (m->path != NULL && m->path[0] == '/' && m->inode != 0 && !seen &&
+            strstr(m->path, ".so") != NULL)
+            files[n++] = m;
+    }
+    assert_true(n >= 3); /* libc, the loader, cmocka at least */
+    agent_symcache *c = agent_symcache_new(&(agent_symcache_options){.max_bytes = 1}, NULL);
+    assert_non_null(c);
+    agent_symcache_stats st;
+    size_t largest = 0;
+    for (size_t k = 0; k < n; k++) {
+        agent_elf *e = agent_symcache_get(c, &p, files[k]);
+        assert_non_null(e);
+        assert_true(e->n_symbols > 0);
+        agent_symcache_stats_get(c, &st);
+        assert_int_equal(st.bytes, agent_elf_bytes(e)); /* only the table just returned */
+        assert_non_null(agent_elf_lookup(e, e->symbols[0].addr, NULL)); /* still usable */
+        largest = agent_elf_bytes(e) > largest ? agent_elf_bytes(e) : largest;
+    }
+    assert_int_equal(st.loads, n);
+    assert_int_equal(st.evictions, n - 1);
+    /* within the window, the first file again: evicted, so read again */
+    assert_non_null(agent_symcache_get(c, &p, files[0]));
+    agent_symcache_stats_get(c, &st);
+    assert_int_equal(st.loads, n + 1);
+    assert_true(st.peak_bytes <= 2 * largest); /* never more than two tables at once */
+    agent_symcache_free(c);
+
+    /* room for all but one: the least recently looked-up file goes, not the others */
+    c = agent_symcache_new(NULL, NULL);
+    size_t sizes = 0;
+    for (size_t k = 0; k < n; k++)
+        sizes += agent_elf_bytes(agent_symcache_get(c, &p, files[k]));
+    agent_symcache_free(c);
+    c = agent_symcache_new(&(agent_symcache_options){.max_bytes = sizes - 1}, NULL);
+    for (size_t k = 0; k < n - 1; k++)
+        assert_non_null(agent_symcache_get(c, &p, files[k]));
+    assert_non_null(agent_symcache_get(c, &p, files[0])); /* files[1] is now the oldest */
+    assert_non_null(agent_symcache_get(c, &p, files[n - 1]));
+    agent_symcache_stats_get(c, &st);
+    assert_int_equal(st.evictions, 1);
+    assert_int_equal(st.loads, n);
+    assert_non_null(agent_symcache_get(c, &p, files[0])); /* kept: no load */
+    agent_symcache_stats_get(c, &st);
+    assert_int_equal(st.loads, n);
+    assert_non_null(agent_symcache_get(c, &p, files[1])); /* evicted: loaded again */
+    agent_symcache_stats_get(c, &st);
+    assert_int_equal(st.loads, n + 1);
+    agent_symcache_free(c);
+    agent_proc_free(&p);
 }
 
 typedef struct go_funcs {
@@ -844,6 +974,8 @@ int main(void) {
         cmocka_unit_test(test_cpu_list_and_durations),
         cmocka_unit_test(test_ksyms),
         cmocka_unit_test(test_elf_symbolizes_self_with_aslr),
+        cmocka_unit_test(test_symcache_holds_budget_within_a_window),
+        cmocka_unit_test(test_elf_names_read_from_the_file),
         cmocka_unit_test(test_gopclntab),
         cmocka_unit_test(test_aggregate_and_build_profile),
         cmocka_unit_test(test_off_cpu_stacks_and_profile),

@@ -12,12 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/array.h"
+#include "common/hash.h"
 #include "gopclntab.h"
 
 #define MAX_SYMBOLS 5000000u
 #define RELEASE_EVERY_SYMBOLS 4096
+#define NAME_READ_FIRST 256      /* bytes read for a name at first; most names are shorter */
+#define NAME_READ_MAX (64 << 10) /* longer than this (a C++ template monster): unknown */
 
 /* An open ELF file. */
 typedef struct elf_file {
@@ -155,42 +160,70 @@ static int read_segments(const elf_file *f, agent_elf *e, strata_error *err) {
 typedef struct sym_builder {
     agent_elf *e;
     size_t cap;
-    size_t names_cap;
     strata_error *err;
 } sym_builder;
 
-static int builder_add(sym_builder *b, uint64_t addr, uint64_t size, const char *name,
-                       size_t name_len) {
+static int builder_grow(sym_builder *b) {
+    return STRATA_ARRAY_RESERVE_OR_OOM(b->e->symbols, b->cap, b->e->n_symbols + 1, b->err);
+}
+
+/* A symbol whose name stays in the names file, name_offset bytes past names_base. */
+static int builder_add(sym_builder *b, uint64_t addr, uint64_t size, uint64_t name_offset) {
     agent_elf *e = b->e;
-    if (e->n_symbols >= MAX_SYMBOLS)
+    if (e->n_symbols >= MAX_SYMBOLS || name_offset >= AGENT_ELF_NAME_COPIED)
         return 0;
-    if (e->n_symbols == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        agent_elf_symbol *grown = realloc(e->symbols, cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(b->err);
-        e->symbols = grown;
-        b->cap = cap;
-    }
-    if (e->names_len + name_len + 1 > b->names_cap) {
-        size_t cap = b->names_cap ? b->names_cap * 2 : 4096;
-        while (cap < e->names_len + name_len + 1)
-            cap *= 2;
-        char *grown = realloc(e->names, cap);
-        if (grown == NULL)
-            return strata_error_oom(b->err);
-        e->names = grown;
-        b->names_cap = cap;
-    }
-    if (e->names_len > UINT32_MAX - name_len - 1)
-        return 0;
+    if (builder_grow(b) != 0)
+        return -1;
     agent_elf_symbol *s = &e->symbols[e->n_symbols++];
     s->addr = addr;
     s->size = size <= UINT32_MAX ? (uint32_t)size : 0;
-    s->name = (uint32_t)e->names_len;
-    memcpy(e->names + e->names_len, name, name_len);
-    e->names[e->names_len + name_len] = '\0';
-    e->names_len += name_len + 1;
+    s->name = (uint32_t)name_offset;
+    return 0;
+}
+
+/* Appends name (len bytes) and a NUL to the names arena; its offset in *at. */
+static int append_name(agent_elf *e, const char *name, size_t len, size_t *at, strata_error *err) {
+    if (e->names_len + len + 1 >= AGENT_ELF_NAME_COPIED)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "symbol names over 2 GB");
+    if (STRATA_ARRAY_RESERVE_OR_OOM(e->names, e->names_cap, e->names_len + len + 1, err) != 0)
+        return -1;
+    memcpy(e->names + e->names_len, name, len);
+    e->names[e->names_len + len] = '\0';
+    *at = e->names_len;
+    e->names_len += len + 1;
+    return 0;
+}
+
+/* A symbol whose name is copied now (it is not NUL-terminated in the file). */
+static int builder_add_copied(sym_builder *b, uint64_t addr, uint64_t size, const char *name,
+                              size_t len) {
+    agent_elf *e = b->e;
+    size_t at = 0;
+    if (e->n_symbols >= MAX_SYMBOLS)
+        return 0;
+    if (builder_grow(b) != 0 || append_name(e, name, len, &at, b->err) != 0)
+        return -1;
+    agent_elf_symbol *s = &e->symbols[e->n_symbols++];
+    s->addr = addr;
+    s->size = size <= UINT32_MAX ? (uint32_t)size : 0;
+    s->name = (uint32_t)at | AGENT_ELF_NAME_COPIED;
+    return 0;
+}
+
+/* Makes path, at base, where the names of the symbols added next are read from. */
+static int builder_names_file(sym_builder *b, const elf_file *f, const char *path, uint64_t base) {
+    agent_elf *e = b->e;
+    char *copy = strdup(path);
+    if (copy == NULL)
+        return strata_error_oom(b->err);
+    free(e->names_path);
+    e->names_path = copy;
+    e->names_base = base;
+    struct stat st;
+    if (fstat(f->fd, &st) == 0) {
+        e->names_dev = (uint64_t)st.st_dev;
+        e->names_ino = (uint64_t)st.st_ino;
+    }
     return 0;
 }
 
@@ -206,11 +239,17 @@ static void release_file_pages(const elf_file *f) {
         (void)madvise(raw, size, MADV_DONTNEED);
 }
 
-static int add_symbol_table(const elf_file *f, Elf_Scn *scn, const GElf_Shdr *shdr,
-                            sym_builder *b) {
+static int add_symbol_table(const elf_file *f, const char *path, Elf_Scn *scn,
+                            const GElf_Shdr *shdr, sym_builder *b) {
     Elf_Data *data = elf_getdata(scn, NULL);
-    if (data == NULL || shdr->sh_entsize == 0)
+    GElf_Shdr strtab;
+    Elf_Scn *names = elf_getscn(f->elf, shdr->sh_link);
+    if (data == NULL || shdr->sh_entsize == 0 || names == NULL ||
+        gelf_getshdr(names, &strtab) == NULL || strtab.sh_type != SHT_STRTAB ||
+        (strtab.sh_flags & SHF_COMPRESSED))
         return 0;
+    if (builder_names_file(b, f, path, strtab.sh_offset) != 0)
+        return -1;
     size_t n = shdr->sh_size / shdr->sh_entsize;
     for (size_t i = 0; i < n; i++) {
         if (i % RELEASE_EVERY_SYMBOLS == RELEASE_EVERY_SYMBOLS - 1)
@@ -224,32 +263,48 @@ static int add_symbol_table(const elf_file *f, Elf_Scn *scn, const GElf_Shdr *sh
             continue;
         const char *name = elf_strptr(f->elf, shdr->sh_link, sym.st_name);
         if (name == NULL || name[0] == '\0')
-            continue;
-        if (builder_add(b, sym.st_value, sym.st_size, name, strlen(name)) != 0)
+            continue; /* checks the offset too: inside the table, NUL-terminated */
+        if (builder_add(b, sym.st_value, sym.st_size, sym.st_name) != 0)
             return -1;
     }
     return 0;
 }
 
+/* Go's function names lie in .gopclntab: read from the file later when NUL-terminated there. */
+typedef struct go_builder {
+    sym_builder *b;
+    const char *table;
+    size_t table_size;
+} go_builder;
+
 static int add_go_func(void *ctx, uint64_t entry, const char *name, size_t name_len) {
-    return builder_add(ctx, entry, 0, name, name_len);
+    go_builder *g = ctx;
+    size_t offset = (size_t)(name - g->table);
+    if (name >= g->table && offset < g->table_size && name_len < g->table_size - offset &&
+        name[name_len] == '\0' && memchr(name, '\0', name_len) == NULL)
+        return builder_add(g->b, entry, 0, offset);
+    return builder_add_copied(g->b, entry, 0, name, name_len);
 }
 
-static int add_gopclntab(const elf_file *f, sym_builder *b) {
+static int add_gopclntab(const elf_file *f, const char *path, sym_builder *b) {
     GElf_Shdr shdr, text;
     Elf_Scn *scn = find_section(f, ".gopclntab", &shdr);
-    if (scn == NULL || shdr.sh_type == SHT_NOBITS)
+    if (scn == NULL || shdr.sh_type == SHT_NOBITS || (shdr.sh_flags & SHF_COMPRESSED))
         return 0;
     Elf_Data *data = elf_getdata(scn, NULL);
-    if (data == NULL || data->d_buf == NULL)
+    if (data == NULL || data->d_buf == NULL || data->d_size != shdr.sh_size)
         return 0;
+    if (builder_names_file(b, f, path, shdr.sh_offset) != 0)
+        return -1;
+    go_builder g = {b, data->d_buf, data->d_size};
     uint64_t text_start = find_section(f, ".text", &text) != NULL ? text.sh_addr : 0;
     /* A corrupt table leaves what was read so far; it is not fatal for the file. */
     strata_error ignored;
     size_t before = b->e->n_symbols;
     strata_error *saved = b->err;
     b->err = &ignored;
-    int rc = agent_gopclntab_parse(data->d_buf, data->d_size, text_start, add_go_func, b, &ignored);
+    int rc =
+        agent_gopclntab_parse(data->d_buf, data->d_size, text_start, add_go_func, &g, &ignored);
     b->err = saved;
     if (rc != 0 && ignored.code == STRATA_RESOURCE_EXHAUSTED)
         return strata_error_oom(b->err);
@@ -328,17 +383,21 @@ static unsigned depth_bound(size_t n) {
     return 2 * d + 2;
 }
 
-/* Dedup leaves the names of the aliases it dropped in the arena: half of a C++ binary's names
- * (constructors and destructors have two or three symbols at one address). The kept names move
- * down in arena order, in place, so no second arena is needed. */
+/* Dedup leaves the copied names of the aliases it dropped in the arena. The kept ones move down
+ * in arena order, in place, so no second arena is needed. Names still in the file cost nothing. */
 static void compact_names(agent_elf *e) {
+    if (e->names_len == 0)
+        return;
     sort_by_name(e->symbols, e->n_symbols, depth_bound(e->n_symbols));
     size_t len = 0;
     for (size_t i = 0; i < e->n_symbols; i++) {
         agent_elf_symbol *s = &e->symbols[i];
-        size_t n = strlen(e->names + s->name) + 1;
-        memmove(e->names + len, e->names + s->name, n);
-        s->name = (uint32_t)len;
+        if (!(s->name & AGENT_ELF_NAME_COPIED))
+            continue;
+        const char *name = e->names + (s->name & ~AGENT_ELF_NAME_COPIED);
+        size_t n = strlen(name) + 1;
+        memmove(e->names + len, name, n);
+        s->name = (uint32_t)len | AGENT_ELF_NAME_COPIED;
         len += n;
     }
     e->names_len = len;
@@ -379,7 +438,7 @@ static int add_debug_file_symbols(const char *path, const char *build_id, sym_bu
     Elf_Scn *scn = find_section_type(&f, SHT_SYMTAB, &shdr);
     int rc = 0;
     if (scn != NULL && shdr.sh_type != SHT_NOBITS) {
-        rc = add_symbol_table(&f, scn, &shdr, b);
+        rc = add_symbol_table(&f, path, scn, &shdr, b);
         if (rc == 0)
             rc = b->e->n_symbols > 0 ? 1 : 0;
     }
@@ -444,10 +503,10 @@ static int try_debug_files(const elf_file *f, const agent_elf_options *o, const 
 /* Fills the symbol table from the first source that has functions (see the header). */
 static int load_symbols(const elf_file *f, const agent_elf_options *o, const char *path,
                         agent_elf *e, strata_error *err) {
-    sym_builder b = {e, 0, 0, err};
+    sym_builder b = {e, 0, err};
     GElf_Shdr shdr;
     Elf_Scn *scn = find_section_type(f, SHT_SYMTAB, &shdr);
-    if (scn != NULL && add_symbol_table(f, scn, &shdr, &b) != 0)
+    if (scn != NULL && add_symbol_table(f, path, scn, &shdr, &b) != 0)
         return -1;
     if (e->n_symbols > 0) {
         e->source = AGENT_SYMBOLS_SYMTAB;
@@ -458,12 +517,12 @@ static int load_symbols(const elf_file *f, const agent_elf_options *o, const cha
         e->source = AGENT_SYMBOLS_DEBUG_FILE;
         return rc < 0 ? -1 : 0;
     }
-    if ((rc = add_gopclntab(f, &b)) != 0) {
+    if ((rc = add_gopclntab(f, path, &b)) != 0) {
         e->source = AGENT_SYMBOLS_GOPCLNTAB;
         return rc < 0 ? -1 : 0;
     }
     scn = find_section_type(f, SHT_DYNSYM, &shdr);
-    if (scn != NULL && add_symbol_table(f, scn, &shdr, &b) != 0)
+    if (scn != NULL && add_symbol_table(f, path, scn, &shdr, &b) != 0)
         return -1;
     if (e->n_symbols > 0)
         e->source = AGENT_SYMBOLS_DYNSYM;
@@ -479,8 +538,10 @@ static void shrink(agent_elf *e) {
     }
     if (e->names_len > 0) {
         char *n = realloc(e->names, e->names_len);
-        if (n != NULL)
+        if (n != NULL) {
             e->names = n;
+            e->names_cap = e->names_len;
+        }
     }
 }
 
@@ -518,7 +579,104 @@ bool agent_elf_offset_to_vaddr(const agent_elf *e, uint64_t file_offset, uint64_
     return false;
 }
 
-const char *agent_elf_lookup(const agent_elf *e, uint64_t vaddr, uint64_t *start) {
+/* Opens the names file, checking it is still the file the names were indexed from. */
+static bool open_names_file(agent_elf *e) {
+    if (e->names_open)
+        return true;
+    if (e->names_path == NULL)
+        return false;
+    int fd = open(e->names_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    if (fstat(fd, &st) != 0 ||
+        ((e->names_dev != 0 || e->names_ino != 0) &&
+         ((uint64_t)st.st_dev != e->names_dev || (uint64_t)st.st_ino != e->names_ino))) {
+        close(fd); /* replaced on disk since: its string table is not ours */
+        return false;
+    }
+    e->names_dev = (uint64_t)st.st_dev;
+    e->names_ino = (uint64_t)st.st_ino;
+    e->names_fd = fd;
+    e->names_open = true;
+    return true;
+}
+
+/* Reads the NUL-terminated name at offset into the arena; its arena offset in *at. */
+static bool read_name(agent_elf *e, uint32_t offset, size_t *at) {
+    if (!open_names_file(e))
+        return false;
+    for (size_t want = NAME_READ_FIRST; want <= NAME_READ_MAX; want *= 4) {
+        if (e->names_len + want + 1 >= AGENT_ELF_NAME_COPIED ||
+            STRATA_ARRAY_RESERVE(e->names, e->names_cap, e->names_len + want + 1) != 0)
+            return false;
+        char *dst = e->names + e->names_len;
+        ssize_t got = pread(e->names_fd, dst, want, (off_t)(e->names_base + offset));
+        if (got <= 0)
+            return false;
+        const char *nul = memchr(dst, '\0', (size_t)got);
+        if (nul != NULL) {
+            if (nul == dst)
+                return false; /* an empty name: the file is not what was indexed */
+            *at = e->names_len;
+            e->names_len += (size_t)(nul - dst) + 1;
+            return true;
+        }
+        if ((size_t)got < want)
+            return false; /* the end of the file, no NUL */
+    }
+    return false;
+}
+
+/* The name of symbol i: copied, read before, or read from the file now. */
+static const char *symbol_name(agent_elf *e, size_t i) {
+    uint32_t name = e->symbols[i].name;
+    if (name & AGENT_ELF_NAME_COPIED)
+        return e->names + (name & ~AGENT_ELF_NAME_COPIED);
+    if (e->read_names == NULL) {
+        e->read_names = calloc(1, sizeof *e->read_names);
+        if (e->read_names == NULL || strata_u64_map_init(e->read_names, 64) != 0) {
+            free(e->read_names);
+            e->read_names = NULL;
+            return NULL;
+        }
+    }
+    const uint64_t *known = strata_u64_map_get(e->read_names, (uint64_t)i + 1);
+    if (known != NULL)
+        return e->names + (*known - 1);
+    size_t at;
+    if (!read_name(e, name, &at) ||
+        strata_u64_map_upsert(e->read_names, (uint64_t)i + 1, (uint64_t)at + 1, NULL) == NULL)
+        return NULL;
+    return e->names + at;
+}
+
+bool agent_elf_names_file_open(const agent_elf *e) {
+    return e->names_open;
+}
+
+void agent_elf_close_names_file(agent_elf *e) {
+    if (e->names_open)
+        close(e->names_fd);
+    e->names_open = false;
+}
+
+bool agent_elf_set_names_path(agent_elf *e, const char *path) {
+    char *copy = strdup(path);
+    if (copy == NULL)
+        return false;
+    agent_elf_close_names_file(e);
+    free(e->names_path);
+    e->names_path = copy;
+    e->names_dev = e->names_ino = 0; /* another copy of the same build: its own identity */
+    return true;
+}
+
+bool agent_elf_names_in_mapped_file(const agent_elf *e) {
+    return e->source != AGENT_SYMBOLS_DEBUG_FILE;
+}
+
+const char *agent_elf_lookup(agent_elf *e, uint64_t vaddr, uint64_t *start) {
     if (e->n_symbols == 0 || vaddr < e->symbols[0].addr)
         return NULL;
     size_t lo = 0, hi = e->n_symbols;
@@ -536,17 +694,27 @@ const char *agent_elf_lookup(const agent_elf *e, uint64_t vaddr, uint64_t *start
         return NULL; /* an unsized last symbol: do not claim the rest of the file */
     if (start != NULL)
         *start = s->addr;
-    return e->names + s->name;
+    return symbol_name(e, lo);
 }
 
 size_t agent_elf_bytes(const agent_elf *e) {
-    return sizeof *e + e->n_segments * sizeof *e->segments + e->n_symbols * sizeof *e->symbols +
-           e->names_len;
+    size_t bytes = sizeof *e + e->n_segments * sizeof *e->segments +
+                   e->n_symbols * sizeof *e->symbols + e->names_cap;
+    if (e->names_path != NULL)
+        bytes += strlen(e->names_path) + 1;
+    if (e->read_names != NULL)
+        bytes += sizeof *e->read_names + (e->read_names->mask + 1) * sizeof(strata_u64_slot);
+    return bytes;
 }
 
 void agent_elf_free(agent_elf *e) {
+    agent_elf_close_names_file(e);
     free(e->segments);
     free(e->symbols);
     free(e->names);
+    free(e->names_path);
+    if (e->read_names != NULL)
+        strata_u64_map_free(e->read_names);
+    free(e->read_names);
     memset(e, 0, sizeof *e);
 }

@@ -4,8 +4,19 @@
  *
  * Design. An agent_elf holds what symbolization needs and nothing else: the file's build id,
  * its PT_LOAD segments (to turn a runtime address into a link-time virtual address) and a sorted
- * table of function symbols with their names in one arena. The file is read with libelf through
- * a private mapping and closed at once; a libc costs about 100 KB, a large binary a few MB.
+ * table of function symbols, 16 bytes each. The file is read with libelf through a private
+ * mapping and closed at once.
+ *
+ * Names are not copied at load: a symbol keeps where its name lies in the file (its string
+ * table, or Go's .gopclntab), and agent_elf_lookup reads a name from the file the first time it
+ * is asked for and keeps it. A process's samples touch a few hundred of a binary's functions, and
+ * the names are most of a table's size (node: 110,000 functions, 7.5 MB of names against 1.7 MB
+ * of symbols), so a table costs 16 bytes per function plus the names its samples used. The file
+ * is opened on the first lookup and stays open until agent_elf_close_names_file; where the file
+ * cannot be opened again (the process left and took its mount namespace with it), names already
+ * read still resolve and new ones are unknown. agent_elf_set_names_path points a table at another
+ * path to the same file (another process mapping it). Names that are not NUL-terminated in the
+ * file (old Go tables) are copied at load instead.
  *
  * Where symbols come from, first found wins:
  *   1. the file's own .symtab;
@@ -57,8 +68,11 @@ typedef struct agent_elf_segment {
 typedef struct agent_elf_symbol {
     uint64_t addr;
     uint32_t size; /* 0 if unknown: the symbol then extends to the next one (4 GB and up too) */
-    uint32_t name; /* offset into names */
+    uint32_t name; /* AGENT_ELF_NAME_COPIED set: offset into names; else offset from names_base
+                      in the names file */
 } agent_elf_symbol;
+
+#define AGENT_ELF_NAME_COPIED 0x80000000u
 
 typedef struct agent_elf {
     char build_id[AGENT_BUILD_ID_HEX_MAX + 1]; /* GNU build id in hex, else Go's, else "" */
@@ -67,8 +81,15 @@ typedef struct agent_elf {
     size_t n_segments;
     agent_elf_symbol *symbols;
     size_t n_symbols;
-    char *names;
+    char *names; /* names copied at load, and names read from the file so far */
     size_t names_len;
+    size_t names_cap;
+    char *names_path;    /* the file the names are read from (NULL: every name was copied) */
+    uint64_t names_base; /* its string table's offset in that file */
+    int names_fd;        /* the names file while names_open */
+    bool names_open;
+    uint64_t names_dev, names_ino;     /* that file's identity (0, 0: take it at the next open) */
+    struct strata_u64_map *read_names; /* symbol index + 1 -> offset into names + 1 */
 } agent_elf;
 
 typedef struct agent_elf_options {
@@ -90,10 +111,22 @@ int agent_elf_read_build_id(const char *path, char out[AGENT_BUILD_ID_HEX_MAX + 
 /* Link-time virtual address of a file offset; false if no PT_LOAD segment holds it. */
 bool agent_elf_offset_to_vaddr(const agent_elf *e, uint64_t file_offset, uint64_t *vaddr);
 
-/* The function containing vaddr (name and start), or NULL. */
-const char *agent_elf_lookup(const agent_elf *e, uint64_t vaddr, uint64_t *start);
+/* The function containing vaddr (name and start), or NULL: the name is read from the file on
+ * first use (NULL if it cannot be read). The name is valid until the next lookup in e. */
+const char *agent_elf_lookup(agent_elf *e, uint64_t vaddr, uint64_t *start);
 
-/* Heap bytes held. */
+/* Whether the names file is open (names are being read). */
+bool agent_elf_names_file_open(const agent_elf *e);
+/* Closes the names file (reopened by the next lookup that needs a name not read yet). */
+void agent_elf_close_names_file(agent_elf *e);
+/* Reads the names that are still needed from path from now on (the same file, seen through
+ * another process); false on OOM, the table unchanged. Only for tables whose names are in the
+ * mapped file itself (agent_elf_names_in_mapped_file). */
+bool agent_elf_set_names_path(agent_elf *e, const char *path);
+/* True when the names come from the file that was loaded (not from a separate debug file). */
+bool agent_elf_names_in_mapped_file(const agent_elf *e);
+
+/* Heap bytes held (the names read so far included). */
 size_t agent_elf_bytes(const agent_elf *e);
 void agent_elf_free(agent_elf *e);
 

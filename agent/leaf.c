@@ -31,7 +31,7 @@ static uint64_t function_entry(agent_symcache *cache, const agent_proc *proc, ui
     const agent_mapping *m = agent_proc_find_mapping(proc, pc);
     if (m == NULL)
         return 0;
-    const agent_elf *elf = agent_symcache_get(cache, proc, m);
+    agent_elf *elf = agent_symcache_get(cache, proc, m);
     uint64_t vaddr, start;
     if (elf == NULL || !agent_elf_offset_to_vaddr(elf, pc - m->start + m->offset, &vaddr) ||
         agent_elf_lookup(elf, vaddr, &start) == NULL)

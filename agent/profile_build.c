@@ -135,7 +135,7 @@ static int symbolize_user(builder *b, uint64_t addr, bool leaf, uint64_t *mappin
     const agent_mapping *am = agent_proc_find_mapping(&b->p->proc, addr);
     if (am == NULL)
         return 0;
-    const agent_elf *elf = NULL;
+    agent_elf *elf = NULL;
     if (b->ctx->symcache != NULL)
         elf = agent_symcache_get(b->ctx->symcache, &b->p->proc, am);
     if (user_mapping(b, am, elf, mapping_id) != 0)

@@ -21,8 +21,9 @@ typedef struct cache_entry {
     bool loaded;
     bool failed;
     uint64_t failed_window;
-    uint64_t last_used;
+    uint64_t last_used; /* the cache's clock at its last lookup */
     size_t bytes;
+    pid_t names_pid; /* the process whose view of the file the table reads names through */
 } cache_entry;
 
 struct agent_symcache {
@@ -33,6 +34,7 @@ struct agent_symcache {
     size_t n_entries;
     size_t cap;
     uint64_t window;
+    uint64_t clock; /* lookups so far: recency for eviction */
     size_t bytes;
     agent_symcache_stats stats;
 };
@@ -134,9 +136,38 @@ static void load_entry(agent_symcache *c, cache_entry *e, const agent_proc *p,
     }
     e->loaded = true;
     e->failed = false;
+    e->names_pid = p->pid;
     e->bytes = agent_elf_bytes(&e->elf);
     c->bytes += e->bytes;
     c->stats.loads++;
+    if (c->bytes > c->stats.peak_bytes)
+        c->stats.peak_bytes = c->bytes;
+}
+
+/* Counts what the table of e holds now (names read since it was last counted). */
+static void recount(agent_symcache *c, cache_entry *e) {
+    size_t now = e->loaded ? agent_elf_bytes(&e->elf) : 0;
+    c->bytes = c->bytes - e->bytes + now;
+    e->bytes = now;
+    if (c->bytes > c->stats.peak_bytes)
+        c->stats.peak_bytes = c->bytes;
+}
+
+/* Before names are read for process p: if the process the table reads its names through has
+ * gone (with its /proc/PID/root), read them through p's view of the same build. */
+static void follow_names_file(agent_symcache *c, cache_entry *e, const agent_proc *p,
+                              const agent_mapping *m) {
+    if (!e->loaded || e->names_pid == p->pid || agent_elf_names_file_open(&e->elf) ||
+        !agent_elf_names_in_mapped_file(&e->elf))
+        return;
+    char dir[64];
+    snprintf(dir, sizeof dir, "%s/%d", c->o.proc_root, (int)e->names_pid);
+    if (access(dir, F_OK) == 0)
+        return; /* still there */
+    char path[4352], build_id[AGENT_BUILD_ID_HEX_MAX + 1];
+    if (open_attempts(c, p, m, path, sizeof path, build_id) == 0 &&
+        strcmp(build_id, e->elf.build_id) == 0 && agent_elf_set_names_path(&e->elf, path))
+        e->names_pid = p->pid;
 }
 
 /* Finds or creates the entry for a new identity. */
@@ -173,10 +204,28 @@ static cache_entry *entry_for_new_identity(agent_symcache *c, uint64_t ikey, con
     return e;
 }
 
-const agent_elf *agent_symcache_get(agent_symcache *c, const agent_proc *p,
-                                    const agent_mapping *m) {
+/* Frees the least recently used table other than keep; false if there is none. */
+static bool evict_one(agent_symcache *c, const cache_entry *keep) {
+    cache_entry *victim = NULL;
+    for (size_t i = 0; i < c->n_entries; i++) {
+        cache_entry *e = &c->entries[i];
+        if (e->loaded && e != keep && (victim == NULL || e->last_used < victim->last_used))
+            victim = e;
+    }
+    if (victim == NULL)
+        return false;
+    agent_elf_free(&victim->elf);
+    victim->loaded = false;
+    c->bytes -= victim->bytes;
+    victim->bytes = 0;
+    c->stats.evictions++;
+    return true;
+}
+
+agent_elf *agent_symcache_get(agent_symcache *c, const agent_proc *p, const agent_mapping *m) {
     if (m->path == NULL || m->path[0] != '/' || m->inode == 0)
         return NULL;
+    uint64_t loads = c->stats.loads;
     uint64_t ikey = identity_key(m);
     uint64_t *index = strata_u64_map_get(&c->by_identity, ikey);
     cache_entry *e =
@@ -191,31 +240,22 @@ const agent_elf *agent_symcache_get(agent_symcache *c, const agent_proc *p,
         else
             e->failed_window = c->window;
     }
-    e->last_used = c->window;
+    e->last_used = ++c->clock;
+    recount(c, e);
+    if (c->stats.loads != loads) { /* only a load evicts: a hit never reloads another */
+        while (c->bytes > c->o.max_bytes && evict_one(c, e)) {
+        }
+    }
+    follow_names_file(c, e, p, m);
     return e->loaded ? &e->elf : NULL;
 }
 
-/* Frees the least recently used table that was not used in this window; false if none. */
-static bool evict_one(agent_symcache *c) {
-    cache_entry *victim = NULL;
-    for (size_t i = 0; i < c->n_entries; i++) {
-        cache_entry *e = &c->entries[i];
-        if (e->loaded && e->last_used < c->window &&
-            (victim == NULL || e->last_used < victim->last_used))
-            victim = e;
-    }
-    if (victim == NULL)
-        return false;
-    agent_elf_free(&victim->elf);
-    victim->loaded = false;
-    c->bytes -= victim->bytes;
-    victim->bytes = 0;
-    c->stats.evictions++;
-    return true;
-}
-
 void agent_symcache_end_window(agent_symcache *c) {
-    while (c->bytes > c->o.max_bytes && evict_one(c)) {
+    for (size_t i = 0; i < c->n_entries; i++) {
+        agent_elf_close_names_file(&c->entries[i].elf);
+        recount(c, &c->entries[i]);
+    }
+    while (c->bytes > c->o.max_bytes && evict_one(c, NULL)) {
     }
     c->window++;
 }

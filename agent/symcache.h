@@ -12,8 +12,18 @@
  * A file that cannot be read is remembered as failed and retried after `retry_windows` windows,
  * so a missing file costs one open per retry period, not one per sample.
  *
- * Memory is bounded: when the symbol tables together pass max_bytes, the least recently used
- * tables (not used in the current window) are freed; their entries stay and reload on next use.
+ * Memory is bounded at every load, not once per window: when a table just loaded takes the
+ * tables together past max_bytes, the least recently used others are freed until they fit again
+ * (their entries stay and reload on next use). So a busy node whose window touches more tables
+ * than the budget holds stays within it and pays in reloads, which the loads and evictions
+ * counters show; the table just loaded is kept even when it alone is larger than the budget.
+ * Recency is counted per lookup, so the tables every process maps (libc, the loader) stay while
+ * one-off binaries go first. Tables hold names only once read (elfsym.h), so what a table costs
+ * grows with the lookups made in it; that growth is counted at its next use and at the end of
+ * each window, when the budget is enforced again.
+ *
+ * Names are read from the mapped file through the path of the process that loaded the table;
+ * when that process has gone, the next process mapping the same build gives the path.
  * More than max_entries identities reset the cache.
  *
  * Not thread-safe: the agent's main loop is its only user.
@@ -44,15 +54,19 @@ typedef struct agent_symcache_stats {
     uint64_t evictions; /* tables freed to stay under max_bytes */
     size_t entries;
     size_t bytes;
+    size_t peak_bytes; /* the most the tables ever held together */
 } agent_symcache_stats;
 
 agent_symcache *agent_symcache_new(const agent_symcache_options *options, strata_error *err);
 
 /* The symbols of mapping m of process p, loading them on first use; NULL when the mapping has no
- * file or the file cannot be read. Valid until the next agent_symcache_end_window. */
-const agent_elf *agent_symcache_get(agent_symcache *c, const agent_proc *p, const agent_mapping *m);
+ * file or the file cannot be read. Valid until the next agent_symcache_get (which may free it to
+ * stay within max_bytes) or agent_symcache_end_window: copy what must outlive that. */
+agent_elf *agent_symcache_get(agent_symcache *c, const agent_proc *p, const agent_mapping *m);
 
-/* Ends a window: evicts to stay within max_bytes. */
+/* Ends a window: the names files the window's lookups opened are closed, the names they read
+ * are counted, the budget is enforced again, and failed files are retried after retry_windows
+ * windows. */
 void agent_symcache_end_window(agent_symcache *c);
 
 void agent_symcache_stats_get(const agent_symcache *c, agent_symcache_stats *out);
