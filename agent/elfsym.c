@@ -676,9 +676,10 @@ bool agent_elf_names_in_mapped_file(const agent_elf *e) {
     return e->source != AGENT_SYMBOLS_DEBUG_FILE;
 }
 
-const char *agent_elf_lookup(agent_elf *e, uint64_t vaddr, uint64_t *start) {
+/* The index of the symbol containing vaddr; false if none. */
+static bool symbol_at(const agent_elf *e, uint64_t vaddr, size_t *index) {
     if (e->n_symbols == 0 || vaddr < e->symbols[0].addr)
-        return NULL;
+        return false;
     size_t lo = 0, hi = e->n_symbols;
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
@@ -689,12 +690,28 @@ const char *agent_elf_lookup(agent_elf *e, uint64_t vaddr, uint64_t *start) {
     }
     const agent_elf_symbol *s = &e->symbols[lo];
     if (s->size != 0 && vaddr >= s->addr + s->size)
-        return NULL;
+        return false;
     if (s->size == 0 && lo + 1 == e->n_symbols && e->source != AGENT_SYMBOLS_GOPCLNTAB)
-        return NULL; /* an unsized last symbol: do not claim the rest of the file */
+        return false; /* an unsized last symbol: do not claim the rest of the file */
+    *index = lo;
+    return true;
+}
+
+bool agent_elf_function_start(const agent_elf *e, uint64_t vaddr, uint64_t *start) {
+    size_t i;
+    if (!symbol_at(e, vaddr, &i))
+        return false;
+    *start = e->symbols[i].addr;
+    return true;
+}
+
+const char *agent_elf_lookup(agent_elf *e, uint64_t vaddr, uint64_t *start) {
+    size_t i;
+    if (!symbol_at(e, vaddr, &i))
+        return NULL;
     if (start != NULL)
-        *start = s->addr;
-    return symbol_name(e, lo);
+        *start = e->symbols[i].addr;
+    return symbol_name(e, i);
 }
 
 size_t agent_elf_bytes(const agent_elf *e) {

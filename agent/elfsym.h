@@ -114,6 +114,8 @@ bool agent_elf_offset_to_vaddr(const agent_elf *e, uint64_t file_offset, uint64_
 /* The function containing vaddr (name and start), or NULL: the name is read from the file on
  * first use (NULL if it cannot be read). The name is valid until the next lookup in e. */
 const char *agent_elf_lookup(agent_elf *e, uint64_t vaddr, uint64_t *start);
+/* The start of the function containing vaddr, without its name; false if none contains it. */
+bool agent_elf_function_start(const agent_elf *e, uint64_t vaddr, uint64_t *start);
 
 /* Whether the names file is open (names are being read). */
 bool agent_elf_names_file_open(const agent_elf *e);

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "common/hash.h"
+
 #if defined(__x86_64__)
 
 #define PROLOGUE_BYTES 8
@@ -34,7 +36,7 @@ static uint64_t function_entry(agent_symcache *cache, const agent_proc *proc, ui
     agent_elf *elf = agent_symcache_get(cache, proc, m);
     uint64_t vaddr, start;
     if (elf == NULL || !agent_elf_offset_to_vaddr(elf, pc - m->start + m->offset, &vaddr) ||
-        agent_elf_lookup(elf, vaddr, &start) == NULL)
+        !agent_elf_function_start(elf, vaddr, &start))
         return 0;
     return pc - (vaddr - start);
 }
@@ -72,25 +74,73 @@ static bool standard_prologue(const uint8_t *b, size_t *push_at) {
     return b[i] == 0x55 && b[i + 1] == 0x48 && b[i + 2] == 0x89 && b[i + 3] == 0xe5;
 }
 
+/* What the code at a pc says about its caller, which does not change while the process lives:
+ * the same hot leaves are sampled over and over, and each sample read their code again (two
+ * process_vm_readv calls), a tenth of the agent's CPU on a busy node. */
+typedef enum leaf_kind {
+    LEAF_UNKNOWN = 0, /* not looked at (an empty slot) */
+    LEAF_COMPLETE,    /* the chain is complete, or nothing can be checked */
+    LEAF_AT_SP,       /* standard prologue, before the push or at a ret: the caller is at [sp] */
+    LEAF_AT_SP8,      /* right after the push: at [sp+8] */
+    LEAF_FRAMELESS,   /* no standard prologue: a verified call to entry among the words */
+} leaf_kind;
+
+#define LEAF_CACHE_SLOTS 4096 /* direct-mapped: 96 KiB */
+
+typedef struct leaf_slot {
+    uint64_t tag; /* hash of (pid, start time, the mapping at pc, pc); 0 = empty */
+    uint64_t entry;
+    leaf_kind kind;
+} leaf_slot;
+
+/* The agent's main loop is this module's only caller. */
+static leaf_slot leaf_cache[LEAF_CACHE_SLOTS];
+
+static leaf_kind classify(agent_symcache *cache, const agent_proc *proc, uint64_t pc,
+                          uint64_t *entry) {
+    *entry = function_entry(cache, proc, pc);
+    uint8_t code[PROLOGUE_BYTES], at_pc;
+    if (*entry == 0 || !read_mem(proc->pid, *entry, code, sizeof code) ||
+        !read_mem(proc->pid, pc, &at_pc, 1))
+        return LEAF_COMPLETE;
+    size_t push_at;
+    if (!standard_prologue(code, &push_at))
+        return LEAF_FRAMELESS;
+    uint64_t off = pc - *entry;
+    if (off <= push_at || at_pc == RET)
+        return LEAF_AT_SP;
+    return off == push_at + 1 ? LEAF_AT_SP8 : LEAF_COMPLETE;
+}
+
 /* The return address into the leaf's caller, or 0 if the chain is complete or nothing checks. */
 static uint64_t missing_caller(agent_symcache *cache, const agent_proc *proc,
                                const struct agent_sample *s, uint64_t pc) {
-    uint64_t entry = function_entry(cache, proc, pc);
-    uint8_t code[PROLOGUE_BYTES], at_pc;
-    if (entry == 0 || !read_mem(proc->pid, entry, code, sizeof code) ||
-        !read_mem(proc->pid, pc, &at_pc, 1))
+    /* the file mapped at pc is part of the key: a library unmapped and another mapped in its
+     * place must not inherit its classification */
+    const agent_mapping *m = agent_proc_find_mapping(proc, pc);
+    if (m == NULL)
         return 0;
-    size_t push_at;
-    if (standard_prologue(code, &push_at)) {
-        uint64_t off = pc - entry;
-        if (off <= push_at || at_pc == RET)
-            return s->sp_words[0];
-        return off == push_at + 1 ? s->sp_words[1] : 0;
+    uint64_t tag = strata_hash_combine((uint64_t)proc->pid, proc->start_time);
+    tag = strata_hash_combine(strata_hash_combine(tag, m->inode), m->start - m->offset);
+    tag = strata_hash_combine(tag, pc) | 1;
+    leaf_slot *slot = &leaf_cache[tag % LEAF_CACHE_SLOTS];
+    if (slot->tag != tag || slot->kind == LEAF_UNKNOWN) {
+        slot->kind = classify(cache, proc, pc, &slot->entry);
+        slot->tag = tag;
     }
-    for (size_t i = 0; i < AGENT_SP_WORDS; i++)
-        if (is_call_to(proc, s->sp_words[i], entry))
-            return s->sp_words[i];
-    return 0;
+    switch (slot->kind) {
+        case LEAF_AT_SP:
+            return s->sp_words[0];
+        case LEAF_AT_SP8:
+            return s->sp_words[1];
+        case LEAF_FRAMELESS:
+            for (size_t i = 0; i < AGENT_SP_WORDS; i++)
+                if (is_call_to(proc, s->sp_words[i], slot->entry))
+                    return s->sp_words[i];
+            return 0;
+        default:
+            return 0;
+    }
 }
 
 bool agent_leaf_fixup(agent_symcache *cache, const agent_proc *proc, const struct agent_sample *s,

@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,18 +206,29 @@ int agent_parse_stat(const char *text, char comm[16], uint64_t *start_time, stra
     return 0;
 }
 
+/* One open and read (no stdio buffer: it runs for every process every window). */
 static int read_small_file(const char *path, char *buf, size_t cap, strata_error *err) {
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return strata_error_set(
             err, errno == ENOENT || errno == ESRCH ? STRATA_NOT_FOUND : STRATA_UNAVAILABLE,
             "%s: %s", path, strerror(errno));
-    size_t n = fread(buf, 1, cap - 1, f);
+    size_t n = 0;
+    while (n < cap - 1) {
+        ssize_t got = read(fd, buf + n, cap - 1 - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            if (got < 0) {
+                close(fd);
+                return strata_error_set(err, STRATA_NOT_FOUND, "%s: read failed", path);
+            }
+            break;
+        }
+        n += (size_t)got;
+    }
+    close(fd);
     buf[n] = '\0';
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad)
-        return strata_error_set(err, STRATA_NOT_FOUND, "%s: read failed", path);
     return 0;
 }
 
