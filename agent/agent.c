@@ -54,6 +54,7 @@ typedef struct agent {
     char node[256];
     agent_ksyms ksyms;
     agent_symcache *symcache;
+    pprof_gzipper *gzip; /* one compressor for every profile the agent pushes */
     agent_aggregator agg;
     pusher *pusher;
     char *remote_stores; /* -remote-store, split in place at commas */
@@ -285,7 +286,8 @@ static int build_window(agent *a, int64_t now_wall, int64_t now_mono, window_out
                                 a->window_start_wall,
                                 now_mono - a->window_start_mono,
                                 STRATA_NS_PER_SEC / (int64_t)a->o.frequency_hz,
-                                false};
+                                false,
+                                a->gzip};
     agent_profile_context off = on;
     off.off_cpu = true;
     (void)now_wall;
@@ -461,7 +463,8 @@ static int set_up(agent *a, strata_error *err) {
     (void)load_kernel_symbols(a);
     agent_symcache_options so = {.debug_dir = a->o.debug_dir, .max_bytes = a->o.symbol_cache_bytes};
     a->symcache = agent_symcache_new(&so, err);
-    if (a->symcache == NULL || agent_aggregator_init(&a->agg, NULL, 0, err) != 0)
+    if (a->symcache == NULL || pprof_gzipper_new(AGENT_GZIP_LEVEL, &a->gzip, err) != 0 ||
+        agent_aggregator_init(&a->agg, NULL, 0, err) != 0)
         return -1;
     a->agg.fixup = fix_leaf;
     a->agg.sample_labels = a->o.sample_labels;
@@ -498,6 +501,7 @@ static void tear_down(agent *a) {
     agent_kubepods_free(a->pods);
     agent_aggregator_free(&a->agg);
     agent_symcache_free(a->symcache);
+    pprof_gzipper_free(a->gzip);
     agent_ksyms_free(&a->ksyms);
 }
 

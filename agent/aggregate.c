@@ -66,13 +66,20 @@ static agent_process *new_process(agent_aggregator *a, pid_t pid, strata_error *
     return p;
 }
 
+#define AGENT_PID_RECHECK_WINDOWS 6
+
 /* The process for pid, created or refreshed (pid reuse) as needed. */
 static agent_process *process_for(agent_aggregator *a, pid_t pid, strata_error *err) {
     uint64_t *index = strata_u64_map_get(&a->by_pid, (uint64_t)pid + 1);
     if (index == NULL)
         return new_process(a, pid, err);
     agent_process *p = a->procs[*index - 1];
-    if (p->last_window != a->window && p->have_proc) {
+    /* pid reuse: a pid sampled in the window before cannot have exited and come back by now (the
+     * pid counter would have to wrap), so a process sampled window after window is re-checked
+     * once a minute, one that went quiet at once */
+    bool quiet = p->last_window + 1 < a->window;
+    if (p->last_window != a->window && p->have_proc &&
+        (quiet || a->window % AGENT_PID_RECHECK_WINDOWS == 0)) {
         uint64_t start;
         if (agent_proc_start_time(a->proc_root, pid, &start, NULL) == 0 &&
             start != p->proc.start_time)

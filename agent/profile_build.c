@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "common/array.h"
 #include "common/utf8.h"
@@ -308,12 +307,14 @@ static int encode(builder *b, strata_buffer *out) {
     for (size_t i = 0; i < b->strings.count; i++)
         pr->strings[i] = (pprof_string){b->strings.strings[i], b->strings.lengths[i]};
     pr->n_strings = b->strings.count;
-    /* gzip at level 1: a third of the CPU of the default level for output about a tenth larger;
-     * the agent runs on every node and its pushes are small */
+    /* gzip at level 1 (AGENT_GZIP_LEVEL): a third of the CPU of the default level for output
+     * about a tenth larger; the agent runs on every node and its pushes are small */
     strata_buffer plain = STRATA_BUFFER_INIT;
     int rc = pprof_encode(pr, false, &plain, b->err);
-    if (rc == 0)
-        rc = pprof_gzip(plain.data, plain.len, Z_BEST_SPEED, out, b->err);
+    if (rc == 0 && b->ctx->gzip != NULL)
+        rc = pprof_gzipper_compress(b->ctx->gzip, plain.data, plain.len, out, b->err);
+    else if (rc == 0)
+        rc = pprof_gzip(plain.data, plain.len, AGENT_GZIP_LEVEL, out, b->err);
     strata_buffer_free(&plain);
     return rc;
 }

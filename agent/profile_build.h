@@ -31,15 +31,20 @@
 #include "common/buffer.h"
 #include "common/error.h"
 #include "ksyms.h"
+#include "pprof/pprof.h"
 #include "symcache.h"
+
+/* The gzip level of the agent's profiles (zlib's fastest). */
+#define AGENT_GZIP_LEVEL 1
 
 typedef struct agent_profile_context {
     const agent_ksyms *ksyms; /* may be NULL or empty: kernel frames keep addresses */
     agent_symcache *symcache; /* may be NULL: user frames keep addresses */
     int64_t time_ns;          /* window start, wall clock */
     int64_t duration_ns;
-    int64_t period_ns; /* 1e9 / Hz */
-    bool off_cpu;      /* build the off-CPU profile instead of the on-CPU one */
+    int64_t period_ns;   /* 1e9 / Hz */
+    bool off_cpu;        /* build the off-CPU profile instead of the on-CPU one */
+    pprof_gzipper *gzip; /* may be NULL: a compressor made for the one profile */
 } agent_profile_context;
 
 typedef struct agent_profile_stats {

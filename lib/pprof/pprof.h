@@ -210,4 +210,14 @@ int pprof_gunzip(const uint8_t *data, size_t len, size_t max_bytes, strata_buffe
                  strata_error *err);
 int pprof_gzip(const uint8_t *data, size_t len, int level, strata_buffer *out, strata_error *err);
 
+/* A gzip compressor kept across calls, for a caller that compresses many small profiles (the
+ * agent: dozens per window): its state is made once instead of allocated, faulted in and freed
+ * for every profile. pprof_gzip makes one for its one call. Not thread-safe. */
+typedef struct pprof_gzipper pprof_gzipper;
+int pprof_gzipper_new(int level, pprof_gzipper **out, strata_error *err);
+/* Appends the gzip of data[0..len) to out. */
+int pprof_gzipper_compress(pprof_gzipper *g, const uint8_t *data, size_t len, strata_buffer *out,
+                           strata_error *err);
+void pprof_gzipper_free(pprof_gzipper *g);
+
 #endif

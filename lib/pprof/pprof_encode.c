@@ -29,6 +29,7 @@
 
 #include "common/protobuf_writer.h"
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -363,39 +364,54 @@ static uInt output_room(const strata_buffer *b, size_t limit) {
     return room > UINT_MAX ? UINT_MAX : (uInt)room;
 }
 
-int pprof_gzip(const uint8_t *data, size_t len, int level, strata_buffer *out, strata_error *err) {
+/* libdeflate, as the decoder: one call per profile, about twice zlib's speed at a level. */
+struct pprof_gzipper {
+    struct libdeflate_compressor *c;
+};
+
+int pprof_gzipper_new(int level, pprof_gzipper **out, strata_error *err) {
+    *out = NULL;
     if (level < Z_DEFAULT_COMPRESSION || level > Z_BEST_COMPRESSION)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "gzip level %d is out of range (-1 to 9)", level);
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    if (deflateInit2(&zs, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    pprof_gzipper *g = calloc(1, sizeof *g);
+    if (g == NULL)
         return strata_error_oom(err);
-    size_t start = out->len;
-    zs.next_in = data;
-    int rc = Z_OK;
-    size_t first_guess = deflateBound(&zs, len > ULONG_MAX ? ULONG_MAX : (uLong)len);
-    while (rc != Z_STREAM_END) {
-        bool all_fed = feed_input(&zs, data, len);
-        if (out->len == out->cap &&
-            strata_buffer_reserve(out, out->len == start ? first_guess : 64 << 10) != 0) {
-            rc = Z_MEM_ERROR;
-            break;
-        }
-        zs.next_out = out->data + out->len;
-        zs.avail_out = output_room(out, SIZE_MAX);
-        rc = deflate(&zs, all_fed ? Z_FINISH : Z_NO_FLUSH);
-        out->len = (size_t)(zs.next_out - out->data);
-        if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR)
-            break;
+    g->c = libdeflate_alloc_compressor(level == Z_DEFAULT_COMPRESSION ? 6 : level);
+    if (g->c == NULL) {
+        free(g);
+        return strata_error_oom(err);
     }
-    deflateEnd(&zs);
-    if (rc == Z_STREAM_END)
-        return 0;
-    out->len = start;
-    if (rc == Z_MEM_ERROR)
+    *out = g;
+    return 0;
+}
+
+void pprof_gzipper_free(pprof_gzipper *g) {
+    if (g == NULL)
+        return;
+    libdeflate_free_compressor(g->c);
+    free(g);
+}
+
+int pprof_gzipper_compress(pprof_gzipper *g, const uint8_t *data, size_t len, strata_buffer *out,
+                           strata_error *err) {
+    size_t bound = libdeflate_gzip_compress_bound(g->c, len);
+    if (bound < len || strata_buffer_reserve(out, bound) != 0)
         return strata_error_oom(err);
-    return strata_error_set(err, STRATA_INTERNAL, "gzip compression failed (zlib error %d)", rc);
+    size_t n = libdeflate_gzip_compress(g->c, data, len, out->data + out->len, bound);
+    if (n == 0)
+        return strata_error_set(err, STRATA_INTERNAL, "gzip compression failed");
+    out->len += n;
+    return 0;
+}
+
+int pprof_gzip(const uint8_t *data, size_t len, int level, strata_buffer *out, strata_error *err) {
+    pprof_gzipper *g;
+    if (pprof_gzipper_new(level, &g, err) != 0)
+        return -1;
+    int rc = pprof_gzipper_compress(g, data, len, out, err);
+    pprof_gzipper_free(g);
+    return rc;
 }
 
 typedef struct inflate_state {

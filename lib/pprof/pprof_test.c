@@ -1230,6 +1230,25 @@ static void test_gzip_helpers(void **state) {
     assert_int_equal(pprof_gzip(data, 10, 10, &gz, &err), -1);
     assert_string_equal(err.message, "gzip level 10 is out of range (-1 to 9)");
 
+    /* One compressor kept across calls: each output is a whole member of its own input, appended
+     * after what out held. */
+    pprof_gzipper *g;
+    assert_int_equal(pprof_gzipper_new(11, &g, &err), -1);
+    assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+    assert_int_equal(pprof_gzipper_new(1, &g, &err), 0);
+    for (int round = 0; round < 3; round++) {
+        size_t len = round == 1 ? 5 : n >> round;
+        strata_buffer_reset(&gz);
+        assert_int_equal(strata_buffer_append(&gz, "x", 1), 0);
+        assert_int_equal(pprof_gzipper_compress(g, data + round, len, &gz, &err), 0);
+        assert_true(pprof_is_gzip(gz.data + 1, gz.len - 1));
+        strata_buffer_reset(&out);
+        assert_int_equal(pprof_gunzip(gz.data + 1, gz.len - 1, len, &out, &err), 0);
+        assert_int_equal(out.len, len);
+        assert_memory_equal(out.data, data + round, len);
+    }
+    pprof_gzipper_free(g);
+
     free(data);
     strata_buffer_free(&gz);
     strata_buffer_free(&out);
