@@ -1134,6 +1134,21 @@ static uint64_t rows_that_may_match(const r_table *t, const uint32_t *ids, size_
     return rows;
 }
 
+/* Calls fn for the selected profiles of every page that may hold some, in page order. */
+static int visit_groups(block_reader *r, const uint32_t *ids, size_t n_ids, int64_t start,
+                        int64_t end, block_profile_fn fn, void *arg, strata_error *err) {
+    const r_table *t = &r->tables[BLOCK_TABLE_PROFILES];
+    int rc = 0;
+    for (uint64_t g = 0; g < t->n_groups && rc == 0; g++) {
+        const r_decoded *cols[BLOCK_COL_PROFILES_COUNT];
+        maybe_evict(r);
+        if (group_may_match(t, g, ids, n_ids, start, end) &&
+            (rc = load_profile_group(r, g, cols, err)) == 0)
+            rc = visit_profile_group(r, g, cols, ids, n_ids, start, end, fn, arg, err);
+    }
+    return rc;
+}
+
 int block_reader_visit_profiles(block_reader *r, const uint32_t *series_ids, size_t n_series,
                                 int64_t start_ns, int64_t end_ns, block_profile_fn fn, void *arg,
                                 strata_error *err) {
@@ -1151,13 +1166,8 @@ int block_reader_visit_profiles(block_reader *r, const uint32_t *series_ids, siz
         if (group_may_match(t, g, ids, n_series, start_ns, end_ns))
             rc = load_profile_group(r, g, cols, err);
     }
-    for (uint64_t g = 0; g < t->n_groups && rc == 0; g++) {
-        const r_decoded *cols[BLOCK_COL_PROFILES_COUNT];
-        maybe_evict(r);
-        if (group_may_match(t, g, ids, n_series, start_ns, end_ns) &&
-            (rc = load_profile_group(r, g, cols, err)) == 0)
-            rc = visit_profile_group(r, g, cols, ids, n_series, start_ns, end_ns, fn, arg, err);
-    }
+    if (rc == 0)
+        rc = visit_groups(r, ids, n_series, start_ns, end_ns, fn, arg, err);
     free(ids);
     return rc;
 }
@@ -1188,14 +1198,8 @@ int block_reader_profiles(block_reader *r, const uint32_t *series_ids, size_t n_
         }
     }
     bool was_empty = *n == 0;
-    for (uint64_t g = 0; g < t->n_groups && rc == 0; g++) {
-        const r_decoded *cols[BLOCK_COL_PROFILES_COUNT];
-        maybe_evict(r);
-        if (group_may_match(t, g, ids, n_series, start_ns, end_ns) &&
-            (rc = load_profile_group(r, g, cols, err)) == 0)
-            rc = visit_profile_group(r, g, cols, ids, n_series, start_ns, end_ns, append_profile,
-                                     &a, err);
-    }
+    if (rc == 0)
+        rc = visit_groups(r, ids, n_series, start_ns, end_ns, append_profile, &a, err);
     if (was_empty && *n == 0) { /* as before the reservation: nothing selected, nothing held */
         free(*out);
         *out = NULL;
