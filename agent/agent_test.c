@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "aggregate.h"
@@ -370,6 +371,54 @@ static void test_symcache_holds_budget_within_a_window(void **state) {
     assert_int_equal(st.loads, n + 1);
     agent_symcache_free(c);
     agent_proc_free(&p);
+}
+
+/* A table reads its names through the /proc/PID/root of the process that loaded it; when that
+ * process has gone, the next process mapping the same build gives the path (a fake proc root:
+ * <dir>/PID/root links to /). */
+static void test_symcache_names_follow_a_live_process(void **state) {
+    (void)state;
+    char dir[] = "/tmp/strata-symcache-proc-XXXXXX", link111[256], link222[256], d111[128],
+         d222[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(d111, sizeof d111, "%s/111", dir);
+    snprintf(d222, sizeof d222, "%s/222", dir);
+    snprintf(link111, sizeof link111, "%s/root", d111);
+    snprintf(link222, sizeof link222, "%s/root", d222);
+    assert_int_equal(mkdir(d111, 0700), 0);
+    assert_int_equal(mkdir(d222, 0700), 0);
+    assert_int_equal(symlink("/", link111), 0);
+    assert_int_equal(symlink("/", link222), 0);
+    agent_proc p;
+    assert_int_equal(agent_proc_read("/proc", getpid(), &p, NULL), 0);
+    /* the test's own binary: its names are in its own .symtab (not in a debug file) */
+    uint64_t addr = (uint64_t)(uintptr_t)&agent_test_known_function;
+    const agent_mapping *lm = agent_proc_find_mapping(&p, addr);
+    assert_non_null(lm);
+    agent_symcache *c = agent_symcache_new(&(agent_symcache_options){.proc_root = dir}, NULL);
+    p.pid = 111;
+    agent_elf *e = agent_symcache_get(c, &p, lm);
+    assert_non_null(e);
+    assert_int_equal(e->source, AGENT_SYMBOLS_SYMTAB);
+    assert_true(e->n_symbols > 10);
+    assert_non_null(agent_elf_lookup(e, e->symbols[0].addr, NULL));
+    agent_symcache_end_window(c); /* closes the names file */
+    assert_int_equal(unlink(link111), 0);
+    assert_int_equal(rmdir(d111), 0); /* process 111 has gone */
+    p.pid = 222;
+    e = agent_symcache_get(c, &p, lm);
+    assert_non_null(e);
+    const char *name = agent_elf_lookup(e, e->symbols[1].addr, NULL);
+    assert_non_null(name); /* read through 222's view */
+    assert_true(name[0] != '\0');
+    agent_symcache_stats st;
+    agent_symcache_stats_get(c, &st);
+    assert_int_equal(st.loads, 1); /* the table itself was not read again */
+    agent_symcache_free(c);
+    agent_proc_free(&p);
+    assert_int_equal(unlink(link222), 0);
+    assert_int_equal(rmdir(d222), 0);
+    assert_int_equal(rmdir(dir), 0);
 }
 
 typedef struct go_funcs {
@@ -980,6 +1029,7 @@ int main(void) {
         cmocka_unit_test(test_elf_symbolizes_self_with_aslr),
         cmocka_unit_test(test_symcache_holds_budget_within_a_window),
         cmocka_unit_test(test_elf_names_read_from_the_file),
+        cmocka_unit_test(test_symcache_names_follow_a_live_process),
         cmocka_unit_test(test_gopclntab),
         cmocka_unit_test(test_aggregate_and_build_profile),
         cmocka_unit_test(test_off_cpu_stacks_and_profile),

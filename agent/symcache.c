@@ -23,7 +23,8 @@ typedef struct cache_entry {
     uint64_t failed_window;
     uint64_t last_used; /* the cache's clock at its last lookup */
     size_t bytes;
-    pid_t names_pid; /* the process whose view of the file the table reads names through */
+    pid_t names_pid;        /* the process whose view of the file the table reads names through */
+    uint64_t names_checked; /* window + 1 of the last check that names_pid is still there */
 } cache_entry;
 
 struct agent_symcache {
@@ -158,8 +159,9 @@ static void recount(agent_symcache *c, cache_entry *e) {
 static void follow_names_file(agent_symcache *c, cache_entry *e, const agent_proc *p,
                               const agent_mapping *m) {
     if (!e->loaded || e->names_pid == p->pid || agent_elf_names_file_open(&e->elf) ||
-        !agent_elf_names_in_mapped_file(&e->elf))
+        !agent_elf_names_in_mapped_file(&e->elf) || e->names_checked == c->window + 1)
         return;
+    e->names_checked = c->window + 1; /* once a window: a lookup is per frame */
     char dir[64];
     snprintf(dir, sizeof dir, "%s/%d", c->o.proc_root, (int)e->names_pid);
     if (access(dir, F_OK) == 0)
