@@ -11,6 +11,8 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "common/varint.h"
+
 #define HEADER_LEN 16
 
 struct block_object {
@@ -163,16 +165,6 @@ int block_object_finish(block_object *o, int version, strata_error *err) {
 
 /* ---- tables ------------------------------------------------------------------------------ */
 
-static inline uint64_t zigzag(uint64_t v) {
-    return (v << 1) ^ (0 - (v >> 63));
-}
-
-static inline int64_t as_signed(uint64_t v) {
-    int64_t s;
-    memcpy(&s, &v, sizeof s);
-    return s;
-}
-
 static void reset_column(block_column_state *c) {
     strata_buffer_reset(&c->raw);
     c->prev = 0;
@@ -199,10 +191,10 @@ void block_table_encoder_put(block_table_encoder *t, int col, uint64_t v) {
     uint64_t word;
     switch (t->schema->columns[col].encoding) {
         case BLOCK_ENC_SVARINT:
-            word = zigzag(v);
+            word = strata_zigzag_encode(v);
             break;
         case BLOCK_ENC_DELTA:
-            word = zigzag(v - c->prev);
+            word = strata_zigzag_encode(v - c->prev);
             c->prev = v;
             break;
         default:
@@ -211,7 +203,7 @@ void block_table_encoder_put(block_table_encoder *t, int col, uint64_t v) {
     }
     if (strata_buffer_append_uvarint(&c->raw, word) != 0)
         t->failed = true;
-    int64_t s = as_signed(v);
+    int64_t s = strata_u64_as_i64(v);
     if (s < c->min)
         c->min = s;
     if (s > c->max)

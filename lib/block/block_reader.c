@@ -10,6 +10,7 @@
 #include <zstd.h>
 
 #include "common/array.h"
+#include "common/varint.h"
 
 #define MAX_FOOTER_COLUMNS 64
 #define MAX_FOOTER_BYTES (256u << 20)
@@ -260,60 +261,18 @@ void block_reader_drop_readahead(block_reader *r) {
 
 /* ---- varints ---------------------------------------------------------------------------- */
 
-/* Decodes one varint with at least 10 readable bytes at p; NULL if overlong. */
-static inline const uint8_t *varint_fast(const uint8_t *p, uint64_t *out) {
-    uint64_t b = *p++;
-    if (b < 0x80) {
-        *out = b;
-        return p;
-    }
-    uint64_t v = b & 0x7f;
-    for (unsigned shift = 7; shift <= 63; shift += 7) {
-        b = *p++;
-        if (shift == 63 && b > 1)
-            return NULL;
-        v |= (b & 0x7f) << shift;
-        if (b < 0x80) {
-            *out = v;
-            return p;
-        }
-    }
-    return NULL;
-}
-
-static inline bool varint_next(const uint8_t **p, const uint8_t *end, uint64_t *out) {
-    if (end - *p >= 10) {
-        const uint8_t *q = varint_fast(*p, out);
-        if (q == NULL)
-            return false;
-        *p = q;
-        return true;
-    }
-    return strata_uvarint_get(p, end, out);
-}
-
-static inline uint64_t unzigzag(uint64_t v) {
-    return (v >> 1) ^ (0 - (v & 1));
-}
-
-static inline int64_t as_signed(uint64_t v) {
-    int64_t s;
-    memcpy(&s, &v, sizeof s);
-    return s;
-}
-
 /* The tight loop: n values of a numeric encoding, exactly consuming [p, end). */
 static bool decode_numbers(const uint8_t *p, const uint8_t *end, uint32_t encoding, uint64_t n,
                            uint64_t *out, uint64_t *max_out) {
     uint64_t prev = 0, max = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t v;
-        if (!varint_next(&p, end, &v))
+        if (!strata_uvarint_next(&p, end, &v))
             return false;
         if (encoding == BLOCK_ENC_SVARINT)
-            v = unzigzag(v);
+            v = strata_zigzag_decode(v);
         else if (encoding == BLOCK_ENC_DELTA)
-            v = prev += unzigzag(v);
+            v = prev += strata_zigzag_decode(v);
         out[i] = v;
         max = v > max ? v : max;
     }
@@ -325,7 +284,7 @@ static bool decode_strings(const uint8_t *p, const uint8_t *end, uint64_t n, r_d
     size_t text_len = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t len;
-        if (!varint_next(&p, end, &len) || len > (uint64_t)(end - p))
+        if (!strata_uvarint_next(&p, end, &len) || len > (uint64_t)(end - p))
             return false;
         d->offsets[i] = (uint32_t)text_len;
         memcpy(d->text + text_len, p, (size_t)len);
@@ -1088,16 +1047,16 @@ static int visit_profile_group(block_reader *r, uint64_t g, const r_decoded **co
         block_profile p;
         uint64_t series = cols[BLOCK_COL_PROFILES_SERIES]->values[i];
         p.series_id = (uint32_t)series;
-        p.time_ns = as_signed(cols[BLOCK_COL_PROFILES_TIME]->values[i]);
+        p.time_ns = strata_u64_as_i64(cols[BLOCK_COL_PROFILES_TIME]->values[i]);
         if (ids != NULL && series != last_series) {
             last_selected = contains(ids, n_ids, series);
             last_series = series;
         }
         if ((ids != NULL && !last_selected) || p.time_ns < start || p.time_ns > end)
             continue;
-        p.duration_ns = as_signed(cols[BLOCK_COL_PROFILES_DURATION]->values[i]);
-        p.period = as_signed(cols[BLOCK_COL_PROFILES_PERIOD]->values[i]);
-        p.total = as_signed(cols[BLOCK_COL_PROFILES_TOTAL]->values[i]);
+        p.duration_ns = strata_u64_as_i64(cols[BLOCK_COL_PROFILES_DURATION]->values[i]);
+        p.period = strata_u64_as_i64(cols[BLOCK_COL_PROFILES_PERIOD]->values[i]);
+        p.total = strata_u64_as_i64(cols[BLOCK_COL_PROFILES_TOTAL]->values[i]);
         p.first_sample = cols[BLOCK_COL_PROFILES_FIRST_SAMPLE]->values[i];
         p.sample_count = (uint32_t)cols[BLOCK_COL_PROFILES_SAMPLE_COUNT]->values[i];
         if (fn(arg, &p, err) != 0)
@@ -1275,7 +1234,7 @@ static int copy_stack_rows(block_reader *r, int table, uint64_t g, uint64_t from
     uint64_t base = from - r->tables[table].groups[g].first_row;
     for (uint64_t i = 0; i < count; i++) {
         out->stacks[out->len + i] = (uint32_t)stacks->values[base + i];
-        out->values[out->len + i] = as_signed(values->values[base + i]);
+        out->values[out->len + i] = strata_u64_as_i64(values->values[base + i]);
     }
     if ((sets != NULL && sets->max_value > 0) || out->label_sets != NULL) {
         if (samples_label_sets(out, err) != 0)
@@ -1686,7 +1645,7 @@ static int decode_function_group(block_reader *r, uint64_t g, strata_error *err)
     uint64_t first = t->groups[g].first_row, rows = t->groups[g].rows;
     for (uint64_t i = 0; rc == 0 && i < rows; i++) {
         block_function *f = &r->functions[first + i];
-        f->start_line = as_signed(c[BLOCK_COL_FUNCTIONS_START_LINE]->values[i]);
+        f->start_line = strata_u64_as_i64(c[BLOCK_COL_FUNCTIONS_START_LINE]->values[i]);
         if (symbol_string(r, c[BLOCK_COL_FUNCTIONS_NAME]->values[i], BLOCK_TABLE_FUNCTIONS,
                           first + i, &f->name, err) != 0 ||
             symbol_string(r, c[BLOCK_COL_FUNCTIONS_SYSTEM_NAME]->values[i], BLOCK_TABLE_FUNCTIONS,
@@ -1718,7 +1677,7 @@ static int decode_line_group(block_reader *r, uint64_t g, strata_error *err) {
             break;
         }
         r->lines[first + i].function_id = (uint32_t)function->values[i];
-        r->lines[first + i].line = as_signed(line->values[i]);
+        r->lines[first + i].line = strata_u64_as_i64(line->values[i]);
     }
     drop_group_pages(r, BLOCK_TABLE_LINES, g);
     if (rc != 0)

@@ -261,23 +261,6 @@ int calltree_write_flamebearer_json(const calltree *t, const calltree_report_opt
 
 /* ---- Pyroscope's querier.v1.FlameGraph / FlameGraphDiff, protobuf ---- */
 
-static int put_varint_field(strata_buffer *out, unsigned field, uint64_t v) {
-    if (v == 0)
-        return 0;
-    return strata_buffer_append_uvarint(out, (uint64_t)field << 3) != 0 ||
-                   strata_buffer_append_uvarint(out, v) != 0
-               ? -1
-               : 0;
-}
-
-static int put_len_field(strata_buffer *out, unsigned field, const void *data, size_t len) {
-    return strata_buffer_append_uvarint(out, (uint64_t)field << 3 | 2) != 0 ||
-                   strata_buffer_append_uvarint(out, len) != 0 ||
-                   strata_buffer_append(out, data, len) != 0
-               ? -1
-               : 0;
-}
-
 /* Level{repeated int64 values = 1} (packed) as field 2 of the flame graph. */
 static int put_level(strata_buffer *out, const int64_t *vals, size_t n) {
     size_t packed = 0;
@@ -300,22 +283,23 @@ static int put_level(strata_buffer *out, const int64_t *vals, size_t n) {
 
 static int put_flamegraph(const flamebearer *fb, int64_t *vals, strata_buffer *out) {
     const calltree *t = fb->t;
-    if (put_len_field(out, 1, "total", 5) != 0)
+    if (strata_pb_append_len_field(out, 1, "total", 5) != 0)
         return -1;
     for (size_t i = 1; i < fb->n_names; i++)
-        if (put_len_field(out, 1, calltree_string(t, fb->names[i]),
-                          t->strings.lengths[fb->names[i]]) != 0)
+        if (strata_pb_append_len_field(out, 1, calltree_string(t, fb->names[i]),
+                                       t->strings.lengths[fb->names[i]]) != 0)
             return -1;
     int64_t max_self = 0;
     for (uint32_t d = 0; d < fb->n_levels; d++)
         if (put_level(out, vals, level_values(fb, d, vals, &max_self)) != 0)
             return -1;
     int64_t total = t->total[CALLTREE_ROOT] + (t->diff ? t->total_base[CALLTREE_ROOT] : 0);
-    if (put_varint_field(out, 3, (uint64_t)total) != 0 ||
-        put_varint_field(out, 4, (uint64_t)max_self) != 0)
+    if (strata_pb_append_varint_field(out, 3, (uint64_t)total) != 0 ||
+        strata_pb_append_varint_field(out, 4, (uint64_t)max_self) != 0)
         return -1;
-    if (t->diff && (put_varint_field(out, 5, (uint64_t)t->total_base[CALLTREE_ROOT]) != 0 ||
-                    put_varint_field(out, 6, (uint64_t)t->total[CALLTREE_ROOT]) != 0))
+    if (t->diff &&
+        (strata_pb_append_varint_field(out, 5, (uint64_t)t->total_base[CALLTREE_ROOT]) != 0 ||
+         strata_pb_append_varint_field(out, 6, (uint64_t)t->total[CALLTREE_ROOT]) != 0))
         return -1;
     return 0;
 }

@@ -101,7 +101,9 @@ int strata_buffer_append_u64le(strata_buffer *b, uint64_t v) {
 }
 
 int strata_buffer_append_svarint(strata_buffer *b, int64_t v) {
-    return strata_buffer_append_uvarint(b, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return strata_buffer_append_uvarint(b, strata_zigzag_encode(bits));
 }
 
 char *strata_buffer_detach(strata_buffer *b, size_t *len_out) {
@@ -113,12 +115,4 @@ char *strata_buffer_detach(strata_buffer *b, size_t *len_out) {
         *len_out = b->len;
     strata_buffer_init(b);
     return s;
-}
-
-bool strata_svarint_get(const uint8_t **p, const uint8_t *end, int64_t *out) {
-    uint64_t u;
-    if (!strata_uvarint_get(p, end, &u))
-        return false;
-    *out = (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
-    return true;
 }

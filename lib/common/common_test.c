@@ -20,10 +20,12 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/protobuf_writer.h"
 #include "common/radix_sort.h"
 #include "common/random_id.h"
 #include "common/tenant.h"
 #include "common/textfile.h"
+#include "common/varint.h"
 #include "common/utf8.h"
 
 /* Arrays grow to 16, then double, or straight to what is needed; a size whose bytes overflow
@@ -118,6 +120,85 @@ static void test_buffer_append_and_varints(void **state) {
     assert_memory_equal(s2, "a=1x", 4);
     free(s2);
     assert_int_equal(b.len, 0);
+    strata_buffer_free(&b);
+}
+
+/* The three decoders give the same answer for every length, at every distance from the end. */
+static void test_varint_decoders_agree(void **state) {
+    (void)state;
+    const uint64_t values[] = {0,          1,          127,         128,        16383,
+                               16384,      UINT32_MAX, 1ull << 49,  1ull << 56, INT64_MAX,
+                               1ull << 63, UINT64_MAX, 0x123456789, 300};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        uint8_t buf[32];
+        memset(buf, 0xee, sizeof buf);
+        size_t n = strata_uvarint_put(buf, values[i]);
+        assert_true(n >= 1 && n <= STRATA_VARINT_MAX);
+        assert_int_equal(n, strata_pb_varint_size(values[i]));
+        uint64_t v = 1;
+        assert_ptr_equal(strata_uvarint_get_unchecked(buf, &v), buf + n);
+        assert_true(v == values[i]);
+        /* every end from exactly n bytes to 20: the checked and the next decoder agree */
+        for (size_t end = n; end <= 20; end++) {
+            const uint8_t *p = buf;
+            v = 1;
+            assert_true(strata_uvarint_get(&p, buf + end, &v));
+            assert_ptr_equal(p, buf + n);
+            assert_true(v == values[i]);
+            p = buf;
+            v = 1;
+            assert_true(strata_uvarint_next(&p, buf + end, &v));
+            assert_ptr_equal(p, buf + n);
+            assert_true(v == values[i]);
+        }
+        /* one byte short: refused, nothing consumed */
+        const uint8_t *p = buf;
+        assert_false(strata_uvarint_get(&p, buf + n - 1, &v));
+        assert_false(strata_uvarint_next(&p, buf + n - 1, &v));
+        assert_ptr_equal(p, buf);
+    }
+    /* past 64 bits (a tenth byte above 1) and past 10 bytes: refused by all three */
+    uint8_t over64[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02};
+    uint8_t over10[16] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01};
+    uint8_t *bad[] = {over64, over10};
+    for (size_t i = 0; i < 2; i++) {
+        uint64_t v;
+        const uint8_t *p = bad[i];
+        assert_null(strata_uvarint_get_unchecked(p, &v));
+        assert_false(strata_uvarint_get(&p, bad[i] + 16, &v));
+        assert_false(strata_uvarint_next(&p, bad[i] + 16, &v));
+        assert_false(strata_uvarint_next(&p, bad[i] + 11, &v)); /* the checked path */
+        assert_ptr_equal(p, bad[i]);
+    }
+}
+
+static void test_zigzag(void **state) {
+    (void)state;
+    const int64_t values[] = {0, -1, 1, -2, 2, INT64_MAX, INT64_MIN, -300, 300};
+    const uint64_t encoded[] = {0, 1, 2, 3, 4, UINT64_MAX - 1, UINT64_MAX, 599, 600};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        uint64_t bits;
+        memcpy(&bits, &values[i], sizeof bits);
+        assert_true(strata_zigzag_encode(bits) == encoded[i]);
+        assert_true(strata_u64_as_i64(strata_zigzag_decode(encoded[i])) == values[i]);
+    }
+    /* a delta decoder may wrap: the sum of decoded deltas is the value, without signed overflow */
+    uint64_t sum = strata_zigzag_decode(strata_zigzag_encode((uint64_t)INT64_MAX)) +
+                   strata_zigzag_decode(strata_zigzag_encode(2));
+    assert_true(strata_u64_as_i64(sum) == INT64_MIN + 1);
+}
+
+static void test_protobuf_append_fields(void **state) {
+    (void)state;
+    strata_buffer b = STRATA_BUFFER_INIT;
+    assert_int_equal(strata_pb_append_varint_field(&b, 3, 0), 0); /* omitted */
+    assert_int_equal(b.len, 0);
+    assert_int_equal(strata_pb_append_varint_field(&b, 3, 300), 0);
+    assert_int_equal(strata_pb_append_len_field(&b, 20, "ab", 2), 0);
+    assert_int_equal(strata_pb_append_len_field(&b, 1, "", 0), 0); /* written: key, length 0 */
+    const uint8_t want[] = {3 << 3, 0xac, 0x02, 0xa2, 0x01, 2, 'a', 'b', 1 << 3 | 2, 0};
+    assert_int_equal(b.len, sizeof want);
+    assert_memory_equal(b.data, want, sizeof want);
     strata_buffer_free(&b);
 }
 
@@ -620,14 +701,25 @@ static void test_random_id(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_array_grow),      cmocka_unit_test(test_error_set_and_wrap),
-        cmocka_unit_test(test_random_id),       cmocka_unit_test(test_buffer_append_and_varints),
-        cmocka_unit_test(test_hash_is_stable),  cmocka_unit_test(test_u64_map),
-        cmocka_unit_test(test_u64_map_large),   cmocka_unit_test(test_u64_map_reserve),
-        cmocka_unit_test(test_radix_sort),      cmocka_unit_test(test_intern),
-        cmocka_unit_test(test_log_quote),       cmocka_unit_test(test_utf8_sequences),
-        cmocka_unit_test(test_utf8_check_text), cmocka_unit_test(test_tenant_rule),
-        cmocka_unit_test(test_auth_tenant_map), cmocka_unit_test(test_textfile_read),
+        cmocka_unit_test(test_array_grow),
+        cmocka_unit_test(test_error_set_and_wrap),
+        cmocka_unit_test(test_random_id),
+        cmocka_unit_test(test_buffer_append_and_varints),
+        cmocka_unit_test(test_varint_decoders_agree),
+        cmocka_unit_test(test_zigzag),
+        cmocka_unit_test(test_protobuf_append_fields),
+        cmocka_unit_test(test_hash_is_stable),
+        cmocka_unit_test(test_u64_map),
+        cmocka_unit_test(test_u64_map_large),
+        cmocka_unit_test(test_u64_map_reserve),
+        cmocka_unit_test(test_radix_sort),
+        cmocka_unit_test(test_intern),
+        cmocka_unit_test(test_log_quote),
+        cmocka_unit_test(test_utf8_sequences),
+        cmocka_unit_test(test_utf8_check_text),
+        cmocka_unit_test(test_tenant_rule),
+        cmocka_unit_test(test_auth_tenant_map),
+        cmocka_unit_test(test_textfile_read),
         cmocka_unit_test(test_base64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -86,4 +86,25 @@ static inline uint8_t *strata_pb_put_string_field(uint8_t *o, unsigned field, co
     return o + len;
 }
 
+/* Appending fields to a buffer, for small messages not worth sizing first. 0, or -1 when out of
+ * memory (the buffer may then hold part of the field). A varint field is omitted when zero; a
+ * length-delimited one is always written. */
+static inline int strata_pb_append_varint_field(strata_buffer *b, unsigned field, uint64_t v) {
+    if (v == 0)
+        return 0;
+    return strata_buffer_append_uvarint(b, (uint64_t)field << 3 | STRATA_PB_VARINT) != 0 ||
+                   strata_buffer_append_uvarint(b, v) != 0
+               ? -1
+               : 0;
+}
+
+static inline int strata_pb_append_len_field(strata_buffer *b, unsigned field, const void *data,
+                                             size_t len) {
+    return strata_buffer_append_uvarint(b, (uint64_t)field << 3 | STRATA_PB_LEN) != 0 ||
+                   strata_buffer_append_uvarint(b, len) != 0 ||
+                   strata_buffer_append(b, data, len) != 0
+               ? -1
+               : 0;
+}
+
 #endif

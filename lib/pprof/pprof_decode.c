@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "common/utf8.h"
+#include "common/varint.h"
 
 enum {
     WIRE_VARINT = 0,
@@ -149,23 +150,7 @@ static int malformed(const reader *r, const uint8_t *at, const char *what, strat
 }
 
 static inline bool read_varint(reader *r, uint64_t *v) {
-    const uint8_t *q = r->p;
-    if (q < r->end && q[0] < 0x80) {
-        *v = q[0];
-        r->p = q + 1;
-        return true;
-    }
-    if (r->end - q >= 2 && q[1] < 0x80) {
-        *v = (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
-        r->p = q + 2;
-        return true;
-    }
-    return strata_uvarint_get(&r->p, r->end, v);
-}
-
-/* Two's complement view of a varint, as protobuf int64 fields are encoded. */
-static inline int64_t varint_to_int64(uint64_t v) {
-    return v <= INT64_MAX ? (int64_t)v : -(int64_t)(~v) - 1;
+    return strata_uvarint_next(&r->p, r->end, v);
 }
 
 /* Wire types a field may use; groups (3, 4) and the undefined 6 and 7 are refused. */
@@ -288,7 +273,7 @@ static int read_int64_field(reader *r, uint32_t wire, const char *field, int64_t
     uint64_t u;
     if (read_varint_field(r, wire, field, &u, err) != 0)
         return -1;
-    *v = varint_to_int64(u);
+    *v = strata_u64_as_i64(u);
     return 0;
 }
 
@@ -330,28 +315,6 @@ static size_t run_max_count(const reader *run) {
     return (size_t)(run->end - run->p);
 }
 
-/* Decodes one varint at q, which has at least 10 readable bytes, without bounds checks. Returns
- * the byte after it, or NULL if it runs past 10 bytes or 64 bits. */
-static inline const uint8_t *decode_varint_unchecked(const uint8_t *q, uint64_t *v) {
-    uint64_t result = q[0];
-    if (result < 0x80) {
-        *v = result;
-        return q + 1;
-    }
-    result &= 0x7f;
-    for (unsigned i = 1; i < 10; i++) {
-        uint64_t byte = q[i];
-        result |= (byte & 0x7f) << (7 * i);
-        if (byte < 0x80) {
-            if (i == 9 && byte > 1)
-                return NULL;
-            *v = result;
-            return q + i + 1;
-        }
-    }
-    return NULL;
-}
-
 /* Decodes every varint of run into dst (room for run_max_count values); *count gets their number.
  * When range is non-NULL, range[0] and range[1] are lowered / raised to the smallest / largest
  * value. This is the decoder's innermost loop: one- and two-byte varints (most ids and counts) take
@@ -370,7 +333,7 @@ read_varint_run(reader run, uint64_t *dst, size_t *count, uint64_t *range, strat
             v = (v & 0x7f) | (uint64_t)q[1] << 7;
             q += 2;
         } else {
-            const uint8_t *next = decode_varint_unchecked(q, &v);
+            const uint8_t *next = strata_uvarint_get_unchecked(q, &v);
             if (next == NULL) {
                 run.p = q;
                 return malformed(&run, q, "overlong varint in packed field", err);
@@ -656,10 +619,10 @@ static inline bool decode_line_fast(const uint8_t *q, const uint8_t *end, pprof_
                 line->function_id = v;
                 break;
             case 2 << 3 | WIRE_VARINT:
-                line->line = varint_to_int64(v);
+                line->line = strata_u64_as_i64(v);
                 break;
             case 3 << 3 | WIRE_VARINT:
-                line->column = varint_to_int64(v);
+                line->column = strata_u64_as_i64(v);
                 break;
             default:
                 return false;

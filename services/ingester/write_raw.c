@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/utf8.h"
+#include "common/varint.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
 
 typedef Parca__Profilestore__V1alpha1__WriteRawRequest write_raw_request_pb;
@@ -23,7 +24,8 @@ typedef Parca__Profilestore__V1alpha1__RawProfileSeries raw_series_pb;
  * labels (1). Every occurrence is checked, so repeated or merged fields hide nothing; other
  * fields are skipped without being read (the raw pprof bytes are checked by pprof_decode). Bytes
  * this walk cannot read (a truncated field, a group, wire type 6 or 7, a string field with
- * another wire type) make the request malformed, as protobuf-c would find it. */
+ * another wire type, a varint over 64 bits) make the request malformed, as protobuf-c would find
+ * it (protobuf-c drops a varint's bits past 64; every Strata decoder refuses them). */
 
 enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
 
@@ -33,16 +35,7 @@ typedef struct wire {
 } wire;
 
 static bool wire_varint(wire *w, uint64_t *v) {
-    uint64_t x = 0;
-    for (unsigned shift = 0; shift < 64 && w->p < w->end; shift += 7) {
-        uint8_t b = *w->p++;
-        x |= (uint64_t)(b & 0x7f) << shift;
-        if (b < 0x80) {
-            *v = x;
-            return true;
-        }
-    }
-    return false;
+    return strata_uvarint_get(&w->p, w->end, v);
 }
 
 /* Reads the next field's number and wire type; a length-delimited payload becomes *payload and

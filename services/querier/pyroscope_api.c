@@ -33,6 +33,7 @@
 
 #include "common/array.h"
 #include "common/clock.h"
+#include "common/protobuf_writer.h"
 #include "labels/labels.h"
 #include "perftools/profiles/profile.pb-c.h"
 #include "querier/v1/querier.pb-c.h"
@@ -557,9 +558,7 @@ static int answer_flamegraph(querier *q, const query_tree_result *tr, int64_t ma
     querier_report_options(q, tr, 0, max_nodes > 0 ? (uint64_t)max_nodes : 0, &opts);
     strata_buffer fg = STRATA_BUFFER_INIT;
     int rc = calltree_encode_pyroscope_flamegraph(tr->tree, &opts, &fg, err);
-    if (rc == 0 && (strata_buffer_append_uvarint(resp, 1 << 3 | 2) != 0 ||
-                    strata_buffer_append_uvarint(resp, fg.len) != 0 ||
-                    strata_buffer_append(resp, fg.data, fg.len) != 0))
+    if (rc == 0 && strata_pb_append_len_field(resp, 1, fg.data, fg.len) != 0)
         rc = strata_error_oom(err);
     strata_buffer_free(&fg);
     return rc;

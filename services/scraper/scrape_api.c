@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/protobuf_writer.h"
 #include "common/tenant.h"
 #include "json/json.h"
 #include "parca/scrape/v1alpha1/scrape.pb-c.h"
@@ -17,29 +18,13 @@
 
 /* ---- protobuf wire format -------------------------------------------------------------------- */
 
-static int put_tag(strata_buffer *b, unsigned field, unsigned wire) {
-    return strata_buffer_append_uvarint(b, ((uint64_t)field << 3) | wire);
-}
-
-static int put_bytes(strata_buffer *b, unsigned field, const void *data, size_t len) {
-    if (put_tag(b, field, 2) != 0 || strata_buffer_append_uvarint(b, len) != 0)
-        return -1;
-    return strata_buffer_append(b, data, len);
-}
-
 static int put_string(strata_buffer *b, unsigned field, const char *s) {
-    return s[0] == '\0' ? 0 : put_bytes(b, field, s, strlen(s));
-}
-
-static int put_varint(strata_buffer *b, unsigned field, uint64_t v) {
-    if (v == 0)
-        return 0;
-    return put_tag(b, field, 0) != 0 ? -1 : strata_buffer_append_uvarint(b, v);
+    return s[0] == '\0' ? 0 : strata_pb_append_len_field(b, field, s, strlen(s));
 }
 
 /* Appends field as a nested message whose bytes are in inner. */
 static int put_message(strata_buffer *b, unsigned field, const strata_buffer *inner) {
-    return put_bytes(b, field, inner->data, inner->len);
+    return strata_pb_append_len_field(b, field, inner->data, inner->len);
 }
 
 static int put_label_set(strata_buffer *b, unsigned field, const label_set *ls) {
@@ -61,9 +46,9 @@ static int put_label_set(strata_buffer *b, unsigned field, const label_set *ls) 
 /* google.protobuf.Timestamp / Duration: seconds=1, nanos=2. */
 static int put_seconds_nanos(strata_buffer *b, unsigned field, int64_t ns) {
     strata_buffer inner = STRATA_BUFFER_INIT;
-    int rc = put_varint(&inner, 1, (uint64_t)(ns / STRATA_NS_PER_SEC));
+    int rc = strata_pb_append_varint_field(&inner, 1, (uint64_t)(ns / STRATA_NS_PER_SEC));
     if (rc == 0)
-        rc = put_varint(&inner, 2, (uint64_t)(ns % STRATA_NS_PER_SEC));
+        rc = strata_pb_append_varint_field(&inner, 2, (uint64_t)(ns % STRATA_NS_PER_SEC));
     if (rc == 0)
         rc = put_message(b, field, &inner);
     strata_buffer_free(&inner);
@@ -84,7 +69,7 @@ static int put_target(strata_buffer *b, const scrape_target *t) {
     if (rc == 0)
         rc = put_string(&inner, 6, t->url);
     if (rc == 0)
-        rc = put_varint(&inner, 7, (uint64_t)t->health);
+        rc = strata_pb_append_varint_field(&inner, 7, (uint64_t)t->health);
     if (rc == 0)
         rc = put_message(b, 1, &inner);
     strata_buffer_free(&inner);
