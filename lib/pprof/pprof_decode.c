@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/utf8.h"
 #include "common/varint.h"
 
@@ -90,40 +91,14 @@ void pprof_limits_default(pprof_limits *limits) {
     limits->max_string_length = (size_t)64 << 10;
 }
 
-bool pprof_is_gzip(const uint8_t *data, size_t len) {
-    return len >= 2 && data[0] == 0x1f && data[1] == 0x8b;
-}
-
 /* ---- growing the flat arrays ---------------------------------------------------------------- */
-
-/* Returns items moved to an allocation with room for at least `need` items (capacity doubling)
- * and updates *cap, or returns NULL (items untouched) when out of memory or the size overflows. */
-static void *array_grow(void *items, size_t *cap, size_t need, size_t item_size) {
-    size_t new_cap = *cap < 16 ? 16 : *cap;
-    while (new_cap < need) {
-        if (new_cap > SIZE_MAX / 2)
-            return NULL;
-        new_cap *= 2;
-    }
-    if (new_cap > SIZE_MAX / item_size)
-        return NULL;
-    void *grown = realloc(items, new_cap * item_size);
-    if (grown != NULL)
-        *cap = new_cap;
-    return grown;
-}
 
 /* Defines `static int NAME(decoder *d, size_t need)`, which makes room for `need` items in
  * d->p->ARRAY (capacity d->CAP). */
 #define DEFINE_RESERVE(name, array, cap)                                                           \
     static inline int name(decoder *d, size_t need) {                                              \
-        if (need <= d->cap && d->cap > 0) /* never leave the array NULL: NULL + 0 is undefined */  \
-            return 0;                                                                              \
-        void *grown = array_grow(d->p->array, &d->cap, need, sizeof *d->p->array);                 \
-        if (grown == NULL)                                                                         \
-            return strata_error_oom(d->err);                                                       \
-        d->p->array = grown;                                                                       \
-        return 0;                                                                                  \
+        /* never leave the array NULL: NULL + 0 is undefined */                                    \
+        return STRATA_ARRAY_RESERVE_OR_OOM(d->p->array, d->cap, need > 0 ? need : 1, d->err);      \
     }
 
 DEFINE_RESERVE(reserve_sample_types, sample_types, cap_sample_types)
