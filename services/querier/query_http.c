@@ -399,7 +399,8 @@ static int selection_param(const http_request *req, const char *suffix, int64_t 
     const char *mode = http_request_query(req, name);
     s->mode = mode != NULL && strcmp(mode, "single") == 0 ? SELECTION_SINGLE : SELECTION_MERGE;
     if (mode != NULL && strcmp(mode, "single") != 0 && strcmp(mode, "merge") != 0)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s: want merge or single", name);
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "%s: \"%.64s\" is neither merge nor single", name, mode);
     if (s->mode == SELECTION_SINGLE) {
         snprintf(name, sizeof name, "time%s", suffix);
         if (http_request_query(req, name) == NULL)
@@ -435,7 +436,8 @@ static int report_param(const http_request *req, report_kind *out, strata_error 
         *out = REPORT_PPROF;
     else
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                                "report: want flamegraph, table, both, top or pprof");
+                                "report: \"%.64s\" is not flamegraph, table, both, top or pprof",
+                                r);
     return 0;
 }
 
