@@ -8,6 +8,28 @@ function(strata_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_library(strata_${name} STATIC ${ARG_SOURCES})
   target_link_libraries(strata_${name} PUBLIC ${ARG_DEPS})
+  strata_expose_headers(strata_${name})
+endfunction()
+
+# Include paths follow the architecture: code sees the headers of its own module and of the
+# modules it links (DEPS, transitively), nothing else, so an undeclared dependency fails to
+# compile. A module under lib/ is included as "<dir>/<header>.h"; its include root is a directory
+# of its own in the build tree, build/include/<dir>/, holding one link, <dir>, to its sources
+# (lib/ itself is never on the path: it would expose every module). A service, agent or other
+# directory exposes itself to what links it (cmd/strata, its tests and benchmarks).
+function(strata_expose_headers target)
+  file(RELATIVE_PATH rel ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+  if(rel MATCHES "^lib/[^/]+$")
+    get_filename_component(dir ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+    set(root ${CMAKE_BINARY_DIR}/include/${dir})
+    if(NOT EXISTS ${root}/${dir})
+      file(MAKE_DIRECTORY ${root})
+      file(CREATE_LINK ${CMAKE_CURRENT_SOURCE_DIR} ${root}/${dir} SYMBOLIC)
+    endif()
+    target_include_directories(${target} PUBLIC ${root})
+  else()
+    target_include_directories(${target} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+  endif()
 endfunction()
 
 function(strata_test name)

@@ -29,7 +29,6 @@
 #include "config/config.h"
 #include "parca/query/v1alpha1/query.pb-c.h"
 #include "rpc/rpc.h"
-#include "time_param.h"
 
 #define QUERY_SERVICE "/parca.query.v1alpha1.QueryService/"
 #define MAX_REPEATED 32
@@ -147,7 +146,7 @@ static int time_arg(const char *name, const char *text, int64_t fallback, int64_
         *out = fallback;
         return 0;
     }
-    return query_parse_time(name, text, strata_now_ns(), out, err);
+    return config_parse_time(name, text, strata_now_ns(), out, err);
 }
 
 static void set_ts(Google__Protobuf__Timestamp *ts, int64_t ns) {

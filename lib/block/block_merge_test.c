@@ -2,8 +2,9 @@
  * block_merge_test.c - the block merger against a real FILESYSTEM bucket: a merged block must
  * answer exactly as its sources together (profiles, per-series and per-stack totals with function
  * names), minus identical profiles, which are counted; lineage in meta.json; corrupt, missing and
- * too-big inputs fail with a clear error and leave nothing visible; and the querier's engine gives
- * the same answers on the merged block as on the sources.
+ * too-big inputs fail with a clear error and leave nothing visible. (That the querier's engine
+ * answers the same on the merged block as on its sources is services/querier's
+ * merged_block_test, over the same sources: block_merge_testdata.h.)
  *
  * Sources are written with the block writer exactly as the ingester does (data object, then
  * meta.json). Answers are compared as "summaries": sorted `key=value` lines read back through
@@ -16,7 +17,6 @@
 
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,126 +25,12 @@
 
 #include "block/block_format.h"
 #include "block/block_merge.h"
+#include "block/block_merge_testdata.h"
 #include "block/block_meta.h"
 #include "block/block_reader.h"
 #include "block/block_writer.h"
 #include "bucket/bucket.h"
 #include "bucket/bucket_backend.h"
-#include "calltree/calltree.h"
-#include "engine.h"
-
-#define SEC INT64_C(1000000000)
-#define BASE_NS (INT64_C(1764633600) * SEC) /* 2025-12-02T00:00:00Z */
-#define MAX_FRAMES 6
-#define MAX_SAMPLES 6
-#define TENANT "anonymous"
-
-static const char *const CPU = "process_cpu:samples:count:cpu:nanoseconds:delta";
-static const char *const MEM = "memory:inuse_space:bytes:space:bytes";
-
-typedef struct tsample {
-    const char *frames[MAX_FRAMES]; /* leaf first, NULL-terminated */
-    int64_t value;
-} tsample;
-
-typedef struct tprofile {
-    const char *type;
-    const char *labels;
-    int64_t time_ms;              /* after BASE_NS */
-    tsample samples[MAX_SAMPLES]; /* up to the first with value 0 */
-} tprofile;
-
-/* ---- bucket fixture ---------------------------------------------------------------------- */
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-typedef struct fixture {
-    char dir[64];
-    bucket *store;
-} fixture;
-
-static void fixture_open(fixture *fx) {
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/strata-merge-test-XXXXXX");
-    assert_non_null(mkdtemp(fx->dir));
-    strata_error err;
-    assert_int_equal(bucket_open_filesystem(fx->dir, NULL, &fx->store, &err), 0);
-}
-
-static void fixture_close(fixture *fx) {
-    bucket_close(fx->store);
-    nftw(fx->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void block_key(const ulid *id, const char *file, char *key, size_t cap) {
-    char text[ULID_STRING_LEN + 1];
-    ulid_format(id, text);
-    snprintf(key, cap, "%s/%s/%s", TENANT, text, file);
-}
-
-/* Uploads a finished writer's block as the ingester does: data object first, meta.json last. */
-static void upload_writer(bucket *store, block_writer *w, ulid *id) {
-    strata_error err;
-    strata_buffer data = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
-    block_meta meta;
-    block_meta_init(&meta);
-    assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
-    assert_int_equal(block_meta_encode(&meta, &json, &err), 0);
-    char key[256];
-    block_key(&meta.id, BLOCK_DATA_FILE, key, sizeof key);
-    assert_int_equal(bucket_upload(store, key, data.data, data.len, &err), 0);
-    block_key(&meta.id, BLOCK_META_FILE, key, sizeof key);
-    assert_int_equal(bucket_upload(store, key, json.data, json.len, &err), 0);
-    *id = meta.id;
-    block_meta_free(&meta);
-    strata_buffer_free(&data);
-    strata_buffer_free(&json);
-    block_writer_free(w);
-}
-
-static void add_tprofile(block_writer *w, const tprofile *p) {
-    strata_error err;
-    label_set labels = LABEL_SET_INIT;
-    profile_type type;
-    assert_int_equal(label_set_from_text(p->labels, &labels, &err), 0);
-    assert_int_equal(profile_type_parse(p->type, strlen(p->type), &type, &err), 0);
-    assert_int_equal(block_writer_begin_profile(w, &labels, &type, BASE_NS + p->time_ms * 1000000,
-                                                10 * SEC, 10000000, &err),
-                     0);
-    for (size_t i = 0; i < MAX_SAMPLES && p->samples[i].value != 0; i++) {
-        block_frame frames[MAX_FRAMES];
-        size_t n = 0;
-        for (; n < MAX_FRAMES && p->samples[i].frames[n] != NULL; n++) {
-            memset(&frames[n], 0, sizeof frames[n]);
-            frames[n].function_name = p->samples[i].frames[n];
-            frames[n].file_name = "app.go";
-            frames[n].line = (int64_t)(10 + n);
-            frames[n].mapping_file = "/usr/bin/app";
-            frames[n].build_id = "b1d";
-            frames[n].address = 0x401000 + 16 * strlen(p->samples[i].frames[n]);
-        }
-        assert_int_equal(block_writer_add_sample(w, frames, n, p->samples[i].value, &err), 0);
-    }
-    assert_int_equal(block_writer_end_profile(w, &err), 0);
-    label_set_free(&labels);
-    profile_type_free(&type);
-}
-
-/* Writes a level-1 block of the given profiles (in the given order) and returns its ULID. */
-static ulid write_source(bucket *store, const tprofile *profiles, size_t n) {
-    strata_error err;
-    block_writer *w = block_writer_new(NULL, &err);
-    assert_non_null(w);
-    for (size_t i = 0; i < n; i++)
-        add_tprofile(w, &profiles[i]);
-    ulid id;
-    upload_writer(store, w, &id);
-    return id;
-}
 
 /* ---- summaries --------------------------------------------------------------------------- */
 
@@ -358,50 +244,6 @@ static count_ctx count_objects(bucket *store) {
     strata_error err;
     assert_int_equal(bucket_iterate(store, TENANT, true, count_key, &c, &err), 0);
     return c;
-}
-
-/* ---- data -------------------------------------------------------------------------------- */
-
-/* Block A: two services, CPU and memory; B: the same series (and one new) at overlapping times,
- * with symbols first used in a different order; C: later data of one series. */
-static const tprofile block_a[] = {
-    {CPU,
-     "{job=\"api\", pod=\"a-1\"}",
-     1000,
-     {{{"leaf", "work", "main", NULL}, 5}, {{"gc", "main", NULL}, 2}, {{"main", NULL}, 1}}},
-    {CPU, "{job=\"api\", pod=\"a-1\"}", 11000, {{{"leaf", "work", "main", NULL}, 7}}},
-    {CPU,
-     "{job=\"db\", pod=\"d-1\"}",
-     1000,
-     {{{"query", "serve", "main", NULL}, 11}, {{"fsync", "query", "serve", "main", NULL}, 3}}},
-    {MEM, "{job=\"api\", pod=\"a-1\"}", 1000, {{{"alloc", "work", "main", NULL}, 4096}}},
-};
-static const tprofile block_b[] = {
-    {CPU, "{job=\"db\", pod=\"d-1\"}", 6000, {{{"fsync", "query", "serve", "main", NULL}, 9}}},
-    {MEM,
-     "{job=\"api\", pod=\"a-1\"}",
-     6000,
-     {{{"alloc", "work", "main", NULL}, 1024}, {{"alloc", "gc", "main", NULL}, 512}}},
-    {CPU,
-     "{job=\"api\", pod=\"a-1\"}",
-     6000,
-     {{{"gc", "main", NULL}, 4}, {{"leaf", "work", "main", NULL}, 6}}},
-    {CPU, "{job=\"web\", pod=\"w-1\"}", 500, {{{"render", "handler", "main", NULL}, 8}}},
-};
-static const tprofile block_c[] = {
-    {CPU, "{job=\"api\", pod=\"a-1\"}", 21000, {{{"leaf", "work", "main", NULL}, 1}}},
-    {CPU, "{job=\"api\", pod=\"a-1\"}", 16000, {{{"other", "main", NULL}, 2}}},
-};
-
-#define API_CPU "process_cpu:samples:count:cpu:nanoseconds:delta{job=\"api\", pod=\"a-1\"}"
-
-static void merge_ok(bucket *store, const ulid *ids, size_t n, const block_merge_options *opts,
-                     block_merge_result *result) {
-    strata_error err;
-    strata_error_clear(&err);
-    int rc = block_merge(store, TENANT, ids, n, opts, result, &err);
-    if (rc != 0)
-        fail_msg("block_merge: %s: %s", strata_status_name(err.code), err.message);
 }
 
 /* ---- tests ------------------------------------------------------------------------------- */
@@ -1080,7 +922,7 @@ static void test_bucket_failures_flagged(void **state) {
     assert_int_equal(result.stats.profiles_out, 8);
     block_merge_result_free(&result);
     bucket_close(store);
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    remove_tree(dir);
 }
 
 /* Flips one byte of a stored object. */
@@ -1382,126 +1224,6 @@ static void test_dictionary_sources_share_translation(void **state) {
     fixture_close(&fx);
 }
 
-/* ---- the querier on sources vs the merged block ------------------------------------------ */
-
-/* Renders a calltree as "frame;frame;...=total" lines (finalized tree, all nodes). */
-static void render_tree(const calltree *tree, uint32_t node, strata_buffer *path,
-                        strata_buffer *out) {
-    size_t at = path->len;
-    if (node != CALLTREE_ROOT) {
-        calltree_frame f = calltree_frame_get(tree, calltree_node_frame(tree, node));
-        assert_int_equal(strata_buffer_appendf(path, ";%s", f.name), 0);
-        assert_int_equal(strata_buffer_append(out, path->data, path->len), 0);
-        assert_int_equal(
-            strata_buffer_appendf(out, "=%" PRId64 "\n", calltree_node_get(tree, node).total), 0);
-    }
-    for (size_t i = 0; i < calltree_child_count(tree, node); i++)
-        render_tree(tree, calltree_child_at(tree, node, i), path, out);
-    path->len = at;
-}
-
-/* What the querier answers over every block of a bucket: a merged flame graph per selector and
- * the metrics graph of every series. */
-static char *query_answers(bucket *store) {
-    strata_error err;
-    block_index_options io;
-    block_index_options_default(&io);
-    block_index *ix;
-    assert_int_equal(block_index_new(&io, store, &ix, &err), 0);
-    assert_int_equal(block_index_sync(ix, &err), 0);
-    query_engine_options eo;
-    query_engine_options_default(&eo);
-    eo.parallelism = 2;
-    query_engine *e;
-    assert_int_equal(query_engine_new(&eo, ix, &e, &err), 0);
-    strata_buffer out = STRATA_BUFFER_INIT;
-    const char *selectors[] = {"process_cpu:samples:count:cpu:nanoseconds:delta{}",
-                               "process_cpu:samples:count:cpu:nanoseconds:delta{job=\"api\"}",
-                               "memory:inuse_space:bytes:space:bytes{}"};
-    for (size_t i = 0; i < 3; i++) {
-        selector sel;
-        assert_int_equal(selector_parse(selectors[i], &sel, &err), 0);
-        calltree *tree;
-        assert_int_equal(calltree_create(&tree, 0, &err), 0);
-        merge_result mr;
-        memset(&mr, 0, sizeof mr);
-        if (query_merge(e, TENANT, &sel, BASE_NS, BASE_NS + 60 * SEC, tree, false, &mr, &err) != 0)
-            fail_msg("query_merge %s: %s", selectors[i], err.message);
-        assert_int_equal(calltree_finalize(tree, &err), 0);
-        assert_int_equal(strata_buffer_appendf(&out,
-                                               "merge %s profiles=%" PRIu64 " total=%" PRId64
-                                               " min=%" PRId64 " max=%" PRId64 "\n",
-                                               selectors[i], mr.profiles, mr.total,
-                                               mr.min_time_ns - BASE_NS, mr.max_time_ns - BASE_NS),
-                         0);
-        strata_buffer path = STRATA_BUFFER_INIT;
-        render_tree(tree, CALLTREE_ROOT, &path, &out);
-        strata_buffer_free(&path);
-        calltree_free(tree);
-
-        range_series *rs;
-        size_t n_rs;
-        assert_int_equal(query_range(e, TENANT, &sel, BASE_NS, BASE_NS + 60 * SEC, 5 * SEC, NULL, 0,
-                                     &rs, &n_rs, NULL, &err),
-                         0);
-        for (size_t s = 0; s < n_rs; s++) {
-            assert_int_equal(label_set_format(&rs[s].labels, &out), 0);
-            for (size_t p = 0; p < rs[s].n_points; p++)
-                assert_int_equal(strata_buffer_appendf(&out, " %" PRId64 ":%" PRId64 "/%d",
-                                                       rs[s].points[p].time_ns - BASE_NS,
-                                                       rs[s].points[p].value,
-                                                       (int)rs[s].points[p].count),
-                                 0);
-            assert_int_equal(strata_buffer_append_byte(&out, '\n'), 0);
-        }
-        query_range_free(rs, n_rs);
-        selector_free(&sel);
-    }
-    assert_int_equal(strata_buffer_append_byte(&out, 0), 0);
-    query_engine_free(e);
-    block_index_free(ix);
-    return (char *)out.data;
-}
-
-/* Copies one block (data object, then meta.json) into another bucket. */
-static void copy_block(bucket *from, bucket *to, const ulid *id) {
-    strata_error err;
-    const char *files[] = {BLOCK_DATA_FILE, BLOCK_META_FILE};
-    for (size_t i = 0; i < 2; i++) {
-        char key[256];
-        block_key(id, files[i], key, sizeof key);
-        strata_buffer data = STRATA_BUFFER_INIT;
-        assert_int_equal(bucket_get(from, key, &data, &err), 0);
-        assert_int_equal(bucket_upload(to, key, data.data, data.len, &err), 0);
-        strata_buffer_free(&data);
-    }
-}
-
-static void test_querier_answers_same_on_merged_block(void **state) {
-    (void)state;
-    fixture fx, merged;
-    fixture_open(&fx);
-    fixture_open(&merged);
-    ulid ids[3] = {write_source(fx.store, block_a, 4), write_source(fx.store, block_b, 4),
-                   write_source(fx.store, block_c, 2)};
-    char *before = query_answers(fx.store);
-    block_merge_result result;
-    merge_ok(fx.store, ids, 3, NULL, &result);
-    copy_block(fx.store, merged.store, &result.id);
-    char *after = query_answers(merged.store);
-    assert_string_equal(after, before);
-    /* samples:count values are scaled by the period (10 ms) in merges. */
-    assert_non_null(strstr(after,
-                           "merge process_cpu:samples:count:cpu:nanoseconds:delta{job=\"api\"}"
-                           " profiles=5 total=280000000 "));
-    assert_non_null(strstr(after, ";main;work;leaf=190000000\n"));
-    free(before);
-    free(after);
-    block_merge_result_free(&result);
-    fixture_close(&merged);
-    fixture_close(&fx);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merged_block_answers_as_sources),
@@ -1515,7 +1237,6 @@ int main(void) {
         cmocka_unit_test(test_memory_limit_and_progress),
         cmocka_unit_test(test_samples_do_not_count_against_memory),
         cmocka_unit_test(test_dictionary_sources_share_translation),
-        cmocka_unit_test(test_querier_answers_same_on_merged_block),
         cmocka_unit_test(test_merge_keeps_sample_labels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -219,4 +219,12 @@ bool config_parse_double(const char *text, double *out);
 bool config_parse_duration(const char *text, int64_t *out_ns);
 bool config_parse_bytes(const char *text, uint64_t *out);
 
+/* A time as users give one (the query API's parameters, `strata query`): Unix milliseconds,
+ * RFC 3339 ("2026-12-02T12:00:00Z", fractions and [+-]HH:MM offsets allowed), "now" or
+ * "now-<duration>" ("now-1h", durations as config_parse_duration reads them), into ns since the
+ * epoch. Unlike the parsers above it fails with INVALID_ARGUMENT and a message that starts with
+ * `name` and quotes the text. */
+int config_parse_time(const char *name, const char *text, int64_t now_ns, int64_t *out,
+                      strata_error *err);
+
 #endif

@@ -717,6 +717,58 @@ static void test_decode_bounds(void **state) {
     config_document_free(doc);
 }
 
+/* config_parse_time: every form, and the refusals with their messages. */
+static void test_parse_time(void **state) {
+    (void)state;
+    const int64_t now = INT64_C(1764676800) * 1000000000; /* 2025-12-02T12:00:00Z */
+    static const struct {
+        const char *text;
+        int64_t ns;
+    } good[] = {
+        {"now", INT64_C(1764676800000000000)},
+        {"now-1h", INT64_C(1764673200000000000)},
+        {"now-90s", INT64_C(1764676710000000000)},
+        {"1764676800000", INT64_C(1764676800000000000)},
+        {"-1000", INT64_C(-1000000000)},
+        {"2025-12-02T12:00:00Z", INT64_C(1764676800000000000)},
+        {"2025-12-02T12:00:00.25Z", INT64_C(1764676800250000000)},
+        {"2025-12-02T13:30:00+01:30", INT64_C(1764676800000000000)},
+        {"2025-12-02T10:00:00-02:00", INT64_C(1764676800000000000)},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int64_t ns = 0;
+        strata_error err;
+        if (config_parse_time("start", good[i].text, now, &ns, &err) != 0)
+            fail_msg("%s: %s", good[i].text, err.message);
+        if (ns != good[i].ns)
+            fail_msg("%s: %lld, want %lld", good[i].text, (long long)ns, (long long)good[i].ns);
+    }
+    static const struct {
+        const char *text, *message;
+    } bad[] = {
+        {"yesterday", "end: \"yesterday\" is not a time (Unix milliseconds, RFC 3339, now or "
+                      "now-1h)"},
+        {"now-1x", "end: \"now-1x\" is not now-<duration> like now-1h"},
+        {"now+1h", "end: \"now+1h\" is not a time (Unix milliseconds, RFC 3339, now or now-1h)"},
+        {"99999999999999999", "end: 99999999999999999 ms is out of range (years 1678 to 2262)"},
+        {"2025-12-02T12:00:00", "end: \"2025-12-02T12:00:00\" is not a time"},
+        {"2025-12-02T12:00:00+1:00", "end: \"2025-12-02T12:00:00+1:00\" is not a time"},
+        {"2025-12-02T12:00:00+24:00", "end: \"2025-12-02T12:00:00+24:00\" is not a time"},
+        {"2025-12-02T12:00:00Zjunk", "end: \"2025-12-02T12:00:00Zjunk\" is not a time"},
+        {"3000-01-01T00:00:00Z", "end: \"3000-01-01T00:00:00Z\" is not a time"},
+        {"", "end: \"\" is not a time"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t ns = 0;
+        strata_error err;
+        if (config_parse_time("end", bad[i].text, now, &ns, &err) == 0)
+            fail_msg("%s parsed as %lld", bad[i].text, (long long)ns);
+        assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+        if (strncmp(err.message, bad[i].message, strlen(bad[i].message)) != 0)
+            fail_msg("%s: \"%s\", want \"%s\"", bad[i].text, err.message, bad[i].message);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tree_positions_and_accessors),
@@ -733,6 +785,7 @@ int main(void) {
         cmocka_unit_test(test_decode_type_errors),
         cmocka_unit_test(test_decode_bad_descriptors),
         cmocka_unit_test(test_decode_bounds),
+        cmocka_unit_test(test_parse_time),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

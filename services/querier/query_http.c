@@ -29,7 +29,6 @@
 #include "json/json.h"
 #include "labels/labels.h"
 #include "querier_internal.h"
-#include "time_param.h"
 
 #define API_PREFIX "/api/v1/"
 
@@ -42,7 +41,7 @@ static int time_param(const http_request *req, const char *name, int64_t fallbac
         *out = fallback;
         return 0;
     }
-    return query_parse_time(name, v, now_ns, out, err);
+    return config_parse_time(name, v, now_ns, out, err);
 }
 
 static int duration_param(const http_request *req, const char *name, int64_t fallback, int64_t *out,

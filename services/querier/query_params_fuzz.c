@@ -11,7 +11,6 @@
 
 #include "config/config.h"
 #include "labels/labels.h"
-#include "time_param.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -26,8 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     double x;
     uint64_t u;
     strata_error err;
-    if (query_parse_time("start", text, now, &t1, &err) == 0) {
-        if (query_parse_time("start", text, now, &t2, &err) != 0 || t1 != t2)
+    if (config_parse_time("start", text, now, &t1, &err) == 0) {
+        if (config_parse_time("start", text, now, &t2, &err) != 0 || t1 != t2)
             abort();
     }
     (void)config_parse_duration(text, &d);

@@ -1,8 +1,8 @@
 /*
- * time_param.c - see time_param.h.
+ * config_time.c - the time syntax users type: Unix milliseconds, RFC 3339 and now-<duration>
+ * (config_parse_time in config.h). It lives beside the duration parser it builds on; the query
+ * API's URL parameters and the command-line client both read times with it.
  */
-#include "time_param.h"
-
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -50,8 +50,8 @@ static int parse_rfc3339(const char *text, int64_t *out_ns) {
     return 0;
 }
 
-int query_parse_time(const char *name, const char *text, int64_t now_ns, int64_t *out,
-                     strata_error *err) {
+int config_parse_time(const char *name, const char *text, int64_t now_ns, int64_t *out,
+                      strata_error *err) {
     if (strcmp(text, "now") == 0) {
         *out = now_ns;
         return 0;
