@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
+
 #define LIST_PAGE 1000
 
 int bucket_remote_list_page_size = LIST_PAGE;
@@ -314,17 +316,13 @@ static void name_vec_free(name_vec *v) {
 }
 
 static int name_vec_add_xml(name_vec *v, const char *text, size_t len) {
-    if (v->count == v->cap) {
-        size_t cap = v->cap == 0 ? 64 : v->cap * 2;
-        char **names = realloc(v->names, cap * sizeof *names);
-        if (names == NULL)
-            return -1;
-        v->names = names;
-        v->cap = cap;
-    }
-    strata_buffer b = STRATA_BUFFER_INIT;
-    if (bucket_xml_unescape(&b, text, len) != 0)
+    if (STRATA_ARRAY_RESERVE(v->names, v->cap, v->count + 1) != 0)
         return -1;
+    strata_buffer b = STRATA_BUFFER_INIT;
+    if (bucket_xml_unescape(&b, text, len) != 0) {
+        strata_buffer_free(&b);
+        return -1;
+    }
     v->names[v->count++] = (char *)b.data;
     return 0;
 }
