@@ -15,20 +15,20 @@
  * <endpoint>/<account>/<container>. A storage_connection_string (AccountName, AccountKey and
  * BlobEndpoint or DefaultEndpointsProtocol + EndpointSuffix) may replace the three keys.
  *
- * Semantics of bucket.h on Azure:
+ * What bucket.h means on a remote store (Get Blob Properties, a HEAD, for attributes / exists
+ * with 404 as absent; Get Blob with x-ms-range, a 416 resolved by HEAD; Delete Blob with 404 as
+ * done; paged listings merged in byte order; error answers to status codes) lives in
+ * bucket_remote.c; this file is Azure's dialect of it:
  *   - upload: Put Blob up to bucket_azure_put_blob_max bytes; above it Put Block for each block
  *     (ids random per upload, so concurrent uploads of one key never mix blocks) and Put Block
  *     List, which makes the blob visible atomically.
- *   - get_range: Get Blob with x-ms-range; a 416 answer is resolved with Get Blob Properties like
- *     in the S3 backend (offset == size is an empty read, beyond is OUT_OF_RANGE).
- *   - iterate: List Blobs with prefix, '/' delimiter when not recursive, and markers; blobs and
- *     prefixes of a page are merged in byte order.
- *   - delete: Delete Blob (404 is success). attributes/exists: Get Blob Properties (HEAD).
+ *   - iterate: List Blobs with prefix, '/' delimiter when not recursive, <Blob><Name> and
+ *     <BlobPrefix><Name>, following NextMarker until it is empty.
+ *   - errors: ContainerNotFound is FAILED_PRECONDITION; a 403 message hints at the account key.
  * With storage_create_container (default true) the container is created at open if missing.
  */
 #include "bucket/bucket_remote.h"
 
-#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,13 +44,12 @@ size_t bucket_azure_put_blob_max = (size_t)64 << 20;
 size_t bucket_azure_block_size = (size_t)16 << 20;
 
 typedef struct az_bucket {
-    char *what;     /* "azure container NAME" */
-    char *account;  /* storage account name */
-    char *base_url; /* https://account.host/container or http://host:port/account/container */
-    size_t path_at; /* offset of the URL path in base_url */
-    uint8_t *key;   /* decoded account key (secret) */
+    bucket_remote remote; /* first: what ("azure container NAME"), the HTTP client */
+    char *account;        /* storage account name */
+    char *base_url;       /* https://account.host/container or http://host:port/account/container */
+    size_t path_at;       /* offset of the URL path in base_url */
+    uint8_t *key;         /* decoded account key (secret) */
     size_t key_len;
-    bucket_http_client *http;
 } az_bucket;
 
 /* ---- Requests ---------------------------------------------------------------------------------
@@ -60,38 +59,6 @@ typedef struct az_param {
     const char *name; /* lower case; callers give them in byte order */
     const char *value;
 } az_param;
-
-typedef struct az_call {
-    const char *op;
-    const char *key;
-    strata_buffer url;
-    struct curl_slist *headers;
-    bucket_http_response resp;
-    bool oom;
-} az_call;
-
-static void call_init(az_call *c, const char *op, const char *key) {
-    memset(c, 0, sizeof *c);
-    c->op = op;
-    c->key = key;
-}
-
-static void call_free(az_call *c) {
-    strata_buffer_free(&c->url);
-    curl_slist_free_all(c->headers);
-    bucket_http_response_free(&c->resp);
-}
-
-static void add_header(az_call *c, const char *name, const char *value) {
-    char line[1200];
-    int n = snprintf(line, sizeof line, "%s: %s", name, value);
-    struct curl_slist *l =
-        n >= 0 && (size_t)n < sizeof line ? curl_slist_append(c->headers, line) : NULL;
-    if (l == NULL)
-        c->oom = true;
-    else
-        c->headers = l;
-}
 
 /* url = base[/escaped blob][?params]; canonical resource into res. */
 static int build_url(const az_bucket *az, const char *blob, const az_param *params, size_t n,
@@ -122,8 +89,9 @@ static int compare_headers(const void *a, const void *b) {
 }
 
 /* Adds x-ms-date, x-ms-version and the signature over everything else. */
-static void sign(const az_bucket *az, az_call *c, const char *method, az_header *xms, size_t n_xms,
-                 const char *content_type, size_t body_len, const strata_buffer *res) {
+static void sign(const az_bucket *az, bucket_remote_call *c, const char *method, az_header *xms,
+                 size_t n_xms, const char *content_type, size_t body_len,
+                 const strata_buffer *res) {
     char date[40], length[24];
     bucket_http_format_date(strata_now_ns(), date, sizeof date);
     xms[n_xms++] = (az_header){"x-ms-date", date};
@@ -136,7 +104,7 @@ static void sign(const az_bucket *az, az_call *c, const char *method, az_header 
                               body_len > 0 ? length : "", content_type != NULL ? content_type : "");
     for (size_t i = 0; i < n_xms; i++) {
         rc |= strata_buffer_appendf(&sts, "%s:%s\n", xms[i].name, xms[i].value);
-        add_header(c, xms[i].name, xms[i].value);
+        bucket_remote_add_header(c, "%s: %s", xms[i].name, xms[i].value);
     }
     rc |= strata_buffer_append(&sts, res->data, res->len - 1); /* without the NUL */
     uint8_t mac[32];
@@ -146,9 +114,9 @@ static void sign(const az_bucket *az, az_call *c, const char *method, az_header 
     if (rc != 0)
         c->oom = true;
     else
-        add_header(c, "Authorization", (const char *)sig.data);
+        bucket_remote_add_header(c, "Authorization: %s", (const char *)sig.data);
     if (content_type != NULL)
-        add_header(c, "Content-Type", content_type);
+        bucket_remote_add_header(c, "Content-Type: %s", content_type);
     strata_buffer_free(&sts);
     strata_buffer_free(&sig);
 }
@@ -165,7 +133,7 @@ typedef struct az_request {
     size_t body_len;
 } az_request;
 
-static int send_call(az_bucket *az, az_call *c, az_request *r, strata_buffer *out,
+static int send_call(az_bucket *az, bucket_remote_call *c, az_request *r, strata_buffer *out,
                      strata_error *err) {
     strata_buffer res = STRATA_BUFFER_INIT;
     az_header xms[6];
@@ -175,79 +143,52 @@ static int send_call(az_bucket *az, az_call *c, az_request *r, strata_buffer *ou
     else
         sign(az, c, r->method, xms, r->n_xms, r->content_type, r->body_len, &res);
     strata_buffer_free(&res);
-    if (c->oom)
-        return strata_error_oom(err);
-    bucket_http_request req = {
-        .op = c->op,
-        .key = c->key,
-        .method = r->method,
-        .url = (const char *)c->url.data,
-        .headers = c->headers,
-        .body = r->body,
-        .body_len = r->body_len,
-    };
-    return bucket_http_do(az->http, &req, out, &c->resp, err);
-}
-
-static strata_status status_code(long status, const char *code) {
-    if (status == 404)
-        return strcmp(code, "ContainerNotFound") == 0 ? STRATA_FAILED_PRECONDITION
-                                                      : STRATA_NOT_FOUND;
-    if (status == 401 || status == 403)
-        return STRATA_PERMISSION_DENIED;
-    if (status == 416)
-        return STRATA_OUT_OF_RANGE;
-    if (status == 409 || status == 412)
-        return STRATA_FAILED_PRECONDITION;
-    if (status == 501)
-        return STRATA_UNIMPLEMENTED;
-    if (bucket_http_status_retryable(status))
-        return STRATA_UNAVAILABLE;
-    if (status == 400)
-        return STRATA_INVALID_ARGUMENT;
-    return STRATA_UNKNOWN;
-}
-
-static int answer_error(const az_bucket *az, const az_call *c, strata_error *err) {
-    char code[64], message[256];
-    bucket_xml_find(&c->resp.error_body, "Code", code, sizeof code);
-    bucket_xml_find(&c->resp.error_body, "Message", message, sizeof message);
-    const char *hint = c->resp.status == 403 ? " (check storage_account_key)" : "";
-    return strata_error_set(err, status_code(c->resp.status, code),
-                            "%s: %s \"%.200s\": HTTP %ld%s%s%s%s%s", az->what, c->op, c->key,
-                            c->resp.status, code[0] != '\0' ? " " : "", code,
-                            message[0] != '\0' ? ": " : "", message, hint);
-}
-
-static bool ok(const az_call *c) {
-    return c->resp.status >= 200 && c->resp.status < 300;
+    bucket_http_request req = {.method = r->method, .body = r->body, .body_len = r->body_len};
+    return bucket_remote_send(&az->remote, c, &req, out, err);
 }
 
 /* Runs a request whose only interesting outcome is its status. */
 static int simple_call(az_bucket *az, const char *op, const char *key, az_request *r, long also_ok,
                        strata_error *err) {
-    az_call c;
-    call_init(&c, op, key);
+    bucket_remote_call c;
+    bucket_remote_call_init(&c, op, key);
     int rc = send_call(az, &c, r, NULL, err);
-    if (rc == 0 && !ok(&c) && c.resp.status != also_ok)
-        rc = answer_error(az, &c, err);
-    call_free(&c);
+    if (rc == 0)
+        rc = bucket_remote_check(&az->remote, &c, also_ok, err);
+    bucket_remote_call_free(&c);
     return rc;
+}
+
+/* Get Blob Properties, Get Blob and Delete Blob (bucket_remote_dialect.send_object). */
+static int send_object(bucket_remote *r, bucket_remote_call *c, const char *method,
+                       const char *range, strata_buffer *out, strata_error *err) {
+    az_request q = {.method = method, .blob = c->key};
+    if (range != NULL)
+        q.xms[q.n_xms++] = (az_header){"x-ms-range", range};
+    return send_call((az_bucket *)r, c, &q, out, err);
 }
 
 /* ---- Upload -----------------------------------------------------------------------------------
  */
 
-static int put_blob(az_bucket *az, const char *key, const void *data, size_t len,
+static int put_blob(bucket_remote *r, const char *key, const uint8_t *data, size_t len,
                     strata_error *err) {
-    az_request r = {.method = "PUT",
+    az_request q = {.method = "PUT",
                     .blob = key,
                     .body = data,
                     .body_len = len,
                     .content_type = "application/octet-stream"};
-    r.xms[r.n_xms++] = (az_header){"x-ms-blob-type", "BlockBlob"};
-    return simple_call(az, "upload", key, &r, 0, err);
+    q.xms[q.n_xms++] = (az_header){"x-ms-blob-type", "BlockBlob"};
+    return simple_call((az_bucket *)r, "upload", key, &q, 0, err);
 }
+
+typedef struct block_upload {
+    az_bucket *az;
+    const char *key;
+    uint8_t nonce[12];
+    strata_buffer id;  /* of the block being put */
+    strata_buffer xml; /* the block list so far */
+} block_upload;
 
 /* Block ids: 12 random bytes of this upload + a 4-byte index, base64 (all the same length). */
 static int block_id(const uint8_t nonce[12], uint32_t index, strata_buffer *out) {
@@ -261,61 +202,54 @@ static int block_id(const uint8_t nonce[12], uint32_t index, strata_buffer *out)
     return bucket_base64_encode(out, raw, sizeof raw);
 }
 
-static int put_block(az_bucket *az, const char *key, const char *id, const void *data, size_t len,
+/* Puts block `index` and adds it to the block list. */
+static int put_block(void *ctx, uint32_t index, const uint8_t *data, size_t len,
                      strata_error *err) {
-    az_param params[] = {{"blockid", id}, {"comp", "block"}};
-    az_request r = {.method = "PUT",
-                    .blob = key,
+    block_upload *u = ctx;
+    if (block_id(u->nonce, index, &u->id) != 0 ||
+        strata_buffer_appendf(&u->xml, "<Latest>%s</Latest>", (const char *)u->id.data) != 0)
+        return strata_error_oom(err);
+    az_param params[] = {{"blockid", (const char *)u->id.data}, {"comp", "block"}};
+    az_request q = {.method = "PUT",
+                    .blob = u->key,
                     .params = params,
                     .n_params = 2,
                     .body = data,
                     .body_len = len,
                     .content_type = "application/octet-stream"};
-    return simple_call(az, "upload (put block)", key, &r, 0, err);
+    return simple_call(u->az, "upload (put block)", u->key, &q, 0, err);
 }
 
-static int put_block_list(az_bucket *az, const char *key, const strata_buffer *xml,
-                          strata_error *err) {
+static int put_block_list(const block_upload *u, strata_error *err) {
     az_param params[] = {{"comp", "blocklist"}};
-    az_request r = {.method = "PUT",
-                    .blob = key,
+    az_request q = {.method = "PUT",
+                    .blob = u->key,
                     .params = params,
                     .n_params = 1,
-                    .body = xml->data,
-                    .body_len = xml->len,
+                    .body = u->xml.data,
+                    .body_len = u->xml.len,
                     .content_type = "application/xml"};
-    return simple_call(az, "upload (put block list)", key, &r, 0, err);
+    return simple_call(u->az, "upload (put block list)", u->key, &q, 0, err);
 }
 
-static int block_upload(az_bucket *az, const char *key, const bucket_upload_body *body,
-                        strata_error *err) {
-    uint64_t len = body->size;
+static int block_upload_run(az_bucket *az, const char *key, const bucket_upload_body *body,
+                            strata_error *err) {
     size_t block = bucket_azure_block_size > 0 ? bucket_azure_block_size : (size_t)16 << 20;
-    if ((len + block - 1) / block > AZ_MAX_BLOCKS)
-        block = (len + AZ_MAX_BLOCKS - 1) / AZ_MAX_BLOCKS;
-    uint8_t nonce[12];
-    arc4random_buf(nonce, sizeof nonce);
-    strata_buffer id = STRATA_BUFFER_INIT, xml = STRATA_BUFFER_INIT, scratch = STRATA_BUFFER_INIT;
+    block_upload u = {.az = az, .key = key, .id = STRATA_BUFFER_INIT, .xml = STRATA_BUFFER_INIT};
+    arc4random_buf(u.nonce, sizeof u.nonce);
     int rc =
-        strata_buffer_append_str(&xml, "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
-    uint32_t index = 0;
-    for (uint64_t off = 0; rc == 0 && off < len; off += block, index++) {
-        size_t n = len - off < block ? (size_t)(len - off) : block;
-        const uint8_t *data = NULL;
-        if (block_id(nonce, index, &id) != 0 ||
-            strata_buffer_appendf(&xml, "<Latest>%s</Latest>", (const char *)id.data) != 0)
-            rc = strata_error_oom(err);
-        else if ((rc = bucket_upload_body_read(body, off, n, &scratch, &data, err)) == 0)
-            rc = put_block(az, key, (const char *)id.data, data, n, err);
-    }
-    if (rc == 0 && strata_buffer_append_str(&xml, "</BlockList>") != 0)
+        strata_buffer_append_str(&u.xml, "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
+    if (rc != 0)
+        rc = strata_error_oom(err);
+    else
+        rc = bucket_remote_upload_chunks(body, block, AZ_MAX_BLOCKS, put_block, &u, err);
+    if (rc == 0 && strata_buffer_append_str(&u.xml, "</BlockList>") != 0)
         rc = strata_error_oom(err);
     if (rc == 0)
-        rc = put_block_list(az, key, &xml, err);
+        rc = put_block_list(&u, err);
     /* Uncommitted blocks of a failed upload are garbage-collected by the service after a week. */
-    strata_buffer_free(&id);
-    strata_buffer_free(&xml);
-    strata_buffer_free(&scratch);
+    strata_buffer_free(&u.id);
+    strata_buffer_free(&u.xml);
     return rc;
 }
 
@@ -323,184 +257,17 @@ static int az_upload(void *impl, const char *key, const bucket_upload_body *body
                      strata_error *err) {
     az_bucket *az = impl;
     if (body->size > bucket_azure_put_blob_max)
-        return block_upload(az, key, body, err);
-    strata_buffer scratch = STRATA_BUFFER_INIT;
-    const uint8_t *data = NULL;
-    int rc = bucket_upload_body_read(body, 0, (size_t)body->size, &scratch, &data, err);
-    if (rc == 0)
-        rc = put_blob(az, key, data, (size_t)body->size, err);
-    strata_buffer_free(&scratch);
-    return rc;
-}
-
-/* ---- Properties and reads ---------------------------------------------------------------------
- */
-
-static int head_blob(az_bucket *az, const char *op, const char *key,
-                     bucket_object_attributes *attrs, bool *found, strata_error *err) {
-    az_call c;
-    call_init(&c, op, key);
-    az_request r = {.method = "HEAD", .blob = key};
-    int rc = send_call(az, &c, &r, NULL, err);
-    *found = false;
-    if (rc == 0 && c.resp.status == 404)
-        rc = 0;
-    else if (rc == 0 && !ok(&c))
-        rc = answer_error(az, &c, err);
-    else if (rc == 0 && !c.resp.has_content_length)
-        rc = strata_error_set(err, STRATA_INTERNAL, "%s: %s \"%.200s\": no Content-Length",
-                              az->what, op, key);
-    else if (rc == 0) {
-        *found = true;
-        attrs->size = c.resp.content_length;
-        attrs->last_modified_ns = c.resp.last_modified_ns;
-    }
-    call_free(&c);
-    return rc;
-}
-
-static int not_found(const az_bucket *az, const char *op, const char *key, strata_error *err) {
-    return strata_error_set(err, STRATA_NOT_FOUND, "%s: %s \"%.200s\": no such object", az->what,
-                            op, key);
-}
-
-static int az_attributes(void *impl, const char *key, bucket_object_attributes *out,
-                         strata_error *err) {
-    bool found;
-    if (head_blob(impl, "attributes", key, out, &found, err) != 0)
-        return -1;
-    return found ? 0 : not_found(impl, "attributes", key, err);
-}
-
-static int az_exists(void *impl, const char *key, bool *out, strata_error *err) {
-    bucket_object_attributes attrs;
-    return head_blob(impl, "exists", key, &attrs, out, err);
-}
-
-static int empty_read(az_bucket *az, const char *key, uint64_t offset, strata_error *err) {
-    bucket_object_attributes attrs;
-    bool found;
-    if (head_blob(az, "get", key, &attrs, &found, err) != 0)
-        return -1;
-    if (!found)
-        return not_found(az, "get", key, err);
-    if (offset > attrs.size)
-        return strata_error_set(err, STRATA_OUT_OF_RANGE,
-                                "%s: get \"%.200s\": offset %llu is past the end of the %llu-byte "
-                                "object",
-                                az->what, key, (unsigned long long)offset,
-                                (unsigned long long)attrs.size);
-    return 0;
-}
-
-static int az_get_range(void *impl, const char *key, uint64_t offset, uint64_t length,
-                        strata_buffer *out, strata_error *err) {
-    az_bucket *az = impl;
-    if (length == 0)
-        return empty_read(az, key, offset, err);
-    char range[64];
-    az_request r = {.method = "GET", .blob = key};
-    if (length != BUCKET_TO_END && length - 1 <= UINT64_MAX - offset)
-        snprintf(range, sizeof range, "bytes=%llu-%llu", (unsigned long long)offset,
-                 (unsigned long long)(offset + length - 1));
-    else
-        snprintf(range, sizeof range, "bytes=%llu-", (unsigned long long)offset);
-    if (offset > 0 || length != BUCKET_TO_END)
-        r.xms[r.n_xms++] = (az_header){"x-ms-range", range};
-    az_call c;
-    call_init(&c, "get", key);
-    int rc = send_call(az, &c, &r, out, err);
-    if (rc == 0 && c.resp.status == 416)
-        rc = empty_read(az, key, offset, err);
-    else if (rc == 0 && !ok(&c))
-        rc = answer_error(az, &c, err);
-    call_free(&c);
-    return rc;
-}
-
-static int az_delete(void *impl, const char *key, strata_error *err) {
-    az_request r = {.method = "DELETE", .blob = key};
-    return simple_call(impl, "delete", key, &r, 404, err);
+        return block_upload_run(az, key, body, err);
+    return bucket_remote_upload_whole(&az->remote, key, body, put_blob, err);
 }
 
 /* ---- List -------------------------------------------------------------------------------------
  */
 
-typedef struct name_vec {
-    char **names;
-    size_t count, cap;
-} name_vec;
-
-static void name_vec_free(name_vec *v) {
-    for (size_t i = 0; i < v->count; i++)
-        free(v->names[i]);
-    free(v->names);
-    memset(v, 0, sizeof *v);
-}
-
-static int name_vec_add_xml(name_vec *v, const char *text, size_t len) {
-    if (v->count == v->cap) {
-        size_t cap = v->cap == 0 ? 64 : v->cap * 2;
-        char **names = realloc(v->names, cap * sizeof *names);
-        if (names == NULL)
-            return -1;
-        v->names = names;
-        v->cap = cap;
-    }
-    strata_buffer b = STRATA_BUFFER_INIT;
-    if (bucket_xml_unescape(&b, text, len) != 0)
-        return -1;
-    v->names[v->count++] = (char *)b.data;
-    return 0;
-}
-
-static int collect_names(const strata_buffer *page, const char *outer, name_vec *out) {
-    const char *pos = (const char *)page->data;
-    const char *end = pos + page->len;
-    const char *block, *text;
-    size_t block_len, len;
-    while (bucket_xml_next(&pos, end, outer, &block, &block_len)) {
-        const char *in = block;
-        if (bucket_xml_next(&in, block + block_len, "Name", &text, &len) &&
-            name_vec_add_xml(out, text, len) != 0)
-            return -1;
-    }
-    return 0;
-}
-
-static int emit_merged(const name_vec *keys, const name_vec *dirs, bucket_iter_fn fn, void *ctx,
-                       strata_error *err) {
-    size_t i = 0, j = 0;
-    while (i < keys->count || j < dirs->count) {
-        const char *next;
-        if (j >= dirs->count || (i < keys->count && strcmp(keys->names[i], dirs->names[j]) < 0))
-            next = keys->names[i++];
-        else
-            next = dirs->names[j++];
-        int rc = fn(next, ctx, err);
-        if (rc != 0)
-            return rc < 0 ? -1 : 1;
-    }
-    return 0;
-}
-
-typedef struct list_state {
-    const char *dir;
-    bool recursive;
-    strata_buffer marker;
-    bool done;
-} list_state;
-
-static int next_marker(const strata_buffer *page, list_state *st) {
-    strata_buffer_reset(&st->marker);
-    const char *pos = (const char *)page->data, *text;
-    size_t len;
-    st->done = !bucket_xml_next(&pos, pos + page->len, "NextMarker", &text, &len) || len == 0;
-    return st->done ? 0 : bucket_xml_unescape(&st->marker, text, len);
-}
-
-static int list_page(az_bucket *az, list_state *st, bucket_iter_fn fn, void *ctx,
-                     strata_error *err) {
+/* List Blobs cannot start at a name (its marker is opaque), so a listing with start_after reads
+ * the directory from its start and the generic layer skips what comes before. */
+static int send_list(bucket_remote *r, bucket_remote_call *c, const bucket_remote_list *st,
+                     strata_buffer *page, strata_error *err) {
     char max[16];
     snprintf(max, sizeof max, "%d", bucket_remote_list_page_size);
     az_param params[6];
@@ -508,50 +275,41 @@ static int list_page(az_bucket *az, list_state *st, bucket_iter_fn fn, void *ctx
     params[n++] = (az_param){"comp", "list"};
     if (!st->recursive)
         params[n++] = (az_param){"delimiter", "/"};
-    if (st->marker.len > 0)
-        params[n++] = (az_param){"marker", (const char *)st->marker.data};
+    if (st->token.len > 0)
+        params[n++] = (az_param){"marker", (const char *)st->token.data};
     params[n++] = (az_param){"maxresults", max};
     if (st->dir[0] != '\0')
         params[n++] = (az_param){"prefix", st->dir};
     params[n++] = (az_param){"restype", "container"};
-    az_request r = {.method = "GET", .params = params, .n_params = n};
-    az_call c;
-    call_init(&c, "iter", st->dir);
-    strata_buffer page = STRATA_BUFFER_INIT;
-    name_vec keys = {0}, dirs = {0};
-    int rc = send_call(az, &c, &r, &page, err);
-    if (rc == 0 && !ok(&c))
-        rc = answer_error(az, &c, err);
-    if (rc == 0 && (collect_names(&page, "Blob", &keys) != 0 ||
-                    collect_names(&page, "BlobPrefix", &dirs) != 0 || next_marker(&page, st) != 0))
-        rc = strata_error_oom(err);
-    if (rc == 0)
-        rc = emit_merged(&keys, &dirs, fn, ctx, err);
-    name_vec_free(&keys);
-    name_vec_free(&dirs);
-    strata_buffer_free(&page);
-    call_free(&c);
-    return rc;
+    az_request q = {.method = "GET", .params = params, .n_params = n};
+    return send_call((az_bucket *)r, c, &q, page, err);
 }
 
-/* List Blobs cannot start at a name (its marker is opaque), so a listing with start_after reads
- * the directory from its start and the generic layer skips what comes before. */
-static int az_iterate(void *impl, bucket_list_request *req, bucket_iter_fn fn, void *ctx,
-                      strata_error *err) {
-    list_state st = {.dir = req->dir, .recursive = req->recursive};
-    int rc = 0;
-    while (rc == 0 && !st.done) {
-        req->requests++;
-        rc = list_page(impl, &st, fn, ctx, err);
-    }
-    strata_buffer_free(&st.marker);
+static int next_token(const bucket_remote *r, const strata_buffer *page, const char *last,
+                      bucket_remote_list *st) {
+    (void)r;
+    (void)last;
+    int rc = bucket_remote_read_token(page, "NextMarker", st);
+    st->done = rc == 0;
     return rc < 0 ? -1 : 0;
 }
 
+static const bucket_remote_dialect az_dialect = {
+    .send_object = send_object,
+    .send_list = send_list,
+    .next_token = next_token,
+    .object_tag = "Blob",
+    .object_name = "Name",
+    .prefix_tag = "BlobPrefix",
+    .prefix_name = "Name",
+    .no_bucket_code = "ContainerNotFound",
+    .denied_hint = " (check storage_account_key)",
+};
+
 static int create_container(az_bucket *az, strata_error *err) {
     az_param params[] = {{"restype", "container"}};
-    az_request r = {.method = "PUT", .params = params, .n_params = 1};
-    return simple_call(az, "create container", "", &r, 409, err);
+    az_request q = {.method = "PUT", .params = params, .n_params = 1};
+    return simple_call(az, "create container", "", &q, 409, err);
 }
 
 /* ---- Configuration ----------------------------------------------------------------------------
@@ -798,8 +556,8 @@ static int set_urls(az_bucket *az, const az_yaml *y, const az_target *t, strata_
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "azure: cannot use endpoint");
     az->path_at = (size_t)(path - az->base_url);
     if ((az->account = strdup(t->account)) == NULL ||
-        asprintf(&az->what, "azure container %s", y->container) < 0) {
-        az->what = NULL;
+        asprintf(&az->remote.what, "azure container %s", y->container) < 0) {
+        az->remote.what = NULL;
         return strata_error_oom(err);
     }
     return 0;
@@ -809,17 +567,20 @@ static void az_close(void *impl) {
     az_bucket *az = impl;
     if (az == NULL)
         return;
-    bucket_http_client_free(az->http);
+    bucket_remote_free(&az->remote);
     if (az->key != NULL)
         memset(az->key, 0, az->key_len);
     free(az->key);
-    free(az->what);
     free(az->account);
     free(az->base_url);
     free(az);
 }
 
-static int build(az_bucket *az, const az_yaml *y, const config_node *config, strata_error *err) {
+static int build(void *impl, const void *yaml, const config_node *config, strata_error *err) {
+    az_bucket *az = impl;
+    const az_yaml *y = yaml;
+    if (check_options(y, config, err) != 0)
+        return -1;
     az_target t;
     int rc = resolve_target(y, config, &t, err);
     if (rc == 0)
@@ -832,50 +593,39 @@ static int build(az_bucket *az, const az_yaml *y, const config_node *config, str
                                                        : AZ_DEFAULT_ATTEMPTS;
     const az_pipeline_yaml *p = &y->pipeline_config;
     bucket_http_options o = {
-        .what = az->what,
         .max_attempts = (int)tries,
         .backoff_base_ns = p->retry_delay > 0 ? p->retry_delay : 100 * STRATA_NS_PER_MS,
         .backoff_max_ns = p->max_retry_delay > 0 ? p->max_retry_delay : 5 * STRATA_NS_PER_SEC,
+        .attempt_timeout_ns = p->try_timeout,
     };
-    if (bucket_http_options_from_yaml(&y->http_config, config, &o, err) != 0)
-        return -1;
-    o.attempt_timeout_ns = p->try_timeout;
-    if (bucket_http_client_new(&o, &az->http, err) != 0)
+    if (bucket_remote_connect(&az->remote, &o, &y->http_config, config, err) != 0)
         return -1;
     return y->storage_create_container ? create_container(az, err) : 0;
 }
 
+static const bucket_remote_opener az_opener = {
+    .dialect = &az_dialect,
+    .missing_config = "missing required key \"config\" (AZURE needs config.storage_account, "
+                      "storage_account_key and container)",
+    .fields = az_fields,
+    .impl_size = sizeof(az_bucket),
+    .build = build,
+    .close = az_close,
+};
+
 int bucket_azure_open_config(const config_node *bucket_node, const config_node *config, void **impl,
                              strata_error *err) {
-    *impl = NULL;
-    if (config == NULL)
-        return config_node_error(err, bucket_node,
-                                 "missing required key \"config\" (AZURE needs "
-                                 "config.storage_account, storage_account_key and container)");
     az_yaml y;
-    if (config_decode(config, az_fields, &y, err) != 0)
-        return -1;
-    int rc = check_options(&y, config, err);
-    az_bucket *az = NULL;
-    if (rc == 0 && (az = calloc(1, sizeof *az)) == NULL)
-        rc = strata_error_oom(err);
-    if (rc == 0)
-        rc = build(az, &y, config, err);
-    if (rc != 0)
-        az_close(az);
-    else
-        *impl = az;
-    config_free(az_fields, &y);
-    return rc;
+    return bucket_remote_open_config(&az_opener, bucket_node, config, &y, impl, err);
 }
 
 const bucket_backend_ops bucket_azure_ops = {
     .type = "AZURE",
     .upload = az_upload,
-    .get_range = az_get_range,
-    .attributes = az_attributes,
-    .exists = az_exists,
-    .delete_object = az_delete,
-    .iterate = az_iterate,
+    .get_range = bucket_remote_get_range,
+    .attributes = bucket_remote_attributes,
+    .exists = bucket_remote_exists,
+    .delete_object = bucket_remote_delete,
+    .iterate = bucket_remote_iterate,
     .close = az_close,
 };

@@ -8,7 +8,8 @@
  * `iterate` must yield full keys in lexicographic order (the generic layer strips the prefix).
  *
  * Adding a backend (S3, AZURE) means one new file with a `bucket_<name>_open_config` function and
- * one row in the type table in bucket_config.c; no caller changes.
+ * one row in the type table in bucket_config.c; no caller changes. A store that answers HTTP fills
+ * a bucket_remote_dialect (bucket_remote.h) and uses the shared remote operations.
  */
 #ifndef STRATA_BUCKET_BACKEND_H
 #define STRATA_BUCKET_BACKEND_H

@@ -1,5 +1,6 @@
 /*
- * bucket_http.c - the HTTP layer shared by the S3 and AZURE backends (see bucket_remote.h).
+ * bucket_http.c - the HTTP transport shared by the S3 and AZURE backends (see bucket_remote.h);
+ * what an answer means for bucket.h is decided in bucket_remote.c.
  *
  * Handles. A client keeps a stack of idle curl easy handles under a mutex. A request pops one (or
  * creates one), resets its options (curl_easy_reset keeps the connection cache and TLS session),
