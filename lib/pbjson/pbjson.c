@@ -298,12 +298,30 @@ static int read_integer(decoder *dc, const json_value *v, bool is_unsigned, int6
     return fail(dc, "not an integer");
 }
 
+/* Exactly n decimal digits at s (stops at the first byte that is not one, so it never reads past
+ * a terminating NUL). */
+static bool fixed_digits(const char *s, int n, int *out) {
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* RFC 3339 as protobuf's JSON mapping writes Timestamps: YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM|
+ * -HH:MM), every field exactly its digits (no signs, spaces or short fields). */
 static int parse_timestamp(const char *s, int64_t *seconds, int32_t *nanos) {
     struct tm tm = {0};
-    int consumed = 0;
-    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-               &tm.tm_min, &tm.tm_sec, &consumed) != 6)
+    if (!(fixed_digits(s, 4, &tm.tm_year) && s[4] == '-' && fixed_digits(s + 5, 2, &tm.tm_mon) &&
+          s[7] == '-' && fixed_digits(s + 8, 2, &tm.tm_mday) && s[10] == 'T' &&
+          fixed_digits(s + 11, 2, &tm.tm_hour) && s[13] == ':' &&
+          fixed_digits(s + 14, 2, &tm.tm_min) && s[16] == ':' &&
+          fixed_digits(s + 17, 2, &tm.tm_sec)))
         return -1;
+    int consumed = 19;
     const char *p = s + consumed;
     int64_t frac = 0;
     int digits = 0;
@@ -321,7 +339,8 @@ static int parse_timestamp(const char *s, int64_t *seconds, int32_t *nanos) {
         p++;
     } else if (*p == '+' || *p == '-') {
         int hh, mm;
-        if (sscanf(p + 1, "%2d:%2d", &hh, &mm) != 2)
+        if (!fixed_digits(p + 1, 2, &hh) || p[3] != ':' || !fixed_digits(p + 4, 2, &mm) ||
+            hh > 23 || mm > 59)
             return -1;
         offset = (*p == '-' ? -1 : 1) * (hh * 3600 + mm * 60);
         p += 6;

@@ -108,6 +108,16 @@ static void test_refused(void **state) {
         {"{\"nope\":1}", "nope: unknown field"},
         {"{\"mode\":\"MODE_SIDEWAYS\"}", "mode: not a value of its enum"},
         {"{\"merge\":{\"start\":\"yesterday\"}}", "merge.start: not an RFC 3339 time"},
+        /* offsets and fields are exactly their digits: a short offset used to be read past the
+         * end of the string */
+        {"{\"merge\":{\"start\":\"2026-01-01T00:00:00+1:30\"}}", "merge.start: not an RFC 3339"},
+        {"{\"merge\":{\"start\":\"2026-01-01T00:00:00+01\"}}", "merge.start: not an RFC 3339"},
+        {"{\"merge\":{\"start\":\"2026-01-01T00:00:00+24:00\"}}", "merge.start: not an RFC 3339"},
+        {"{\"merge\":{\"start\":\" 2026-01-01T00:00:00Z\"}}", "merge.start: not an RFC 3339"},
+        {"{\"merge\":{\"start\":\"2026-1-01T00:00:00Z\"}}", "merge.start: not an RFC 3339"},
+        {"{\"merge\":{\"start\":\"2026-01-01T0:00:00Z\"}}", "merge.start: not an RFC 3339"},
+        {"{\"merge\":{\"start\":\"+026-01-01T00:00:00Z\"}}", "merge.start: not an RFC 3339"},
+        {"{\"merge\":{\"start\":\"2026-01-01\"}}", "merge.start: not an RFC 3339"},
         {"{\"merge\":{\"query\":7}}", "merge.query: not a string"},
         {"{\"filter\":{}}", "filter: not an array"},
         {"{\"merge\":{},\"single\":{}}", "single: a second member of its oneof"},
