@@ -209,9 +209,11 @@ static int parse_dump_args(int argc, char **argv, dump_args *a, strata_error *er
     for (int i = 1; i < argc; i++) {
         if (cli_flag_is(argv[i], "json"))
             a->json = true;
-        else if (cli_flag_is(argv[i], "top") && i + 1 < argc)
-            a->top = atoi(argv[++i]);
-        else if (argv[i][0] != '-' && a->path == NULL)
+        else if (cli_flag_is(argv[i], "top") && i + 1 < argc) {
+            if (cli_count_flag(argv[i], argv[i + 1], &a->top, err) != 0)
+                return -1;
+            i++;
+        } else if (argv[i][0] != '-' && a->path == NULL)
             a->path = argv[i];
         else
             return strata_error_set(err, STRATA_INVALID_ARGUMENT, "unexpected argument \"%s\"",

@@ -15,6 +15,9 @@ bool cli_flag_is(const char *arg, const char *name);
 /* The gRPC clients' connection flags: --tls, --tls-ca FILE, --tls-cert FILE, --tls-key FILE,
  * --tls-server-name NAME, --bearer-token-file FILE, into o. Returns how many arguments it took
  * (0: arg is none of them; 2: the flag and value), or -1 with err set for a missing value. */
+/* A flag's value that counts something (--top N): a whole number 0..INT32_MAX, else
+ * INVALID_ARGUMENT naming the flag and the value. */
+int cli_count_flag(const char *arg, const char *value, int *out, strata_error *err);
 int cli_channel_flag(const char *arg, const char *value, rpc_channel_options *o, strata_error *err);
 
 int cli_run_services(const char *mode, int argc, char **argv); /* all, ingester */

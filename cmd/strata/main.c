@@ -8,10 +8,12 @@
  *   strata version
  */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "config/config.h"
 #ifdef STRATA_WITH_AGENT
 #include "agent_cli.h"
 #endif
@@ -25,6 +27,15 @@ bool cli_flag_is(const char *arg, const char *name) {
         return false;
     arg += arg[1] == '-' ? 2 : 1;
     return strcmp(arg, name) == 0;
+}
+
+int cli_count_flag(const char *arg, const char *value, int *out, strata_error *err) {
+    int64_t n;
+    if (!config_parse_int64(value, &n) || n < 0 || n > INT32_MAX)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "%s: \"%.64s\" is not a count (0 to 2147483647)", arg, value);
+    *out = (int)n;
+    return 0;
 }
 
 int cli_channel_flag(const char *arg, const char *value, rpc_channel_options *o,

@@ -89,10 +89,8 @@ static int parse_flag(query_args *a, int argc, char **argv, int *i, strata_error
         (m ? a->match : a->sum_by)[(*n)++] = value;
         return 0;
     }
-    if (cli_flag_is(arg, "top")) {
-        a->top = atoi(value);
-        return 0;
-    }
+    if (cli_flag_is(arg, "top"))
+        return cli_count_flag(arg, value, &a->top, err);
     for (size_t f = 0; f < sizeof value_flags / sizeof value_flags[0]; f++)
         if (cli_flag_is(arg, value_flags[f].name)) {
             *(const char **)((char *)a + value_flags[f].offset) = value;

@@ -78,6 +78,8 @@ class CliTest(unittest.TestCase):
             (["values"], 1, "", [], ["values needs a label NAME"]),
             (["bogus"], 2, "", [], ['unknown subcommand "bogus"']),
             (["types", "--nope"], 2, "", [], ["unknown flag --nope"]),
+            (["merge", API, *WINDOW, "--top", "three"], 2, "", [],
+             ['--top: "three" is not a count']),
         ]
         for args, code, stdout, out_has, err_has in rows:
             with self.subTest(args=args):
