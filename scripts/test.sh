@@ -25,8 +25,10 @@ echo "== client libraries for the client tests (npm ci in tests/clients)"
 (cd tests/clients && npm ci --no-audit --no-fund)
 
 echo "== release build"
-cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
 cmake --build build-ci -j "$jobs"
+echo "== clang-tidy (.clang-tidy, Strata's own sources)"
+scripts/tidy.sh build-ci
 # The benchmarks' build (-O3): its inlining finds warnings (-Werror) that -O2 does not.
 echo "== Release build (-O3, no tests)"
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_TESTS=OFF >/dev/null

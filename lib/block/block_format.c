@@ -50,10 +50,16 @@ static const block_column_schema dictionary_cols[] = {
 static const block_column_schema location_origins_cols[] = {{"origin", D, 0}};
 
 #define TABLE(name, cols)                                                                          \
-    { name, (int)(sizeof cols / sizeof cols[0]), cols, (int)(sizeof cols / sizeof cols[0]) }
+    {                                                                                              \
+        (name), (int)(sizeof(cols) / sizeof((cols)[0])), cols,                                     \
+            (int)(sizeof(cols) / sizeof((cols)[0]))                                                \
+    }
 /* A table whose last column is the optional version 2 label_set column. */
 #define TABLE_LABELLED(name, cols)                                                                 \
-    { name, (int)(sizeof cols / sizeof cols[0]), cols, (int)(sizeof cols / sizeof cols[0]) - 1 }
+    {                                                                                              \
+        (name), (int)(sizeof(cols) / sizeof((cols)[0])), cols,                                     \
+            (int)(sizeof(cols) / sizeof((cols)[0])) - 1                                            \
+    }
 
 static const block_table_schema tables[BLOCK_TABLE_MAX + 1] = {
     [BLOCK_TABLE_STRINGS] = TABLE("strings", strings_cols),

@@ -366,7 +366,7 @@ static const config_field pipeline_fields[] = {
 };
 
 #define AZ_FIELD(name, k, def)                                                                     \
-    { .key = #name, .kind = k, .offset = offsetof(az_yaml, name), .default_text = def }
+    { .key = #name, .kind = (k), .offset = offsetof(az_yaml, name), .default_text = (def) }
 
 static const config_field az_fields[] = {
     AZ_FIELD(az_tenant_id, CONFIG_STRING, "\"\""),

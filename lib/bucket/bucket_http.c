@@ -58,7 +58,7 @@ static const config_field tls_fields[] = {
 };
 
 #define HTTP_FIELD(name, k, def)                                                                   \
-    { .key = #name, .kind = k, .offset = offsetof(bucket_http_yaml, name), .default_text = def }
+    { .key = #name, .kind = (k), .offset = offsetof(bucket_http_yaml, name), .default_text = (def) }
 
 const config_field bucket_http_yaml_fields[] = {
     HTTP_FIELD(idle_conn_timeout, CONFIG_DURATION, "1m30s"),

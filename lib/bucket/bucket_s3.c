@@ -425,7 +425,7 @@ static const config_field trace_fields[] = {
 };
 
 #define S3_FIELD(name, k, def)                                                                     \
-    { .key = #name, .kind = k, .offset = offsetof(s3_yaml, name), .default_text = def }
+    { .key = #name, .kind = (k), .offset = offsetof(s3_yaml, name), .default_text = (def) }
 
 static const config_field s3_fields[] = {
     S3_FIELD(bucket, CONFIG_STRING, "\"\""),

@@ -65,6 +65,7 @@ static bool read_boot_time(unsigned long long *btime) {
     if (!read_small_file("/proc/stat", buf, sizeof buf))
         return false;
     const char *p = strstr(buf, "\nbtime ");
+    /* NOLINTNEXTLINE(cert-err34-c): a number the kernel wrote */
     return p != NULL && sscanf(p + 7, "%llu", btime) == 1;
 }
 
@@ -84,6 +85,7 @@ static void collect_memory(metrics_process_state *p) {
     unsigned long long size_pages, resident_pages;
     long page = sysconf(_SC_PAGESIZE);
     if (page <= 0 || !read_small_file("/proc/self/statm", statm, sizeof statm) ||
+        /* NOLINTNEXTLINE(cert-err34-c): numbers the kernel wrote */
         sscanf(statm, "%llu %llu", &size_pages, &resident_pages) != 2)
         return;
     metrics_gauge_set(p->resident_bytes, (int64_t)(resident_pages * (unsigned long long)page));

@@ -30,7 +30,7 @@ int metrics_format_double(strata_buffer *out, double v) {
             break;
     }
     snprintf(text, sizeof text, "%.*e", digits - 1, v);
-    int exp = atoi(strchr(text, 'e') + 1);
+    int exp = (int)strtol(strchr(text, 'e') + 1, NULL, 10);
     if (exp >= -4 && exp < 6) {
         int decimals = digits - 1 - exp;
         snprintf(text, sizeof text, "%.*f", decimals > 0 ? decimals : 0, v);
