@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
+
 #define DEFAULT_MAX_FRAMES ((size_t)2 << 20)
 
 int agent_aggregator_init(agent_aggregator *a, const char *proc_root, size_t max_frames,
@@ -42,14 +44,8 @@ static void snapshot(agent_aggregator *a, agent_process *p) {
 }
 
 static agent_process *new_process(agent_aggregator *a, pid_t pid, strata_error *err) {
-    if (a->n_procs == a->cap_procs) {
-        size_t cap = a->cap_procs ? a->cap_procs * 2 : 64;
-        agent_process **grown = realloc(a->procs, cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err), NULL;
-        a->procs = grown;
-        a->cap_procs = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(a->procs, a->cap_procs, a->n_procs + 1, err) != 0)
+        return NULL;
     agent_process *p = calloc(1, sizeof *p);
     if (p == NULL || strata_u64_map_init(&p->stack_index, 16) != 0) {
         free(p);
@@ -123,16 +119,8 @@ static bool stack_equal(const agent_aggregator *a, const agent_process *p, size_
 static int append_frames(agent_aggregator *a, const sample_key *key, uint32_t *offset,
                          strata_error *err) {
     size_t need = a->n_frames + key->nk + key->nu;
-    if (need > a->cap_frames) {
-        size_t cap = a->cap_frames ? a->cap_frames * 2 : 4096;
-        while (cap < need)
-            cap *= 2;
-        uint64_t *grown = realloc(a->frames, cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        a->frames = grown;
-        a->cap_frames = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(a->frames, a->cap_frames, need, err) != 0)
+        return -1;
     *offset = (uint32_t)a->n_frames;
     memcpy(a->frames + a->n_frames, key->k, key->nk * sizeof *key->k);
     memcpy(a->frames + a->n_frames + key->nk, key->u, key->nu * sizeof *key->u);
@@ -145,15 +133,15 @@ static int reserve_stack(const agent_aggregator *a, agent_process *p, strata_err
     bool names = (a->sample_labels & AGENT_LABEL_THREAD_NAME) != 0;
     if (p->n_stacks < p->cap_stacks && (!names || p->thread_names != NULL))
         return 0;
-    size_t cap = p->n_stacks < p->cap_stacks ? p->cap_stacks
-                 : p->cap_stacks             ? p->cap_stacks * 2
-                                             : 16;
-    agent_stack *grown = realloc(p->stacks, cap * sizeof *grown);
+    /* stacks and thread_names share cap_stacks; thread_names may come later, at that cap */
+    size_t cap = strata_array_capacity(p->cap_stacks, p->n_stacks + 1);
+    agent_stack *grown = strata_array_resize(p->stacks, cap, sizeof *grown);
     if (grown == NULL)
         return strata_error_oom(err);
     p->stacks = grown;
     if (names) {
-        char(*grown_names)[AGENT_COMM_LEN] = realloc(p->thread_names, cap * sizeof *grown_names);
+        char(*grown_names)[AGENT_COMM_LEN] =
+            strata_array_resize(p->thread_names, cap, sizeof *grown_names);
         if (grown_names == NULL)
             return strata_error_oom(err);
         p->thread_names = grown_names;

@@ -9,22 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
+
 /* A symbol further than this above the last one is not attributed to it. */
 #define MAX_LAST_SYMBOL_SPAN (1u << 20)
 #define KALLSYMS_BUFFER_BYTES (64 * 1024)
 
 static int add_name(agent_ksyms *k, const char *name, size_t len, uint32_t *off,
                     strata_error *err) {
-    if (k->names_len + len + 1 > k->names_cap) {
-        size_t cap = k->names_cap ? k->names_cap * 2 : 1 << 20;
-        while (cap < k->names_len + len + 1)
-            cap *= 2;
-        char *grown = realloc(k->names, cap);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        k->names = grown;
-        k->names_cap = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(k->names, k->names_cap, k->names_len + len + 1, err) != 0)
+        return -1;
     if (k->names_len > UINT32_MAX)
         return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "kallsyms names too large");
     *off = (uint32_t)k->names_len;
@@ -36,14 +30,8 @@ static int add_name(agent_ksyms *k, const char *name, size_t len, uint32_t *off,
 
 static int add_sym(agent_ksyms *k, size_t *cap, uint64_t addr, const char *name, size_t len,
                    strata_error *err) {
-    if (k->count == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 4096;
-        agent_ksym *grown = realloc(k->syms, ncap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        k->syms = grown;
-        *cap = ncap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(k->syms, *cap, k->count + 1, err) != 0)
+        return -1;
     agent_ksym *s = &k->syms[k->count];
     s->addr = addr;
     if (add_name(k, name, len, &s->name, err) != 0)

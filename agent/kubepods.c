@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "kubernetes/kubernetes.h"
 
 #define META_POD "__meta_kubernetes_pod_"
@@ -23,7 +24,7 @@ typedef struct container_entry {
 struct agent_kubepods {
     pthread_mutex_t mu;
     container_entry *entries;
-    size_t n_entries;
+    size_t n_entries, cap_entries;
     kubernetes_discovery *discovery; /* NULL for a map fed by hand */
 };
 
@@ -78,10 +79,8 @@ static int add_group(agent_kubepods *k, const target_group *g, strata_error *err
         const char *id = strip_runtime(raw);
         if (has_entry(k, id))
             continue; /* one target per port: the first says it all */
-        container_entry *grown = realloc(k->entries, (k->n_entries + 1) * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        k->entries = grown;
+        if (STRATA_ARRAY_RESERVE_OR_OOM(k->entries, k->cap_entries, k->n_entries + 1, err) != 0)
+            return -1;
         container_entry *e = &k->entries[k->n_entries];
         memset(e, 0, sizeof *e);
         int rc = (e->id = strdup(id)) == NULL || (e->source = strdup(g->source)) == NULL

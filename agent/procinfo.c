@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/array.h"
+
 #define MAX_MAPPINGS 100000
 
 /* Parses a hex number ending at a delimiter; advances *p past the delimiter. */
@@ -254,14 +256,8 @@ static void free_mappings(agent_mapping *m, size_t n) {
 
 static int push_mapping(agent_mapping **arr, size_t *n, size_t *cap, const agent_mapping *m,
                         strata_error *err) {
-    if (*n == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 16;
-        agent_mapping *grown = realloc(*arr, ncap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        *arr = grown;
-        *cap = ncap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(*arr, *cap, *n + 1, err) != 0)
+        return -1;
     (*arr)[(*n)++] = *m;
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "common/hash.h"
 
 #define DEFAULT_MAX_BYTES ((size_t)6 << 20)
@@ -102,14 +103,8 @@ static int open_attempts(const agent_symcache *c, const agent_proc *p, const age
 }
 
 static cache_entry *new_entry(agent_symcache *c) {
-    if (c->n_entries == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 64;
-        cache_entry *grown = realloc(c->entries, cap * sizeof *grown);
-        if (grown == NULL)
-            return NULL;
-        c->entries = grown;
-        c->cap = cap;
-    }
+    if (STRATA_ARRAY_RESERVE(c->entries, c->cap, c->n_entries + 1) != 0)
+        return NULL;
     cache_entry *e = &c->entries[c->n_entries++];
     memset(e, 0, sizeof *e);
     return e;

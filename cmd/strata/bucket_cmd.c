@@ -28,6 +28,7 @@
 #include "block/block_reader.h"
 #include "bucket/bucket.h"
 #include "cli.h"
+#include "common/array.h"
 #include "strata_config.h"
 
 typedef struct bucket_args {
@@ -97,14 +98,8 @@ static void name_list_free(name_list *l) {
 
 static int collect(const char *key, void *ctx, strata_error *err) {
     name_list *l = ctx;
-    if (l->count == l->cap) {
-        size_t cap = l->cap == 0 ? 32 : l->cap * 2;
-        char **names = realloc(l->names, cap * sizeof *names);
-        if (names == NULL)
-            return strata_error_oom(err);
-        l->names = names;
-        l->cap = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(l->names, l->cap, l->count + 1, err) != 0)
+        return -1;
     if ((l->names[l->count] = strdup(key)) == NULL)
         return strata_error_oom(err);
     l->count++;

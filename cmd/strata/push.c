@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "common/array.h"
 #include "common/buffer.h"
 #include "common/clock.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
@@ -25,7 +26,7 @@ typedef struct push_args {
     size_t n_files;
     char **label_names;
     char **label_values;
-    size_t n_labels;
+    size_t n_labels, cap_labels; /* label_names and label_values share cap_labels */
     int64_t timeout_ns;
     rpc_channel_options channel; /* --tls... and --bearer-token-file */
 } push_args;
@@ -53,14 +54,18 @@ static int add_label_arg(push_args *a, const char *text, strata_error *err) {
     if (eq == NULL || eq == text)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "--label wants NAME=VALUE, got \"%s\"", text);
-    char **names = realloc(a->label_names, (a->n_labels + 1) * sizeof *names);
-    if (names == NULL)
-        return strata_error_oom(err);
-    a->label_names = names;
-    char **values = realloc(a->label_values, (a->n_labels + 1) * sizeof *values);
-    if (values == NULL)
-        return strata_error_oom(err);
-    a->label_values = values;
+    if (a->n_labels == a->cap_labels) {
+        size_t cap = strata_array_capacity(a->cap_labels, a->n_labels + 1);
+        char **names = strata_array_resize(a->label_names, cap, sizeof *names);
+        if (names == NULL)
+            return strata_error_oom(err);
+        a->label_names = names;
+        char **values = strata_array_resize(a->label_values, cap, sizeof *values);
+        if (values == NULL)
+            return strata_error_oom(err);
+        a->label_values = values;
+        a->cap_labels = cap;
+    }
     a->label_names[a->n_labels] = strndup(text, (size_t)(eq - text));
     a->label_values[a->n_labels] = strdup(eq + 1);
     a->n_labels++;

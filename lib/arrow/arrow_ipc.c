@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
+
 /* Message.fbs / Schema.fbs constants. */
 #define METADATA_V5 4
 #define HEADER_SCHEMA 1
@@ -65,15 +67,9 @@ void arrow_writer_free(arrow_writer *w) {
 static arrow_column *add_column(arrow_writer *w, const char *name, column_kind kind, size_t n) {
     if (w->failed)
         return NULL;
-    if (w->n_columns == w->cap_columns) {
-        size_t cap = w->cap_columns ? 2 * w->cap_columns : 16;
-        arrow_column *grown = realloc(w->columns, cap * sizeof *grown);
-        if (grown == NULL) {
-            w->failed = true;
-            return NULL;
-        }
-        w->columns = grown;
-        w->cap_columns = cap;
+    if (STRATA_ARRAY_RESERVE(w->columns, w->cap_columns, w->n_columns + 1) != 0) {
+        w->failed = true;
+        return NULL;
     }
     arrow_column *c = &w->columns[w->n_columns];
     memset(c, 0, sizeof *c);
@@ -393,7 +389,8 @@ static void write_schema(fb *f, const arrow_writer *w) {
 typedef struct batch {
     strata_buffer body;
     int64_t *nodes, *buffers;
-    size_t n_nodes, n_buffers, cap_nodes, cap_buffers;
+    size_t n_nodes, n_buffers;     /* pairs */
+    size_t cap_nodes, cap_buffers; /* entries: two a pair */
     bool failed;
 } batch;
 
@@ -404,15 +401,9 @@ static void batch_free(batch *b) {
 }
 
 static void push_pair(int64_t **arr, size_t *n, size_t *cap, int64_t a, int64_t b, bool *failed) {
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 16;
-        int64_t *grown = realloc(*arr, 2 * c * sizeof *grown);
-        if (grown == NULL) {
-            *failed = true;
-            return;
-        }
-        *arr = grown;
-        *cap = c;
+    if (STRATA_ARRAY_RESERVE(*arr, *cap, 2 * (*n + 1)) != 0) {
+        *failed = true;
+        return;
     }
     (*arr)[2 * *n] = a;
     (*arr)[2 * *n + 1] = b;

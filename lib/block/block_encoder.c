@@ -11,6 +11,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "common/array.h"
 #include "common/varint.h"
 
 #define HEADER_LEN 16
@@ -243,26 +244,11 @@ static void write_page(block_table_encoder *t, int col, block_page_record *rec) 
     reset_column(c);
 }
 
-static bool grow(void **arr, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap)
-        return true;
-    size_t n = *cap ? *cap * 2 : 16;
-    while (n < need)
-        n *= 2;
-    void *p = realloc(*arr, n * elem);
-    if (p == NULL)
-        return false;
-    *arr = p;
-    *cap = n;
-    return true;
-}
-
 static void flush_group(block_table_encoder *t) {
     if (t->group_rows == 0 || t->failed)
         return;
-    if (!grow((void **)&t->groups, &t->cap_groups, 2 * (t->n_groups + 1), sizeof *t->groups) ||
-        !grow((void **)&t->pages, &t->cap_pages, t->n_pages + (size_t)t->n_cols,
-              sizeof *t->pages)) {
+    if (STRATA_ARRAY_RESERVE(t->groups, t->cap_groups, 2 * (t->n_groups + 1)) != 0 ||
+        STRATA_ARRAY_RESERVE(t->pages, t->cap_pages, t->n_pages + (size_t)t->n_cols) != 0) {
         t->failed = true;
         return;
     }

@@ -695,18 +695,21 @@ static int load_canonical(merge_state *m, const candidate *c, size_t *first, siz
         return source_error(s, err);
     m->stats->samples_in += m->samples.len;
     size_t n = m->samples.len;
-    size_t cap_run = m->cap_run;
-    if (STRATA_ARRAY_RESERVE_OR_OOM(m->run_stacks, m->cap_run, m->n_run + n + 1, err) != 0)
-        return -1;
-    if (m->cap_run != cap_run || m->run_values == NULL) {
-        int64_t *values = realloc(m->run_values, m->cap_run * sizeof *values);
+    if (m->n_run + n + 1 > m->cap_run) {
+        size_t cap = strata_array_capacity(m->cap_run, m->n_run + n + 1);
+        uint32_t *stacks = strata_array_resize(m->run_stacks, cap, sizeof *stacks);
+        if (stacks == NULL)
+            return strata_error_oom(err);
+        m->run_stacks = stacks;
+        int64_t *values = strata_array_resize(m->run_values, cap, sizeof *values);
         if (values == NULL)
             return strata_error_oom(err);
         m->run_values = values;
-        uint32_t *sets = realloc(m->run_sets, m->cap_run * sizeof *sets);
+        uint32_t *sets = strata_array_resize(m->run_sets, cap, sizeof *sets);
         if (sets == NULL)
             return strata_error_oom(err);
         m->run_sets = sets;
+        m->cap_run = cap;
     }
     if (STRATA_ARRAY_RESERVE_OR_OOM(m->pairs, m->cap_pairs, n + 1, err) != 0)
         return -1;

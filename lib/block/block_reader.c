@@ -1148,7 +1148,7 @@ int block_reader_profiles(block_reader *r, const uint32_t *series_ids, size_t n_
     int rc = 0;
     if (bound > a.cap && bound <= SIZE_MAX / 2 / sizeof **out) {
         size_t want = profile_capacity((size_t)bound);
-        block_profile *grown = realloc(*out, want * sizeof *grown);
+        block_profile *grown = strata_array_resize(*out, want, sizeof *grown);
         if (grown == NULL)
             rc = strata_error_oom(err);
         else {
@@ -1177,19 +1177,19 @@ void block_samples_free(block_samples *s) {
 static int samples_reserve(block_samples *s, size_t extra, strata_error *err) {
     if (s->len + extra <= s->cap)
         return 0;
-    size_t cap = s->cap ? s->cap : 1024;
-    while (cap < s->len + extra)
-        cap *= 2;
-    uint32_t *stacks = realloc(s->stacks, cap * sizeof *stacks);
+    if (s->len + extra < s->len)
+        return strata_error_oom(err);
+    size_t cap = strata_array_capacity(s->cap, s->len + extra);
+    uint32_t *stacks = strata_array_resize(s->stacks, cap, sizeof *stacks);
     if (stacks == NULL)
         return strata_error_oom(err);
     s->stacks = stacks;
-    int64_t *values = realloc(s->values, cap * sizeof *values);
+    int64_t *values = strata_array_resize(s->values, cap, sizeof *values);
     if (values == NULL)
         return strata_error_oom(err);
     s->values = values;
     if (s->label_sets != NULL) {
-        uint32_t *sets = realloc(s->label_sets, cap * sizeof *sets);
+        uint32_t *sets = strata_array_resize(s->label_sets, cap, sizeof *sets);
         if (sets == NULL)
             return strata_error_oom(err);
         s->label_sets = sets;

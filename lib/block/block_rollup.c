@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "block/block_format.h"
+#include "common/array.h"
 #include "common/hash.h"
 
 bool block_rollup_scale(const char *sample_type, const char *sample_unit) {
@@ -60,16 +61,14 @@ size_t block_rollup_builder_memory_bytes(const block_rollup_builder *b) {
 static int ensure_stacks(block_rollup_builder *b, size_t need, strata_error *err) {
     if (need <= b->n_stacks)
         return 0;
-    size_t n = b->n_stacks * 2 > need ? b->n_stacks * 2 : need;
-    if (n < 1024)
-        n = 1024;
+    size_t n = strata_array_capacity(b->n_stacks, need);
     if (n > (size_t)UINT32_MAX + 1)
         n = (size_t)UINT32_MAX + 1;
-    uint64_t *sum = realloc(b->sum, n * sizeof *sum);
+    uint64_t *sum = strata_array_resize(b->sum, n, sizeof *sum);
     if (sum == NULL)
         return strata_error_oom(err);
     b->sum = sum;
-    uint32_t *stamp = realloc(b->stamp, n * sizeof *stamp);
+    uint32_t *stamp = strata_array_resize(b->stamp, n, sizeof *stamp);
     if (stamp == NULL)
         return strata_error_oom(err);
     memset(stamp + b->n_stacks, 0, (n - b->n_stacks) * sizeof *stamp);
@@ -79,14 +78,8 @@ static int ensure_stacks(block_rollup_builder *b, size_t need, strata_error *err
 }
 
 static int touch(block_rollup_builder *b, uint64_t key, strata_error *err) {
-    if (b->n_touched == b->cap_touched) {
-        size_t cap = b->cap_touched ? b->cap_touched * 2 : 1024;
-        uint64_t *grown = realloc(b->touched, cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        b->touched = grown;
-        b->cap_touched = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(b->touched, b->cap_touched, b->n_touched + 1, err) != 0)
+        return -1;
     b->touched[b->n_touched++] = key;
     return 0;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "bucket/bucket_conformance.h"
+#include "common/array.h"
 #include "common/clock.h"
 
 static const bucket_conformance_backend *current;
@@ -75,11 +76,7 @@ typedef struct key_list {
 static int collect(const char *key, void *ctx, strata_error *err) {
     (void)err;
     key_list *l = ctx;
-    if (l->count == l->cap) {
-        l->cap = l->cap == 0 ? 64 : l->cap * 2;
-        l->keys = realloc(l->keys, l->cap * sizeof *l->keys);
-        assert_non_null(l->keys);
-    }
+    assert_int_equal(STRATA_ARRAY_RESERVE(l->keys, l->cap, l->count + 1), 0);
     l->keys[l->count] = strdup(key);
     assert_non_null(l->keys[l->count]);
     l->count++;

@@ -31,6 +31,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/array.h"
+
 #define TMP_MARKER ".strata-tmp."
 #define UPLOAD_ATTEMPTS 16
 
@@ -415,14 +417,8 @@ static void name_list_free(name_list *l) {
 }
 
 static int name_list_add(name_list *l, const char *name, bool is_dir) {
-    if (l->count == l->cap) {
-        size_t cap = l->cap == 0 ? 16 : l->cap * 2;
-        char **names = realloc(l->names, cap * sizeof *names);
-        if (names == NULL)
-            return -1;
-        l->names = names;
-        l->cap = cap;
-    }
+    if (STRATA_ARRAY_RESERVE(l->names, l->cap, l->count + 1) != 0)
+        return -1;
     size_t len = strlen(name);
     char *copy = malloc(len + 2);
     if (copy == NULL)

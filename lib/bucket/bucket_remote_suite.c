@@ -15,6 +15,7 @@
 #include "bucket/bucket_conformance.h"
 #include "bucket/bucket_remote.h"
 #include "bucket/bucket_remote_suite.h"
+#include "common/array.h"
 
 static const char *suite_name;
 static bucket_remote_open_fn suite_open;
@@ -33,11 +34,7 @@ typedef struct key_vec {
 static int collect(const char *key, void *ctx, strata_error *err) {
     (void)err;
     key_vec *v = ctx;
-    if (v->count == v->cap) {
-        v->cap = v->cap == 0 ? 64 : v->cap * 2;
-        v->keys = realloc(v->keys, v->cap * sizeof *v->keys);
-        assert_non_null(v->keys);
-    }
+    assert_int_equal(STRATA_ARRAY_RESERVE(v->keys, v->cap, v->count + 1), 0);
     v->keys[v->count] = strdup(key);
     assert_non_null(v->keys[v->count]);
     v->count++;

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
+
 #define DEFAULT_NODES 1024
 #define MAX_IDS ((size_t)UINT32_MAX - 1)
 
@@ -25,21 +27,19 @@ calltree_str calltree_cstr(const char *s) {
     return v;
 }
 
-/* Grows the node arrays to hold at least `need` nodes (doubling, or straight to need). */
+/* Grows the node arrays to hold at least `need` nodes (common/array.h's capacity). */
 static int grow_nodes_to(calltree *t, size_t need) {
-    size_t cap = t->nodes_cap ? t->nodes_cap * 2 : DEFAULT_NODES;
-    if (cap < need)
-        cap = need;
-    uint32_t *parent = realloc(t->parent, cap * sizeof *parent);
+    size_t cap = strata_array_capacity(t->nodes_cap, need);
+    uint32_t *parent = strata_array_resize(t->parent, cap, sizeof *parent);
     if (parent != NULL)
         t->parent = parent;
-    uint32_t *frame = realloc(t->frame, cap * sizeof *frame);
+    uint32_t *frame = strata_array_resize(t->frame, cap, sizeof *frame);
     if (frame != NULL)
         t->frame = frame;
-    int64_t *self = realloc(t->self, cap * sizeof *self);
+    int64_t *self = strata_array_resize(t->self, cap, sizeof *self);
     if (self != NULL)
         t->self = self;
-    int64_t *self_base = realloc(t->self_base, cap * sizeof *self_base);
+    int64_t *self_base = strata_array_resize(t->self_base, cap, sizeof *self_base);
     if (self_base != NULL)
         t->self_base = self_base;
     if (parent == NULL || frame == NULL || self == NULL || self_base == NULL)
@@ -53,11 +53,11 @@ static int grow_nodes(calltree *t) {
 }
 
 static int grow_frames(calltree *t) {
-    size_t cap = t->frames_cap ? t->frames_cap * 2 : 256;
-    uint32_t *str = realloc(t->frame_str, cap * FRAME_NSTR * sizeof *str);
+    size_t cap = strata_array_capacity(t->frames_cap, t->n_frames + 1);
+    uint32_t *str = strata_array_resize(t->frame_str, cap, FRAME_NSTR * sizeof *str);
     if (str != NULL)
         t->frame_str = str;
-    calltree_frame_extra *extra = realloc(t->frame_extra, cap * sizeof *extra);
+    calltree_frame_extra *extra = strata_array_resize(t->frame_extra, cap, sizeof *extra);
     if (extra != NULL)
         t->frame_extra = extra;
     if (str == NULL || extra == NULL)
@@ -355,18 +355,9 @@ int calltree_intern_label_frame(calltree *t, const calltree_label *labels, size_
     }
     size_t words = t->n_label_words;
     uint32_t sid[FRAME_NSTR] = {0};
-    if (rc == 0 && t->n_label_words + 2 * n > t->cap_label_words) {
-        size_t cap = t->cap_label_words ? t->cap_label_words * 2 : 64;
-        while (cap < t->n_label_words + 2 * n)
-            cap *= 2;
-        uint32_t *grown = realloc(t->label_words, cap * sizeof *grown);
-        if (grown == NULL)
-            rc = strata_error_oom(err);
-        else {
-            t->label_words = grown;
-            t->cap_label_words = cap;
-        }
-    }
+    if (rc == 0 &&
+        STRATA_ARRAY_RESERVE(t->label_words, t->cap_label_words, t->n_label_words + 2 * n) != 0)
+        rc = strata_error_oom(err);
     for (int i = 0; rc == 0 && i < FRAME_NSTR; i++)
         sid[i] = t->empty_sid;
     if (rc == 0 && strata_intern_add(&t->strings, text.len > 0 ? (const char *)text.data : "",

@@ -593,14 +593,8 @@ typedef struct chart {
 #define NO_ROW UINT32_MAX
 
 static int chart_add_row(chart *c, uint32_t parent, uint32_t node, int64_t time, uint32_t *out) {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 256;
-        chart_row *rows = cap < UINT32_MAX ? realloc(c->rows, cap * sizeof *rows) : NULL;
-        if (rows == NULL)
-            return -1;
-        c->rows = rows;
-        c->cap = cap;
-    }
+    if (c->n >= NO_ROW || STRATA_ARRAY_RESERVE(c->rows, c->cap, c->n + 1) != 0)
+        return -1; /* a row id must fit in 32 bits and never be NO_ROW */
     uint32_t id = (uint32_t)c->n++;
     c->rows[id] = (chart_row){node, parent, 0, NO_ROW, NO_ROW, NO_ROW, 0, 0, 0, time, time, 0};
     if (id != 0) {
@@ -957,16 +951,16 @@ static int callgraph_add_edge(callgraph_build *b, uint32_t from, uint32_t to, in
         return -1;
     if (inserted) {
         if (b->n_edges == b->cap_edges) {
-            size_t cap = b->cap_edges ? 2 * b->cap_edges : 64;
-            int64_t *c = realloc(b->edge_cum, cap * sizeof *c);
+            size_t cap = strata_array_capacity(b->cap_edges, b->n_edges + 1);
+            int64_t *c = strata_array_resize(b->edge_cum, cap, sizeof *c);
             if (c == NULL)
                 return -1;
             b->edge_cum = c;
-            uint32_t *f = realloc(b->edge_from, cap * sizeof *f);
+            uint32_t *f = strata_array_resize(b->edge_from, cap, sizeof *f);
             if (f == NULL)
                 return -1;
             b->edge_from = f;
-            uint32_t *t = realloc(b->edge_to, cap * sizeof *t);
+            uint32_t *t = strata_array_resize(b->edge_to, cap, sizeof *t);
             if (t == NULL)
                 return -1;
             b->edge_to = t;
@@ -1309,7 +1303,7 @@ typedef struct dedup_table {
     strata_u64_map map;
     strata_buffer keys; /* concatenated key bytes */
     size_t *key_offset; /* per id (0-based): offset into keys; entry n = end */
-    size_t n, cap;
+    size_t n, cap;      /* cap: key_offset's capacity, n + 1 entries used */
 } dedup_table;
 
 static void dedup_free(dedup_table *d) {
@@ -1320,9 +1314,8 @@ static void dedup_free(dedup_table *d) {
 
 static int dedup_init(dedup_table *d) {
     memset(d, 0, sizeof *d);
-    d->cap = 64;
-    d->key_offset = malloc((d->cap + 1) * sizeof *d->key_offset);
-    if (d->key_offset == NULL || strata_u64_map_init(&d->map, 64) != 0)
+    if (STRATA_ARRAY_RESERVE(d->key_offset, d->cap, 65) != 0 ||
+        strata_u64_map_init(&d->map, 64) != 0)
         return -1;
     d->key_offset[0] = 0;
     return 0;
@@ -1345,14 +1338,8 @@ static int dedup_find(dedup_table *d, const void *key, size_t len, uint64_t *id,
             *id = *slot;
             return 0;
         }
-        if (d->n == d->cap) {
-            size_t cap = d->cap * 2;
-            size_t *grown = realloc(d->key_offset, (cap + 1) * sizeof *grown);
-            if (grown == NULL)
-                return -1;
-            d->key_offset = grown;
-            d->cap = cap;
-        }
+        if (STRATA_ARRAY_RESERVE(d->key_offset, d->cap, d->n + 2) != 0)
+            return -1;
         if (strata_buffer_append(&d->keys, key, len) != 0)
             return -1;
         d->n++;

@@ -9,19 +9,27 @@
 
 #define ARRAY_MIN_CAPACITY 16
 
+size_t strata_array_capacity(size_t cap, size_t need) {
+    if (need <= cap)
+        return cap;
+    size_t n = ARRAY_MIN_CAPACITY; /* doubled, saturating, once past half the minimum */
+    if (cap >= ARRAY_MIN_CAPACITY / 2)
+        n = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
+    return n < need ? need : n;
+}
+
+void *strata_array_resize(void *arr, size_t n, size_t elem) {
+    if (elem != 0 && n > SIZE_MAX / elem)
+        return NULL;
+    size_t bytes = n * elem;
+    return realloc(arr, bytes > 0 ? bytes : 1);
+}
+
 void *strata_array_grow(void *arr, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap)
         return arr;
-    if (elem == 0)
-        elem = 1;
-    size_t n = ARRAY_MIN_CAPACITY; /* doubled, saturating, once past half the minimum */
-    if (*cap >= ARRAY_MIN_CAPACITY / 2)
-        n = *cap > SIZE_MAX / 2 ? SIZE_MAX : *cap * 2;
-    if (n < need)
-        n = need;
-    if (n > SIZE_MAX / elem)
-        return NULL;
-    void *grown = realloc(arr, n * elem);
+    size_t n = strata_array_capacity(*cap, need);
+    void *grown = strata_array_resize(arr, n, elem);
     if (grown == NULL)
         return NULL;
     *cap = n;

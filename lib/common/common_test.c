@@ -66,6 +66,47 @@ static void test_array_grow(void **state) {
     free(ids);
 }
 
+/* Parallel arrays: one capacity computed as strata_array_grow computes it, each array moved to
+ * exactly that; an overflowing size is refused with the array untouched. */
+static void test_array_capacity_and_resize(void **state) {
+    (void)state;
+    assert_int_equal(strata_array_capacity(0, 1), 16);
+    assert_int_equal(strata_array_capacity(16, 17), 32);
+    assert_int_equal(strata_array_capacity(9, 10), 18);
+    assert_int_equal(strata_array_capacity(32, 1000), 1000);
+    assert_int_equal(strata_array_capacity(64, 10), 64); /* room already */
+    assert_true(strata_array_capacity(SIZE_MAX / 2 + 1, SIZE_MAX / 2 + 2) == SIZE_MAX);
+    uint32_t *a = NULL;
+    int64_t *b = NULL;
+    size_t cap = 0;
+    for (uint32_t i = 0; i < 40; i++) {
+        if (i + 1 > cap) {
+            size_t grown_cap = strata_array_capacity(cap, i + 1);
+            uint32_t *ga = strata_array_resize(a, grown_cap, sizeof *ga);
+            assert_non_null(ga);
+            a = ga;
+            int64_t *gb = strata_array_resize(b, grown_cap, sizeof *gb);
+            assert_non_null(gb);
+            b = gb;
+            cap = grown_cap;
+        }
+        a[i] = i;
+        b[i] = -(int64_t)i;
+    }
+    assert_int_equal(cap, 64);
+    for (uint32_t i = 0; i < 40; i++) {
+        assert_int_equal(a[i], i);
+        assert_int_equal(b[i], -(int64_t)i);
+    }
+    assert_null(strata_array_resize(a, SIZE_MAX / 2, sizeof *a)); /* n x 4 overflows */
+    assert_int_equal(a[39], 39);                                  /* untouched, still ours */
+    void *one = strata_array_resize(NULL, 0, 8);                  /* zero bytes: still a block */
+    assert_non_null(one);
+    free(one);
+    free(a);
+    free(b);
+}
+
 static void test_error_set_and_wrap(void **state) {
     (void)state;
     strata_error err;
@@ -702,6 +743,7 @@ static void test_random_id(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_array_grow),
+        cmocka_unit_test(test_array_capacity_and_resize),
         cmocka_unit_test(test_error_set_and_wrap),
         cmocka_unit_test(test_random_id),
         cmocka_unit_test(test_buffer_append_and_varints),

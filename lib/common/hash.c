@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "common/array.h"
+
 static inline uint64_t load_u64(const uint8_t *p) {
     uint64_t v;
     memcpy(&v, p, 8);
@@ -255,10 +257,8 @@ static int intern_grow_slots(strata_intern *t) {
 static char *intern_copy(strata_intern *t, const char *s, size_t len) {
     if (t->n_chunks == 0 || t->chunk_used + len + 1 > t->chunk_cap) {
         size_t cap = len + 1 > INTERN_CHUNK ? len + 1 : INTERN_CHUNK;
-        char **chunks = realloc(t->chunks, (t->n_chunks + 1) * sizeof *chunks);
-        if (chunks == NULL)
+        if (STRATA_ARRAY_RESERVE(t->chunks, t->cap_chunks, t->n_chunks + 1) != 0)
             return NULL;
-        t->chunks = chunks;
         char *chunk = malloc(cap);
         if (chunk == NULL)
             return NULL;
@@ -288,12 +288,12 @@ int strata_intern_add(strata_intern *t, const char *s, size_t len, uint32_t *id)
     if (t->count >= UINT32_MAX - 1)
         return -1;
     if (t->count == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 64;
-        const char **strings = realloc(t->strings, cap * sizeof *strings);
+        size_t cap = strata_array_capacity(t->cap, t->count + 1);
+        const char **strings = strata_array_resize(t->strings, cap, sizeof *strings);
         if (strings == NULL)
             return -1;
         t->strings = strings;
-        uint32_t *lengths = realloc(t->lengths, cap * sizeof *lengths);
+        uint32_t *lengths = strata_array_resize(t->lengths, cap, sizeof *lengths);
         if (lengths == NULL)
             return -1;
         t->lengths = lengths;

@@ -118,6 +118,7 @@ static inline void strata_u64_map_prefetch(const strata_u64_map *m, uint64_t key
 typedef struct strata_intern {
     char **chunks; /* arena chunks holding the string bytes, NUL-terminated */
     size_t n_chunks;
+    size_t cap_chunks;
     size_t chunk_used; /* bytes used in the last chunk */
     size_t chunk_cap;
     const char **strings; /* id -> string */

@@ -19,6 +19,7 @@
 
 #include <yaml.h>
 
+#include "common/array.h"
 #include "common/hash.h"
 
 #define ARENA_CHUNK_SIZE 16384
@@ -216,12 +217,12 @@ static int next_event(loader *ld) {
 
 static int vec_push(node_vec *v, config_node *key, config_node *item) {
     if (v->count == v->cap) {
-        size_t cap = v->cap == 0 ? 8 : v->cap * 2;
-        config_node **keys = realloc(v->keys, cap * sizeof *keys);
+        size_t cap = strata_array_capacity(v->cap, v->count + 1);
+        config_node **keys = strata_array_resize(v->keys, cap, sizeof *keys);
         if (keys == NULL)
             return -1;
         v->keys = keys;
-        config_node **items = realloc(v->items, cap * sizeof *items);
+        config_node **items = strata_array_resize(v->items, cap, sizeof *items);
         if (items == NULL)
             return -1;
         v->items = items;

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
+
 int target_group_init(target_group *group, const char *source, strata_error *err) {
     memset(group, 0, sizeof *group);
     if ((group->source = strdup(source)) == NULL)
@@ -15,12 +17,9 @@ int target_group_init(target_group *group, const char *source, strata_error *err
 }
 
 label_set *target_group_add_target(target_group *group, strata_error *err) {
-    label_set *grown = realloc(group->targets, (group->n_targets + 1) * sizeof *grown);
-    if (grown == NULL) {
-        strata_error_oom(err);
+    if (STRATA_ARRAY_RESERVE_OR_OOM(group->targets, group->cap_targets, group->n_targets + 1,
+                                    err) != 0)
         return NULL;
-    }
-    group->targets = grown;
     label_set *target = &group->targets[group->n_targets++];
     *target = (label_set)LABEL_SET_INIT;
     return target;

@@ -29,6 +29,7 @@ typedef struct target_group {
     label_set labels; /* common to every target of the group */
     label_set *targets;
     size_t n_targets; /* 0: the source is gone */
+    size_t cap_targets;
 } target_group;
 
 typedef void (*discovery_update_fn)(void *ctx, const target_group *groups, size_t n_groups);

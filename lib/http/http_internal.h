@@ -89,9 +89,9 @@ struct http_server {
     struct MHD_Daemon *daemon;
     http_server_state state;
     http_route *routes;
-    size_t n_routes;
+    size_t n_routes, cap_routes;
     http_owned *owned;
-    size_t n_owned;
+    size_t n_owned, cap_owned;
     http_route unmatched; /* metrics for requests no route took */
     metrics_counter_vec *requests_total;
     metrics_histogram_vec *duration_seconds;
@@ -123,7 +123,8 @@ struct http_response {
     char *content_type;
     char **headers; /* name, value, name, value, ... */
     size_t n_headers;
-    bool invalid; /* a setter failed: send 500 instead */
+    size_t cap_headers; /* in entries: 2 x n_headers used */
+    bool invalid;       /* a setter failed: send 500 instead */
     strata_buffer body;
     int fd; /* -1 = send body */
     uint64_t file_size;

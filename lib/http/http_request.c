@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "common/clock.h"
 #include "http/http_internal.h"
 
@@ -237,12 +238,11 @@ int http_response_set_content_type(http_response *resp, const char *type) {
 int http_response_add_header(http_response *resp, const char *name, const char *value) {
     if (name == NULL || value == NULL || !valid_header_name(name) || !valid_header_value(value))
         return -1;
-    char **v = realloc(resp->headers, (resp->n_headers + 1) * 2 * sizeof *v);
-    if (v == NULL) {
+    if (STRATA_ARRAY_RESERVE(resp->headers, resp->cap_headers, (resp->n_headers + 1) * 2) != 0) {
         resp->invalid = true;
         return -1;
     }
-    resp->headers = v;
+    char **v = resp->headers;
     char *n = strdup(name), *val = strdup(value);
     if (n == NULL || val == NULL) {
         free(n);

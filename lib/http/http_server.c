@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/tenant.h"
@@ -306,11 +307,9 @@ static int add_route(http_server *s, const char *method, const char *path, http_
                      http_handler fn, void *ctx, bool nonblocking, strata_error *err) {
     if (check_route(s, method, path, match, fn, err) != 0)
         return -1;
-    http_route *v = realloc(s->routes, (s->n_routes + 1) * sizeof *v);
-    if (v == NULL)
-        return strata_error_oom(err);
-    s->routes = v;
-    http_route *r = &v[s->n_routes];
+    if (STRATA_ARRAY_RESERVE_OR_OOM(s->routes, s->cap_routes, s->n_routes + 1, err) != 0)
+        return -1;
+    http_route *r = &s->routes[s->n_routes];
     memset(r, 0, sizeof *r);
     r->method = method ? strdup(method) : NULL;
     r->path = strdup(path);
@@ -339,13 +338,11 @@ int http_server_route_nonblocking(http_server *s, const char *method, const char
 }
 
 int http_server_own(http_server *s, void *ptr, void (*free_fn)(void *), strata_error *err) {
-    http_owned *v = realloc(s->owned, (s->n_owned + 1) * sizeof *v);
-    if (v == NULL) {
+    if (STRATA_ARRAY_RESERVE(s->owned, s->cap_owned, s->n_owned + 1) != 0) {
         free_fn(ptr);
         return strata_error_oom(err);
     }
-    s->owned = v;
-    v[s->n_owned++] = (http_owned){ptr, free_fn};
+    s->owned[s->n_owned++] = (http_owned){ptr, free_fn};
     return 0;
 }
 

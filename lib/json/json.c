@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/utf8.h"
 
 struct json_value {
@@ -367,14 +368,8 @@ static int parse_literal(parser *p, json_value *out) {
 /* ---- containers --------------------------------------------------------------------------- */
 
 static int scratch_push(parser *p, const char *key, size_t key_len, const json_value *value) {
-    if (p->scratch_len == p->scratch_cap) {
-        size_t cap = p->scratch_cap ? p->scratch_cap * 2 : 64;
-        json_object_member *grown = realloc(p->scratch, cap * sizeof *grown);
-        if (grown == NULL)
-            return parse_oom(p);
-        p->scratch = grown;
-        p->scratch_cap = cap;
-    }
+    if (STRATA_ARRAY_RESERVE(p->scratch, p->scratch_cap, p->scratch_len + 1) != 0)
+        return parse_oom(p);
     json_object_member *m = &p->scratch[p->scratch_len++];
     m->key = key;
     m->key_len = key_len;

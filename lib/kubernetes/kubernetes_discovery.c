@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/curl_global.h"
 #include "kubernetes/kubernetes_internal.h"
@@ -44,6 +45,7 @@ typedef struct watcher {
     char *resource_version;
     char **known; /* sorted sources reported and not yet gone */
     size_t n_known;
+    size_t cap_known;
     bool listed; /* counted in stats.synced */
     /* Per transfer. */
     bool watching;
@@ -67,6 +69,7 @@ struct kubernetes_discovery {
     atomic_bool stop;
     watcher *watchers;
     size_t n_watchers;
+    size_t cap_watchers;
     size_t n_listed;
     kubernetes_discovery_stats stats;
 };
@@ -130,10 +133,8 @@ static int known_add(watcher *w, const char *source, strata_error *err) {
     size_t at = known_find(w, source, &found);
     if (found)
         return 0;
-    char **grown = realloc(w->known, (w->n_known + 1) * sizeof *grown);
-    if (grown == NULL)
-        return strata_error_oom(err);
-    w->known = grown;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(w->known, w->cap_known, w->n_known + 1, err) != 0)
+        return -1;
     char *copy = strdup(source);
     if (copy == NULL)
         return strata_error_oom(err);
@@ -159,6 +160,7 @@ static void known_free(watcher *w) {
     free(w->known);
     w->known = NULL;
     w->n_known = 0;
+    w->cap_known = 0;
 }
 
 static void deliver(kubernetes_discovery *d, const target_group *groups, size_t n) {
@@ -366,16 +368,8 @@ typedef struct group_list {
 } group_list;
 
 static target_group *group_list_add(group_list *l, strata_error *err) {
-    if (l->count == l->cap) {
-        size_t cap = l->cap == 0 ? 64 : l->cap * 2;
-        target_group *grown = realloc(l->items, cap * sizeof *grown);
-        if (grown == NULL) {
-            strata_error_oom(err);
-            return NULL;
-        }
-        l->items = grown;
-        l->cap = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(l->items, l->cap, l->count + 1, err) != 0)
+        return NULL;
     target_group *g = &l->items[l->count];
     memset(g, 0, sizeof *g);
     return g;
@@ -694,10 +688,8 @@ static int add_watcher(kubernetes_discovery *d, const char *ns, strata_error *er
     for (size_t i = 0; ns != NULL && i < d->n_watchers; i++)
         if (d->watchers[i].namespace_ != NULL && strcmp(d->watchers[i].namespace_, ns) == 0)
             return 0; /* listed twice (own_namespace and names) */
-    watcher *grown = realloc(d->watchers, (d->n_watchers + 1) * sizeof *grown);
-    if (grown == NULL)
-        return strata_error_oom(err);
-    d->watchers = grown;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(d->watchers, d->cap_watchers, d->n_watchers + 1, err) != 0)
+        return -1;
     watcher *w = &d->watchers[d->n_watchers];
     memset(w, 0, sizeof *w);
     w->d = d;

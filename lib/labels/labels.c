@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/hash.h"
 #include "common/utf8.h"
 
@@ -110,15 +111,7 @@ static char *copy_bytes(const char *s, size_t len) {
 }
 
 static int label_set_grow(label_set *set, strata_error *err) {
-    if (set->count < set->cap)
-        return 0;
-    size_t cap = set->cap ? set->cap * 2 : 8;
-    strata_label *labels = realloc(set->labels, cap * sizeof *labels);
-    if (labels == NULL)
-        return strata_error_oom(err);
-    set->labels = labels;
-    set->cap = cap;
-    return 0;
+    return STRATA_ARRAY_RESERVE_OR_OOM(set->labels, set->cap, set->count + 1, err);
 }
 
 int label_set_add(label_set *set, const char *name, size_t name_len, const char *value,

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
+
 typedef struct parser {
     const char *text;
     size_t len;
@@ -296,14 +298,8 @@ static int add_matcher(parser *p, selector *sel, size_t *cap) {
     if (sel->n_matchers == STRATA_SELECTOR_MAX_MATCHERS)
         return parse_fail(p, p->pos, "too many matchers (the limit is %d)",
                           STRATA_SELECTOR_MAX_MATCHERS);
-    if (sel->n_matchers == *cap) {
-        size_t new_cap = *cap ? *cap * 2 : 4;
-        label_matcher *grown = realloc(sel->matchers, new_cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(p->err);
-        sel->matchers = grown;
-        *cap = new_cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(sel->matchers, *cap, sel->n_matchers + 1, p->err) != 0)
+        return -1;
     if (parse_matcher(p, &sel->matchers[sel->n_matchers]) != 0)
         return -1;
     sel->n_matchers++;

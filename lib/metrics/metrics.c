@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "metrics/metrics_internal.h"
 
 static const double default_latency_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
@@ -266,14 +267,8 @@ static int validate_opts(const metrics_opts *o, metrics_family_type type, bool i
 }
 
 static int registry_append(metrics_registry *r, metrics_family *f, strata_error *err) {
-    if (r->n_families == r->cap_families) {
-        size_t cap = r->cap_families ? r->cap_families * 2 : 16;
-        metrics_family **v = realloc(r->families, cap * sizeof *v);
-        if (v == NULL)
-            return strata_error_oom(err);
-        r->families = v;
-        r->cap_families = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(r->families, r->cap_families, r->n_families + 1, err) != 0)
+        return -1;
     r->families[r->n_families++] = f;
     return 0;
 }
@@ -390,15 +385,7 @@ static metrics_series *lookup_locked(const metrics_family *f, const char *const 
 }
 
 static int children_reserve(metrics_family *f) {
-    if (f->n_children < f->cap_children)
-        return 0;
-    size_t cap = f->cap_children ? f->cap_children * 2 : 8;
-    metrics_series **v = realloc(f->children, cap * sizeof *v);
-    if (v == NULL)
-        return -1;
-    f->children = v;
-    f->cap_children = cap;
-    return 0;
+    return STRATA_ARRAY_RESERVE(f->children, f->cap_children, f->n_children + 1);
 }
 
 /* Inserts a new child; *capped is set when the family is full. Caller holds the write lock. */
@@ -694,15 +681,10 @@ int metrics_registry_add_collector(metrics_registry *r, metrics_collect_fn fn, v
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "collector needs a registry and fn");
     int rc = 0;
     pthread_mutex_lock(&r->collect_lock);
-    if (r->n_collectors == r->cap_collectors) {
-        size_t cap = r->cap_collectors ? r->cap_collectors * 2 : 4;
-        metrics_collector *v = realloc(r->collectors, cap * sizeof *v);
-        if (v == NULL) {
-            rc = strata_error_oom(err);
-            goto out;
-        }
-        r->collectors = v;
-        r->cap_collectors = cap;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(r->collectors, r->cap_collectors, r->n_collectors + 1, err) !=
+        0) {
+        rc = -1;
+        goto out;
     }
     r->collectors[r->n_collectors++] = (metrics_collector){fn, ctx};
 out:

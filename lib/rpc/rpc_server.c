@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "common/array.h"
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/tenant.h"
@@ -70,6 +71,7 @@ struct rpc_server {
     size_t n_workers;
     rpc_method *methods;
     size_t n_methods;
+    size_t cap_methods;
     int port;
     bool started;
     const strata_auth *auth; /* NULL: no authentication */
@@ -831,10 +833,8 @@ static int check_method_path(const rpc_server *s, const char *path, strata_error
 static int add_method(rpc_server *s, const char *path, rpc_method m, strata_error *err) {
     if (check_method_path(s, path, err) != 0)
         return -1;
-    rpc_method *methods = realloc(s->methods, (s->n_methods + 1) * sizeof(*methods));
-    if (methods == NULL)
-        return strata_error_oom(err);
-    s->methods = methods;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(s->methods, s->cap_methods, s->n_methods + 1, err) != 0)
+        return -1;
     m.path = strdup(path);
     m.path_len = strlen(path);
     m.counters = calloc(1, sizeof(*m.counters));

@@ -27,6 +27,7 @@
 
 #include "block/block_format.h"
 #include "block/bucket_index.h"
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -133,11 +134,11 @@ typedef struct job_failure {
 typedef struct tenant_state {
     char *name;
     block_entry *entries;
-    size_t n_entries;
+    size_t n_entries, cap_entries;
     skipped_window *skipped; /* windows not to plan again (see skipped_window) */
-    size_t n_skipped;
+    size_t n_skipped, cap_skipped;
     job_failure *failures; /* failing jobs, at most one entry per job */
-    size_t n_failures;
+    size_t n_failures, cap_failures;
     uint64_t cycle; /* compaction passes over this tenant */
     bool seen;      /* listed in the current cycle */
 } tenant_state;
@@ -177,7 +178,7 @@ struct compactor {
     void *listener_ctx;
     compactor_metrics m;
     tenant_state *tenants;
-    size_t n_tenants;
+    size_t n_tenants, cap_tenants;
     pthread_mutex_t mu; /* guards stats, stopping and the wake-up */
     pthread_cond_t wake;
     compactor_stats stats;
@@ -408,14 +409,8 @@ static int scan_key(const char *key, void *arg, strata_error *err) {
         return 0; /* bucket-index.json, or not a block */
     const char *file = slash + 1;
     if (s->n == 0 || ulid_compare(&s->entries[s->n - 1].id, &id) != 0) {
-        if (s->n == s->cap) {
-            size_t cap = s->cap ? s->cap * 2 : 64;
-            block_entry *grown = realloc(s->entries, cap * sizeof *grown);
-            if (grown == NULL)
-                return strata_error_oom(err);
-            s->entries = grown;
-            s->cap = cap;
-        }
+        if (STRATA_ARRAY_RESERVE_OR_OOM(s->entries, s->cap, s->n + 1, err) != 0)
+            return -1;
         block_entry *e = &s->entries[s->n++];
         memset(e, 0, sizeof *e);
         block_meta_init(&e->meta);
@@ -527,6 +522,7 @@ static int scan_tenant(compactor *c, tenant_state *t, strata_error *err) {
     entries_free(old.entries, old.n_entries);
     t->entries = s.entries;
     t->n_entries = s.n;
+    t->cap_entries = s.cap;
     return 0;
 }
 
@@ -593,14 +589,8 @@ typedef struct key_list {
 
 static int collect_key(const char *key, void *arg, strata_error *err) {
     key_list *l = arg;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 8;
-        char **grown = realloc(l->keys, cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        l->keys = grown;
-        l->cap = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(l->keys, l->cap, l->n + 1, err) != 0)
+        return -1;
     if ((l->keys[l->n] = strdup(key)) == NULL)
         return strata_error_oom(err);
     l->n++;
@@ -729,10 +719,8 @@ static void on_progress(void *arg, const block_merge_stats *st, uint64_t done, u
 }
 
 static int add_entry(tenant_state *t, const block_merge_result *res, strata_error *err) {
-    block_entry *grown = realloc(t->entries, (t->n_entries + 1) * sizeof *grown);
-    if (grown == NULL)
-        return strata_error_oom(err);
-    t->entries = grown;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(t->entries, t->cap_entries, t->n_entries + 1, err) != 0)
+        return -1;
     block_entry e = {.id = res->id, .has_meta = true, .meta_ok = true};
     ulid_format(&res->id, e.text);
     if (block_meta_copy(&e.meta, &res->meta, err) != 0)
@@ -790,10 +778,8 @@ static void commit_merge(job_ctx *j, const ulid *ids, size_t n, const block_merg
 }
 
 static void skip_window(tenant_state *t, const plan_job *job, bool persistent) {
-    skipped_window *grown = realloc(t->skipped, (t->n_skipped + 1) * sizeof *grown);
-    if (grown == NULL)
+    if (STRATA_ARRAY_RESERVE(t->skipped, t->cap_skipped, t->n_skipped + 1) != 0)
         return; /* only costs a retry */
-    t->skipped = grown;
     t->skipped[t->n_skipped++] = (skipped_window){.range_index = job->range_index,
                                                   .start_ms = job->window_start_ms,
                                                   .persistent = persistent};
@@ -860,10 +846,8 @@ static int note_failure(tenant_state *t, uint64_t key, bool counts) {
     if (f == NULL) {
         if (!counts)
             return 0;
-        job_failure *grown = realloc(t->failures, (t->n_failures + 1) * sizeof *grown);
-        if (grown == NULL)
+        if (STRATA_ARRAY_RESERVE(t->failures, t->cap_failures, t->n_failures + 1) != 0)
             return 0; /* only delays giving up */
-        t->failures = grown;
         f = &t->failures[t->n_failures++];
         *f = (job_failure){.key = key, .cycle = t->cycle, .failures = 0};
     } else if (f->cycle == t->cycle) {
@@ -1141,11 +1125,9 @@ static tenant_state *tenant_get(compactor *c, const char *name) {
     for (size_t i = 0; i < c->n_tenants; i++)
         if (strcmp(c->tenants[i].name, name) == 0)
             return &c->tenants[i];
-    tenant_state *grown = realloc(c->tenants, (c->n_tenants + 1) * sizeof *grown);
-    if (grown == NULL)
+    if (STRATA_ARRAY_RESERVE(c->tenants, c->cap_tenants, c->n_tenants + 1) != 0)
         return NULL;
-    c->tenants = grown;
-    tenant_state *t = &grown[c->n_tenants];
+    tenant_state *t = &c->tenants[c->n_tenants];
     memset(t, 0, sizeof *t);
     if ((t->name = strdup(name)) == NULL)
         return NULL;

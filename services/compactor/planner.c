@@ -5,6 +5,8 @@
 
 #include <stdlib.h>
 
+#include "common/array.h"
+
 int plan_validate_ranges(const int64_t *ranges_ms, size_t n, strata_error *err) {
     if (n == 0 || n > PLANNER_MAX_RANGES)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
@@ -52,14 +54,20 @@ void plan_jobs_free(plan_job *jobs, size_t n) {
     free(jobs);
 }
 
+/* The jobs planned so far: the caller's array, its count and its capacity. */
+typedef struct job_list {
+    plan_job **jobs;
+    size_t *n_jobs;
+    size_t cap;
+} job_list;
+
 /* Appends the job for cands[from, to) of range i. */
 static int add_job(const plan_block *blocks, const candidate *cands, size_t from, size_t to,
-                   size_t i, int64_t range, plan_job **jobs, size_t *n_jobs, strata_error *err) {
-    plan_job *grown = realloc(*jobs, (*n_jobs + 1) * sizeof *grown);
-    if (grown == NULL)
-        return strata_error_oom(err);
-    *jobs = grown;
-    plan_job *job = &grown[*n_jobs];
+                   size_t i, int64_t range, job_list *l, strata_error *err) {
+    if (STRATA_ARRAY_RESERVE_OR_OOM(*l->jobs, l->cap, *l->n_jobs + 1, err) != 0)
+        return -1;
+    size_t *n_jobs = l->n_jobs;
+    plan_job *job = &(*l->jobs)[*n_jobs];
     *job = (plan_job){.range_index = i,
                       .window_start_ms = cands[from].window,
                       .window_end_ms = cands[from].window + range,
@@ -75,9 +83,9 @@ static int add_job(const plan_block *blocks, const candidate *cands, size_t from
     return 0;
 }
 
-/* The jobs of range i (appended to *jobs). */
+/* The jobs of range i (appended to l). */
 static int plan_range(const plan_block *blocks, size_t n, const plan_options *o, size_t i,
-                      candidate *cands, plan_job **jobs, size_t *n_jobs, strata_error *err) {
+                      candidate *cands, job_list *l, strata_error *err) {
     int64_t range = o->ranges_ms[i];
     size_t count = 0;
     for (size_t b = 0; b < n; b++) {
@@ -98,7 +106,7 @@ static int plan_range(const plan_block *blocks, size_t n, const plan_options *o,
         bool closed = w + range + o->consistency_delay_ms <= o->now_ms;
         bool skipped = o->skip_window != NULL && o->skip_window(o->skip_ctx, i, w);
         if (to - from >= 2 && closed && !skipped &&
-            add_job(blocks, cands, from, to, i, range, jobs, n_jobs, err) != 0)
+            add_job(blocks, cands, from, to, i, range, l, err) != 0)
             return -1;
         from = to;
     }
@@ -117,8 +125,9 @@ int plan_compaction(const plan_block *blocks, size_t n, const plan_options *opts
     if (cands == NULL)
         return strata_error_oom(err);
     int rc = 0;
+    job_list l = {jobs, n_jobs, 0};
     for (size_t i = 0; i < opts->n_ranges && rc == 0 && *n_jobs == 0; i++)
-        rc = plan_range(blocks, n, opts, i, cands, jobs, n_jobs, err);
+        rc = plan_range(blocks, n, opts, i, cands, &l, err);
     free(cands);
     if (rc != 0) {
         plan_jobs_free(*jobs, *n_jobs);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/array.h"
 #include "common/clock.h"
 #include "json/json.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
@@ -59,16 +60,8 @@ static agent_entry *find_or_add(agent_registry *r, const char *id, strata_error 
     for (size_t i = 0; i < r->count; i++)
         if (strcmp(r->entries[i].id, id) == 0)
             return &r->entries[i];
-    if (r->count == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 8;
-        agent_entry *grown = realloc(r->entries, cap * sizeof *grown);
-        if (grown == NULL) {
-            strata_error_oom(err);
-            return NULL;
-        }
-        r->entries = grown;
-        r->cap = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(r->entries, r->cap, r->count + 1, err) != 0)
+        return NULL;
     agent_entry *e = &r->entries[r->count];
     memset(e, 0, sizeof *e);
     if ((e->id = strdup(id)) == NULL) {

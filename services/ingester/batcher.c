@@ -13,6 +13,7 @@
 #include "block/block_format.h"
 #include "block/block_meta.h"
 #include "block/block_writer.h"
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -132,14 +133,8 @@ static tenant_batch *open_batch_for(batcher *b, const char *tenant, strata_error
 }
 
 static int queue_ack(tenant_batch *tb, batcher_ack_fn fn, void *ctx, strata_error *err) {
-    if (tb->n_acks == tb->cap_acks) {
-        size_t cap = tb->cap_acks ? tb->cap_acks * 2 : 16;
-        pending_ack *grown = realloc(tb->acks, cap * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        tb->acks = grown;
-        tb->cap_acks = cap;
-    }
+    if (STRATA_ARRAY_RESERVE_OR_OOM(tb->acks, tb->cap_acks, tb->n_acks + 1, err) != 0)
+        return -1;
     tb->acks[tb->n_acks].fn = fn;
     tb->acks[tb->n_acks].ctx = ctx;
     tb->n_acks++;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/hash.h"
 #include "http/multipart.h"
 #include "json/json.h"
@@ -189,11 +190,11 @@ static int series_set(ingest_series *s, const char *name, size_t name_len, const
             return 0;
         }
     if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 8;
-        char **names = realloc(s->names, cap * sizeof *names);
+        size_t cap = strata_array_capacity(s->cap, s->n + 1);
+        char **names = strata_array_resize(s->names, cap, sizeof *names);
         if (names != NULL)
             s->names = names;
-        char **values = names != NULL ? realloc(s->values, cap * sizeof *values) : NULL;
+        char **values = names != NULL ? strata_array_resize(s->values, cap, sizeof *values) : NULL;
         if (values == NULL) {
             free(n);
             free(v);
@@ -362,31 +363,21 @@ static void stack_profile_free(stack_profile *b) {
 }
 
 /* The capacity to grow to from cap so that need fits. */
-static size_t grown_capacity(size_t cap, size_t need) {
-    size_t n = cap ? cap : 64;
-    while (n < need)
-        n *= 2;
-    return n;
-}
-
-/* Resizes *array to n elements of size; false (array unchanged) when out of memory. */
-static bool resize(void **array, size_t n, size_t size) {
-    void *p = realloc(*array, n * size);
-    if (p == NULL)
-        return false;
-    *array = p;
-    return true;
-}
-
 /* Room for need functions (with their locations and lines). */
 static int reserve_functions(stack_profile *b, size_t need) {
     if (need <= b->cap_functions)
         return 0;
-    size_t n = grown_capacity(b->cap_functions, need);
-    if (!resize((void **)&b->functions, n, sizeof *b->functions) ||
-        !resize((void **)&b->locations, n, sizeof *b->locations) ||
-        !resize((void **)&b->lines, n, sizeof *b->lines))
+    size_t n = strata_array_capacity(b->cap_functions, need);
+    void *p;
+    if ((p = strata_array_resize(b->functions, n, sizeof *b->functions)) == NULL)
         return -1;
+    b->functions = p;
+    if ((p = strata_array_resize(b->locations, n, sizeof *b->locations)) == NULL)
+        return -1;
+    b->locations = p;
+    if ((p = strata_array_resize(b->lines, n, sizeof *b->lines)) == NULL)
+        return -1;
+    b->lines = p;
     b->cap_functions = n;
     return 0;
 }
@@ -394,18 +385,18 @@ static int reserve_functions(stack_profile *b, size_t need) {
 /* Room for need samples (with their values) and need_ids location ids. */
 static int reserve_samples(stack_profile *b, size_t need, size_t need_ids) {
     if (need > b->cap_samples) {
-        size_t n = grown_capacity(b->cap_samples, need);
-        if (!resize((void **)&b->samples, n, sizeof *b->samples) ||
-            !resize((void **)&b->values, n, sizeof *b->values))
+        size_t n = strata_array_capacity(b->cap_samples, need);
+        void *p;
+        if ((p = strata_array_resize(b->samples, n, sizeof *b->samples)) == NULL)
             return -1;
+        b->samples = p;
+        if ((p = strata_array_resize(b->values, n, sizeof *b->values)) == NULL)
+            return -1;
+        b->values = p;
         b->cap_samples = n;
     }
-    if (need_ids > b->cap_location_ids) {
-        size_t n = grown_capacity(b->cap_location_ids, need_ids);
-        if (!resize((void **)&b->location_ids, n, sizeof *b->location_ids))
-            return -1;
-        b->cap_location_ids = n;
-    }
+    if (STRATA_ARRAY_RESERVE(b->location_ids, b->cap_location_ids, need_ids) != 0)
+        return -1;
     return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/utf8.h"
 #include "common/varint.h"
 #include "parca/profilestore/v1alpha1/profilestore.pb-c.h"
@@ -255,14 +256,9 @@ static int expand_sample_types(ingest_request *req, size_t series_index, size_t 
                                strata_error *err) {
     const pprof_profile *p = &req->pprofs[pprof_index];
     for (size_t t = 0; t < p->n_sample_types; t++) {
-        if (req->n_profiles == *profiles_cap) {
-            size_t cap = *profiles_cap ? *profiles_cap * 2 : 8;
-            ingest_profile *grown = realloc(req->profiles, cap * sizeof *grown);
-            if (grown == NULL)
-                return strata_error_oom(err);
-            req->profiles = grown;
-            *profiles_cap = cap;
-        }
+        if (STRATA_ARRAY_RESERVE_OR_OOM(req->profiles, *profiles_cap, req->n_profiles + 1, err) !=
+            0)
+            return -1;
         ingest_profile *ip = &req->profiles[req->n_profiles];
         memset(ip, 0, sizeof *ip);
         req->n_profiles++;

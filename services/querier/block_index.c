@@ -263,14 +263,10 @@ static int push_node(block_index *ix, uint64_t key, indexed_block *b, uint32_t t
         ix->free_nodes = ix->nodes[number - 1].next;
         ix->n_free--;
     } else {
-        if (ix->n_nodes == ix->cap_nodes) {
-            size_t cap = ix->cap_nodes ? ix->cap_nodes * 2 : 256;
-            lineage_node *grown = cap < UINT32_MAX ? realloc(ix->nodes, cap * sizeof *grown) : NULL;
-            if (grown == NULL)
-                return strata_error_oom(err);
-            ix->nodes = grown;
-            ix->cap_nodes = cap;
-        }
+        /* node numbers are 1-based uint32_t: n_nodes stays below UINT32_MAX */
+        if (ix->n_nodes >= UINT32_MAX - 1 ||
+            STRATA_ARRAY_RESERVE(ix->nodes, ix->cap_nodes, ix->n_nodes + 1) != 0)
+            return strata_error_oom(err);
         number = (uint32_t)++ix->n_nodes;
     }
     bool inserted = false;

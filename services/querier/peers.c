@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "calltree/calltree.h"
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -233,14 +234,8 @@ static void resolve_entry(const char *entry, char (**addrs)[300], size_t *n, siz
         char ip[128];
         if (getnameinfo(a->ai_addr, a->ai_addrlen, ip, sizeof ip, NULL, 0, NI_NUMERICHOST) != 0)
             continue;
-        if (*n == *cap) {
-            size_t grown = *cap ? *cap * 2 : 8;
-            char(*bigger)[300] = realloc(*addrs, grown * sizeof **addrs);
-            if (bigger == NULL)
-                break;
-            *addrs = bigger;
-            *cap = grown;
-        }
+        if (STRATA_ARRAY_RESERVE(*addrs, *cap, *n + 1) != 0)
+            break;
         snprintf((*addrs)[*n], sizeof(*addrs)[*n], a->ai_family == AF_INET6 ? "[%s]:%s" : "%s:%s",
                  ip, port);
         bool seen = false;

@@ -450,7 +450,7 @@ static int add_span_matcher(split_selector *s, char *const *ids, size_t n, strat
             }
     }
     size_t total = s->sel.n_matchers + s->n_type_matchers;
-    label_matcher *grown = realloc(s->sel.matchers, (total + 1) * sizeof *grown);
+    label_matcher *grown = strata_array_resize(s->sel.matchers, total + 1, sizeof *grown);
     if (grown == NULL || strata_buffer_append_byte(&re, 0) != 0) {
         if (grown != NULL)
             s->sel.matchers = grown;

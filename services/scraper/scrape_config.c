@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "labels/labels.h"
 
 #define DEFAULT_FILE_SD_REFRESH "5m"
@@ -304,12 +305,9 @@ static void endpoint_free(scrape_endpoint *e) {
 
 static scrape_endpoint *add_endpoint(scrape_job_config *job, const char *name, const char *path,
                                      bool delta, strata_error *err) {
-    scrape_endpoint *grown = realloc(job->endpoints, (job->n_endpoints + 1) * sizeof *grown);
-    if (grown == NULL) {
-        strata_error_oom(err);
+    if (STRATA_ARRAY_RESERVE_OR_OOM(job->endpoints, job->cap_endpoints, job->n_endpoints + 1,
+                                    err) != 0)
         return NULL;
-    }
-    job->endpoints = grown;
     scrape_endpoint *e = &job->endpoints[job->n_endpoints];
     memset(e, 0, sizeof *e);
     if ((e->name = strdup(name)) == NULL || (e->path = strdup(path)) == NULL) {
@@ -487,6 +485,7 @@ void scrape_job_config_free(scrape_job_config *job) {
     free(job->endpoints);
     job->endpoints = NULL;
     job->n_endpoints = 0;
+    job->cap_endpoints = 0;
     config_free(job_fields, job);
 }
 

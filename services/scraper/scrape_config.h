@@ -108,6 +108,7 @@ typedef struct scrape_job_config {
     scrape_profiling_config profiling_config;
     scrape_endpoint *endpoints; /* defaults first, then custom entries in document order */
     size_t n_endpoints;
+    size_t cap_endpoints;
 } scrape_job_config;
 
 typedef struct scrape_configs {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -55,7 +56,7 @@ typedef struct file_provider {
     discovery_update_fn update;
     void *ctx;
     file_state *files;
-    size_t n_files;
+    size_t n_files, cap_files;
     pthread_t thread;
     bool started;
 } file_provider;
@@ -141,10 +142,8 @@ static file_state *file_state_get(file_provider *fp, const char *path) {
     for (size_t i = 0; i < fp->n_files; i++)
         if (strcmp(fp->files[i].path, path) == 0)
             return &fp->files[i];
-    file_state *grown = realloc(fp->files, (fp->n_files + 1) * sizeof *grown);
-    if (grown == NULL)
+    if (STRATA_ARRAY_RESERVE(fp->files, fp->cap_files, fp->n_files + 1) != 0)
         return NULL;
-    fp->files = grown;
     file_state *f = &fp->files[fp->n_files];
     memset(f, 0, sizeof *f);
     if ((f->path = strdup(path)) == NULL)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/curl_global.h"
 #include "common/hash.h"
@@ -71,6 +72,7 @@ static void job_clear_targets(scrape_job *job) {
     free(job->dropped);
     job->dropped = NULL;
     job->n_dropped = 0;
+    job->cap_dropped = 0;
 }
 
 static void job_unref(scrape_job *job) {
@@ -178,12 +180,9 @@ static int build_target(scrape_job *job, const target_group *g, size_t index,
         goto fail;
     const char *address = keep ? label_set_get(&t->labels, DISCOVERY_ADDRESS_LABEL) : NULL;
     if (address == NULL || address[0] == '\0') {
-        label_set *grown = realloc(job->dropped, (job->n_dropped + 1) * sizeof *grown);
-        if (grown == NULL) {
-            strata_error_oom(err);
+        if (STRATA_ARRAY_RESERVE_OR_OOM(job->dropped, job->cap_dropped, job->n_dropped + 1, err) !=
+            0)
             goto fail;
-        }
-        job->dropped = grown;
         job->dropped[job->n_dropped++] = t->discovered;
         t->discovered = (label_set)LABEL_SET_INIT;
         label_set_free(&t->labels);
@@ -262,6 +261,7 @@ static int job_rebuild(scrape_job *job, strata_error *err) {
     free(job->dropped);
     job->dropped = NULL;
     job->n_dropped = 0;
+    job->cap_dropped = 0;
     size_t cap = 0;
     strata_u64_map old_index, seen;
     if (index_targets(&old_index, old, n_old, err) != 0) {
@@ -318,16 +318,10 @@ static int job_rebuild(scrape_job *job, strata_error *err) {
                     if (t->next_mono_ns < now)
                         t->next_mono_ns += t->interval_ns;
                 }
-                if (job->n_targets == cap) {
-                    size_t ncap = cap ? cap * 2 : 16;
-                    scrape_target **grown = realloc(job->targets, ncap * sizeof *grown);
-                    if (grown == NULL) {
-                        rc = strata_error_oom(err);
-                        target_drop(t);
-                        continue;
-                    }
-                    job->targets = grown;
-                    cap = ncap;
+                if (STRATA_ARRAY_RESERVE(job->targets, cap, job->n_targets + 1) != 0) {
+                    rc = strata_error_oom(err);
+                    target_drop(t);
+                    continue;
                 }
                 job->targets[job->n_targets++] = t;
             }
@@ -360,10 +354,8 @@ static int job_update_groups(scrape_job *job, const target_group *groups, size_t
         }
         if (g->n_targets == 0)
             continue;
-        target_group *grown = realloc(job->groups, (job->n_groups + 1) * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        job->groups = grown;
+        if (STRATA_ARRAY_RESERVE_OR_OOM(job->groups, job->cap_groups, job->n_groups + 1, err) != 0)
+            return -1;
         if (target_group_copy(&job->groups[job->n_groups], g, err) != 0)
             return -1;
         job->n_groups++;

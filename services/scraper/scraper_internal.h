@@ -59,11 +59,11 @@ struct scrape_job {
     int refs; /* 1 while listed in the scraper, plus one per target */
     scrape_job_config config;
     target_group *groups;
-    size_t n_groups;
+    size_t n_groups, cap_groups;
     scrape_target **targets;
     size_t n_targets;
     label_set *dropped; /* discovered labels of dropped targets */
-    size_t n_dropped;
+    size_t n_dropped, cap_dropped;
     scrape_discovery *discovery;
     metrics_counter *scrapes;
     metrics_counter *failures;
