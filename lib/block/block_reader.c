@@ -1768,15 +1768,17 @@ static void lazy_array_free(void *p, size_t bytes) {
 }
 
 /* Allocates a lazily decoded table's array (elem bytes per row; *bytes its size) and group
- * flags. */
-static int lazy_table(block_reader *r, int table, size_t elem, void **rows, size_t *bytes,
+ * flags. rows_ptr is the address of the table's typed array pointer, written through memcpy (not
+ * a `void **`, which would access a `T *` as a `void *`: strict aliasing). */
+static int lazy_table(block_reader *r, int table, size_t elem, void *rows_ptr, size_t *bytes,
                       uint8_t **loaded, size_t *n, strata_error *err) {
     const r_table *t = &r->tables[table];
     *n = (size_t)t->rows;
     *bytes = (*n + 1) * elem;
-    *rows = lazy_array_alloc(*bytes);
+    void *rows = lazy_array_alloc(*bytes);
+    memcpy(rows_ptr, &rows, sizeof rows);
     *loaded = calloc((size_t)t->n_groups + 1, 1);
-    return (*rows == NULL || *loaded == NULL) ? strata_error_oom(err) : 0;
+    return (rows == NULL || *loaded == NULL) ? strata_error_oom(err) : 0;
 }
 
 /* The stack tree is decoded a row group at a time, on first use (ensure_stacks): a merge over
@@ -1868,11 +1870,11 @@ static int load_symbols(block_reader *r, strata_error *err) {
     if (r->symbols_loaded)
         return 0;
     if (load_mappings(r, err) != 0 ||
-        lazy_table(r, BLOCK_TABLE_FUNCTIONS, sizeof *r->functions, (void **)&r->functions,
+        lazy_table(r, BLOCK_TABLE_FUNCTIONS, sizeof *r->functions, &r->functions,
                    &r->functions_bytes, &r->function_group_loaded, &r->n_functions, err) != 0 ||
-        lazy_table(r, BLOCK_TABLE_LINES, sizeof *r->lines, (void **)&r->lines, &r->lines_bytes,
+        lazy_table(r, BLOCK_TABLE_LINES, sizeof *r->lines, &r->lines, &r->lines_bytes,
                    &r->line_group_loaded, &r->n_lines, err) != 0 ||
-        lazy_table(r, BLOCK_TABLE_LOCATIONS, sizeof *r->locations, (void **)&r->locations,
+        lazy_table(r, BLOCK_TABLE_LOCATIONS, sizeof *r->locations, &r->locations,
                    &r->locations_bytes, &r->location_group_loaded, &r->n_locations, err) != 0 ||
         load_stacks(r, err) != 0) {
         free_symbols(r); /* a later call retries from scratch */

@@ -82,9 +82,15 @@ static uint16_t bound_port(int fd) {
     socklen_t len = sizeof ss;
     if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
         return 0;
-    if (ss.ss_family == AF_INET6)
-        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    /* copied out, not read through a cast of &ss (strict aliasing) */
+    if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 in6;
+        memcpy(&in6, &ss, sizeof in6);
+        return ntohs(in6.sin6_port);
+    }
+    struct sockaddr_in in4;
+    memcpy(&in4, &ss, sizeof in4);
+    return ntohs(in4.sin_port);
 }
 
 static int open_listener(http_server *s, const char *bind, strata_error *err) {

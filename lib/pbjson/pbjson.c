@@ -209,7 +209,8 @@ static void write_message(json_writer *w, const ProtobufCMessage *m, int depth) 
             size_t n = *(const size_t *)(base + f->quantifier_offset);
             if (n == 0)
                 continue;
-            const uint8_t *array = *(const uint8_t *const *)member;
+            const uint8_t *array;
+            memcpy(&array, member, sizeof array); /* the field is a `T *` */
             json_key(w, name);
             json_begin_array(w);
             for (size_t k = 0; k < n; k++)
@@ -557,7 +558,7 @@ static int read_field(decoder *dc, ProtobufCMessage *m, const ProtobufCFieldDesc
         uint8_t *array = calloc(n, element_size(f));
         if (array == NULL)
             return strata_error_oom(dc->err);
-        *(void **)member = array;
+        memcpy(member, &array, sizeof array); /* the field is a `T *`: no `void **` store */
         for (size_t k = 0; k < n; k++) {
             /* counted first: a failure leaves what was read (zeros after it) to be freed */
             *(size_t *)(base + f->quantifier_offset) = k + 1;
