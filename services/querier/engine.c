@@ -7,7 +7,11 @@
  * fills a per-worker partial result, and a merge step that combines the partials in block order
  * (labels here, ranges in engine_range.c, merges in engine_merge.c; which series and samples a
  * selector picks in engine_samples.c, which profiles in engine_select.c).
- * */
+ *
+ * The driver's workers are the caller's thread and helpers from the engine's block_workers, kept
+ * for the engine's life: a query starts no thread (block_workers.h says why that cannot deadlock
+ * when every helper is busy).
+ */
 #include "engine.h"
 #include "engine_internal.h"
 
@@ -19,6 +23,11 @@
 #include <unistd.h>
 
 #include "common/hash.h"
+
+/* The most helper threads the block driver keeps: every pass asks for at most 63 (a worker count
+ * is at most 64, the caller being one), so this lets 16 such passes run at once with all their
+ * threads, as they did when each started its own; beyond it concurrent passes share helpers. */
+#define ENGINE_BLOCK_THREADS 1008
 
 void query_engine_options_default(query_engine_options *opts) {
     opts->max_query_bytes = (uint64_t)1 << 30;
@@ -37,12 +46,23 @@ int query_engine_new(const query_engine_options *opts, block_index *index, query
     if (e->opts.parallelism < 1)
         e->opts.parallelism = 1;
     e->index = index;
+    if (block_workers_new(ENGINE_BLOCK_THREADS, &e->workers, err) != 0) {
+        free(e);
+        return -1;
+    }
     *out = e;
     return 0;
 }
 
 void query_engine_free(query_engine *e) {
+    if (e == NULL)
+        return;
+    block_workers_free(e->workers);
     free(e);
+}
+
+size_t engine_block_threads_started(query_engine *e) {
+    return block_workers_started(e->workers);
 }
 
 /* ---- the parallel block driver ------------------------------------------------------------ */
@@ -61,11 +81,6 @@ typedef struct driver {
     pthread_mutex_t err_mu;
     strata_error err;
 } driver;
-
-typedef struct worker_arg {
-    driver *d;
-    size_t worker;
-} worker_arg;
 
 /* Notes a block left out of the query (DATA_LOSS); the first one's name and error are kept. */
 static void note_skipped(driver *d, size_t i, const strata_error *err) {
@@ -115,9 +130,10 @@ void engine_drop_kept_readahead(indexed_block **blocks, size_t n, readahead_keep
     k->kept = NULL;
 }
 
-static void *driver_worker(void *arg) {
-    worker_arg *w = arg;
-    driver *d = w->d;
+/* Worker `worker` of a pass (block_workers slot: 0 is the caller): takes the next block until
+ * none is left or one failed. */
+static void driver_worker(void *arg, size_t worker) {
+    driver *d = arg;
     for (;;) {
         size_t i = atomic_fetch_add(&d->next, 1);
         if (i >= d->n_blocks || atomic_load(&d->failed))
@@ -130,7 +146,7 @@ static void *driver_worker(void *arg) {
         pthread_mutex_lock(&b->mu);
         int rc = block_index_open_reader(d->index, b, &err);
         if (rc == 0)
-            rc = d->fn(b, i, b->reader, d->partials[w->worker], &err);
+            rc = d->fn(b, i, b->reader, d->partials[worker], &err);
         /* What was read ahead is decoded by now or not needed: the cached reader keeps decoded
          * pages, not raw bytes (held across the query's passes, the windows of every block of a
          * long range would add up). */
@@ -157,7 +173,6 @@ static void *driver_worker(void *arg) {
             break;
         }
     }
-    return NULL;
 }
 
 int engine_for_each_block(query_engine *e, indexed_block **blocks, size_t n, block_fn fn,
@@ -183,19 +198,7 @@ int engine_for_each_block_keep(query_engine *e, indexed_block **blocks, size_t n
     if (pthread_mutex_init(&d.err_mu, NULL) != 0)
         return strata_error_set(err, STRATA_INTERNAL, "query: cannot initialise a mutex");
     strata_error_clear(&d.err);
-    pthread_t threads[64];
-    worker_arg args[64];
-    size_t started = 0;
-    for (size_t w = 1; w < workers && w < 64; w++) {
-        args[w] = (worker_arg){&d, w};
-        if (pthread_create(&threads[w], NULL, driver_worker, &args[w]) != 0)
-            break;
-        started = w;
-    }
-    args[0] = (worker_arg){&d, 0};
-    driver_worker(&args[0]);
-    for (size_t w = 1; w <= started; w++)
-        pthread_join(threads[w], NULL);
+    block_workers_run(e->workers, workers < 64 ? workers : 64, driver_worker, &d);
     pthread_mutex_destroy(&d.err_mu);
     if (atomic_load(&d.failed)) {
         if (err != NULL)

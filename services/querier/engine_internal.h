@@ -1,6 +1,6 @@
 /*
  * engine_internal.h - what the engine's files share. Not a contract.
- *   engine.c          the block driver, metadata queries (types, labels), retries
+ *   engine.c          the block driver (on block_workers' threads), metadata queries, retries
  *   engine_samples.c  series and samples a selector picks in a block; the per-sample view
  *   engine_select.c   the profiles a query covers (selection and duplicates)
  *   engine_range.c    query_range
@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "block/block_reader.h"
+#include "block_workers.h"
 #include "common/hash.h"
 #include "engine.h"
 
@@ -166,8 +167,13 @@ void block_selections_free(block_selection *s, size_t n);
 struct query_engine {
     query_engine_options opts;
     block_index *index;
-    query_fanout fanout; /* fanout.members NULL: every merge runs here alone */
+    query_fanout fanout;    /* fanout.members NULL: every merge runs here alone */
+    block_workers *workers; /* the block driver's helper threads */
 };
+
+/* Helper threads the engine's block driver has started (block_workers_started): a count that
+ * stays put while queries come one after another. */
+size_t engine_block_threads_started(query_engine *e);
 
 /* NOT_FOUND, or DATA_LOSS when the only blocks that could have matched were left out. */
 int engine_no_profiles(const query_stats *stats, strata_error *err);
