@@ -47,6 +47,24 @@ typedef struct work {
 
 static void run_pass(work *w);
 
+static void work_init(work *w, block_workers *p, size_t slots, size_t n_items) {
+    memset(w, 0, sizeof *w);
+    w->pool = p;
+    w->slots = slots;
+    w->n_items = n_items;
+}
+
+/* Whether every item was done once, slot 0 ran once on the caller and no slot ran twice. */
+static bool done_once(work *w) {
+    bool ok = atomic_load(&w->bad_slots) == 0 && atomic_load(&w->slot_runs[0]) == 1 &&
+              atomic_load(&w->slot0_on_caller);
+    for (size_t i = 0; i < w->n_items; i++)
+        ok &= atomic_load(&w->done[i]) == 1;
+    for (size_t s = 1; s < w->slots; s++)
+        ok &= atomic_load(&w->slot_runs[s]) <= 1;
+    return ok;
+}
+
 static void do_work(void *arg, size_t slot) {
     work *w = arg;
     if (slot >= w->slots || slot >= MAX_SLOTS) { /* checked by expect_done_once */
@@ -72,15 +90,9 @@ static void do_work(void *arg, size_t slot) {
         if (w->nested_items > 0) {
             static work inner[MAX_ITEMS]; /* one per outer item: only its taker uses it */
             work *in = &inner[i];
-            memset(in, 0, sizeof *in);
-            in->pool = w->pool;
-            in->slots = w->slots;
-            in->n_items = w->nested_items;
+            work_init(in, w->pool, w->slots, w->nested_items);
             run_pass(in);
-            bool all_once = true;
-            for (size_t k = 0; k < in->n_items; k++)
-                all_once &= atomic_load(&in->done[k]) == 1;
-            if (all_once)
+            if (done_once(in))
                 atomic_fetch_add(&w->nested_ok, 1);
         }
         if (w->sleep_us > 0)
@@ -92,16 +104,6 @@ static void do_work(void *arg, size_t slot) {
 static void run_pass(work *w) {
     w->caller = pthread_self();
     block_workers_run(w->pool, w->slots, do_work, w);
-}
-
-static void expect_done_once(work *w) {
-    assert_int_equal(atomic_load(&w->bad_slots), 0);
-    for (size_t i = 0; i < w->n_items; i++)
-        assert_int_equal(atomic_load(&w->done[i]), 1);
-    assert_int_equal(atomic_load(&w->slot_runs[0]), 1);
-    assert_true(atomic_load(&w->slot0_on_caller));
-    for (size_t s = 1; s < w->slots; s++)
-        assert_true(atomic_load(&w->slot_runs[s]) <= 1);
 }
 
 static block_workers *new_pool(size_t max_threads) {
@@ -117,14 +119,11 @@ static void test_caller_and_helpers_share_a_pass(void **state) {
     (void)state;
     block_workers *p = new_pool(8);
     static work w;
-    memset(&w, 0, sizeof w);
-    w.pool = p;
-    w.slots = 4;
-    w.n_items = 200;
+    work_init(&w, p, 4, 200);
     w.sleep_us = 100;
     w.wait_for_helper = true;
     run_pass(&w);
-    expect_done_once(&w);
+    assert_true(done_once(&w));
     int helper_runs = 0;
     for (size_t s = 1; s < w.slots; s++)
         helper_runs += atomic_load(&w.slot_runs[s]);
@@ -139,12 +138,9 @@ static void test_passes_reuse_helpers(void **state) {
     static work w;
     size_t started = 0;
     for (int pass = 0; pass < 50; pass++) {
-        memset(&w, 0, sizeof w);
-        w.pool = p;
-        w.slots = 4;
-        w.n_items = 32;
+        work_init(&w, p, 4, 32);
         run_pass(&w);
-        expect_done_once(&w);
+        assert_true(done_once(&w));
         if (pass == 0)
             started = block_workers_started(p);
         assert_int_equal(block_workers_started(p), started); /* none started after the first */
@@ -157,12 +153,9 @@ static void test_pool_without_helpers_runs_on_the_caller(void **state) {
     (void)state;
     block_workers *p = new_pool(0);
     static work w;
-    memset(&w, 0, sizeof w);
-    w.pool = p;
-    w.slots = 8;
-    w.n_items = 64;
+    work_init(&w, p, 8, 64);
     run_pass(&w);
-    expect_done_once(&w);
+    assert_true(done_once(&w));
     for (size_t s = 1; s < w.slots; s++)
         assert_int_equal(atomic_load(&w.slot_runs[s]), 0); /* withdrawn: nothing left for them */
     assert_int_equal(block_workers_started(p), 0);
@@ -175,13 +168,10 @@ static void test_nested_passes_on_a_busy_pool_finish(void **state) {
     (void)state;
     block_workers *p = new_pool(2);
     static work w;
-    memset(&w, 0, sizeof w);
-    w.pool = p;
-    w.slots = 4;
-    w.n_items = 12;
+    work_init(&w, p, 4, 12);
     w.nested_items = 40;
     run_pass(&w);
-    expect_done_once(&w);
+    assert_true(done_once(&w));
     assert_int_equal(atomic_load(&w.nested_ok), 12);
     assert_true(block_workers_started(p) <= 2);
     block_workers_free(p);
@@ -196,17 +186,10 @@ typedef struct pass_caller {
 static void *call_passes(void *arg) {
     pass_caller *c = arg;
     for (int pass = 0; pass < 20; pass++) {
-        memset(&c->w, 0, sizeof c->w);
-        c->w.pool = c->pool;
-        c->w.slots = 4;
-        c->w.n_items = 48;
+        work_init(&c->w, c->pool, 4, 48);
         c->w.sleep_us = pass % 4 == 0 ? 50 : 0;
         run_pass(&c->w);
-        bool ok = atomic_load(&c->w.slot_runs[0]) == 1 && atomic_load(&c->w.slot0_on_caller) &&
-                  atomic_load(&c->w.bad_slots) == 0;
-        for (size_t i = 0; i < c->w.n_items; i++)
-            ok &= atomic_load(&c->w.done[i]) == 1;
-        c->passes_ok += ok;
+        c->passes_ok += done_once(&c->w);
     }
     return NULL;
 }

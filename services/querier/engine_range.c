@@ -449,11 +449,23 @@ static int series_from_group(const range_query *q, range_group *g, range_series 
     return 0;
 }
 
-static int query_range_attempt(query_engine *e, const char *tenant, const selector *sel,
-                               int64_t start_ns, int64_t end_ns, int64_t step_ns,
-                               const char *const *sum_by, size_t n_sum_by, bool sum_every_profile,
-                               range_series **out, size_t *n, query_stats *stats,
-                               strata_error *err) {
+/* A range query's arguments, for each of its attempts (engine_retry). */
+typedef struct range_call {
+    const char *tenant;
+    range_query params; /* the selector, range, step and sum_by; an attempt sets the rest */
+    bool sum_every_profile;
+    range_series **out;
+    size_t *n;
+    query_stats *stats;
+} range_call;
+
+static int query_range_attempt(query_engine *e, void *arg, strata_error *err) {
+    const range_call *c = arg;
+    const selector *sel = c->params.sel;
+    int64_t start_ns = c->params.start_ns, end_ns = c->params.end_ns, step_ns = c->params.step_ns;
+    range_series **out = c->out;
+    size_t *n = c->n;
+    query_stats *stats = c->stats;
     *out = NULL;
     *n = 0;
     memset(stats, 0, sizeof *stats);
@@ -465,24 +477,18 @@ static int query_range_attempt(query_engine *e, const char *tenant, const select
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "step must be positive and end not before start");
     const profile_type *t = &sel->profile_type;
-    range_query q = {NULL,
-                     sel,
-                     start_ns,
-                     end_ns,
-                     step_ns,
-                     sum_by,
-                     n_sum_by,
-                     t->delta || sum_every_profile,
-                     strcmp(t->sample_type, "samples") == 0 && strcmp(t->sample_unit, "count") == 0,
-                     bucket_of(start_ns, step_ns),
-                     0};
+    range_query q = c->params;
+    q.delta = t->delta || c->sum_every_profile;
+    q.samples_count =
+        strcmp(t->sample_type, "samples") == 0 && strcmp(t->sample_unit, "count") == 0;
+    q.first_bucket = bucket_of(start_ns, step_ns);
     uint64_t span =
         ((uint64_t)bucket_of(end_ns, step_ns) - (uint64_t)q.first_bucket) / (uint64_t)step_ns;
     if (span < RANGE_DENSE_BUCKETS)
         q.n_buckets = (size_t)span + 1;
     indexed_block **blocks;
     size_t n_blocks;
-    if (block_index_acquire(e->index, tenant, start_ns, end_ns, &blocks, &n_blocks, err) != 0)
+    if (block_index_acquire(e->index, c->tenant, start_ns, end_ns, &blocks, &n_blocks, err) != 0)
         return -1;
     bool *skipped = calloc(n_blocks + 1, sizeof *skipped);
     q.selections = calloc(n_blocks + 1, sizeof *q.selections);
@@ -554,41 +560,23 @@ void query_range_free(range_series *series, size_t n) {
 
 /* ---- entry points ---------------------------------------------------------------------------- */
 
-typedef struct range_call {
-    const char *tenant;
-    const selector *sel;
-    int64_t start_ns, end_ns, step_ns;
-    const char *const *sum_by;
-    size_t n_sum_by;
-    bool sum_every_profile;
-    range_series **out;
-    size_t *n;
-    query_stats *stats;
-} range_call;
-
-static int range_attempt(query_engine *e, void *arg, strata_error *err) {
-    const range_call *c = arg;
-    return query_range_attempt(e, c->tenant, c->sel, c->start_ns, c->end_ns, c->step_ns, c->sum_by,
-                               c->n_sum_by, c->sum_every_profile, c->out, c->n, c->stats, err);
-}
-
 static int run_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
                      int64_t end_ns, int64_t step_ns, const char *const *sum_by, size_t n_sum_by,
                      bool sum_every_profile, range_series **out, size_t *n, query_stats *stats,
                      strata_error *err) {
     query_stats ignored;
-    range_call c = {tenant,
-                    sel,
-                    start_ns,
-                    end_ns,
-                    step_ns,
-                    sum_by,
-                    n_sum_by,
-                    sum_every_profile,
-                    out,
-                    n,
-                    stats != NULL ? stats : &ignored};
-    return engine_retry(e, range_attempt, &c, err);
+    range_call c = {.tenant = tenant,
+                    .params = {.sel = sel,
+                               .start_ns = start_ns,
+                               .end_ns = end_ns,
+                               .step_ns = step_ns,
+                               .sum_by = sum_by,
+                               .n_sum_by = n_sum_by},
+                    .sum_every_profile = sum_every_profile,
+                    .out = out,
+                    .n = n,
+                    .stats = stats != NULL ? stats : &ignored};
+    return engine_retry(e, query_range_attempt, &c, err);
 }
 
 int query_range(query_engine *e, const char *tenant, const selector *sel, int64_t start_ns,
