@@ -28,7 +28,9 @@
  * Memory per query is bounded by max_query_bytes (estimated from the samples and stacks a merge
  * holds; the engine's, or one a caller passes per query in query_options); past it the query
  * fails with RESOURCE_EXHAUSTED and a message instead of growing.
- * Blocks are processed in parallel by up to `parallelism` threads, each holding one block's reader.
+ * Blocks are processed in parallel by up to `parallelism` threads, each holding one block's reader:
+ * the query's own and helpers the engine keeps from its first queries until it is freed
+ * (block_workers.h), so a query starts no thread.
  */
 #ifndef STRATA_QUERIER_ENGINE_H
 #define STRATA_QUERIER_ENGINE_H
@@ -57,6 +59,7 @@ typedef struct query_engine_options {
 void query_engine_options_default(query_engine_options *opts);
 int query_engine_new(const query_engine_options *opts, block_index *index, query_engine **out,
                      strata_error *err);
+/* Joins the engine's helper threads; no query may be running. */
 void query_engine_free(query_engine *e);
 
 /* Distinct profile types with data in [start, end], sorted by their text form. */

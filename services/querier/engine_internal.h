@@ -1,6 +1,11 @@
 /*
- * engine_internal.h - what the engine's files share (engine.c: the block driver, ranges and
- * merges; engine_select.c: choosing the profiles a query covers). Not a contract.
+ * engine_internal.h - what the engine's files share. Not a contract.
+ *   engine.c          the block driver (on block_workers' threads), metadata queries, retries
+ *   engine_samples.c  series and samples a selector picks in a block; the per-sample view
+ *   engine_select.c   the profiles a query covers (selection and duplicates)
+ *   engine_range.c    query_range
+ *   engine_merge.c    merges and singles into call trees
+ *   engine_fanout.c   a merge shared out over several queriers
  */
 #ifndef STRATA_QUERIER_ENGINE_INTERNAL_H
 #define STRATA_QUERIER_ENGINE_INTERNAL_H
@@ -11,6 +16,8 @@
 #include <stdint.h>
 
 #include "block/block_reader.h"
+#include "block_workers.h"
+#include "common/hash.h"
 #include "engine.h"
 
 /* Runs on one block with its reader open and locked; `index` is the block's position in the
@@ -53,11 +60,79 @@ size_t engine_worker_count(const query_engine *e, size_t n_blocks);
  * cold reader waits on the bucket; merges keep engine_worker_count (each worker holds a tree). */
 size_t engine_fetch_worker_count(const query_engine *e, size_t n_blocks);
 
+/* ---- engine_samples.c: series and samples a selector picks --------------------------------- */
+
+/* A pprof sample label whose name its series also has is seen as exported_<name>. */
+#define EXPORTED_PREFIX "exported_"
+
 /* Series ids of r matching sel (all series when NULL) and type (when given), ascending; *ids is
  * malloc'd. In a block with sample labels, a matcher naming a label a series lacks selects the
  * series when some sample of it can match (engine.h). */
 int engine_select_series(block_reader *r, const selector *sel, const profile_type *type,
                          uint32_t **ids, size_t *n, strata_error *err);
+/* Whether some matcher of sel names a label the series lacks (one for its samples' labels). */
+bool engine_has_sample_matchers(const selector *sel, const label_set *series);
+/* Whether a sample of the series with sample labels `set` passes the matchers naming labels the
+ * series lacks. */
+bool engine_sample_matches(const selector *sel, const label_set *series, const label_set *set);
+/* Whether some matcher of sel names a sample label of r (sample labels can change what it
+ * selects there). */
+int engine_matchers_name_sample_labels(block_reader *r, const selector *sel, bool *out,
+                                       strata_error *err);
+
+/* What a block's samples need beyond their stack: whether they pass the selector's matchers on
+ * sample labels (in a block with sample labels, for series lacking a matcher's label), and
+ * which label frame they go under when the tree groups by labels. Both depend only on (series,
+ * label set), so each pair is worked out once per block and cached; a block and query with
+ * neither (the common case) skips all of it. */
+typedef struct sample_view {
+    block_reader *r;
+    const selector *sel;
+    const calltree_grouping *grouping; /* NULL, or labels grouped by */
+    calltree *tree;                    /* label frames are interned here */
+    bool filter;                       /* some selected series has sample matchers */
+    bool by_time;                      /* each profile's rows under its time frame */
+    bool active;                       /* filter, grouping or by_time */
+    strata_u64_map time_frames;        /* by_time: profile time -> its time frame + 1 */
+    strata_u64_map cache;              /* (series << 32 | set) + 1 -> result << 1 | pass */
+    uint64_t *by_set;                  /* per label set: the cached result for stamp's series */
+    uint32_t *stamp;                   /* per label set: series + 1 whose result by_set holds */
+    size_t n_sets;
+    calltree_label *labels; /* scratch: a label frame's labels */
+    char **names;           /* scratch: exported_<name> names */
+    size_t cap_labels;
+} sample_view;
+
+#define VIEW_NO_FRAME UINT32_MAX
+
+/* Sets up the view for the given profiles of r (any order); tree may be NULL when not grouping. */
+int sample_view_init(sample_view *v, block_reader *r, const selector *sel, calltree *tree,
+                     const block_profile *profiles, size_t n, strata_error *err);
+void sample_view_free(sample_view *v);
+/* Whether a sample of `series` with label set `set` passes, and its label frame (VIEW_NO_FRAME:
+ * none). */
+int sample_view_lookup(sample_view *v, uint32_t series, uint32_t set, bool *pass, uint32_t *frame,
+                       strata_error *err);
+/* The time frame of profile p's samples (grouping by timestamp), interned once per time. */
+int sample_view_time_frame(sample_view *v, const block_profile *p, uint32_t *frame,
+                           strata_error *err);
+
+/* sample_view_lookup through a per-set array for the series at hand (samples come by series). */
+static inline int sample_view_get(sample_view *v, uint32_t series, uint32_t set, bool *pass,
+                                  uint32_t *frame, strata_error *err) {
+    if (set >= v->n_sets)
+        return strata_error_set(err, STRATA_DATA_LOSS, "label set %u out of range", set);
+    if (v->stamp[set] != series + 1) {
+        if (sample_view_lookup(v, series, set, pass, frame, err) != 0)
+            return -1;
+        v->stamp[set] = series + 1;
+        v->by_set[set] = (uint64_t)*frame << 1 | (*pass ? 1u : 0u);
+        return 0;
+    }
+    *pass = (v->by_set[set] & 1) != 0;
+    *frame = (uint32_t)(v->by_set[set] >> 1);
+    return 0;
+}
 
 /* The profiles a query covers in one block, ordered by (series, time). */
 typedef struct block_selection {
@@ -92,8 +167,21 @@ void block_selections_free(block_selection *s, size_t n);
 struct query_engine {
     query_engine_options opts;
     block_index *index;
-    query_fanout fanout; /* fanout.members NULL: every merge runs here alone */
+    query_fanout fanout;    /* fanout.members NULL: every merge runs here alone */
+    block_workers *workers; /* the block driver's helper threads */
 };
+
+/* Helper threads the engine's block driver has started (block_workers_started): a count that
+ * stays put while queries come one after another. */
+size_t engine_block_threads_started(query_engine *e);
+
+/* NOT_FOUND, or DATA_LOSS when the only blocks that could have matched were left out. */
+int engine_no_profiles(const query_stats *stats, strata_error *err);
+
+/* One attempt of a query over the index's current view of the blocks. */
+typedef int (*engine_attempt_fn)(query_engine *e, void *arg, strata_error *err);
+/* Runs attempt again while it fails with ABORTED (a block deleted under it), a few times. */
+int engine_retry(query_engine *e, engine_attempt_fn attempt, void *arg, strata_error *err);
 
 typedef struct shared_tree shared_tree;
 

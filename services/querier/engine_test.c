@@ -14,6 +14,10 @@
  * dictionary every block comes from (block_writer_detach), so its blocks carry stack origins
  * (docs/block-format.md 6.12) and a merge translates each dictionary stack once across blocks;
  * every merge over t2 must equal the same merge over t1, node for node.
+ *
+ * The block driver's threads: queries one after another start none (the engine's helpers, made
+ * by the first query, run every later pass), queries at once agree with a query alone, and a
+ * block's error fails its pass while a block's DATA_LOSS only leaves that block out.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,10 +26,13 @@
 #include <cmocka.h>
 
 #include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "block/block_format.h"
 #include "block/block_writer.h"
@@ -35,6 +42,7 @@
 #include "calltree/calltree.h"
 #include "common/clock.h"
 #include "engine.h"
+#include "engine_internal.h"
 #include "fanout_loopback.h"
 
 #define TENANT "t1"
@@ -681,6 +689,209 @@ static void test_deep_stacks(void **state) {
     calltree_free(want);
 }
 
+/* ---- the block driver's threads ----------------------------------------------------------- */
+
+/* What one merge, one range and one label query over t1 answered, read without asserting (the
+ * queries may run on a thread of the test's own). */
+typedef struct query_set {
+    int rc;
+    int64_t merge_total;
+    size_t merge_nodes;
+    int64_t range_sum;
+    size_t range_series;
+    size_t range_points;
+    size_t label_names;
+    calltree *tree; /* the merge's (NULL when not kept) */
+} query_set;
+
+static void run_query_set(query_engine *e, bool keep_tree, query_set *out) {
+    memset(out, 0, sizeof *out);
+    strata_error err;
+    selector sel;
+    calltree *tree = NULL;
+    merge_result res;
+    out->rc = selector_parse(CPU "{}", &sel, &err);
+    if (out->rc == 0)
+        out->rc = calltree_create(&tree, 0, &err);
+    if (out->rc == 0)
+        out->rc = query_merge(e, TENANT, &sel, T0, END - 1, tree, false, &res, &err);
+    if (out->rc == 0)
+        out->rc = calltree_finalize(tree, &err);
+    if (out->rc == 0) {
+        out->merge_total = res.total;
+        out->merge_nodes = calltree_node_count(tree);
+    }
+    const char *by[] = {"pod"};
+    range_series *series = NULL;
+    size_t n = 0;
+    query_stats stats;
+    if (out->rc == 0)
+        out->rc =
+            query_range(e, TENANT, &sel, T0, END - 1, 60 * SEC, by, 1, &series, &n, &stats, &err);
+    for (size_t i = 0; out->rc == 0 && i < n; i++) {
+        out->range_series++;
+        for (size_t k = 0; k < series[i].n_points; k++) {
+            out->range_sum += series[i].points[k].value;
+            out->range_points++;
+        }
+    }
+    query_range_free(series, n);
+    char **names = NULL;
+    if (out->rc == 0)
+        out->rc = query_labels(e, TENANT, NULL, NULL, 0, NULL, T0, END - 1, &names, &n, &err);
+    if (out->rc == 0)
+        out->label_names = n;
+    query_strings_free(names, out->rc == 0 ? n : 0);
+    selector_free(&sel);
+    if (keep_tree && out->rc == 0)
+        out->tree = tree;
+    else
+        calltree_free(tree);
+}
+
+static void expect_query_set(const query_set *got, const query_set *want) {
+    assert_int_equal(got->rc, 0);
+    assert_int_equal(got->merge_total, data.cpu_total);
+    assert_int_equal(got->merge_total, want->merge_total);
+    assert_int_equal(got->merge_nodes, want->merge_nodes);
+    assert_int_equal(got->range_sum, data.cpu_total); /* delta: every profile's total x period */
+    assert_int_equal(got->range_series, N_PODS);
+    assert_int_equal(got->range_points, want->range_points);
+    assert_int_equal(got->label_names, want->label_names);
+}
+
+/* Queries one after another start no thread: the driver's helpers, started by the first, do
+ * every later pass (the driver used to start its workers for each pass of each query). Answers
+ * do not depend on which thread read which block. */
+static void test_queries_reuse_the_block_threads(void **state) {
+    (void)state;
+    engine_fixture f;
+    engine_open(&f, true);
+    assert_int_equal(engine_block_threads_started(f.engine), 0);
+    query_set first, again;
+    run_query_set(f.engine, true, &first);
+    expect_query_set(&first, &first);
+    assert_true(first.range_points >= N_PODS * N_BLOCKS); /* minutes cut by 60 s steps */
+    assert_int_equal(first.label_names, 1);               /* pod (__name__ is not listed) */
+    size_t started = engine_block_threads_started(f.engine);
+    /* three blocks: a pass asks for two helpers at most */
+    assert_true(started >= 1 && started <= N_BLOCKS - 1);
+    for (int i = 0; i < 30; i++) {
+        run_query_set(f.engine, true, &again);
+        expect_query_set(&again, &first);
+        expect_same_trees(first.tree, again.tree);
+        calltree_free(again.tree);
+        assert_int_equal(engine_block_threads_started(f.engine), started);
+    }
+    calltree_free(first.tree);
+    engine_close(&f);
+}
+
+typedef struct query_caller {
+    query_engine *e;
+    query_set sets[8];
+} query_caller;
+
+static void *call_queries(void *arg) {
+    query_caller *c = arg;
+    for (size_t i = 0; i < sizeof c->sets / sizeof c->sets[0]; i++)
+        run_query_set(c->e, false, &c->sets[i]);
+    return NULL;
+}
+
+/* Queries at once share the engine's helpers and each gets the answer it gets alone. */
+static void test_concurrent_queries_agree(void **state) {
+    (void)state;
+    enum { CALLERS = 4 };
+    engine_fixture f;
+    engine_open(&f, true);
+    query_set want;
+    run_query_set(f.engine, false, &want);
+    expect_query_set(&want, &want);
+    static query_caller callers[CALLERS];
+    pthread_t threads[CALLERS];
+    for (int i = 0; i < CALLERS; i++) {
+        callers[i].e = f.engine;
+        assert_int_equal(pthread_create(&threads[i], NULL, call_queries, &callers[i]), 0);
+    }
+    for (int i = 0; i < CALLERS; i++) {
+        assert_int_equal(pthread_join(threads[i], NULL), 0);
+        for (size_t k = 0; k < sizeof callers[i].sets / sizeof callers[i].sets[0]; k++)
+            expect_query_set(&callers[i].sets[k], &want);
+    }
+    /* at most two helpers per pass, and as many passes at once as callers */
+    assert_true(engine_block_threads_started(f.engine) <= CALLERS * (N_BLOCKS - 1));
+    engine_close(&f);
+}
+
+/* A per-block function that fails at one block and counts its calls. */
+typedef struct block_probe {
+    atomic_int calls;
+    size_t fail_at;
+    strata_status code;
+    long sleep_us; /* per block that does not fail */
+} block_probe;
+
+static int probe_block(indexed_block *b, size_t index, block_reader *r, void *partial,
+                       strata_error *err) {
+    block_probe *p = partial;
+    (void)b;
+    (void)r;
+    atomic_fetch_add(&p->calls, 1);
+    if (index == p->fail_at)
+        return strata_error_set(err, p->code, "block %zu is broken", index);
+    if (p->sleep_us > 0) {
+        struct timespec ts = {0, p->sleep_us * 1000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+/* One block's error fails the pass with that error and the workers stop taking blocks; a block
+ * whose data fails its checks (DATA_LOSS) is left out instead, the others all done. */
+static void test_block_error_stops_the_pass(void **state) {
+    (void)state;
+    enum { N = 120, WORKERS = 4 };
+    engine_fixture f;
+    engine_open(&f, true);
+    strata_error err;
+    indexed_block **blocks;
+    size_t n_blocks;
+    assert_int_equal(
+        block_index_acquire(f.index, TENANT, INT64_MIN, INT64_MAX, &blocks, &n_blocks, &err), 0);
+    assert_int_equal(n_blocks, N_BLOCKS);
+    indexed_block *pass[N]; /* t1's blocks over and over: a long pass */
+    for (size_t i = 0; i < N; i++)
+        pass[i] = blocks[i % n_blocks];
+    block_probe probe = {.fail_at = 0, .code = STRATA_INTERNAL, .sleep_us = 1000};
+    void *partials[WORKERS] = {&probe, &probe, &probe, &probe};
+    strata_error_clear(&err);
+    assert_int_equal(
+        engine_for_each_block(f.engine, pass, N, probe_block, partials, WORKERS, NULL, NULL, &err),
+        -1);
+    assert_int_equal(err.code, STRATA_INTERNAL);
+    assert_string_equal(err.message, "block 0 is broken");
+    /* the first block taken failed: the others stopped at the blocks they had taken */
+    assert_true(atomic_load(&probe.calls) < N / 2);
+
+    bool skipped[N] = {false};
+    query_stats stats = {0};
+    block_probe lossy = {.fail_at = 7, .code = STRATA_DATA_LOSS};
+    for (size_t w = 0; w < WORKERS; w++)
+        partials[w] = &lossy;
+    assert_int_equal(engine_for_each_block(f.engine, pass, N, probe_block, partials, WORKERS,
+                                           skipped, &stats, &err),
+                     0);
+    assert_int_equal(atomic_load(&lossy.calls), N);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(skipped[i], i == 7);
+    assert_int_equal(stats.skipped_blocks, 1);
+    assert_string_equal(stats.skipped_error, "block 7 is broken");
+    assert_true(engine_block_threads_started(f.engine) <= WORKERS - 1);
+    block_index_release_all(f.index, blocks, n_blocks);
+    engine_close(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_range_uses_rollups),
@@ -689,6 +900,9 @@ int main(void) {
         cmocka_unit_test(test_deep_stacks),
         cmocka_unit_test(test_fanout_agrees),
         cmocka_unit_test(test_cold_merge_reads_each_small_block_once),
+        cmocka_unit_test(test_queries_reuse_the_block_threads),
+        cmocka_unit_test(test_concurrent_queries_agree),
+        cmocka_unit_test(test_block_error_stops_the_pass),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
