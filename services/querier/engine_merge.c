@@ -74,7 +74,7 @@ typedef struct dictionary_memo {
 
 typedef struct memo_set {
     dictionary_memo *memos;
-    size_t n;
+    size_t n, cap;
     uint64_t bytes;
 } memo_set;
 
@@ -113,7 +113,7 @@ typedef struct shared_tree {
     calltree *tree;
     memo_set memos;
     dictionary_sums *sums; /* per dictionary; made and grown under mu (it moves: keep chunks) */
-    size_t n_sums;
+    size_t n_sums, cap_sums;
     uint64_t sums_bytes;
     uint64_t bytes; /* tree, memos and sums, as of the last block */
 } shared_tree;
@@ -136,10 +136,9 @@ static int dictionary_sums_for(shared_tree *shared, uint64_t budget, const block
     if (shared->sums_bytes + more > budget)
         return 0;
     if (d == NULL) {
-        dictionary_sums *grown = realloc(shared->sums, (shared->n_sums + 1) * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        shared->sums = grown;
+        if (STRATA_ARRAY_RESERVE_OR_OOM(shared->sums, shared->cap_sums, shared->n_sums + 1, err) !=
+            0)
+            return -1;
         d = &shared->sums[shared->n_sums];
         memset(d, 0, sizeof *d);
         memcpy(d->id, o->dictionary, sizeof d->id);
@@ -229,9 +228,10 @@ static void stack_plan_free(stack_plan *plan) {
     memset(plan, 0, sizeof *plan);
 }
 
-/* Grows an array of n elements of size elem to need elements, the new ones zeroed. */
+/* Grows an array of n elements of size elem to exactly need elements, the new ones zeroed; NULL
+ * (p untouched) when out of memory or the size overflows. */
 static void *grow_zeroed(void *p, size_t n, size_t need, size_t elem) {
-    void *grown = realloc(p, need * elem);
+    void *grown = strata_array_resize(p, need, elem);
     if (grown != NULL)
         memset((char *)grown + n * elem, 0, (need - n) * elem);
     return grown;
@@ -270,10 +270,8 @@ static int dictionary_memo_for(memo_set *set, uint64_t budget, const block_stack
     if (set->bytes + more > budget)
         return 0;
     if (m == NULL) {
-        dictionary_memo *grown = realloc(set->memos, (set->n + 1) * sizeof *grown);
-        if (grown == NULL)
-            return strata_error_oom(err);
-        set->memos = grown;
+        if (STRATA_ARRAY_RESERVE_OR_OOM(set->memos, set->cap, set->n + 1, err) != 0)
+            return -1;
         m = &set->memos[set->n++];
         memset(m, 0, sizeof *m);
         memcpy(m->id, o->dictionary, sizeof m->id);

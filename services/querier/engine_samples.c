@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
+
 /* ---- pprof sample labels in the series' namespace ---------------------------------------- */
 
 /* The sample's own label `name` as seen in that namespace (NULL when absent), for a name the
@@ -201,12 +203,12 @@ static int view_add_label(sample_view *v, size_t *n, const char *name, const cha
                      : strcmp(v->labels[i].name.ptr, name) == 0)
             return 0; /* named already */
     if (*n == v->cap_labels) {
-        size_t cap = v->cap_labels ? v->cap_labels * 2 : 8;
-        calltree_label *labels = realloc(v->labels, cap * sizeof *labels);
+        size_t cap = strata_array_capacity(v->cap_labels, *n + 1);
+        calltree_label *labels = strata_array_resize(v->labels, cap, sizeof *labels);
         if (labels == NULL)
             return strata_error_oom(err);
         v->labels = labels;
-        char **names = realloc(v->names, cap * sizeof *names);
+        char **names = strata_array_resize(v->names, cap, sizeof *names);
         if (names == NULL)
             return strata_error_oom(err);
         v->names = names;

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/hash.h"
 
 /* ---- step 1: selection ---------------------------------------------------------------------- */
@@ -206,14 +207,8 @@ static int stack_hash(block_reader *r, stack_hasher *sh, uint32_t id, uint64_t *
             h = *known;
             break;
         }
-        if (n == sh->cap_path) {
-            size_t cap = sh->cap_path ? sh->cap_path * 2 : 64;
-            uint32_t *grown = realloc(sh->path, cap * sizeof *grown);
-            if (grown == NULL)
-                return strata_error_oom(err);
-            sh->path = grown;
-            sh->cap_path = cap;
-        }
+        if (STRATA_ARRAY_RESERVE_OR_OOM(sh->path, sh->cap_path, n + 1, err) != 0)
+            return -1;
         sh->path[n++] = cur;
         uint32_t parent, loc;
         if (block_reader_stack_node(r, cur, &parent, &loc, err) != 0)
@@ -421,11 +416,14 @@ static int blocks_to_check(indexed_block **blocks, size_t n, bool *checks, strat
 
 /* ---- entry point -------------------------------------------------------------------------- */
 
-static void free_arrays(void **arrays, size_t n) {
-    for (size_t i = 0; arrays != NULL && i < n; i++)
-        free(arrays[i]);
-    free(arrays);
-}
+/* Frees an array of n allocated arrays of any element type (a macro: reading a `T *` element
+ * through a `void **` would break strict aliasing). */
+#define FREE_ARRAYS(arrays, n)                                                                     \
+    do {                                                                                           \
+        for (size_t i_ = 0; (arrays) != NULL && i_ < (n); i_++)                                    \
+            free((arrays)[i_]);                                                                    \
+        free(arrays);                                                                              \
+    } while (0)
 
 int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blocks,
                            const selector *sel, int64_t start_ns, int64_t end_ns, bool defer,
@@ -466,9 +464,9 @@ int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blo
     free(ptrs);
     free(fpass);
     free(checks);
-    free_arrays((void **)keys, n_blocks);
-    free_arrays((void **)cand, n_blocks);
-    free_arrays((void **)fps, n_blocks);
+    FREE_ARRAYS(keys, n_blocks);
+    FREE_ARRAYS(cand, n_blocks);
+    FREE_ARRAYS(fps, n_blocks);
     return rc;
 }
 
