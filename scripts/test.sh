@@ -7,6 +7,7 @@
 #   STRATA_SKIP_TSAN=1 ...       skip the ThreadSanitizer pass over the unit tests
 #   STRATA_SKIP_VALGRIND=1 ...   skip valgrind over the unit tests
 #   STRATA_SKIP_FUZZ=1 ...       skip the fuzzers
+#   STRATA_SKIP_COVERAGE=1 ...   skip the coverage build and its floor
 #   STRATA_FUZZ_SECONDS=N        seconds per fuzz target (default 20)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,6 +69,17 @@ if [ -z "${STRATA_SKIP_TSAN:-}" ]; then
   echo "== unit tests (ThreadSanitizer)"
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$root/scripts/tsan.supp" \
      ctest --output-on-failure -j "$jobs" -L unit)
+fi
+
+# Line coverage per module from the unit tests (a gcov build at -O0); a module under the floor
+# fails the run. The integration tests run the same code through processes and are not counted.
+if [ -z "${STRATA_SKIP_COVERAGE:-}" ]; then
+  echo "== coverage (gcov build, unit tests, line coverage per module)"
+  cmake -S . -B build-cov -DCMAKE_BUILD_TYPE=Debug -DSTRATA_COVERAGE=ON >/dev/null
+  cmake --build build-cov -j "$jobs"
+  find build-cov -name '*.gcda' -delete
+  (cd build-cov && ctest --output-on-failure -j "$jobs" -L unit)
+  scripts/coverage.py build-cov --floor 55
 fi
 
 if [ -z "${STRATA_SKIP_FUZZ:-}" ]; then
