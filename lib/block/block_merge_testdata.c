@@ -52,16 +52,21 @@ void block_key(const ulid *id, const char *file, char *key, size_t cap) {
 }
 
 void upload_writer(bucket *store, block_writer *w, ulid *id) {
+    upload_writer_as(store, w, TENANT, id);
+}
+
+void upload_writer_as(bucket *store, block_writer *w, const char *tenant, ulid *id) {
     strata_error err;
     strata_buffer data = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
     block_meta meta;
     block_meta_init(&meta);
     assert_int_equal(block_writer_finish(w, &data, &meta, &err), 0);
     assert_int_equal(block_meta_encode(&meta, &json, &err), 0);
-    char key[256];
-    block_key(&meta.id, BLOCK_DATA_FILE, key, sizeof key);
+    char text[ULID_STRING_LEN + 1], key[256];
+    ulid_format(&meta.id, text);
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, text, BLOCK_DATA_FILE);
     assert_int_equal(bucket_upload(store, key, data.data, data.len, &err), 0);
-    block_key(&meta.id, BLOCK_META_FILE, key, sizeof key);
+    snprintf(key, sizeof key, "%s/%s/%s", tenant, text, BLOCK_META_FILE);
     assert_int_equal(bucket_upload(store, key, json.data, json.len, &err), 0);
     *id = meta.id;
     block_meta_free(&meta);

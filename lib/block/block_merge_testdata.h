@@ -3,7 +3,8 @@
  * blocks written as the ingester writes them (data object, then meta.json), and three sources (A,
  * B, C) whose answers the tests know. Shared by lib/block's block_merge_test (the merger) and the
  * querier's merged_block_test (the engine's answers over sources and over their merge), so the
- * data each checks is the same. Test code only: it asserts with cmocka and keeps test-short names.
+ * data each checks is the same; the querier's API test uploads its own block with it too. Test code
+ * only: it asserts with cmocka and keeps test-short names.
  */
 #ifndef STRATA_BLOCK_MERGE_TESTDATA_H
 #define STRATA_BLOCK_MERGE_TESTDATA_H
@@ -52,6 +53,8 @@ void block_key(const ulid *id, const char *file, char *key, size_t cap);
 /* Uploads a finished writer's block as the ingester does: data object first, meta.json last;
  * frees the writer. */
 void upload_writer(bucket *store, block_writer *w, ulid *id);
+/* The same for another tenant. */
+void upload_writer_as(bucket *store, block_writer *w, const char *tenant, ulid *id);
 void add_tprofile(block_writer *w, const tprofile *p);
 /* Writes a level-1 block of the given profiles (in the given order) and returns its ULID. */
 ulid write_source(bucket *store, const tprofile *profiles, size_t n);

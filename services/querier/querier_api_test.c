@@ -30,10 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "block/block_format.h"
-#include "block/block_meta.h"
-#include "block/block_writer.h"
-#include "block/ulid.h"
+#include "block/block_merge_testdata.h"
 #include "bucket/bucket.h"
 #include "common/clock.h"
 #include "config/config.h"
@@ -41,11 +38,9 @@
 #include "parca/query/v1alpha1/query.pb-c.h"
 #include "querier_internal.h"
 
-#define SEC STRATA_NS_PER_SEC
 #define T0 (INT64_C(1700000000) * SEC)
 #define T0_MS "1700000000000"
 #define PERIOD 10000000 /* 10 ms */
-#define CPU "process_cpu:samples:count:cpu:nanoseconds:delta"
 #define MEMORY "memory:inuse_space:bytes:space:bytes"
 
 typedef struct api_fixture {
@@ -87,24 +82,6 @@ static void add_profile(block_writer *w, const char *labels_text, const profile_
     label_set_free(&labels);
 }
 
-static void upload_block(block_writer *w, const char *tenant) {
-    strata_buffer bytes = STRATA_BUFFER_INIT, json = STRATA_BUFFER_INIT;
-    block_meta meta;
-    strata_error err;
-    assert_int_equal(block_writer_finish(w, &bytes, &meta, &err), 0);
-    assert_int_equal(block_meta_encode(&meta, &json, &err), 0);
-    char id[ULID_STRING_LEN + 1], key[256];
-    ulid_format(&meta.id, id);
-    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_DATA_FILE);
-    assert_int_equal(bucket_upload(fx.store, key, bytes.data, bytes.len, &err), 0);
-    snprintf(key, sizeof key, "%s/%s/%s", tenant, id, BLOCK_META_FILE);
-    assert_int_equal(bucket_upload(fx.store, key, json.data, json.len, &err), 0);
-    strata_buffer_free(&bytes);
-    strata_buffer_free(&json);
-    block_meta_free(&meta);
-    block_writer_free(w);
-}
-
 static void write_data(void) {
     block_writer_options o;
     block_writer_options_default(&o);
@@ -120,7 +97,8 @@ static void write_data(void) {
     add_profile(w, "{job=\"api\",pod=\"p0\"}", &cpu, T0, PERIOD, api, 2);
     add_profile(w, "{job=\"db\",pod=\"p1\"}", &cpu, T0 + 10 * SEC, PERIOD, db, 1);
     add_profile(w, "{job=\"api\",pod=\"p0\"}", &mem, T0, 1, heap, 1);
-    upload_block(w, "t1");
+    ulid id;
+    upload_writer_as(fx.store, w, "t1", &id);
 }
 
 /* ---- set-up ---------------------------------------------------------------------------------- */
