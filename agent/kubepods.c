@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/thread.h"
 #include "common/array.h"
 #include "kubernetes/kubernetes.h"
 
@@ -112,7 +113,10 @@ agent_kubepods *agent_kubepods_new_empty(strata_error *err) {
         strata_error_oom(err);
         return NULL;
     }
-    pthread_mutex_init(&k->mu, NULL);
+    if (strata_mutex_init(&k->mu, err) != 0) {
+        free(k);
+        return NULL;
+    }
     return k;
 }
 

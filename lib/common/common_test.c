@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 #include "common/auth.h"
 #include "common/base64.h"
 #include "common/buffer.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -25,6 +28,7 @@
 #include "common/random_id.h"
 #include "common/tenant.h"
 #include "common/textfile.h"
+#include "common/thread.h"
 #include "common/varint.h"
 #include "common/utf8.h"
 
@@ -241,6 +245,31 @@ static void test_protobuf_append_fields(void **state) {
     assert_int_equal(b.len, sizeof want);
     assert_memory_equal(b.data, want, sizeof want);
     strata_buffer_free(&b);
+}
+
+/* A monotonic condition variable takes CLOCK_MONOTONIC deadlines: a wait 20 ms ahead times out
+ * after about 20 ms (a realtime one would take the deadline as 1970 and return at once). */
+static void test_thread_init(void **state) {
+    (void)state;
+    pthread_mutex_t mu;
+    pthread_cond_t cv, plain;
+    strata_error err;
+    assert_int_equal(strata_mutex_init(&mu, &err), 0);
+    assert_int_equal(strata_cond_init(&cv, true, &err), 0);
+    assert_int_equal(strata_cond_init(&plain, false, &err), 0);
+    int64_t start = strata_monotonic_ns();
+    int64_t deadline = start + 20 * STRATA_NS_PER_MS;
+    struct timespec ts = {.tv_sec = deadline / STRATA_NS_PER_SEC,
+                          .tv_nsec = deadline % STRATA_NS_PER_SEC};
+    pthread_mutex_lock(&mu);
+    int rc = 0;
+    while (rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&cv, &mu, &ts);
+    pthread_mutex_unlock(&mu);
+    assert_true(strata_monotonic_ns() - start >= 19 * STRATA_NS_PER_MS);
+    pthread_cond_destroy(&plain);
+    pthread_cond_destroy(&cv);
+    pthread_mutex_destroy(&mu);
 }
 
 static void test_hash_is_stable(void **state) {
@@ -750,6 +779,7 @@ int main(void) {
         cmocka_unit_test(test_varint_decoders_agree),
         cmocka_unit_test(test_zigzag),
         cmocka_unit_test(test_protobuf_append_fields),
+        cmocka_unit_test(test_thread_init),
         cmocka_unit_test(test_hash_is_stable),
         cmocka_unit_test(test_u64_map),
         cmocka_unit_test(test_u64_map_large),

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/thread.h"
 #include "common/array.h"
 #include "common/clock.h"
 #include "common/curl_global.h"
@@ -749,9 +750,21 @@ kubernetes_discovery *kubernetes_discovery_new(const kubernetes_sd_config *confi
     d->update = update;
     d->ctx = ctx;
     atomic_init(&d->stop, false);
-    pthread_mutex_init(&d->update_mu, NULL);
-    pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->cond, NULL);
+    if (strata_mutex_init(&d->update_mu, err) != 0) {
+        free(d);
+        return NULL;
+    }
+    if (strata_mutex_init(&d->mu, err) != 0) {
+        pthread_mutex_destroy(&d->update_mu);
+        free(d);
+        return NULL;
+    }
+    if (strata_cond_init(&d->cond, false, err) != 0) {
+        pthread_mutex_destroy(&d->mu);
+        pthread_mutex_destroy(&d->update_mu);
+        free(d);
+        return NULL;
+    }
     if (kubernetes_connection_resolve(config, &d->conn, err) != 0 ||
         copy_selectors(d, config, err) != 0 || add_watchers(d, config, err) != 0) {
         kubernetes_discovery_free(d);

@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "common/thread.h"
 #include "common/array.h"
 #include "common/auth.h"
 #include "common/clock.h"
@@ -786,12 +787,15 @@ rpc_server *rpc_server_new(const rpc_server_options *o, strata_error *err) {
         strata_error_oom(err);
         return NULL;
     }
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_mutex_init(&s->lock, NULL);
-    pthread_cond_init(&s->change, &attr);
-    pthread_condattr_destroy(&attr);
+    if (strata_mutex_init(&s->lock, err) != 0) {
+        free(s);
+        return NULL;
+    }
+    if (strata_cond_init(&s->change, true, err) != 0) {
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+        return NULL;
+    }
     atomic_init(&s->unimplemented, 0);
     grpc_init();
     grpc_arg args[3];

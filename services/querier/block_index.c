@@ -18,6 +18,7 @@
 
 #include "block/block_format.h"
 #include "block/bucket_index.h"
+#include "common/thread.h"
 #include "common/array.h"
 #include "common/clock.h"
 #include "common/hash.h"
@@ -666,8 +667,12 @@ static int load_block(block_index *ix, const char *tenant, const char *id, int d
         strata_error_oom(err);
         goto out;
     }
+    if (strata_mutex_init(&b->mu, err) != 0) {
+        free(b);
+        b = NULL;
+        goto out;
+    }
     block_meta_init(&b->meta);
-    pthread_mutex_init(&b->mu, NULL);
     snprintf(b->ulid_text, sizeof b->ulid_text, "%s", id);
     if ((b->tenant = strdup(tenant)) == NULL) {
         strata_error_oom(err);
@@ -1073,13 +1078,16 @@ static indexed_block *entry_from_meta(const char *tenant, const block_meta *meta
     if (size == 0)
         return NULL;
     indexed_block *b = calloc(1, sizeof *b);
+    strata_error err;
     if (b == NULL)
         return NULL;
+    if (strata_mutex_init(&b->mu, &err) != 0) {
+        free(b);
+        return NULL;
+    }
     block_meta_init(&b->meta);
-    pthread_mutex_init(&b->mu, NULL);
     ulid_format(&meta->id, b->ulid_text);
     b->data_size = size;
-    strata_error err;
     if ((b->tenant = strdup(tenant)) == NULL || block_meta_copy(&b->meta, meta, &err) != 0 ||
         init_lineage(b, &err) != 0) {
         entry_free(b);

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "common/thread.h"
 #include "common/clock.h"
 
 #define TRIM_DELAY_NS (INT64_C(2) * 1000000000)
@@ -89,12 +90,16 @@ int query_pool_new(size_t threads, size_t max_queued, query_pool **out, strata_e
         free(p);
         return strata_error_oom(err);
     }
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_condattr_t attr; /* timed waits by the monotonic clock, as trim_due_ns */
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->ready, &attr);
-    pthread_condattr_destroy(&attr);
+    int rc = strata_mutex_init(&p->mu, err);
+    /* timed waits by the monotonic clock, as trim_due_ns */
+    if (rc == 0 && (rc = strata_cond_init(&p->ready, true, err)) != 0)
+        pthread_mutex_destroy(&p->mu);
+    if (rc != 0) {
+        free(p->ring);
+        free(p->threads);
+        free(p);
+        return -1;
+    }
     for (size_t i = 0; i < (threads > 0 ? threads : 1); i++) {
         if (pthread_create(&p->threads[i], NULL, pool_main, p) != 0) {
             query_pool_free(p);

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/thread.h"
 #include "common/array.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -365,8 +366,15 @@ scrape_discovery *scrape_discovery_start(const scrape_job_config *job, discovery
         strata_error_oom(err);
         return NULL;
     }
-    pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->cond, NULL);
+    if (strata_mutex_init(&d->mu, err) != 0) {
+        free(d);
+        return NULL;
+    }
+    if (strata_cond_init(&d->cond, false, err) != 0) {
+        pthread_mutex_destroy(&d->mu);
+        free(d);
+        return NULL;
+    }
     if (send_static(job, update, ctx, err) != 0)
         goto fail;
     size_t n = job->file_sd_configs.count;

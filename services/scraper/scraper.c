@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/thread.h"
 #include "common/array.h"
 #include "common/clock.h"
 #include "common/curl_global.h"
@@ -562,7 +563,10 @@ scraper *scraper_new(const scraper_options *o, strata_error *err) {
         strata_error_oom(err);
         return NULL;
     }
-    pthread_mutex_init(&s->mu, NULL);
+    if (strata_mutex_init(&s->mu, err) != 0) {
+        free(s);
+        return NULL;
+    }
     s->registry = o->registry;
     s->max_response_bytes = o->config->max_response_bytes;
     s->sink = o->sink;
