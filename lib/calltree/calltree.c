@@ -137,7 +137,7 @@ static int intern_str(calltree *t, calltree_str s, uint32_t *id) {
 }
 
 int calltree_set_group_by(calltree *t, unsigned mask, strata_error *err) {
-    calltree_grouping g = {mask, false, NULL, 0, false};
+    calltree_grouping g = {.mask = mask};
     return calltree_set_grouping(t, &g, err);
 }
 
@@ -148,7 +148,8 @@ int calltree_set_grouping(calltree *t, const calltree_grouping *g, strata_error 
     if (g->mask == 0 || (g->mask & ~(unsigned)CALLTREE_GROUP_EXACT) != 0)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "call tree: bad group-by mask %#x",
                                 g->mask);
-    calltree_grouping copy = {g->mask, g->all_labels, NULL, 0, g->by_timestamp};
+    calltree_grouping copy = {
+        .mask = g->mask, .all_labels = g->all_labels, .by_timestamp = g->by_timestamp};
     for (size_t i = 0; i < g->n_labels; i++) {
         if (calltree_grouping_add_label(&copy, g->labels[i], err) != 0) {
             calltree_grouping_free(&copy);
@@ -968,7 +969,7 @@ void calltree_grouping_free(calltree_grouping *g) {
         free(g->labels[i]);
     free(g->labels);
     g->labels = NULL;
-    g->n_labels = 0;
+    g->n_labels = g->cap_labels = 0;
     g->all_labels = false;
 }
 
@@ -983,10 +984,8 @@ static int add_label_name(calltree_grouping *g, const char *name, size_t len, st
     for (size_t i = 0; i < g->n_labels; i++)
         if (strlen(g->labels[i]) == len && memcmp(g->labels[i], name, len) == 0)
             return 0;
-    char **grown = realloc(g->labels, (g->n_labels + 1) * sizeof *grown);
-    if (grown == NULL)
-        return strata_error_oom(err);
-    g->labels = grown;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(g->labels, g->cap_labels, g->n_labels + 1, err) != 0)
+        return -1;
     char *copy = malloc(len + 1);
     if (copy == NULL)
         return strata_error_oom(err);
@@ -1027,7 +1026,7 @@ static int group_by_field(const char *name, size_t len, calltree_grouping *g, st
 
 int calltree_group_by_parse(const char *const *fields, size_t n, calltree_grouping *out,
                             strata_error *err) {
-    calltree_grouping g = {0, false, NULL, 0, false};
+    calltree_grouping g = {.mask = 0};
     for (size_t i = 0; i < n; i++) {
         if (group_by_field(fields[i], strlen(fields[i]), &g, err) != 0) {
             calltree_grouping_free(&g);
@@ -1041,7 +1040,7 @@ int calltree_group_by_parse(const char *const *fields, size_t n, calltree_groupi
 }
 
 int calltree_group_by_parse_list(const char *list, calltree_grouping *out, strata_error *err) {
-    calltree_grouping g = {0, false, NULL, 0, false};
+    calltree_grouping g = {.mask = 0};
     for (const char *p = list; p != NULL && *p != '\0';) {
         const char *end = strchr(p, ',');
         size_t len = end != NULL ? (size_t)(end - p) : strlen(p);

@@ -140,7 +140,7 @@ typedef struct calltree_grouping {
     unsigned mask;   /* CALLTREE_GROUP_*, never 0 (function_name when only labels are asked) */
     bool all_labels; /* bare "labels": every pprof sample label of a sample */
     char **labels;   /* "labels.<name>": the names, in request order, each once */
-    size_t n_labels;
+    size_t n_labels, cap_labels;
     /* "timestamp": each profile's samples go under a time frame (calltree_intern_time_frame) for
      * its timestamp, and the FLAMEGRAPH_ARROW report lays the tree out as a flame chart. */
     bool by_timestamp;

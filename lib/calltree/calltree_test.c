@@ -1101,7 +1101,7 @@ static uint32_t label_frame(calltree *t, const char *name, const char *value, co
 static calltree *tree_labels(unsigned group_by) {
     calltree *t;
     assert_int_equal(calltree_create(&t, 0, NULL), 0);
-    calltree_grouping g = {group_by, false, NULL, 0, false};
+    calltree_grouping g = {.mask = group_by};
     assert_int_equal(calltree_grouping_add_label(&g, "endpoint", NULL), 0);
     assert_int_equal(calltree_set_grouping(t, &g, NULL), 0);
     calltree_grouping_free(&g);

@@ -472,7 +472,7 @@ static void test_group_by_sample_label(void **state) {
     /* the same through rows instead of rollups: one profile at a time */
     selector sel;
     assert_int_equal(selector_parse(CPU, &sel, &err), 0);
-    calltree_grouping g = {CALLTREE_GROUP_DEFAULT, false, NULL, 0, false};
+    calltree_grouping g = {.mask = CALLTREE_GROUP_DEFAULT};
     assert_int_equal(calltree_grouping_add_label(&g, "endpoint", &err), 0);
     assert_int_equal(calltree_create(&t, 0, &err), 0);
     assert_int_equal(calltree_set_grouping(t, &g, &err), 0);

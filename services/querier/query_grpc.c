@@ -559,7 +559,7 @@ static int handle_query(rpc_call *call, const uint8_t *req, size_t len, strata_b
     int rc = -1;
     query_tree_result tr;
     memset(&tr, 0, sizeof tr);
-    calltree_grouping group_by = {0, false, NULL, 0, false};
+    calltree_grouping group_by = {.mask = 0};
     char **md_labels = NULL;
     size_t n_md_labels = 0;
     strata_buffer source_text = STRATA_BUFFER_INIT;

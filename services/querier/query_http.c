@@ -525,7 +525,7 @@ static void answer_tree(querier *q, const http_request *req, http_response *resp
         rc = selection_param(req, "_a", now, &a, &err);
     if (rc == 0)
         rc = selection_param(req, diff ? "_b" : "", now, &b, &err);
-    calltree_grouping group_by = {0, false, NULL, 0, false};
+    calltree_grouping group_by = {.mask = 0};
     if (rc == 0)
         rc = calltree_group_by_parse_list(http_request_query(req, "group_by"), &group_by, &err);
     if (rc == 0 && kind == REPORT_PPROF) { /* a pprof download keeps every location and label */
