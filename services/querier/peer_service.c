@@ -52,8 +52,9 @@ static int share_from_request(const share_request_pb *r, const char *tenant, con
     if (r->group_mask == 0 || r->group_mask > CALLTREE_GROUP_EXACT)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "group_mask %u is not valid",
                                 r->group_mask);
-    *grouping =
-        (calltree_grouping){r->group_mask, r->group_all_labels, NULL, 0, r->group_by_timestamp};
+    *grouping = (calltree_grouping){.mask = r->group_mask,
+                                    .all_labels = r->group_all_labels,
+                                    .by_timestamp = r->group_by_timestamp};
     for (size_t i = 0; i < r->n_group_labels; i++)
         if (calltree_grouping_add_label(grouping, r->group_labels[i], err) != 0)
             return -1;
