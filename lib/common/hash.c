@@ -1,8 +1,8 @@
 /*
- * hash.c - see hash.h. Tables grow at 75% load (u64 map) and 60% (intern); growth rehashes into a
- * new array. The u64 map's slots are 16 bytes, four to a cache line, so at 3/4 a probe sequence
- * rarely leaves the line it starts in, and a merge's call tree of 2.7 M nodes keeps its child map
- * in 64 MiB instead of 128 (at 1/2 it measured no faster: the probes are prefetched).
+ * hash.c - see hash.h. Tables grow at 75% load (u64 map), 50% (slot map) and 60% (intern); growth
+ * rehashes into a new array. The u64 map's slots are 16 bytes, four to a cache line, so at 3/4 a
+ * probe sequence rarely leaves the line it starts in, and a merge's call tree of 2.7 M nodes keeps
+ * its child map in 64 MiB instead of 128 (at 1/2 it measured no faster: the probes are prefetched).
  */
 #include "common/hash.h"
 
@@ -118,19 +118,25 @@ uint64_t *strata_u64_map_get(const strata_u64_map *m, uint64_t key) {
     }
 }
 
+/* Moves the keys of from[0, from_mask] into the empty table to[0, to_cap) (both maps' growth). */
+static void slots_reinsert(const strata_u64_slot *from, size_t from_mask, strata_u64_slot *to,
+                           size_t to_cap) {
+    for (size_t i = 0; from != NULL && i <= from_mask; i++) {
+        uint64_t k = from[i].key;
+        if (k == 0)
+            continue;
+        size_t j = strata_hash_u64(k) & (to_cap - 1);
+        while (to[j].key != 0)
+            j = (j + 1) & (to_cap - 1);
+        to[j] = from[i];
+    }
+}
+
 static int u64_map_rehash(strata_u64_map *m, size_t cap) {
     strata_u64_slot *slots = map_slots(cap);
     if (slots == NULL)
         return -1;
-    for (size_t i = 0; i <= m->mask; i++) {
-        uint64_t k = m->slots[i].key;
-        if (k == 0)
-            continue;
-        size_t j = strata_hash_u64(k) & (cap - 1);
-        while (slots[j].key != 0)
-            j = (j + 1) & (cap - 1);
-        slots[j] = m->slots[i];
-    }
+    slots_reinsert(m->slots, m->mask, slots, cap);
     free(m->slots);
     m->slots = slots;
     m->mask = cap - 1;
@@ -171,6 +177,23 @@ uint64_t *strata_u64_map_upsert(strata_u64_map *m, uint64_t key, uint64_t initia
     if (inserted != NULL)
         *inserted = true;
     return &m->slots[i].value;
+}
+
+int strata_slot_map_grow(strata_slot_map *m) {
+    size_t cap = m->slots == NULL ? (size_t)1 << 12 : (m->mask + 1) * 2;
+    strata_u64_slot *slots = calloc(cap, sizeof *slots);
+    if (slots == NULL)
+        return -1;
+    slots_reinsert(m->slots, m->mask, slots, cap);
+    free(m->slots);
+    m->slots = slots;
+    m->mask = cap - 1;
+    return 0;
+}
+
+void strata_slot_map_free(strata_slot_map *m) {
+    free(m->slots);
+    memset(m, 0, sizeof *m);
 }
 
 #define INTERN_CHUNK (64 * 1024)
