@@ -118,29 +118,29 @@ uint64_t *strata_u64_map_get(const strata_u64_map *m, uint64_t key) {
     }
 }
 
-/* Moves the keys of from[0, from_mask] into the empty table to[0, to_cap) (both maps' growth). */
-static void slots_reinsert(const strata_u64_slot *from, size_t from_mask, strata_u64_slot *to,
-                           size_t to_cap) {
-    for (size_t i = 0; from != NULL && i <= from_mask; i++) {
-        uint64_t k = from[i].key;
+/* Moves the keys of the table *slots (capacity *mask + 1, or none) into fresh, an empty table of
+ * cap slots, which then replaces it (both maps' growth). -1 when fresh is NULL: nothing changes. */
+static int slots_rehash(strata_u64_slot **slots, size_t *mask, strata_u64_slot *fresh, size_t cap) {
+    if (fresh == NULL)
+        return -1;
+    strata_u64_slot *old = *slots;
+    for (size_t i = 0; old != NULL && i <= *mask; i++) {
+        uint64_t k = old[i].key;
         if (k == 0)
             continue;
-        size_t j = strata_hash_u64(k) & (to_cap - 1);
-        while (to[j].key != 0)
-            j = (j + 1) & (to_cap - 1);
-        to[j] = from[i];
+        size_t j = strata_hash_u64(k) & (cap - 1);
+        while (fresh[j].key != 0)
+            j = (j + 1) & (cap - 1);
+        fresh[j] = old[i];
     }
+    free(old);
+    *slots = fresh;
+    *mask = cap - 1;
+    return 0;
 }
 
 static int u64_map_rehash(strata_u64_map *m, size_t cap) {
-    strata_u64_slot *slots = map_slots(cap);
-    if (slots == NULL)
-        return -1;
-    slots_reinsert(m->slots, m->mask, slots, cap);
-    free(m->slots);
-    m->slots = slots;
-    m->mask = cap - 1;
-    return 0;
+    return slots_rehash(&m->slots, &m->mask, map_slots(cap), cap);
 }
 
 static int u64_map_grow(strata_u64_map *m) {
@@ -181,14 +181,7 @@ uint64_t *strata_u64_map_upsert(strata_u64_map *m, uint64_t key, uint64_t initia
 
 int strata_slot_map_grow(strata_slot_map *m) {
     size_t cap = m->slots == NULL ? (size_t)1 << 12 : (m->mask + 1) * 2;
-    strata_u64_slot *slots = calloc(cap, sizeof *slots);
-    if (slots == NULL)
-        return -1;
-    slots_reinsert(m->slots, m->mask, slots, cap);
-    free(m->slots);
-    m->slots = slots;
-    m->mask = cap - 1;
-    return 0;
+    return slots_rehash(&m->slots, &m->mask, calloc(cap, sizeof *m->slots), cap);
 }
 
 void strata_slot_map_free(strata_slot_map *m) {
