@@ -40,11 +40,11 @@
  * mapping, function, location, stack, then add_profile_stacks) copies symbols that another block
  * already interned, without going back to frames (the block merger, block_merge.h).
  *
- * Every way in checks a location against the same rules (one function in block_writer.c), so a
- * block the ingester wrote can always be merged by the compactor: the mapping is none or one of
- * the writer's, each line names one of its functions, and a location may have no lines at all (an
- * unsymbolized address with its mapping: stripped binaries, [vdso], deleted executables, as the
- * eBPF agent sends them); its address and mapping are kept through writes and merges.
+ * Every way in checks a location against the same rules (one function in block_writer_dict.c),
+ * so a block the ingester wrote can always be merged by the compactor: the mapping is none or one
+ * of the writer's, each line names one of its functions, and a location may have no lines at all
+ * (an unsymbolized address with its mapping: stripped binaries, [vdso], deleted executables, as
+ * the eBPF agent sends them); its address and mapping are kept through writes and merges.
  *
  * A long-lived writer can cut a block at a time with block_writer_detach and keep its dictionaries
  * for the next one (the ingester does, once per flush: an agent's profiles repeat most of their

@@ -434,6 +434,49 @@ static void test_u64_map_reserve(void **state) {
     strata_u64_map_free(&m);
 }
 
+/* A slot map starts at 4,096 slots on the first claim, doubles before it passes half full, keeps
+ * every key's value across growth, and finds a claimed key's slot again. */
+static void test_slot_map(void **state) {
+    (void)state;
+    strata_slot_map m = {0};
+    assert_int_equal(strata_slot_map_bytes(&m), 0);
+    bool inserted = false;
+    strata_u64_slot *slot = strata_slot_map_claim(&m, 42, &inserted);
+    assert_non_null(slot);
+    assert_true(inserted);
+    assert_true(slot->key == 42 && slot->value == UINT64_MAX);
+    slot->value = 7;
+    assert_int_equal(m.mask + 1, 4096);
+    assert_int_equal(strata_slot_map_bytes(&m), 4096 * sizeof(strata_u64_slot));
+    slot = strata_slot_map_claim(&m, 42, &inserted);
+    assert_false(inserted);
+    assert_true(slot->value == 7);
+    const uint64_t n = 10000;
+    for (uint64_t k = 1; k <= n; k++) {
+        slot = strata_slot_map_claim(&m, k * 7919 + 1000000, &inserted);
+        assert_non_null(slot);
+        assert_true(inserted);
+        slot->value = k;
+        assert_true(m.count * 2 <= m.mask + 1);
+    }
+    assert_int_equal(m.count, n + 1);
+    assert_int_equal(m.mask + 1, 32768); /* 10,001 keys: past 8,192, at most half full */
+    for (uint64_t k = 1; k <= n; k++) {
+        slot = strata_slot_map_claim(&m, k * 7919 + 1000000, &inserted);
+        assert_false(inserted);
+        assert_true(slot->value == k);
+    }
+    /* a caller's own probe finds a key where claim put it */
+    size_t i = strata_hash_u64(42) & m.mask;
+    while (m.slots[i].key != 42)
+        i = (i + 1) & m.mask;
+    assert_true(m.slots[i].value == 7);
+    assert_int_equal(m.count, n + 1);
+    strata_slot_map_free(&m);
+    assert_null(m.slots);
+    assert_int_equal(m.count, 0);
+}
+
 static void test_intern(void **state) {
     (void)state;
     strata_intern t;
@@ -784,6 +827,7 @@ int main(void) {
         cmocka_unit_test(test_u64_map),
         cmocka_unit_test(test_u64_map_large),
         cmocka_unit_test(test_u64_map_reserve),
+        cmocka_unit_test(test_slot_map),
         cmocka_unit_test(test_radix_sort),
         cmocka_unit_test(test_intern),
         cmocka_unit_test(test_log_quote),

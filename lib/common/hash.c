@@ -1,8 +1,8 @@
 /*
- * hash.c - see hash.h. Tables grow at 75% load (u64 map) and 60% (intern); growth rehashes into a
- * new array. The u64 map's slots are 16 bytes, four to a cache line, so at 3/4 a probe sequence
- * rarely leaves the line it starts in, and a merge's call tree of 2.7 M nodes keeps its child map
- * in 64 MiB instead of 128 (at 1/2 it measured no faster: the probes are prefetched).
+ * hash.c - see hash.h. Tables grow at 75% load (u64 map), 50% (slot map) and 60% (intern); growth
+ * rehashes into a new array. The u64 map's slots are 16 bytes, four to a cache line, so at 3/4 a
+ * probe sequence rarely leaves the line it starts in, and a merge's call tree of 2.7 M nodes keeps
+ * its child map in 64 MiB instead of 128 (at 1/2 it measured no faster: the probes are prefetched).
  */
 #include "common/hash.h"
 
@@ -120,23 +120,29 @@ uint64_t *strata_u64_map_get(const strata_u64_map *m, uint64_t key) {
     }
 }
 
-static int u64_map_rehash(strata_u64_map *m, size_t cap) {
-    strata_u64_slot *slots = map_slots(cap);
-    if (slots == NULL)
+/* Moves the keys of the table *slots (capacity *mask + 1, or none) into fresh, an empty table of
+ * cap slots, which then replaces it (both maps' growth). -1 when fresh is NULL: nothing changes. */
+static int slots_rehash(strata_u64_slot **slots, size_t *mask, strata_u64_slot *fresh, size_t cap) {
+    if (fresh == NULL)
         return -1;
-    for (size_t i = 0; i <= m->mask; i++) {
-        uint64_t k = m->slots[i].key;
+    strata_u64_slot *old = *slots;
+    for (size_t i = 0; old != NULL && i <= *mask; i++) {
+        uint64_t k = old[i].key;
         if (k == 0)
             continue;
         size_t j = strata_hash_u64(k) & (cap - 1);
-        while (slots[j].key != 0)
+        while (fresh[j].key != 0)
             j = (j + 1) & (cap - 1);
-        slots[j] = m->slots[i];
+        fresh[j] = old[i];
     }
-    free(m->slots);
-    m->slots = slots;
-    m->mask = cap - 1;
+    free(old);
+    *slots = fresh;
+    *mask = cap - 1;
     return 0;
+}
+
+static int u64_map_rehash(strata_u64_map *m, size_t cap) {
+    return slots_rehash(&m->slots, &m->mask, map_slots(cap), cap);
 }
 
 static int u64_map_grow(strata_u64_map *m) {
@@ -173,6 +179,16 @@ uint64_t *strata_u64_map_upsert(strata_u64_map *m, uint64_t key, uint64_t initia
     if (inserted != NULL)
         *inserted = true;
     return &m->slots[i].value;
+}
+
+int strata_slot_map_grow(strata_slot_map *m) {
+    size_t cap = m->slots == NULL ? (size_t)1 << 12 : (m->mask + 1) * 2;
+    return slots_rehash(&m->slots, &m->mask, calloc(cap, sizeof *m->slots), cap);
+}
+
+void strata_slot_map_free(strata_slot_map *m) {
+    free(m->slots);
+    memset(m, 0, sizeof *m);
 }
 
 #define INTERN_CHUNK (64 * 1024)
