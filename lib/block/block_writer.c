@@ -19,19 +19,6 @@
 
 /* ---- lifecycle --------------------------------------------------------------------------- */
 
-void *block_writer_grow_array(void *ptr, size_t *cap, size_t need, size_t elem) {
-    size_t n = *cap ? *cap : 16;
-    while (n < need) {
-        if (n > SIZE_MAX / 2 / elem)
-            return NULL;
-        n *= 2;
-    }
-    void *p = realloc(ptr, n * elem);
-    if (p != NULL)
-        *cap = n;
-    return p;
-}
-
 void block_writer_options_default(block_writer_options *options) {
     options->page_size = DEFAULT_PAGE_SIZE;
     options->zstd_level = 3;

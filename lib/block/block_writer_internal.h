@@ -38,6 +38,7 @@
 #include "block/block_rollup.h"
 #include "block/block_writer.h"
 #include "block/ulid.h"
+#include "common/array.h"
 #include "common/hash.h"
 #include "common/radix_sort.h"
 
@@ -302,22 +303,15 @@ typedef struct block_order {
     int version;
 } block_order;
 
-/* ---- growing arrays (block_writer.c) ----------------------------------------------------------
+/* ---- growing arrays ----------------------------------------------------------------------------
  */
 
-/* arr grown to room for `need` elements (doubling from *cap, at least 16), or NULL (arr untouched)
- * when the size overflows or memory runs out. */
-void *block_writer_grow_array(void *ptr, size_t *cap, size_t need, size_t elem);
-
-/* Ensures arr has room for `need` elements, or returns OOM from the enclosing function. */
+/* Ensures arr has room for `need` elements (common/array.h's growth), or returns OOM from the
+ * enclosing function (which has a `strata_error *err`). */
 #define ENSURE_OR_OOM(arr, cap, need)                                                              \
     do {                                                                                           \
-        if ((need) > (cap)) {                                                                      \
-            void *grown_ = block_writer_grow_array((arr), &(cap), (need), sizeof *(arr));          \
-            if (grown_ == NULL)                                                                    \
-                return strata_error_oom(err);                                                      \
-            (arr) = grown_;                                                                        \
-        }                                                                                          \
+        if (STRATA_ARRAY_RESERVE_OR_OOM(arr, cap, need, err) != 0)                                 \
+            return -1;                                                                             \
     } while (0)
 
 /* ---- profiles (block_writer.c) ----------------------------------------------------------------
