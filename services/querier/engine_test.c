@@ -892,6 +892,151 @@ static void test_block_error_stops_the_pass(void **state) {
     engine_close(&f);
 }
 
+/* ---- the engine as a table: request in, answer or error code out ------------------------------
+ */
+
+typedef enum want_total {
+    WANT_NONE, /* an error: no total */
+    WANT_CPU,
+    WANT_POD1,
+    WANT_POD0_AND_POD2,
+    WANT_BLOCK1,
+    WANT_MEM,
+} want_total;
+
+typedef enum engine_op { OP_MERGE, OP_SINGLE, OP_RANGE } engine_op;
+
+typedef struct engine_row {
+    const char *name;
+    engine_op op;
+    const char *tenant;
+    const char *selector;
+    int64_t start_ns, end_ns; /* single: start_ns is the time */
+    int64_t step_ns;          /* range */
+    const char *sum_by;       /* range: one label name, or NULL */
+    uint64_t max_query_bytes; /* merge: 0 = the engine's */
+    strata_status code;
+    const char *message; /* a substring of the error, when code is not OK */
+    want_total total;    /* merge: the tree's total; range: the sum of every point */
+    uint64_t profiles;   /* merge: profiles merged; range: series */
+} engine_row;
+
+static int64_t total_of(want_total w) {
+    switch (w) {
+        case WANT_CPU:
+            return data.cpu_total;
+        case WANT_POD1:
+            return data.cpu_pod_total[1];
+        case WANT_POD0_AND_POD2:
+            return data.cpu_pod_total[0] + data.cpu_pod_total[2];
+        case WANT_BLOCK1:
+            return data.cpu_block_total[1];
+        case WANT_MEM:
+            return data.mem_total;
+        case WANT_NONE:
+            break;
+    }
+    return 0;
+}
+
+#define ALL_PROFILES (N_BLOCKS * PROFILES_PER_BLOCK * N_PODS)
+
+static const engine_row engine_rows[] = {
+    {"merge of everything", OP_MERGE, TENANT, CPU, T0, END, 0, NULL, 0, STRATA_OK, NULL, WANT_CPU,
+     ALL_PROFILES},
+    {"merge of one pod", OP_MERGE, TENANT, CPU "{pod=\"p1\"}", T0, END, 0, NULL, 0, STRATA_OK, NULL,
+     WANT_POD1, ALL_PROFILES / N_PODS},
+    {"merge under a regex matcher", OP_MERGE, TENANT, CPU "{pod=~\"p[02]\"}", T0, END, 0, NULL, 0,
+     STRATA_OK, NULL, WANT_POD0_AND_POD2, 2 * ALL_PROFILES / N_PODS},
+    {"merge of the second block's minute", OP_MERGE, TENANT, CPU, T0 + 60 * SEC, T0 + 119 * SEC, 0,
+     NULL, 0, STRATA_OK, NULL, WANT_BLOCK1, PROFILES_PER_BLOCK *N_PODS},
+    {"merge of another type (not scaled by the period)", OP_MERGE, TENANT, MEM, T0, END, 0, NULL, 0,
+     STRATA_OK, NULL, WANT_MEM, N_BLOCKS *PROFILES_PER_BLOCK},
+    {"merge of what matches nothing", OP_MERGE, TENANT, CPU "{pod=\"nobody\"}", T0, END, 0, NULL, 0,
+     STRATA_NOT_FOUND, "", WANT_NONE, 0},
+    {"merge before the data", OP_MERGE, TENANT, CPU, T0 - 600 * SEC, T0 - 1, 0, NULL, 0,
+     STRATA_NOT_FOUND, "", WANT_NONE, 0},
+    {"merge for a tenant with no blocks", OP_MERGE, "nobody", CPU, T0, END, 0, NULL, 0,
+     STRATA_NOT_FOUND, "", WANT_NONE, 0},
+    {"merge over its memory bound", OP_MERGE, TENANT, CPU, T0, END, 0, NULL, 1024,
+     STRATA_RESOURCE_EXHAUSTED, "max_query_bytes", WANT_NONE, 0},
+    {"single profile at its time", OP_SINGLE, TENANT, CPU "{pod=\"p1\"}", T0 + 70 * SEC, 0, 0, NULL,
+     0, STRATA_OK, NULL, WANT_NONE, 1},
+    {"single where there is none", OP_SINGLE, TENANT, CPU "{pod=\"p1\"}", T0 + 75 * SEC, 0, 0, NULL,
+     0, STRATA_NOT_FOUND, "", WANT_NONE, 0},
+    {"range summed by pod", OP_RANGE, TENANT, CPU, T0, END, 60 * SEC, "pod", 0, STRATA_OK, NULL,
+     WANT_CPU, N_PODS},
+    {"range of one pod, one series", OP_RANGE, TENANT, CPU "{pod=\"p1\"}", T0, END, 60 * SEC, NULL,
+     0, STRATA_OK, NULL, WANT_POD1, 1},
+    {"range of what matches nothing", OP_RANGE, TENANT, CPU "{pod=\"nobody\"}", T0, END, 60 * SEC,
+     NULL, 0, STRATA_NOT_FOUND, "", WANT_NONE, 0},
+};
+
+static void run_engine_row(query_engine *e, const engine_row *r) {
+    strata_error err;
+    strata_error_clear(&err);
+    selector sel;
+    assert_int_equal(selector_parse(r->selector, &sel, &err), 0);
+    int rc;
+    int64_t total = 0;
+    uint64_t count = 0;
+    if (r->op == OP_RANGE) {
+        range_series *rs = NULL;
+        size_t n = 0;
+        rc = query_range(e, r->tenant, &sel, r->start_ns, r->end_ns, r->step_ns,
+                         r->sum_by != NULL ? &r->sum_by : NULL, r->sum_by != NULL ? 1 : 0, &rs, &n,
+                         NULL, &err);
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            for (size_t k = 0; k < rs[i].n_points; k++)
+                total += rs[i].points[k].value;
+        count = n;
+        if (rc == 0)
+            query_range_free(rs, n);
+    } else {
+        calltree *tree;
+        assert_int_equal(calltree_create(&tree, 0, &err), 0);
+        merge_result res;
+        memset(&res, 0, sizeof res);
+        query_options opts = {.max_query_bytes = r->max_query_bytes};
+        rc = r->op == OP_SINGLE ? query_single_opts(e, r->tenant, &opts, &sel, r->start_ns, tree,
+                                                    false, &res, &err)
+                                : query_merge_opts(e, r->tenant, &opts, &sel, r->start_ns,
+                                                   r->end_ns, tree, false, &res, &err);
+        if (rc == 0) {
+            assert_int_equal(calltree_finalize(tree, &err), 0);
+            total = calltree_node_get(tree, CALLTREE_ROOT).total;
+            assert_int_equal(total, res.total);
+        }
+        count = res.profiles;
+        calltree_free(tree);
+    }
+    selector_free(&sel);
+    strata_status code = rc == 0 ? STRATA_OK : err.code;
+    if (code != r->code)
+        fail_msg("%s: %s \"%s\", want %s", r->name, strata_status_name(code),
+                 rc == 0 ? "" : err.message, strata_status_name(r->code));
+    if (rc != 0) {
+        if (strstr(err.message, r->message) == NULL)
+            fail_msg("%s: \"%s\" lacks \"%s\"", r->name, err.message, r->message);
+        return;
+    }
+    if (count != r->profiles)
+        fail_msg("%s: %llu, want %llu", r->name, (unsigned long long)count,
+                 (unsigned long long)r->profiles);
+    if (r->total != WANT_NONE && total != total_of(r->total))
+        fail_msg("%s: total %lld, want %lld", r->name, (long long)total,
+                 (long long)total_of(r->total));
+}
+
+static void test_engine_table(void **state) {
+    (void)state;
+    engine_fixture f;
+    engine_open(&f, true);
+    for (size_t i = 0; i < sizeof engine_rows / sizeof engine_rows[0]; i++)
+        run_engine_row(f.engine, &engine_rows[i]);
+    engine_close(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_range_uses_rollups),
@@ -903,6 +1048,7 @@ int main(void) {
         cmocka_unit_test(test_queries_reuse_the_block_threads),
         cmocka_unit_test(test_concurrent_queries_agree),
         cmocka_unit_test(test_block_error_stops_the_pass),
+        cmocka_unit_test(test_engine_table),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
