@@ -1,0 +1,60 @@
+/*
+ * unwind.h - the contract between the agent's user space (cfi.c builds the tables, unwinder.c
+ * loads them) and the BPF programs that walk user stacks with them (unwind.bpf.h): one compact
+ * unwind row, the per-process list of mappings, and the maps' sizes.
+ *
+ * Design. Code built without frame pointers (Debian's libc, -O2 builds, most release binaries)
+ * cannot be walked through %rbp. Its .eh_frame (or .debug_frame) says, for every instruction,
+ * where the caller's frame starts (the CFA) and where the return address and the caller's %rbp
+ * were saved. User space executes those CFI programs once per file and flattens them into rows
+ * sorted by address: a row holds from its pc up to the next row's pc. On x86-64 the return
+ * address is always at CFA - 8, so a row needs only the CFA rule and %rbp's rule: 16 bytes.
+ *
+ *   cfa_type    the caller's stack pointer (the CFA) is
+ *     AGENT_CFA_RSP      rsp + cfa_offset
+ *     AGENT_CFA_RBP      rbp + cfa_offset
+ *     AGENT_CFA_PLT      rsp + 8, plus 8 more when (pc & 15) >= 11: the expression every x86-64
+ *                        PLT section's FDE uses (the stub pushed a word once past that point)
+ *     AGENT_CFA_FP       unknown here (no FDE covers pc, a DWARF expression, a register other
+ *                        than rsp or rbp, a return address not at CFA - 8): the walk takes one
+ *                        step through the frame pointer instead
+ *     AGENT_CFA_END      the return address is undefined: the outermost frame (_start, clone's
+ *                        child), the walk ends here, complete
+ *   rbp_type    the caller's %rbp is
+ *     AGENT_RBP_SAME     this frame's %rbp (never saved, or not yet)
+ *     AGENT_RBP_AT_CFA   the word at CFA + rbp_offset
+ *     AGENT_RBP_LOST     unknown (an expression or another register): a later frame whose CFA
+ *                        is %rbp-based ends the walk
+ *
+ * The pc of a row is a link-time virtual address of the file (ELF p_vaddr space); the unwinder
+ * subtracts each mapping's load bias. Rows come from every FDE; where no FDE covers an address a
+ * row of AGENT_CFA_FP starts, and consecutive rows with the same rules are merged.
+ *
+ * This header is included from both sides, so it uses only fixed-width kernel types.
+ */
+#ifndef STRATA_AGENT_UNWIND_H
+#define STRATA_AGENT_UNWIND_H
+
+#ifndef __VMLINUX_H__ /* user space; the BPF side gets these types from vmlinux.h */
+#include <linux/types.h>
+#endif
+
+#define AGENT_CFA_FP 0
+#define AGENT_CFA_RSP 1
+#define AGENT_CFA_RBP 2
+#define AGENT_CFA_PLT 3
+#define AGENT_CFA_END 4
+
+#define AGENT_RBP_SAME 0
+#define AGENT_RBP_AT_CFA 1
+#define AGENT_RBP_LOST 2
+
+struct agent_unwind_row {
+    __u64 pc;
+    __s32 cfa_offset;
+    __s16 rbp_offset;
+    __u8 cfa_type;
+    __u8 rbp_type;
+};
+
+#endif
