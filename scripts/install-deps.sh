@@ -23,6 +23,8 @@ TEST_PACKAGES=(
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-yaml
   curl procps iproute2 clang-format clang-tidy binutils util-linux
   openssl  # certificates for tests (the scraper's TLS test, tests/kubernetes/make_certs.sh)
+  # the agent's DWARF unwinding test (AgentDwarfUnwindTest): a Rust program, perf as reference
+  rustc linux-perf
   # Helm chart test (tests/helm): a renderer on text/template + sprig, and yamllint
   golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev golang-gopkg-yaml.v3-dev yamllint
   chromium
