@@ -18,6 +18,22 @@ protobuf stubs and the tests assert ordered frames, kernel frames, labels and sa
                     off-CPU profile (-off-cpu-threshold) holds that chain under the kernel's
                     schedule, with the time the program measured itself sleeping
 
+AgentDwarfUnwindTest runs programs without frame pointers under the agent and, at the same time,
+under perf record --call-graph dwarf (the reference), for the .eh_frame unwinder:
+
+  nofp_chain_gcc    C, gcc -O2 -fomit-frame-pointer: main -> nofp_outer -> nofp_middle ->
+                    nofp_inner, and main -> sort_round -> qsort (Debian's libc) -> compare_items
+  nofp_chain_clang  the same built with clang (skipped without clang)
+  nofp_exceptions   C++, g++ -O2 -fomit-frame-pointer: main -> throw_loop -> thrower -> __cxa_throw
+                    -> libgcc_s's unwinder and libstdc++'s personality routine, and main ->
+                    format_loop -> std::ostringstream (libstdc++) -> vsnprintf (libc)
+  nofp_rust         Rust release build (-C force-frame-pointers=no): main -> std::rt::lang_start
+                    ... -> rust_loop -> rust_outer -> rust_inner, and rust_loop -> rust_format ->
+                    core::fmt (skipped without rustc)
+
+Of each program's samples, at least 99% must hold the whole chain to main and end at _start, no
+fewer than perf's share less one point, and the agent's hottest chain must be one of perf's top 5.
+
 AgentKubernetesTest puts cchain in a kubepods-style cgroup named after a container of a pod that a
 fake API server (tests/kubernetes) lists for the agent's node, and checks its namespace, pod and
 container labels.
@@ -285,6 +301,359 @@ class AgentTest(unittest.TestCase):
         samples = re.search(r"^strata_agent_samples_total (\d+)", text, re.M)
         self.assertGreater(int(samples.group(1)), 50)
         self.assertRegex(text, r"(?m)^strata_agent_samples_dropped_total 0$")
+
+
+# --- DWARF (.eh_frame) unwinding: programs without frame pointers, against perf ---------------
+
+LIB = "<lib>"  # in a path: one or more frames that are not the program's own functions
+ANY = "<any>"  # in a path: zero or more such frames
+DWARF_SECONDS = "5"  # CPU seconds each program burns: ~95 agent samples at 19 Hz, ~500 for perf
+PERF_TOP = 5
+
+
+def clang_binary():
+    return next((c for c in ("clang", "clang-14") if shutil.which(c)), None)
+
+
+def perf_unusable():
+    """Why perf --call-graph dwarf cannot be the reference here, or None."""
+    if not shutil.which("perf"):
+        return "perf is not installed (Debian package linux-perf)"
+    try:
+        with open("/proc/sys/kernel/perf_event_paranoid") as f:
+            paranoid = int(f.read())
+    except OSError:
+        return "no /proc/sys/kernel/perf_event_paranoid"
+    if os.geteuid() != 0 and paranoid > 1:
+        return f"perf_event_paranoid is {paranoid} and we are not root"
+    return None
+
+
+def normalize(name):
+    """One spelling for a function name across the agent and perf script: no symbol version
+    (__libc_start_main@@GLIBC_2.34), GCC clone suffix (.part.0, .isra.0, .cold), Rust legacy hash
+    (::h0123456789abcdef) or C++ parameter list (perf script prints none)."""
+    name = re.sub(r"@.*$", "", name)
+    name = re.sub(r"::h[0-9a-f]{16}$", "", name)
+    name = re.sub(r"(\.(part|isra|constprop|cold|lto_priv)(\.\d+)?)+$", "", name)
+    name = re.sub(r"\s+const$", "", name)
+    if name.endswith(")"):
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                if i > 0 and not name.startswith("("):
+                    name = name[:i]
+                break
+    return name
+
+
+def unknown(name):
+    return not name or name == "[unknown]" or name.startswith("0x")
+
+
+def agent_user_stacks(profiles):
+    """[(count, [(name, file)] leaf first, user frames only)] from the agent's pprofs."""
+    out = []
+    for p in profiles:
+        strings = p.string_table
+        functions = {f.id: strings[f.name] for f in p.function}
+        mappings = {m.id: strings[m.filename] for m in p.mapping}
+        locations = {loc.id: loc for loc in p.location}
+        for s in p.sample:
+            frames = []
+            for lid in s.location_id:
+                loc = locations[lid]
+                file = mappings.get(loc.mapping_id, "")
+                names = [functions[ln.function_id] for ln in loc.line] or [f"0x{loc.address:x}"]
+                frames.extend((n, file) for n in names)
+            out.append((s.value[0], [f for f in frames if f[1] != "[kernel.kallsyms]"]))
+    return out
+
+
+def perf_user_stacks(script_text):
+    """The same from `perf script -F comm,pid,tid,ip,sym,dso --no-inline` (count 1 each)."""
+    out, frames, comm = [], None, None
+    line_re = re.compile(r"^\s+[0-9a-f]+ (.*) \(([^()]*)\)$")
+    for line in script_text.splitlines() + [""]:
+        if not line.strip():
+            if frames is not None and comm != "perf-exec":
+                out.append((1, [f for f in frames if f[1] != "[kernel.kallsyms]"]))
+            frames = None
+            continue
+        if not line[0].isspace():
+            frames, comm = [], line.split()[0]
+            continue
+        m = line_re.match(line)
+        if m and frames is not None:
+            frames.append((m.group(1), m.group(2)))
+    return out
+
+
+def match_path(names, path, own):
+    """True if names (normalized, leaf first) is exactly path, LIB and ANY standing for frames
+    outside own."""
+    if not path:
+        return not names
+    head, rest = path[0], path[1:]
+    if head in (LIB, ANY):
+        first = 1 if head == LIB else 0
+        for k in range(first, len(names) + 1):
+            if k > 0 and names[k - 1] in own:
+                break
+            if match_path(names[k:], rest, own):
+                return True
+        return False
+    return bool(names) and names[0] == head and match_path(names[1:], rest, own)
+
+
+class DwarfProgram:
+    """A test program, how to build it, and the call chains its samples must show.
+
+    paths: the program's call chains, leaf first, each down to main. A sample's user stack,
+    leaf first, is complete when it is some frames outside the program's own functions (libc,
+    libstdc++, the vdso: whatever the sample's leaf called), then the tail of one of the paths from
+    one of its own functions down to main, and ends at _start. A frame-pointer walk stops at the
+    first function without a frame pointer, and a wrong CFA skips or garbles frames: either breaks
+    the chain. leaf_shares: the least share of the samples whose leaf frame is that function (a
+    name) or in that library (a file name), to show the run really spent time there."""
+
+    def __init__(self, name, build, paths, leaf_shares, follows=()):
+        self.name, self.build, self.paths, self.leaf_shares = name, build, paths, leaf_shares
+        self.follows = follows  # (library function, the frames that must come right after it)
+        self.own = {n for p in paths for n in p if n not in (LIB, ANY)}
+        self.binary = None
+
+
+def dwarf_programs(clang):
+    c_paths = [["nofp_inner", "nofp_middle", "nofp_outer", "main"],
+               ["compare_items", LIB, "sort_round", "main"]]
+    c_shares = {"nofp_inner": 0.2, "compare_items": 0.05, "libc.so.6": 0.05}
+    src = lambda f: os.path.join(SRC, f)  # noqa: E731
+    progs = [DwarfProgram("nofp_chain_gcc", lambda out: [
+        "gcc", "-O2", "-g", "-fomit-frame-pointer", "-o", out, src("nofp_chain.c")],
+        c_paths, c_shares)]
+    if clang:
+        progs.append(DwarfProgram("nofp_chain_clang", lambda out: [
+            clang, "-O2", "-g", "-fomit-frame-pointer", "-o", out, src("nofp_chain.c")],
+            c_paths, c_shares))
+    progs.append(DwarfProgram("nofp_exceptions", lambda out: [
+        "g++", "-O2", "-g", "-fomit-frame-pointer", "-o", out, src("nofp_exceptions.cpp")],
+        [["thrower", "throw_loop", "main"], ["format_loop", "main"]],
+        {"thrower": 0.05, "libc.so.6": 0.05, "libstdc++.so.6": 0.05, "libgcc_s.so.1": 0.03},
+        follows=[("__cxa_throw", ["thrower", "throw_loop", "main"])]))
+    if shutil.which("rustc"):
+        progs.append(DwarfProgram("nofp_rust", lambda out: [
+            "rustc", "-C", "opt-level=3", "-C", "debuginfo=1", "-C", "force-frame-pointers=no",
+            "-o", out, src("nofp_rust.rs")],
+            [["nofp_rust::rust_inner", "nofp_rust::rust_outer", "nofp_rust::rust_loop", ANY,
+              "main"], ["nofp_rust::rust_format", "nofp_rust::rust_loop", ANY, "main"]],
+            {"nofp_rust::rust_inner": 0.2}))
+    return progs
+
+
+class Verdicts:
+    """What one profiler's stacks of one program say."""
+
+    def __init__(self, prog, stacks):
+        exe = prog.binary
+        self.prog = prog
+        self.excluded = 0  # no user frames (exec, exit) or all in the dynamic loader (start-up)
+        self.total = self.chain = self.start = self.good = 0
+        self.outermost, self.chains, self.seen, self.leaves = {}, {}, {}, {}
+        self.incomplete = {}
+        self.follow_bad = {}
+        for count, frames in stacks:
+            if not frames or all(re.search(r"/ld-linux[^/]*\.so", f) for _, f in frames):
+                self.excluded += count
+                continue
+            names = [normalize(n) for n, _ in frames]
+            self.total += count
+            base = os.path.basename(frames[0][1]) if frames[0][1] != exe else ""
+            for key in {names[0], re.sub(r"\.so\.(\d+)\..*$", r".so.\1", base)} - {""}:
+                self.leaves[key] = self.leaves.get(key, 0) + count
+            mains = [i for i, (n, f) in enumerate(zip(names, frames)) if n == "main" and f[1] == exe]
+            chain_ok = False
+            if mains:
+                m = mains[0]
+                k = next(i for i, n in enumerate(names) if n in prog.own)
+                chain_ok = any(match_path(names[k:m + 1], path[j:], prog.own)
+                               for path in prog.paths for j in range(len(path))
+                               if path[j] not in (LIB, ANY))
+            start_ok = names[-1] == "_start"
+            self.chain += count * chain_ok
+            self.start += count * start_ok
+            self.good += count * (chain_ok and start_ok)
+            self.outermost[names[-1]] = self.outermost.get(names[-1], 0) + count
+            key = tuple(n if f == exe else os.path.basename(f) or "?"
+                        for n, (_, f) in zip(names[:mains[0] + 1] if mains else names, frames))
+            self.chains[key] = self.chains.get(key, 0) + count
+            shown = " > ".join(f"{n}" if f == exe else f"{n} [{os.path.basename(f)}]"
+                               for n, (_, f) in zip(names, frames))
+            self.seen[shown] = self.seen.get(shown, 0) + count
+            if not (chain_ok and start_ok):
+                self.incomplete[shown] = self.incomplete.get(shown, 0) + count
+            for fn, after in prog.follows:
+                if fn in names:
+                    i = names.index(fn)
+                    if names[i + 1:i + 1 + len(after)] != after:
+                        self.follow_bad[fn] = self.follow_bad.get(fn, 0) + count
+
+    def fraction(self, n):
+        return n / self.total if self.total else 0.0
+
+    def top(self, n=5, incomplete=False):
+        seen = self.incomplete if incomplete else self.seen
+        return "\n".join(f"  {c:5d}  {s}" for s, c in
+                         sorted(seen.items(), key=lambda kv: -kv[1])[:n]) or "  (none)"
+
+    def report(self, who):
+        outermost = sorted(self.outermost.items(), key=lambda kv: -kv[1])
+        return (f"\n{who}: {self.summary()}\n{who}: outermost frames {outermost}\n"
+                f"{who}: top 5 stacks (leaf first):\n{self.top()}\n"
+                f"{who}: top 5 incomplete stacks:\n{self.top(incomplete=True)}")
+
+    def top_chains(self, n):
+        return [k for k, _ in sorted(self.chains.items(), key=lambda kv: -kv[1])[:n]]
+
+    def summary(self):
+        return (f"{self.total} samples (+{self.excluded} at exec/start-up/exit): "
+                f"chain to main {self.fraction(self.chain):.1%}, outermost _start "
+                f"{self.fraction(self.start):.1%}, both {self.fraction(self.good):.1%}")
+
+
+def same_chain(a, b):
+    return len(a) == len(b) and all(x == y or unknown(x) or unknown(y) for x, y in zip(a, b))
+
+
+@unittest.skipUnless(can_run_bpf(), "needs root, /sys/kernel/btf/vmlinux and the agent binary")
+class AgentDwarfUnwindTest(unittest.TestCase):
+    """Programs without frame pointers (gcc and clang -O2 -fomit-frame-pointer C through Debian's
+    libc qsort, C++ exceptions and iostreams through libstdc++/libgcc_s/libc, a Rust release
+    build) run under the agent and, at the same time, under perf record --call-graph dwarf. Of
+    each program's samples, at least 99 % must carry the full chain to main and end at _start, no
+    fewer than perf's (less one point), and the agent's hottest chain must be one of perf's top
+    chains. Frame-pointer unwinding alone stops at the first function without one: this is the
+    test of the .eh_frame unwinder."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work = lib.make_workdir("agent-dwarf")
+        cls.clang = clang_binary()
+        cls.no_perf = perf_unusable()
+        cls.programs = {p.name: p for p in dwarf_programs(cls.clang)}
+        builds = []
+        for p in cls.programs.values():
+            p.binary = os.path.join(cls.work, p.name)
+            builds.append((p, subprocess.Popen(p.build(p.binary), cwd=cls.work,
+                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
+        for p, b in builds:
+            out = b.communicate(timeout=120)[0]
+            if b.returncode != 0:
+                raise AssertionError(f"building {p.name} failed:\n{out.decode(errors='replace')}")
+        server, sink, port = tl.start_sink()
+        agent = Agent(cls.work, port)
+        # perf attaches to the running program (-p): with `perf record -- program` the agent can
+        # sample perf's forked child before it execs and keep perf as the pid's executable.
+        procs, perfs, errs = {}, {}, []
+        try:
+            for name, p in cls.programs.items():
+                procs[name] = subprocess.Popen([p.binary, DWARF_SECONDS], stdout=subprocess.DEVNULL)
+            if not cls.no_perf:
+                for name, proc in procs.items():
+                    errs.append(open(os.path.join(cls.work, name + ".perf.err"), "w"))
+                    perfs[name] = subprocess.Popen(
+                        ["perf", "record", "-q", "-e", "cpu-clock", "-F", "99", "--call-graph",
+                         "dwarf", "-o", os.path.join(cls.work, name + ".perf.data"), "-p",
+                         str(proc.pid)], stdout=subprocess.DEVNULL, stderr=errs[-1])
+            for name, proc in procs.items():
+                if proc.wait(timeout=120) != 0:
+                    raise AssertionError(f"{name} exited {proc.returncode}")
+            for name, proc in perfs.items():  # perf record -p ends when its process does
+                if proc.wait(timeout=60) != 0:
+                    with open(os.path.join(cls.work, name + ".perf.err")) as f:
+                        raise AssertionError(f"perf record on {name} exited {proc.returncode}: "
+                                             f"{f.read()}")
+        finally:
+            for proc in [*procs.values(), *perfs.values()]:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            for f in errs:
+                f.close()
+            cls.agent_rc = agent.stop()  # pushes the last window before it exits
+            cls.agent_logs = agent.logs()
+            server.stop(0)
+        cls.agent, cls.executables = {}, {}
+        for name, p in cls.programs.items():
+            series = [(labels, prof) for labels, prof in sink.series()
+                      if labels.get("pid") == str(procs[name].pid)]
+            cls.executables[name] = {labels.get("executable") for labels, _ in series}
+            cls.agent[name] = Verdicts(p, agent_user_stacks([prof for _, prof in series]))
+        cls.perf = {}
+        if not cls.no_perf:
+            for name, p in cls.programs.items():
+                text = subprocess.run(
+                    ["perf", "script", "--no-inline", "-F", "comm,pid,tid,ip,sym,dso", "-i",
+                     os.path.join(cls.work, name + ".perf.data")],
+                    capture_output=True, text=True, check=True, timeout=120).stdout
+                cls.perf[name] = Verdicts(p, perf_user_stacks(text))
+        for name in cls.programs:
+            agent = cls.agent[name]
+            print(f"\n{name}: agent {agent.summary()}", file=sys.stderr)
+            if name in cls.perf:
+                perf = cls.perf[name]
+                print(f"{name}: perf  {perf.summary()}", file=sys.stderr)
+                print(f"{name}: hottest chains, agent {list((agent.top_chains(1) or [()])[0])}, "
+                      f"perf {list((perf.top_chains(1) or [()])[0])}", file=sys.stderr)
+
+    @classmethod
+    def tearDownClass(cls):
+        lib.remove_workdir(cls.work)
+
+    def check_program(self, name):
+        if name not in self.programs:
+            self.skipTest({"nofp_chain_clang": "neither clang nor clang-14 is installed",
+                           "nofp_rust": "rustc is not installed (Debian package rustc)"}[name])
+        prog, agent, perf = self.programs[name], self.agent[name], self.perf.get(name)
+        detail = agent.report("agent") + (perf.report("perf") if perf else "")
+        self.assertEqual(self.agent_rc, 0, self.agent_logs)
+        self.assertEqual(self.executables[name], {prog.binary})
+        self.assertGreaterEqual(agent.total, 40, f"{name}: too few samples{detail}")
+        # The run exercised what it is meant to (this does not depend on unwinding).
+        for leaf, share in prog.leaf_shares.items():
+            self.assertGreaterEqual(agent.fraction(agent.leaves.get(leaf, 0)), share,
+                                    f"{name}: samples with the leaf in {leaf}{detail}")
+        self.assertGreaterEqual(agent.fraction(agent.chain), 0.99,
+                                f"{name}: samples with the full chain to main{detail}")
+        self.assertGreaterEqual(agent.fraction(agent.start), 0.99,
+                                f"{name}: samples whose outermost frame is _start{detail}")
+        self.assertLessEqual(sum(agent.follow_bad.values()), 0.01 * agent.total,
+                             f"{name}: samples with library frames under the wrong callers: "
+                             f"{agent.follow_bad}{detail}")
+        if self.no_perf:
+            print(f"\n{name}: no comparison with perf: {self.no_perf}", file=sys.stderr)
+            return
+        self.assertGreaterEqual(perf.total, 100, f"{name}: too few perf samples{detail}")
+        self.assertGreaterEqual(agent.fraction(agent.good), perf.fraction(perf.good) - 0.01,
+                                f"{name}: complete stacks, agent against perf{detail}")
+        hottest = agent.top_chains(1)[0]
+        perf_top = perf.top_chains(PERF_TOP)
+        self.assertTrue(any(same_chain(hottest, c) for c in perf_top),
+                        f"{name}: the agent's hottest chain {list(hottest)} is not one of perf's "
+                        f"top {PERF_TOP}: {[list(c) for c in perf_top]}{detail}")
+
+    def test_c_gcc_without_frame_pointers(self):
+        self.check_program("nofp_chain_gcc")
+
+    def test_c_clang_without_frame_pointers(self):
+        self.check_program("nofp_chain_clang")
+
+    def test_cxx_exceptions_and_libstdcxx(self):
+        self.check_program("nofp_exceptions")
+
+    def test_rust_release_build(self):
+        self.check_program("nofp_rust")
 
 
 def profile_type(p):
