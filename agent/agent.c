@@ -23,6 +23,7 @@
 #include "push/push.h"
 #include "sampler.h"
 #include "symcache.h"
+#include "unwinder.h"
 
 #define COMPONENT "agent"
 #define FLUSH_TIMEOUT_NS (10 * STRATA_NS_PER_SEC)
@@ -47,6 +48,14 @@ typedef struct agent_metrics {
     metrics_gauge *symcache_peak_bytes;
     metrics_counter *symcache_loads;
     metrics_counter *symcache_evictions;
+    metrics_counter *unwind_dwarf;
+    metrics_counter *unwind_complete;
+    metrics_gauge *unwind_tables;
+    metrics_gauge *unwind_rows;
+    metrics_gauge *unwind_processes;
+    metrics_counter *unwind_files_read;
+    metrics_counter *unwind_evictions;
+    metrics_counter *unwind_refused;
 } agent_metrics;
 
 typedef struct agent {
@@ -59,7 +68,8 @@ typedef struct agent {
     pusher *pusher;
     char *remote_stores; /* -remote-store, split in place at commas */
     agent_sampler *sampler;
-    agent_kubepods *pods; /* NULL when not on Kubernetes */
+    agent_unwinder *unwinder; /* NULL with -unwind-table-rows 0 */
+    agent_kubepods *pods;     /* NULL when not on Kubernetes */
     http_server *http;
     metrics_registry *registry;
     agent_metrics m;
@@ -71,6 +81,8 @@ typedef struct agent {
 } agent;
 
 /* --- metrics ------------------------------------------------------------------------------ */
+
+static void update_unwind_metrics(agent *a);
 
 static metrics_counter *counter(agent *a, const char *name, const char *help, strata_error *err) {
     return metrics_counter_new(a->registry, &(metrics_opts){.name = name, .help = help}, err);
@@ -145,6 +157,36 @@ static int register_push_addresses(agent *a, strata_error *err) {
     return 0;
 }
 
+static int register_unwind_metrics(agent *a, strata_error *err) {
+    agent_metrics *m = &a->m;
+    if ((m->unwind_dwarf = counter(a, "strata_agent_unwind_dwarf_samples_total",
+                                   "User stacks walked in BPF with CFI unwind tables.", err)) ==
+            NULL ||
+        (m->unwind_complete = counter(a, "strata_agent_unwind_complete_samples_total",
+                                      "Of them, walks that reached the outermost frame.", err)) ==
+            NULL ||
+        (m->unwind_tables = gauge(a, "strata_agent_unwind_tables",
+                                  "Files whose unwind tables are loaded in the kernel.", err)) ==
+            NULL ||
+        (m->unwind_rows = gauge(a, "strata_agent_unwind_table_rows",
+                                "Unwind-table rows in use (of -unwind-table-rows).", err)) ==
+            NULL ||
+        (m->unwind_processes =
+             gauge(a, "strata_agent_unwind_processes",
+                   "Processes whose stacks are walked with unwind tables.", err)) == NULL ||
+        (m->unwind_files_read = counter(a, "strata_agent_unwind_files_read_total",
+                                        "Files whose CFI was turned into unwind tables.", err)) ==
+            NULL ||
+        (m->unwind_evictions =
+             counter(a, "strata_agent_unwind_table_evictions_total",
+                     "Unwind tables no process used, freed to make room.", err)) == NULL ||
+        (m->unwind_refused =
+             counter(a, "strata_agent_unwind_tables_refused_total",
+                     "Unwind tables that did not fit in -unwind-table-rows.", err)) == NULL)
+        return -1;
+    return 0;
+}
+
 static int register_metrics(agent *a, strata_error *err) {
     agent_metrics *m = &a->m;
     if ((m->samples = counter(a, "strata_agent_samples_total", "Samples aggregated.", err)) ==
@@ -185,8 +227,8 @@ static int register_metrics(agent *a, strata_error *err) {
              counter(a, "strata_agent_symbol_cache_evictions_total",
                      "Symbol tables freed to stay within the symbol cache budget.", err)) == NULL)
         return -1;
-    if (register_misses(a, err) != 0 || register_push_drops(a, err) != 0 ||
-        register_push_addresses(a, err) != 0)
+    if (register_unwind_metrics(a, err) != 0 || register_misses(a, err) != 0 ||
+        register_push_drops(a, err) != 0 || register_push_addresses(a, err) != 0)
         return -1;
     return metrics_register_process_metrics(a->registry, err);
 }
@@ -199,6 +241,8 @@ static void collect(void *ctx) {
         metrics_counter_set(a->m.dropped, (int64_t)c.ring_full);
         metrics_counter_set(a->m.off_cpu_timed, (int64_t)c.off_cpu_timed);
         metrics_counter_set(a->m.off_cpu_events, (int64_t)c.off_cpu_events);
+        metrics_counter_set(a->m.unwind_dwarf, (int64_t)c.unwind_dwarf);
+        metrics_counter_set(a->m.unwind_complete, (int64_t)c.unwind_complete);
     }
     push_stats ps;
     push_stats_get(a->pusher, &ps);
@@ -357,6 +401,7 @@ static void finish_window(agent *a) {
                      cs.entries, cs.bytes, (unsigned long long)cs.loads,
                      (unsigned long long)cs.evictions);
     metrics_gauge_set(a->m.processes, (int64_t)a->agg.n_procs);
+    update_unwind_metrics(a);
     log_push_errors(a);
     (void)malloc_trim(0); /* give the window's temporary memory back to the kernel */
     a->window_start_wall = now_wall;
@@ -377,6 +422,8 @@ static int apply_defaults(agent *a, const agent_options *o, strata_error *err) {
         a->o.window_ns = 10 * STRATA_NS_PER_SEC;
     if (a->o.poll_ns == 0)
         a->o.poll_ns = 250 * STRATA_NS_PER_MS;
+    if (a->o.unwind_table_rows == 0)
+        a->o.unwind_table_rows = AGENT_UNWIND_DEFAULT_ROWS;
     if (a->o.node != NULL)
         snprintf(a->node, sizeof a->node, "%s", a->o.node);
     else if (gethostname(a->node, sizeof a->node - 1) != 0)
@@ -401,7 +448,54 @@ static int load_kernel_symbols(agent *a) {
 static bool fix_leaf(void *ctx, const agent_proc *proc, const struct agent_sample *s, uint64_t *u,
                      size_t *n, size_t cap) {
     agent *a = ctx;
+    if (s->flags & AGENT_SAMPLE_DWARF)
+        return false; /* walked with CFI: the leaf's caller is there already */
     return agent_leaf_fixup(a->symcache, proc, s, u, n, cap);
+}
+
+/* The aggregator read a process from /proc: list its unwind tables for BPF. */
+static void process_seen(void *ctx, const agent_process *p) {
+    agent *a = ctx;
+    strata_error err;
+    if (a->unwinder != NULL && agent_unwinder_add_process(a->unwinder, &p->proc, &err) < 0) {
+        char q[600];
+        strata_log_warn(COMPONENT, "no unwind tables for process", "pid=%d err=%s", (int)p->pid,
+                        strata_log_quote(err.message, q, sizeof q));
+    }
+}
+
+static void process_gone(void *ctx, pid_t pid) {
+    agent *a = ctx;
+    if (a->unwinder != NULL)
+        agent_unwinder_remove_process(a->unwinder, pid);
+}
+
+/* Tables for DWARF unwinding, written into the sampler's maps (unwinder.h). */
+static int start_unwinder(agent *a, strata_error *err) {
+    if (a->o.no_dwarf_unwind)
+        return 0;
+    agent_unwinder_options uo = {.max_rows = a->o.unwind_table_rows};
+    agent_sampler_unwind_sink(a->sampler, &uo.sink);
+    if ((a->unwinder = agent_unwinder_new(&uo, err)) == NULL)
+        return -1;
+    a->agg.process_seen = process_seen;
+    a->agg.process_gone = process_gone;
+    a->agg.process_ctx = a;
+    return 0;
+}
+
+static void update_unwind_metrics(agent *a) {
+    if (a->unwinder == NULL)
+        return;
+    agent_unwinder_end_window(a->unwinder);
+    agent_unwinder_stats us;
+    agent_unwinder_stats_get(a->unwinder, &us);
+    metrics_gauge_set(a->m.unwind_tables, (int64_t)us.tables);
+    metrics_gauge_set(a->m.unwind_rows, (int64_t)us.rows_used);
+    metrics_gauge_set(a->m.unwind_processes, (int64_t)us.processes);
+    metrics_counter_set(a->m.unwind_files_read, (int64_t)us.files_read);
+    metrics_counter_set(a->m.unwind_evictions, (int64_t)us.tables_evicted);
+    metrics_counter_set(a->m.unwind_refused, (int64_t)us.tables_refused);
 }
 
 /* Kubernetes labels: with -kubeconfig, or in a cluster (KUBERNETES_SERVICE_HOST set). A kubeconfig
@@ -483,10 +577,11 @@ static int set_up(agent *a, strata_error *err) {
         return -1;
     agent_sampler_options sopt = {.frequency_hz = a->o.frequency_hz,
                                   .off_cpu_rate = a->o.off_cpu_threshold,
+                                  .unwind_rows = a->o.no_dwarf_unwind ? 0 : a->o.unwind_table_rows,
                                   .on_sample = on_sample,
                                   .ctx = a};
     a->sampler = agent_sampler_open(&sopt, err);
-    return a->sampler != NULL ? 0 : -1;
+    return a->sampler != NULL ? start_unwinder(a, err) : -1;
 }
 
 static void tear_down(agent *a) {
@@ -496,6 +591,8 @@ static void tear_down(agent *a) {
         metrics_registry_remove_collector(a->registry, collect, a);
     agent_sampler_close(a->sampler);
     a->sampler = NULL;
+    agent_unwinder_free(a->unwinder);
+    a->unwinder = NULL;
     pusher_free(a->pusher);
     free(a->remote_stores);
     agent_kubepods_free(a->pods);
@@ -520,10 +617,23 @@ static void poll_once(agent *a) {
     metrics_counter_set(a->m.samples, (int64_t)a->agg.stats.samples);
 }
 
+/* Sleeps until the next poll, handling at once the samples that asked for a wake-up (a new
+ * process: listing its unwind tables now saves its next samples from frame pointers). */
+static void wait_for_poll(agent *a, int64_t due, volatile sig_atomic_t *stop) {
+    for (int64_t now = strata_monotonic_ns(); now < due && !*stop; now = strata_monotonic_ns()) {
+        strata_error err;
+        int ms = (int)((due - now + STRATA_NS_PER_MS - 1) / STRATA_NS_PER_MS);
+        if (agent_sampler_wait(a->sampler, ms, &err) < 0) {
+            sleep_ns(due - now);
+            return;
+        }
+    }
+}
+
 static void run_loop(agent *a, volatile sig_atomic_t *stop) {
     int64_t started = strata_monotonic_ns();
     while (!*stop && (a->o.run_for_ns == 0 || strata_monotonic_ns() - started < a->o.run_for_ns)) {
-        sleep_ns(a->o.poll_ns);
+        wait_for_poll(a, strata_monotonic_ns() + a->o.poll_ns, stop);
         poll_once(a);
         if (strata_monotonic_ns() - a->window_start_mono >= a->o.window_ns)
             finish_window(a);

@@ -49,8 +49,11 @@ typedef struct agent_options {
     size_t max_request_bytes;  /* one WriteRaw's size (lib/push); 0 = 3 MiB */
     unsigned max_in_flight;    /* WriteRaw calls in flight per ingester; 0 = 4 */
     size_t symbol_cache_bytes; /* 0 = 6 MiB */
-    int64_t run_for_ns;        /* 0 = until stopped */
-    agent_relabel_fn relabel;  /* NULL = no relabeling */
+    /* Unwind-table rows (unwinder.h, 16 bytes of kernel memory each); 0 = 2 Mi rows. */
+    uint32_t unwind_table_rows;
+    bool no_dwarf_unwind;     /* walk every user stack through frame pointers only */
+    int64_t run_for_ns;       /* 0 = until stopped */
+    agent_relabel_fn relabel; /* NULL = no relabeling */
     void *relabel_ctx;
     const char *kubeconfig; /* Kubernetes labels from this kubeconfig; NULL = in-cluster when
                                KUBERNETES_SERVICE_HOST is set, else none (see kubepods.h) */

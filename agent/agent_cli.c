@@ -116,6 +116,8 @@ static void usage(FILE *out) {
             "  -push-max-request-bytes N   windows ready at once ride in one WriteRaw up to\n"
             "                              this size (default 3 MiB)\n"
             "  -symbol-cache-bytes N       memory for symbol tables (default 6 MiB)\n"
+            "  -unwind-table-rows N        rows of CFI unwind tables in the kernel, 16 bytes\n"
+            "                              each (default 2097152; 0: frame pointers only)\n"
             "  -sample-labels LIST         per-sample pprof labels, any of thread_id,\n"
             "                              thread_name, cpu (default none: each multiplies\n"
             "                              the stacks a profile holds)\n"
@@ -142,6 +144,17 @@ static int load_relabel_config(agent_options *o, const char *path, strata_error 
     relabel_rules_free(o->relabel_ctx); /* the flag given twice: the last one wins */
     o->relabel = agent_relabel_with_rules;
     o->relabel_ctx = rules;
+    return 0;
+}
+
+/* -unwind-table-rows: 0 turns DWARF unwinding off; at most 2^26 rows (1 GiB of kernel memory). */
+static int parse_unwind_rows(const char *value, agent_options *o, strata_error *err) {
+    size_t v = 0;
+    if (parse_size(value, &v, err) != 0 || v > ((size_t)1 << 26))
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT,
+                                "-unwind-table-rows wants 0..67108864, got \"%s\"", value);
+    o->no_dwarf_unwind = v == 0;
+    o->unwind_table_rows = (uint32_t)v;
     return 0;
 }
 
@@ -191,6 +204,8 @@ static int set_flag(agent_options *o, const char *name, const char *value, strat
                                     "-push-max-in-flight wants 1..%d, got \"%s\"",
                                     PUSH_MAX_IN_FLIGHT, value);
         o->max_in_flight = (unsigned)v;
+    } else if (strcmp(name, "unwind-table-rows") == 0) {
+        return parse_unwind_rows(value, o, err);
     } else if (strcmp(name, "symbol-cache-bytes") == 0)
         return parse_size(value, &o->symbol_cache_bytes, err);
     else if (strcmp(name, "sample-labels") == 0)

@@ -23,6 +23,11 @@ int agent_aggregator_init(agent_aggregator *a, const char *proc_root, size_t max
     return 0;
 }
 
+static void notify_seen(agent_aggregator *a, const agent_process *p) {
+    if (a->process_seen != NULL && p->have_proc)
+        a->process_seen(a->process_ctx, p);
+}
+
 static void process_free(agent_process *p) {
     agent_proc_free(&p->proc);
     label_set_free(&p->labels);
@@ -41,6 +46,17 @@ static void snapshot(agent_aggregator *a, agent_process *p) {
     p->labeled = false;
     p->dropped = false;
     label_set_free(&p->labels);
+    notify_seen(a, p);
+}
+
+/* BPF saw the process anew (an exec, or its last ticks after the exit hook): read it again, but
+ * keep what is known if it has gone meanwhile. */
+static void resnapshot(agent_aggregator *a, agent_process *p) {
+    agent_proc fresh;
+    if (agent_proc_read(a->proc_root, p->pid, &fresh, NULL) != 0)
+        return;
+    agent_proc_free(&fresh);
+    snapshot(a, p);
 }
 
 static agent_process *new_process(agent_aggregator *a, pid_t pid, strata_error *err) {
@@ -211,7 +227,8 @@ static void check_mappings(agent_aggregator *a, agent_process *p, const uint64_t
         if (agent_proc_find_mapping(&p->proc, u[i]) == NULL) {
             p->maps_reloaded = true;
             a->stats.maps_reloads++;
-            (void)agent_proc_reload_maps(a->proc_root, &p->proc, NULL);
+            if (agent_proc_reload_maps(a->proc_root, &p->proc, NULL) == 0)
+                notify_seen(a, p);
             return;
         }
 }
@@ -226,9 +243,12 @@ static uint64_t off_cpu_weight(const agent_aggregator *a, uint64_t value_ns) {
 }
 
 int agent_aggregator_add(agent_aggregator *a, const struct agent_sample *s, strata_error *err) {
+    bool known = strata_u64_map_get(&a->by_pid, (uint64_t)s->pid + 1) != NULL;
     agent_process *p = process_for(a, (pid_t)s->pid, err);
     if (p == NULL)
         return -1;
+    if (known && (s->flags & AGENT_SAMPLE_NEW_PROCESS))
+        resnapshot(a, p);
     memcpy(p->comm, s->comm, sizeof p->comm);
     p->comm[sizeof p->comm - 1] = '\0';
     if (p->samples == 0)
@@ -262,6 +282,8 @@ void agent_aggregator_next_window(agent_aggregator *a) {
     for (size_t i = 0; i < a->n_procs; i++) {
         agent_process *p = a->procs[i];
         if (p->last_window != a->window) {
+            if (a->process_gone != NULL)
+                a->process_gone(a->process_ctx, p->pid);
             process_free(p);
             continue;
         }

@@ -9,7 +9,8 @@
  *    still reported with its labels and mappings. A pid seen again after a silent window is
  *    checked against its start time, which catches pid reuse.
  *  - A user address outside every known executable mapping re-reads the process's maps once per
- *    window (a library loaded since), while the process is still alive.
+ *    window (a library loaded since), while the process is still alive. A record flagged
+ *    AGENT_SAMPLE_NEW_PROCESS for a pid already known (BPF saw an exec) re-reads the process.
  *  - A stack is the kernel frames then the user frames, leaf first, as the BPF program wrote
  *    them. Stacks are hashed; equal hashes are compared frame by frame, so distinct stacks are
  *    never merged. Frames of all processes live in one array for the window.
@@ -95,8 +96,16 @@ typedef bool (*agent_stack_fixup_fn)(void *ctx, const agent_proc *proc,
                                      const struct agent_sample *s, uint64_t *u, size_t *n,
                                      size_t cap);
 
+/* Optional hooks on a process's life: seen is called after each /proc snapshot (first sample,
+ * pid reuse, exec, maps re-read), gone when the process is forgotten. */
+typedef void (*agent_process_seen_fn)(void *ctx, const agent_process *p);
+typedef void (*agent_process_gone_fn)(void *ctx, pid_t pid);
+
 typedef struct agent_aggregator {
     const char *proc_root;
+    agent_process_seen_fn process_seen; /* NULL = none; set after init, as the next two */
+    agent_process_gone_fn process_gone;
+    void *process_ctx;
     agent_stack_fixup_fn fixup; /* NULL = none; set after init */
     void *fixup_ctx;
     size_t max_frames;

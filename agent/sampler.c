@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "unwinder.h"
 #include "offcpu.skel.h"
 #include "oncpu.skel.h"
 
@@ -29,6 +30,7 @@ struct agent_sampler {
     struct bpf_link **links;
     struct offcpu_bpf *off; /* off-CPU, when on */
     struct bpf_link *off_link;
+    struct bpf_link *exec_link, *exit_link; /* drop a process's unwind list (unwind.bpf.h) */
     unsigned n_events;
     size_t ring_bytes;
     agent_sample_fn on_sample;
@@ -189,6 +191,25 @@ static int handle_record(void *ctx, void *data, size_t size) {
     return 0;
 }
 
+/* With DWARF unwinding on, an exec or an exit drops the process's list in BPF. */
+static int attach_unwind_hooks(agent_sampler *s, const agent_sampler_options *o,
+                               strata_error *err) {
+#if defined(__x86_64__)
+    if (o->unwind_rows == 0)
+        return 0;
+    s->exec_link = bpf_program__attach(s->skel->progs.unwind_exec);
+    s->exit_link = bpf_program__attach(s->skel->progs.unwind_exit);
+    if (s->exec_link == NULL || s->exit_link == NULL)
+        return strata_error_set(err, STRATA_FAILED_PRECONDITION,
+                                "cannot attach to sched_process_exec/exit: %s", strerror(errno));
+#else
+    (void)s;
+    (void)o;
+    (void)err;
+#endif
+    return 0;
+}
+
 static int load_program(agent_sampler *s, const agent_sampler_options *o, unsigned n_cpus,
                         strata_error *err) {
     s->skel = oncpu_bpf__open();
@@ -198,6 +219,9 @@ static int load_program(agent_sampler *s, const agent_sampler_options *o, unsign
     s->skel->rodata->agent_pid = (__u32)(o->self_pid != 0 ? o->self_pid : getpid());
     s->ring_bytes = ring_size_for(o->frequency_hz, n_cpus);
     int rc = bpf_map__set_max_entries(s->skel->maps.samples, (__u32)s->ring_bytes);
+    if (rc == 0)
+        rc = bpf_map__set_max_entries(s->skel->maps.unwind_rows,
+                                      o->unwind_rows > 0 ? o->unwind_rows : 1);
     if (rc != 0)
         return strata_error_set(err, STRATA_INTERNAL, "cannot size the ring buffer: %s",
                                 strerror(-rc));
@@ -211,7 +235,7 @@ static int load_program(agent_sampler *s, const agent_sampler_options *o, unsign
     if (s->ring == NULL)
         return strata_error_set(err, STRATA_INTERNAL, "cannot map the ring buffer: %s",
                                 strerror(errno));
-    return 0;
+    return attach_unwind_hooks(s, o, err);
 }
 
 static int attach_cpu(agent_sampler *s, unsigned hz, unsigned cpu, strata_error *err) {
@@ -252,6 +276,12 @@ static int load_off_cpu(agent_sampler *s, const agent_sampler_options *o, unsign
     int rc = bpf_map__set_max_entries(s->off->maps.samples, (__u32)ring);
     if (rc == 0 && o->off_cpu_pending > 0)
         rc = bpf_map__set_max_entries(s->off->maps.pending, o->off_cpu_pending);
+    if (rc == 0) /* one row array and one set of process lists for both objects */
+        rc = bpf_map__reuse_fd(s->off->maps.unwind_rows, bpf_map__fd(s->skel->maps.unwind_rows));
+    if (rc == 0)
+        rc = bpf_map__reuse_fd(s->off->maps.unwind_procs, bpf_map__fd(s->skel->maps.unwind_procs));
+    if (rc == 0)
+        rc = bpf_map__reuse_fd(s->off->maps.unwind_seen, bpf_map__fd(s->skel->maps.unwind_seen));
     if (rc != 0)
         return strata_error_set(err, STRATA_INTERNAL, "cannot set up the off-CPU maps: %s",
                                 strerror(-rc));
@@ -324,6 +354,13 @@ agent_sampler *agent_sampler_open(const agent_sampler_options *options, strata_e
     return s;
 }
 
+int agent_sampler_wait(agent_sampler *s, int timeout_ms, strata_error *err) {
+    int n = ring_buffer__poll(s->ring, timeout_ms);
+    if (n < 0 && n != -EINTR)
+        return strata_error_set(err, STRATA_INTERNAL, "ring buffer: %s", strerror(-n));
+    return n < 0 ? 0 : n;
+}
+
 int agent_sampler_poll(agent_sampler *s, strata_error *err) {
     int n = ring_buffer__consume(s->ring);
     if (n < 0)
@@ -364,9 +401,52 @@ static int add_counters(int map_fd, struct agent_counters *out, strata_error *er
         out->ustack_errors += per_cpu[i].ustack_errors;
         out->off_cpu_timed += per_cpu[i].off_cpu_timed;
         out->off_cpu_events += per_cpu[i].off_cpu_events;
+        out->unwind_dwarf += per_cpu[i].unwind_dwarf;
+        out->unwind_complete += per_cpu[i].unwind_complete;
     }
     free(per_cpu);
     return 0;
+}
+
+/* --- the unwinder's sink: the BPF maps ------------------------------------------------------ */
+
+#define ROW_BATCH 4096
+
+static int write_rows(void *ctx, uint32_t first, const struct agent_unwind_row *rows, uint32_t n,
+                      strata_error *err) {
+    agent_sampler *s = ctx;
+    int fd = bpf_map__fd(s->skel->maps.unwind_rows);
+    __u32 keys[ROW_BATCH];
+    for (uint32_t done = 0; done < n;) {
+        __u32 count = n - done < ROW_BATCH ? n - done : ROW_BATCH;
+        for (__u32 i = 0; i < count; i++)
+            keys[i] = first + done + i;
+        LIBBPF_OPTS(bpf_map_batch_opts, opts);
+        int rc = bpf_map_update_batch(fd, keys, rows + done, &count, &opts);
+        if (rc != 0)
+            return strata_error_set(err, STRATA_INTERNAL, "writing unwind rows: %s",
+                                    strerror(errno));
+        done += count;
+    }
+    return 0;
+}
+
+static int write_process(void *ctx, uint32_t pid, const struct agent_unwind_proc *list,
+                         strata_error *err) {
+    agent_sampler *s = ctx;
+    if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.unwind_procs), &pid, list, BPF_ANY) != 0)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "listing process %u: %s", pid,
+                                strerror(errno));
+    return 0;
+}
+
+static void delete_process(void *ctx, uint32_t pid) {
+    agent_sampler *s = ctx;
+    (void)bpf_map_delete_elem(bpf_map__fd(s->skel->maps.unwind_procs), &pid);
+}
+
+void agent_sampler_unwind_sink(agent_sampler *s, struct agent_unwinder_sink *out) {
+    *out = (agent_unwinder_sink){write_rows, write_process, delete_process, s};
 }
 
 unsigned agent_sampler_cpu_count(const agent_sampler *s) {
@@ -381,6 +461,8 @@ void agent_sampler_close(agent_sampler *s) {
     if (s == NULL)
         return;
     bpf_link__destroy(s->off_link);
+    bpf_link__destroy(s->exec_link);
+    bpf_link__destroy(s->exit_link);
     offcpu_bpf__destroy(s->off);
     for (unsigned i = 0; i < s->n_events; i++) {
         bpf_link__destroy(s->links[i]);

@@ -22,6 +22,13 @@
  * object reads a task_struct field through CO-RE, so libbpf reads the kernel's BTF, but only when
  * off-CPU is on; the on-CPU object has no relocation (oncpu.bpf.c says why).
  *
+ * User stacks of processes the unwinder has listed are walked in BPF with their CFI tables
+ * (bpf/unwind.bpf.h): the on-CPU object owns the row array and the process lists, sized before
+ * load; the off-CPU object reuses the same maps. The first sample of a process BPF has no list
+ * for is submitted with a wake-up (agent_sampler_wait returns at once), so the agent lists it
+ * within milliseconds rather than at the next poll; an exec drops the process's list in BPF
+ * (its mappings changed) and makes the next sample such a first one again.
+ *
  * Perf events and BPF links are file descriptors: if the agent dies, the kernel tears everything
  * down by itself.
  */
@@ -50,6 +57,9 @@ typedef struct agent_sampler_options {
     double off_cpu_rate;
     unsigned off_cpu_pending; /* threads timed at once (kernel memory: 2.3 KB each); 0 = 1024 */
     pid_t self_pid;           /* ticks on this process are skipped; 0 = getpid() */
+    /* Rows of the unwind-table array (bpf/unwind.h; 16 bytes of kernel memory each); 0 = no
+     * DWARF unwinding (every user stack is walked through frame pointers). */
+    uint32_t unwind_rows;
     agent_sample_fn on_sample;
     void *ctx;
 } agent_sampler_options;
@@ -61,6 +71,10 @@ int agent_sampler_check_requirements(strata_error *err);
 /* Loads and attaches everything. Returns NULL with err set. */
 agent_sampler *agent_sampler_open(const agent_sampler_options *options, strata_error *err);
 
+/* Sleeps until timeout_ms has passed or a sample asked for a wake-up (a new process), then hands
+ * every pending sample to the callback; returns how many, or -1 with err set. */
+int agent_sampler_wait(agent_sampler *s, int timeout_ms, strata_error *err);
+
 /* Hands every pending sample to the callback; returns how many, or -1 with err set. */
 int agent_sampler_poll(agent_sampler *s, strata_error *err);
 
@@ -71,6 +85,11 @@ int agent_sampler_counters(const agent_sampler *s, struct agent_counters *out, s
 unsigned agent_sampler_cpu_count(const agent_sampler *s);
 /* Ring buffer size in bytes. */
 size_t agent_sampler_ring_bytes(const agent_sampler *s);
+
+/* Where agent_unwinder writes: the row array and the per-process lists the BPF programs read.
+ * The callbacks take the sampler as ctx. */
+struct agent_unwinder_sink;
+void agent_sampler_unwind_sink(agent_sampler *s, struct agent_unwinder_sink *out);
 
 /* Detaches and frees; NULL is a no-op. */
 void agent_sampler_close(agent_sampler *s);

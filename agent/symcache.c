@@ -81,21 +81,21 @@ static bool is_deleted(const char *path) {
 }
 
 /* Picks the path to open: the process's view of the file first. */
-static void file_path(const agent_symcache *c, const agent_proc *p, const agent_mapping *m,
+static void file_path(const char *proc_root, const agent_proc *p, const agent_mapping *m,
                       int attempt, char *out, size_t cap) {
     if (attempt == 0 && !is_deleted(m->path))
-        snprintf(out, cap, "%s/%d/root%s", c->o.proc_root, (int)p->pid, m->path);
+        snprintf(out, cap, "%s/%d/root%s", proc_root, (int)p->pid, m->path);
     else if (attempt <= 1)
-        snprintf(out, cap, "%s/%d/map_files/%llx-%llx", c->o.proc_root, (int)p->pid,
+        snprintf(out, cap, "%s/%d/map_files/%llx-%llx", proc_root, (int)p->pid,
                  (unsigned long long)m->start, (unsigned long long)m->end);
     else
         snprintf(out, cap, "%s", m->path);
 }
 
-static int open_attempts(const agent_symcache *c, const agent_proc *p, const agent_mapping *m,
-                         char *path, size_t cap, char *build_id) {
+int agent_mapped_file_path(const char *proc_root, const agent_proc *p, const agent_mapping *m,
+                           char *path, size_t cap, char *build_id) {
     for (int attempt = 0; attempt < 3; attempt++) {
-        file_path(c, p, m, attempt, path, cap);
+        file_path(proc_root, p, m, attempt, path, cap);
         if (access(path, R_OK) == 0 && agent_elf_read_build_id(path, build_id, NULL) == 0)
             return 0;
     }
@@ -162,7 +162,7 @@ static void follow_names_file(agent_symcache *c, cache_entry *e, const agent_pro
     if (access(dir, F_OK) == 0)
         return; /* still there */
     char path[4352], build_id[AGENT_BUILD_ID_HEX_MAX + 1];
-    if (open_attempts(c, p, m, path, sizeof path, build_id) == 0 &&
+    if (agent_mapped_file_path(c->o.proc_root, p, m, path, sizeof path, build_id) == 0 &&
         strcmp(build_id, e->elf.build_id) == 0 && agent_elf_set_names_path(&e->elf, path))
         e->names_pid = p->pid;
 }
@@ -171,7 +171,7 @@ static void follow_names_file(agent_symcache *c, cache_entry *e, const agent_pro
 static cache_entry *entry_for_new_identity(agent_symcache *c, uint64_t ikey, const agent_proc *p,
                                            const agent_mapping *m) {
     char path[4352], build_id[AGENT_BUILD_ID_HEX_MAX + 1] = "";
-    bool readable = open_attempts(c, p, m, path, sizeof path, build_id) == 0;
+    bool readable = agent_mapped_file_path(c->o.proc_root, p, m, path, sizeof path, build_id) == 0;
     uint64_t bkey = build_id[0] ? nonzero(strata_hash_bytes(build_id, strlen(build_id), 7)) : 0;
     uint64_t *existing = bkey ? strata_u64_map_get(&c->by_build_id, bkey) : NULL;
     if (existing != NULL) {
@@ -232,7 +232,7 @@ agent_elf *agent_symcache_get(agent_symcache *c, const agent_proc *p, const agen
     bool retry = e->failed && c->window - e->failed_window >= c->o.retry_windows;
     if ((!e->loaded && !e->failed) || retry) {
         char path[4352], build_id[AGENT_BUILD_ID_HEX_MAX + 1];
-        if (open_attempts(c, p, m, path, sizeof path, build_id) == 0)
+        if (agent_mapped_file_path(c->o.proc_root, p, m, path, sizeof path, build_id) == 0)
             load_entry(c, e, p, m, path);
         else
             e->failed_window = c->window;

@@ -69,6 +69,13 @@ agent_elf *agent_symcache_get(agent_symcache *c, const agent_proc *p, const agen
  * windows. */
 void agent_symcache_end_window(agent_symcache *c);
 
+/* Finds a readable path to the file of mapping m of process p - /proc/PID/root/<path> (the
+ * process's mount namespace), then /proc/PID/map_files/<range> (a deleted file), then the plain
+ * path - and reads its build id ("" if none) into build_id (AGENT_BUILD_ID_HEX_MAX + 1 bytes).
+ * -1 if none can be read. Shared with the unwinder, which opens the same files. */
+int agent_mapped_file_path(const char *proc_root, const agent_proc *p, const agent_mapping *m,
+                           char *path, size_t cap, char *build_id);
+
 void agent_symcache_stats_get(const agent_symcache *c, agent_symcache_stats *out);
 void agent_symcache_free(agent_symcache *c);
 

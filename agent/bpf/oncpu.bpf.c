@@ -46,6 +46,25 @@ int oncpu_sample(struct bpf_perf_event_data *ctx) {
     }
     fill_sample(ctx, s, pid, tid, c);
     __sync_fetch_and_add(&c->samples, 1);
-    bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
+    bpf_ringbuf_submit(s, (s->flags & AGENT_SAMPLE_NEW_PROCESS) ? BPF_RB_FORCE_WAKEUP
+                                                                : BPF_RB_NO_WAKEUP);
     return 0;
 }
+
+#ifdef AGENT_HAVE_DWARF_UNWIND
+SEC("raw_tp/sched_process_exec")
+int unwind_exec(void *ctx) {
+    (void)ctx;
+    forget_process((__u32)(bpf_get_current_pid_tgid() >> 32));
+    return 0;
+}
+
+SEC("raw_tp/sched_process_exit")
+int unwind_exit(void *ctx) {
+    (void)ctx;
+    __u64 id = bpf_get_current_pid_tgid();
+    if ((__u32)(id >> 32) == (__u32)id) /* the process, not one of its threads */
+        forget_process((__u32)id);
+    return 0;
+}
+#endif

@@ -20,6 +20,9 @@
  * (offcpu_threshold), which bounds the cost on a node that switches a million times a second;
  * user space scales the times back by that fraction.
  *
+ * A process whose binaries user space has turned into unwind tables (unwind.h) gets its user stack
+ * walked with them (AGENT_SAMPLE_DWARF); sp_words are then not needed and not read.
+ *
  * This header is included from both sides, so it uses only fixed-width kernel types.
  */
 #ifndef STRATA_AGENT_ONCPU_H
@@ -36,7 +39,10 @@
 
 /* agent_sample.flags */
 #define AGENT_SAMPLE_SP_WORDS_VALID 1u
-#define AGENT_SAMPLE_OFF_CPU 2u /* a thread that blocked for value_ns, not a CPU tick */
+#define AGENT_SAMPLE_OFF_CPU 2u      /* a thread that blocked for value_ns, not a CPU tick */
+#define AGENT_SAMPLE_DWARF 4u        /* ustack was walked with CFI tables (unwind.bpf.h) */
+#define AGENT_SAMPLE_COMPLETE 8u     /* ... and the walk reached the outermost frame */
+#define AGENT_SAMPLE_NEW_PROCESS 16u /* the first of a process with no unwind tables listed */
 
 /* The off-CPU switch-out rate is a fraction of 2^32 (offcpu_threshold). */
 #define AGENT_OFF_CPU_SCALE 4294967296.0
@@ -64,8 +70,10 @@ struct agent_counters {
     __u64 skipped_self; /* ticks that hit the agent itself */
     __u64 kstack_errors;
     __u64 ustack_errors;
-    __u64 off_cpu_timed;  /* voluntary switch-outs chosen for timing */
-    __u64 off_cpu_events; /* off-CPU records submitted (the thread ran again) */
+    __u64 off_cpu_timed;   /* voluntary switch-outs chosen for timing */
+    __u64 off_cpu_events;  /* off-CPU records submitted (the thread ran again) */
+    __u64 unwind_dwarf;    /* user stacks walked with CFI tables */
+    __u64 unwind_complete; /* of them, walks that reached the outermost frame */
 };
 
 #endif

@@ -1,7 +1,9 @@
 /*
  * sample.bpf.h - what the on-CPU sampler (oncpu.bpf.c) and the off-CPU tracer (offcpu.bpf.c)
  * share: each object's per-CPU `counters` map (oncpu.h's agent_counters; user space sums both) and
- * filling an agent_sample record for the current thread. BPF side only; included once per object.
+ * filling an agent_sample record for the current thread, its user stack walked with CFI tables
+ * where the process has them (unwind.bpf.h), else through frame pointers by the kernel. BPF side
+ * only; included once per object.
  */
 #ifndef STRATA_AGENT_SAMPLE_BPF_H
 #define STRATA_AGENT_SAMPLE_BPF_H
@@ -40,6 +42,8 @@ static __always_inline struct agent_counters *this_cpu_counters(void) {
 _Static_assert(__builtin_offsetof(struct pt_regs, sp) == PT_REGS_SP_OFFSET,
                "struct pt_regs moved its stack pointer");
 
+#include "unwind.bpf.h"
+
 /* Copies the top of the user stack, where a frameless leaf keeps its return address. */
 static __always_inline void read_user_sp_words(struct agent_sample *s) {
     struct task_struct *task = bpf_get_current_task_btf();
@@ -68,9 +72,15 @@ static __always_inline void fill_sample(void *ctx, struct agent_sample *s, __u32
     s->user_sp = 0;
     bpf_get_current_comm(s->comm, sizeof s->comm);
     s->kstack_bytes = bpf_get_stack(ctx, s->kstack, sizeof s->kstack, 0);
-    s->ustack_bytes = bpf_get_stack(ctx, s->ustack, sizeof s->ustack, BPF_F_USER_STACK);
     if (s->kstack_bytes < 0)
         __sync_fetch_and_add(&c->kstack_errors, 1);
+    if (unwind_user_stack(s, pid)) {
+        __sync_fetch_and_add(&c->unwind_dwarf, 1);
+        if (s->flags & AGENT_SAMPLE_COMPLETE)
+            __sync_fetch_and_add(&c->unwind_complete, 1);
+        return;
+    }
+    s->ustack_bytes = bpf_get_stack(ctx, s->ustack, sizeof s->ustack, BPF_F_USER_STACK);
     if (s->ustack_bytes < 0)
         __sync_fetch_and_add(&c->ustack_errors, 1);
     if (s->ustack_bytes > 0)

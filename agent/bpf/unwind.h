@@ -30,6 +30,13 @@
  * subtracts each mapping's load bias. Rows come from every FDE; where no FDE covers an address a
  * row of AGENT_CFA_FP starts, and consecutive rows with the same rules are merged.
  *
+ * Processes. unwind_procs maps a pid to the mappings of that process that have a table: where
+ * each is (start, end), its load bias (runtime address - link-time address) and its slice of the
+ * one shared row array (first_row, n_rows). A table is loaded once per build id and shared by
+ * every process mapping that file. A pid absent from the map is walked through frame pointers by
+ * the kernel (bpf_get_stack), as before; a pc of a listed process outside every listed mapping
+ * (JIT code, a file without CFI) takes a frame-pointer step.
+ *
  * This header is included from both sides, so it uses only fixed-width kernel types.
  */
 #ifndef STRATA_AGENT_UNWIND_H
@@ -55,6 +62,24 @@ struct agent_unwind_row {
     __s16 rbp_offset;
     __u8 cfa_type;
     __u8 rbp_type;
+};
+
+/* At most this many mappings with tables per process (sorted by start); more are dropped, and
+ * their frames take frame-pointer steps. */
+#define AGENT_UNWIND_MAX_MAPPINGS 128
+
+struct agent_unwind_mapping {
+    __u64 start; /* runtime addresses [start, end) */
+    __u64 end;
+    __u64 bias; /* runtime address - link-time address */
+    __u32 first_row;
+    __u32 n_rows;
+};
+
+struct agent_unwind_proc {
+    __u32 n_mappings;
+    __u32 reserved;
+    struct agent_unwind_mapping mappings[AGENT_UNWIND_MAX_MAPPINGS];
 };
 
 #endif

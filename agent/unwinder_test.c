@@ -1,0 +1,287 @@
+/*
+ * unwinder_test.c - the unwind-table cache without BPF: this test's own process is listed into
+ * an in-memory sink (arrays standing in for the BPF maps), and the rows a frame would be looked
+ * up in are checked against the functions' real addresses; sharing one table between processes,
+ * the row budget (refusal, then eviction once no process uses a table) and a failing sink.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cfi.h"
+#include "procinfo.h"
+#include "unwinder.h"
+
+#define SINK_ROWS (1u << 21)
+#define SINK_PROCS 8
+
+typedef struct fake_maps {
+    struct agent_unwind_row *rows;
+    uint32_t n_rows;
+    uint32_t pids[SINK_PROCS];
+    struct agent_unwind_proc procs[SINK_PROCS];
+    int fail_rows; /* write_rows fails when set */
+    uint64_t rows_written;
+} fake_maps;
+
+static int fake_write_rows(void *ctx, uint32_t first, const struct agent_unwind_row *rows,
+                           uint32_t n, strata_error *err) {
+    fake_maps *f = ctx;
+    if (f->fail_rows)
+        return strata_error_set(err, STRATA_INTERNAL, "the sink is broken");
+    assert_true((uint64_t)first + n <= f->n_rows);
+    memcpy(&f->rows[first], rows, n * sizeof *rows);
+    f->rows_written += n;
+    return 0;
+}
+
+static struct agent_unwind_proc *fake_find(fake_maps *f, uint32_t pid, bool create) {
+    for (int i = 0; i < SINK_PROCS; i++)
+        if (f->pids[i] == pid)
+            return &f->procs[i];
+    if (!create)
+        return NULL;
+    for (int i = 0; i < SINK_PROCS; i++)
+        if (f->pids[i] == 0) {
+            f->pids[i] = pid;
+            return &f->procs[i];
+        }
+    return NULL;
+}
+
+static int fake_write_process(void *ctx, uint32_t pid, const struct agent_unwind_proc *list,
+                              strata_error *err) {
+    struct agent_unwind_proc *p = fake_find(ctx, pid, true);
+    if (p == NULL)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "full");
+    *p = *list;
+    return 0;
+}
+
+static void fake_delete_process(void *ctx, uint32_t pid) {
+    fake_maps *f = ctx;
+    for (int i = 0; i < SINK_PROCS; i++)
+        if (f->pids[i] == pid)
+            f->pids[i] = 0;
+}
+
+static agent_unwinder *new_unwinder(fake_maps *f, uint32_t max_rows) {
+    memset(f, 0, sizeof *f);
+    f->n_rows = max_rows;
+    f->rows = calloc(max_rows, sizeof *f->rows);
+    assert_non_null(f->rows);
+    agent_unwinder_options o = {
+        .max_rows = max_rows,
+        .sink = {fake_write_rows, fake_write_process, fake_delete_process, f},
+    };
+    strata_error err;
+    agent_unwinder *u = agent_unwinder_new(&o, &err);
+    assert_non_null(u);
+    return u;
+}
+
+static void read_self(agent_proc *p) {
+    strata_error err;
+    assert_int_equal(agent_proc_read("/proc", getpid(), p, &err), 0);
+}
+
+/* p with only the mappings of the file whose path contains needle. */
+static void keep_only(agent_proc *p, const char *needle) {
+    size_t kept = 0;
+    for (size_t i = 0; i < p->n_mappings; i++) {
+        if (p->mappings[i].path != NULL && strstr(p->mappings[i].path, needle) != NULL)
+            p->mappings[kept++] = p->mappings[i];
+        else
+            free(p->mappings[i].path);
+    }
+    p->n_mappings = kept;
+}
+
+/* What the BPF walker does for one address: mapping, then the last row at or below it. */
+static const struct agent_unwind_row *lookup(const fake_maps *f, const struct agent_unwind_proc *p,
+                                             uint64_t addr, uint64_t *rel_out) {
+    for (uint32_t i = 0; i < p->n_mappings; i++) {
+        const struct agent_unwind_mapping *m = &p->mappings[i];
+        if (addr < m->start || addr >= m->end)
+            continue;
+        uint64_t rel = addr - m->bias;
+        *rel_out = rel;
+        const struct agent_unwind_row *found = NULL;
+        for (uint32_t r = m->first_row; r < m->first_row + m->n_rows; r++)
+            if (f->rows[r].pc <= rel)
+                found = &f->rows[r];
+        return found;
+    }
+    return NULL;
+}
+
+__attribute__((noinline)) int unwinder_test_function(int x);
+__attribute__((noinline)) int unwinder_test_function(int x) {
+    return x * 7 + 3;
+}
+
+static size_t file_rows(const agent_proc *p, const char *needle) {
+    for (size_t i = 0; i < p->n_mappings; i++)
+        if (p->mappings[i].path != NULL && strstr(p->mappings[i].path, needle) != NULL) {
+            agent_cfi_table t = {0};
+            strata_error err;
+            assert_int_equal(agent_cfi_read_file(p->mappings[i].path, 0, &t, &err), 0);
+            size_t n = t.n_rows;
+            agent_cfi_table_free(&t);
+            return n;
+        }
+    fail_msg("no mapping of %s", needle);
+    return 0;
+}
+
+/* Our own process: libc and this binary listed, with biases that put each function's entry on
+ * the row its FDE starts (CFA = rsp + 8: only the return address is on the stack). */
+static void test_lists_this_process(void **state) {
+    (void)state;
+    fake_maps f;
+    agent_unwinder *u = new_unwinder(&f, SINK_ROWS);
+    agent_proc p;
+    read_self(&p);
+    strata_error err;
+    int listed = agent_unwinder_add_process(u, &p, &err);
+    assert_true(listed >= 2);
+    const struct agent_unwind_proc *list = fake_find(&f, (uint32_t)getpid(), false);
+    assert_non_null(list);
+    assert_int_equal(list->n_mappings, (uint32_t)listed);
+    for (uint32_t i = 1; i < list->n_mappings; i++)
+        assert_true(list->mappings[i - 1].end <= list->mappings[i].start);
+
+    uintptr_t fns[] = {(uintptr_t)&unwinder_test_function, (uintptr_t)&qsort, (uintptr_t)&memcmp};
+    for (size_t i = 0; i < sizeof fns / sizeof *fns; i++) {
+        uint64_t rel = 0;
+        const struct agent_unwind_row *r = lookup(&f, list, fns[i], &rel);
+        assert_non_null(r);
+        assert_int_equal(r->pc, rel); /* a row starts exactly at the function's entry */
+        assert_int_equal(r->cfa_type, AGENT_CFA_RSP);
+        assert_int_equal(r->cfa_offset, 8);
+    }
+    agent_unwinder_stats st;
+    agent_unwinder_stats_get(u, &st);
+    assert_int_equal(st.processes, 1);
+    assert_int_equal(st.rows_used, f.rows_written);
+    assert_true(st.rows_used >= file_rows(&p, "libc.so"));
+
+    /* A second process mapping the same files shares every table: nothing read or written. */
+    uint64_t files = st.files_read, written = f.rows_written;
+    p.pid += 1000000;
+    assert_int_equal(agent_unwinder_add_process(u, &p, &err), listed);
+    agent_unwinder_stats_get(u, &st);
+    assert_int_equal(st.files_read, files);
+    assert_int_equal(f.rows_written, written);
+    assert_int_equal(st.processes, 2);
+    const struct agent_unwind_proc *other = fake_find(&f, (uint32_t)p.pid, false);
+    assert_non_null(other);
+    assert_memory_equal(other, list, sizeof *list);
+
+    /* Listing again replaces; removing drops the list. */
+    assert_int_equal(agent_unwinder_add_process(u, &p, &err), listed);
+    agent_unwinder_stats_get(u, &st);
+    assert_int_equal(st.processes, 2);
+    agent_unwinder_remove_process(u, p.pid);
+    assert_null(fake_find(&f, (uint32_t)p.pid, false));
+    agent_unwinder_stats_get(u, &st);
+    assert_int_equal(st.processes, 1);
+    assert_int_equal(st.tables_evicted, 0);
+
+    agent_proc_free(&p);
+    agent_unwinder_free(u);
+    free(f.rows);
+}
+
+/* The budget: a table that does not fit beside one in use is refused; once nothing uses the
+ * first, it is evicted for the second, and the freed rows are whole again. */
+static void test_row_budget(void **state) {
+    (void)state;
+    agent_proc libc, self;
+    read_self(&libc);
+    read_self(&self);
+    size_t libc_rows = file_rows(&libc, "libc.so");
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    assert_true(n > 0);
+    exe[n] = '\0';
+    size_t self_rows = file_rows(&self, exe);
+    keep_only(&libc, "libc.so");
+    keep_only(&self, exe);
+    self.pid = libc.pid + 1000000;
+    assert_true(libc_rows > 1000 && self_rows > 10);
+
+    fake_maps f;
+    uint32_t budget = (uint32_t)(libc_rows > self_rows ? libc_rows : self_rows) + 1;
+    if (budget >= libc_rows + self_rows)
+        budget = (uint32_t)(libc_rows + self_rows - 1);
+    agent_unwinder *u = new_unwinder(&f, budget);
+    strata_error err;
+    assert_int_equal(agent_unwinder_add_process(u, &libc, &err), 1);
+    assert_int_equal(agent_unwinder_add_process(u, &self, &err), 0); /* no room */
+    agent_unwinder_stats st;
+    agent_unwinder_stats_get(u, &st);
+    assert_int_equal(st.tables_refused, 1);
+    assert_int_equal(st.rows_used, libc_rows);
+    assert_null(fake_find(&f, (uint32_t)self.pid, false));
+
+    agent_unwinder_remove_process(u, libc.pid);
+    assert_int_equal(agent_unwinder_add_process(u, &self, &err), 1);
+    agent_unwinder_stats_get(u, &st);
+    assert_int_equal(st.tables_evicted, 1);
+    assert_int_equal(st.rows_used, self_rows);
+    assert_int_equal(st.tables, 1);
+    const struct agent_unwind_proc *list = fake_find(&f, (uint32_t)self.pid, false);
+    assert_non_null(list);
+    assert_int_equal(list->mappings[0].first_row, 0); /* the freed space was coalesced */
+    uint64_t rel = 0;
+    const struct agent_unwind_row *r = lookup(&f, list, (uintptr_t)&unwinder_test_function, &rel);
+    assert_non_null(r);
+    assert_int_equal(r->pc, rel);
+    assert_int_equal(r->cfa_type, AGENT_CFA_RSP);
+    assert_int_equal(r->cfa_offset, 8);
+
+    agent_proc_free(&libc);
+    agent_proc_free(&self);
+    agent_unwinder_free(u);
+    free(f.rows);
+}
+
+/* A sink that cannot take rows fails the call with its message and leaves nothing listed. */
+static void test_sink_failure(void **state) {
+    (void)state;
+    fake_maps f;
+    agent_unwinder *u = new_unwinder(&f, SINK_ROWS);
+    f.fail_rows = 1;
+    agent_proc p;
+    read_self(&p);
+    strata_error err;
+    assert_int_equal(agent_unwinder_add_process(u, &p, &err), -1);
+    assert_non_null(strstr(err.message, "the sink is broken"));
+    agent_unwinder_stats st;
+    agent_unwinder_stats_get(u, &st);
+    assert_int_equal(st.processes, 0);
+    assert_int_equal(st.rows_used, 0);
+    f.fail_rows = 0; /* the file is retried only after retry_windows windows */
+    for (int i = 0; i < 6; i++)
+        agent_unwinder_end_window(u);
+    assert_true(agent_unwinder_add_process(u, &p, &err) >= 2);
+    agent_proc_free(&p);
+    agent_unwinder_free(u);
+    free(f.rows);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lists_this_process),
+        cmocka_unit_test(test_row_budget),
+        cmocka_unit_test(test_sink_failure),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
