@@ -540,7 +540,7 @@ static void test_aggregate_and_build_profile(void **state) {
     agent_symcache *c = agent_symcache_new(NULL, NULL);
     agent_profile_context ctx = {
         &k,    c,   1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC, STRATA_NS_PER_SEC / 19,
-        false, NULL};
+        false, NULL, NULL};
     strata_buffer out = STRATA_BUFFER_INIT;
     agent_profile_stats st;
     assert_int_equal(agent_profile_build(&a, p, &ctx, &out, &st, NULL), 0);
@@ -662,7 +662,7 @@ static void test_off_cpu_stacks_and_profile(void **state) {
     for (int off = 0; off < 2; off++) {
         agent_profile_context ctx = {
             &k,       c, 1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC, STRATA_NS_PER_SEC / 19,
-            off == 1, gz};
+            off == 1, gz, NULL};
         strata_buffer out = STRATA_BUFFER_INIT;
         assert_int_equal(agent_profile_build(&a, p, &ctx, &out, NULL, NULL), 0);
         pprof_profile prof;
@@ -736,7 +736,7 @@ static void test_sample_labels(void **state) {
         agent_symcache *sc = agent_symcache_new(NULL, NULL);
         agent_profile_context ctx = {
             NULL,  sc,  1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC, STRATA_NS_PER_SEC / 19,
-            false, NULL};
+            false, NULL, NULL};
         strata_buffer out = STRATA_BUFFER_INIT;
         assert_int_equal(agent_profile_build(&a, p, &ctx, &out, NULL, NULL), 0);
         pprof_profile prof;

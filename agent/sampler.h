@@ -72,6 +72,10 @@ unsigned agent_sampler_cpu_count(const agent_sampler *s);
 /* Ring buffer size in bytes. */
 size_t agent_sampler_ring_bytes(const agent_sampler *s);
 
+/* Python frames (pyframes.h): tells both programs that pid is a CPython process described by
+ * *info, or forgets it (info NULL); 0 on success (forgetting an unknown pid included). */
+int agent_sampler_set_python(agent_sampler *s, uint32_t pid, const struct agent_py_proc *info);
+
 /* Detaches and frees; NULL is a no-op. */
 void agent_sampler_close(agent_sampler *s);
 

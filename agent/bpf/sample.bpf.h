@@ -11,6 +11,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "oncpu.h"
+#include "python.bpf.h"
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -75,6 +76,7 @@ static __always_inline void fill_sample(void *ctx, struct agent_sample *s, __u32
         __sync_fetch_and_add(&c->ustack_errors, 1);
     if (s->ustack_bytes > 0)
         read_user_sp_words(s);
+    read_python_frames(s);
 }
 
 #endif

@@ -369,6 +369,94 @@ class AgentOffCpuTest(unittest.TestCase):
         return None
 
 
+DEBIAN_PYTHON = "/usr/bin/python3.11"
+
+
+def python_stacks(profile):
+    """[(count, [(name, filename, line, start_line, mapping filename)] leaf first)]: stacks() with
+    the Python frames' files and lines."""
+    strings = profile.string_table
+    functions = {f.id: f for f in profile.function}
+    mappings = {m.id: strings[m.filename] for m in profile.mapping}
+    locations = {loc.id: loc for loc in profile.location}
+    out = []
+    for s in profile.sample:
+        frames = []
+        for lid in s.location_id:
+            loc = locations[lid]
+            mapping = mappings.get(loc.mapping_id, "")
+            if not loc.line:
+                frames.append((f"0x{loc.address:x}", "", 0, 0, mapping))
+            for line in loc.line:
+                f = functions[line.function_id]
+                frames.append((strings[f.name], strings[f.filename], line.line, f.start_line,
+                               mapping))
+        out.append((s.value[0], frames))
+    return out
+
+
+@unittest.skipUnless(can_run_bpf() and os.path.exists(DEBIAN_PYTHON),
+                     "needs root, kernel BTF, the agent binary and Debian's python3.11")
+class AgentPythonTest(unittest.TestCase):
+    """Debian's python3.11 (stripped, libpython linked in) runs tests/agent/pyhot.py: its samples
+    carry the Python frames hot_leaf > middle > outer > <module> (leaf first) with pyhot.py's
+    lines, among the interpreter's native frames."""
+
+    SECONDS = 6
+
+    def test_python_frames(self):
+        work = lib.make_workdir("agent-python")
+        try:
+            server, sink, port = tl.start_sink()
+            agent = Agent(work, port)
+            script = os.path.join(SRC, "pyhot.py")
+            proc = subprocess.run([DEBIAN_PYTHON, script, str(self.SECONDS)], check=True)
+            time.sleep(2.5)  # the last window
+            logs_rc = agent.stop()
+            server.stop(0)
+            self.assertEqual(logs_rc, 0, agent.logs())
+            pid = str(proc.args and self.pid_of(sink, "python3.11"))
+            stacks = [s for labels, p in sink.series() if labels.get("pid") == pid
+                      for s in python_stacks(p)]
+            total = sum(c for c, _ in stacks)
+            # (name, line, start line) of the chain, leaf first: the hot loop is lines 15-16
+            expect = [("middle", 22, 20), ("outer", 26, 25), ("<module>", 29, 1)]
+            good, eval_right = 0, 0
+            for count, frames in stacks:
+                names = [f[0] for f in frames]
+                if "hot_leaf" not in names:
+                    continue
+                i = names.index("hot_leaf")
+                leaf = frames[i]
+                chain = [(f[0], f[2], f[3]) for f in frames[i + 1:i + 4]]
+                python = frames[i:i + 4]
+                if (leaf[2] in (15, 16) and leaf[3] == 13 and chain == expect and
+                        all(f[1] == script and f[4] == "" for f in python)):
+                    good += count
+                # native frames: the leaf's first, under it the interpreter's
+                native = [f for f in frames if f[4] != ""]
+                rest = frames[i + 4:]
+                if native and frames[0][4] == DEBIAN_PYTHON and all(f[4] != "" for f in rest) and (
+                        not rest or rest[0][0] == "_PyEval_EvalFrameDefault" or
+                        "_PyEval_EvalFrameDefault" not in [f[0] for f in rest]):
+                    eval_right += count
+            top = sorted(stacks, key=lambda s: -s[0])[:3]
+            print(f"\npython: {good}/{total} samples with hot_leaf > middle > outer > <module>, "
+                  f"{eval_right} with the native frames in place; top: {top}", file=sys.stderr)
+            self.assertGreater(total, 30)
+            self.assertGreaterEqual(good / total, 0.9, top)
+            self.assertGreaterEqual(eval_right, good, top)
+        finally:
+            lib.remove_workdir(work)
+
+    @staticmethod
+    def pid_of(sink, comm):
+        for labels, _ in sink.series():
+            if labels.get("comm") == comm:
+                return int(labels["pid"])
+        return None
+
+
 @unittest.skipUnless(can_run_bpf(), "needs root, /sys/kernel/btf/vmlinux and the agent binary")
 class AgentSampleCountTest(unittest.TestCase):
     """Keeps every CPU busy (cchain, one thread per CPU) and counts what reaches the sink.
