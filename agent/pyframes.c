@@ -79,8 +79,8 @@ typedef struct py_frame {
 typedef struct py_proc {
     pid_t pid;
     uint64_t start_time;
-    size_t n_mappings;  /* when detection ran (re-run when the maps change) */
-    uint64_t last_seen; /* window */
+    size_t n_mappings;       /* when detection ran (re-run when the maps change) */
+    uint64_t last_seen;      /* window */
     const py_layout *layout; /* NULL: not a (supported) Python process */
     bool published;
     uint64_t code_type; /* &PyCode_Type in the process */
@@ -229,18 +229,18 @@ static char *read_unicode(pid_t pid, const py_layout *l, uint64_t addr) {
     if (length > MAX_STRING_CHARS)
         length = MAX_STRING_CHARS;
     uint8_t raw[MAX_STRING_CHARS * 4];
-    if (length > 0 && !read_mem(pid, addr + (ascii ? l->ascii_data : l->compact_data), raw,
-                                length * kind))
+    if (length > 0 &&
+        !read_mem(pid, addr + (ascii ? l->ascii_data : l->compact_data), raw, length * kind))
         return NULL;
     char *s = malloc(length * 4 + 1);
     if (s == NULL)
         return NULL;
     size_t n = 0;
     for (uint64_t i = 0; i < length; i++) {
-        uint32_t c = kind == 1 ? raw[i] : kind == 2 ? (uint32_t)(raw[2 * i] | raw[2 * i + 1] << 8)
-                                                    : (uint32_t)raw[4 * i] | raw[4 * i + 1] << 8 |
-                                                          raw[4 * i + 2] << 16 |
-                                                          (uint32_t)raw[4 * i + 3] << 24;
+        uint32_t c = kind == 1   ? raw[i]
+                     : kind == 2 ? (uint32_t)(raw[2 * i] | raw[2 * i + 1] << 8)
+                                 : (uint32_t)raw[4 * i] | raw[4 * i + 1] << 8 |
+                                       raw[4 * i + 2] << 16 | (uint32_t)raw[4 * i + 3] << 24;
         if (c > 0x10ffff || (c >= 0xd800 && c < 0xe000))
             c = 0xfffd;
         put_utf8(s, &n, c);
@@ -334,8 +334,8 @@ static bool vaddr_to_offset(Elf *elf, uint64_t vaddr, uint64_t *off) {
         return false;
     for (size_t i = 0; i < n; i++) {
         GElf_Phdr ph;
-        if (gelf_getphdr(elf, (int)i, &ph) != NULL && ph.p_type == PT_LOAD &&
-            vaddr >= ph.p_vaddr && vaddr - ph.p_vaddr < ph.p_filesz) {
+        if (gelf_getphdr(elf, (int)i, &ph) != NULL && ph.p_type == PT_LOAD && vaddr >= ph.p_vaddr &&
+            vaddr - ph.p_vaddr < ph.p_filesz) {
             *off = vaddr - ph.p_vaddr + ph.p_offset;
             return true;
         }
@@ -398,8 +398,8 @@ static bool detect_in_file(agent_python *py, py_proc *pp, const agent_mapping *m
             pp->eval_start = sym.eval + bias;
             pp->eval_end = pp->eval_start + (sym.eval_size != 0 ? sym.eval_size : 1);
             found = true;
-            struct agent_py_proc info = pp->layout != NULL ? pp->layout->bpf
-                                                           : (struct agent_py_proc){0};
+            struct agent_py_proc info =
+                pp->layout != NULL ? pp->layout->bpf : (struct agent_py_proc){0};
             info.runtime = sym.runtime + bias;
             if (pp->layout != NULL && py->o.publish != NULL) {
                 if (py->o.publish(py->o.publish_ctx, (uint32_t)pp->pid, &info) == 0) {
@@ -561,9 +561,9 @@ bool agent_python_merge(void *ctx, const agent_proc *proc, const struct agent_sa
         entry[i] = (s->py[i].flags & AGENT_PY_FRAME_ENTRY) != 0;
     }
     uint64_t out[AGENT_MAX_FRAMES + 1 + AGENT_PY_MAX_FRAMES];
-    size_t m = agent_python_interleave(u, *n, words, entry, np, pp->eval_start, pp->eval_end, out,
-                                       cap < sizeof out / sizeof *out ? cap
-                                                                      : sizeof out / sizeof *out);
+    size_t m =
+        agent_python_interleave(u, *n, words, entry, np, pp->eval_start, pp->eval_end, out,
+                                cap < sizeof out / sizeof *out ? cap : sizeof out / sizeof *out);
     memcpy(u, out, m * sizeof *out);
     *n = m;
     py->stats.samples++;
