@@ -20,6 +20,7 @@
 #include "leaf.h"
 #include "metrics/metrics.h"
 #include "profile_build.h"
+#include "pyframes.h"
 #include "push/push.h"
 #include "sampler.h"
 #include "symcache.h"
@@ -65,6 +66,7 @@ typedef struct agent {
     agent_symcache *symcache;
     pprof_gzipper *gzip; /* one compressor for every profile the agent pushes */
     agent_aggregator agg;
+    agent_python *python; /* Python frames (pyframes.h) */
     pusher *pusher;
     char *remote_stores; /* -remote-store, split in place at commas */
     agent_sampler *sampler;
@@ -331,7 +333,8 @@ static int build_window(agent *a, int64_t now_wall, int64_t now_mono, window_out
                                 now_mono - a->window_start_mono,
                                 STRATA_NS_PER_SEC / (int64_t)a->o.frequency_hz,
                                 false,
-                                a->gzip};
+                                a->gzip,
+                                a->python};
     agent_profile_context off = on;
     off.off_cpu = true;
     (void)now_wall;
@@ -374,6 +377,18 @@ static void log_push_errors(agent *a) {
     }
 }
 
+static void log_python(agent *a) {
+    agent_python_stats ps;
+    agent_python_stats_get(a->python, &ps);
+    strata_log_debug(COMPONENT, "python",
+                     "processes=%llu unsupported=%llu samples=%llu no_gil=%llu read_errors=%llu "
+                     "code_failures=%llu publish_errors=%llu",
+                     (unsigned long long)ps.processes, (unsigned long long)ps.unsupported,
+                     (unsigned long long)ps.samples, (unsigned long long)ps.no_gil,
+                     (unsigned long long)ps.read_errors, (unsigned long long)ps.code_failures,
+                     (unsigned long long)ps.publish_errors);
+}
+
 static void finish_window(agent *a) {
     int64_t now_wall = strata_now_ns(), now_mono = strata_monotonic_ns();
     window_out w = {0};
@@ -390,6 +405,8 @@ static void finish_window(agent *a) {
                      (unsigned long long)a->agg.stats.fixups);
     window_out_free(&w);
     agent_aggregator_next_window(&a->agg);
+    log_python(a);
+    agent_python_end_window(a->python);
     agent_symcache_end_window(a->symcache);
     agent_symcache_stats cs;
     agent_symcache_stats_get(a->symcache, &cs);
@@ -443,6 +460,12 @@ static int load_kernel_symbols(agent *a) {
         strata_log_warn(COMPONENT, "kernel symbols hidden", "hint=%s",
                         "\"kptr_restrict hides /proc/kallsyms addresses\"");
     return 0;
+}
+
+/* Python processes found by pyframes.c go to the sampler's python_procs maps. */
+static int publish_python(void *ctx, uint32_t pid, const struct agent_py_proc *info) {
+    agent *a = ctx;
+    return a->sampler != NULL ? agent_sampler_set_python(a->sampler, pid, info) : -1;
 }
 
 static bool fix_leaf(void *ctx, const agent_proc *proc, const struct agent_sample *s, uint64_t *u,
@@ -564,6 +587,11 @@ static int set_up(agent *a, strata_error *err) {
     a->agg.sample_labels = a->o.sample_labels;
     a->agg.off_cpu_rate = a->o.off_cpu_threshold;
     a->agg.fixup_ctx = a;
+    agent_python_options po = {.publish = publish_python, .publish_ctx = a};
+    if ((a->python = agent_python_new(&po, err)) == NULL)
+        return -1;
+    a->agg.python = agent_python_merge;
+    a->agg.python_ctx = a->python;
     if (start_pusher(a, err) != 0 || start_kubepods(a, err) != 0)
         return -1;
     a->registry = metrics_default_registry();
@@ -597,6 +625,7 @@ static void tear_down(agent *a) {
     free(a->remote_stores);
     agent_kubepods_free(a->pods);
     agent_aggregator_free(&a->agg);
+    agent_python_free(a->python);
     agent_symcache_free(a->symcache);
     pprof_gzipper_free(a->gzip);
     agent_ksyms_free(&a->ksyms);

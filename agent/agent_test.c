@@ -539,8 +539,8 @@ static void test_aggregate_and_build_profile(void **state) {
     assert_int_equal(agent_ksyms_parse(kallsyms_fixture, strlen(kallsyms_fixture), &k, NULL), 0);
     agent_symcache *c = agent_symcache_new(NULL, NULL);
     agent_profile_context ctx = {
-        &k,    c,   1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC, STRATA_NS_PER_SEC / 19,
-        false, NULL};
+        &k,   c,   1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC, STRATA_NS_PER_SEC / 19, false,
+        NULL, NULL};
     strata_buffer out = STRATA_BUFFER_INIT;
     agent_profile_stats st;
     assert_int_equal(agent_profile_build(&a, p, &ctx, &out, &st, NULL), 0);
@@ -660,9 +660,14 @@ static void test_off_cpu_stacks_and_profile(void **state) {
     pprof_gzipper *gz; /* one compressor for both profiles, as the agent keeps one */
     assert_int_equal(pprof_gzipper_new(AGENT_GZIP_LEVEL, &gz, NULL), 0);
     for (int off = 0; off < 2; off++) {
-        agent_profile_context ctx = {
-            &k,       c, 1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC, STRATA_NS_PER_SEC / 19,
-            off == 1, gz};
+        agent_profile_context ctx = {&k,
+                                     c,
+                                     1000 * STRATA_NS_PER_SEC,
+                                     10 * STRATA_NS_PER_SEC,
+                                     STRATA_NS_PER_SEC / 19,
+                                     off == 1,
+                                     gz,
+                                     NULL};
         strata_buffer out = STRATA_BUFFER_INIT;
         assert_int_equal(agent_profile_build(&a, p, &ctx, &out, NULL, NULL), 0);
         pprof_profile prof;
@@ -734,9 +739,14 @@ static void test_sample_labels(void **state) {
         assert_int_equal(p->n_stacks, cases[c].stacks);
 
         agent_symcache *sc = agent_symcache_new(NULL, NULL);
-        agent_profile_context ctx = {
-            NULL,  sc,  1000 * STRATA_NS_PER_SEC, 10 * STRATA_NS_PER_SEC, STRATA_NS_PER_SEC / 19,
-            false, NULL};
+        agent_profile_context ctx = {NULL,
+                                     sc,
+                                     1000 * STRATA_NS_PER_SEC,
+                                     10 * STRATA_NS_PER_SEC,
+                                     STRATA_NS_PER_SEC / 19,
+                                     false,
+                                     NULL,
+                                     NULL};
         strata_buffer out = STRATA_BUFFER_INIT;
         assert_int_equal(agent_profile_build(&a, p, &ctx, &out, NULL, NULL), 0);
         pprof_profile prof;

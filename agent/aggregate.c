@@ -256,12 +256,14 @@ int agent_aggregator_add(agent_aggregator *a, const struct agent_sample *s, stra
     size_t nk = frame_count(s->kstack_bytes), nu = frame_count(s->ustack_bytes);
     /* __u64 is unsigned long long, uint64_t unsigned long: same representation. */
     const uint64_t *k = (const uint64_t *)s->kstack;
-    uint64_t u[AGENT_MAX_FRAMES + 1];
+    uint64_t u[AGENT_MAX_FRAMES + 1 + AGENT_PY_MAX_FRAMES]; /* room for Python frames */
     memcpy(u, s->ustack, nu * sizeof *u);
     check_mappings(a, p, u, nu);
     if (a->fixup != NULL && p->have_proc &&
         a->fixup(a->fixup_ctx, &p->proc, s, u, &nu, sizeof u / sizeof *u))
         a->stats.fixups++;
+    if (a->python != NULL && p->have_proc)
+        (void)a->python(a->python_ctx, &p->proc, s, u, &nu, sizeof u / sizeof *u);
     sample_key key = {.k = k,
                       .nk = nk,
                       .u = u,

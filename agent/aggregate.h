@@ -120,6 +120,10 @@ typedef struct agent_aggregator {
     size_t cap_frames;
     uint64_t window;
     agent_aggregator_stats stats;
+    /* Optional hook run after fixup that puts interpreter frames among the user frames
+     * (pyframes.h's agent_python_merge); NULL = none; set after init. */
+    agent_stack_fixup_fn python;
+    void *python_ctx;
 } agent_aggregator;
 
 /* proc_root NULL = "/proc"; max_frames 0 = 2M frame words (16 MiB). */

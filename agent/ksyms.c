@@ -170,7 +170,12 @@ const char *agent_ksyms_lookup(const agent_ksyms *k, uint64_t addr) {
     }
     if (lo == k->count - 1 && addr - k->syms[lo].addr > MAX_LAST_SYMBOL_SPAN)
         return NULL;
-    return k->names + k->syms[lo].name;
+    const char *name = k->names + k->syms[lo].name;
+    /* Past the end of a text section (BPF programs and trampolines loaded after the table was
+     * read lie there) is not inside the end marker. */
+    if (strcmp(name, "_etext") == 0 || strcmp(name, "_einittext") == 0)
+        return NULL;
+    return name;
 }
 
 size_t agent_ksyms_bytes(const agent_ksyms *k) {

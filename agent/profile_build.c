@@ -155,11 +155,64 @@ static int symbolize(builder *b, uint64_t addr, bool kernel, bool leaf, uint64_t
     return kernel_mapping(b, mapping_id);
 }
 
+/* The function of a Python frame, keyed by (name, file, first line): lambdas share names. */
+static int python_function(builder *b, const agent_py_frame_info *info, uint64_t *id) {
+    int64_t name_id = 0, file_id = 0;
+    if (intern(b, info->qualname, &name_id) != 0 || intern(b, info->filename, &file_id) != 0)
+        return -1;
+    uint64_t key = strata_hash_combine(strata_hash_combine((uint64_t)name_id, (uint64_t)file_id),
+                                       (uint64_t)info->first_line) |
+                   AGENT_PY_WORD_TAG; /* native keys are small string ids */
+    uint64_t *known = strata_u64_map_get(&b->function_ids, key);
+    if (known != NULL)
+        return (*id = *known), 0;
+    pprof_profile *pr = &b->prof;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(pr->functions, b->cap_functions, pr->n_functions + 1, b->err) !=
+        0)
+        return -1;
+    pprof_function *f = &pr->functions[pr->n_functions];
+    *f = (pprof_function){pr->n_functions + 1, name_id, name_id, file_id, info->first_line};
+    pr->n_functions++;
+    if (strata_u64_map_upsert(&b->function_ids, key, f->id, NULL) == NULL)
+        return strata_error_oom(b->err);
+    *id = f->id;
+    return 0;
+}
+
+/* A Python frame word's location: no mapping, no address, one line. */
+static int add_python_location(builder *b, uint64_t word, uint64_t *id) {
+    agent_py_frame_info info;
+    uint64_t function_id = 0;
+    if (!agent_python_frame_info(b->ctx->python, b->p->pid, word, &info))
+        info = (agent_py_frame_info){"<unknown>", "", 0, 0};
+    if (python_function(b, &info, &function_id) != 0)
+        return -1;
+    pprof_profile *pr = &b->prof;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(pr->locations, b->cap_locations, pr->n_locations + 1, b->err) !=
+            0 ||
+        STRATA_ARRAY_RESERVE_OR_OOM(pr->lines, b->cap_lines, pr->n_lines + 1, b->err) != 0)
+        return -1;
+    pprof_location *loc = &pr->locations[pr->n_locations];
+    memset(loc, 0, sizeof *loc);
+    loc->id = pr->n_locations + 1;
+    loc->line_offset = (uint32_t)pr->n_lines;
+    loc->line_count = 1;
+    pr->lines[pr->n_lines++] = (pprof_line){function_id, info.line, 0};
+    pr->n_locations++;
+    b->stats.locations++;
+    if (strata_u64_map_upsert(&b->location_ids, word, loc->id, NULL) == NULL)
+        return strata_error_oom(b->err);
+    *id = loc->id;
+    return 0;
+}
+
 static int add_location(builder *b, uint64_t addr, bool kernel, bool leaf, uint64_t *id) {
     uint64_t key = addr != 0 ? addr : 1;
     uint64_t *known = strata_u64_map_get(&b->location_ids, key);
     if (known != NULL)
         return (*id = *known), 0;
+    if (!kernel && agent_python_is_frame(addr))
+        return add_python_location(b, addr, id);
     uint64_t mapping_id = 0, function_id = 0;
     const char *name = NULL;
     if (symbolize(b, addr, kernel, leaf, &mapping_id, &name) != 0 ||

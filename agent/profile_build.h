@@ -31,6 +31,7 @@
 #include "common/buffer.h"
 #include "common/error.h"
 #include "ksyms.h"
+#include "pyframes.h"
 #include "pprof/pprof.h"
 #include "symcache.h"
 
@@ -45,6 +46,10 @@ typedef struct agent_profile_context {
     int64_t period_ns;   /* 1e9 / Hz */
     bool off_cpu;        /* build the off-CPU profile instead of the on-CPU one */
     pprof_gzipper *gzip; /* may be NULL: a compressor made for the one profile */
+    /* may be NULL: Python frame words (pyframes.h) become locations without a mapping whose one
+     * line is the Python function (name and system name: co_qualname; filename: co_filename;
+     * start line: co_firstlineno) at its line */
+    const agent_python *python;
 } agent_profile_context;
 
 typedef struct agent_profile_stats {

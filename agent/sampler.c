@@ -449,6 +449,20 @@ void agent_sampler_unwind_sink(agent_sampler *s, struct agent_unwinder_sink *out
     *out = (agent_unwinder_sink){write_rows, write_process, delete_process, s};
 }
 
+static int python_update(int fd, uint32_t pid, const struct agent_py_proc *info) {
+    __u32 key = pid;
+    if (info != NULL)
+        return bpf_map_update_elem(fd, &key, info, BPF_ANY);
+    return bpf_map_delete_elem(fd, &key) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+int agent_sampler_set_python(agent_sampler *s, uint32_t pid, const struct agent_py_proc *info) {
+    int rc = python_update(bpf_map__fd(s->skel->maps.python_procs), pid, info);
+    if (s->off != NULL && python_update(bpf_map__fd(s->off->maps.python_procs), pid, info) != 0)
+        rc = -1;
+    return rc;
+}
+
 unsigned agent_sampler_cpu_count(const agent_sampler *s) {
     return s->n_events;
 }

@@ -91,6 +91,10 @@ size_t agent_sampler_ring_bytes(const agent_sampler *s);
 struct agent_unwinder_sink;
 void agent_sampler_unwind_sink(agent_sampler *s, struct agent_unwinder_sink *out);
 
+/* Python frames (pyframes.h): tells both programs that pid is a CPython process described by
+ * *info, or forgets it (info NULL); 0 on success (forgetting an unknown pid included). */
+int agent_sampler_set_python(agent_sampler *s, uint32_t pid, const struct agent_py_proc *info);
+
 /* Detaches and frees; NULL is a no-op. */
 void agent_sampler_close(agent_sampler *s);
 

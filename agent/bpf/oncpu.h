@@ -32,6 +32,8 @@
 #include <linux/types.h>
 #endif
 
+#include "python.h"
+
 /* perf_event_max_stack's default; bpf_get_stack never returns more. */
 #define AGENT_MAX_FRAMES 127
 #define AGENT_COMM_LEN 16
@@ -61,6 +63,10 @@ struct agent_sample {
     char comm[AGENT_COMM_LEN];
     __u64 kstack[AGENT_MAX_FRAMES]; /* leaf first */
     __u64 ustack[AGENT_MAX_FRAMES]; /* leaf first; ustack[0] is the user pc */
+    /* Python frames (python.h), innermost first; only for processes in python_procs. */
+    __u32 py_n;
+    __u32 py_flags; /* AGENT_PY_TRUNCATED, ... */
+    struct agent_py_frame py[AGENT_PY_MAX_FRAMES];
 };
 
 /* Per-CPU counters in the `counters` map (one slot). */

@@ -13,6 +13,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "oncpu.h"
+#include "python.bpf.h"
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -78,13 +79,14 @@ static __always_inline void fill_sample(void *ctx, struct agent_sample *s, __u32
         __sync_fetch_and_add(&c->unwind_dwarf, 1);
         if (s->flags & AGENT_SAMPLE_COMPLETE)
             __sync_fetch_and_add(&c->unwind_complete, 1);
-        return;
+    } else {
+        s->ustack_bytes = bpf_get_stack(ctx, s->ustack, sizeof s->ustack, BPF_F_USER_STACK);
+        if (s->ustack_bytes < 0)
+            __sync_fetch_and_add(&c->ustack_errors, 1);
+        if (s->ustack_bytes > 0)
+            read_user_sp_words(s);
     }
-    s->ustack_bytes = bpf_get_stack(ctx, s->ustack, sizeof s->ustack, BPF_F_USER_STACK);
-    if (s->ustack_bytes < 0)
-        __sync_fetch_and_add(&c->ustack_errors, 1);
-    if (s->ustack_bytes > 0)
-        read_user_sp_words(s);
+    read_python_frames(s);
 }
 
 #endif

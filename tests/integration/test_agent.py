@@ -499,7 +499,9 @@ class Verdicts:
             for fn, after in prog.follows:
                 if fn in names:
                     i = names.index(fn)
-                    if names[i + 1:i + 1 + len(after)] != after:
+                    # gcc puts the throw in the caller's cold part: "thrower(unsigned long)
+                    # [clone .cold]" is thrower
+                    if [cold_base(n) for n in names[i + 1:i + 1 + len(after)]] != after:
                         self.follow_bad[fn] = self.follow_bad.get(fn, 0) + count
 
     def fraction(self, n):
@@ -523,6 +525,16 @@ class Verdicts:
         return (f"{self.total} samples (+{self.excluded} at exec/start-up/exit): "
                 f"chain to main {self.fraction(self.chain):.1%}, outermost _start "
                 f"{self.fraction(self.start):.1%}, both {self.fraction(self.good):.1%}")
+
+
+def cold_base(name):
+    """thrower for "thrower(unsigned long) [clone .cold]" and "thrower.cold"."""
+    for cut in (" [clone", ".cold"):
+        if cut in name:
+            name = name[:name.index(cut)]
+            if "(" in name:
+                name = name[:name.index("(")]
+    return name
 
 
 def same_chain(a, b):
@@ -739,6 +751,110 @@ class AgentOffCpuTest(unittest.TestCase):
             timed = re.search(r"^strata_agent_off_cpu_events_total (\d+)", metrics, re.M)
             self.assertIsNotNone(timed, "strata_agent_off_cpu_events_total missing")
             self.assertGreaterEqual(int(timed.group(1)), 250)  # 300 sleeps of 10 ms at least
+        finally:
+            lib.remove_workdir(work)
+
+    @staticmethod
+    def pid_of(sink, comm):
+        for labels, _ in sink.series():
+            if labels.get("comm") == comm:
+                return int(labels["pid"])
+        return None
+
+
+DEBIAN_PYTHON = "/usr/bin/python3.11"
+
+
+def is_python(frame):
+    """A python_stacks frame of Python code (no mapping, a function with a file)."""
+    return frame[4] == "" and frame[1] != ""
+
+
+def python_stacks(profile):
+    """[(count, [(name, filename, line, start_line, mapping filename)] leaf first)]: stacks() with
+    the Python frames' files and lines."""
+    strings = profile.string_table
+    functions = {f.id: f for f in profile.function}
+    mappings = {m.id: strings[m.filename] for m in profile.mapping}
+    locations = {loc.id: loc for loc in profile.location}
+    out = []
+    for s in profile.sample:
+        frames = []
+        for lid in s.location_id:
+            loc = locations[lid]
+            mapping = mappings.get(loc.mapping_id, "")
+            if not loc.line:
+                frames.append((f"0x{loc.address:x}", "", 0, 0, mapping))
+            for line in loc.line:
+                f = functions[line.function_id]
+                frames.append((strings[f.name], strings[f.filename], line.line, f.start_line,
+                               mapping))
+        out.append((s.value[0], frames))
+    return out
+
+
+@unittest.skipUnless(can_run_bpf() and os.path.exists(DEBIAN_PYTHON),
+                     "needs root, kernel BTF, the agent binary and Debian's python3.11")
+class AgentPythonTest(unittest.TestCase):
+    """Debian's python3.11 (stripped, libpython linked in) runs tests/agent/pyhot.py: its samples
+    carry the Python frames hot_leaf > middle > outer > <module> (leaf first) with pyhot.py's
+    lines, among the interpreter's native frames."""
+
+    SECONDS = 6
+
+    def test_python_frames(self):
+        work = lib.make_workdir("agent-python")
+        try:
+            server, sink, port = tl.start_sink()
+            agent = Agent(work, port)
+            script = os.path.join(SRC, "pyhot.py")
+            proc = subprocess.run([DEBIAN_PYTHON, script, str(self.SECONDS)], check=True)
+            time.sleep(2.5)  # the last window
+            logs_rc = agent.stop()
+            server.stop(0)
+            self.assertEqual(logs_rc, 0, agent.logs())
+            pid = str(proc.args and self.pid_of(sink, "python3.11"))
+            stacks = [s for labels, p in sink.series() if labels.get("pid") == pid
+                      for s in python_stacks(p)]
+            total = sum(c for c, _ in stacks)
+            # (name, line, start line) of the chain, leaf first: the hot loop is lines 15-16
+            expect = [("middle", 22, 20), ("outer", 26, 25), ("<module>", 29, 1)]
+            good, native_right, eval_below, shapes = 0, 0, 0, {}
+            for count, frames in stacks:
+                names = [f[0] for f in frames]
+                if "hot_leaf" not in names:
+                    continue
+                i = names.index("hot_leaf")
+                leaf = frames[i]
+                chain = [(f[0], f[2], f[3]) for f in frames[i + 1:i + 4]]
+                python = frames[i:i + 4]
+                if (leaf[2] in (15, 16) and leaf[3] == 13 and chain == expect and
+                        all(f[1] == script and f[4] == "" for f in python)):
+                    good += count
+                # The native frames around the chain: above it (leaf side) and below it only
+                # native frames, and right below it _PyEval_EvalFrameDefault, the C-level
+                # evaluation that runs it, whenever the native walk got that far. Debian's CPython
+                # has no frame pointers, so without DWARF unwinding the walk often ends at its
+                # leaf (then _PyEval_EvalFrameDefault itself, or a helper above the chain) or
+                # goes on into unmapped garbage; main and Py_RunMain need DWARF unwinding.
+                above, below = frames[:i], frames[i + 4:]
+                shape = tuple(f[0] for f in above) + ("[chain]",) + tuple(f[0] for f in below)
+                shapes[shape] = shapes.get(shape, 0) + count
+                if not any(is_python(f) for f in above + below) and (
+                        "_PyEval_EvalFrameDefault" not in [f[0] for f in below] or
+                        below[0][0] == "_PyEval_EvalFrameDefault"):
+                    native_right += count
+                if below and below[0][0] == "_PyEval_EvalFrameDefault":
+                    eval_below += count
+            top = sorted(stacks, key=lambda s: -s[0])[:3]
+            print(f"\npython: {good}/{total} samples with hot_leaf > middle > outer > <module>, "
+                  f"{native_right} with the native frames in place, {eval_below} right above "
+                  f"_PyEval_EvalFrameDefault; native shapes: "
+                  f"{sorted(shapes.items(), key=lambda s: -s[1])[:6]}", file=sys.stderr)
+            self.assertGreater(total, 30)
+            self.assertGreaterEqual(good / total, 0.9, top)
+            self.assertGreaterEqual(native_right, good, top)
+            self.assertGreaterEqual(eval_below, 0.25 * good, shapes)
         finally:
             lib.remove_workdir(work)
 
