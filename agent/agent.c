@@ -57,6 +57,8 @@ typedef struct agent_metrics {
     metrics_counter *unwind_files_read;
     metrics_counter *unwind_evictions;
     metrics_counter *unwind_refused;
+    metrics_counter *unwind_copies;
+    metrics_counter *unwind_copies_complete;
 } agent_metrics;
 
 typedef struct agent {
@@ -70,8 +72,10 @@ typedef struct agent {
     pusher *pusher;
     char *remote_stores; /* -remote-store, split in place at commas */
     agent_sampler *sampler;
-    agent_unwinder *unwinder; /* NULL with -unwind-table-rows 0 */
-    agent_kubepods *pods;     /* NULL when not on Kubernetes */
+    agent_unwinder *unwinder;                  /* NULL with -unwind-table-rows 0 */
+    const struct agent_stack_copy *stack_copy; /* of the sample being added, or NULL */
+    uint64_t copies_walked, copies_complete;   /* stack copies walked in user space */
+    agent_kubepods *pods;                      /* NULL when not on Kubernetes */
     http_server *http;
     metrics_registry *registry;
     agent_metrics m;
@@ -184,7 +188,14 @@ static int register_unwind_metrics(agent *a, strata_error *err) {
                      "Unwind tables no process used, freed to make room.", err)) == NULL ||
         (m->unwind_refused =
              counter(a, "strata_agent_unwind_tables_refused_total",
-                     "Unwind tables that did not fit in -unwind-table-rows.", err)) == NULL)
+                     "Unwind tables that did not fit in -unwind-table-rows.", err)) == NULL ||
+        (m->unwind_copies = counter(a, "strata_agent_unwind_stack_copies_total",
+                                    "Ticks of processes not listed yet, walked from a copy of "
+                                    "their stack in user space.",
+                                    err)) == NULL ||
+        (m->unwind_copies_complete =
+             counter(a, "strata_agent_unwind_stack_copies_complete_total",
+                     "Of them, walks that reached the outermost frame.", err)) == NULL)
         return -1;
     return 0;
 }
@@ -283,10 +294,13 @@ static int start_http(agent *a, strata_error *err) {
 
 /* --- windows ------------------------------------------------------------------------------ */
 
-static void on_sample(void *ctx, const struct agent_sample *s) {
+static void on_sample(void *ctx, const struct agent_sample *s,
+                      const struct agent_stack_copy *copy) {
     agent *a = ctx;
+    a->stack_copy = copy; /* for fix_stack, called from within the add */
     if (agent_aggregator_add(&a->agg, s, NULL) != 0)
         a->add_errors++;
+    a->stack_copy = NULL;
 }
 
 static void label_process(agent *a, agent_process *p) {
@@ -468,11 +482,29 @@ static int publish_python(void *ctx, uint32_t pid, const struct agent_py_proc *i
     return a->sampler != NULL ? agent_sampler_set_python(a->sampler, pid, info) : -1;
 }
 
-static bool fix_leaf(void *ctx, const agent_proc *proc, const struct agent_sample *s, uint64_t *u,
-                     size_t *n, size_t cap) {
+/* Repairs a sample's user frames: a process's ticks before it was listed came with a stack copy,
+ * walked now with its tables (the process was listed by this very add); a frame-pointer walk gets
+ * its frameless leaf's caller back. */
+static bool fix_stack(void *ctx, const agent_proc *proc, const struct agent_sample *s, uint64_t *u,
+                      size_t *n, size_t cap) {
     agent *a = ctx;
-    if (s->flags & AGENT_SAMPLE_DWARF)
-        return false; /* walked with CFI: the leaf's caller is there already */
+    if (a->stack_copy != NULL && a->unwinder != NULL) {
+        bool complete;
+        size_t walked =
+            agent_unwinder_walk_copy(a->unwinder, s->pid, a->stack_copy, u,
+                                     cap < AGENT_MAX_FRAMES ? cap : AGENT_MAX_FRAMES, &complete);
+        if (walked > 0) {
+            *n = walked;
+            a->copies_walked++;
+            a->copies_complete += complete;
+            return true;
+        }
+    }
+    /* A leaf walked with CFI has its caller; one in code without a table (Go beside a C library)
+     * took a frame-pointer step, as the kernel's walk does. */
+    if ((s->flags & AGENT_SAMPLE_DWARF) && *n > 0 &&
+        (a->unwinder == NULL || agent_unwinder_has_table(a->unwinder, s->pid, u[0])))
+        return false;
     return agent_leaf_fixup(a->symcache, proc, s, u, n, cap);
 }
 
@@ -519,6 +551,8 @@ static void update_unwind_metrics(agent *a) {
     metrics_counter_set(a->m.unwind_files_read, (int64_t)us.files_read);
     metrics_counter_set(a->m.unwind_evictions, (int64_t)us.tables_evicted);
     metrics_counter_set(a->m.unwind_refused, (int64_t)us.tables_refused);
+    metrics_counter_set(a->m.unwind_copies, (int64_t)a->copies_walked);
+    metrics_counter_set(a->m.unwind_copies_complete, (int64_t)a->copies_complete);
 }
 
 /* Kubernetes labels: with -kubeconfig, or in a cluster (KUBERNETES_SERVICE_HOST set). A kubeconfig
@@ -583,7 +617,7 @@ static int set_up(agent *a, strata_error *err) {
     if (a->symcache == NULL || pprof_gzipper_new(AGENT_GZIP_LEVEL, &a->gzip, err) != 0 ||
         agent_aggregator_init(&a->agg, NULL, 0, err) != 0)
         return -1;
-    a->agg.fixup = fix_leaf;
+    a->agg.fixup = fix_stack;
     a->agg.sample_labels = a->o.sample_labels;
     a->agg.off_cpu_rate = a->o.off_cpu_threshold;
     a->agg.fixup_ctx = a;

@@ -219,16 +219,51 @@ static size_t frame_count(__s32 bytes) {
     return n > AGENT_MAX_FRAMES ? AGENT_MAX_FRAMES : n;
 }
 
-/* Re-reads maps once per window when a user address falls outside every known mapping. */
-static void check_mappings(agent_aggregator *a, agent_process *p, const uint64_t *u, size_t nu) {
-    if (!p->have_proc || p->maps_reloaded)
+static uint64_t mappings_hash(const agent_proc *proc) {
+    uint64_t h = proc->n_mappings;
+    for (size_t i = 0; i < proc->n_mappings; i++)
+        h = strata_hash_combine(
+            h, strata_hash_combine(proc->mappings[i].start, proc->mappings[i].inode));
+    return h;
+}
+
+static void reload_maps(agent_aggregator *a, agent_process *p) {
+    a->stats.maps_reloads++;
+    if (agent_proc_reload_maps(a->proc_root, &p->proc, NULL) == 0)
+        notify_seen(a, p);
+}
+
+#define OFF_LIST_BACKOFF_NS (100 * 1000 * 1000ull)
+#define OFF_LIST_BACKOFF_MAX_NS (10 * 1000 * 1000 * 1000ull)
+
+/* Re-reads maps once per window when a user address falls outside every known mapping. A CFI walk
+ * that met a pc outside the listed mappings (AGENT_SAMPLE_OFF_LIST: a library mapped since, often
+ * just after an exec while the loader is still at work) re-reads at once, then no sooner than
+ * 100 ms later, the wait doubling while the maps are found unchanged, up to 10 s. */
+static void check_mappings(agent_aggregator *a, agent_process *p, const struct agent_sample *s,
+                           const uint64_t *u, size_t nu) {
+    if (!p->have_proc)
+        return;
+    if (s->flags & AGENT_SAMPLE_OFF_LIST) {
+        if (s->time_ns < p->next_off_list_reload_ns)
+            return;
+        uint64_t before = mappings_hash(&p->proc);
+        reload_maps(a, p);
+        bool changed = mappings_hash(&p->proc) != before;
+        p->off_list_backoff_ns = changed || p->off_list_backoff_ns == 0
+                                     ? OFF_LIST_BACKOFF_NS
+                                     : p->off_list_backoff_ns * 2;
+        if (p->off_list_backoff_ns > OFF_LIST_BACKOFF_MAX_NS)
+            p->off_list_backoff_ns = OFF_LIST_BACKOFF_MAX_NS;
+        p->next_off_list_reload_ns = s->time_ns + p->off_list_backoff_ns;
+        return;
+    }
+    if (p->maps_reloaded)
         return;
     for (size_t i = 0; i < nu; i++)
         if (agent_proc_find_mapping(&p->proc, u[i]) == NULL) {
             p->maps_reloaded = true;
-            a->stats.maps_reloads++;
-            if (agent_proc_reload_maps(a->proc_root, &p->proc, NULL) == 0)
-                notify_seen(a, p);
+            reload_maps(a, p);
             return;
         }
 }
@@ -258,7 +293,7 @@ int agent_aggregator_add(agent_aggregator *a, const struct agent_sample *s, stra
     const uint64_t *k = (const uint64_t *)s->kstack;
     uint64_t u[AGENT_MAX_FRAMES + 1 + AGENT_PY_MAX_FRAMES]; /* room for Python frames */
     memcpy(u, s->ustack, nu * sizeof *u);
-    check_mappings(a, p, u, nu);
+    check_mappings(a, p, s, u, nu);
     if (a->fixup != NULL && p->have_proc &&
         a->fixup(a->fixup_ctx, &p->proc, s, u, &nu, sizeof u / sizeof *u))
         a->stats.fixups++;

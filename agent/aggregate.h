@@ -9,7 +9,8 @@
  *    still reported with its labels and mappings. A pid seen again after a silent window is
  *    checked against its start time, which catches pid reuse.
  *  - A user address outside every known executable mapping re-reads the process's maps once per
- *    window (a library loaded since), while the process is still alive. A record flagged
+ *    window (a library loaded since), while the process is still alive; a CFI walk that left the
+ *    listed mappings (AGENT_SAMPLE_OFF_LIST) re-reads at once, with a backoff. A record flagged
  *    AGENT_SAMPLE_NEW_PROCESS for a pid already known (BPF saw an exec) re-reads the process.
  *  - A stack is the kernel frames then the user frames, leaf first, as the BPF program wrote
  *    them. Stacks are hashed; equal hashes are compared frame by frame, so distinct stacks are
@@ -69,8 +70,10 @@ typedef struct agent_process {
     bool labeled;
     bool dropped;
     label_set labels;
-    uint64_t last_window; /* window index of the latest sample */
-    bool maps_reloaded;   /* in this window */
+    uint64_t last_window;             /* window index of the latest sample */
+    bool maps_reloaded;               /* in this window */
+    uint64_t next_off_list_reload_ns; /* AGENT_SAMPLE_OFF_LIST re-reads wait until then */
+    uint64_t off_list_backoff_ns;
     /* This window's stacks. */
     agent_stack *stacks;
     char (*thread_names)[AGENT_COMM_LEN]; /* beside stacks, with AGENT_LABEL_THREAD_NAME */

@@ -176,8 +176,13 @@ static int read_online_cpus(uint8_t *bitmap, strata_error *err) {
 /* Off-CPU records have a ring of their own, so a burst of them never crowds out CPU ticks. */
 #define OFF_CPU_RECORDS_PER_CPU_SECOND 256
 
-static size_t ring_size_for(uint64_t per_cpu_second, unsigned n_cpus) {
+/* Room for this many stack copies (new processes' first ticks) beside two seconds of samples. */
+#define RING_STACK_COPIES 32
+
+static size_t ring_size_for(uint64_t per_cpu_second, unsigned n_cpus, bool copies) {
     uint64_t need = per_cpu_second * n_cpus * sizeof(struct agent_sample) * 2;
+    if (copies)
+        need += RING_STACK_COPIES * (sizeof(struct agent_sample) + sizeof(struct agent_stack_copy));
     size_t size = MIN_RING_BYTES;
     while (size < need && size < ((size_t)1 << 30))
         size <<= 1;
@@ -186,8 +191,14 @@ static size_t ring_size_for(uint64_t per_cpu_second, unsigned n_cpus) {
 
 static int handle_record(void *ctx, void *data, size_t size) {
     agent_sampler *s = ctx;
-    if (size >= sizeof(struct agent_sample))
-        s->on_sample(s->ctx, data);
+    if (size < sizeof(struct agent_sample))
+        return 0;
+    const struct agent_sample *sample = data;
+    const struct agent_stack_copy *copy = NULL;
+    if ((sample->flags & AGENT_SAMPLE_STACK_COPY) &&
+        size >= sizeof(struct agent_sample) + sizeof(struct agent_stack_copy))
+        copy = (const struct agent_stack_copy *)((const char *)data + sizeof(struct agent_sample));
+    s->on_sample(s->ctx, sample, copy);
     return 0;
 }
 
@@ -217,7 +228,8 @@ static int load_program(agent_sampler *s, const agent_sampler_options *o, unsign
         return strata_error_set(err, STRATA_INTERNAL, "cannot open the BPF object: %s",
                                 strerror(errno));
     s->skel->rodata->agent_pid = (__u32)(o->self_pid != 0 ? o->self_pid : getpid());
-    s->ring_bytes = ring_size_for(o->frequency_hz, n_cpus);
+    s->ring_bytes = ring_size_for(o->frequency_hz, n_cpus, o->unwind_rows > 0);
+    s->skel->rodata->unwind_tables_on = o->unwind_rows > 0;
     int rc = bpf_map__set_max_entries(s->skel->maps.samples, (__u32)s->ring_bytes);
     if (rc == 0)
         rc = bpf_map__set_max_entries(s->skel->maps.unwind_rows,
@@ -272,7 +284,7 @@ static int load_off_cpu(agent_sampler *s, const agent_sampler_options *o, unsign
     double threshold = o->off_cpu_rate * AGENT_OFF_CPU_SCALE;
     s->off->rodata->offcpu_threshold =
         threshold >= (double)UINT32_MAX ? UINT32_MAX : (__u32)(threshold < 1 ? 1 : threshold);
-    size_t ring = ring_size_for(OFF_CPU_RECORDS_PER_CPU_SECOND, n_cpus);
+    size_t ring = ring_size_for(OFF_CPU_RECORDS_PER_CPU_SECOND, n_cpus, false);
     int rc = bpf_map__set_max_entries(s->off->maps.samples, (__u32)ring);
     if (rc == 0 && o->off_cpu_pending > 0)
         rc = bpf_map__set_max_entries(s->off->maps.pending, o->off_cpu_pending);
@@ -445,8 +457,19 @@ static void delete_process(void *ctx, uint32_t pid) {
     (void)bpf_map_delete_elem(bpf_map__fd(s->skel->maps.unwind_procs), &pid);
 }
 
+static void decided(void *ctx, uint32_t pid) {
+    agent_sampler *s = ctx;
+    __u8 value = AGENT_SEEN_DECIDED;
+    (void)bpf_map_update_elem(bpf_map__fd(s->skel->maps.unwind_seen), &pid, &value, BPF_ANY);
+}
+
+static int read_row(void *ctx, uint32_t index, struct agent_unwind_row *row) {
+    agent_sampler *s = ctx;
+    return bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.unwind_rows), &index, row);
+}
+
 void agent_sampler_unwind_sink(agent_sampler *s, struct agent_unwinder_sink *out) {
-    *out = (agent_unwinder_sink){write_rows, write_process, delete_process, s};
+    *out = (agent_unwinder_sink){write_rows, write_process, delete_process, decided, read_row, s};
 }
 
 static int python_update(int fd, uint32_t pid, const struct agent_py_proc *info) {

@@ -47,8 +47,11 @@
 
 typedef struct agent_sampler agent_sampler;
 
-/* Called for each record; the record is valid only during the call. */
-typedef void (*agent_sample_fn)(void *ctx, const struct agent_sample *sample);
+struct agent_stack_copy;
+/* Called for each record; the record is valid only during the call. copy is the top of the user
+ * stack of a process the unwinder has not decided about yet (bpf/unwind.h), else NULL. */
+typedef void (*agent_sample_fn)(void *ctx, const struct agent_sample *sample,
+                                const struct agent_stack_copy *copy);
 
 typedef struct agent_sampler_options {
     unsigned frequency_hz; /* 0 = AGENT_DEFAULT_FREQUENCY_HZ */

@@ -9,12 +9,14 @@
  */
 #include "unwinder.h"
 
+#include <elf.h>
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "cfi.h"
@@ -46,8 +48,9 @@ typedef struct row_range {
 
 typedef struct listed_process {
     uint32_t pid;
-    uint32_t n_tables;
-    uint32_t *tables; /* indexes into u->tables, one per listed mapping */
+    uint32_t n_tables;                     /* entries of the list (with or without a table) */
+    uint32_t *tables;                      /* each entry's index into u->tables, or NO_TABLE */
+    struct agent_unwind_mapping *mappings; /* the list as BPF has it, for walking stack copies */
 } listed_process;
 
 struct agent_unwinder {
@@ -60,6 +63,7 @@ struct agent_unwinder {
     size_t n_free, cap_free;
     listed_process *procs;
     size_t n_procs, cap_procs;
+    uint32_t vdso_index; /* index + 1 of the vDSO's table; 0 = not made yet */
     uint64_t clock;
     uint64_t window;
     agent_unwinder_stats stats;
@@ -132,6 +136,8 @@ static bool evict_one(agent_unwinder *u) {
 
 /* --- reading a file ----------------------------------------------------------------------- */
 
+static int store_rows(agent_unwinder *u, unwind_table *t, agent_cfi_table *c, strata_error *err);
+
 static void read_segments(int fd, unwind_table *t) {
     t->n_segments = 0;
     Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
@@ -161,6 +167,12 @@ static int load_table(agent_unwinder *u, unwind_table *t, const char *path, stra
     close(fd);
     if (rc != 0)
         return -1;
+    return store_rows(u, t, &cfi, err);
+}
+
+/* Writes a parsed table's rows into the array (evicting if needed); frees cfi. */
+static int store_rows(agent_unwinder *u, unwind_table *t, agent_cfi_table *c, strata_error *err) {
+    agent_cfi_table cfi = *c;
     u->stats.files_read++;
     t->parsed = true;
     t->n_rows = (uint32_t)cfi.n_rows;
@@ -176,7 +188,7 @@ static int load_table(agent_unwinder *u, unwind_table *t, const char *path, stra
             agent_cfi_table_free(&cfi);
             return 0; /* stays unloaded: its frames take frame-pointer steps */
         }
-    rc = u->o.sink.write_rows(u->o.sink.ctx, start, cfi.rows, t->n_rows, err);
+    int rc = u->o.sink.write_rows(u->o.sink.ctx, start, cfi.rows, t->n_rows, err);
     agent_cfi_table_free(&cfi);
     if (rc != 0) {
         rows_free(u, start, t->n_rows);
@@ -186,6 +198,69 @@ static int load_table(agent_unwinder *u, unwind_table *t, const char *path, stra
     t->loaded = true;
     u->stats.tables++;
     return 0;
+}
+
+/* Whether a load error is the sink's (not the file's): it fails the whole listing. */
+static bool sink_error(const strata_error *e) {
+    return e->code != STRATA_NOT_FOUND && e->code != STRATA_INVALID_ARGUMENT &&
+           e->code != STRATA_UNIMPLEMENTED && e->code != STRATA_RESOURCE_EXHAUSTED;
+}
+
+/* --- the vDSO -------------------------------------------------------------------------------- */
+
+/* The kernel maps one vDSO image into every 64-bit process; the agent reads its CFI from its own
+ * copy (AT_SYSINFO_EHDR), so `[vdso]` frames (clock_gettime, gettimeofday) unwind like any file.
+ * The image is trusted (it is the kernel's) but still bounds-checked. */
+static bool vdso_image(const uint8_t **image, size_t *size) {
+    const uint8_t *base = (const uint8_t *)(uintptr_t)getauxval(AT_SYSINFO_EHDR);
+    if (base == NULL)
+        return false;
+    Elf64_Ehdr eh;
+    memcpy(&eh, base, sizeof eh);
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh.e_machine != EM_X86_64 || eh.e_shentsize != sizeof(Elf64_Shdr) ||
+        eh.e_phentsize != sizeof(Elf64_Phdr))
+        return false;
+    *image = base;
+    *size = eh.e_shoff + (size_t)eh.e_shnum * sizeof(Elf64_Shdr);
+    return *size <= (1u << 20); /* a vDSO is a few pages */
+}
+
+static int load_vdso(agent_unwinder *u, unwind_table *t, strata_error *err) {
+    const uint8_t *image;
+    size_t size;
+    if (!vdso_image(&image, &size))
+        return strata_error_set(err, STRATA_NOT_FOUND, "no x86-64 vDSO in this process");
+    Elf64_Ehdr eh;
+    memcpy(&eh, image, sizeof eh);
+    t->n_segments = 0;
+    for (unsigned i = 0; i < eh.e_phnum && t->n_segments < MAX_SEGMENTS; i++) {
+        Elf64_Phdr ph;
+        if (eh.e_phoff + (i + 1) * sizeof ph > size)
+            break;
+        memcpy(&ph, image + eh.e_phoff + i * sizeof ph, sizeof ph);
+        if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
+            t->segments[t->n_segments++] =
+                (agent_elf_segment){ph.p_offset, ph.p_vaddr, ph.p_filesz};
+    }
+    Elf64_Shdr strtab;
+    if (eh.e_shstrndx >= eh.e_shnum)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "vDSO without section names");
+    memcpy(&strtab, image + eh.e_shoff + eh.e_shstrndx * sizeof strtab, sizeof strtab);
+    for (unsigned i = 0; i < eh.e_shnum; i++) {
+        Elf64_Shdr sh;
+        memcpy(&sh, image + eh.e_shoff + i * sizeof sh, sizeof sh);
+        if (strtab.sh_offset + sh.sh_name + sizeof ".eh_frame" > size ||
+            memcmp(image + strtab.sh_offset + sh.sh_name, ".eh_frame", sizeof ".eh_frame") != 0 ||
+            sh.sh_offset + sh.sh_size > size)
+            continue;
+        agent_cfi_table cfi = {0};
+        if (agent_cfi_parse_section(image + sh.sh_offset, sh.sh_size, sh.sh_addr, false,
+                                    u->o.max_rows, &cfi, err) != 0)
+            return -1;
+        return store_rows(u, t, &cfi, err);
+    }
+    return strata_error_set(err, STRATA_NOT_FOUND, "vDSO without .eh_frame");
 }
 
 static uint64_t identity_key(const agent_mapping *m) {
@@ -247,8 +322,7 @@ static unwind_table *table_for(agent_unwinder *u, const agent_proc *p, const age
         return NULL;
     strata_error lerr;
     if (load_table(u, t, path, &lerr) != 0) {
-        if (lerr.code != STRATA_NOT_FOUND && lerr.code != STRATA_INVALID_ARGUMENT &&
-            lerr.code != STRATA_UNIMPLEMENTED && lerr.code != STRATA_RESOURCE_EXHAUSTED) {
+        if (sink_error(&lerr)) {
             *err = lerr; /* the sink failed: not the file's fault */
             *fatal = 1;
         }
@@ -258,6 +332,32 @@ static unwind_table *table_for(agent_unwinder *u, const agent_proc *p, const age
         return NULL;
     }
     t->failed = false;
+    return t->loaded ? t : NULL;
+}
+
+/* The vDSO's table, read once from the agent's own image; NULL if it has none. */
+static unwind_table *vdso_table(agent_unwinder *u, strata_error *err, int *fatal) {
+    if (u->vdso_index == 0) {
+        if (STRATA_ARRAY_RESERVE(u->tables, u->cap_tables, u->n_tables + 1) != 0)
+            return NULL;
+        memset(&u->tables[u->n_tables], 0, sizeof u->tables[u->n_tables]);
+        u->vdso_index = (uint32_t)++u->n_tables;
+    }
+    unwind_table *t = &u->tables[u->vdso_index - 1];
+    if (t->loaded)
+        return t;
+    if (t->failed || (t->parsed && t->n_rows == 0))
+        return NULL;
+    strata_error lerr;
+    if (load_vdso(u, t, &lerr) != 0) {
+        if (sink_error(&lerr)) {
+            *err = lerr;
+            *fatal = 1;
+        }
+        t->failed = true; /* the image does not change: not retried */
+        u->stats.files_failed++;
+        return NULL;
+    }
     return t->loaded ? t : NULL;
 }
 
@@ -283,10 +383,12 @@ static listed_process *find_process(agent_unwinder *u, uint32_t pid) {
     return NULL;
 }
 
+static void release_tables(agent_unwinder *u, const uint32_t *used, size_t n);
+
 static void unlist(agent_unwinder *u, listed_process *lp) {
-    for (uint32_t i = 0; i < lp->n_tables; i++)
-        u->tables[lp->tables[i]].users--;
+    release_tables(u, lp->tables, lp->n_tables);
     free(lp->tables);
+    free(lp->mappings);
     *lp = u->procs[--u->n_procs];
     u->stats.processes = u->n_procs;
 }
@@ -303,65 +405,241 @@ static bool has_file(const agent_mapping *m) {
     return m->path != NULL && m->path[0] != '\0' && m->path[0] != '[' && m->inode != 0;
 }
 
-int agent_unwinder_add_process(agent_unwinder *u, const agent_proc *p, strata_error *err) {
-    uint32_t pid = (uint32_t)p->pid;
-    uint32_t used[AGENT_UNWIND_MAX_MAPPINGS];
-    struct agent_unwind_proc *list = &u->list;
-    memset(list, 0, sizeof *list);
-    u->clock++;
-    /* A table listed here must not be evicted by a later file of the same process. */
-    listed_process *old = find_process(u, pid);
-    for (size_t i = 0; i < p->n_mappings && list->n_mappings < AGENT_UNWIND_MAX_MAPPINGS; i++) {
+#define NO_TABLE UINT32_MAX
+
+static void release_tables(agent_unwinder *u, const uint32_t *used, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (used[i] != NO_TABLE)
+            u->tables[used[i]].users--;
+}
+
+/* Every executable mapping of p, with its table where it has one (sorted, as p's). Entries
+ * without a table tell BPF the address is known (JIT code, a file without CFI): a frame-pointer
+ * step, not a sign that the process mapped something new. */
+static int build_list(agent_unwinder *u, const agent_proc *p, struct agent_unwind_mapping *all,
+                      uint32_t *used, size_t *n, size_t *with_tables, strata_error *err) {
+    *n = *with_tables = 0;
+    for (size_t i = 0; i < p->n_mappings; i++) {
         const agent_mapping *m = &p->mappings[i];
-        if (!has_file(m))
-            continue;
-        int fatal = 0;
-        unwind_table *t = table_for(u, p, m, err, &fatal);
-        if (fatal)
-            goto failed;
-        uint64_t bias;
-        if (t == NULL || !mapping_bias(t, m, &bias))
-            continue;
-        t->users++;
-        t->last_used = u->clock;
-        used[list->n_mappings] = (uint32_t)(t - u->tables);
-        list->mappings[list->n_mappings++] =
-            (struct agent_unwind_mapping){.start = m->start,
-                                          .end = m->end,
-                                          .bias = bias,
-                                          .first_row = t->first_row,
-                                          .n_rows = t->n_rows};
+        bool vdso = m->path != NULL && strcmp(m->path, "[vdso]") == 0;
+        unwind_table *t = NULL;
+        if (vdso || has_file(m)) {
+            int fatal = 0;
+            t = vdso ? vdso_table(u, err, &fatal) : table_for(u, p, m, err, &fatal);
+            if (fatal)
+                return -1;
+        }
+        uint64_t bias = 0;
+        if (t != NULL && !mapping_bias(t, m, &bias))
+            t = NULL;
+        all[*n] = (struct agent_unwind_mapping){.start = m->start, .end = m->end, .bias = bias};
+        used[*n] = NO_TABLE;
+        if (t != NULL) {
+            all[*n].first_row = t->first_row;
+            all[*n].n_rows = t->n_rows;
+            used[*n] = (uint32_t)(t - u->tables);
+            t->users++; /* listed here: no later file of this process may evict it */
+            t->last_used = u->clock;
+            /* the vDSO alone does not make a process worth walking (a static Go binary) */
+            *with_tables += !vdso;
+        }
+        (*n)++;
     }
-    if (old != NULL)
-        unlist(u, old);
-    if (list->n_mappings == 0) {
-        u->o.sink.delete_process(u->o.sink.ctx, pid);
-        return 0;
+    return 0;
+}
+
+/* Fits the list in AGENT_UNWIND_MAX_MAPPINGS: entries without a table go first (last first),
+ * then tables past the limit (released: their frames take frame-pointer steps). */
+static void fit_list(agent_unwinder *u, struct agent_unwind_mapping *all, uint32_t *used,
+                     size_t *n) {
+    for (size_t i = *n; i-- > 0 && *n > AGENT_UNWIND_MAX_MAPPINGS;)
+        if (used[i] == NO_TABLE) {
+            memmove(&all[i], &all[i + 1], (*n - i - 1) * sizeof *all);
+            memmove(&used[i], &used[i + 1], (*n - i - 1) * sizeof *used);
+            (*n)--;
+        }
+    if (*n > AGENT_UNWIND_MAX_MAPPINGS) {
+        release_tables(u, used + AGENT_UNWIND_MAX_MAPPINGS, *n - AGENT_UNWIND_MAX_MAPPINGS);
+        *n = AGENT_UNWIND_MAX_MAPPINGS;
     }
-    if (STRATA_ARRAY_RESERVE(u->procs, u->cap_procs, u->n_procs + 1) != 0) {
-        strata_error_oom(err);
-        goto failed;
-    }
+}
+
+/* Keeps the list (taking used) and gives it to BPF. */
+static int list_process(agent_unwinder *u, uint32_t pid, const struct agent_unwind_mapping *all,
+                        uint32_t *used, size_t n, strata_error *err) {
+    if (STRATA_ARRAY_RESERVE(u->procs, u->cap_procs, u->n_procs + 1) != 0)
+        return strata_error_oom(err);
     listed_process *lp = &u->procs[u->n_procs];
     lp->pid = pid;
-    lp->n_tables = list->n_mappings;
-    if ((lp->tables = malloc(list->n_mappings * sizeof *lp->tables)) == NULL) {
-        strata_error_oom(err);
-        goto failed;
-    }
-    memcpy(lp->tables, used, list->n_mappings * sizeof *used);
-    u->n_procs++;
-    u->stats.processes = u->n_procs;
+    lp->n_tables = (uint32_t)n;
+    lp->tables = used;
+    if ((lp->mappings = malloc(n * sizeof *lp->mappings)) == NULL)
+        return strata_error_oom(err);
+    memcpy(lp->mappings, all, n * sizeof *all);
+    struct agent_unwind_proc *list = &u->list;
+    memset(list, 0, sizeof *list);
+    list->n_mappings = (uint32_t)n;
+    memcpy(list->mappings, all, n * sizeof *all);
     if (u->o.sink.write_process(u->o.sink.ctx, pid, list, err) != 0) {
-        unlist(u, &u->procs[u->n_procs - 1]);
+        free(lp->mappings);
         return -1;
     }
+    u->n_procs++;
+    u->stats.processes = u->n_procs;
+    return 0;
+}
+
+int agent_unwinder_add_process(agent_unwinder *u, const agent_proc *p, strata_error *err) {
+    uint32_t pid = (uint32_t)p->pid;
+    u->clock++;
+    size_t cap = p->n_mappings > 0 ? p->n_mappings : 1, n = 0;
+    struct agent_unwind_mapping *all = malloc(cap * sizeof *all);
+    uint32_t *used = malloc(cap * sizeof *used);
+    if (all == NULL || used == NULL) {
+        free(all);
+        free(used);
+        return strata_error_oom(err);
+    }
+    size_t with_tables = 0;
+    if (build_list(u, p, all, used, &n, &with_tables, err) != 0)
+        goto failed;
+    fit_list(u, all, used, &n);
+    listed_process *old = find_process(u, pid);
+    if (old != NULL)
+        unlist(u, old);
+    u->o.sink.decided(u->o.sink.ctx, pid);
+    if (with_tables == 0) {
+        u->o.sink.delete_process(u->o.sink.ctx, pid);
+        release_tables(u, used, n);
+        free(all);
+        free(used);
+        return 0;
+    }
+    if (list_process(u, pid, all, used, n, err) != 0)
+        goto failed;
+    free(all);
     u->stats.processes_added++;
-    return (int)list->n_mappings;
+    return (int)with_tables;
 failed:
-    for (uint32_t i = 0; i < list->n_mappings; i++)
-        u->tables[used[i]].users--;
+    release_tables(u, used, n);
+    free(all);
+    free(used);
     return -1;
+}
+
+/* --- walking a stack copy: the steps of bpf/unwind.bpf.h ------------------------------------ */
+
+typedef struct copy_walk {
+    const struct agent_stack_copy *c;
+    uint64_t pc, sp, bp;
+} copy_walk;
+
+static bool copy_word(const copy_walk *w, uint64_t addr, uint64_t *out) {
+    if (addr < w->c->base || addr - w->c->base > (uint64_t)w->c->len ||
+        w->c->len - (addr - w->c->base) < sizeof *out)
+        return false;
+    memcpy(out, w->c->data + (addr - w->c->base), sizeof *out);
+    return true;
+}
+
+static const struct agent_unwind_mapping *copy_mapping(const listed_process *lp, uint64_t pc) {
+    uint32_t lo = 0, hi = lp->n_tables;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        const struct agent_unwind_mapping *m = &lp->mappings[mid];
+        if (pc < m->start)
+            hi = mid;
+        else if (pc >= m->end)
+            lo = mid + 1;
+        else
+            return m;
+    }
+    return NULL;
+}
+
+/* The last row of the mapping's slice at or below addr; false if none (or unreadable). */
+static bool copy_row(agent_unwinder *u, const struct agent_unwind_mapping *m, uint64_t addr,
+                     struct agent_unwind_row *row) {
+    uint32_t lo = m->first_row, hi = m->first_row + m->n_rows;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (u->o.sink.read_row(u->o.sink.ctx, mid, row) != 0)
+            return false;
+        if (row->pc <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > m->first_row && u->o.sink.read_row(u->o.sink.ctx, lo - 1, row) == 0;
+}
+
+/* One step; 1: the walk ends (complete set when it reached the outermost frame). */
+static int copy_step(agent_unwinder *u, const listed_process *lp, copy_walk *w, bool first,
+                     bool *complete) {
+    const struct agent_unwind_mapping *m = copy_mapping(lp, w->pc);
+    struct agent_unwind_row row = {.cfa_type = AGENT_CFA_FP};
+    if (m != NULL && !copy_row(u, m, (first ? w->pc : w->pc - 1) - m->bias, &row))
+        row.cfa_type = AGENT_CFA_FP;
+    uint64_t cfa, ra, bp = w->bp;
+    switch (row.cfa_type) {
+        case AGENT_CFA_RSP:
+            cfa = w->sp + (uint64_t)(int64_t)row.cfa_offset;
+            break;
+        case AGENT_CFA_RBP:
+            if (w->bp == 0)
+                return 1;
+            cfa = w->bp + (uint64_t)(int64_t)row.cfa_offset;
+            break;
+        case AGENT_CFA_PLT:
+            cfa = w->sp + 8 + ((w->pc & 15) >= 11 ? 8 : 0);
+            break;
+        case AGENT_CFA_END:
+            *complete = true;
+            return 1;
+        default: /* a frame-pointer step */
+            if (w->bp == 0 || w->bp < w->sp || !copy_word(w, w->bp + 8, &ra) ||
+                !copy_word(w, w->bp, &bp))
+                return 1;
+            w->sp = w->bp + 16;
+            w->bp = bp;
+            w->pc = ra;
+            *complete = ra == 0;
+            return ra == 0;
+    }
+    if (cfa <= w->sp || !copy_word(w, cfa - 8, &ra))
+        return 1;
+    if (row.rbp_type == AGENT_RBP_AT_CFA &&
+        !copy_word(w, cfa + (uint64_t)(int64_t)row.rbp_offset, &bp))
+        return 1;
+    if (row.rbp_type == AGENT_RBP_LOST)
+        bp = 0;
+    w->pc = ra;
+    w->sp = cfa;
+    w->bp = bp;
+    *complete = ra == 0;
+    return ra == 0;
+}
+
+size_t agent_unwinder_walk_copy(agent_unwinder *u, uint32_t pid, const struct agent_stack_copy *c,
+                                uint64_t *frames, size_t cap, bool *complete) {
+    *complete = false;
+    const listed_process *lp = find_process(u, pid);
+    if (lp == NULL || c->pc == 0 || c->len > sizeof c->data)
+        return 0;
+    copy_walk w = {c, c->pc, c->sp, c->bp};
+    size_t n = 0;
+    while (n < cap) {
+        frames[n++] = w.pc;
+        if (copy_step(u, lp, &w, n == 1, complete) != 0)
+            break;
+    }
+    return n;
+}
+
+bool agent_unwinder_has_table(agent_unwinder *u, uint32_t pid, uint64_t pc) {
+    const listed_process *lp = find_process(u, pid);
+    const struct agent_unwind_mapping *m = lp != NULL ? copy_mapping(lp, pc) : NULL;
+    return m != NULL && m->n_rows > 0;
 }
 
 void agent_unwinder_end_window(agent_unwinder *u) {
@@ -403,8 +681,10 @@ void agent_unwinder_stats_get(const agent_unwinder *u, agent_unwinder_stats *out
 void agent_unwinder_free(agent_unwinder *u) {
     if (u == NULL)
         return;
-    for (size_t i = 0; i < u->n_procs; i++)
+    for (size_t i = 0; i < u->n_procs; i++) {
         free(u->procs[i].tables);
+        free(u->procs[i].mappings);
+    }
     free(u->procs);
     free(u->tables);
     free(u->free_ranges);

@@ -19,6 +19,11 @@
  * to frame pointers. User-space memory is small: rows are freed once written, and a table keeps
  * only its slice, its identity and its load segments.
  *
+ * Stack copies. The ticks of a process before it is listed carry a copy of the top of its stack
+ * (bpf/unwind.h); agent_unwinder_walk_copy walks them in user space with the same rows and the same
+ * steps as the BPF walker, once the process is listed, so a process's first samples are as whole
+ * as the rest. Each add_process ends with `decided`, which stops the copies.
+ *
  * Where rows and lists go is a set of callbacks (the sampler's BPF maps in the agent, arrays in
  * the tests), so everything here runs without BPF. Not thread-safe: the agent's main loop is the
  * only user.
@@ -26,6 +31,7 @@
 #ifndef STRATA_AGENT_UNWINDER_H
 #define STRATA_AGENT_UNWINDER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -45,6 +51,10 @@ typedef struct agent_unwinder_sink {
                          strata_error *err);
     /* Removes the list of process pid (absent is fine). */
     void (*delete_process)(void *ctx, uint32_t pid);
+    /* Tells BPF that user space has decided about pid (listed or not): no more stack copies. */
+    void (*decided)(void *ctx, uint32_t pid);
+    /* Reads row index back (for walking stack copies); 0 or -1. */
+    int (*read_row)(void *ctx, uint32_t index, struct agent_unwind_row *row);
     void *ctx;
 } agent_unwinder_sink;
 
@@ -75,9 +85,22 @@ typedef struct agent_unwinder_stats {
 agent_unwinder *agent_unwinder_new(const agent_unwinder_options *options, strata_error *err);
 
 /* Loads or shares the tables of p's executable mappings and lists them for BPF (replacing any
- * earlier list of p->pid). Returns the number of mappings listed (0: p has no tables, and no
- * list is kept), or -1 with err set when the sink fails or memory runs out. */
+ * earlier list of p->pid), every executable mapping, with or without a table, so that BPF tells
+ * a pc in code without CFI (a frame-pointer step) from one in something mapped since. Returns the
+ * number of mappings with a table (0: p has none but the vDSO's, and no list is kept), or -1 with
+ * err set when the sink fails or memory runs out. */
 int agent_unwinder_add_process(agent_unwinder *u, const agent_proc *p, strata_error *err);
+
+/* Walks a stack copy of process pid (bpf/unwind.h) with its listed tables, as the BPF walker
+ * does: the frames, leaf first, go to frames (room for cap); *complete tells whether the walk
+ * reached the outermost frame. Returns the number of frames (0: pid is not listed). Words outside
+ * the copy end the walk. */
+size_t agent_unwinder_walk_copy(agent_unwinder *u, uint32_t pid, const struct agent_stack_copy *c,
+                                uint64_t *frames, size_t cap, bool *complete);
+
+/* Whether pc of listed process pid lies in a mapping with a table (else the walker took a
+ * frame-pointer step there). */
+bool agent_unwinder_has_table(agent_unwinder *u, uint32_t pid, uint64_t pc);
 
 /* Forgets process pid: its list is removed and its tables may be evicted. */
 void agent_unwinder_remove_process(agent_unwinder *u, pid_t pid);

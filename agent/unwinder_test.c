@@ -2,7 +2,8 @@
  * unwinder_test.c - the unwind-table cache without BPF: this test's own process is listed into
  * an in-memory sink (arrays standing in for the BPF maps), and the rows a frame would be looked
  * up in are checked against the functions' real addresses; sharing one table between processes,
- * the row budget (refusal, then eviction once no process uses a table) and a failing sink.
+ * the row budget (refusal, then eviction once no process uses a table), a failing sink, and a
+ * walk of a copy of this test's own stack, address for address against glibc's backtrace().
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,10 +11,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <execinfo.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "bpf/oncpu.h"
 #include "cfi.h"
 #include "procinfo.h"
 #include "unwinder.h"
@@ -26,7 +30,8 @@ typedef struct fake_maps {
     uint32_t n_rows;
     uint32_t pids[SINK_PROCS];
     struct agent_unwind_proc procs[SINK_PROCS];
-    int fail_rows; /* write_rows fails when set */
+    int fail_rows;    /* write_rows fails when set */
+    uint32_t decided; /* the last pid user space decided about */
     uint64_t rows_written;
 } fake_maps;
 
@@ -71,6 +76,19 @@ static void fake_delete_process(void *ctx, uint32_t pid) {
             f->pids[i] = 0;
 }
 
+static void fake_decided(void *ctx, uint32_t pid) {
+    fake_maps *f = ctx;
+    f->decided = pid;
+}
+
+static int fake_read_row(void *ctx, uint32_t index, struct agent_unwind_row *row) {
+    fake_maps *f = ctx;
+    if (index >= f->n_rows)
+        return -1;
+    *row = f->rows[index];
+    return 0;
+}
+
 static agent_unwinder *new_unwinder(fake_maps *f, uint32_t max_rows) {
     memset(f, 0, sizeof *f);
     f->n_rows = max_rows;
@@ -78,7 +96,8 @@ static agent_unwinder *new_unwinder(fake_maps *f, uint32_t max_rows) {
     assert_non_null(f->rows);
     agent_unwinder_options o = {
         .max_rows = max_rows,
-        .sink = {fake_write_rows, fake_write_process, fake_delete_process, f},
+        .sink = {fake_write_rows, fake_write_process, fake_delete_process, fake_decided,
+                 fake_read_row, f},
     };
     strata_error err;
     agent_unwinder *u = agent_unwinder_new(&o, &err);
@@ -151,9 +170,26 @@ static void test_lists_this_process(void **state) {
     strata_error err;
     int listed = agent_unwinder_add_process(u, &p, &err);
     assert_true(listed >= 2);
+    assert_int_equal(f.decided, (uint32_t)getpid());
     const struct agent_unwind_proc *list = fake_find(&f, (uint32_t)getpid(), false);
     assert_non_null(list);
-    assert_int_equal(list->n_mappings, (uint32_t)listed);
+    /* Every executable mapping is listed, those with a table (counted) and those without. */
+    assert_int_equal(list->n_mappings, (uint32_t)p.n_mappings);
+    uint32_t with_rows = 0, vdsos = 0;
+    for (uint32_t i = 0; i < list->n_mappings; i++) {
+        with_rows += list->mappings[i].n_rows > 0;
+        bool vdso = p.mappings[i].path != NULL && strcmp(p.mappings[i].path, "[vdso]") == 0;
+        assert_int_equal(list->mappings[i].start, p.mappings[i].start);
+        if (vdso) /* the vDSO's CFI, read from the agent's own image (none under valgrind) */
+            assert_true(list->mappings[i].n_rows > 0);
+        vdsos += vdso;
+        assert_int_equal(agent_unwinder_has_table(
+                             u, (uint32_t)getpid(),
+                             p.mappings[i].start + (p.mappings[i].end - p.mappings[i].start) / 2),
+                         list->mappings[i].n_rows > 0);
+    }
+    assert_int_equal(with_rows, (uint32_t)listed + vdsos); /* the vDSO is not counted */
+    assert_false(agent_unwinder_has_table(u, (uint32_t)getpid(), 1));
     for (uint32_t i = 1; i < list->n_mappings; i++)
         assert_true(list->mappings[i - 1].end <= list->mappings[i].start);
 
@@ -277,11 +313,120 @@ static void test_sink_failure(void **state) {
     free(f.rows);
 }
 
+/* --- walking a copy of this very stack, against glibc's backtrace() (libgcc's unwinder) ----- */
+
+typedef struct captured {
+    struct agent_stack_copy copy;
+    void *trace[64];
+    int n_trace;
+} captured;
+
+/* The initial stack pointer of the main thread (glibc's, exported by the loader): the frames of
+ * _start and above lie below it, and under valgrind it is the client stack's, unlike [stack]. */
+extern void *__libc_stack_end;
+
+static uint64_t stack_top(void) {
+    return (uint64_t)(uintptr_t)__libc_stack_end;
+}
+
+/* Copies live stack as the kernel does, word by word: not through memcpy, which AddressSanitizer
+ * would check against the redzones it keeps between other frames' locals. */
+#if defined(__clang__) || defined(__GNUC__)
+__attribute__((no_sanitize_address))
+#endif
+static void
+copy_stack_words(uint8_t *out, uint64_t from, size_t len) {
+    const volatile uint64_t *src = (const volatile uint64_t *)(uintptr_t)from;
+    for (size_t i = 0; i < len / 8; i++) {
+        uint64_t w = src[i];
+        __builtin_memcpy(out + i * 8, &w, 8);
+    }
+}
+
+/* Takes this thread's registers and the stack above sp, as the BPF program does, then the
+ * return addresses backtrace() finds from the same place. */
+__attribute__((noinline)) static void capture(captured *out) {
+    uint64_t pc, sp, bp;
+    __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2"
+                     : "=r"(pc), "=r"(sp), "=r"(bp));
+    uint64_t top = stack_top();
+    size_t len = top - sp < sizeof out->copy.data ? (size_t)(top - sp) : sizeof out->copy.data;
+    out->copy.pc = pc;
+    out->copy.sp = sp;
+    out->copy.bp = bp;
+    out->copy.base = sp;
+    out->copy.len = (uint32_t)len;
+    copy_stack_words(out->copy.data, sp, len);
+    out->n_trace = backtrace(out->trace, 64);
+}
+
+__attribute__((noinline)) static void capture_inner(captured *out, int depth) {
+    if (depth > 0)
+        capture_inner(out, depth - 1);
+    else
+        capture(out);
+    __asm__ volatile("" ::: "memory"); /* not a tail call */
+}
+
+static void test_walks_a_stack_copy_as_backtrace_does(void **state) {
+    (void)state;
+    /* The maps live on the heap: the walk reads only the 16 KiB copy, and this frame must not
+     * take it all (fake_maps is 33 KiB). */
+    fake_maps *fm = malloc(sizeof *fm);
+    assert_non_null(fm);
+    agent_unwinder *u = new_unwinder(fm, SINK_ROWS);
+    agent_proc p;
+    read_self(&p);
+    strata_error err;
+    assert_true(agent_unwinder_add_process(u, &p, &err) >= 2);
+    captured *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    capture_inner(c, 3);
+    uint64_t frames[AGENT_MAX_FRAMES];
+    bool complete = false;
+    size_t n = agent_unwinder_walk_copy(u, (uint32_t)getpid(), &c->copy, frames, AGENT_MAX_FRAMES,
+                                        &complete);
+    /* frames[0] is the pc in capture; frames[1] the return address into capture_inner, which
+     * backtrace() also finds, after its own return into capture (and, under AddressSanitizer, one
+     * into its interceptor). From there on both must agree address for address. */
+    assert_true(c->n_trace >= 8);
+    int k = 0;
+    while (k < 3 && k < c->n_trace && (uint64_t)(uintptr_t)c->trace[k] != frames[1])
+        k++;
+    if (k == 3 || n < (size_t)(c->n_trace - k + 1)) {
+        for (int i = 0; i < c->n_trace; i++)
+            print_message("%d walked 0x%llx backtrace %p\n", i,
+                          i < (int)n ? (unsigned long long)frames[i] : 0ULL, c->trace[i]);
+        fail_msg("the walk (%zu frames) does not follow backtrace (%d)", n, c->n_trace);
+    }
+    for (int i = k; i < c->n_trace; i++)
+        if (frames[1 + i - k] != (uint64_t)(uintptr_t)c->trace[i])
+            fail_msg("frame %d: walked 0x%llx, backtrace 0x%llx", 1 + i - k,
+                     (unsigned long long)frames[1 + i - k],
+                     (unsigned long long)(uintptr_t)c->trace[i]);
+    assert_true(complete); /* _start's undefined return address ends it */
+    /* A copy cut short ends the walk inside it, incomplete, without reading past it. */
+    c->copy.len = 64;
+    n = agent_unwinder_walk_copy(u, (uint32_t)getpid(), &c->copy, frames, AGENT_MAX_FRAMES,
+                                 &complete);
+    assert_true(n >= 1 && n < (size_t)(c->n_trace - k + 1));
+    assert_false(complete);
+    /* An unlisted process walks nothing. */
+    assert_int_equal(agent_unwinder_walk_copy(u, 1, &c->copy, frames, AGENT_MAX_FRAMES, &complete),
+                     0);
+    free(c);
+    agent_proc_free(&p);
+    agent_unwinder_free(u);
+    free(fm->rows);
+    free(fm);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lists_this_process),
         cmocka_unit_test(test_row_budget),
         cmocka_unit_test(test_sink_failure),
+        cmocka_unit_test(test_walks_a_stack_copy_as_backtrace_does),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,8 +17,23 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* Set by the loader before load: the agent's own pid, whose ticks are skipped. */
+/* Set by the loader before load: the agent's own pid, whose ticks are skipped; whether user space
+ * lists unwind tables (a process not listed yet then gets stack copies, unwind.h). */
 const volatile __u32 agent_pid = 0;
+const volatile __u32 unwind_tables_on = 0;
+
+/* A record with a copy of the user stack, for a process user space has not decided about. */
+struct agent_sample_copy {
+    struct agent_sample s;
+    struct agent_stack_copy copy;
+};
+
+static __always_inline void submit(void *record, const struct agent_sample *s,
+                                   struct agent_counters *c) {
+    __sync_fetch_and_add(&c->samples, 1);
+    bpf_ringbuf_submit(record, (s->flags & AGENT_SAMPLE_NEW_PROCESS) ? BPF_RB_FORCE_WAKEUP
+                                                                     : BPF_RB_NO_WAKEUP);
+}
 
 struct {
     __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -39,15 +54,28 @@ int oncpu_sample(struct bpf_perf_event_data *ctx) {
         __sync_fetch_and_add(&c->skipped_self, 1);
         return 0;
     }
+    if (unwind_tables_on && unwind_wants_copy(pid)) {
+        struct agent_sample_copy *r = bpf_ringbuf_reserve(&samples, sizeof *r, 0);
+        if (r == NULL) {
+            __sync_fetch_and_add(&c->ring_full, 1);
+            return 0;
+        }
+        fill_sample(ctx, &r->s, pid, tid, c);
+        if (r->s.flags & AGENT_SAMPLE_STACK_COPY)
+            copy_user_stack(&r->copy);
+        else
+            r->copy.len = 0;
+        submit(r, &r->s, c);
+        return 0;
+    }
     struct agent_sample *s = bpf_ringbuf_reserve(&samples, sizeof *s, 0);
     if (s == NULL) {
         __sync_fetch_and_add(&c->ring_full, 1);
         return 0;
     }
     fill_sample(ctx, s, pid, tid, c);
-    __sync_fetch_and_add(&c->samples, 1);
-    bpf_ringbuf_submit(s, (s->flags & AGENT_SAMPLE_NEW_PROCESS) ? BPF_RB_FORCE_WAKEUP
-                                                                : BPF_RB_NO_WAKEUP);
+    s->flags &= ~AGENT_SAMPLE_STACK_COPY; /* no room for one in this record */
+    submit(s, s, c);
     return 0;
 }
 

@@ -45,6 +45,9 @@
 #define AGENT_SAMPLE_DWARF 4u        /* ustack was walked with CFI tables (unwind.bpf.h) */
 #define AGENT_SAMPLE_COMPLETE 8u     /* ... and the walk reached the outermost frame */
 #define AGENT_SAMPLE_NEW_PROCESS 16u /* the first of a process with no unwind tables listed */
+/* ... or a later one before user space decided: a struct agent_stack_copy follows the record */
+#define AGENT_SAMPLE_STACK_COPY 32u
+#define AGENT_SAMPLE_OFF_LIST 64u /* the CFI walk met a pc outside every listed mapping */
 
 /* The off-CPU switch-out rate is a fraction of 2^32 (offcpu_threshold). */
 #define AGENT_OFF_CPU_SCALE 4294967296.0

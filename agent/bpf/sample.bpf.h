@@ -79,6 +79,7 @@ static __always_inline void fill_sample(void *ctx, struct agent_sample *s, __u32
         __sync_fetch_and_add(&c->unwind_dwarf, 1);
         if (s->flags & AGENT_SAMPLE_COMPLETE)
             __sync_fetch_and_add(&c->unwind_complete, 1);
+        read_user_sp_words(s); /* a leaf in code without a table took a frame-pointer step */
     } else {
         s->ustack_bytes = bpf_get_stack(ctx, s->ustack, sizeof s->ustack, BPF_F_USER_STACK);
         if (s->ustack_bytes < 0)

@@ -11,7 +11,9 @@
  *      from may be the function's last instruction);
  *   3. compute the CFA from the row, read the return address at CFA - 8 and the caller's rbp if
  *      the row says where it was saved, and continue with pc = return address, sp = CFA.
- * A pc outside every table, or in a row that says "frame pointer", takes a frame-pointer step
+ * A pc outside every listed mapping flags the sample (AGENT_SAMPLE_OFF_LIST: the process has mapped
+ * something since it was listed, and user space re-reads it). A pc in a mapping without a table,
+ * or in a row that says "frame pointer", takes a frame-pointer step
  * (return address at [rbp + 8], caller's rbp at [rbp]). The walk ends at a row marking the
  * outermost frame (complete), a zero return address (complete), a failed read, a stack pointer
  * that does not grow, or 127 frames.
@@ -61,7 +63,7 @@ struct agent_walk_state {
     __u32 pid;
     __u32 n;
     __u32 complete;
-    __u32 reserved;
+    __u32 off_list; /* a pc fell outside every listed mapping (something mapped since) */
     __u64 frames[AGENT_MAX_FRAMES];
 };
 
@@ -158,8 +160,10 @@ static long unwind_step(__u64 index, void *ctx) {
     if (proc == NULL)
         return 1;
     int mi = find_mapping(proc, st->pc);
-    if (mi < 0 || mi >= AGENT_UNWIND_MAX_MAPPINGS)
+    if (mi < 0 || mi >= AGENT_UNWIND_MAX_MAPPINGS) {
+        st->off_list = 1;
         return frame_pointer_step(st);
+    }
     const struct agent_unwind_mapping *m = &proc->mappings[mi];
     __u64 lookup = (index == 0 ? st->pc : st->pc - 1) - m->bias;
     const struct agent_unwind_row *row = find_row(m->first_row, m->n_rows, lookup);
@@ -203,13 +207,18 @@ static long unwind_step(__u64 index, void *ctx) {
     return 0;
 }
 
-/* Marks the first sample of a process BPF has no list for (AGENT_SAMPLE_NEW_PROCESS: submitted
- * with a wake-up, so user space lists it at once). */
+/* A sample of a process BPF has no list for: the first one is flagged AGENT_SAMPLE_NEW_PROCESS
+ * (submitted with a wake-up, so user space lists it at once), and every one while user space has
+ * not decided is flagged AGENT_SAMPLE_STACK_COPY (the caller appends a copy of the stack). */
 static __always_inline void note_unlisted(struct agent_sample *s, __u32 pid) {
-    __u8 one = 1;
-    if (bpf_map_lookup_elem(&unwind_seen, &pid) == NULL &&
-        bpf_map_update_elem(&unwind_seen, &pid, &one, BPF_NOEXIST) == 0)
-        s->flags |= AGENT_SAMPLE_NEW_PROCESS;
+    __u8 pending = AGENT_SEEN_PENDING;
+    __u8 *seen = bpf_map_lookup_elem(&unwind_seen, &pid);
+    if (seen == NULL) {
+        if (bpf_map_update_elem(&unwind_seen, &pid, &pending, BPF_NOEXIST) == 0)
+            s->flags |= AGENT_SAMPLE_NEW_PROCESS | AGENT_SAMPLE_STACK_COPY;
+    } else if (*seen == AGENT_SEEN_PENDING) {
+        s->flags |= AGENT_SAMPLE_STACK_COPY;
+    }
 }
 
 /* Walks the current thread's user stack with the tables of process pid, if it has any: fills
@@ -238,6 +247,7 @@ static __always_inline bool unwind_user_stack(struct agent_sample *s, __u32 pid)
     st->pid = pid;
     st->n = 0;
     st->complete = 0;
+    st->off_list = 0;
     bpf_loop(AGENT_MAX_FRAMES, unwind_step, NULL, 0);
     __u32 n = st->n;
     if (n > AGENT_MAX_FRAMES)
@@ -245,10 +255,11 @@ static __always_inline bool unwind_user_stack(struct agent_sample *s, __u32 pid)
     if (bpf_probe_read_kernel(s->ustack, sizeof s->ustack, st->frames) != 0)
         return false;
     s->ustack_bytes = (__s32)(n * sizeof(__u64));
-    s->user_sp = 0;
     s->flags |= AGENT_SAMPLE_DWARF;
     if (st->complete)
         s->flags |= AGENT_SAMPLE_COMPLETE;
+    if (st->off_list)
+        s->flags |= AGENT_SAMPLE_OFF_LIST;
     return true;
 }
 
@@ -259,12 +270,50 @@ static __always_inline void forget_process(__u32 pid) {
     bpf_map_delete_elem(&unwind_seen, &pid);
 }
 
+/* Whether a sample of pid would take a stack copy: no list, and user space has not decided. */
+static __always_inline bool unwind_wants_copy(__u32 pid) {
+    if (bpf_map_lookup_elem(&unwind_procs, &pid) != NULL)
+        return false;
+    __u8 *seen = bpf_map_lookup_elem(&unwind_seen, &pid);
+    return seen == NULL || *seen == AGENT_SEEN_PENDING;
+}
+
+/* Copies the current thread's user registers and the top of its stack (unwind.h). */
+static __always_inline void copy_user_stack(struct agent_stack_copy *c) {
+    c->pc = c->sp = c->bp = c->base = 0;
+    c->len = 0;
+    c->reserved = 0;
+    struct task_struct *task = bpf_get_current_task_btf();
+    const char *regs = (const char *)bpf_task_pt_regs(task);
+    if (regs == NULL ||
+        bpf_probe_read_kernel(&c->pc, sizeof c->pc, regs + PT_REGS_IP_OFFSET) != 0 ||
+        bpf_probe_read_kernel(&c->sp, sizeof c->sp, regs + PT_REGS_SP_OFFSET) != 0 ||
+        bpf_probe_read_kernel(&c->bp, sizeof c->bp, regs + PT_REGS_BP_OFFSET) != 0 || c->sp == 0)
+        return;
+    c->base = c->sp & ~(__u64)(AGENT_STACK_COPY_BLOCK - 1);
+    for (int i = 0; i < AGENT_STACK_COPY_BLOCKS; i++) {
+        if (bpf_probe_read_user(&c->data[i * AGENT_STACK_COPY_BLOCK], AGENT_STACK_COPY_BLOCK,
+                                (const void *)(c->base + (__u64)i * AGENT_STACK_COPY_BLOCK)) != 0)
+            break;
+        c->len += AGENT_STACK_COPY_BLOCK;
+    }
+}
+
 #else /* no tables on this architecture: every stack is walked by the kernel */
 
 static __always_inline bool unwind_user_stack(struct agent_sample *s, __u32 pid) {
     (void)s;
     (void)pid;
     return false;
+}
+
+static __always_inline bool unwind_wants_copy(__u32 pid) {
+    (void)pid;
+    return false;
+}
+
+static __always_inline void copy_user_stack(struct agent_stack_copy *c) {
+    c->len = 0;
 }
 
 #endif

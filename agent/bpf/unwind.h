@@ -82,4 +82,25 @@ struct agent_unwind_proc {
     struct agent_unwind_mapping mappings[AGENT_UNWIND_MAX_MAPPINGS];
 };
 
+/* A process BPF has no list for yet is "pending" in unwind_seen until user space has decided
+ * (listed it, or found it has no tables): its on-CPU samples carry a copy of the top of the user
+ * stack, so user space can walk them with the same tables once it has listed the process
+ * (agent_unwinder_walk_copy). The copy starts at the 1 KiB boundary at or below sp and takes
+ * 1 KiB blocks up to AGENT_STACK_COPY_BYTES, stopping at the first block that cannot be read (the
+ * end of the stack mapping is page-aligned, so no readable block is lost). */
+#define AGENT_SEEN_PENDING 1
+#define AGENT_SEEN_DECIDED 2
+
+#define AGENT_STACK_COPY_BLOCK 1024
+#define AGENT_STACK_COPY_BLOCKS 16
+#define AGENT_STACK_COPY_BYTES (AGENT_STACK_COPY_BLOCK * AGENT_STACK_COPY_BLOCKS)
+
+struct agent_stack_copy {
+    __u64 pc, sp, bp; /* the thread's user registers */
+    __u64 base;       /* user address of data[0] */
+    __u32 len;        /* bytes of data copied */
+    __u32 reserved;
+    __u8 data[AGENT_STACK_COPY_BYTES];
+};
+
 #endif

@@ -1,13 +1,14 @@
 /*
  * nofp_chain.c - a CPU burner without frame pointers for the DWARF (.eh_frame) unwinding test
  * (tests/integration/test_agent.py, AgentDwarfUnwindTest). Built -O2 -g -fomit-frame-pointer with
- * gcc and with clang. Two hot paths, taking turns:
+ * gcc and with clang. Three hot paths, taking turns:
  *
  *   main -> nofp_outer -> nofp_middle -> nofp_inner          our code only; every function keeps
  *                                                            locals on the stack (the leaf's
  *                                                            512-byte table is past the red zone),
  *                                                            so each moves rsp and none has rbp
  *   main -> sort_round -> qsort (Debian's libc, no frame pointers) -> ... -> compare_items
+ *   main -> clock_round -> clock_gettime (libc) -> the vDSO's clock_gettime (no system call)
  *
  * The functions are noinline (and noclone for GCC, so that no .constprop/.isra copies appear) and
  * use their callees' results after the call, so that no call is a tail call.
@@ -103,6 +104,17 @@ HOT unsigned long sort_round(unsigned long seed) {
     return items[0].key ^ items[ITEMS / 2].key ^ h;
 }
 
+/* The vDSO path: CLOCK_MONOTONIC is read in user space, in the kernel's [vdso] mapping. */
+HOT unsigned long clock_round(unsigned long seed) {
+    struct timespec ts;
+    unsigned long h = seed;
+    for (int i = 0; i < 20000; i++) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        h = h * 31 + (unsigned long)ts.tv_nsec;
+    }
+    return h;
+}
+
 int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 5;
     double until = cpu_now() + seconds;
@@ -110,6 +122,7 @@ int main(int argc, char **argv) {
     while (cpu_now() < until) {
         r += nofp_outer(r, 4000);
         r += sort_round(r);
+        r += clock_round(r);
     }
     printf("%lu\n", r);
     return 0;
