@@ -179,6 +179,28 @@ static int python_function(builder *b, const agent_py_frame_info *info, uint64_t
     return 0;
 }
 
+/* Appends a location (and room for its one line) for the frame word key: id, mapping and
+ * address set, no line yet. NULL when out of memory. */
+static pprof_location *new_location(builder *b, uint64_t key, uint64_t mapping_id,
+                                    uint64_t address) {
+    pprof_profile *pr = &b->prof;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(pr->locations, b->cap_locations, pr->n_locations + 1, b->err) !=
+            0 ||
+        STRATA_ARRAY_RESERVE_OR_OOM(pr->lines, b->cap_lines, pr->n_lines + 1, b->err) != 0)
+        return NULL;
+    pprof_location *loc = &pr->locations[pr->n_locations];
+    memset(loc, 0, sizeof *loc);
+    loc->id = pr->n_locations + 1;
+    loc->mapping_id = mapping_id;
+    loc->address = address;
+    loc->line_offset = (uint32_t)pr->n_lines;
+    if (strata_u64_map_upsert(&b->location_ids, key, loc->id, NULL) == NULL)
+        return strata_error_oom(b->err), NULL;
+    pr->n_locations++;
+    b->stats.locations++;
+    return loc;
+}
+
 /* A Python frame word's location: no mapping, no address, one line. */
 static int add_python_location(builder *b, uint64_t word, uint64_t *id) {
     agent_py_frame_info info;
@@ -187,21 +209,11 @@ static int add_python_location(builder *b, uint64_t word, uint64_t *id) {
         info = (agent_py_frame_info){"<unknown>", "", 0, 0};
     if (python_function(b, &info, &function_id) != 0)
         return -1;
-    pprof_profile *pr = &b->prof;
-    if (STRATA_ARRAY_RESERVE_OR_OOM(pr->locations, b->cap_locations, pr->n_locations + 1, b->err) !=
-            0 ||
-        STRATA_ARRAY_RESERVE_OR_OOM(pr->lines, b->cap_lines, pr->n_lines + 1, b->err) != 0)
+    pprof_location *loc = new_location(b, word, 0, 0);
+    if (loc == NULL)
         return -1;
-    pprof_location *loc = &pr->locations[pr->n_locations];
-    memset(loc, 0, sizeof *loc);
-    loc->id = pr->n_locations + 1;
-    loc->line_offset = (uint32_t)pr->n_lines;
+    b->prof.lines[b->prof.n_lines++] = (pprof_line){function_id, info.line, 0};
     loc->line_count = 1;
-    pr->lines[pr->n_lines++] = (pprof_line){function_id, info.line, 0};
-    pr->n_locations++;
-    b->stats.locations++;
-    if (strata_u64_map_upsert(&b->location_ids, word, loc->id, NULL) == NULL)
-        return strata_error_oom(b->err);
     *id = loc->id;
     return 0;
 }
@@ -218,29 +230,17 @@ static int add_location(builder *b, uint64_t addr, bool kernel, bool leaf, uint6
     if (symbolize(b, addr, kernel, leaf, &mapping_id, &name) != 0 ||
         (name != NULL && function_for(b, name, &function_id) != 0))
         return -1;
-    pprof_profile *pr = &b->prof;
-    if (STRATA_ARRAY_RESERVE_OR_OOM(pr->locations, b->cap_locations, pr->n_locations + 1, b->err) !=
-            0 ||
-        STRATA_ARRAY_RESERVE_OR_OOM(pr->lines, b->cap_lines, pr->n_lines + 1, b->err) != 0)
+    pprof_location *loc = new_location(b, key, mapping_id, addr);
+    if (loc == NULL)
         return -1;
-    pprof_location *loc = &pr->locations[pr->n_locations];
-    memset(loc, 0, sizeof *loc);
-    loc->id = pr->n_locations + 1;
-    loc->mapping_id = mapping_id;
-    loc->address = addr;
-    loc->line_offset = (uint32_t)pr->n_lines;
     if (function_id != 0) {
-        pr->lines[pr->n_lines++] = (pprof_line){function_id, 0, 0};
+        b->prof.lines[b->prof.n_lines++] = (pprof_line){function_id, 0, 0};
         loc->line_count = 1;
     } else if (kernel) {
         b->stats.kernel_misses++;
     } else {
         b->stats.user_misses++;
     }
-    pr->n_locations++;
-    b->stats.locations++;
-    if (strata_u64_map_upsert(&b->location_ids, key, loc->id, NULL) == NULL)
-        return strata_error_oom(b->err);
     *id = loc->id;
     return 0;
 }
