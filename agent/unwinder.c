@@ -26,6 +26,7 @@
 #include "symcache.h"
 
 #define MAX_SEGMENTS 8 /* executable PT_LOAD segments kept per file */
+#define ROW_CACHE_SIZE 1024
 
 typedef struct unwind_table {
     uint64_t dev, ino;      /* the identity it was first read through */
@@ -68,6 +69,12 @@ struct agent_unwinder {
     uint64_t window;
     agent_unwinder_stats stats;
     struct agent_unwind_proc list; /* scratch: the list being built */
+    /* Rows read back for walking stack copies, direct-mapped by index: the first probes of every
+     * binary search in a table are the same rows. Cleared whenever rows are written. */
+    struct cached_row {
+        uint32_t index_plus1;
+        struct agent_unwind_row row;
+    } row_cache[ROW_CACHE_SIZE];
 };
 
 /* --- the row array's free space ------------------------------------------------------------ */
@@ -188,6 +195,7 @@ static int store_rows(agent_unwinder *u, unwind_table *t, agent_cfi_table *c, st
             agent_cfi_table_free(&cfi);
             return 0; /* stays unloaded: its frames take frame-pointer steps */
         }
+    memset(u->row_cache, 0, sizeof u->row_cache);
     int rc = u->o.sink.write_rows(u->o.sink.ctx, start, cfi.rows, t->n_rows, err);
     agent_cfi_table_free(&cfi);
     if (rc != 0) {
@@ -557,20 +565,34 @@ static const struct agent_unwind_mapping *copy_mapping(const listed_process *lp,
     return NULL;
 }
 
+/* Row index, from the cache or the sink. */
+static bool read_row(agent_unwinder *u, uint32_t index, struct agent_unwind_row *row) {
+    struct cached_row *c = &u->row_cache[index % ROW_CACHE_SIZE];
+    if (c->index_plus1 == index + 1) {
+        *row = c->row;
+        return true;
+    }
+    if (u->o.sink.read_row(u->o.sink.ctx, index, row) != 0)
+        return false;
+    c->index_plus1 = index + 1;
+    c->row = *row;
+    return true;
+}
+
 /* The last row of the mapping's slice at or below addr; false if none (or unreadable). */
 static bool copy_row(agent_unwinder *u, const struct agent_unwind_mapping *m, uint64_t addr,
                      struct agent_unwind_row *row) {
     uint32_t lo = m->first_row, hi = m->first_row + m->n_rows;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (u->o.sink.read_row(u->o.sink.ctx, mid, row) != 0)
+        if (!read_row(u, mid, row))
             return false;
         if (row->pc <= addr)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo > m->first_row && u->o.sink.read_row(u->o.sink.ctx, lo - 1, row) == 0;
+    return lo > m->first_row && read_row(u, lo - 1, row);
 }
 
 /* One step; 1: the walk ends (complete set when it reached the outermost frame). */
