@@ -1,14 +1,14 @@
 #!/usr/bin/python3
 """agent_bench: the eBPF agent's cost on a quiet and on a busy node, side by side with perf.
 
-Per mode, four phases of SECONDS each (default 60) run the same load (bench/agent_bench_load.c,
+Per mode, five phases of SECONDS each (default 60) run the same load (bench/agent_bench_load.c,
 one spinning thread per CPU, so every CPU is busy):
   1. the load alone (baseline work units),
   2. the load under `strata-agent` pushing every 10 s to a WriteRaw sink (Python grpcio),
-  3. the load under `perf record -F 19 -a -g` (frame pointers, as the agent unwinds),
-  4. the load under `perf record -F 19 -a --call-graph dwarf` (8 KiB of stack copied per sample
-     and unwound afterwards with the binaries' CFI: what the agent's .eh_frame work is measured
-     against).
+  3. the same with `-unwind-table-rows 0` (frame pointers only; skipped with --no-fp-baseline),
+  4. the load under `perf record -F 19 -a -g` (frame pointers),
+  5. the load under `perf record -F 19 -a --call-graph dwarf` (8 KiB of stack copied per sample
+     and unwound afterwards with the binaries' CFI, as the agent's .eh_frame tables do in BPF).
 Modes:
   quiet  the load is the only thing running;
   busy   the load plus 50 services (bench/agent_bench_service.c, each built as its own binary:
@@ -17,8 +17,10 @@ Modes:
          agent's symbol cache budget if held whole), and a build loop starting the compiler
          continuously (gcc -> cc1 -> as -> collect2 -> ld: new processes of large binaries
          several times a second, as a CI node or a node running builds has).
-For each profiler: CPU used, with start-up (until sampling began) reported apart from steady
-state; peak RSS (VmHWM); samples captured against the periods that elapsed (19 x CPUs x time,
+The agent runs twice: as deployed (.eh_frame unwinding on) and with -unwind-table-rows 0 (frame
+pointers only), the baseline of what the unwind tables cost. For each profiler: CPU used, with
+start-up (until sampling began) reported apart from steady state, and the agent's over the second
+half of its phase apart (every binary running then has been seen once); peak RSS (VmHWM); samples captured against the periods that elapsed (19 x CPUs x time,
 since every CPU is busy); and the load's slowdown against the baseline. For the agent also its
 symbol cache at the end (bytes against its budget, loads, evictions) from its /metrics.
 
@@ -144,14 +146,15 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def bench_agent(agent_bin, load, seconds, ncpu, work):
+def bench_agent(agent_bin, load, seconds, ncpu, work, extra=()):
+    import threading
     import test_agent_lib as tl
     server, sink, port = tl.start_sink()
     log_path = os.path.join(work, "agent.log")
     with open(log_path, "w") as log:
         http_port = free_port()
         agent = subprocess.Popen([agent_bin, "-remote-store", f"127.0.0.1:{port}", "-http-address",
-                                  f"127.0.0.1:{http_port}", "-window", "10s"], stdout=log,
+                                  f"127.0.0.1:{http_port}", "-window", "10s", *extra], stdout=log,
                                  stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while "agent started" not in open(log_path).read():
@@ -160,9 +163,18 @@ def bench_agent(agent_bin, load, seconds, ncpu, work):
             time.sleep(0.05)
         startup_ns = cpu_ns(agent.pid)
         t0 = time.time_ns()
+        # The second half of the phase apart: by then every binary running has been seen once
+        # (symbol and unwind tables read), and what is left is the cost of what keeps changing.
+        half = {}
+        timer = threading.Timer(seconds / 2, lambda: half.update(ns=cpu_ns(agent.pid),
+                                                                 t=time.time_ns()))
+        timer.start()
         units = run_load(load, seconds, ncpu)
         t1 = time.time_ns()
-        steady_ns = cpu_ns(agent.pid) - startup_ns
+        timer.join()
+        end_ns = cpu_ns(agent.pid)
+        steady_ns = end_ns - startup_ns
+        warm_pct = (end_ns - half["ns"]) / (t1 - half["t"]) * 100
         hwm = vm_hwm_kb(agent.pid)
         metrics = agent_metrics(http_port)
         agent.send_signal(signal.SIGINT)
@@ -176,7 +188,7 @@ def bench_agent(agent_bin, load, seconds, ncpu, work):
     periods = sum(d for d, _ in inside) * 19 * ncpu / 1e9
     got = sum(n for _, n in inside)
     return {"startup_cpu_ms": startup_ns / 1e6, "steady_cpu_ms": steady_ns / 1e6,
-            "steady_pct": steady_ns / ((t1 - t0)) * 100, "rss_mb": hwm / 1024,
+            "steady_pct": steady_ns / ((t1 - t0)) * 100, "warm_pct": warm_pct, "rss_mb": hwm / 1024,
             "samples": got, "periods": periods, "units": units, "metrics": metrics}
 
 
@@ -224,6 +236,8 @@ def run_mode(mode, args, ncpu, load, work):
         builds0 = node.builds_done() if node else 0
         base = run_load(load, args.seconds, ncpu)
         a = bench_agent(args.agent, load, args.seconds, ncpu, work)
+        fp = bench_agent(args.agent, load, args.seconds, ncpu, work,
+                         ["-unwind-table-rows", "0"]) if args.fp_baseline else None
         p = bench_perf(load, args.seconds, ncpu, work, PERF_G)
         d = bench_perf(load, args.seconds, ncpu, work, PERF_DWARF)
         builds = (node.builds_done() - builds0) if node else 0
@@ -231,33 +245,38 @@ def run_mode(mode, args, ncpu, load, work):
         if node is not None:
             node.stop()
     starts = {"g": perf_startup_ms(PERF_G), "dwarf": perf_startup_ms(PERF_DWARF)}
-    return base, a, p, d, starts, builds
+    return base, a, fp, p, d, starts, builds
 
 
 def share(part, whole):
     return part / whole if whole else float("nan")
 
 
-def print_mode(mode, seconds, ncpu, base, a, p, d, starts, builds):
+def print_mode(mode, seconds, ncpu, base, a, fp, p, d, starts, builds):
     uptime_load = open("/proc/loadavg").read().split()[0]
     what = (f"{ncpu} CPUs busy" if mode == "quiet" else
             f"{ncpu} CPUs busy, {SERVICES} services + 2 node + 1 python3, {builds} compiler runs "
             f"({builds / (4 * seconds):.1f}/s)")
     print(f"agent_bench {mode}: {seconds:.0f} s per phase, {what}, load average {uptime_load}")
-    cols = [("strata-agent", None), ("perf -F 19 -a -g", p), ("perf ... --call-graph dwarf", d)]
-    print(f"{'':24}" + "".join(f"{c:>30}" for c, _ in cols))
+    agents = [("strata-agent", a)] + ([("agent, frame pointers only", fp)] if fp else [])
+    cols = [("perf -F 19 -a -g", p), ("perf ... --call-graph dwarf", d)]
+    print(f"{'':24}" + "".join(f"{c:>30}" for c, _ in agents + cols))
 
-    def row(label, agent_v, fn, fmt):
-        cells = [agent_v] + [fn(r, k) for k, (_, r) in zip(("g", "dwarf"), cols[1:])]
+    def row(label, agent_fn, fn, fmt):
+        cells = [agent_fn(r) for _, r in agents]
+        cells += [fn(r, k) if fn else float("nan") for k, (_, r) in zip(("g", "dwarf"), cols)]
         print(f"{label:24}" + "".join(f"{v:>30{fmt}}" for v in cells))
-    row("start-up CPU (ms)", a["startup_cpu_ms"], lambda r, k: starts[k], ".1f")
-    row("steady CPU (ms)", a["steady_cpu_ms"], lambda r, k: r["cpu_ms"] - starts[k], ".1f")
-    row("steady CPU (% of core)", a["steady_pct"],
+    row("start-up CPU (ms)", lambda r: r["startup_cpu_ms"], lambda r, k: starts[k], ".1f")
+    row("steady CPU (ms)", lambda r: r["steady_cpu_ms"], lambda r, k: r["cpu_ms"] - starts[k],
+        ".1f")
+    row("steady CPU (% of core)", lambda r: r["steady_pct"],
         lambda r, k: (r["cpu_ms"] - starts[k]) / 10 / seconds, ".3f")
-    row("peak RSS (MB)", a["rss_mb"], lambda r, k: r["rss_mb"], ".1f")
-    row("periods sampled", share(a["samples"], a["periods"]),
+    row("2nd half (% of core)", lambda r: r["warm_pct"], None, ".3f")
+    row("peak RSS (MB)", lambda r: r["rss_mb"], lambda r, k: r["rss_mb"], ".1f")
+    row("periods sampled", lambda r: share(r["samples"], r["periods"]),
         lambda r, k: share(r["samples"], r["periods"]), ".2%")
-    row("load slowdown", 1 - a["units"] / base, lambda r, k: 1 - r["units"] / base, ".2%")
+    row("load slowdown", lambda r: 1 - r["units"] / base, lambda r, k: 1 - r["units"] / base,
+        ".2%")
     m = a["metrics"]
     print(f"(baseline {base} units; agent run {a['units']}, perf runs {p['units']}, {d['units']})")
     print("agent symbol cache: {:.1f} MB held, peak {:.1f} MB, {:.0f} loads, {:.0f} evictions; "
@@ -267,6 +286,14 @@ def print_mode(mode, seconds, ncpu, base, a, p, d, starts, builds):
               m.get("strata_agent_symbol_cache_loads_total", 0),
               m.get("strata_agent_symbol_cache_evictions_total", 0),
               m.get("strata_agent_processes", 0)))
+    print("agent unwind tables: {:.0f} files read, {:.0f} loaded, {:.0f} rows, {:.0f} processes "
+          "listed, {:.0f} of {:.0f} BPF walks complete, {:.0f} stack copies walked".format(
+              m.get("strata_agent_unwind_files_read_total", 0),
+              m.get("strata_agent_unwind_tables", 0), m.get("strata_agent_unwind_table_rows", 0),
+              m.get("strata_agent_unwind_processes", 0),
+              m.get("strata_agent_unwind_complete_samples_total", 0),
+              m.get("strata_agent_unwind_dwarf_samples_total", 0),
+              m.get("strata_agent_unwind_stack_copies_total", 0)))
 
 
 def main():
@@ -274,6 +301,8 @@ def main():
     ap.add_argument("--agent", default=os.path.join(SOURCE, "build-perf", "agent", "strata-agent"))
     ap.add_argument("--seconds", type=float, default=float(os.environ.get("AGENT_BENCH_SECONDS", 60)))
     ap.add_argument("--mode", choices=("quiet", "busy", "both"), default="both")
+    ap.add_argument("--no-fp-baseline", dest="fp_baseline", action="store_false",
+                    help="skip the agent phase with -unwind-table-rows 0 (frame pointers only)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("agent_bench needs root")

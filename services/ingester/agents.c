@@ -162,7 +162,8 @@ int agent_registry_encode_response(agent_registry *r, int64_t now_ns, strata_buf
                                    strata_error *err) {
     pthread_mutex_lock(&r->mu);
     drop_idle(r, now_ns);
-    qsort(r->entries, r->count, sizeof *r->entries, compare_entries);
+    if (r->count > 1) /* qsort of NULL, 0 is undefined: the registry starts empty */
+        qsort(r->entries, r->count, sizeof *r->entries, compare_entries);
     int rc = encode_entries(r, out, err);
     pthread_mutex_unlock(&r->mu);
     return rc;
@@ -174,7 +175,8 @@ int agent_registry_encode_json(agent_registry *r, int64_t now_ns, strata_buffer 
     json_writer_init(&w, out);
     pthread_mutex_lock(&r->mu);
     drop_idle(r, now_ns);
-    qsort(r->entries, r->count, sizeof *r->entries, compare_entries);
+    if (r->count > 1) /* qsort of NULL, 0 is undefined: the registry starts empty */
+        qsort(r->entries, r->count, sizeof *r->entries, compare_entries);
     json_begin_object(&w);
     json_key(&w, "agents");
     json_begin_array(&w);

@@ -120,14 +120,14 @@ class Strata:
             wait_for(lambda: http_get(ready_url)[0] == 200, what=f"{ready_url} to be ready")
         return self
 
-    def stop(self, sig=None):
+    def stop(self, sig=None, timeout=30):
         if self.proc is None:
             return None
         if sig is None:
             self.proc.terminate()
         else:
             self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=30)
+        rc = self.proc.wait(timeout=timeout)
         self.proc = None
         self.log.close()
         return rc
