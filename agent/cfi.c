@@ -1,13 +1,17 @@
 /*
  * cfi.c - .eh_frame / .debug_frame to unwind rows. See cfi.h.
  *
- * Three steps over one section:
- *   1. walk the entries in order: parse every CIE (its fields and the state its initial
- *      instructions leave), and note every FDE's position;
- *   2. decode each FDE's address range through its CIE's pointer encoding, drop the empty and the
- *      unsupported ones, and sort them by (start, offset);
- *   3. run each FDE's instructions from its CIE's state, turning the state at every address step
- *      into a row, and append the rows to the table (override, gap and merge rules in cfi.h).
+ * The FDEs are run in order of their start address, found one of two ways:
+ *   - by the linker's .eh_frame_hdr table, already sorted: each FDE is read where the table
+ *     points and its CIE parsed on first use, so nothing is kept per FDE (the common case);
+ *   - else by walking the section: every CIE parsed, every FDE's position noted, each FDE's
+ *     range decoded through its CIE's pointer encoding (the empty and unsupported dropped), and
+ *     the FDEs sorted by (start, offset).
+ * Each FDE's instructions run from its CIE's state; the state at every address step becomes a
+ * row (override, gap and merge rules in cfi.h). Rows are handed to the caller's sink in chunks
+ * as soon as no later FDE can override them (their pc is below the next FDE's start), so a table
+ * of a million rows never sits in this process whole: the agent writes each chunk straight into
+ * the BPF array.
  * Only three columns of the register set are tracked - the CFA, %rbp (DWARF 6) and the CIE's
  * return address column - since a row keeps nothing else; the other registers' instructions are
  * decoded (and so validated) and forgotten.
@@ -124,8 +128,15 @@ typedef struct parser {
     fde *fdes;
     size_t n_fdes, cap_fdes;
 
-    struct agent_unwind_row *rows;
-    size_t n_rows, cap_rows;
+    /* Output. Rows are handed on in chunks; the ones at or past next_start (the start of the
+     * next FDE in order, which may override them) wait in `pending`. */
+    agent_cfi_rows_fn out;
+    void *out_ctx;
+    struct agent_unwind_row *pending;
+    size_t n_pending, cap_pending;
+    struct agent_unwind_row last_out; /* the last row handed on (valid when n_out > 0) */
+    size_t n_out;
+    uint64_t next_start;
     size_t n_fdes_used;
 } parser;
 
@@ -354,16 +365,42 @@ static bool same_rules(const struct agent_unwind_row *a, const struct agent_unwi
            a->rbp_type == b->rbp_type && a->rbp_offset == b->rbp_offset;
 }
 
-/* Appends a row at a pc past the last one, merging it into the last when the rules are equal. */
-static int append_row(parser *ps, struct agent_unwind_row r) {
-    if (ps->n_rows > 0 && same_rules(&ps->rows[ps->n_rows - 1], &r))
+/* Hands on the pending rows below `below` (a prefix: pending rows are sorted by pc). */
+static int flush_rows(parser *ps, uint64_t below) {
+    size_t n = 0;
+    while (n < ps->n_pending && ps->pending[n].pc < below)
+        n++;
+    if (n == 0)
         return 0;
-    if (ps->max_rows != 0 && ps->n_rows >= ps->max_rows)
+    if (ps->out(ps->out_ctx, ps->pending, n, ps->err) != 0)
+        return -1;
+    ps->last_out = ps->pending[n - 1];
+    ps->n_out += n;
+    memmove(ps->pending, ps->pending + n, (ps->n_pending - n) * sizeof *ps->pending);
+    ps->n_pending -= n;
+    return 0;
+}
+
+static const struct agent_unwind_row *last_row(const parser *ps) {
+    if (ps->n_pending > 0)
+        return &ps->pending[ps->n_pending - 1];
+    return ps->n_out > 0 ? &ps->last_out : NULL;
+}
+
+/* Appends a row at a pc past the last one, merging it into the last when the rules are equal.
+ * A full pending buffer hands on the rows no later FDE can override. */
+static int append_row(parser *ps, struct agent_unwind_row r) {
+    const struct agent_unwind_row *last = last_row(ps);
+    if (last != NULL && same_rules(last, &r))
+        return 0;
+    if (ps->max_rows != 0 && ps->n_out + ps->n_pending >= ps->max_rows)
         return strata_error_set(ps->err, STRATA_RESOURCE_EXHAUSTED,
                                 "%s: the unwind table exceeds %zu rows", ps->section, ps->max_rows);
-    if (STRATA_ARRAY_RESERVE_OR_OOM(ps->rows, ps->cap_rows, ps->n_rows + 1, ps->err) != 0)
+    if (ps->n_pending == ps->cap_pending && flush_rows(ps, ps->next_start) != 0)
         return -1;
-    ps->rows[ps->n_rows++] = r;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(ps->pending, ps->cap_pending, ps->n_pending + 1, ps->err) != 0)
+        return -1;
+    ps->pending[ps->n_pending++] = r;
     return 0;
 }
 
@@ -666,65 +703,103 @@ static int parse_cie(parser *ps, size_t offset, cursor c, cie *out) {
     return 0;
 }
 
+/* One entry's header: the entry at offset off, its body cursor (just past the id), its id and
+ * where the id was read. Returns 1 with *next past the entry, 0 for .eh_frame's terminator
+ * (*next = size), -1 when malformed. A zero length in .debug_frame is an empty entry: *is_empty. */
+typedef struct entry {
+    cursor body;
+    uint64_t id;
+    size_t id_pos;
+    size_t next;
+    bool is_cie;
+    bool is_empty;
+} entry;
+
+static int read_entry(parser *ps, size_t off, entry *e) {
+    cursor c = {off, ps->size};
+    uint64_t len;
+    size_t id_size = 4;
+    memset(e, 0, sizeof *e);
+    if (!get_uint(ps, &c, 4, &len))
+        return malformed(ps, off, "truncated entry length");
+    if (len == 0) {
+        e->next = ps->debug_frame ? c.pos : ps->size;
+        e->is_empty = true;
+        return ps->debug_frame ? 1 : 0;
+    }
+    if (len == 0xffffffff) {
+        if (!get_uint(ps, &c, 8, &len))
+            return malformed(ps, off, "truncated 64-bit entry length");
+        id_size = 8;
+    } else if (len >= 0xfffffff0) {
+        return malformed(ps, off, "reserved entry length");
+    }
+    if (len > ps->size - c.pos)
+        return malformed(ps, off, "entry length runs past the end of the section");
+    e->id_pos = c.pos;
+    c.end = c.pos + (size_t)len;
+    if (!get_uint(ps, &c, id_size, &e->id))
+        return malformed(ps, off, "entry too short for its CIE id");
+    uint64_t cie_id = ps->debug_frame ? (id_size == 4 ? 0xffffffff : UINT64_MAX) : 0;
+    e->is_cie = e->id == cie_id;
+    e->body = c;
+    e->next = c.end;
+    return 1;
+}
+
+/* The section offset of the CIE an FDE entry points at, or -1 (malformed). */
+static int fde_cie_offset(parser *ps, size_t off, const entry *e, size_t *target) {
+    uint64_t t;
+    if (ps->debug_frame) {
+        t = e->id;
+    } else {
+        if (e->id > e->id_pos)
+            return malformed(ps, off, "FDE's CIE pointer points before the section");
+        t = e->id_pos - e->id;
+    }
+    if (t >= ps->size)
+        return malformed(ps, off, "FDE's CIE pointer points past the section");
+    *target = (size_t)t;
+    return 0;
+}
+
 /* Walks the entries: parses CIEs into ps->cies and notes FDEs in ps->positions. */
 static int walk_entries(parser *ps) {
     size_t off = 0;
     while (off < ps->size) {
-        cursor c = {off, ps->size};
-        uint64_t len;
-        size_t id_size = 4;
-        if (!get_uint(ps, &c, 4, &len))
-            return malformed(ps, off, "truncated entry length");
-        if (len == 0) {
-            if (!ps->debug_frame)
-                break; /* the terminator */
-            off = c.pos;
+        entry e;
+        int rc = read_entry(ps, off, &e);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            break; /* the terminator */
+        if (e.is_empty) {
+            off = e.next;
             continue;
         }
-        if (len == 0xffffffff) {
-            if (!get_uint(ps, &c, 8, &len))
-                return malformed(ps, off, "truncated 64-bit entry length");
-            id_size = 8;
-        } else if (len >= 0xfffffff0) {
-            return malformed(ps, off, "reserved entry length");
-        }
-        if (len > ps->size - c.pos)
-            return malformed(ps, off, "entry length runs past the end of the section");
-        size_t id_pos = c.pos;
-        c.end = c.pos + (size_t)len;
-        uint64_t id;
-        if (!get_uint(ps, &c, id_size, &id))
-            return malformed(ps, off, "entry too short for its CIE id");
-        uint64_t cie_id = ps->debug_frame ? (id_size == 4 ? 0xffffffff : UINT64_MAX) : 0;
-        if (id == cie_id) {
+        if (e.is_cie) {
             if (STRATA_ARRAY_RESERVE_OR_OOM(ps->cies, ps->cap_cies, ps->n_cies + 1, ps->err) != 0)
                 return -1;
-            if (parse_cie(ps, off, c, &ps->cies[ps->n_cies]) != 0)
+            if (parse_cie(ps, off, e.body, &ps->cies[ps->n_cies]) != 0)
                 return -1;
             ps->n_cies++;
         } else {
-            uint64_t target;
-            if (ps->debug_frame) {
-                target = id;
-            } else {
-                if (id > id_pos)
-                    return malformed(ps, off, "FDE's CIE pointer points before the section");
-                target = id_pos - id;
-            }
-            if (target >= ps->size)
-                return malformed(ps, off, "FDE's CIE pointer points past the section");
+            size_t target = 0;
+            if (fde_cie_offset(ps, off, &e, &target) != 0)
+                return -1;
             if (STRATA_ARRAY_RESERVE_OR_OOM(ps->positions, ps->cap_positions, ps->n_positions + 1,
                                             ps->err) != 0)
                 return -1;
             ps->positions[ps->n_positions++] =
-                (fde_pos){.offset = off, .body = c.pos, .end = c.end, .cie_ptr = (size_t)target};
+                (fde_pos){.offset = off, .body = e.body.pos, .end = e.body.end, .cie_ptr = target};
         }
-        off = c.end;
+        off = e.next;
     }
     return 0;
 }
 
-static const cie *find_cie(const parser *ps, size_t offset, size_t *index) {
+/* The index where a CIE at offset is or would be inserted in the sorted ps->cies. */
+static size_t cie_slot(const parser *ps, size_t offset) {
     size_t lo = 0, hi = ps->n_cies;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -733,11 +808,52 @@ static const cie *find_cie(const parser *ps, size_t offset, size_t *index) {
         else
             hi = mid;
     }
+    return lo;
+}
+
+static const cie *find_cie(const parser *ps, size_t offset, size_t *index) {
+    size_t lo = cie_slot(ps, offset);
     if (lo < ps->n_cies && ps->cies[lo].offset == offset) {
         *index = lo;
         return &ps->cies[lo];
     }
     return NULL;
+}
+
+/* Decodes the FDE noted at p through its CIE ce (index ci): 1 with *out, 0 when it is skipped
+ * (empty, unsupported), -1 when malformed. */
+static int decode_fde(parser *ps, const fde_pos *p, const cie *ce, size_t ci, fde *out) {
+    if (!ce->usable)
+        return 0;
+    cursor c = {p->body, p->end};
+    uint64_t start, range;
+    uint8_t enc = ps->debug_frame ? PE_ABSPTR : ce->fde_encoding;
+    int rc = get_encoded(ps, &c, enc, true, &start);
+    if (rc == 0)
+        rc = get_encoded(ps, &c, enc, false, &range);
+    if (rc < 0)
+        return malformed(ps, p->offset, "truncated FDE address range");
+    if (rc > 0)
+        return 0;
+    if (ce->has_augmentation_data) {
+        uint64_t len;
+        if (!get_uleb(ps, &c, &len) || len > c.end - c.pos)
+            return malformed(ps, p->offset, "FDE augmentation data runs past the entry");
+        c.pos += (size_t)len;
+    }
+    if ((enc & PE_FORMAT_MASK) == PE_UDATA2 || (enc & PE_FORMAT_MASK) == PE_SDATA2)
+        range &= 0xffff; /* the length is unsigned whatever the format */
+    else if ((enc & PE_FORMAT_MASK) == PE_UDATA4 || (enc & PE_FORMAT_MASK) == PE_SDATA4)
+        range &= 0xffffffff;
+    if (range == 0 || start > UINT64_MAX - range)
+        return 0;
+    *out = (fde){.start = start,
+                 .end = start + range,
+                 .offset = p->offset,
+                 .insn = c.pos,
+                 .insn_end = c.end,
+                 .cie = ci};
+    return 1;
 }
 
 /* Decodes every noted FDE's range into ps->fdes (skipping empty and unsupported ones). */
@@ -748,38 +864,12 @@ static int decode_fdes(parser *ps) {
         const cie *ce = find_cie(ps, p->cie_ptr, &ci);
         if (ce == NULL)
             return malformed(ps, p->offset, "FDE's CIE pointer does not point at a CIE");
-        if (!ce->usable)
-            continue;
-        cursor c = {p->body, p->end};
-        uint64_t start, range;
-        uint8_t enc = ps->debug_frame ? PE_ABSPTR : ce->fde_encoding;
-        int rc = get_encoded(ps, &c, enc, true, &start);
-        if (rc == 0)
-            rc = get_encoded(ps, &c, enc, false, &range);
-        if (rc < 0)
-            return malformed(ps, p->offset, "truncated FDE address range");
-        if (rc > 0)
-            continue;
-        if (ce->has_augmentation_data) {
-            uint64_t len;
-            if (!get_uleb(ps, &c, &len) || len > c.end - c.pos)
-                return malformed(ps, p->offset, "FDE augmentation data runs past the entry");
-            c.pos += (size_t)len;
-        }
-        if ((enc & PE_FORMAT_MASK) == PE_UDATA2 || (enc & PE_FORMAT_MASK) == PE_SDATA2)
-            range &= 0xffff; /* the length is unsigned whatever the format */
-        else if ((enc & PE_FORMAT_MASK) == PE_UDATA4 || (enc & PE_FORMAT_MASK) == PE_SDATA4)
-            range &= 0xffffffff;
-        if (range == 0 || start > UINT64_MAX - range)
-            continue;
         if (STRATA_ARRAY_RESERVE_OR_OOM(ps->fdes, ps->cap_fdes, ps->n_fdes + 1, ps->err) != 0)
             return -1;
-        ps->fdes[ps->n_fdes++] = (fde){.start = start,
-                                       .end = start + range,
-                                       .offset = p->offset,
-                                       .insn = c.pos,
-                                       .insn_end = c.end,
-                                       .cie = ci};
+        int rc = decode_fde(ps, p, ce, ci, &ps->fdes[ps->n_fdes]);
+        if (rc < 0)
+            return -1;
+        ps->n_fdes += (size_t)rc;
     }
     return 0;
 }
@@ -791,28 +881,239 @@ static int fde_compare(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static int build_rows(parser *ps) {
+/* Runs one FDE (FDEs come in order of start) and appends its rows. */
+static int run_fde(parser *ps, const fde *f) {
+    const cie *ce = &ps->cies[f->cie];
+    while (ps->n_pending > 0 && ps->pending[ps->n_pending - 1].pc >= f->start)
+        ps->n_pending--; /* this FDE overrides the previous one from its start */
+    machine m = {.cie = ce,
+                 .st = ce->initial,
+                 .fde = true,
+                 .loc = f->start,
+                 .end = f->end,
+                 .fde_encoding = ps->debug_frame ? PE_ABSPTR : ce->fde_encoding};
+    if (run_program(ps, &m, (cursor){f->insn, f->insn_end}) != 0)
+        return -1;
+    if (!m.past_end && emit(ps, &m) != 0)
+        return -1;
+    if (append_row(ps, (struct agent_unwind_row){.pc = f->end, .cfa_type = AGENT_CFA_FP}) != 0)
+        return -1;
+    ps->n_fdes_used++;
+    return 0;
+}
+
+/* The FDEs found by walking the whole section, sorted by (start, offset). */
+static int rows_from_walk(parser *ps) {
+    if (walk_entries(ps) != 0 || decode_fdes(ps) != 0)
+        return -1;
+    free(ps->positions); /* not needed past decoding */
+    ps->positions = NULL;
+    ps->n_positions = ps->cap_positions = 0;
     if (ps->n_fdes > 1)
         qsort(ps->fdes, ps->n_fdes, sizeof ps->fdes[0], fde_compare);
     for (size_t i = 0; i < ps->n_fdes; i++) {
-        const fde *f = &ps->fdes[i];
-        const cie *ce = &ps->cies[f->cie];
-        while (ps->n_rows > 0 && ps->rows[ps->n_rows - 1].pc >= f->start)
-            ps->n_rows--; /* this FDE overrides the previous one from its start */
-        machine m = {.cie = ce,
-                     .st = ce->initial,
-                     .fde = true,
-                     .loc = f->start,
-                     .end = f->end,
-                     .fde_encoding = ps->debug_frame ? PE_ABSPTR : ce->fde_encoding};
-        if (run_program(ps, &m, (cursor){f->insn, f->insn_end}) != 0)
+        ps->next_start = i + 1 < ps->n_fdes ? ps->fdes[i + 1].start : UINT64_MAX;
+        if (run_fde(ps, &ps->fdes[i]) != 0)
             return -1;
-        if (!m.past_end && emit(ps, &m) != 0)
-            return -1;
-        if (append_row(ps, (struct agent_unwind_row){.pc = f->end, .cfa_type = AGENT_CFA_FP}) != 0)
-            return -1;
-        ps->n_fdes_used++;
     }
+    return 0;
+}
+
+/* --- .eh_frame_hdr ---------------------------------------------------------------------------
+ * The linker's binary-search table lists every FDE by start address, already sorted: read in
+ * its order, the FDEs need no array of their own and rows come out in order as they are made. */
+
+#define HDR_TABLE_ENCODING 0x3b /* DW_EH_PE_datarel | DW_EH_PE_sdata4: what every linker writes */
+
+typedef struct hdr_table {
+    const uint8_t *entries; /* count pairs of int32 (start, FDE address), relative to base */
+    size_t count;
+    uint64_t base; /* the .eh_frame_hdr's link-time address */
+} hdr_table;
+
+static int32_t hdr_word(const uint8_t *p) {
+    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    int32_t s;
+    memcpy(&s, &v, sizeof s);
+    return s;
+}
+
+/* Bytes taken by a fixed-size encoded value, 0 for a variable-size or unknown one. */
+static size_t encoded_size(uint8_t enc) {
+    switch (enc & PE_FORMAT_MASK) {
+        case PE_UDATA2:
+        case PE_SDATA2:
+            return 2;
+        case PE_UDATA4:
+        case PE_SDATA4:
+            return 4;
+        case PE_ABSPTR:
+        case PE_UDATA8:
+        case PE_SDATA8:
+            return 8;
+        default:
+            return 0;
+    }
+}
+
+/* The table of hdr, when it has the layout linkers write (version 1, datarel sdata4 pairs,
+ * starts strictly increasing) and fits; false otherwise (the section is then walked). */
+static bool hdr_table_read(const uint8_t *hdr, size_t size, uint64_t vaddr, hdr_table *t) {
+    if (hdr == NULL || size < 4 || hdr[0] != 1 || hdr[1] == PE_OMIT || hdr[2] == PE_OMIT ||
+        hdr[3] != HDR_TABLE_ENCODING)
+        return false;
+    size_t ptr_size = encoded_size(hdr[1]), count_size = encoded_size(hdr[2]);
+    if (ptr_size == 0 || (count_size != 4 && count_size != 8) || size < 4 + ptr_size + count_size)
+        return false;
+    const uint8_t *p = hdr + 4 + ptr_size;
+    uint64_t count = 0;
+    for (size_t i = count_size; i > 0; i--)
+        count = (count << 8) | p[i - 1];
+    size_t table = 4 + ptr_size + count_size;
+    if (count == 0 || count > (size - table) / 8)
+        return false;
+    t->entries = hdr + table;
+    t->count = (size_t)count;
+    t->base = vaddr;
+    for (size_t i = 1; i < t->count; i++)
+        if (hdr_word(t->entries + 8 * i) <= hdr_word(t->entries + 8 * (i - 1)))
+            return false;
+    return true;
+}
+
+/* The CIE at offset, parsed on first use and kept in the sorted ps->cies. */
+static int cie_at(parser *ps, size_t offset, size_t *index) {
+    if (find_cie(ps, offset, index) != NULL)
+        return 0;
+    entry e;
+    int rc = read_entry(ps, offset, &e);
+    if (rc <= 0 || e.is_empty || !e.is_cie)
+        return rc < 0 ? -1 : malformed(ps, offset, "FDE's CIE pointer does not point at a CIE");
+    cie parsed;
+    if (parse_cie(ps, offset, e.body, &parsed) != 0)
+        return -1;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(ps->cies, ps->cap_cies, ps->n_cies + 1, ps->err) != 0)
+        return -1;
+    size_t at = cie_slot(ps, offset);
+    memmove(&ps->cies[at + 1], &ps->cies[at], (ps->n_cies - at) * sizeof *ps->cies);
+    ps->cies[at] = parsed;
+    ps->n_cies++;
+    *index = at;
+    return 0;
+}
+
+/* The FDEs in the order of the .eh_frame_hdr table t. An entry's FDE must start where the table
+ * says (else the section is malformed). */
+static int rows_from_hdr(parser *ps, const hdr_table *t) {
+    for (size_t i = 0; i < t->count; i++) {
+        uint64_t start = t->base + (uint64_t)(int64_t)hdr_word(t->entries + 8 * i);
+        uint64_t address = t->base + (uint64_t)(int64_t)hdr_word(t->entries + 8 * i + 4);
+        ps->next_start = i + 1 < t->count
+                             ? t->base + (uint64_t)(int64_t)hdr_word(t->entries + 8 * (i + 1))
+                             : UINT64_MAX;
+        uint64_t off = address - ps->vaddr;
+        if (address < ps->vaddr || off >= ps->size)
+            return strata_error_set(ps->err, STRATA_INVALID_ARGUMENT,
+                                    ".eh_frame_hdr entry %zu points outside .eh_frame", i);
+        entry e;
+        int rc = read_entry(ps, (size_t)off, &e);
+        if (rc < 0)
+            return -1;
+        if (rc == 0 || e.is_empty || e.is_cie)
+            return malformed(ps, (size_t)off, ".eh_frame_hdr entry does not point at an FDE");
+        size_t target = 0, ci = 0;
+        if (fde_cie_offset(ps, (size_t)off, &e, &target) != 0 || cie_at(ps, target, &ci) != 0)
+            return -1;
+        fde_pos p = {.offset = (size_t)off, .body = e.body.pos, .end = e.body.end};
+        fde f;
+        rc = decode_fde(ps, &p, &ps->cies[ci], ci, &f);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            continue;
+        if (f.start != start)
+            return malformed(ps, (size_t)off, "FDE starts elsewhere than .eh_frame_hdr says");
+        if (run_fde(ps, &f) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* --- entry points ------------------------------------------------------------------------- */
+
+int agent_cfi_stream(const agent_cfi_source *src, size_t max_rows, agent_cfi_rows_fn out, void *ctx,
+                     agent_cfi_counts *counts, strata_error *err) {
+    counts->rows = counts->fdes = 0;
+    if (src->frame == NULL && src->frame_size > 0)
+        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "CFI section without data");
+    parser ps = {.data = src->frame,
+                 .size = src->frame_size,
+                 .vaddr = src->frame_vaddr,
+                 .debug_frame = src->is_debug_frame,
+                 .section = src->is_debug_frame ? ".debug_frame" : ".eh_frame",
+                 .max_rows = max_rows,
+                 .err = err,
+                 .out = out,
+                 .out_ctx = ctx,
+                 .next_start = UINT64_MAX};
+    int rc = -1;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(ps.pending, ps.cap_pending, AGENT_CFI_CHUNK_ROWS, err) != 0)
+        goto done;
+    hdr_table t;
+    bool by_hdr =
+        !src->is_debug_frame && hdr_table_read(src->hdr, src->hdr_size, src->hdr_vaddr, &t);
+    if ((by_hdr ? rows_from_hdr(&ps, &t) : rows_from_walk(&ps)) != 0 ||
+        flush_rows(&ps, UINT64_MAX) != 0)
+        goto done;
+    counts->rows = ps.n_out;
+    counts->fdes = ps.n_fdes_used;
+    rc = 0;
+done:
+    free(ps.pending);
+    free(ps.cies);
+    free(ps.positions);
+    free(ps.fdes);
+    return rc;
+}
+
+/* The array sink of agent_cfi_parse_section and agent_cfi_read_fd. */
+typedef struct collected {
+    agent_cfi_table *t;
+    size_t cap;
+} collected;
+
+static int collect_rows(void *ctx, const struct agent_unwind_row *rows, size_t n,
+                        strata_error *err) {
+    collected *c = ctx;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(c->t->rows, c->cap, c->t->n_rows + n, err) != 0)
+        return -1;
+    memcpy(c->t->rows + c->t->n_rows, rows, n * sizeof *rows);
+    c->t->n_rows += n;
+    return 0;
+}
+
+/* Notes the FDE count and gives back the doubling's slack. */
+static void collected_finish(collected *c, const agent_cfi_counts *counts) {
+    agent_cfi_table *t = c->t;
+    t->n_fdes = counts->fdes;
+    if (t->n_rows > 0 && t->n_rows < c->cap) {
+        struct agent_unwind_row *shrunk = realloc(t->rows, t->n_rows * sizeof *t->rows);
+        if (shrunk != NULL)
+            t->rows = shrunk;
+    }
+}
+
+static int collect(const agent_cfi_source *src, size_t max_rows, agent_cfi_table *out,
+                   strata_error *err) {
+    collected c = {out, 0};
+    agent_cfi_counts counts;
+    out->rows = NULL;
+    out->n_rows = out->n_fdes = 0;
+    if (agent_cfi_stream(src, max_rows, collect_rows, &c, &counts, err) != 0) {
+        agent_cfi_table_free(out);
+        return -1;
+    }
+    collected_finish(&c, &counts);
     return 0;
 }
 
@@ -828,37 +1129,11 @@ void agent_cfi_table_free(agent_cfi_table *t) {
 int agent_cfi_parse_section(const uint8_t *data, size_t size, uint64_t section_vaddr,
                             bool is_debug_frame, size_t max_rows, agent_cfi_table *out,
                             strata_error *err) {
-    out->rows = NULL;
-    out->n_rows = 0;
-    out->n_fdes = 0;
-    if (data == NULL && size > 0)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "CFI section without data");
-    parser ps = {.data = data,
-                 .size = size,
-                 .vaddr = section_vaddr,
-                 .debug_frame = is_debug_frame,
-                 .section = is_debug_frame ? ".debug_frame" : ".eh_frame",
-                 .max_rows = max_rows,
-                 .err = err};
-    int rc = -1;
-    if (walk_entries(&ps) != 0 || decode_fdes(&ps) != 0 || build_rows(&ps) != 0)
-        goto done;
-    if (ps.n_rows > 0 && ps.n_rows < ps.cap_rows) { /* give back the doubling's slack */
-        struct agent_unwind_row *shrunk = realloc(ps.rows, ps.n_rows * sizeof ps.rows[0]);
-        if (shrunk != NULL)
-            ps.rows = shrunk;
-    }
-    out->rows = ps.rows;
-    out->n_rows = ps.n_rows;
-    out->n_fdes = ps.n_fdes_used;
-    ps.rows = NULL;
-    rc = 0;
-done:
-    free(ps.rows);
-    free(ps.cies);
-    free(ps.positions);
-    free(ps.fdes);
-    return rc;
+    agent_cfi_source src = {.frame = data,
+                            .frame_size = size,
+                            .frame_vaddr = section_vaddr,
+                            .is_debug_frame = is_debug_frame};
+    return collect(&src, max_rows, out, err);
 }
 
 static pthread_once_t libelf_once = PTHREAD_ONCE_INIT;
@@ -879,10 +1154,9 @@ static Elf_Scn *find_section(Elf *elf, size_t shstrndx, const char *name, GElf_S
     return NULL;
 }
 
-int agent_cfi_read_fd(int fd, size_t max_rows, agent_cfi_table *out, strata_error *err) {
-    out->rows = NULL;
-    out->n_rows = 0;
-    out->n_fdes = 0;
+int agent_cfi_stream_fd(int fd, size_t max_rows, bool use_hdr, agent_cfi_rows_fn out, void *ctx,
+                        agent_cfi_counts *counts, strata_error *err) {
+    counts->rows = counts->fdes = 0;
     pthread_once(&libelf_once, libelf_init);
     Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
     size_t shstrndx;
@@ -904,33 +1178,60 @@ int agent_cfi_read_fd(int fd, size_t max_rows, agent_cfi_table *out, strata_erro
         goto done;
     }
     GElf_Shdr shdr;
-    bool debug_frame = false;
+    agent_cfi_source src = {0};
     Elf_Scn *scn = find_section(elf, shstrndx, ".eh_frame", &shdr);
     if (scn == NULL) {
         scn = find_section(elf, shstrndx, ".debug_frame", &shdr);
-        debug_frame = true;
+        src.is_debug_frame = true;
     }
     if (scn == NULL) {
         rc = 0; /* no CFI: an empty table */
         goto done;
     }
+    const char *name = src.is_debug_frame ? ".debug_frame" : ".eh_frame";
     if ((shdr.sh_flags & SHF_COMPRESSED) != 0 && elf_compress(scn, 0, 0) < 0) {
-        strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s: cannot decompress: %s",
-                         debug_frame ? ".debug_frame" : ".eh_frame", elf_errmsg(-1));
+        strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s: cannot decompress: %s", name,
+                         elf_errmsg(-1));
         goto done;
     }
     Elf_Data *data = elf_getdata(scn, NULL);
     if (data == NULL) {
-        strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s: cannot read: %s",
-                         debug_frame ? ".debug_frame" : ".eh_frame", elf_errmsg(-1));
+        strata_error_set(err, STRATA_INVALID_ARGUMENT, "%s: cannot read: %s", name, elf_errmsg(-1));
         goto done;
     }
-    rc = agent_cfi_parse_section(data->d_buf, data->d_size, shdr.sh_addr, debug_frame, max_rows,
-                                 out, err);
+    src.frame = data->d_buf;
+    src.frame_size = data->d_size;
+    src.frame_vaddr = shdr.sh_addr;
+    GElf_Shdr hdr_shdr;
+    Elf_Scn *hdr_scn = use_hdr && !src.is_debug_frame
+                           ? find_section(elf, shstrndx, ".eh_frame_hdr", &hdr_shdr)
+                           : NULL;
+    Elf_Data *hdr_data = hdr_scn != NULL && (hdr_shdr.sh_flags & SHF_COMPRESSED) == 0
+                             ? elf_getdata(hdr_scn, NULL)
+                             : NULL;
+    if (hdr_data != NULL) {
+        src.hdr = hdr_data->d_buf;
+        src.hdr_size = hdr_data->d_size;
+        src.hdr_vaddr = hdr_shdr.sh_addr;
+    }
+    rc = agent_cfi_stream(&src, max_rows, out, ctx, counts, err);
 done:
     if (elf != NULL)
         elf_end(elf);
     return rc;
+}
+
+int agent_cfi_read_fd(int fd, size_t max_rows, agent_cfi_table *out, strata_error *err) {
+    collected c = {out, 0};
+    agent_cfi_counts counts;
+    out->rows = NULL;
+    out->n_rows = out->n_fdes = 0;
+    if (agent_cfi_stream_fd(fd, max_rows, true, collect_rows, &c, &counts, err) != 0) {
+        agent_cfi_table_free(out);
+        return -1;
+    }
+    collected_finish(&c, &counts);
+    return 0;
 }
 
 int agent_cfi_read_file(const char *path, size_t max_rows, agent_cfi_table *out,

@@ -20,6 +20,14 @@
  * increasing and no two neighbours are equal. A row with cfa_type FP or END carries zeros in the
  * other fields.
  *
+ * Order and memory. The FDEs are taken in the order of the linker's .eh_frame_hdr table where the
+ * file has one (version 1, datarel sdata4 entries with strictly increasing starts: what GNU ld,
+ * gold, lld and mold write), each FDE read where the table points; otherwise the whole section is
+ * walked and its FDEs sorted. With the table, an FDE listed there must start where it says
+ * (INVALID_ARGUMENT otherwise) and FDEs it does not list are not read, as the runtime's unwinder
+ * does not read them. Rows reach the caller in chunks as soon as no later FDE can override them,
+ * so a streaming caller holds a chunk, not the table (agent_cfi_stream).
+ *
  * What is refused. The parser is fed arbitrary files: every read is bounds-checked, and a
  * structurally broken section (an entry past the end, a truncated CIE, a CIE pointer that points
  * nowhere, an overlong LEB128, an unknown DW_CFA opcode, a remember_state stack deeper than
@@ -46,6 +54,43 @@ typedef struct agent_cfi_table {
     size_t n_rows;
     size_t n_fdes; /* the FDEs that contributed rows (skipped and empty ones not counted) */
 } agent_cfi_table;
+
+/* A chunk sink: rows in order of pc, strictly increasing across calls. Nonzero stops the parse
+ * (the error is the sink's, in err). */
+typedef int (*agent_cfi_rows_fn)(void *ctx, const struct agent_unwind_row *rows, size_t n,
+                                 strata_error *err);
+
+/* Rows handed to a sink come in chunks of at most this many (more only where one FDE's rows
+ * overlap the next FDE's start by more than a chunk). */
+#define AGENT_CFI_CHUNK_ROWS 4096
+
+/* The bytes a table is made from. hdr (.eh_frame_hdr, optional, .eh_frame only) gives the FDEs
+ * sorted; without a usable one the section is walked. */
+typedef struct agent_cfi_source {
+    const uint8_t *frame;
+    size_t frame_size;
+    uint64_t frame_vaddr; /* link-time address: resolves pc-relative pointers */
+    bool is_debug_frame;
+    const uint8_t *hdr;
+    size_t hdr_size;
+    uint64_t hdr_vaddr;
+} agent_cfi_source;
+
+typedef struct agent_cfi_counts {
+    size_t rows; /* handed to the sink */
+    size_t fdes; /* FDEs that contributed rows */
+} agent_cfi_counts;
+
+/* Runs the CFI of src and hands its rows, in order, to out in chunks; *counts says how many. The
+ * rows are those agent_cfi_parse_section would return (the same table, in pieces). Errors as
+ * agent_cfi_read_fd's, or the sink's; rows already handed on stay the caller's concern. */
+int agent_cfi_stream(const agent_cfi_source *src, size_t max_rows, agent_cfi_rows_fn out, void *ctx,
+                     agent_cfi_counts *counts, strata_error *err);
+
+/* agent_cfi_stream over the ELF file open at fd (sections as agent_cfi_read_fd finds them; the
+ * .eh_frame_hdr is used when use_hdr). */
+int agent_cfi_stream_fd(int fd, size_t max_rows, bool use_hdr, agent_cfi_rows_fn out, void *ctx,
+                        agent_cfi_counts *counts, strata_error *err);
 
 /* Reads the CFI of the ELF file open at fd with libelf (the caller keeps fd): .eh_frame, or
  * .debug_frame when the file has no .eh_frame with contents. Returns 0 and fills *out (no rows

@@ -39,7 +39,7 @@
 /* ---- a tiny assembler for CFI sections ---- */
 
 typedef struct bytes {
-    uint8_t b[8192];
+    uint8_t b[1 << 16];
     size_t n;
 } bytes;
 
@@ -467,6 +467,200 @@ static void test_max_rows(void **state) {
     assert_int_equal(t.n_rows, 0);
     agent_cfi_table_free(&t);
     agent_cfi_table_free(NULL);
+}
+
+/* ---- streaming: chunks, overrides across chunks, .eh_frame_hdr ---- */
+
+typedef struct collected_rows {
+    agent_cfi_table *t;
+    size_t cap, largest;
+} collected_rows;
+
+static int collect_chunk(void *ctx, const struct agent_unwind_row *rows, size_t n,
+                         strata_error *err) {
+    collected_rows *c = ctx;
+    if (STRATA_ARRAY_RESERVE_OR_OOM(c->t->rows, c->cap, c->t->n_rows + n, err) != 0)
+        return -1;
+    memcpy(c->t->rows + c->t->n_rows, rows, n * sizeof *rows);
+    c->t->n_rows += n;
+    if (n > c->largest)
+        c->largest = n;
+    return 0;
+}
+
+typedef struct stream_log {
+    size_t n, calls, largest_call, fail_at_call;
+    struct agent_unwind_row rows[16384]; /* last: a reset clears what comes before */
+} stream_log;
+
+static int log_rows(void *ctx, const struct agent_unwind_row *rows, size_t n, strata_error *err) {
+    stream_log *l = ctx;
+    l->calls++;
+    if (l->fail_at_call != 0 && l->calls == l->fail_at_call)
+        return strata_error_set(err, STRATA_UNAVAILABLE, "sink refused chunk %zu", l->calls);
+    assert_true(n > 0);
+    assert_true(l->n + n <= sizeof l->rows / sizeof l->rows[0]);
+    if (l->n > 0)
+        assert_true(rows[0].pc > l->rows[l->n - 1].pc); /* strictly increasing across calls */
+    memcpy(l->rows + l->n, rows, n * sizeof *rows);
+    l->n += n;
+    if (n > l->largest_call)
+        l->largest_call = n;
+    return 0;
+}
+
+/* A: [A0, A0 + k) with k rows alternating rsp+16 / rsp+24; B: [A0 + m, A0 + m + 10), rsp+8,
+ * overriding A from its start on. Returns the offsets of A's and B's FDEs. */
+#define A0 0x10000u
+static void long_fde_and_override(bytes *s, size_t k, size_t m, size_t *a, size_t *b) {
+    size_t cie = eh_cie(s);
+    bytes prog = {0};
+    for (size_t i = 0; i < k; i++) {
+        put8(&prog, 0x0e); /* DW_CFA_def_cfa_offset */
+        put8(&prog, 16 + 8 * (i % 2));
+        put8(&prog, 0x41); /* DW_CFA_advance_loc 1 */
+    }
+    *a = eh_fde(s, cie, A0, k, prog.b, prog.n);
+    *b = eh_fde(s, cie, A0 + m, 10, INSNS(0x00));
+}
+
+static void expect_override_rows(const stream_log *l, size_t m) {
+    assert_int_equal(l->n, m + 2);
+    for (size_t i = 0; i < m; i++) {
+        assert_int_equal(l->rows[i].pc, A0 + i);
+        assert_int_equal(l->rows[i].cfa_type, AGENT_CFA_RSP);
+        assert_int_equal(l->rows[i].cfa_offset, 16 + 8 * (i % 2));
+    }
+    assert_int_equal(l->rows[m].pc, A0 + m);
+    assert_int_equal(l->rows[m].cfa_offset, 8);
+    assert_int_equal(l->rows[m + 1].pc, A0 + m + 10);
+    assert_int_equal(l->rows[m + 1].cfa_type, AGENT_CFA_FP);
+}
+
+/* An .eh_frame_hdr at HDR_VADDR for the FDEs at offsets fdes[] starting at starts[]. */
+#define HDR_VADDR 0x800u
+static void eh_frame_hdr(bytes *h, const uint64_t *starts, const size_t *fdes, size_t n) {
+    put8(h, 1);    /* version */
+    put8(h, 0x1b); /* eh_frame_ptr: pcrel sdata4 */
+    put8(h, 0x03); /* fde_count: udata4 */
+    put8(h, 0x3b); /* table: datarel sdata4 */
+    put_le(h, (uint64_t)(VADDR - (HDR_VADDR + 4)), 4);
+    put_le(h, n, 4);
+    for (size_t i = 0; i < n; i++) {
+        put_le(h, starts[i] - HDR_VADDR, 4);
+        put_le(h, VADDR + fdes[i] - HDR_VADDR, 4);
+    }
+}
+
+static int stream_with_hdr(const bytes *s, const bytes *h, stream_log *l, strata_error *err) {
+    agent_cfi_source src = {.frame = s->b,
+                            .frame_size = s->n,
+                            .frame_vaddr = VADDR,
+                            .hdr = h != NULL ? h->b : NULL,
+                            .hdr_size = h != NULL ? h->n : 0,
+                            .hdr_vaddr = HDR_VADDR};
+    agent_cfi_counts counts;
+    memset(l, 0, offsetof(stream_log, rows));
+    int rc = agent_cfi_stream(&src, 0, log_rows, l, &counts, err);
+    if (rc == 0)
+        assert_int_equal(counts.rows, l->n);
+    return rc;
+}
+
+static void test_stream_chunks_and_overrides(void **state) {
+    (void)state;
+    static stream_log l;
+    strata_error err = {0};
+    /* the override lands past several chunks: every chunk holds at most AGENT_CFI_CHUNK_ROWS */
+    static bytes s;
+    memset(&s, 0, sizeof s);
+    size_t a, b;
+    long_fde_and_override(&s, 12000, 9000, &a, &b);
+    if (stream_with_hdr(&s, NULL, &l, &err) != 0)
+        fail_msg("%s", err.message);
+    expect_override_rows(&l, 9000);
+    assert_true(l.calls >= 3);
+    assert_true(l.largest_call <= AGENT_CFI_CHUNK_ROWS);
+    /* the same through an .eh_frame_hdr */
+    bytes h = {0};
+    eh_frame_hdr(&h, (const uint64_t[]){A0, A0 + 9000}, (const size_t[]){a, b}, 2);
+    if (stream_with_hdr(&s, &h, &l, &err) != 0)
+        fail_msg("%s", err.message);
+    expect_override_rows(&l, 9000);
+    /* the override lands early: A's 11,900 rows past it wait (more than a chunk), then go */
+    memset(&s, 0, sizeof s);
+    long_fde_and_override(&s, 12000, 100, &a, &b);
+    if (stream_with_hdr(&s, NULL, &l, &err) != 0)
+        fail_msg("%s", err.message);
+    expect_override_rows(&l, 100);
+    /* a sink that fails stops the parse with its error */
+    memset(&l, 0, offsetof(stream_log, rows));
+    memset(&s, 0, sizeof s);
+    long_fde_and_override(&s, 12000, 9000, &a, &b);
+    l.fail_at_call = 2;
+    agent_cfi_source src = {.frame = s.b, .frame_size = s.n, .frame_vaddr = VADDR};
+    agent_cfi_counts counts;
+    assert_int_equal(agent_cfi_stream(&src, 0, log_rows, &l, &counts, &err), -1);
+    assert_int_equal(err.code, STRATA_UNAVAILABLE);
+    assert_int_equal(l.calls, 2);
+}
+
+static void test_eh_frame_hdr(void **state) {
+    (void)state;
+    static stream_log walk, by_hdr;
+    strata_error err = {0};
+    bytes s = {0};
+    size_t cie = eh_cie(&s);
+    /* FDEs out of address order in the section, as the table sorts them */
+    size_t f2 = eh_fde(&s, cie, 0x3000, 0x10, INSNS(0x41, 0x0e, 0x10));
+    size_t f1 = eh_fde(&s, cie, 0x2000, 0x20, INSNS(0x44, 0x0e, 0x10, 0x44, 0x0e, 0x08));
+    size_t cie2 = eh_cie_with(&s, "zR", INSNS(0x1b), 1, INSNS(0x0c, 0x07, 0x08, 0x90, 0x01));
+    size_t f3 = eh_fde(&s, cie2, 0x4000, 0x8, INSNS(0x0e, 0x20));
+    assert_int_equal(stream_with_hdr(&s, NULL, &walk, &err), 0);
+    assert_int_equal(walk.n, 9); /* 4 rows of f1, 3 of f2, 2 of f3 */
+    bytes h = {0};
+    eh_frame_hdr(&h, (const uint64_t[]){0x2000, 0x3000, 0x4000}, (const size_t[]){f1, f2, f3}, 3);
+    assert_int_equal(stream_with_hdr(&s, &h, &by_hdr, &err), 0);
+    assert_int_equal(by_hdr.n, walk.n);
+    assert_memory_equal(by_hdr.rows, walk.rows, walk.n * sizeof walk.rows[0]);
+    /* an FDE the table does not list is not read (the runtime would not find it either) */
+    h.n = 0;
+    eh_frame_hdr(&h, (const uint64_t[]){0x2000, 0x4000}, (const size_t[]){f1, f3}, 2);
+    assert_int_equal(stream_with_hdr(&s, &h, &by_hdr, &err), 0);
+    assert_int_equal(by_hdr.n, walk.n - 3);
+    /* a table out of order, or of another encoding, is not used: the section is walked */
+    h.n = 0;
+    eh_frame_hdr(&h, (const uint64_t[]){0x3000, 0x2000, 0x4000}, (const size_t[]){f2, f1, f3}, 3);
+    assert_int_equal(stream_with_hdr(&s, &h, &by_hdr, &err), 0);
+    assert_int_equal(by_hdr.n, walk.n);
+    h.b[3] = 0x1b;
+    assert_int_equal(stream_with_hdr(&s, &h, &by_hdr, &err), 0);
+    assert_int_equal(by_hdr.n, walk.n);
+    /* a table that contradicts the section is malformed */
+    struct {
+        uint64_t starts[3];
+        size_t fdes[3];
+        const char *message;
+    } bad[] = {
+        {{0x2000, 0x3000, 0x4000}, {f1, cie, f3}, "does not point at an FDE"},
+        {{0x2000, 0x3000, 0x4000}, {f1, f3, f2}, "starts elsewhere"},
+        {{0x2000, 0x3000, 0x4000}, {f1, f2, s.n + 64}, "outside .eh_frame"},
+        {{0x2000, 0x3000, 0x4000}, {f1, f2, f3 + 1}, "entry"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        h.n = 0;
+        eh_frame_hdr(&h, bad[i].starts, bad[i].fdes, 3);
+        assert_int_equal(stream_with_hdr(&s, &h, &by_hdr, &err), -1);
+        assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
+        if (strstr(err.message, bad[i].message) == NULL)
+            fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err.message, bad[i].message);
+    }
+    /* a truncated or miscounted table is not used */
+    h.n = 0;
+    eh_frame_hdr(&h, (const uint64_t[]){0x2000, 0x3000, 0x4000}, (const size_t[]){f1, f2, f3}, 3);
+    h.b[8] = 4; /* says four entries, has three */
+    assert_int_equal(stream_with_hdr(&s, &h, &by_hdr, &err), 0);
+    assert_int_equal(by_hdr.n, walk.n);
 }
 
 static void test_malformed(void **state) {
@@ -1066,6 +1260,43 @@ static void test_self(void **state) {
     assert_true(counts[AGENT_CFA_RSP] > 100);
 }
 
+/* The .eh_frame_hdr order and the section walk give the same table on real files, and the
+ * stream hands it on in bounded chunks. */
+static void test_hdr_matches_walk(void **state) {
+    (void)state;
+    const char *files[] = {"/lib/x86_64-linux-gnu/libc.so.6",
+                           "/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "/usr/bin/python3.11",
+                           "/usr/lib/gcc/x86_64-linux-gnu/12/cc1", "/proc/self/exe"};
+    size_t compared = 0;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        int fd = open(files[i], O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        agent_cfi_table walked = {0}, by_hdr = {0};
+        collected_rows w = {&walked, 0, 0}, h = {&by_hdr, 0, 0};
+        agent_cfi_counts cw, ch;
+        strata_error err = {0};
+        if (agent_cfi_stream_fd(fd, 0, false, collect_chunk, &w, &cw, &err) != 0 ||
+            agent_cfi_stream_fd(fd, 0, true, collect_chunk, &h, &ch, &err) != 0)
+            fail_msg("%s: %s", files[i], err.message);
+        close(fd);
+        assert_int_equal(cw.rows, walked.n_rows);
+        assert_int_equal(ch.rows, by_hdr.n_rows);
+        assert_int_equal(cw.fdes, ch.fdes);
+        if (walked.n_rows != by_hdr.n_rows ||
+            memcmp(walked.rows, by_hdr.rows, walked.n_rows * sizeof *walked.rows) != 0)
+            fail_msg("%s: %zu rows walked, %zu by .eh_frame_hdr, not the same", files[i],
+                     walked.n_rows, by_hdr.n_rows);
+        assert_true(h.largest <= AGENT_CFI_CHUNK_ROWS);
+        print_message("cfi_test: %s: %zu rows, %zu FDEs, the same walked and by .eh_frame_hdr\n",
+                      files[i], by_hdr.n_rows, ch.fdes);
+        agent_cfi_table_free(&walked);
+        agent_cfi_table_free(&by_hdr);
+        compared++;
+    }
+    assert_true(compared >= 3);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prologue_epilogue),
@@ -1079,6 +1310,8 @@ int main(void) {
         cmocka_unit_test(test_64bit_lengths),
         cmocka_unit_test(test_debug_frame),
         cmocka_unit_test(test_max_rows),
+        cmocka_unit_test(test_stream_chunks_and_overrides),
+        cmocka_unit_test(test_eh_frame_hdr),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_read_file),
@@ -1086,6 +1319,7 @@ int main(void) {
         cmocka_unit_test(test_libstdcxx),
         cmocka_unit_test(test_libgcc_s),
         cmocka_unit_test(test_self),
+        cmocka_unit_test(test_hdr_matches_walk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -463,13 +463,23 @@ static void decided(void *ctx, uint32_t pid) {
     (void)bpf_map_update_elem(bpf_map__fd(s->skel->maps.unwind_seen), &pid, &value, BPF_ANY);
 }
 
-static int read_row(void *ctx, uint32_t index, struct agent_unwind_row *row) {
+/* One BPF_MAP_LOOKUP_BATCH: an array's batch key is the index to start at. */
+static int read_rows(void *ctx, uint32_t first, uint32_t n, struct agent_unwind_row *rows) {
     agent_sampler *s = ctx;
-    return bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.unwind_rows), &index, row);
+    __u32 keys[ROW_BATCH], next = 0, count = n;
+    if (n > ROW_BATCH)
+        return -1;
+    LIBBPF_OPTS(bpf_map_batch_opts, opts);
+    int rc = bpf_map_lookup_batch(bpf_map__fd(s->skel->maps.unwind_rows), &first, &next, keys, rows,
+                                  &count, &opts);
+    /* ENOENT: the batch reached the array's end (count says how many came) */
+    if ((rc != 0 && errno != ENOENT) || count != n)
+        return -1;
+    return 0;
 }
 
 void agent_sampler_unwind_sink(agent_sampler *s, struct agent_unwinder_sink *out) {
-    *out = (agent_unwinder_sink){write_rows, write_process, delete_process, decided, read_row, s};
+    *out = (agent_unwinder_sink){write_rows, write_process, delete_process, decided, read_rows, s};
 }
 
 static int python_update(int fd, uint32_t pid, const struct agent_py_proc *info) {

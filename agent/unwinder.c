@@ -26,7 +26,8 @@
 #include "symcache.h"
 
 #define MAX_SEGMENTS 8 /* executable PT_LOAD segments kept per file */
-#define ROW_CACHE_SIZE 1024
+#define ROW_BLOCK 64   /* rows per block of the index kept for walking stack copies */
+#define BLOCK_CACHE_SIZE 64
 
 typedef struct unwind_table {
     uint64_t dev, ino;      /* the identity it was first read through */
@@ -41,6 +42,10 @@ typedef struct unwind_table {
     bool parsed;            /* n_rows and the segments are known */
     uint8_t n_segments;
     agent_elf_segment segments[MAX_SEGMENTS];
+    /* While loaded: the pc of every ROW_BLOCK-th row, so a stack copy's walk finds a pc's block
+     * here and reads that block back in one call instead of binary-searching row by row. */
+    uint64_t *block_pcs;
+    size_t n_blocks, cap_blocks;
 } unwind_table;
 
 typedef struct row_range {
@@ -69,12 +74,12 @@ struct agent_unwinder {
     uint64_t window;
     agent_unwinder_stats stats;
     struct agent_unwind_proc list; /* scratch: the list being built */
-    /* Rows read back for walking stack copies, direct-mapped by index: the first probes of every
-     * binary search in a table are the same rows. Cleared whenever rows are written. */
-    struct cached_row {
-        uint32_t index_plus1;
-        struct agent_unwind_row row;
-    } row_cache[ROW_CACHE_SIZE];
+    /* Blocks read back for walking stack copies, direct-mapped by their first row: the frames of
+     * one program fall in few blocks. Cleared whenever rows are written. */
+    struct cached_block {
+        uint32_t first_plus1;
+        struct agent_unwind_row rows[ROW_BLOCK];
+    } block_cache[BLOCK_CACHE_SIZE];
 };
 
 /* --- the row array's free space ------------------------------------------------------------ */
@@ -124,6 +129,12 @@ static void rows_free(agent_unwinder *u, uint32_t start, uint32_t len) {
     u->stats.rows_used -= len;
 }
 
+static void drop_block_index(unwind_table *t) {
+    free(t->block_pcs);
+    t->block_pcs = NULL;
+    t->n_blocks = t->cap_blocks = 0;
+}
+
 /* Frees the least recently listed table no process lists; false if there is none. */
 static bool evict_one(agent_unwinder *u) {
     unwind_table *victim = NULL;
@@ -135,15 +146,136 @@ static bool evict_one(agent_unwinder *u) {
     if (victim == NULL)
         return false;
     rows_free(u, victim->first_row, victim->n_rows);
+    drop_block_index(victim);
     victim->loaded = false;
     u->stats.tables--;
     u->stats.tables_evicted++;
     return true;
 }
 
-/* --- reading a file ----------------------------------------------------------------------- */
+/* Carves [start, start + len) out of the free range that begins at start. */
+static void rows_take(agent_unwinder *u, uint32_t start, uint32_t len) {
+    for (size_t i = 0; i < u->n_free; i++) {
+        row_range *r = &u->free_ranges[i];
+        if (r->start != start || r->len < len)
+            continue;
+        r->start += len;
+        r->len -= len;
+        if (r->len == 0) {
+            memmove(r, r + 1, (u->n_free - i - 1) * sizeof *r);
+            u->n_free--;
+        }
+        u->stats.rows_used += len;
+        return;
+    }
+}
 
-static int store_rows(agent_unwinder *u, unwind_table *t, agent_cfi_table *c, strata_error *err);
+/* The longest free range (len 0 when the array is full). */
+static row_range largest_free(const agent_unwinder *u) {
+    row_range best = {0, 0};
+    for (size_t i = 0; i < u->n_free; i++)
+        if (u->free_ranges[i].len > best.len)
+            best = u->free_ranges[i];
+    return best;
+}
+
+/* --- reading a file -----------------------------------------------------------------------
+ * A table is never held here whole: the parser hands its rows on in chunks, which go straight
+ * into the BPF array at the start of the longest free range. A table longer than that range is
+ * counted to its end, room is made for it (evicting), and it is read a second time. */
+
+typedef struct row_stream {
+    agent_unwinder *u;
+    unwind_table *t;      /* its block index is built as rows pass */
+    uint32_t start, room; /* the range being written */
+    size_t written;       /* rows written into it */
+    size_t total;         /* rows the table has so far */
+} row_stream;
+
+static int stream_chunk(void *ctx, const struct agent_unwind_row *rows, size_t n,
+                        strata_error *err) {
+    row_stream *st = ctx;
+    if (st->written == st->total && st->written + n <= st->room) {
+        if (st->u->o.sink.write_rows(st->u->o.sink.ctx, st->start + (uint32_t)st->written, rows,
+                                     (uint32_t)n, err) != 0)
+            return -1;
+        st->written += n;
+    }
+    unwind_table *t = st->t;
+    for (size_t i = (ROW_BLOCK - st->total % ROW_BLOCK) % ROW_BLOCK; i < n; i += ROW_BLOCK) {
+        if (STRATA_ARRAY_RESERVE_OR_OOM(t->block_pcs, t->cap_blocks, t->n_blocks + 1, err) != 0)
+            return -1;
+        t->block_pcs[t->n_blocks++] = rows[i].pc;
+    }
+    st->total += n;
+    return 0;
+}
+
+/* Where a table's CFI comes from: a file open at fd, or bytes in memory (the vDSO). */
+typedef struct cfi_input {
+    int fd;
+    const agent_cfi_source *source;
+} cfi_input;
+
+static int read_cfi(agent_unwinder *u, const cfi_input *in, row_stream *st, strata_error *err) {
+    agent_cfi_counts counts;
+    if (in->source != NULL)
+        return agent_cfi_stream(in->source, u->o.max_rows, stream_chunk, st, &counts, err);
+    return agent_cfi_stream_fd(in->fd, u->o.max_rows, true, stream_chunk, st, &counts, err);
+}
+
+/* Reads a table's rows into the array (evicting if needed). A table that does not fit even
+ * after evicting every unused one is refused: it stays unloaded, its frames take frame-pointer
+ * steps. */
+static int store_table(agent_unwinder *u, unwind_table *t, const cfi_input *in, strata_error *err) {
+    u->stats.files_read++;
+    if (t->n_segments == 0) { /* nothing executable: no frame can fall in it */
+        t->parsed = true;
+        t->n_rows = 0;
+        return 0;
+    }
+    memset(u->block_cache, 0, sizeof u->block_cache); /* free rows are about to change */
+    row_range room = largest_free(u);
+    row_stream st = {.u = u, .t = t, .start = room.start, .room = room.len};
+    t->n_blocks = 0;
+    if (read_cfi(u, in, &st, err) != 0) {
+        drop_block_index(t);
+        return -1;
+    }
+    t->parsed = true;
+    t->n_rows = (uint32_t)st.total;
+    if (st.total == 0) {
+        drop_block_index(t);
+        return 0;
+    }
+    uint32_t start = room.start;
+    if (st.total <= room.len) {
+        rows_take(u, start, t->n_rows);
+    } else {
+        while (!rows_alloc(u, t->n_rows, &start))
+            if (!evict_one(u)) {
+                u->stats.tables_refused++;
+                drop_block_index(t);
+                return 0;
+            }
+        memset(u->block_cache, 0, sizeof u->block_cache);
+        st = (row_stream){.u = u, .t = t, .start = start, .room = t->n_rows};
+        t->n_blocks = 0;
+        int rc = read_cfi(u, in, &st, err);
+        if (rc == 0 && st.written != t->n_rows)
+            rc =
+                strata_error_set(err, STRATA_INVALID_ARGUMENT, "the CFI changed between two reads");
+        if (rc != 0) {
+            rows_free(u, start, t->n_rows);
+            drop_block_index(t);
+            return -1;
+        }
+    }
+    t->first_row = start;
+    t->loaded = true;
+    u->stats.tables++;
+    return 0;
+}
 
 static void read_segments(int fd, unwind_table *t) {
     t->n_segments = 0;
@@ -162,50 +294,17 @@ static void read_segments(int fd, unwind_table *t) {
     elf_end(elf);
 }
 
-/* Parses the file at path into t and writes its rows into the array (evicting if needed). */
+/* Reads the file at path into t and its rows into the array. */
 static int load_table(agent_unwinder *u, unwind_table *t, const char *path, strata_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return strata_error_set(err, STRATA_NOT_FOUND, "cannot open %s", path);
-    agent_cfi_table cfi = {0};
-    int rc = agent_cfi_read_fd(fd, u->o.max_rows, &cfi, err);
-    if (rc == 0 && !t->parsed)
+    if (!t->parsed)
         read_segments(fd, t);
+    cfi_input in = {.fd = fd};
+    int rc = store_table(u, t, &in, err);
     close(fd);
-    if (rc != 0)
-        return -1;
-    return store_rows(u, t, &cfi, err);
-}
-
-/* Writes a parsed table's rows into the array (evicting if needed); frees cfi. */
-static int store_rows(agent_unwinder *u, unwind_table *t, agent_cfi_table *c, strata_error *err) {
-    agent_cfi_table cfi = *c;
-    u->stats.files_read++;
-    t->parsed = true;
-    t->n_rows = (uint32_t)cfi.n_rows;
-    if (cfi.n_rows == 0 || t->n_segments == 0) {
-        t->n_rows = 0;
-        agent_cfi_table_free(&cfi);
-        return 0;
-    }
-    uint32_t start;
-    while (!rows_alloc(u, t->n_rows, &start))
-        if (!evict_one(u)) {
-            u->stats.tables_refused++;
-            agent_cfi_table_free(&cfi);
-            return 0; /* stays unloaded: its frames take frame-pointer steps */
-        }
-    memset(u->row_cache, 0, sizeof u->row_cache);
-    int rc = u->o.sink.write_rows(u->o.sink.ctx, start, cfi.rows, t->n_rows, err);
-    agent_cfi_table_free(&cfi);
-    if (rc != 0) {
-        rows_free(u, start, t->n_rows);
-        return -1;
-    }
-    t->first_row = start;
-    t->loaded = true;
-    u->stats.tables++;
-    return 0;
+    return rc;
 }
 
 /* Whether a load error is the sink's (not the file's): it fails the whole listing. */
@@ -262,11 +361,10 @@ static int load_vdso(agent_unwinder *u, unwind_table *t, strata_error *err) {
             memcmp(image + strtab.sh_offset + sh.sh_name, ".eh_frame", sizeof ".eh_frame") != 0 ||
             sh.sh_offset + sh.sh_size > size)
             continue;
-        agent_cfi_table cfi = {0};
-        if (agent_cfi_parse_section(image + sh.sh_offset, sh.sh_size, sh.sh_addr, false,
-                                    u->o.max_rows, &cfi, err) != 0)
-            return -1;
-        return store_rows(u, t, &cfi, err);
+        agent_cfi_source source = {
+            .frame = image + sh.sh_offset, .frame_size = sh.sh_size, .frame_vaddr = sh.sh_addr};
+        cfi_input in = {.fd = -1, .source = &source};
+        return store_table(u, t, &in, err);
     }
     return strata_error_set(err, STRATA_NOT_FOUND, "vDSO without .eh_frame");
 }
@@ -566,33 +664,44 @@ static const struct agent_unwind_mapping *copy_mapping(const listed_process *lp,
 }
 
 /* Row index, from the cache or the sink. */
-static bool read_row(agent_unwinder *u, uint32_t index, struct agent_unwind_row *row) {
-    struct cached_row *c = &u->row_cache[index % ROW_CACHE_SIZE];
-    if (c->index_plus1 == index + 1) {
-        *row = c->row;
-        return true;
-    }
-    if (u->o.sink.read_row(u->o.sink.ctx, index, row) != 0)
-        return false;
-    c->index_plus1 = index + 1;
-    c->row = *row;
-    return true;
+/* Block b of table t, from the cache or read back in one call; NULL if unreadable. */
+static const struct agent_unwind_row *read_block(agent_unwinder *u, const unwind_table *t, size_t b,
+                                                 uint32_t *n) {
+    uint32_t first = t->first_row + (uint32_t)(b * ROW_BLOCK);
+    *n = t->n_rows - (uint32_t)(b * ROW_BLOCK) < ROW_BLOCK ? t->n_rows - (uint32_t)(b * ROW_BLOCK)
+                                                           : ROW_BLOCK;
+    struct cached_block *c = &u->block_cache[(first / ROW_BLOCK) % BLOCK_CACHE_SIZE];
+    if (c->first_plus1 == first + 1)
+        return c->rows;
+    c->first_plus1 = 0;
+    if (u->o.sink.read_rows(u->o.sink.ctx, first, *n, c->rows) != 0)
+        return NULL;
+    c->first_plus1 = first + 1;
+    return c->rows;
 }
 
-/* The last row of the mapping's slice at or below addr; false if none (or unreadable). */
-static bool copy_row(agent_unwinder *u, const struct agent_unwind_mapping *m, uint64_t addr,
+/* The last row of table t at or below addr; false if none (or unreadable). */
+static bool copy_row(agent_unwinder *u, const unwind_table *t, uint64_t addr,
                      struct agent_unwind_row *row) {
-    uint32_t lo = m->first_row, hi = m->first_row + m->n_rows;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (!read_row(u, mid, row))
-            return false;
-        if (row->pc <= addr)
+    size_t lo = 0, hi = t->n_blocks;
+    while (lo < hi) { /* the first block starting above addr */
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->block_pcs[mid] <= addr)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo > m->first_row && read_row(u, lo - 1, row);
+    if (lo == 0)
+        return false;
+    uint32_t n;
+    const struct agent_unwind_row *rows = read_block(u, t, lo - 1, &n);
+    if (rows == NULL)
+        return false;
+    uint32_t i = 1;
+    while (i < n && rows[i].pc <= addr)
+        i++;
+    *row = rows[i - 1];
+    return true;
 }
 
 /* One step; 1: the walk ends (complete set when it reached the outermost frame). */
@@ -600,7 +709,9 @@ static int copy_step(agent_unwinder *u, const listed_process *lp, copy_walk *w, 
                      bool *complete) {
     const struct agent_unwind_mapping *m = copy_mapping(lp, w->pc);
     struct agent_unwind_row row = {.cfa_type = AGENT_CFA_FP};
-    if (m != NULL && !copy_row(u, m, (first ? w->pc : w->pc - 1) - m->bias, &row))
+    uint32_t table = m != NULL ? lp->tables[m - lp->mappings] : NO_TABLE;
+    if (table != NO_TABLE &&
+        !copy_row(u, &u->tables[table], (first ? w->pc : w->pc - 1) - m->bias, &row))
         row.cfa_type = AGENT_CFA_FP;
     uint64_t cfa, ra, bp = w->bp;
     switch (row.cfa_type) {
@@ -708,6 +819,8 @@ void agent_unwinder_free(agent_unwinder *u) {
         free(u->procs[i].mappings);
     }
     free(u->procs);
+    for (size_t i = 0; i < u->n_tables; i++)
+        drop_block_index(&u->tables[i]);
     free(u->tables);
     free(u->free_ranges);
     strata_u64_map_free(&u->by_identity);

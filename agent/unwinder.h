@@ -53,8 +53,8 @@ typedef struct agent_unwinder_sink {
     void (*delete_process)(void *ctx, uint32_t pid);
     /* Tells BPF that user space has decided about pid (listed or not): no more stack copies. */
     void (*decided)(void *ctx, uint32_t pid);
-    /* Reads row index back (for walking stack copies); 0 or -1. */
-    int (*read_row)(void *ctx, uint32_t index, struct agent_unwind_row *row);
+    /* Reads rows first .. first + n - 1 back (for walking stack copies); 0 or -1. */
+    int (*read_rows)(void *ctx, uint32_t first, uint32_t n, struct agent_unwind_row *rows);
     void *ctx;
 } agent_unwinder_sink;
 

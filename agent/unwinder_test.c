@@ -33,6 +33,7 @@ typedef struct fake_maps {
     int fail_rows;    /* write_rows fails when set */
     uint32_t decided; /* the last pid user space decided about */
     uint64_t rows_written;
+    uint64_t rows_read_calls;
 } fake_maps;
 
 static int fake_write_rows(void *ctx, uint32_t first, const struct agent_unwind_row *rows,
@@ -81,11 +82,12 @@ static void fake_decided(void *ctx, uint32_t pid) {
     f->decided = pid;
 }
 
-static int fake_read_row(void *ctx, uint32_t index, struct agent_unwind_row *row) {
+static int fake_read_rows(void *ctx, uint32_t first, uint32_t n, struct agent_unwind_row *rows) {
     fake_maps *f = ctx;
-    if (index >= f->n_rows)
+    if ((uint64_t)first + n > f->n_rows)
         return -1;
-    *row = f->rows[index];
+    memcpy(rows, &f->rows[first], n * sizeof *rows);
+    f->rows_read_calls++;
     return 0;
 }
 
@@ -97,7 +99,7 @@ static agent_unwinder *new_unwinder(fake_maps *f, uint32_t max_rows) {
     agent_unwinder_options o = {
         .max_rows = max_rows,
         .sink = {fake_write_rows, fake_write_process, fake_delete_process, fake_decided,
-                 fake_read_row, f},
+                 fake_read_rows, f},
     };
     strata_error err;
     agent_unwinder *u = agent_unwinder_new(&o, &err);
@@ -276,6 +278,13 @@ static void test_row_budget(void **state) {
     const struct agent_unwind_proc *list = fake_find(&f, (uint32_t)self.pid, false);
     assert_non_null(list);
     assert_int_equal(list->mappings[0].first_row, 0); /* the freed space was coalesced */
+    /* it was longer than the free range its first read went into: read again into the room the
+     * eviction made, whole and in order */
+    agent_cfi_table want;
+    assert_int_equal(agent_cfi_read_file(exe, 0, &want, &err), 0);
+    assert_int_equal(want.n_rows, self_rows);
+    assert_memory_equal(f.rows, want.rows, self_rows * sizeof *want.rows);
+    agent_cfi_table_free(&want);
     uint64_t rel = 0;
     const struct agent_unwind_row *r = lookup(&f, list, (uintptr_t)&unwinder_test_function, &rel);
     assert_non_null(r);
@@ -405,6 +414,13 @@ static void test_walks_a_stack_copy_as_backtrace_does(void **state) {
                      (unsigned long long)frames[1 + i - k],
                      (unsigned long long)(uintptr_t)c->trace[i]);
     assert_true(complete); /* _start's undefined return address ends it */
+    /* rows come back a block per frame at most, and a second walk finds them all cached */
+    assert_true(fm->rows_read_calls >= 1 && fm->rows_read_calls <= n);
+    uint64_t calls = fm->rows_read_calls;
+    assert_int_equal(agent_unwinder_walk_copy(u, (uint32_t)getpid(), &c->copy, frames,
+                                              AGENT_MAX_FRAMES, &complete),
+                     n);
+    assert_int_equal(fm->rows_read_calls, calls);
     /* A copy cut short ends the walk inside it, incomplete, without reading past it. */
     c->copy.len = 64;
     n = agent_unwinder_walk_copy(u, (uint32_t)getpid(), &c->copy, frames, AGENT_MAX_FRAMES,

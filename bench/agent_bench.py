@@ -133,7 +133,8 @@ def agent_metrics(port):
         text = r.read().decode()
     out = {}
     for line in text.splitlines():
-        if line.startswith("strata_agent_symbol_cache") or line.startswith("strata_agent_processes"):
+        if line.startswith(("strata_agent_symbol_cache", "strata_agent_processes",
+                            "strata_agent_unwind")):
             name, value = line.rsplit(" ", 1)
             out[name] = float(value)
     return out
