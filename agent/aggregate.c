@@ -37,11 +37,12 @@ static void process_free(agent_process *p) {
     free(p);
 }
 
-/* Reads /proc for p; a process already gone keeps only its pid and comm. */
-static void snapshot(agent_aggregator *a, agent_process *p) {
+/* Makes fresh (taken; empty when have is false) p's view of /proc. */
+static void set_proc(agent_aggregator *a, agent_process *p, agent_proc *fresh, bool have) {
     agent_proc_free(&p->proc);
-    p->have_proc = agent_proc_read(a->proc_root, p->pid, &p->proc, NULL) == 0;
-    if (!p->have_proc)
+    p->proc = *fresh;
+    p->have_proc = have;
+    if (!have)
         a->stats.proc_errors++;
     p->labeled = false;
     p->dropped = false;
@@ -49,14 +50,26 @@ static void snapshot(agent_aggregator *a, agent_process *p) {
     notify_seen(a, p);
 }
 
+/* Reads /proc for p; a process already gone keeps only its pid and comm. */
+static void snapshot(agent_aggregator *a, agent_process *p) {
+    agent_proc fresh;
+    bool have = agent_proc_read(a->proc_root, p->pid, &fresh, NULL) == 0;
+    if (!have) {
+        agent_proc_free(&fresh);
+        fresh.pid = p->pid;
+    }
+    set_proc(a, p, &fresh, have);
+}
+
 /* BPF saw the process anew (an exec, or its last ticks after the exit hook): read it again, but
  * keep what is known if it has gone meanwhile. */
 static void resnapshot(agent_aggregator *a, agent_process *p) {
     agent_proc fresh;
-    if (agent_proc_read(a->proc_root, p->pid, &fresh, NULL) != 0)
+    if (agent_proc_read(a->proc_root, p->pid, &fresh, NULL) != 0) {
+        agent_proc_free(&fresh);
         return;
-    agent_proc_free(&fresh);
-    snapshot(a, p);
+    }
+    set_proc(a, p, &fresh, true);
 }
 
 static agent_process *new_process(agent_aggregator *a, pid_t pid, strata_error *err) {

@@ -36,6 +36,7 @@ typedef struct unwind_table {
     uint32_t n_rows;        /* rows of the file's CFI (0: none) */
     uint32_t users;         /* processes listing it */
     uint64_t last_used;     /* u->clock when last listed */
+    uint64_t last_window;   /* u->window when last listed */
     uint64_t failed_window; /* when it could not be read */
     bool loaded;            /* rows are in the array */
     bool failed;            /* could not be read or parsed (retried later) */
@@ -135,12 +136,16 @@ static void drop_block_index(unwind_table *t) {
     t->n_blocks = t->cap_blocks = 0;
 }
 
-/* Frees the least recently listed table no process lists; false if there is none. */
+/* Frees the least recently listed table that no process lists and none listed in this window;
+ * false if there is none. A table listed this window serves processes that come and go (a
+ * compiler started every second): evicting it for a newcomer would have it read again within
+ * the second, and the two would take turns. The newcomer is refused instead until tables age. */
 static bool evict_one(agent_unwinder *u) {
     unwind_table *victim = NULL;
     for (size_t i = 0; i < u->n_tables; i++) {
         unwind_table *t = &u->tables[i];
-        if (t->loaded && t->users == 0 && (victim == NULL || t->last_used < victim->last_used))
+        if (t->loaded && t->users == 0 && t->last_window < u->window &&
+            (victim == NULL || t->last_used < victim->last_used))
             victim = t;
     }
     if (victim == NULL)
@@ -224,20 +229,52 @@ static int read_cfi(agent_unwinder *u, const cfi_input *in, row_stream *st, stra
     return agent_cfi_stream_fd(in->fd, u->o.max_rows, true, stream_chunk, st, &counts, err);
 }
 
-/* Reads a table's rows into the array (evicting if needed). A table that does not fit even
- * after evicting every unused one is refused: it stays unloaded, its frames take frame-pointer
- * steps. */
-static int store_table(agent_unwinder *u, unwind_table *t, const cfi_input *in, strata_error *err) {
+/* Reads a table of known size (t->n_rows) into room made for it: evicting, or refusing it when
+ * nothing can be evicted (without reading it: a refused table costs nothing until room appears). */
+static int store_known_size(agent_unwinder *u, unwind_table *t, const cfi_input *in,
+                            strata_error *err) {
+    uint32_t start;
+    while (!rows_alloc(u, t->n_rows, &start))
+        if (!evict_one(u)) {
+            u->stats.tables_refused++;
+            drop_block_index(t);
+            return 0;
+        }
+    memset(u->block_cache, 0, sizeof u->block_cache);
+    row_stream st = {.u = u, .t = t, .start = start, .room = t->n_rows};
+    t->n_blocks = 0;
     u->stats.files_read++;
+    int rc = read_cfi(u, in, &st, err);
+    if (rc == 0 && st.total != t->n_rows)
+        rc = strata_error_set(err, STRATA_INVALID_ARGUMENT, "the CFI changed between two reads");
+    if (rc != 0) {
+        rows_free(u, start, t->n_rows);
+        drop_block_index(t);
+        t->parsed = false; /* counted afresh next time */
+        return -1;
+    }
+    t->first_row = start;
+    t->loaded = true;
+    u->stats.tables++;
+    return 0;
+}
+
+/* Reads a table's rows into the array. The first read of a file goes into the longest free
+ * range; a table longer than that is counted to its end and read again into room made for it
+ * (store_known_size), as is a table read before and since evicted or refused. */
+static int store_table(agent_unwinder *u, unwind_table *t, const cfi_input *in, strata_error *err) {
     if (t->n_segments == 0) { /* nothing executable: no frame can fall in it */
         t->parsed = true;
         t->n_rows = 0;
         return 0;
     }
     memset(u->block_cache, 0, sizeof u->block_cache); /* free rows are about to change */
+    if (t->parsed && t->n_rows > 0)
+        return store_known_size(u, t, in, err);
     row_range room = largest_free(u);
     row_stream st = {.u = u, .t = t, .start = room.start, .room = room.len};
     t->n_blocks = 0;
+    u->stats.files_read++;
     if (read_cfi(u, in, &st, err) != 0) {
         drop_block_index(t);
         return -1;
@@ -248,30 +285,10 @@ static int store_table(agent_unwinder *u, unwind_table *t, const cfi_input *in, 
         drop_block_index(t);
         return 0;
     }
-    uint32_t start = room.start;
-    if (st.total <= room.len) {
-        rows_take(u, start, t->n_rows);
-    } else {
-        while (!rows_alloc(u, t->n_rows, &start))
-            if (!evict_one(u)) {
-                u->stats.tables_refused++;
-                drop_block_index(t);
-                return 0;
-            }
-        memset(u->block_cache, 0, sizeof u->block_cache);
-        st = (row_stream){.u = u, .t = t, .start = start, .room = t->n_rows};
-        t->n_blocks = 0;
-        int rc = read_cfi(u, in, &st, err);
-        if (rc == 0 && st.written != t->n_rows)
-            rc =
-                strata_error_set(err, STRATA_INVALID_ARGUMENT, "the CFI changed between two reads");
-        if (rc != 0) {
-            rows_free(u, start, t->n_rows);
-            drop_block_index(t);
-            return -1;
-        }
-    }
-    t->first_row = start;
+    if (st.total > room.len)
+        return store_known_size(u, t, in, err);
+    rows_take(u, room.start, t->n_rows);
+    t->first_row = room.start;
     t->loaded = true;
     u->stats.tables++;
     return 0;
@@ -546,6 +563,7 @@ static int build_list(agent_unwinder *u, const agent_proc *p, struct agent_unwin
             used[*n] = (uint32_t)(t - u->tables);
             t->users++; /* listed here: no later file of this process may evict it */
             t->last_used = u->clock;
+            t->last_window = u->window;
             /* the vDSO alone does not make a process worth walking (a static Go binary) */
             *with_tables += !vdso;
         }

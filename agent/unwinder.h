@@ -12,12 +12,17 @@
  * files that cannot be read, are remembered as such (retried after a while) and left out of the
  * list, so their frames take frame-pointer steps.
  *
- * Budget. The row array has a fixed size (kernel memory, -unwind-table-rows). Slices are carved
- * first-fit from a free list that coalesces; a table is counted as used by the processes listing
- * it. When a new table does not fit, tables no process lists are freed, least recently listed
- * first; if it still does not fit it is not loaded (counted), and that file's frames fall back
- * to frame pointers. User-space memory is small: rows are freed once written, and a table keeps
- * only its slice, its identity and its load segments.
+ * Budget. The row array has a fixed size (kernel memory, -unwind-table-rows). A file's rows are
+ * streamed from the parser straight into the longest free range, a chunk at a time (no table is
+ * ever held here whole); a table longer than that range is counted, room is made, and it is read
+ * again into the room. Room is made by freeing tables no process lists and none has listed in
+ * the current window, least recently listed first; a table that still does not fit is refused
+ * (counted) and that file's frames fall back to frame pointers. Its size is remembered, so a
+ * refused or evicted table is not read again until there is room for it, and tables of
+ * processes that come and go (a compiler run every second) are never evicted for each other
+ * within a window, which would have them read in turns. User-space memory is small: a table
+ * keeps its slice, its identity, its load segments and the pc of every 64th row (the index a
+ * stack copy's walk uses to read back one block of rows in one call).
  *
  * Stack copies. The ticks of a process before it is listed carry a copy of the top of its stack
  * (bpf/unwind.h); agent_unwinder_walk_copy walks them in user space with the same rows and the same

@@ -269,17 +269,28 @@ static void test_row_budget(void **state) {
     assert_int_equal(st.rows_used, libc_rows);
     assert_null(fake_find(&f, (uint32_t)self.pid, false));
 
+    /* libc's table is no longer listed, but was this window: it is kept, the newcomer refused
+     * again (without reading it: its size is known), so tables of processes that come and go do
+     * not take turns being read */
     agent_unwinder_remove_process(u, libc.pid);
+    uint64_t reads = st.files_read;
+    assert_int_equal(agent_unwinder_add_process(u, &self, &err), 0);
+    agent_unwinder_stats_get(u, &st);
+    assert_int_equal(st.tables_refused, 2);
+    assert_int_equal(st.tables_evicted, 0);
+    assert_int_equal(st.files_read, reads);
+    /* a window later libc's table has aged: it is evicted and the newcomer read once */
+    agent_unwinder_end_window(u);
     assert_int_equal(agent_unwinder_add_process(u, &self, &err), 1);
     agent_unwinder_stats_get(u, &st);
+    assert_int_equal(st.files_read, reads + 1);
     assert_int_equal(st.tables_evicted, 1);
     assert_int_equal(st.rows_used, self_rows);
     assert_int_equal(st.tables, 1);
     const struct agent_unwind_proc *list = fake_find(&f, (uint32_t)self.pid, false);
     assert_non_null(list);
     assert_int_equal(list->mappings[0].first_row, 0); /* the freed space was coalesced */
-    /* it was longer than the free range its first read went into: read again into the room the
-     * eviction made, whole and in order */
+    /* read into the room the eviction made, whole and in order */
     agent_cfi_table want;
     assert_int_equal(agent_cfi_read_file(exe, 0, &want, &err), 0);
     assert_int_equal(want.n_rows, self_rows);
@@ -291,6 +302,55 @@ static void test_row_budget(void **state) {
     assert_int_equal(r->pc, rel);
     assert_int_equal(r->cfa_type, AGENT_CFA_RSP);
     assert_int_equal(r->cfa_offset, 8);
+
+    agent_proc_free(&libc);
+    agent_proc_free(&self);
+    agent_unwinder_free(u);
+    free(f.rows);
+}
+
+/* A new table longer than the longest free range: its first read counts it, an aged table is
+ * evicted, and a second read puts it whole where the room is. */
+static void test_table_longer_than_free_range(void **state) {
+    (void)state;
+    agent_proc libc, self;
+    read_self(&libc);
+    read_self(&self);
+    size_t libc_rows = file_rows(&libc, "libc.so");
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    assert_true(n > 0);
+    exe[n] = '\0';
+    size_t self_rows = file_rows(&self, exe);
+    assert_true(libc_rows > self_rows + 1);
+    char libc_path[4096] = "";
+    for (size_t i = 0; i < libc.n_mappings; i++)
+        if (libc.mappings[i].path != NULL && strstr(libc.mappings[i].path, "libc.so") != NULL)
+            snprintf(libc_path, sizeof libc_path, "%s", libc.mappings[i].path);
+    keep_only(&libc, "libc.so");
+    keep_only(&self, exe);
+    self.pid = libc.pid + 1000000;
+
+    fake_maps f;
+    agent_unwinder *u = new_unwinder(&f, (uint32_t)libc_rows + 1);
+    strata_error err;
+    assert_int_equal(agent_unwinder_add_process(u, &self, &err), 1); /* at the array's start */
+    agent_unwinder_remove_process(u, self.pid);
+    agent_unwinder_end_window(u);
+    assert_int_equal(agent_unwinder_add_process(u, &libc, &err), 1);
+    agent_unwinder_stats st;
+    agent_unwinder_stats_get(u, &st);
+    assert_int_equal(st.files_read, 3); /* self once, libc counted then read */
+    assert_int_equal(st.tables_evicted, 1);
+    assert_int_equal(st.rows_used, libc_rows);
+    const struct agent_unwind_proc *list = fake_find(&f, (uint32_t)libc.pid, false);
+    assert_non_null(list);
+    assert_int_equal(list->mappings[0].first_row, 0);
+    agent_cfi_table want;
+    assert_int_equal(agent_cfi_read_file(libc_path, 0, &want, &err), 0);
+    assert_int_equal(want.n_rows, libc_rows);
+    assert_memory_equal(f.rows, want.rows, libc_rows * sizeof *want.rows);
+    agent_cfi_table_free(&want);
 
     agent_proc_free(&libc);
     agent_proc_free(&self);
@@ -441,6 +501,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lists_this_process),
         cmocka_unit_test(test_row_budget),
+        cmocka_unit_test(test_table_longer_than_free_range),
         cmocka_unit_test(test_sink_failure),
         cmocka_unit_test(test_walks_a_stack_copy_as_backtrace_does),
     };
