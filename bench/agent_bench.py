@@ -287,10 +287,13 @@ def print_mode(mode, seconds, ncpu, base, a, fp, p, d, starts, builds):
               m.get("strata_agent_symbol_cache_loads_total", 0),
               m.get("strata_agent_symbol_cache_evictions_total", 0),
               m.get("strata_agent_processes", 0)))
-    print("agent unwind tables: {:.0f} files read, {:.0f} loaded, {:.0f} rows, {:.0f} processes "
-          "listed, {:.0f} of {:.0f} BPF walks complete, {:.0f} stack copies walked".format(
+    print("agent unwind tables: {:.0f} files read, {:.0f} loaded, {:.0f} rows, {:.0f} evicted, "
+          "{:.0f} refused, {:.0f} processes listed, {:.0f} of {:.0f} BPF walks complete, {:.0f} "
+          "stack copies walked".format(
               m.get("strata_agent_unwind_files_read_total", 0),
               m.get("strata_agent_unwind_tables", 0), m.get("strata_agent_unwind_table_rows", 0),
+              m.get("strata_agent_unwind_table_evictions_total", 0),
+              m.get("strata_agent_unwind_tables_refused_total", 0),
               m.get("strata_agent_unwind_processes", 0),
               m.get("strata_agent_unwind_complete_samples_total", 0),
               m.get("strata_agent_unwind_dwarf_samples_total", 0),
