@@ -699,6 +699,63 @@ static void test_off_cpu_stacks_and_profile(void **state) {
     free(blocked);
 }
 
+static void write_text(const char *dir, const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A process seen anew (NEW_PROCESS: an exec, or its last ticks at exit) is read again: an exec
+ * replaces what is known, an exiting process (no executable, no mappings left) does not. A fake
+ * /proc root holds process 111. */
+static void test_process_read_again_at_exec_not_at_exit(void **state) {
+    (void)state;
+    char dir[] = "/tmp/strata-agent-proc-XXXXXX", pdir[128], exe[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(pdir, sizeof pdir, "%s/111", dir);
+    snprintf(exe, sizeof exe, "%s/exe", pdir);
+    assert_int_equal(mkdir(pdir, 0700), 0);
+    write_text(pdir, "stat",
+               "111 (prog) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 12345 0 0 0 0 0 0 0\n");
+    write_text(pdir, "cgroup", "0::/user.slice\n");
+    write_text(pdir, "maps", "00400000-00452000 r-xp 00000000 08:01 1234 /usr/bin/prog-x\n");
+    assert_int_equal(symlink("/usr/bin/prog-x", exe), 0);
+    agent_aggregator a;
+    assert_int_equal(agent_aggregator_init(&a, dir, 0, NULL), 0);
+    struct agent_sample *s = make_sample(111, 0x400100, 0);
+    assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
+    agent_process *p = a.procs[0];
+    assert_true(p->have_proc);
+    assert_string_equal(p->proc.executable, "/usr/bin/prog-x");
+    /* exiting: the memory is gone, /proc still reads */
+    assert_int_equal(unlink(exe), 0);
+    write_text(pdir, "maps", "");
+    s->flags = AGENT_SAMPLE_NEW_PROCESS;
+    assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
+    assert_string_equal(p->proc.executable, "/usr/bin/prog-x");
+    assert_int_equal(p->proc.n_mappings, 1);
+    /* an exec: the new image replaces the old */
+    assert_int_equal(symlink("/usr/bin/prog-y", exe), 0);
+    write_text(pdir, "maps", "00400000-00452000 r-xp 00000000 08:01 5678 /usr/bin/prog-y\n");
+    assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
+    assert_string_equal(p->proc.executable, "/usr/bin/prog-y");
+    assert_int_equal(p->proc.mappings[0].inode, 5678);
+    assert_int_equal(a.n_procs, 1);
+    agent_aggregator_free(&a);
+    free(s);
+    char path[512];
+    const char *names[] = {"exe", "stat", "cgroup", "maps"};
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", pdir, names[i]);
+        assert_int_equal(unlink(path), 0);
+    }
+    assert_int_equal(rmdir(pdir), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static void test_sample_labels(void **state) {
     (void)state;
     unsigned bits = 99;
@@ -1032,6 +1089,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_demangle_as_cxxfilt),
         cmocka_unit_test(test_sample_labels),
+        cmocka_unit_test(test_process_read_again_at_exec_not_at_exit),
         cmocka_unit_test(test_container_ids),
         cmocka_unit_test(test_maps_and_stat_parsing),
         cmocka_unit_test(test_cpu_list_and_durations),

@@ -62,10 +62,13 @@ static void snapshot(agent_aggregator *a, agent_process *p) {
 }
 
 /* BPF saw the process anew (an exec, or its last ticks after the exit hook): read it again, but
- * keep what is known if it has gone meanwhile. */
+ * keep what is known if it has gone meanwhile - or is going: an exiting process whose memory is
+ * already released still reads, with no executable and no mappings. */
 static void resnapshot(agent_aggregator *a, agent_process *p) {
     agent_proc fresh;
-    if (agent_proc_read(a->proc_root, p->pid, &fresh, NULL) != 0) {
+    if (agent_proc_read(a->proc_root, p->pid, &fresh, NULL) != 0 ||
+        (p->have_proc && fresh.n_mappings == 0 &&
+         (fresh.executable == NULL || fresh.executable[0] == '\0'))) {
         agent_proc_free(&fresh);
         return;
     }

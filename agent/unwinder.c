@@ -85,23 +85,36 @@ struct agent_unwinder {
 
 /* --- the row array's free space ------------------------------------------------------------ */
 
+/* Takes len rows from the front of free range i. */
+static void carve(agent_unwinder *u, size_t i, uint32_t len) {
+    row_range *r = &u->free_ranges[i];
+    r->start += len;
+    r->len -= len;
+    if (r->len == 0) {
+        memmove(r, r + 1, (u->n_free - i - 1) * sizeof *r);
+        u->n_free--;
+    }
+    u->stats.rows_used += len;
+}
+
 /* Carves len rows first-fit; false if no free range is long enough. */
 static bool rows_alloc(agent_unwinder *u, uint32_t len, uint32_t *start) {
-    for (size_t i = 0; i < u->n_free; i++) {
-        row_range *r = &u->free_ranges[i];
-        if (r->len < len)
-            continue;
-        *start = r->start;
-        r->start += len;
-        r->len -= len;
-        if (r->len == 0) {
-            memmove(r, r + 1, (u->n_free - i - 1) * sizeof *r);
-            u->n_free--;
+    for (size_t i = 0; i < u->n_free; i++)
+        if (u->free_ranges[i].len >= len) {
+            *start = u->free_ranges[i].start;
+            carve(u, i, len);
+            return true;
         }
-        u->stats.rows_used += len;
-        return true;
-    }
     return false;
+}
+
+/* Carves [start, start + len) out of the free range that begins at start. */
+static void rows_take(agent_unwinder *u, uint32_t start, uint32_t len) {
+    for (size_t i = 0; i < u->n_free; i++)
+        if (u->free_ranges[i].start == start && u->free_ranges[i].len >= len) {
+            carve(u, i, len);
+            return;
+        }
 }
 
 /* Returns [start, start + len) to the free list, merging with its neighbours. The list has room
@@ -156,23 +169,6 @@ static bool evict_one(agent_unwinder *u) {
     u->stats.tables--;
     u->stats.tables_evicted++;
     return true;
-}
-
-/* Carves [start, start + len) out of the free range that begins at start. */
-static void rows_take(agent_unwinder *u, uint32_t start, uint32_t len) {
-    for (size_t i = 0; i < u->n_free; i++) {
-        row_range *r = &u->free_ranges[i];
-        if (r->start != start || r->len < len)
-            continue;
-        r->start += len;
-        r->len -= len;
-        if (r->len == 0) {
-            memmove(r, r + 1, (u->n_free - i - 1) * sizeof *r);
-            u->n_free--;
-        }
-        u->stats.rows_used += len;
-        return;
-    }
 }
 
 /* The longest free range (len 0 when the array is full). */

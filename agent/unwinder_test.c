@@ -237,22 +237,40 @@ static void test_lists_this_process(void **state) {
     free(f.rows);
 }
 
+/* Two views of this process: one with only libc's mappings, one (under another pid) with only
+ * this test binary's, and the rows of each file's table. */
+typedef struct two_processes {
+    agent_proc libc, self;
+    size_t libc_rows, self_rows;
+    char exe[4096], libc_path[4096];
+} two_processes;
+
+static void two_processes_read(two_processes *t) {
+    memset(t, 0, sizeof *t);
+    read_self(&t->libc);
+    read_self(&t->self);
+    t->libc_rows = file_rows(&t->libc, "libc.so");
+    ssize_t n = readlink("/proc/self/exe", t->exe, sizeof t->exe - 1);
+    assert_true(n > 0);
+    t->exe[n] = '\0';
+    t->self_rows = file_rows(&t->self, t->exe);
+    for (size_t i = 0; i < t->libc.n_mappings; i++)
+        if (t->libc.mappings[i].path != NULL && strstr(t->libc.mappings[i].path, "libc.so") != NULL)
+            snprintf(t->libc_path, sizeof t->libc_path, "%s", t->libc.mappings[i].path);
+    keep_only(&t->libc, "libc.so");
+    keep_only(&t->self, t->exe);
+    t->self.pid = t->libc.pid + 1000000;
+}
+
 /* The budget: a table that does not fit beside one in use is refused; once nothing uses the
  * first, it is evicted for the second, and the freed rows are whole again. */
 static void test_row_budget(void **state) {
     (void)state;
-    agent_proc libc, self;
-    read_self(&libc);
-    read_self(&self);
-    size_t libc_rows = file_rows(&libc, "libc.so");
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    assert_true(n > 0);
-    exe[n] = '\0';
-    size_t self_rows = file_rows(&self, exe);
-    keep_only(&libc, "libc.so");
-    keep_only(&self, exe);
-    self.pid = libc.pid + 1000000;
+    two_processes t;
+    two_processes_read(&t);
+    agent_proc libc = t.libc, self = t.self;
+    size_t libc_rows = t.libc_rows, self_rows = t.self_rows;
+    const char *exe = t.exe;
     assert_true(libc_rows > 1000 && self_rows > 10);
 
     fake_maps f;
@@ -313,23 +331,12 @@ static void test_row_budget(void **state) {
  * evicted, and a second read puts it whole where the room is. */
 static void test_table_longer_than_free_range(void **state) {
     (void)state;
-    agent_proc libc, self;
-    read_self(&libc);
-    read_self(&self);
-    size_t libc_rows = file_rows(&libc, "libc.so");
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    assert_true(n > 0);
-    exe[n] = '\0';
-    size_t self_rows = file_rows(&self, exe);
+    two_processes t;
+    two_processes_read(&t);
+    agent_proc libc = t.libc, self = t.self;
+    size_t libc_rows = t.libc_rows, self_rows = t.self_rows;
+    const char *libc_path = t.libc_path;
     assert_true(libc_rows > self_rows + 1);
-    char libc_path[4096] = "";
-    for (size_t i = 0; i < libc.n_mappings; i++)
-        if (libc.mappings[i].path != NULL && strstr(libc.mappings[i].path, "libc.so") != NULL)
-            snprintf(libc_path, sizeof libc_path, "%s", libc.mappings[i].path);
-    keep_only(&libc, "libc.so");
-    keep_only(&self, exe);
-    self.pid = libc.pid + 1000000;
 
     fake_maps f;
     agent_unwinder *u = new_unwinder(&f, (uint32_t)libc_rows + 1);

@@ -81,7 +81,7 @@ class BusyNode:
     """50 services of their own binaries and a build loop starting the compiler continuously, all
     started (and ended) by the bench: the services' PIDs and the loop's own process group."""
 
-    def __init__(self, work):
+    def __init__(self, work, clang=False):
         src = os.path.join(HERE, "agent_bench_service.c")
         self.dir = os.path.join(work, "busy")
         os.makedirs(self.dir, exist_ok=True)
@@ -107,6 +107,12 @@ class BusyNode:
         self.builds = os.path.join(self.dir, "builds")
         script = (f"while :; do gcc -O1 -o {self.dir}/churn {churn} && {self.dir}/churn "
                   f">> {self.builds}; done")
+        if clang:
+            # a second loop with clang: libLLVM (949,000 rows) beside cc1 (479,000), node and
+            # python take the unwind tables past the default 2 Mi rows, so the budget must hold
+            # by refusing or evicting without reading tables in turns
+            script = (f"{script} & while :; do clang -O1 -o {self.dir}/churn2 {churn} && "
+                      f"{self.dir}/churn2 >> {self.builds}; done")
         self.loop = subprocess.Popen(["bash", "-c", script], start_new_session=True,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -230,7 +236,7 @@ PERF_DWARF = ["--call-graph", "dwarf"]
 
 
 def run_mode(mode, args, ncpu, load, work):
-    node = BusyNode(work) if mode == "busy" else None
+    node = BusyNode(work, args.clang) if mode == "busy" else None
     try:
         if node is not None:
             time.sleep(5)  # the services started, the build loop running
@@ -253,10 +259,11 @@ def share(part, whole):
     return part / whole if whole else float("nan")
 
 
-def print_mode(mode, seconds, ncpu, base, a, fp, p, d, starts, builds):
+def print_mode(mode, seconds, ncpu, base, a, fp, p, d, starts, builds, clang=False):
     uptime_load = open("/proc/loadavg").read().split()[0]
     what = (f"{ncpu} CPUs busy" if mode == "quiet" else
             f"{ncpu} CPUs busy, {SERVICES} services + 2 node + 1 python3, {builds} compiler runs "
+            f"{'(gcc and clang) ' if clang else ''}"
             f"({builds / (4 * seconds):.1f}/s)")
     print(f"agent_bench {mode}: {seconds:.0f} s per phase, {what}, load average {uptime_load}")
     agents = [("strata-agent", a)] + ([("agent, frame pointers only", fp)] if fp else [])
@@ -307,6 +314,8 @@ def main():
     ap.add_argument("--mode", choices=("quiet", "busy", "both"), default="both")
     ap.add_argument("--no-fp-baseline", dest="fp_baseline", action="store_false",
                     help="skip the agent phase with -unwind-table-rows 0 (frame pointers only)")
+    ap.add_argument("--clang", action="store_true",
+                    help="busy mode also runs a clang build loop (unwind tables past the budget)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("agent_bench needs root")
@@ -315,7 +324,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="agent-bench-") as work:
         load = build_load(work)
         for mode in modes:
-            print_mode(mode, args.seconds, ncpu, *run_mode(mode, args, ncpu, load, work))
+            print_mode(mode, args.seconds, ncpu, *run_mode(mode, args, ncpu, load, work),
+                       clang=args.clang)
             sys.stdout.flush()
 
 
