@@ -293,7 +293,8 @@ static int read_maps(const char *proc_root, pid_t pid, agent_mapping **out, size
         free_mappings(arr, n);
         return -1;
     }
-    qsort(arr, n, sizeof *arr, cmp_mapping);
+    if (n > 1) /* an exiting process has no mappings: no qsort of NULL */
+        qsort(arr, n, sizeof *arr, cmp_mapping);
     *out = arr;
     *n_out = n;
     return 0;
