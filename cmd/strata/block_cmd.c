@@ -102,7 +102,8 @@ static int write_profile_json(block_reader *r, const block_profile *p, json_writ
     for (size_t i = 0; i < samples.len; i++)
         if (collect_stack_functions(r, samples.stacks[i], &names, err) != 0)
             goto out;
-    qsort(names.strings, names.count, sizeof *names.strings, compare_strings);
+    if (names.count > 1) /* an address-only profile names nothing: no qsort of NULL */
+        qsort(names.strings, names.count, sizeof *names.strings, compare_strings);
     json_begin_object(w);
     json_key(w, "series");
     json_uint(w, p->series_id);

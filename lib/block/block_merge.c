@@ -673,7 +673,8 @@ static int collect_candidates(merge_state *m, const series_ref *refs, size_t n, 
         }
     }
     m->stats->profiles_in += m->n_cands;
-    qsort(m->cands, m->n_cands, sizeof *m->cands, compare_candidates);
+    if (m->n_cands > 1) /* series without profiles (a damaged block) leave none: no qsort of NULL */
+        qsort(m->cands, m->n_cands, sizeof *m->cands, compare_candidates);
     return 0;
 }
 
