@@ -109,6 +109,10 @@ int bucket_new(const bucket_backend_ops *ops, void *impl, const char *prefix, bu
     return 0;
 }
 
+void *bucket_impl_of(const bucket *b, const bucket_backend_ops *ops) {
+    return b != NULL && b->ops == ops ? b->impl : NULL;
+}
+
 void bucket_close(bucket *b) {
     if (b == NULL)
         return;

@@ -59,6 +59,10 @@ typedef struct bucket_backend_ops {
 int bucket_new(const bucket_backend_ops *ops, void *impl, const char *prefix, bucket **out,
                strata_error *err);
 
+/* The backend of b when it was made with ops (bucket_new), else NULL: how a wrapper such as
+ * bucket_cache finds its own state behind a bucket it made. */
+void *bucket_impl_of(const bucket *b, const bucket_backend_ops *ops);
+
 /* FILESYSTEM: opens (creating if needed) the root directory. */
 int bucket_filesystem_new(const char *directory, void **impl, strata_error *err);
 extern const bucket_backend_ops bucket_filesystem_ops;
