@@ -75,7 +75,10 @@ def main():
                           f"{metric('files_read_total'):.0f}  tables {metric('tables'):.0f}  rows "
                           f"{metric('table_rows'):.0f}  evicted "
                           f"{metric('table_evictions_total'):.0f}  refused "
-                          f"{metric('tables_refused_total'):.0f}", flush=True)
+                          f"{metric('tables_refused_total'):.0f}  symbol loads "
+                          f"{m.get('strata_agent_symbol_cache_loads_total', 0):.0f}  symbol "
+                          f"evictions {m.get('strata_agent_symbol_cache_evictions_total', 0):.0f}",
+                          flush=True)
                     last_ns = now_ns
                 builds = node.builds_done() - builds0
                 total_ms = (ab.cpu_ns(agent.pid) - start_ns) / 1e6

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/block_format.h"
 #include "block_index.h"
+#include "bucket/bucket_cache.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "labels/labels.h"
@@ -126,6 +128,14 @@ const config_field querier_config_fields[] = {
      .kind = CONFIG_UINT64,
      .offset = offsetof(querier_config, max_report_nodes),
      .default_text = "20000"},
+    {.key = "disk_cache_directory",
+     .kind = CONFIG_STRING,
+     .offset = offsetof(querier_config, disk_cache_directory),
+     .default_text = "\"\""},
+    {.key = "disk_cache_max_bytes",
+     .kind = CONFIG_BYTES,
+     .offset = offsetof(querier_config, disk_cache_max_bytes),
+     .default_text = "10GiB"},
     {.key = "external_url",
      .kind = CONFIG_STRING,
      .offset = offsetof(querier_config, external_url),
@@ -137,6 +147,44 @@ const config_field querier_config_fields[] = {
     LIMITS_OVERRIDES_FIELD("overrides", querier_config, overrides),
     {.key = NULL},
 };
+
+/* The disk cache's counters (querier.disk_cache_directory); none without one. */
+static int create_disk_cache_metrics(querier *q, strata_error *err) {
+    if (q->disk_cache == NULL)
+        return 0;
+    static const struct {
+        const char *name, *help;
+        size_t offset;
+    } counters[] = {
+        {"strata_querier_disk_cache_hits_total", "Block data pages read from the disk cache.",
+         offsetof(querier, disk_cache_hits)},
+        {"strata_querier_disk_cache_misses_total",
+         "Block data pages fetched from the bucket and stored in the disk cache.",
+         offsetof(querier, disk_cache_misses)},
+        {"strata_querier_disk_cache_fetches_total",
+         "Ranged GETs the disk cache sent for its misses (one per run of missing pages).",
+         offsetof(querier, disk_cache_fetches)},
+        {"strata_querier_disk_cache_evictions_total",
+         "Pages deleted from the disk cache to stay within disk_cache_max_bytes.",
+         offsetof(querier, disk_cache_evictions)},
+        {"strata_querier_disk_cache_invalid_total",
+         "Disk cache files that did not match their header or hash (deleted, fetched again).",
+         offsetof(querier, disk_cache_invalid)},
+        {"strata_querier_disk_cache_write_errors_total",
+         "Pages the disk cache could not store (served from the bucket all the same).",
+         offsetof(querier, disk_cache_write_errors)},
+    };
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
+        metrics_opts o = {.name = counters[i].name, .help = counters[i].help};
+        metrics_counter **slot = (metrics_counter **)((char *)q + counters[i].offset);
+        if ((*slot = metrics_counter_new(q->registry, &o, err)) == NULL)
+            return -1;
+    }
+    metrics_opts o = {.name = "strata_querier_disk_cache_bytes",
+                      .help = "Bytes of the disk cache's files (bounded by "
+                              "querier.disk_cache_max_bytes)."};
+    return (q->disk_cache_bytes = metrics_gauge_new(q->registry, &o, err)) == NULL ? -1 : 0;
+}
 
 /* The reader cache's bytes and its evictions by the bound that caused them (both label values
  * created at once, so each series exists from the first scrape). */
@@ -190,7 +238,7 @@ static int create_metrics(querier *q, strata_error *err) {
                        .help = "Blocks with an open (cached) reader."};
     if ((q->open_gauge = metrics_gauge_new(q->registry, &o, err)) == NULL)
         return -1;
-    if (create_reader_cache_metrics(q, err) != 0)
+    if (create_reader_cache_metrics(q, err) != 0 || create_disk_cache_metrics(q, err) != 0)
         return -1;
     o = (metrics_opts){.name = "strata_querier_bucket_syncs_total",
                        .help = "Bucket listings done to discover blocks."};
@@ -246,6 +294,16 @@ static void collect_index_stats(void *ctx) {
     metrics_counter_set(q->sync_failures, (int64_t)s.sync_failures);
     metrics_counter_set(q->meta_reads, (int64_t)s.meta_reads);
     metrics_counter_set(q->from_bucket_index, (int64_t)s.from_bucket_index);
+    bucket_cache_stats c;
+    if (bucket_cache_get_stats(q->disk_cache, &c)) {
+        metrics_counter_set(q->disk_cache_hits, (int64_t)c.hits);
+        metrics_counter_set(q->disk_cache_misses, (int64_t)c.misses);
+        metrics_counter_set(q->disk_cache_fetches, (int64_t)c.fetches);
+        metrics_counter_set(q->disk_cache_evictions, (int64_t)c.evictions);
+        metrics_counter_set(q->disk_cache_invalid, (int64_t)c.invalid);
+        metrics_counter_set(q->disk_cache_write_errors, (int64_t)c.write_errors);
+        metrics_gauge_set(q->disk_cache_bytes, (int64_t)c.bytes);
+    }
 }
 
 /* The querier keeps its own copy: the configuration may be released or reloaded under it. */
@@ -315,6 +373,20 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
         free(q);
         return strata_error_oom(err);
     }
+    q->block_store = store;
+    if (config->disk_cache_directory != NULL && config->disk_cache_directory[0] != '\0') {
+        bucket_cache_options co = {.directory = config->disk_cache_directory,
+                                   .max_bytes = config->disk_cache_max_bytes,
+                                   .cacheable_suffix = "/" BLOCK_DATA_FILE};
+        if (bucket_cache_open(store, &co, &q->disk_cache, err) != 0) {
+            strata_error_wrap(err, "querier.disk_cache_directory");
+            limits_overrides_release(&q->config.overrides);
+            free(q->external_url);
+            free(q);
+            return -1;
+        }
+        q->block_store = q->disk_cache;
+    }
     block_index_options iopts;
     block_index_options_default(&iopts);
     iopts.sync_interval_ns =
@@ -334,7 +406,7 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
     size_t query_threads = config->query_threads > 0 ? (size_t)config->query_threads : 4;
     size_t share_threads =
         config->share_threads > 0 ? (size_t)config->share_threads : query_threads;
-    if (block_index_new(&iopts, store, &q->index, err) != 0 ||
+    if (block_index_new(&iopts, q->block_store, &q->index, err) != 0 ||
         query_engine_new(&eopts, q->index, &q->engine, err) != 0 ||
         query_pool_new(query_threads, 1024, &q->pool, err) != 0 ||
         query_pool_new(share_threads, 1024, &q->share_pool, err) != 0 ||
@@ -375,6 +447,7 @@ void querier_free(querier *q) {
     querier_peers_free(q->peers); /* after the queries: their plans hold peers */
     query_engine_free(q->engine);
     block_index_free(q->index);
+    bucket_close(q->disk_cache); /* after the index: its readers read through it */
     limits_overrides_release(&q->config.overrides);
     free(q->external_url);
     free(q);

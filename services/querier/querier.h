@@ -56,6 +56,9 @@ typedef struct querier_config {
     uint64_t max_open_blocks;
     uint64_t max_open_block_bytes; /* 0: cached readers bounded by count only */
     uint64_t max_report_nodes;     /* flame graph nodes and table rows per answer (default 20000) */
+    /* lib/bucket/bucket_cache.h over the block data objects: "" (default) for none */
+    char *disk_cache_directory;
+    uint64_t disk_cache_max_bytes;
     char *external_url; /* this HTTP port as users reach it, for ShareProfile links; "": relative */
     config_string_list announce_addresses; /* nng URLs of ingesters' block announcements */
     /* fan-out (peers.h): other queriers' gRPC host:port, each resolved to all its addresses */

@@ -13,8 +13,10 @@
 struct querier {
     querier_config config;
     metrics_registry *registry;
-    bucket *store;      /* the blocks' bucket, also read for sources (SOURCE) and shared profiles */
-    char *external_url; /* querier_config's, owned; "" = links relative to the HTTP port */
+    bucket *store; /* the blocks' bucket, also read for sources (SOURCE) and shared profiles */
+    bucket *block_store; /* what blocks are read through: store, or a disk cache over it */
+    bucket *disk_cache;  /* the disk cache (block_store), NULL when none is configured */
+    char *external_url;  /* querier_config's, owned; "" = links relative to the HTTP port */
     block_index *index;
     query_engine *engine;
     query_pool *pool;       /* runs gRPC queries off the completion-queue threads */
@@ -38,6 +40,9 @@ struct querier {
     metrics_counter *sync_failures;
     metrics_counter *skipped_blocks; /* corrupt blocks left out of answers */
     metrics_counter *limited;        /* merges refused for the tenant's max_query_bytes */
+    metrics_counter *disk_cache_hits, *disk_cache_misses, *disk_cache_fetches;
+    metrics_counter *disk_cache_evictions, *disk_cache_invalid, *disk_cache_write_errors;
+    metrics_gauge *disk_cache_bytes;
 };
 
 /* Runs fn for the call on pool, off the gRPC thread, and finishes the call with its answer. */

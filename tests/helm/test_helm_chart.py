@@ -624,6 +624,31 @@ class HelmChartTest(unittest.TestCase):
                 self.assertEqual(querier["peers"], [f"{peers[0]}.{ns}.svc:7071"])
         self.assertTrue(self.renders["s3"].values["querier"]["fanout"])
 
+    def test_querier_disk_cache(self):
+        """querier.diskCache (on in the s3 scenario, off by default): an emptyDir of sizeLimit
+        mounted at mountPath in the querier pods only, named as the querier's
+        disk_cache_directory with maxBytes under the sizeLimit; off, none of it."""
+        for scenario, r in self.renders.items():
+            with self.subTest(scenario=scenario):
+                querier = r.configs["querier.yaml"]["querier"]
+                for component in BUCKET_SERVICES:
+                    pod = r.component_workload(component)["spec"]["template"]["spec"]
+                    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+                    mounts = {m["name"]: m for m in pod["containers"][0].get("volumeMounts", [])}
+                    on = component == "querier" and r.values["querier"]["diskCache"]["enabled"]
+                    self.assertEqual("disk-cache" in volumes, on)
+                    self.assertEqual("disk-cache" in mounts, on)
+                    if on:
+                        self.assertEqual(volumes["disk-cache"]["emptyDir"], {"sizeLimit": "20Gi"})
+                        self.assertEqual(mounts["disk-cache"]["mountPath"], "/var/cache/strata")
+                if not r.values["querier"]["diskCache"]["enabled"]:
+                    self.assertNotIn("disk_cache_directory", querier)
+                    continue
+                self.assertEqual(scenario, "s3")
+                self.assertEqual(querier["disk_cache_directory"], "/var/cache/strata")
+                self.assertEqual(querier["disk_cache_max_bytes"], "18GiB")
+        self.assertTrue(self.renders["s3"].values["querier"]["diskCache"]["enabled"])
+
     def test_querier_memory_limit_covers_its_bounds(self):
         """The default querier's memory limit holds query_threads merges of max_query_bytes each
         plus the cached block readers, which the chart bounds by bytes (max_open_block_bytes):

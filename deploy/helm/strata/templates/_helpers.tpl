@@ -187,6 +187,10 @@ without checked here, so a bad values file fails at `helm install` rather than i
 {{- if and (eq .component "querier") .root.Values.querier.fanout (not (hasKey $section "peers")) }}
 {{- $_ := set $section "peers" (list (include "strata.querierPeersAddress" .root)) }}
 {{- end }}
+{{- if and (eq .component "querier") .root.Values.querier.diskCache.enabled (not (hasKey $section "disk_cache_directory")) }}
+{{- $_ := set $section "disk_cache_directory" .root.Values.querier.diskCache.mountPath }}
+{{- $_ := set $section "disk_cache_max_bytes" .root.Values.querier.diskCache.maxBytes }}
+{{- end }}
 {{- $_ := set $cfg .component $section }}
 {{- toYaml $cfg }}
 {{- end }}
@@ -327,6 +331,10 @@ spec:
             - name: bucket
               mountPath: {{ $root.Values.bucket.filesystem.mountPath }}
             {{- end }}
+            {{- if and (eq $c "querier") $root.Values.querier.diskCache.enabled }}
+            - name: disk-cache
+              mountPath: {{ $root.Values.querier.diskCache.mountPath }}
+            {{- end }}
             {{- with (include "strata.securityMounts" $root) }}
             {{- . | trim | nindent 12 }}
             {{- end }}
@@ -344,6 +352,11 @@ spec:
         - name: bucket
           persistentVolumeClaim:
             claimName: {{ include "strata.bucketClaimName" $root }}
+        {{- end }}
+        {{- if and (eq $c "querier") $root.Values.querier.diskCache.enabled }}
+        - name: disk-cache
+          emptyDir:
+            sizeLimit: {{ $root.Values.querier.diskCache.sizeLimit }}
         {{- end }}
       {{- with $v.nodeSelector }}
       nodeSelector:
