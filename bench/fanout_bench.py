@@ -9,7 +9,9 @@ the bucket, each with `peers` naming all N gRPC ports (fanout_min_rows 0), and o
 asked, through `strata query merge` (the gRPC QueryService client), for the merge of every
 process over the whole window: first cold (no reader open, every page fetched from radosgw),
 then --runs times warm. Per query: the client's wall time and the CPU all N queriers spent
-(utime + stime from /proc/PID/stat). The queriers stop before the next N starts.
+(utime + stime from /proc/PID/stat); for the cold merge also the GETs (whole and ranged) the
+queriers sent to the bucket. The queriers stop before the next N starts, so `--queriers 1,1
+--querier-config 'disk_cache_directory: DIR'` measures a restarted querier on its disk cache.
 
 On this machine (2 cores) the N queriers share the same two cores, and one querier alone already
 merges on both: what fan-out can cut here is the time a querier waits on the bucket (cold). With
@@ -204,6 +206,7 @@ def main():
     if not args.prefix:
         push(binary, load, work, bucket, windows, args.processes, prefix, source, args.pace)
     print(f"{'queriers':>8} {'blocks':>6} {'cold wall s':>11} {'cold CPU s':>10} {'bucket CPU':>11} "
+          f"{'cold GETs':>9} "
           f"{'warm wall s (median)':>20} {'warm CPU s':>10} {'shares ok/failed':>16}")
     reference = None
     for n in (int(x) for x in args.queriers.split(",")):
@@ -257,7 +260,10 @@ def run_queriers(binary, work, bucket, n, end, runs, reference, one_core, querie
                 break
             blocks = seen[0]
             time.sleep(0.5)
+        gets0 = sum(s.metric("strata_bucket_operations_total", 'operation="get') for s in servers)
         cold_wall, cold_cpu, answer, cold_gw = timed_merge(binary, servers, servers[0], end)
+        cold_gets = sum(s.metric("strata_bucket_operations_total", 'operation="get')
+                        for s in servers) - gets0
         if reference is None:
             reference = answer
         elif answer != reference:
@@ -267,6 +273,7 @@ def run_queriers(binary, work, bucket, n, end, runs, reference, one_core, querie
         failed = sum(s.metric("strata_querier_fanout_shares_total", 'result="failed"')
                      for s in servers)
         print(f"{n:>8} {blocks:>6} {cold_wall:>11.2f} {cold_cpu:>10.2f} {cold_gw:>11.2f} "
+              f"{int(cold_gets):>9} "
               f"{warm[len(warm) // 2][0]:>20.2f} {warm[len(warm) // 2][1]:>10.2f} "
               f"{f'{int(ok)}/{int(failed)}':>16}", flush=True)
     finally:
