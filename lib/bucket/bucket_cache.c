@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,7 +45,8 @@ typedef struct page_slot {
 
 typedef struct bucket_cache {
     bucket *inner;
-    char *root; /* DIRECTORY/v1 */
+    char *root;  /* DIRECTORY/v1 */
+    int lock_fd; /* DIRECTORY/v1/lock, flock'ed while open: one process per directory */
     char *suffix;
     size_t suffix_len;
     uint64_t max_bytes;
@@ -503,6 +505,8 @@ static void cache_close(void *impl) {
     bucket_cache *c = impl;
     if (c == NULL)
         return;
+    if (c->lock_fd >= 0)
+        close(c->lock_fd); /* releases the lock */
     pthread_mutex_destroy(&c->mu);
     strata_u64_map_free(&c->by_id);
     free(c->slots);
@@ -608,6 +612,25 @@ static int scan_dir(const char *dir, unsigned top, found_page **found, size_t *n
     return rc;
 }
 
+/* Takes the directory for this process: two processes in one directory would each index and
+ * evict by their own view (budgets wrong, pages deleted under the other), so the second is
+ * refused with FAILED_PRECONDITION. */
+static int lock_directory(bucket_cache *c, strata_error *err) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/lock", c->root);
+    c->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (c->lock_fd < 0)
+        return strata_error_set(err, STRATA_UNAVAILABLE, "cache directory %s: %s", c->root,
+                                strerror(errno));
+    if (flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0)
+        return strata_error_set(
+            err, errno == EWOULDBLOCK ? STRATA_FAILED_PRECONDITION : STRATA_UNAVAILABLE,
+            "cache directory %s is in use by another process (give each "
+            "querier a directory of its own): %s",
+            c->root, strerror(errno));
+    return 0;
+}
+
 /* Empties tmp/ (writes a crash cut short) and indexes the pages, oldest first. */
 static int load_existing(bucket_cache *c, strata_error *err) {
     char dir[PATH_MAX];
@@ -654,6 +677,7 @@ int bucket_cache_open(bucket *inner, const bucket_cache_options *options, bucket
     if (c == NULL)
         return strata_error_oom(err);
     c->inner = inner;
+    c->lock_fd = -1;
     c->max_bytes = options->max_bytes != 0 ? options->max_bytes : BUCKET_CACHE_DEFAULT_MAX_BYTES;
     c->page_bytes =
         options->page_bytes != 0 ? options->page_bytes : BUCKET_CACHE_DEFAULT_PAGE_BYTES;
@@ -672,7 +696,7 @@ int bucket_cache_open(bucket *inner, const bucket_cache_options *options, bucket
         return strata_error_oom(err);
     }
     snprintf(c->root, root_len, "%s/v1", options->directory);
-    if (make_dirs(c->root, err) != 0 || load_existing(c, err) != 0) {
+    if (make_dirs(c->root, err) != 0 || lock_directory(c, err) != 0 || load_existing(c, err) != 0) {
         cache_close(c);
         return -1;
     }

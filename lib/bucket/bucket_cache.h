@@ -25,7 +25,8 @@
  * max_bytes: the least recently used pages are deleted first. A page that cannot be written (disk
  * full, read-only) is still served, and counted.
  *
- * Every function is safe from several threads at once, as a bucket's are.
+ * One process uses a directory at a time (an flock on DIRECTORY/v1/lock): a second one is
+ * refused. Every function is safe from several threads at once, as a bucket's are.
  */
 #ifndef STRATA_BUCKET_CACHE_H
 #define STRATA_BUCKET_CACHE_H
@@ -61,7 +62,8 @@ typedef struct bucket_cache_stats {
 
 /* Wraps inner, which stays the caller's: close the wrapper first, then inner. Reads what an
  * earlier process left in the directory. INVALID_ARGUMENT for a missing directory option or a
- * page size under 512; the directory's errors (permissions, not a directory) as UNAVAILABLE. */
+ * page size under 512; FAILED_PRECONDITION when another process has the directory open; the
+ * directory's errors (permissions, not a directory) as UNAVAILABLE. */
 int bucket_cache_open(bucket *inner, const bucket_cache_options *options, bucket **out,
                       strata_error *err);
 

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bucket/bucket.h"
@@ -513,6 +514,27 @@ static void test_open_errors(void **state) {
     assert_int_equal(bucket_cache_open(f->inner, &o, &b, &err), -1);
     assert_int_equal(err.code, STRATA_UNAVAILABLE);
     assert_null(b);
+    /* the fixture's cache holds its directory: a second user of it is refused, by this process
+     * (flock locks belong to the open file) and by another */
+    o = (bucket_cache_options){.directory = f->cache_dir};
+    assert_int_equal(bucket_cache_open(f->inner, &o, &b, &err), -1);
+    assert_int_equal(err.code, STRATA_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.message, "in use by another process"));
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        bucket *other = NULL;
+        strata_error child_err;
+        int rc = bucket_cache_open(f->inner, &o, &other, &child_err);
+        _exit(rc == -1 && child_err.code == STRATA_FAILED_PRECONDITION ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* released at close */
+    bucket_close(f->cached);
+    f->cached = NULL;
+    assert_int_equal(bucket_cache_open(f->inner, &o, &f->cached, &err), 0);
     assert_false(bucket_cache_get_stats(f->inner, &(bucket_cache_stats){0}));
 }
 

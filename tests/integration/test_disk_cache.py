@@ -129,6 +129,8 @@ querier:
         def damage():
             for root, _, files in os.walk(os.path.join(self.cache, "v1")):
                 for name in files:
+                    if name == "lock":
+                        continue  # the process's lock on the directory, empty
                     with open(os.path.join(root, name), "r+b") as f:
                         f.seek(-1, os.SEEK_END)
                         last = f.read(1)
