@@ -34,7 +34,8 @@
 #include "rpc/rpc.h"
 
 #define PEER_SERVICE "/strata.querier.v1.PeerService/"
-#define PEER_PROTOCOL 2 /* 2: shards of time, selected and de-duplicated by the peer */
+/* 2: shards of time, selected and de-duplicated by the peer; 3: and parts of the series */
+#define PEER_PROTOCOL 3
 
 typedef struct querier_peers querier_peers;
 
