@@ -174,23 +174,10 @@ int query_single_opts(query_engine *e, const char *tenant, const query_options *
  */
 
 /* One member's shard of a merge. */
-/* A part of a query's series for fan-out by series: those whose label set's hash (label_set_hash)
- * modulo count is index. count 0 or 1: every series. A series is the same label set in every
- * block, so its profiles, and every copy of one, fall in one part. */
-typedef struct series_part {
-    uint32_t count, index;
-} series_part;
-
-/* Whether part takes every series. */
-static inline bool series_part_all(series_part part) {
-    return part.count <= 1;
-}
-
 typedef struct merge_share {
     const char *tenant;
     const char *query;        /* the selector's text */
     int64_t start_ns, end_ns; /* the shard: profiles with start_ns <= time <= end_ns */
-    series_part part;         /* and of these series (fan-out by series) */
     bool base;
     bool use_rollups;
     uint64_t max_query_bytes;
@@ -223,10 +210,6 @@ typedef struct query_fanout {
     void (*release)(void *arg, void *plan);
     void *arg;
     uint64_t min_rows; /* merges over blocks declaring fewer sample rows stay on the coordinator */
-    /* Shares are parts of the series over the whole range instead of shards of time: for stacks
-     * that recur through the range (an agent's processes), which every shard of time would
-     * translate again and send back in a tree as large as its rows. */
-    bool by_series;
 } query_fanout;
 
 /* Installs fan-out (before any query); NULL or members NULL turns it off. */

@@ -2,17 +2,6 @@
  * engine_fanout.c - a merge shared out over several queriers (engine.h, "fan-out"): the
  * coordinator's side (engine_fanout_merge) and the peer's (query_merge_share).
  *
- * Parts of the series (query_fanout.by_series, querier.fanout_shard_by: series). Each member
- * takes the series whose label set hashes to its part, over the whole range: a series is one
- * label set in every block, so its profiles and every copy of one fall in one part, where the
- * member finds the copy as a lone querier would. Every member reads every block's series table
- * (cheap), but each stack of a series is translated and merged by one member only, and a peer's
- * tree holds only its series' stacks. For stacks that recur through the range (an agent's
- * processes), shards of time translate most stacks again in every shard and send back trees as
- * large as the rows behind them; parts of the series do not. Shards of time suit the opposite
- * case, many blocks of distinct stacks read cold, since each member then fetches only its shard's
- * blocks. The rest below (who gets which part, failures) is the same for both.
- *
  * Shards of time. The coordinator cuts the query's range into one shard per member (itself and
  * the peers query_fanout.members names, in the order every querier agrees on), and each member
  * selects, de-duplicates and merges the profiles of its shard. Time is what makes shards
@@ -62,10 +51,9 @@ void query_engine_set_fanout(query_engine *e, const query_fanout *fanout) {
 /* ---- shards -----------------------------------------------------------------------------------
  */
 
-typedef struct shard_spec {
+typedef struct time_shard {
     int64_t start_ns, end_ns; /* inclusive */
-    series_part part;         /* by series: the part; {0} for a shard of time */
-} shard_spec;
+} time_shard;
 
 /* A block's range in ns, [min, max), saturating (meta times are milliseconds). */
 static int64_t ms_to_ns(int64_t ms) {
@@ -182,7 +170,7 @@ static size_t nearest_cut(const cut *cuts, size_t from, size_t n, double target)
 /* Cuts [start, end] into at most want shards (shards[want]) of about equal rows; returns how
  * many (0: out of memory). */
 static size_t plan_shards(indexed_block **blocks, size_t n, int64_t start, int64_t end, size_t want,
-                          shard_spec *shards, strata_error *err) {
+                          time_shard *shards, strata_error *err) {
     weighted_start *starts = calloc(n + 1, sizeof *starts);
     span *compacted = calloc(n + 1, sizeof *compacted);
     cut *cuts = calloc(n + 1, sizeof *cuts);
@@ -210,22 +198,15 @@ static size_t plan_shards(indexed_block **blocks, size_t n, int64_t start, int64
     int64_t from = start;
     for (size_t k = 1; k < want && next < n_cuts; k++) {
         size_t c = nearest_cut(cuts, next, n_cuts, total * (double)k / (double)want);
-        shards[count++] = (shard_spec){.start_ns = from, .end_ns = cuts[c].at - 1};
+        shards[count++] = (time_shard){from, cuts[c].at - 1};
         from = cuts[c].at;
         next = c + 1;
     }
-    shards[count++] = (shard_spec){.start_ns = from, .end_ns = end};
+    shards[count++] = (time_shard){from, end};
     free(starts);
     free(compacted);
     free(cuts);
     return count;
-}
-
-/* Parts of the series, one per member, each over the whole range; returns how many. */
-static size_t plan_series_parts(int64_t start, int64_t end, size_t members, shard_spec *shards) {
-    for (size_t k = 0; k < members; k++)
-        shards[k] = (shard_spec){start, end, {(uint32_t)members, (uint32_t)k}};
-    return members;
 }
 
 bool engine_fanout_wanted(const query_engine *e, const merge_query *q, indexed_block **blocks,
@@ -273,7 +254,7 @@ static void share_job_free(share_job *job) {
 static int share_job_init(share_job *job, query_engine *e, void *plan, size_t peer,
                           const char *tenant, const merge_query *q,
                           const calltree_grouping *grouping, indexed_block **blocks,
-                          size_t n_blocks, shard_spec shard, strata_error *err) {
+                          size_t n_blocks, time_shard shard, strata_error *err) {
     *job = (share_job){.e = e, .plan = plan, .peer = peer};
     job->ulids = calloc(n_blocks + 1, sizeof *job->ulids);
     job->blocks = calloc(n_blocks + 1, sizeof *job->blocks);
@@ -291,7 +272,6 @@ static int share_job_init(share_job *job, query_engine *e, void *plan, size_t pe
                                .query = q->query_text,
                                .start_ns = shard.start_ns,
                                .end_ns = shard.end_ns,
-                               .part = shard.part,
                                .base = q->base,
                                .use_rollups = q->use_rollups,
                                .max_query_bytes = q->max_bytes,
@@ -305,7 +285,7 @@ static int share_job_init(share_job *job, query_engine *e, void *plan, size_t pe
 
 /* Merges the blocks of q that meet shard, over the shard's range, into tree. */
 static int merge_shard_here(query_engine *e, const merge_query *q, indexed_block **blocks,
-                            size_t n_blocks, shard_spec shard, calltree *tree, merge_outcome *out,
+                            size_t n_blocks, time_shard shard, calltree *tree, merge_outcome *out,
                             strata_error *err) {
     indexed_block **mine = calloc(n_blocks + 1, sizeof *mine);
     if (mine == NULL)
@@ -317,7 +297,6 @@ static int merge_shard_here(query_engine *e, const merge_query *q, indexed_block
     merge_query part = *q;
     part.start_ns = shard.start_ns;
     part.end_ns = shard.end_ns;
-    part.part = shard.part;
     int rc = n > 0 ? engine_select_and_merge(e, &part, mine, n, tree, out, err) : 0;
     free(mine);
     return rc;
@@ -347,7 +326,7 @@ static int gather_share(query_engine *e, const merge_query *q, share_job *job, c
     if (job->share.n_blocks == 0)
         return 0;
     if (share_failed(job)) {
-        shard_spec shard = {job->share.start_ns, job->share.end_ns, job->share.part};
+        time_shard shard = {job->share.start_ns, job->share.end_ns};
         return merge_shard_here(e, q, job->blocks, job->share.n_blocks, shard, acc, out, err);
     }
     if (engine_merge_tree(acc, job->tree, err) != 0)
@@ -379,7 +358,7 @@ static void join_jobs(share_job *jobs, size_t n_jobs) {
 
 /* Runs the shards: member self's here, the others on their peers (jobs[0..n_jobs)). */
 static int run_shards(query_engine *e, const merge_query *q, indexed_block **blocks,
-                      size_t n_blocks, const shard_spec *own, share_job *jobs, size_t n_jobs,
+                      size_t n_blocks, const time_shard *own, share_job *jobs, size_t n_jobs,
                       calltree *acc, merge_outcome *out, strata_error *err) {
     start_jobs(jobs, n_jobs);
     int rc = own != NULL ? merge_shard_here(e, q, blocks, n_blocks, *own, acc, out, err) : 0;
@@ -393,7 +372,7 @@ static int run_shards(query_engine *e, const merge_query *q, indexed_block **blo
 
 /* Shares the merge out over the plan's members; shards[k] is member k's. */
 static int fan_out(query_engine *e, const char *tenant, merge_query *q, indexed_block **blocks,
-                   size_t n_blocks, void *plan, size_t self, const shard_spec *shards,
+                   size_t n_blocks, void *plan, size_t self, const time_shard *shards,
                    size_t n_shards, calltree *tree, merge_outcome *out, strata_error *err) {
     share_job *jobs = calloc(n_shards, sizeof *jobs);
     const calltree_grouping *grouping = calltree_get_grouping(tree);
@@ -427,12 +406,10 @@ int engine_fanout_merge(query_engine *e, const char *tenant, merge_query *q, ind
     void *plan = NULL;
     size_t self = 0;
     size_t peers = e->fanout.members(e->fanout.arg, &self, &plan);
-    shard_spec *shards = peers > 0 ? calloc(peers + 1, sizeof *shards) : NULL;
+    time_shard *shards = peers > 0 ? calloc(peers + 1, sizeof *shards) : NULL;
     size_t n_shards = 0;
     int rc = 0;
-    if (shards != NULL && e->fanout.by_series)
-        n_shards = plan_series_parts(q->start_ns, q->end_ns, peers + 1, shards);
-    else if (shards != NULL)
+    if (shards != NULL)
         n_shards = plan_shards(blocks, n_blocks, q->start_ns, q->end_ns, peers + 1, shards, err);
     else if (peers > 0)
         rc = strata_error_oom(err);
@@ -515,7 +492,6 @@ int query_merge_share(query_engine *e, const merge_share *share, const selector 
     merge_query q = {.sel = sel,
                      .start_ns = share->start_ns,
                      .end_ns = share->end_ns,
-                     .part = share->part,
                      .base = share->base,
                      .samples_count = block_rollup_scale(sel->profile_type.sample_type,
                                                          sel->profile_type.sample_unit),

@@ -159,8 +159,8 @@ typedef struct block_selection {
  * a day of hourly blocks is then never copied into arrays).
  */
 int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blocks,
-                           const selector *sel, int64_t start_ns, int64_t end_ns, series_part part,
-                           bool defer, block_selection *out, bool *skipped, query_stats *stats,
+                           const selector *sel, int64_t start_ns, int64_t end_ns, bool defer,
+                           block_selection *out, bool *skipped, query_stats *stats,
                            readahead_keep *keep, strata_error *err);
 void block_selections_free(block_selection *s, size_t n);
 
@@ -188,7 +188,6 @@ typedef struct shared_tree shared_tree;
 typedef struct merge_query {
     const selector *sel;
     int64_t start_ns, end_ns;
-    series_part part; /* the series merged here (fan-out by series); {0}: all */
     bool base;
     bool samples_count;
     uint64_t max_bytes;

@@ -1326,8 +1326,8 @@ int engine_select_and_merge(query_engine *e, merge_query *q, indexed_block **blo
     readahead_keep_init(&keep, n_blocks);
     int rc = (skipped && q->selections) ? 0 : strata_error_oom(err);
     if (rc == 0)
-        rc = engine_select_profiles(e, blocks, n_blocks, q->sel, q->start_ns, q->end_ns, q->part,
-                                    false, q->selections, skipped, &out->stats, &keep, err);
+        rc = engine_select_profiles(e, blocks, n_blocks, q->sel, q->start_ns, q->end_ns, false,
+                                    q->selections, skipped, &out->stats, &keep, err);
     if (rc == 0)
         rc = engine_merge_blocks(e, q, blocks, n_blocks, skipped, tree, out, err);
     engine_drop_kept_readahead(blocks, n_blocks, &keep);

@@ -499,8 +499,8 @@ static int query_range_attempt(query_engine *e, void *arg, strata_error *err) {
         return strata_error_oom(err);
     }
     /* the range pass reads the profile pages selection decoded: nothing to keep for it */
-    if (engine_select_profiles(e, blocks, n_blocks, sel, start_ns, end_ns, (series_part){0}, true,
-                               q.selections, skipped, stats, NULL, err) != 0) {
+    if (engine_select_profiles(e, blocks, n_blocks, sel, start_ns, end_ns, true, q.selections,
+                               skipped, stats, NULL, err) != 0) {
         free(skipped);
         block_selections_free(q.selections, n_blocks);
         block_index_release_all(e->index, blocks, n_blocks);

@@ -42,7 +42,6 @@
 typedef struct select_pass {
     const selector *sel;
     int64_t start_ns, end_ns;
-    series_part part;
     block_selection *out;
     uint64_t **keys;    /* per block, per profile */
     const bool *checks; /* per block: may hold a copy of a profile stored elsewhere */
@@ -55,15 +54,6 @@ static uint64_t profile_key(uint64_t series, const block_profile *p) {
     h = strata_hash_combine(h, (uint64_t)p->period);
     h = strata_hash_combine(h, (uint64_t)p->total);
     return h | 1; /* non-zero for the map */
-}
-
-/* Keeps the series of ids[0..n) in part; returns how many are left. */
-static size_t keep_series_part(block_reader *r, series_part part, uint32_t *ids, size_t n) {
-    size_t kept = 0;
-    for (size_t i = 0; i < n; i++)
-        if (label_set_hash(block_reader_series_labels(r, ids[i])) % part.count == part.index)
-            ids[kept++] = ids[i];
-    return kept;
 }
 
 static int select_block(indexed_block *b, size_t index, block_reader *r, void *partial,
@@ -79,8 +69,6 @@ static int select_block(indexed_block *b, size_t index, block_reader *r, void *p
     }
     if (engine_select_series(r, pass->sel, &pass->sel->profile_type, &ids, &n_ids, err) != 0)
         return -1;
-    if (!series_part_all(pass->part))
-        n_ids = keep_series_part(r, pass->part, ids, n_ids);
     int rc = 0;
     if (n_ids > 0)
         rc = block_reader_profiles(r, ids, n_ids, pass->start_ns, pass->end_ns, &out->profiles,
@@ -438,8 +426,8 @@ static int blocks_to_check(indexed_block **blocks, size_t n, bool *checks, strat
     } while (0)
 
 int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blocks,
-                           const selector *sel, int64_t start_ns, int64_t end_ns, series_part part,
-                           bool defer, block_selection *out, bool *skipped, query_stats *stats,
+                           const selector *sel, int64_t start_ns, int64_t end_ns, bool defer,
+                           block_selection *out, bool *skipped, query_stats *stats,
                            readahead_keep *keep, strata_error *err) {
     size_t workers = engine_fetch_worker_count(e, n_blocks);
     select_pass *passes = calloc(workers, sizeof *passes);
@@ -453,7 +441,7 @@ int engine_select_profiles(query_engine *e, indexed_block **blocks, size_t n_blo
     if (rc == 0)
         rc = blocks_to_check(blocks, n_blocks, checks, err);
     for (size_t w = 0; rc == 0 && w < workers; w++) {
-        passes[w] = (select_pass){sel, start_ns, end_ns, part, out, keys, checks, defer};
+        passes[w] = (select_pass){sel, start_ns, end_ns, out, keys, checks, defer};
         ptrs[w] = &passes[w];
     }
     if (rc == 0)

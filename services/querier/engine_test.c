@@ -576,55 +576,6 @@ static void test_fanout_agrees(void **state) {
     engine_close(&peer2);
 }
 
-/* The same merges shared out by series (query_fanout.by_series): each of three members merges the
- * series whose label hash falls in its part, over the whole range, and the answers agree node for
- * node with one engine's, whichever member coordinates and with a peer down. */
-static void test_fanout_by_series_agrees(void **state) {
-    (void)state;
-    engine_fixture alone, coordinator, peer1, peer2;
-    engine_open(&alone, true);
-    engine_open(&coordinator, true);
-    engine_open(&peer1, true);
-    engine_open(&peer2, true);
-    static loopback_fanout lb;
-    lb = (loopback_fanout){.peers = {peer1.engine, peer2.engine}, .n_peers = 2, .by_series = true};
-    loopback_fanout_install(coordinator.engine, &lb);
-    const merge_case cases[] = {
-        {CPU, T0, END, false, false, 1000},
-        {CPU, T0 + 25 * SEC, T0 + 119 * SEC, false, false, 0},
-        {CPU "{pod=\"p1\"}", T0, END, false, false, 1007},
-        {MEM, T0, END, false, false, 512},
-        {CPU, T0, END, false, true, 1000},
-    };
-    const char *tenants[] = {TENANT, TENANT_DICTIONARY, TENANT_TWO_DICTIONARIES};
-    size_t n_cases = sizeof cases / sizeof cases[0];
-    for (size_t offset = 0; offset < 3; offset++) {
-        lb.offset = offset;
-        for (size_t t = 0; t < 3; t++)
-            for (size_t c = 0; c < n_cases; c++) {
-                expect_fanout_agrees(&alone, &coordinator, tenants[t], &cases[c]);
-                /* each peer got a part of three over the whole range: the one after the
-                 * coordinator's in member order */
-                for (size_t p = 0; p < 2; p++) {
-                    size_t member = p < offset ? p : p + 1;
-                    assert_int_equal(lb.last_part[p].count, 3);
-                    assert_int_equal(lb.last_part[p].index, member);
-                    assert_int_equal(lb.last_start_ns[p], cases[c].start_ns);
-                    assert_int_equal(lb.last_end_ns[p], cases[c].end_ns);
-                }
-            }
-    }
-    assert_int_equal(atomic_load(&lb.shares), n_cases * 3 * 3 * 2);
-    lb.failing[0] = true;
-    for (size_t c = 0; c < n_cases; c++)
-        expect_fanout_agrees(&alone, &coordinator, TENANT_TWO_DICTIONARIES, &cases[c]);
-    assert_int_equal(atomic_load(&lb.shares_failed), n_cases);
-    engine_close(&alone);
-    engine_close(&coordinator);
-    engine_close(&peer1);
-    engine_close(&peer2);
-}
-
 /* ---- deep stacks ------------------------------------------------------------------------ */
 
 #define TENANT_DEEP "t3"
@@ -1093,7 +1044,6 @@ int main(void) {
         cmocka_unit_test(test_other_merges_agree),
         cmocka_unit_test(test_deep_stacks),
         cmocka_unit_test(test_fanout_agrees),
-        cmocka_unit_test(test_fanout_by_series_agrees),
         cmocka_unit_test(test_cold_merge_reads_each_small_block_once),
         cmocka_unit_test(test_queries_reuse_the_block_threads),
         cmocka_unit_test(test_concurrent_queries_agree),

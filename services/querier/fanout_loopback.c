@@ -43,7 +43,6 @@ static int loopback_run(void *arg, void *plan, size_t peer, const merge_share *s
     (void)plan;
     lb->last_start_ns[peer] = share->start_ns;
     lb->last_end_ns[peer] = share->end_ns;
-    lb->last_part[peer] = share->part;
     if (lb->failing[peer]) {
         atomic_fetch_add(&lb->shares_failed, 1);
         return strata_error_set(err, STRATA_UNAVAILABLE, "loopback peer %zu is down", peer);
@@ -70,10 +69,6 @@ static int loopback_run(void *arg, void *plan, size_t peer, const merge_share *s
 }
 
 void loopback_fanout_install(query_engine *coordinator, loopback_fanout *lb) {
-    query_fanout f = {.members = loopback_members,
-                      .run = loopback_run,
-                      .arg = lb,
-                      .min_rows = 0,
-                      .by_series = lb->by_series};
+    query_fanout f = {.members = loopback_members, .run = loopback_run, .arg = lb, .min_rows = 0};
     query_engine_set_fanout(coordinator, &f);
 }

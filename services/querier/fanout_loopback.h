@@ -23,13 +23,11 @@ typedef struct loopback_fanout {
     size_t n_peers;
     bool failing[LOOPBACK_MAX_PEERS];
     size_t offset;
-    bool by_series;            /* shares are parts of the series (query_fanout.by_series) */
     atomic_uint shares;        /* shares a peer merged */
     atomic_uint shares_failed; /* shares a failing peer refused */
     atomic_uint blocks_missing;
     int64_t last_start_ns[LOOPBACK_MAX_PEERS]; /* the range of each peer's last share */
     int64_t last_end_ns[LOOPBACK_MAX_PEERS];
-    series_part last_part[LOOPBACK_MAX_PEERS];
 } loopback_fanout;
 
 /* Makes coordinator fan out every merge (min_rows 0) to lb's peers. */

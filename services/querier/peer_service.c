@@ -73,7 +73,6 @@ static int share_from_request(const share_request_pb *r, const char *tenant, con
                            .query = r->query,
                            .start_ns = r->start_ns,
                            .end_ns = r->end_ns,
-                           .part = {r->series_parts, r->series_part},
                            .base = r->base_side,
                            .use_rollups = r->use_rollups,
                            .max_query_bytes = r->max_query_bytes,
@@ -82,9 +81,6 @@ static int share_from_request(const share_request_pb *r, const char *tenant, con
                            .n_blocks = r->n_blocks};
     if (share->end_ns < share->start_ns)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT, "end is before start");
-    if (r->series_parts > 1 && r->series_part >= r->series_parts)
-        return strata_error_set(err, STRATA_INVALID_ARGUMENT, "series part %u of %u",
-                                (unsigned)r->series_part, (unsigned)r->series_parts);
     return 0;
 }
 

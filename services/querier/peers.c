@@ -416,8 +416,6 @@ static int pack_share(const merge_share *share, strata_buffer *out, strata_error
     req.query = (char *)(uintptr_t)share->query;
     req.start_ns = share->start_ns;
     req.end_ns = share->end_ns;
-    req.series_parts = share->part.count;
-    req.series_part = share->part.index;
     req.base_side = share->base;
     req.use_rollups = share->use_rollups;
     req.max_query_bytes = share->max_query_bytes;

@@ -34,8 +34,7 @@
 #include "rpc/rpc.h"
 
 #define PEER_SERVICE "/strata.querier.v1.PeerService/"
-/* 2: shards of time, selected and de-duplicated by the peer; 3: and parts of the series */
-#define PEER_PROTOCOL 3
+#define PEER_PROTOCOL 2 /* 2: shards of time, selected and de-duplicated by the peer */
 
 typedef struct querier_peers querier_peers;
 

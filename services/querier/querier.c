@@ -104,10 +104,6 @@ const config_field querier_config_fields[] = {
      .kind = CONFIG_UINT64,
      .offset = offsetof(querier_config, fanout_min_rows),
      .default_text = "1000000"},
-    {.key = "fanout_shard_by",
-     .kind = CONFIG_STRING,
-     .offset = offsetof(querier_config, fanout_shard_by),
-     .default_text = "time"},
     {.key = "share_threads",
      .kind = CONFIG_INT64,
      .offset = offsetof(querier_config, share_threads),
@@ -349,21 +345,12 @@ static int create_peers(querier *q, metrics_registry *registry, strata_error *er
         return strata_error_wrap(err, "querier.peers");
     if (c->peers.count > 0) {
         query_fanout f = querier_peers_fanout(q->peers);
-        f.by_series = c->fanout_shard_by != NULL && strcmp(c->fanout_shard_by, "series") == 0;
         query_engine_set_fanout(q->engine, &f);
     }
     const char *delay = getenv("STRATA_TEST_SHARE_DELAY_MS");
     if (delay != NULL)
         q->share_delay_ns = strtoll(delay, NULL, 10) * STRATA_NS_PER_MS;
     return 0;
-}
-
-/* Frees a querier that failed before its index existed; returns -1. */
-static int free_unstarted(querier *q) {
-    limits_overrides_release(&q->config.overrides);
-    free(q->external_url);
-    free(q);
-    return -1;
 }
 
 int querier_new(const querier_config *config, bucket *store, metrics_registry *registry,
@@ -381,14 +368,10 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
     q->store = store;
     q->config.external_url = NULL; /* the caller's string; ours is below */
     if ((q->external_url = strdup(config->external_url != NULL ? config->external_url : "")) ==
-        NULL)
-        return strata_error_oom(err), free_unstarted(q);
-    if (config->fanout_shard_by != NULL && strcmp(config->fanout_shard_by, "time") != 0 &&
-        strcmp(config->fanout_shard_by, "series") != 0) {
-        strata_error_set(err, STRATA_INVALID_ARGUMENT,
-                         "querier.fanout_shard_by: \"%.64s\" is neither time nor series",
-                         config->fanout_shard_by);
-        return free_unstarted(q);
+        NULL) {
+        limits_overrides_release(&q->config.overrides);
+        free(q);
+        return strata_error_oom(err);
     }
     q->block_store = store;
     if (config->disk_cache_directory != NULL && config->disk_cache_directory[0] != '\0') {
@@ -397,7 +380,10 @@ int querier_new(const querier_config *config, bucket *store, metrics_registry *r
                                    .cacheable_suffix = "/" BLOCK_DATA_FILE};
         if (bucket_cache_open(store, &co, &q->disk_cache, err) != 0) {
             strata_error_wrap(err, "querier.disk_cache_directory");
-            return free_unstarted(q);
+            limits_overrides_release(&q->config.overrides);
+            free(q->external_url);
+            free(q);
+            return -1;
         }
         q->block_store = q->disk_cache;
     }

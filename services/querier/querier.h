@@ -66,7 +66,6 @@ typedef struct querier_config {
     int64_t peer_refresh_interval_ns;
     int64_t peer_timeout_ns;
     uint64_t fanout_min_rows; /* merges selecting fewer sample rows are not shared out */
-    char *fanout_shard_by;    /* "time" (default) or "series" */
     int64_t share_threads;    /* pool merging other queriers' shares (0: query_threads) */
     querier_peer_tls_config peer_tls;
     char *peer_bearer_token_file; /* sent to peers as "authorization: Bearer" */
