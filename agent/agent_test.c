@@ -756,6 +756,57 @@ static void test_process_read_again_at_exec_not_at_exit(void **state) {
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* An address outside the known mappings has the maps read again only when the sample is newer
+ * than the maps: ticks taken before the read (a forked shell's, before its exec into a compiler)
+ * cannot be in a mapping the read missed. Fake /proc root, process 112. */
+static void test_maps_read_again_only_for_newer_samples(void **state) {
+    (void)state;
+    char dir[] = "/tmp/strata-agent-proc-XXXXXX", pdir[128], exe[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(pdir, sizeof pdir, "%s/112", dir);
+    snprintf(exe, sizeof exe, "%s/exe", pdir);
+    assert_int_equal(mkdir(pdir, 0700), 0);
+    write_text(pdir, "stat",
+               "112 (cc1) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 12345 0 0 0 0 0 0 0\n");
+    write_text(pdir, "cgroup", "0::/user.slice\n");
+    write_text(pdir, "maps", "00400000-00452000 r-xp 00000000 08:01 1234 /usr/bin/cc1\n");
+    assert_int_equal(symlink("/usr/bin/cc1", exe), 0);
+    agent_aggregator a;
+    assert_int_equal(agent_aggregator_init(&a, dir, 0, NULL), 0);
+    /* taken before the process was read: its other address (bash's, say) is not looked for */
+    struct agent_sample *old = make_sample(112, 0x7f0000001000, 0);
+    old->time_ns = (uint64_t)strata_monotonic_ns();
+    assert_int_equal(agent_aggregator_add(&a, old, NULL), 0);
+    assert_int_equal(a.stats.maps_reloads, 0);
+    old->flags = AGENT_SAMPLE_OFF_LIST; /* nor for a walk flagged off the list */
+    assert_int_equal(agent_aggregator_add(&a, old, NULL), 0);
+    assert_int_equal(a.stats.maps_reloads, 0);
+    /* taken after: a library mapped since the read (a dlopen) is found by reading again */
+    write_text(pdir, "maps",
+               "00400000-00452000 r-xp 00000000 08:01 1234 /usr/bin/cc1\n"
+               "7f0000000000-7f0000002000 r-xp 00000000 08:01 99 /usr/lib/libplugin.so\n");
+    struct agent_sample *fresh = make_sample(112, 0x7f0000001000, 0);
+    fresh->time_ns = (uint64_t)strata_monotonic_ns() + 1;
+    assert_int_equal(agent_aggregator_add(&a, fresh, NULL), 0);
+    assert_int_equal(a.stats.maps_reloads, 1);
+    assert_int_equal(a.procs[0]->proc.n_mappings, 2);
+    /* and the older sample, again, still asks for nothing */
+    old->flags = 0;
+    assert_int_equal(agent_aggregator_add(&a, old, NULL), 0);
+    assert_int_equal(a.stats.maps_reloads, 1);
+    agent_aggregator_free(&a);
+    free(old);
+    free(fresh);
+    char path[512];
+    const char *names[] = {"exe", "stat", "cgroup", "maps"};
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", pdir, names[i]);
+        assert_int_equal(unlink(path), 0);
+    }
+    assert_int_equal(rmdir(pdir), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static void test_sample_labels(void **state) {
     (void)state;
     unsigned bits = 99;
@@ -1090,6 +1141,7 @@ int main(void) {
         cmocka_unit_test(test_demangle_as_cxxfilt),
         cmocka_unit_test(test_sample_labels),
         cmocka_unit_test(test_process_read_again_at_exec_not_at_exit),
+        cmocka_unit_test(test_maps_read_again_only_for_newer_samples),
         cmocka_unit_test(test_container_ids),
         cmocka_unit_test(test_maps_and_stat_parsing),
         cmocka_unit_test(test_cpu_list_and_durations),

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/array.h"
+#include "common/clock.h"
 
 #define DEFAULT_MAX_FRAMES ((size_t)2 << 20)
 
@@ -38,8 +39,10 @@ static void process_free(agent_process *p) {
 }
 
 /* Makes fresh (taken; empty when have is false) p's view of /proc. */
-static void set_proc(agent_aggregator *a, agent_process *p, agent_proc *fresh, bool have) {
+static void set_proc(agent_aggregator *a, agent_process *p, agent_proc *fresh, bool have,
+                     uint64_t read_ns) {
     agent_proc_free(&p->proc);
+    p->maps_read_ns = read_ns;
     p->proc = *fresh;
     p->have_proc = have;
     if (!have)
@@ -53,12 +56,13 @@ static void set_proc(agent_aggregator *a, agent_process *p, agent_proc *fresh, b
 /* Reads /proc for p; a process already gone keeps only its pid and comm. */
 static void snapshot(agent_aggregator *a, agent_process *p) {
     agent_proc fresh;
+    uint64_t read_ns = (uint64_t)strata_monotonic_ns();
     bool have = agent_proc_read(a->proc_root, p->pid, &fresh, NULL) == 0;
     if (!have) {
         agent_proc_free(&fresh);
         fresh.pid = p->pid;
     }
-    set_proc(a, p, &fresh, have);
+    set_proc(a, p, &fresh, have, read_ns);
 }
 
 /* BPF saw the process anew (an exec, or its last ticks after the exit hook): read it again, but
@@ -66,13 +70,14 @@ static void snapshot(agent_aggregator *a, agent_process *p) {
  * already released still reads, with no executable and no mappings. */
 static void resnapshot(agent_aggregator *a, agent_process *p) {
     agent_proc fresh;
+    uint64_t read_ns = (uint64_t)strata_monotonic_ns();
     if (agent_proc_read(a->proc_root, p->pid, &fresh, NULL) != 0 ||
         (p->have_proc && fresh.n_mappings == 0 &&
          (fresh.executable == NULL || fresh.executable[0] == '\0'))) {
         agent_proc_free(&fresh);
         return;
     }
-    set_proc(a, p, &fresh, true);
+    set_proc(a, p, &fresh, true, read_ns);
 }
 
 static agent_process *new_process(agent_aggregator *a, pid_t pid, strata_error *err) {
@@ -245,6 +250,7 @@ static uint64_t mappings_hash(const agent_proc *proc) {
 
 static void reload_maps(agent_aggregator *a, agent_process *p) {
     a->stats.maps_reloads++;
+    p->maps_read_ns = (uint64_t)strata_monotonic_ns();
     if (agent_proc_reload_maps(a->proc_root, &p->proc, NULL) == 0)
         notify_seen(a, p);
 }
@@ -258,7 +264,10 @@ static void reload_maps(agent_aggregator *a, agent_process *p) {
  * 100 ms later, the wait doubling while the maps are found unchanged, up to 10 s. */
 static void check_mappings(agent_aggregator *a, agent_process *p, const struct agent_sample *s,
                            const uint64_t *u, size_t nu) {
-    if (!p->have_proc)
+    /* maps read after the sample was taken already show every mapping it could have met: what
+     * they lack was unmapped since, or belonged to the image an exec replaced (a forked shell's
+     * ticks before it became the compiler), and reading them again finds nothing new */
+    if (!p->have_proc || s->time_ns <= p->maps_read_ns)
         return;
     if (s->flags & AGENT_SAMPLE_OFF_LIST) {
         if (s->time_ns < p->next_off_list_reload_ns)

@@ -72,6 +72,7 @@ typedef struct agent_process {
     label_set labels;
     uint64_t last_window;             /* window index of the latest sample */
     bool maps_reloaded;               /* in this window */
+    uint64_t maps_read_ns;            /* CLOCK_MONOTONIC when proc's mappings were last read */
     uint64_t next_off_list_reload_ns; /* AGENT_SAMPLE_OFF_LIST re-reads wait until then */
     uint64_t off_list_backoff_ns;
     /* This window's stacks. */

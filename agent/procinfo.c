@@ -262,6 +262,8 @@ static int push_mapping(agent_mapping **arr, size_t *n, size_t *cap, const agent
     return 0;
 }
 
+#define MAPS_READ_BUFFER (64 * 1024)
+
 static int read_maps(const char *proc_root, pid_t pid, agent_mapping **out, size_t *n_out,
                      strata_error *err) {
     char path[256];
@@ -269,6 +271,12 @@ static int read_maps(const char *proc_root, pid_t pid, agent_mapping **out, size
     FILE *f = fopen(path, "re");
     if (f == NULL)
         return strata_error_set(err, STRATA_NOT_FOUND, "%s: %s", path, strerror(errno));
+    /* /proc files report no size, so stdio would read 1 KiB per call (after an fstat): eight
+     * syscalls for a compiler's maps, read for every new process. The kernel fills a larger
+     * buffer in one call (glibc uses a size only with a buffer given). */
+    char *buffer = malloc(MAPS_READ_BUFFER);
+    if (buffer != NULL)
+        (void)setvbuf(f, buffer, _IOFBF, MAPS_READ_BUFFER);
     agent_mapping *arr = NULL;
     size_t n = 0, cap = 0;
     char line[4096 + 128];
@@ -289,6 +297,7 @@ static int read_maps(const char *proc_root, pid_t pid, agent_mapping **out, size
             free(m.path);
     }
     fclose(f);
+    free(buffer);
     if (rc != 0) {
         free_mappings(arr, n);
         return -1;
