@@ -708,23 +708,49 @@ static void write_text(const char *dir, const char *name, const char *text) {
     assert_int_equal(fclose(f), 0);
 }
 
+/* A fake /proc root with one process: pid's stat (named comm), cgroup, maps (one executable
+ * mapping of exe, inode 1234) and exe link, in fp->dir/pid. */
+typedef struct fake_proc {
+    char dir[64], pdir[128], exe[256];
+} fake_proc;
+
+static void fake_proc_create(fake_proc *fp, int pid, const char *comm, const char *exe) {
+    snprintf(fp->dir, sizeof fp->dir, "/tmp/strata-agent-proc-XXXXXX");
+    assert_non_null(mkdtemp(fp->dir));
+    snprintf(fp->pdir, sizeof fp->pdir, "%s/%d", fp->dir, pid);
+    snprintf(fp->exe, sizeof fp->exe, "%s/exe", fp->pdir);
+    assert_int_equal(mkdir(fp->pdir, 0700), 0);
+    char text[256];
+    snprintf(text, sizeof text,
+             "%d (%s) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 12345 0 0 0 0 0 0 0\n", pid, comm);
+    write_text(fp->pdir, "stat", text);
+    write_text(fp->pdir, "cgroup", "0::/user.slice\n");
+    snprintf(text, sizeof text, "00400000-00452000 r-xp 00000000 08:01 1234 %s\n", exe);
+    write_text(fp->pdir, "maps", text);
+    assert_int_equal(symlink(exe, fp->exe), 0);
+}
+
+static void fake_proc_remove(fake_proc *fp) {
+    char path[512];
+    const char *names[] = {"exe", "stat", "cgroup", "maps"};
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", fp->pdir, names[i]);
+        assert_int_equal(unlink(path), 0);
+    }
+    assert_int_equal(rmdir(fp->pdir), 0);
+    assert_int_equal(rmdir(fp->dir), 0);
+}
+
 /* A process seen anew (NEW_PROCESS: an exec, or its last ticks at exit) is read again: an exec
  * replaces what is known, an exiting process (no executable, no mappings left) does not. A fake
  * /proc root holds process 111. */
 static void test_process_read_again_at_exec_not_at_exit(void **state) {
     (void)state;
-    char dir[] = "/tmp/strata-agent-proc-XXXXXX", pdir[128], exe[256];
-    assert_non_null(mkdtemp(dir));
-    snprintf(pdir, sizeof pdir, "%s/111", dir);
-    snprintf(exe, sizeof exe, "%s/exe", pdir);
-    assert_int_equal(mkdir(pdir, 0700), 0);
-    write_text(pdir, "stat",
-               "111 (prog) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 12345 0 0 0 0 0 0 0\n");
-    write_text(pdir, "cgroup", "0::/user.slice\n");
-    write_text(pdir, "maps", "00400000-00452000 r-xp 00000000 08:01 1234 /usr/bin/prog-x\n");
-    assert_int_equal(symlink("/usr/bin/prog-x", exe), 0);
+    fake_proc fp;
+    fake_proc_create(&fp, 111, "prog", "/usr/bin/prog-x");
+    const char *pdir = fp.pdir, *exe = fp.exe;
     agent_aggregator a;
-    assert_int_equal(agent_aggregator_init(&a, dir, 0, NULL), 0);
+    assert_int_equal(agent_aggregator_init(&a, fp.dir, 0, NULL), 0);
     struct agent_sample *s = make_sample(111, 0x400100, 0);
     assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
     agent_process *p = a.procs[0];
@@ -746,14 +772,7 @@ static void test_process_read_again_at_exec_not_at_exit(void **state) {
     assert_int_equal(a.n_procs, 1);
     agent_aggregator_free(&a);
     free(s);
-    char path[512];
-    const char *names[] = {"exe", "stat", "cgroup", "maps"};
-    for (size_t i = 0; i < 4; i++) {
-        snprintf(path, sizeof path, "%s/%s", pdir, names[i]);
-        assert_int_equal(unlink(path), 0);
-    }
-    assert_int_equal(rmdir(pdir), 0);
-    assert_int_equal(rmdir(dir), 0);
+    fake_proc_remove(&fp);
 }
 
 /* An address outside the known mappings has the maps read again only when the sample is newer
@@ -761,18 +780,11 @@ static void test_process_read_again_at_exec_not_at_exit(void **state) {
  * cannot be in a mapping the read missed. Fake /proc root, process 112. */
 static void test_maps_read_again_only_for_newer_samples(void **state) {
     (void)state;
-    char dir[] = "/tmp/strata-agent-proc-XXXXXX", pdir[128], exe[256];
-    assert_non_null(mkdtemp(dir));
-    snprintf(pdir, sizeof pdir, "%s/112", dir);
-    snprintf(exe, sizeof exe, "%s/exe", pdir);
-    assert_int_equal(mkdir(pdir, 0700), 0);
-    write_text(pdir, "stat",
-               "112 (cc1) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 12345 0 0 0 0 0 0 0\n");
-    write_text(pdir, "cgroup", "0::/user.slice\n");
-    write_text(pdir, "maps", "00400000-00452000 r-xp 00000000 08:01 1234 /usr/bin/cc1\n");
-    assert_int_equal(symlink("/usr/bin/cc1", exe), 0);
+    fake_proc fp;
+    fake_proc_create(&fp, 112, "cc1", "/usr/bin/cc1");
+    const char *pdir = fp.pdir;
     agent_aggregator a;
-    assert_int_equal(agent_aggregator_init(&a, dir, 0, NULL), 0);
+    assert_int_equal(agent_aggregator_init(&a, fp.dir, 0, NULL), 0);
     /* taken before the process was read: its other address (bash's, say) is not looked for */
     struct agent_sample *old = make_sample(112, 0x7f0000001000, 0);
     old->time_ns = (uint64_t)strata_monotonic_ns();
@@ -797,14 +809,7 @@ static void test_maps_read_again_only_for_newer_samples(void **state) {
     agent_aggregator_free(&a);
     free(old);
     free(fresh);
-    char path[512];
-    const char *names[] = {"exe", "stat", "cgroup", "maps"};
-    for (size_t i = 0; i < 4; i++) {
-        snprintf(path, sizeof path, "%s/%s", pdir, names[i]);
-        assert_int_equal(unlink(path), 0);
-    }
-    assert_int_equal(rmdir(pdir), 0);
-    assert_int_equal(rmdir(dir), 0);
+    fake_proc_remove(&fp);
 }
 
 static void test_sample_labels(void **state) {
