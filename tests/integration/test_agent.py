@@ -460,16 +460,18 @@ class Verdicts:
     def __init__(self, prog, stacks):
         exe = prog.binary
         self.prog = prog
-        # no user frames (exec, exit), all in the dynamic loader (start-up), or a library's
-        # _init/_fini the loader runs at start-up and exit (crti's code there has no CFI: perf
-        # --call-graph dwarf stops there too)
+        # no user frames (exec, exit), all in the dynamic loader (start-up), the loader running
+        # a library's constructors before the program's _start (the outermost frame in the
+        # loader: _dl_start_user > _dl_init > call_init > ...), or a library's _init/_fini the
+        # loader runs at start-up and exit (crti's code there has no CFI: perf --call-graph dwarf
+        # stops there too)
         self.excluded = 0
         self.total = self.chain = self.start = self.good = 0
         self.outermost, self.chains, self.seen, self.leaves = {}, {}, {}, {}
         self.incomplete = {}
         self.follow_bad = {}
         for count, frames in stacks:
-            if (not frames or all(re.search(r"/ld-linux[^/]*\.so", f) for _, f in frames)
+            if (not frames or re.search(r"/ld-linux[^/]*\.so", frames[-1][1])
                     or (len(frames) <= 2 and frames[0][0] in ("_init", "_fini")
                         and frames[0][1] != exe)):
                 self.excluded += count
