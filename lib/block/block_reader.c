@@ -10,6 +10,7 @@
 #include <zstd.h>
 
 #include "common/array.h"
+#include "common/prefault.h"
 #include "common/varint.h"
 
 #define MAX_FOOTER_COLUMNS 64
@@ -175,6 +176,15 @@ int block_memory_fetch(void *ctx, uint64_t offset, uint64_t length, strata_buffe
 static int fetch_into(block_reader *r, uint64_t offset, uint64_t length, strata_buffer *out,
                       strata_error *err) {
     strata_buffer_reset(out);
+    /* A range inside the object is filled whole by the fetch: its pages are mapped at once (a
+     * fresh reader's first reads, the tail and read-ahead windows, are its largest and go into
+     * buffers never touched before). A range beyond the object (a damaged footer) fails in the
+     * fetch, with nothing reserved for it here. */
+    if (offset <= r->size && length <= r->size - offset) {
+        if (strata_buffer_reserve(out, (size_t)length) != 0)
+            return strata_error_oom(err);
+        strata_prefault_write(out->data, (size_t)length);
+    }
     if (r->fetch(r->ctx, offset, length, out, err) != 0)
         return strata_error_wrap(err, "block: reading %llu bytes at offset %llu",
                                  (unsigned long long)length, (unsigned long long)offset);
@@ -1630,6 +1640,12 @@ static int load_mappings(block_reader *r, strata_error *err) {
 
 static void drop_group_pages(block_reader *r, int table, uint64_t g);
 
+/* Maps the rows a group is about to fill in one call instead of a fault per page (the arrays are
+ * mapped from the kernel and untouched where no group was decoded yet; see common/prefault.h). */
+static void prefault_rows(void *array, size_t elem, uint64_t first, uint64_t rows) {
+    strata_prefault_write((char *)array + (size_t)first * elem, (size_t)rows * elem);
+}
+
 /* Functions, lines and locations, like the stack tree below, are decoded a row group at a time
  * on first use: a merge over blocks cut from one dictionary (block_merge.h) asks a block only for
  * the symbols no earlier block translated, and a querier reader only for those its matching
@@ -1643,6 +1659,8 @@ static int decode_function_group(block_reader *r, uint64_t g, strata_error *err)
     for (int i = 0; i < BLOCK_COL_FUNCTIONS_COUNT && rc == 0; i++)
         rc = load_page(r, BLOCK_TABLE_FUNCTIONS, i, g, &c[i], err);
     uint64_t first = t->groups[g].first_row, rows = t->groups[g].rows;
+    if (rc == 0)
+        prefault_rows(r->functions, sizeof *r->functions, first, rows);
     for (uint64_t i = 0; rc == 0 && i < rows; i++) {
         block_function *f = &r->functions[first + i];
         f->start_line = strata_u64_as_i64(c[BLOCK_COL_FUNCTIONS_START_LINE]->values[i]);
@@ -1669,6 +1687,8 @@ static int decode_line_group(block_reader *r, uint64_t g, strata_error *err) {
     if (rc == 0)
         rc = load_page(r, BLOCK_TABLE_LINES, BLOCK_COL_LINES_LINE, g, &line, err);
     uint64_t first = t->groups[g].first_row, rows = t->groups[g].rows;
+    if (rc == 0)
+        prefault_rows(r->lines, sizeof *r->lines, first, rows);
     for (uint64_t i = 0; rc == 0 && i < rows; i++) {
         if (function->values[i] >= r->n_functions) {
             rc = strata_error_set(err, STRATA_DATA_LOSS,
@@ -1694,6 +1714,8 @@ static int decode_location_group(block_reader *r, uint64_t g, strata_error *err)
     for (int i = 0; i < BLOCK_COL_LOCATIONS_COUNT && rc == 0; i++)
         rc = load_page(r, BLOCK_TABLE_LOCATIONS, i, g, &c[i], err);
     uint64_t first = t->groups[g].first_row, rows = t->groups[g].rows;
+    if (rc == 0)
+        prefault_rows(r->locations, sizeof *r->locations, first, rows);
     for (uint64_t i = 0; rc == 0 && i < rows; i++) {
         r_location *l = &r->locations[first + i];
         uint64_t mapping = c[BLOCK_COL_LOCATIONS_MAPPING]->values[i];
@@ -1815,6 +1837,10 @@ static int decode_stack_group(block_reader *r, uint64_t g, strata_error *err) {
     if (rc == 0)
         rc = load_page(r, BLOCK_TABLE_STACKS, BLOCK_COL_STACKS_LOCATION, g, &locations, err);
     uint64_t first = t->groups[g].first_row, rows = t->groups[g].rows;
+    if (rc == 0) {
+        prefault_rows(r->stack_parent, sizeof *r->stack_parent, first + 1, rows);
+        prefault_rows(r->stack_location, sizeof *r->stack_location, first + 1, rows);
+    }
     for (uint64_t i = 0; rc == 0 && i < rows; i++) {
         uint64_t id = first + i + 1, delta = parents->values[i];
         uint64_t location = locations->values[i];
@@ -1944,27 +1970,33 @@ static int load_dictionary_row(block_reader *r, strata_error *err) {
  * when increasing is set. */
 static int load_origin_column(block_reader *r, int table, int column, uint32_t limit,
                               bool increasing, uint32_t *out, size_t first, strata_error *err) {
-    uint64_t *c = NULL;
-    if (read_column(r, table, column, &c, err) != 0)
-        return -1;
-    size_t n = (size_t)r->tables[table].rows;
+    /* A page at a time, each dropped once copied: a fresh block holds some 800,000 stack origins,
+     * and decoding them all before copying cost a whole-column array of 64-bit values on top of
+     * the pages, every byte of it a fresh page fault (a third of a cold merge's CPU). */
+    r_table *t = &r->tables[table];
+    int col = t->column_of[column];
     uint64_t previous = 0;
-    int rc = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (c[i] == 0 || c[i] > limit || (increasing && c[i] <= previous)) {
-            rc = strata_error_set(err, STRATA_DATA_LOSS,
-                                  "block: table %s, row %zu: origin %llu is %s",
-                                  block_table_name(table), i, (unsigned long long)c[i],
-                                  c[i] == 0 || c[i] > limit ? "outside the dictionary"
-                                                            : "not above the previous one");
-            break;
+    for (uint64_t g = 0; g < t->n_groups; g++) {
+        const r_decoded *d;
+        if (load_page(r, table, column, g, &d, err) != 0)
+            return -1;
+        size_t row = (size_t)t->groups[g].first_row;
+        for (size_t i = 0; i < (size_t)t->groups[g].rows; i++) {
+            uint64_t v = d->values[i];
+            if (v == 0 || v > limit || (increasing && v <= previous)) {
+                strata_error_set(
+                    err, STRATA_DATA_LOSS, "block: table %s, row %zu: origin %llu is %s",
+                    block_table_name(table), row + i, (unsigned long long)v,
+                    v == 0 || v > limit ? "outside the dictionary" : "not above the previous one");
+                drop_pages(r, table);
+                return -1;
+            }
+            out[first + row + i] = (uint32_t)v;
+            previous = v;
         }
-        out[first + i] = (uint32_t)c[i];
-        previous = c[i];
+        drop_page(r, t, (size_t)g * (size_t)t->n_columns + (size_t)col);
     }
-    free(c);
-    drop_pages(r, table);
-    return rc;
+    return 0;
 }
 
 static int load_stack_origins(block_reader *r, strata_error *err) {
@@ -1973,6 +2005,10 @@ static int load_stack_origins(block_reader *r, strata_error *err) {
     r->stack_origin = malloc((n + 1) * sizeof *r->stack_origin);
     r->location_origin = malloc((nl + 1) * sizeof *r->location_origin);
     int rc = r->stack_origin == NULL || r->location_origin == NULL ? strata_error_oom(err) : 0;
+    if (rc == 0) { /* every row is written below */
+        strata_prefault_write(r->stack_origin, (n + 1) * sizeof *r->stack_origin);
+        strata_prefault_write(r->location_origin, (nl + 1) * sizeof *r->location_origin);
+    }
     if (rc == 0)
         rc = load_dictionary_row(r, err);
     drop_pages(r, BLOCK_TABLE_DICTIONARY);

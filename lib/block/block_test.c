@@ -1946,6 +1946,102 @@ static void test_detached_blocks_share_stack_origins(void **state) {
     strata_buffer_free(&plain);
 }
 
+/* Stacks i of [first, first + n): frames f<i % 10> > m<i / 10 % 10> > t<i / 100> > main, value 1
+ * (names: f0..f9, m0..m9, t0..t9). */
+static tsample *numbered_stacks(size_t first, size_t n, char names[][4]) {
+    tsample *s = calloc(n, sizeof *s);
+    assert_non_null(s);
+    for (size_t i = 0; i < n; i++) {
+        size_t k = first + i;
+        s[i].frames[0] = names[k % 10];
+        s[i].frames[1] = names[10 + k / 10 % 10];
+        s[i].frames[2] = names[20 + k / 100];
+        s[i].frames[3] = "main";
+        s[i].value = 1;
+    }
+    return s;
+}
+
+/* Origins are read a page at a time (block_reader.c, load_origin_column): with 256-byte pages
+ * the stack origins of blocks of some 600 stacks span several pages, and every origin still rises,
+ * names the same frames in both blocks where the stacks are shared, and reads the same from a
+ * second reader of the block. */
+static void test_stack_origins_over_many_pages(void **state) {
+    (void)state;
+    static char names[30][4];
+    for (int i = 0; i < 30; i++)
+        snprintf(names[i], sizeof names[i], "%c%d", "fmt"[i / 10], i % 10);
+    /* b: stacks 0..299 (as a's, whose names come first in both profiles: the fixture numbers
+     * locations by first use) and 600..899 */
+    tsample *a = numbered_stacks(0, 600, names), *b = numbered_stacks(0, 600, names);
+    tsample *later = numbered_stacks(600, 300, names);
+    memcpy(b + 300, later, 300 * sizeof *later);
+    free(later);
+    const detach_round rounds[2] = {{a, 600, 0, "api-1", 1000, 0}, {b, 600, 0, "api-1", 1010, 0}};
+    block_writer_options wo;
+    block_writer_options_default(&wo);
+    wo.page_size = 256;
+    strata_error err;
+    block_writer *w = block_writer_new(&wo, &err);
+    assert_non_null(w);
+    strata_buffer data[2];
+    block_memory_source src[3];
+    block_reader *r[3];
+    block_stack_origins o[3];
+    for (size_t k = 0; k < 2; k++) {
+        add_round(w, &rounds[k], 1);
+        block_writer *d = NULL;
+        assert_int_equal(block_writer_detach(w, &d, &err), 0);
+        finish_to(d, &data[k]);
+        block_writer_free(d);
+    }
+    for (size_t k = 0; k < 3; k++) {
+        const strata_buffer *bytes = &data[k < 2 ? k : 1];
+        src[k] = (block_memory_source){bytes->data, bytes->len};
+        assert_int_equal(
+            block_reader_open(block_memory_fetch, &src[k], bytes->len, NULL, &r[k], &err), 0);
+        assert_int_equal(block_reader_stack_origins(r[k], &o[k], &err), 0);
+        assert_non_null(o[k].origin);
+        assert_true(o[k].n_stacks > 600); /* more than two pages of one-byte deltas */
+        for (size_t s = 1; s <= o[k].n_stacks; s++) {
+            assert_true(o[k].origin[s] > o[k].origin[s - 1]);
+            assert_true(o[k].origin[s] <= o[k].dictionary_stacks);
+        }
+    }
+    assert_int_equal(o[2].n_stacks, o[1].n_stacks);
+    assert_memory_equal(o[2].origin, o[1].origin, (o[1].n_stacks + 1) * sizeof *o[1].origin);
+    assert_memory_equal(o[2].location_origin, o[1].location_origin,
+                        o[1].n_locations * sizeof *o[1].location_origin);
+    /* the stacks both blocks hold (0..299) have one origin each, with the same frames */
+    size_t shared = 0;
+    for (size_t i = 1; i <= o[0].n_stacks; i++) {
+        for (size_t j = 1; j <= o[1].n_stacks; j++) {
+            if (o[0].origin[i] != o[1].origin[j])
+                continue;
+            uint32_t pa, pb, ia, ib;
+            block_location la, lb;
+            block_function fa, fb;
+            assert_int_equal(block_reader_stack_node(r[0], (uint32_t)i, &pa, &ia, &err), 0);
+            assert_int_equal(block_reader_stack_node(r[1], (uint32_t)j, &pb, &ib, &err), 0);
+            assert_int_equal(block_reader_location(r[0], ia, &la, &err), 0);
+            assert_int_equal(block_reader_location(r[1], ib, &lb, &err), 0);
+            assert_int_equal(block_reader_function(r[0], la.lines[0].function_id, &fa, &err), 0);
+            assert_int_equal(block_reader_function(r[1], lb.lines[0].function_id, &fb, &err), 0);
+            assert_string_equal(fa.name, fb.name);
+            shared++;
+        }
+    }
+    /* the 300 shared leaves, their 30 parents (t0..t2 > m0..m9), t0..t2 and main */
+    assert_int_equal(shared, 300 + 30 + 3 + 1);
+    for (size_t k = 0; k < 3; k++)
+        block_reader_close(r[k]);
+    for (size_t k = 0; k < 2; k++)
+        strata_buffer_free(&data[k]);
+    block_writer_free(w);
+    free(a);
+    free(b);
+}
+
 /* ---- sample labels (format version 2) ------------------------------------------------------ */
 
 /* Gives pprof sample i the labels kv: key, value pairs (a NULL value makes a numeric label
@@ -2816,6 +2912,7 @@ int main(void) {
         cmocka_unit_test(test_rollup_build),
         cmocka_unit_test(test_detach_keeps_dictionary),
         cmocka_unit_test(test_detached_blocks_share_stack_origins),
+        cmocka_unit_test(test_stack_origins_over_many_pages),
         cmocka_unit_test(test_many_samples_sorted_and_summed),
         cmocka_unit_test(test_sample_labels_roundtrip),
         cmocka_unit_test(test_version1_block_readable_and_unchanged),
