@@ -62,7 +62,7 @@ typedef struct merge_source {
     /* A source cut from a shared dictionary translates its stacks and locations through it
      * (stack_map and location_map then stay NULL): origins give each row's dictionary id. */
     merge_dictionary *dict;
-    const uint32_t *stack_origin;    /* index = stack id */
+    block_stack_origins origins;     /* the reader's: stack id -> dictionary stack */
     const uint32_t *location_origin; /* index = location id; NULL once stacks_translated */
     bool stacks_translated;          /* every stack is in dict (translate_all_stacks) */
 } merge_source;
@@ -291,7 +291,8 @@ static int predict_memory(merge_state *m, strata_error *err) {
 /* Where a source stack's (id 1..n_stacks) output stack id is kept: its dictionary's entry or the
  * source's own. */
 static inline uint32_t *stack_slot(merge_source *s, uint32_t id) {
-    return s->dict != NULL ? &s->dict->stacks[s->stack_origin[id]] : &s->stack_map[id];
+    return s->dict != NULL ? &s->dict->stacks[block_stack_origin(&s->origins, id)]
+                           : &s->stack_map[id];
 }
 
 /* Where a source location's output location + 1 is kept. */
@@ -320,7 +321,7 @@ static int assign_dictionaries(merge_state *m, strata_error *err) {
             rc = source_error(s, err);
             break;
         }
-        if (origins[i].origin == NULL)
+        if (origins[i].chunks == NULL)
             continue;
         merge_dictionary *d = find_dictionary(m, origins[i].dictionary);
         if (d == NULL) {
@@ -337,10 +338,10 @@ static int assign_dictionaries(merge_state *m, strata_error *err) {
     for (size_t i = 0; rc == 0 && i < m->n_sources; i++) {
         merge_source *s = &m->sources[i];
         merge_dictionary *d =
-            origins[i].origin != NULL ? find_dictionary(m, origins[i].dictionary) : NULL;
+            origins[i].chunks != NULL ? find_dictionary(m, origins[i].dictionary) : NULL;
         if (d != NULL && d->sources >= 2 && d->source_stacks >= d->n_stacks) {
             s->dict = d;
-            s->stack_origin = origins[i].origin;
+            s->origins = origins[i];
             s->location_origin = origins[i].location_origin;
             m->stats->dictionary_sources++;
             continue;

@@ -1861,25 +1861,27 @@ static void test_detached_blocks_share_stack_origins(void **state) {
         assert_int_equal(
             block_reader_open(block_memory_fetch, &src[b], data[b].len, NULL, &r[b], &err), 0);
         assert_int_equal(block_reader_stack_origins(r[b], &o[b], &err), 0);
-        assert_non_null(o[b].origin);
+        assert_non_null(o[b].chunks);
         assert_int_equal(o[b].n_stacks, block_reader_row_count(r[b], BLOCK_TABLE_STACKS));
         assert_memory_equal(o[b].dictionary, o[0].dictionary, 16);
-        assert_int_equal(o[b].origin[0], 0);
+        assert_int_equal(block_stack_origin(&o[b], (uint32_t)(0)), 0);
         for (size_t s = 1; s <= o[b].n_stacks; s++) {
-            assert_true(o[b].origin[s] > o[b].origin[s - 1]);
-            assert_true(o[b].origin[s] <= o[b].dictionary_stacks);
+            assert_true(block_stack_origin(&o[b], (uint32_t)(s)) >
+                        block_stack_origin(&o[b], (uint32_t)(s - 1)));
+            assert_true(block_stack_origin(&o[b], (uint32_t)(s)) <= o[b].dictionary_stacks);
         }
     }
     assert_true(o[1].dictionary_stacks > o[0].dictionary_stacks); /* the dictionary grew */
     for (size_t s = 1; s <= o[3].n_stacks; s++)
-        assert_int_equal(o[3].origin[s], s); /* its own stacks */
+        assert_int_equal(block_stack_origin(&o[3], (uint32_t)(s)), s); /* its own stacks */
     /* equal origins, equal frames; and blocks 0 and 2 (the same profiles) share every stack */
     size_t shared = 0;
     for (size_t a = 0; a < 4; a++) {
         for (size_t b = a + 1; b < 4; b++) {
             for (size_t i = 1; i <= o[a].n_stacks; i++) {
                 for (size_t j = 1; j <= o[b].n_stacks; j++) {
-                    if (o[a].origin[i] != o[b].origin[j])
+                    if (block_stack_origin(&o[a], (uint32_t)(i)) !=
+                        block_stack_origin(&o[b], (uint32_t)(j)))
                         continue;
                     char x[512], y[512];
                     stack_frames(r[a], (uint32_t)i, x, sizeof x);
@@ -1940,7 +1942,7 @@ static void test_detached_blocks_share_stack_origins(void **state) {
     assert_int_equal(open_bytes(plain.data, plain.len, &pr, &err), 0);
     block_stack_origins po;
     assert_int_equal(block_reader_stack_origins(pr, &po, &err), 0);
-    assert_null(po.origin);
+    assert_null(po.chunks);
     assert_int_equal(block_reader_row_count(pr, BLOCK_TABLE_STACK_ORIGINS), 0);
     block_reader_close(pr);
     strata_buffer_free(&plain);
@@ -2001,22 +2003,26 @@ static void test_stack_origins_over_many_pages(void **state) {
         assert_int_equal(
             block_reader_open(block_memory_fetch, &src[k], bytes->len, NULL, &r[k], &err), 0);
         assert_int_equal(block_reader_stack_origins(r[k], &o[k], &err), 0);
-        assert_non_null(o[k].origin);
+        assert_non_null(o[k].chunks);
         assert_true(o[k].n_stacks > 600); /* more than two pages of one-byte deltas */
         for (size_t s = 1; s <= o[k].n_stacks; s++) {
-            assert_true(o[k].origin[s] > o[k].origin[s - 1]);
-            assert_true(o[k].origin[s] <= o[k].dictionary_stacks);
+            assert_true(block_stack_origin(&o[k], (uint32_t)(s)) >
+                        block_stack_origin(&o[k], (uint32_t)(s - 1)));
+            assert_true(block_stack_origin(&o[k], (uint32_t)(s)) <= o[k].dictionary_stacks);
         }
     }
     assert_int_equal(o[2].n_stacks, o[1].n_stacks);
-    assert_memory_equal(o[2].origin, o[1].origin, (o[1].n_stacks + 1) * sizeof *o[1].origin);
+    for (size_t s = 0; s <= o[1].n_stacks; s++)
+        assert_int_equal(block_stack_origin(&o[2], (uint32_t)s),
+                         block_stack_origin(&o[1], (uint32_t)s));
     assert_memory_equal(o[2].location_origin, o[1].location_origin,
                         o[1].n_locations * sizeof *o[1].location_origin);
     /* the stacks both blocks hold (0..299) have one origin each, with the same frames */
     size_t shared = 0;
     for (size_t i = 1; i <= o[0].n_stacks; i++) {
         for (size_t j = 1; j <= o[1].n_stacks; j++) {
-            if (o[0].origin[i] != o[1].origin[j])
+            if (block_stack_origin(&o[0], (uint32_t)(i)) !=
+                block_stack_origin(&o[1], (uint32_t)(j)))
                 continue;
             uint32_t pa, pb, ia, ib;
             block_location la, lb;
@@ -2040,6 +2046,96 @@ static void test_stack_origins_over_many_pages(void **state) {
     block_writer_free(w);
     free(a);
     free(b);
+}
+
+/* Stack origins are kept 16 bits from their chunk's first (block_reader.h); a chunk whose
+ * origins spread wider keeps them whole. A dictionary of 111,111 stacks (every path of five
+ * frames over ten names, under main), then a block holding one of its oldest stacks and stacks
+ * new to it: that block's first chunk spans more than 65,535 dictionary ids. */
+static void test_stack_origins_wide_chunks(void **state) {
+    (void)state;
+    static const char *const names[10] = {"n0", "n1", "n2", "n3", "n4",
+                                          "n5", "n6", "n7", "n8", "n9"};
+    size_t n = 100000;
+    tsample *all = calloc(n, sizeof *all);
+    assert_non_null(all);
+    for (size_t i = 0; i < n; i++) {
+        for (size_t d = 0, k = i; d < 5; d++, k /= 10)
+            all[i].frames[d] = names[k % 10];
+        all[i].frames[5] = "main";
+        all[i].value = 1;
+    }
+    /* the oldest path (n0 x 5), then new leaves under it and under n9 x 4 */
+    static const tsample later[] = {{{"n0", "n0", "n0", "n0", "n0", "main", NULL}, 5},
+                                    {{"new", "n0", "n0", "n0", "n0", "n0", "main", NULL}, 7},
+                                    {{"new", "n9", "n9", "n9", "n9", "n9", "main", NULL}, 11}};
+    const detach_round rounds[2] = {{all, n, 0, "api-1", 1000, 0}, {later, 3, 0, "api-1", 1010, 0}};
+    strata_error err;
+    block_writer *w = block_writer_new(NULL, &err);
+    assert_non_null(w);
+    strata_buffer data[2];
+    block_memory_source src[2];
+    block_reader *r[2];
+    block_stack_origins o[2];
+    for (size_t k = 0; k < 2; k++) {
+        add_round(w, &rounds[k], 1);
+        block_writer *d = NULL;
+        assert_int_equal(block_writer_detach(w, &d, &err), 0);
+        finish_to(d, &data[k]);
+        block_writer_free(d);
+        src[k] = (block_memory_source){data[k].data, data[k].len};
+        assert_int_equal(
+            block_reader_open(block_memory_fetch, &src[k], data[k].len, NULL, &r[k], &err), 0);
+        assert_int_equal(block_reader_stack_origins(r[k], &o[k], &err), 0);
+        assert_non_null(o[k].chunks);
+        assert_int_equal(block_stack_origin(&o[k], 0), 0);
+        for (size_t s = 1; s <= o[k].n_stacks; s++) {
+            assert_true(block_stack_origin(&o[k], (uint32_t)s) >
+                        block_stack_origin(&o[k], (uint32_t)(s - 1)));
+            assert_true(block_stack_origin(&o[k], (uint32_t)s) <= o[k].dictionary_stacks);
+        }
+    }
+    assert_int_equal(o[0].n_stacks, 111111);
+    for (size_t s = 0; s <= o[0].n_stacks; s++) /* the dictionary's own order: dense, narrow */
+        assert_int_equal(block_stack_origin(&o[0], (uint32_t)s), s);
+    assert_null(o[0].wide);
+    /* main, n0 x 5, n9 x 5 and the two new leaves: 13 stacks, whose origins run from 1 to past
+     * 111,111 in one chunk */
+    assert_int_equal(o[1].n_stacks, 13);
+    assert_non_null(o[1].wide);
+    assert_int_not_equal(o[1].chunks[0].wide, BLOCK_ORIGIN_NARROW);
+    assert_true(block_stack_origin(&o[1], 13) > 111111);
+    size_t shared = 0;
+    for (uint32_t j = 1; j <= o[1].n_stacks; j++) {
+        uint32_t origin = block_stack_origin(&o[1], j);
+        if (origin > o[0].n_stacks)
+            continue; /* new to the dictionary */
+        /* the same frames as the first block's stack with that origin (there, stack id = origin) */
+        uint32_t la[8], lb[8];
+        size_t da, db;
+        assert_int_equal(block_reader_stack(r[0], origin, la, 8, &da, &err), 0);
+        assert_int_equal(block_reader_stack(r[1], j, lb, 8, &db, &err), 0);
+        assert_int_equal(da, db);
+        for (size_t f = 0; f < da; f++) {
+            block_location a, b;
+            block_function fa, fb;
+            assert_int_equal(block_reader_location(r[0], la[f], &a, &err), 0);
+            assert_int_equal(block_reader_location(r[1], lb[f], &b, &err), 0);
+            assert_int_equal(block_reader_function(r[0], a.lines[0].function_id, &fa, &err), 0);
+            assert_int_equal(block_reader_function(r[1], b.lines[0].function_id, &fb, &err), 0);
+            assert_string_equal(fa.name, fb.name);
+        }
+        shared++;
+    }
+    /* main and n0 x 5; n9 is another location here (the fixture numbers locations by first use,
+     * and this profile uses n9 fourth), so its five stacks are new to the dictionary too */
+    assert_int_equal(shared, 6);
+    for (size_t k = 0; k < 2; k++) {
+        block_reader_close(r[k]);
+        strata_buffer_free(&data[k]);
+    }
+    block_writer_free(w);
+    free(all);
 }
 
 /* ---- sample labels (format version 2) ------------------------------------------------------ */
@@ -2913,6 +3009,7 @@ int main(void) {
         cmocka_unit_test(test_detach_keeps_dictionary),
         cmocka_unit_test(test_detached_blocks_share_stack_origins),
         cmocka_unit_test(test_stack_origins_over_many_pages),
+        cmocka_unit_test(test_stack_origins_wide_chunks),
         cmocka_unit_test(test_many_samples_sorted_and_summed),
         cmocka_unit_test(test_sample_labels_roundtrip),
         cmocka_unit_test(test_version1_block_readable_and_unchanged),

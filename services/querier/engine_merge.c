@@ -175,12 +175,12 @@ static void shared_sums_free(shared_tree *shared) {
  * fresh block, and the bits fit the cache where the nodes do not. */
 typedef struct stack_memo {
     uint32_t *node;
-    const uint32_t *origin;
+    const block_stack_origins *origins; /* NULL: slot = stack id */
     uint64_t *translated;
 } stack_memo;
 
 static inline uint32_t memo_slot(const stack_memo *sm, uint32_t stack) {
-    return sm->origin != NULL ? sm->origin[stack] : stack;
+    return sm->origins != NULL ? block_stack_origin(sm->origins, stack) : stack;
 }
 
 static inline bool memo_has(const stack_memo *sm, uint32_t slot) {
@@ -936,7 +936,7 @@ static int add_stack_sums(block_reader *r, const merge_query *q, calltree *tree,
  * clears them: no lock, no tree (relaxed atomic adds: workers may add to one stack at once, and
  * nothing reads the sums before every worker is done); the query adds them to the shared tree
  * once, at its end. */
-static void add_dictionary_sums(row_sums *sums, const uint32_t *origin,
+static void add_dictionary_sums(row_sums *sums, const block_stack_origins *origins,
                                 _Atomic uint64_t *const *chunks, merge_result *res) {
     summed_iter it = summed_begin(sums);
     for (uint32_t s; summed_next(&it, &s);) {
@@ -945,7 +945,7 @@ static void add_dictionary_sums(row_sums *sums, const uint32_t *origin,
             continue;
         sums->per_stack[s] = 0;
         res->total += value;
-        uint32_t id = origin[s];
+        uint32_t id = block_stack_origin(origins, s);
         atomic_fetch_add_explicit(&chunks[id >> SUMS_CHUNK_BITS][id & (SUMS_CHUNK - 1)],
                                   (uint64_t)value, memory_order_relaxed); /* wrapping */
     }
@@ -964,7 +964,7 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
     block_stack_origins origins;
     if (block_reader_stack_origins(r, &origins, err) != 0)
         return -1;
-    bool has_origins = origins.origin != NULL && origins.n_stacks + 1 == sums->n_stacks &&
+    bool has_origins = origins.chunks != NULL && origins.n_stacks + 1 == sums->n_stacks &&
                        origins.n_locations == block_reader_row_count(r, BLOCK_TABLE_LOCATIONS);
     dictionary_memo *dm = NULL;
     int rc = 0;
@@ -985,7 +985,7 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
             chunks = by_origin->chunks;
         if (rc == 0 && dm != NULL) {
             symbol_ids ids = {0};
-            stack_memo sm = {dm->node, origins.origin, dm->translated};
+            stack_memo sm = {dm->node, &origins, dm->translated};
             p->result.dictionary_blocks++;
             dm->frames->slot = origins.location_origin;
             dm->frames->ids = &ids;
@@ -1002,7 +1002,7 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
             calltree_memory_bytes(shared->tree) + shared->memos.bytes + shared->sums_bytes;
         pthread_mutex_unlock(&shared->mu);
         if (rc == 0 && dm != NULL && chunks != NULL)
-            add_dictionary_sums(sums, origins.origin, chunks, &p->result);
+            add_dictionary_sums(sums, &origins, chunks, &p->result);
         if (rc != 0 || dm != NULL)
             return rc;
     }
@@ -1033,7 +1033,7 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
         p->result.dictionary_blocks++;
         dm->frames->slot = origins.location_origin;
         dm->frames->ids = &ids;
-        stack_memo sm = {dm->node, origins.origin, dm->translated};
+        stack_memo sm = {dm->node, &origins, dm->translated};
         rc = add_stack_sums(r, q, p->tree, dm->frames, &p->plan, &sm, sums, &p->result, err);
         dm->frames->slot = NULL;
         dm->frames->ids = NULL;
