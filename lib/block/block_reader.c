@@ -275,17 +275,27 @@ void block_reader_drop_readahead(block_reader *r) {
 /* ---- varints ---------------------------------------------------------------------------- */
 
 /* The tight loop: n values of a numeric encoding, exactly consuming [p, end). */
+/* The next value of a numeric column's page; *prev is the running sum of a delta column. */
+static inline bool next_number(const uint8_t **p, const uint8_t *end, uint32_t encoding,
+                               uint64_t *prev, uint64_t *out) {
+    uint64_t v;
+    if (!strata_uvarint_next(p, end, &v))
+        return false;
+    if (encoding == BLOCK_ENC_SVARINT)
+        v = strata_zigzag_decode(v);
+    else if (encoding == BLOCK_ENC_DELTA)
+        v = *prev += strata_zigzag_decode(v);
+    *out = v;
+    return true;
+}
+
 static bool decode_numbers(const uint8_t *p, const uint8_t *end, uint32_t encoding, uint64_t n,
                            uint64_t *out, uint64_t *max_out) {
     uint64_t prev = 0, max = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t v;
-        if (!strata_uvarint_next(&p, end, &v))
+        if (!next_number(&p, end, encoding, &prev, &v))
             return false;
-        if (encoding == BLOCK_ENC_SVARINT)
-            v = strata_zigzag_decode(v);
-        else if (encoding == BLOCK_ENC_DELTA)
-            v = prev += strata_zigzag_decode(v);
         out[i] = v;
         max = v > max ? v : max;
     }
@@ -670,6 +680,19 @@ static int decode_page(const r_table *t, int table, int col, uint64_t g, const u
     return 0;
 }
 
+/* Fetches page g of schema column scol of a table, checks it and inflates it: its raw (encoded)
+ * bytes in *raw, valid until the reader's next fetch. */
+static int load_raw_page(block_reader *r, int table, int scol, uint64_t g, const uint8_t **raw,
+                         strata_error *err) {
+    r_table *t = &r->tables[table];
+    const r_page *pg = &t->pages[(size_t)g * (size_t)t->n_columns + (size_t)t->column_of[scol]];
+    if (fetch(r, pg->offset, pg->stored_len, table, err) != 0)
+        return -1;
+    if (r->options.verify_checksums && (uint32_t)crc32_z(0, r->io.data, r->io.len) != pg->crc)
+        return data_loss(err, table, scol, g, "checksum mismatch (the stored page is corrupt)");
+    return inflate_page(r, pg, table, scol, g, raw, err);
+}
+
 /* Loads (or finds cached) page g of schema column scol of a table. */
 static int load_page(block_reader *r, int table, int scol, uint64_t g, const r_decoded **out,
                      strata_error *err) {
@@ -680,18 +703,13 @@ static int load_page(block_reader *r, int table, int scol, uint64_t g, const r_d
         *out = t->decoded[cell];
         return 0;
     }
-    const r_page *pg = &t->pages[cell];
-    if (fetch(r, pg->offset, pg->stored_len, table, err) != 0)
-        return -1;
-    if (r->options.verify_checksums && (uint32_t)crc32_z(0, r->io.data, r->io.len) != pg->crc)
-        return data_loss(err, table, scol, g, "checksum mismatch (the stored page is corrupt)");
     const uint8_t *raw = NULL;
-    if (inflate_page(r, pg, table, scol, g, &raw, err) != 0)
+    if (load_raw_page(r, table, scol, g, &raw, err) != 0)
         return -1;
     r_decoded *d = calloc(1, sizeof *d);
     if (d == NULL)
         return strata_error_oom(err);
-    if (decode_page(t, table, scol, g, raw, pg->raw_len, d, err) != 0) {
+    if (decode_page(t, table, scol, g, raw, t->pages[cell].raw_len, d, err) != 0) {
         free(d->values);
         free(d->offsets);
         free(d->text);
@@ -1996,39 +2014,41 @@ static int put_stack_origin(block_reader *r, size_t id, uint32_t v) {
 }
 
 /* Reads an origin column into out[first + row] (locations), or into the compact stack origins
- * from id first on (out NULL), checking each against limit and, if increasing, the one before. A
- * page at a time, each dropped once read: a fresh block holds some 800,000 stack origins, and
- * decoding them all before copying cost a whole-column array of 64-bit values on top of the
- * pages, every byte of it a fresh page fault (a third of a cold merge's CPU). */
+ * from id first on (out NULL), checking each against limit and, if increasing, the one before.
+ * Straight from each page's varints: a fresh block holds some 800,000 stack origins, and decoding
+ * them into 64-bit values first, then copying, was a third of a cold merge's CPU (mostly page
+ * faults of the arrays in between). */
 static int load_origin_column(block_reader *r, int table, int column, uint32_t limit,
                               bool increasing, uint32_t *out, size_t first, strata_error *err) {
-    r_table *t = &r->tables[table];
+    const r_table *t = &r->tables[table];
     int col = t->column_of[column];
+    uint32_t encoding = t->encodings[col];
     uint64_t previous = 0;
     for (uint64_t g = 0; g < t->n_groups; g++) {
-        const r_decoded *d;
-        if (load_page(r, table, column, g, &d, err) != 0)
+        const uint8_t *raw;
+        if (load_raw_page(r, table, column, g, &raw, err) != 0)
             return -1;
+        const uint8_t *p = raw,
+                      *end = raw + t->pages[(size_t)g * (size_t)t->n_columns + (size_t)col].raw_len;
         size_t row = (size_t)t->groups[g].first_row;
+        uint64_t running = 0; /* a delta column's sum, per page */
         for (size_t i = 0; i < (size_t)t->groups[g].rows; i++) {
-            uint64_t v = d->values[i];
-            if (v == 0 || v > limit || (increasing && v <= previous)) {
-                strata_error_set(
+            uint64_t v;
+            if (!next_number(&p, end, encoding, &running, &v))
+                return data_loss(err, table, column, g, "malformed varints or wrong value count");
+            if (v == 0 || v > limit || (increasing && v <= previous))
+                return strata_error_set(
                     err, STRATA_DATA_LOSS, "block: table %s, row %zu: origin %llu is %s",
                     block_table_name(table), row + i, (unsigned long long)v,
                     v == 0 || v > limit ? "outside the dictionary" : "not above the previous one");
-                drop_pages(r, table);
-                return -1;
-            }
-            if (out != NULL) {
+            if (out != NULL)
                 out[first + row + i] = (uint32_t)v;
-            } else if (put_stack_origin(r, first + row + i, (uint32_t)v) != 0) {
-                drop_pages(r, table);
+            else if (put_stack_origin(r, first + row + i, (uint32_t)v) != 0)
                 return strata_error_oom(err);
-            }
             previous = v;
         }
-        drop_page(r, t, (size_t)g * (size_t)t->n_columns + (size_t)col);
+        if (p != end)
+            return data_loss(err, table, column, g, "malformed varints or wrong value count");
     }
     return 0;
 }
