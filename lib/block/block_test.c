@@ -1948,6 +1948,35 @@ static void test_detached_blocks_share_stack_origins(void **state) {
     strata_buffer_free(&plain);
 }
 
+/* Cuts one block per round from writer w (add_round, then detach) into data[k]. */
+static void detach_blocks(block_writer *w, const detach_round *rounds, size_t n,
+                          strata_buffer *data) {
+    strata_error err;
+    for (size_t k = 0; k < n; k++) {
+        add_round(w, &rounds[k], 1);
+        block_writer *d = NULL;
+        assert_int_equal(block_writer_detach(w, &d, &err), 0);
+        finish_to(d, &data[k]);
+        block_writer_free(d);
+    }
+}
+
+/* Opens a block with origins over src and checks them: the empty stack's is 0, each stack's
+ * above the one before and within the dictionary. */
+static void open_with_origins(const strata_buffer *data, block_memory_source *src, block_reader **r,
+                              block_stack_origins *o) {
+    strata_error err;
+    *src = (block_memory_source){data->data, data->len};
+    assert_int_equal(block_reader_open(block_memory_fetch, src, data->len, NULL, r, &err), 0);
+    assert_int_equal(block_reader_stack_origins(*r, o, &err), 0);
+    assert_non_null(o->chunks);
+    assert_int_equal(block_stack_origin(o, 0), 0);
+    for (size_t s = 1; s <= o->n_stacks; s++) {
+        assert_true(block_stack_origin(o, (uint32_t)s) > block_stack_origin(o, (uint32_t)(s - 1)));
+        assert_true(block_stack_origin(o, (uint32_t)s) <= o->dictionary_stacks);
+    }
+}
+
 /* Stacks i of [first, first + n): frames f<i % 10> > m<i / 10 % 10> > t<i / 100> > main, value 1
  * (names: f0..f9, m0..m9, t0..t9). */
 static tsample *numbered_stacks(size_t first, size_t n, char names[][4]) {
@@ -1990,26 +2019,10 @@ static void test_stack_origins_over_many_pages(void **state) {
     block_memory_source src[3];
     block_reader *r[3];
     block_stack_origins o[3];
-    for (size_t k = 0; k < 2; k++) {
-        add_round(w, &rounds[k], 1);
-        block_writer *d = NULL;
-        assert_int_equal(block_writer_detach(w, &d, &err), 0);
-        finish_to(d, &data[k]);
-        block_writer_free(d);
-    }
+    detach_blocks(w, rounds, 2, data);
     for (size_t k = 0; k < 3; k++) {
-        const strata_buffer *bytes = &data[k < 2 ? k : 1];
-        src[k] = (block_memory_source){bytes->data, bytes->len};
-        assert_int_equal(
-            block_reader_open(block_memory_fetch, &src[k], bytes->len, NULL, &r[k], &err), 0);
-        assert_int_equal(block_reader_stack_origins(r[k], &o[k], &err), 0);
-        assert_non_null(o[k].chunks);
+        open_with_origins(&data[k < 2 ? k : 1], &src[k], &r[k], &o[k]);
         assert_true(o[k].n_stacks > 600); /* more than two pages of one-byte deltas */
-        for (size_t s = 1; s <= o[k].n_stacks; s++) {
-            assert_true(block_stack_origin(&o[k], (uint32_t)(s)) >
-                        block_stack_origin(&o[k], (uint32_t)(s - 1)));
-            assert_true(block_stack_origin(&o[k], (uint32_t)(s)) <= o[k].dictionary_stacks);
-        }
     }
     assert_int_equal(o[2].n_stacks, o[1].n_stacks);
     for (size_t s = 0; s <= o[1].n_stacks; s++)
@@ -2077,24 +2090,9 @@ static void test_stack_origins_wide_chunks(void **state) {
     block_memory_source src[2];
     block_reader *r[2];
     block_stack_origins o[2];
-    for (size_t k = 0; k < 2; k++) {
-        add_round(w, &rounds[k], 1);
-        block_writer *d = NULL;
-        assert_int_equal(block_writer_detach(w, &d, &err), 0);
-        finish_to(d, &data[k]);
-        block_writer_free(d);
-        src[k] = (block_memory_source){data[k].data, data[k].len};
-        assert_int_equal(
-            block_reader_open(block_memory_fetch, &src[k], data[k].len, NULL, &r[k], &err), 0);
-        assert_int_equal(block_reader_stack_origins(r[k], &o[k], &err), 0);
-        assert_non_null(o[k].chunks);
-        assert_int_equal(block_stack_origin(&o[k], 0), 0);
-        for (size_t s = 1; s <= o[k].n_stacks; s++) {
-            assert_true(block_stack_origin(&o[k], (uint32_t)s) >
-                        block_stack_origin(&o[k], (uint32_t)(s - 1)));
-            assert_true(block_stack_origin(&o[k], (uint32_t)s) <= o[k].dictionary_stacks);
-        }
-    }
+    detach_blocks(w, rounds, 2, data);
+    for (size_t k = 0; k < 2; k++)
+        open_with_origins(&data[k], &src[k], &r[k], &o[k]);
     assert_int_equal(o[0].n_stacks, 111111);
     for (size_t s = 0; s <= o[0].n_stacks; s++) /* the dictionary's own order: dense, narrow */
         assert_int_equal(block_stack_origin(&o[0], (uint32_t)s), s);
