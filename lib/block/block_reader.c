@@ -54,6 +54,7 @@ typedef struct r_table {
 typedef struct r_series {
     label_set labels;
     profile_type type;
+    bool type_as_previous; /* the series before has the same type (series sort by type first) */
 } r_series;
 
 typedef struct r_posting {
@@ -827,6 +828,7 @@ static int build_series(block_reader *r, size_t i, uint64_t *const cols[BLOCK_CO
     if (s->type.name == NULL || s->type.sample_type == NULL || s->type.sample_unit == NULL ||
         s->type.period_type == NULL || s->type.period_unit == NULL)
         return strata_error_oom(err);
+    s->type_as_previous = i > 0 && profile_type_equal(&s->type, &r->series[i - 1].type);
     uint64_t first = cols[BLOCK_COL_SERIES_FIRST_LABEL][i];
     uint64_t count = cols[BLOCK_COL_SERIES_LABEL_COUNT][i];
     uint64_t n_labels = r->tables[BLOCK_TABLE_SERIES_LABELS].rows;
@@ -963,9 +965,14 @@ int block_reader_select(block_reader *r, const selector *sel, uint32_t **ids, si
     uint8_t *keep = malloc(r->n_series + 1);
     if (keep == NULL)
         return strata_error_oom(err);
-    for (size_t s = 0; s < r->n_series; s++)
-        keep[s] =
-            !sel->has_profile_type || profile_type_equal(&sel->profile_type, &r->series[s].type);
+    /* the type compared once per run of series of one type (five string compares a series were
+     * 7 % of a merge over 180 fresh blocks of 100 series) */
+    bool type_matches = !sel->has_profile_type;
+    for (size_t s = 0; s < r->n_series; s++) {
+        if (sel->has_profile_type && (s == 0 || !r->series[s].type_as_previous))
+            type_matches = profile_type_equal(&sel->profile_type, &r->series[s].type);
+        keep[s] = type_matches;
+    }
     for (size_t i = 0; i < sel->n_matchers; i++) {
         if (apply_matcher(r, &sel->matchers[i], keep, err) != 0) {
             free(keep);
