@@ -275,7 +275,6 @@ void block_reader_drop_readahead(block_reader *r) {
 
 /* ---- varints ---------------------------------------------------------------------------- */
 
-/* The tight loop: n values of a numeric encoding, exactly consuming [p, end). */
 /* The next value of a numeric column's page; *prev is the running sum of a delta column. */
 static inline bool next_number(const uint8_t **p, const uint8_t *end, uint32_t encoding,
                                uint64_t *prev, uint64_t *out) {
@@ -290,6 +289,7 @@ static inline bool next_number(const uint8_t **p, const uint8_t *end, uint32_t e
     return true;
 }
 
+/* The tight loop: n values of a numeric encoding, exactly consuming [p, end). */
 static bool decode_numbers(const uint8_t *p, const uint8_t *end, uint32_t encoding, uint64_t n,
                            uint64_t *out, uint64_t *max_out) {
     uint64_t prev = 0, max = 0;
@@ -1994,8 +1994,6 @@ static int load_dictionary_row(block_reader *r, strata_error *err) {
     return 0;
 }
 
-/* One origin column into out[first..first + rows): each in 1..limit, and strictly increasing
- * when increasing is set. */
 /* Stores stack origin v of stack id in the compact form (block_reader.h), ids in order from 0. */
 static int put_stack_origin(block_reader *r, size_t id, uint32_t v) {
     block_origin_chunk *c = &r->origin_chunks[id / BLOCK_ORIGIN_CHUNK];
