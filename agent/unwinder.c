@@ -75,12 +75,16 @@ struct agent_unwinder {
     uint64_t window;
     agent_unwinder_stats stats;
     struct agent_unwind_proc list; /* scratch: the list being built */
-    /* Blocks read back for walking stack copies, direct-mapped by their first row: the frames of
-     * one program fall in few blocks. Cleared whenever rows are written. */
+    /* Blocks read back for walking stack copies, any block in any slot, the least recently used
+     * replaced: the frames of one program fall in few blocks, and a walk over them all must not
+     * read any twice (mapped by their first row, two of a walk's blocks could share a slot and
+     * push each other out on every walk). Cleared whenever rows are written. */
     struct cached_block {
         uint32_t first_plus1;
+        uint64_t used; /* block_clock at its last use */
         struct agent_unwind_row rows[ROW_BLOCK];
     } block_cache[BLOCK_CACHE_SIZE];
+    uint64_t block_clock;
 };
 
 /* --- the row array's free space ------------------------------------------------------------ */
@@ -684,10 +688,18 @@ static const struct agent_unwind_row *read_block(agent_unwinder *u, const unwind
     uint32_t first = t->first_row + (uint32_t)(b * ROW_BLOCK);
     *n = t->n_rows - (uint32_t)(b * ROW_BLOCK) < ROW_BLOCK ? t->n_rows - (uint32_t)(b * ROW_BLOCK)
                                                            : ROW_BLOCK;
-    struct cached_block *c = &u->block_cache[(first / ROW_BLOCK) % BLOCK_CACHE_SIZE];
-    if (c->first_plus1 == first + 1)
-        return c->rows;
+    struct cached_block *c = &u->block_cache[0];
+    for (size_t i = 0; i < BLOCK_CACHE_SIZE; i++) { /* 64 compares: far less than a read */
+        struct cached_block *e = &u->block_cache[i];
+        if (e->first_plus1 == first + 1) {
+            e->used = ++u->block_clock;
+            return e->rows;
+        }
+        if (e->used < c->used) /* an empty slot's is 0 */
+            c = e;
+    }
     c->first_plus1 = 0;
+    c->used = ++u->block_clock;
     if (u->o.sink.read_rows(u->o.sink.ctx, first, *n, c->rows) != 0)
         return NULL;
     c->first_plus1 = first + 1;
