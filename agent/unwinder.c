@@ -681,7 +681,6 @@ static const struct agent_unwind_mapping *copy_mapping(const listed_process *lp,
     return NULL;
 }
 
-/* Row index, from the cache or the sink. */
 /* Block b of table t, from the cache or read back in one call; NULL if unreadable. */
 static const struct agent_unwind_row *read_block(agent_unwinder *u, const unwind_table *t, size_t b,
                                                  uint32_t *n) {
