@@ -812,6 +812,50 @@ static void test_maps_read_again_only_for_newer_samples(void **state) {
     fake_proc_remove(&fp);
 }
 
+/* A walk off the listed mappings re-reads the maps at once while each re-read finds them changed
+ * (the loader mapping one library after another); one that finds them unchanged starts a backoff
+ * of 100 ms. Fake /proc root, process 113. */
+static void test_off_list_backoff_starts_when_maps_settle(void **state) {
+    (void)state;
+    fake_proc fp;
+    fake_proc_create(&fp, 113, "prog", "/usr/bin/prog");
+    agent_aggregator a;
+    assert_int_equal(agent_aggregator_init(&a, fp.dir, 0, NULL), 0);
+    struct agent_sample *s = make_sample(113, 0x400100, 0);
+    s->time_ns = (uint64_t)strata_monotonic_ns();
+    assert_int_equal(agent_aggregator_add(&a, s, NULL), 0); /* read at its first sample */
+    assert_int_equal(a.stats.maps_reloads, 0);
+    s->flags = AGENT_SAMPLE_OFF_LIST;
+    static const char *const maps[] = {
+        "00400000-00452000 r-xp 00000000 08:01 1234 /usr/bin/prog\n"
+        "7f0000000000-7f0000002000 r-xp 00000000 08:01 97 /usr/lib/libc.so.6\n",
+        "00400000-00452000 r-xp 00000000 08:01 1234 /usr/bin/prog\n"
+        "7f0000000000-7f0000002000 r-xp 00000000 08:01 97 /usr/lib/libc.so.6\n"
+        "7f0000010000-7f0000012000 r-xp 00000000 08:01 98 /usr/lib/libstdc++.so.6\n"};
+    for (size_t i = 0; i < 2; i++) {
+        write_text(fp.pdir, "maps", maps[i]);
+        s->time_ns = (uint64_t)strata_monotonic_ns() + 1; /* each taken after the last read */
+        assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
+        assert_int_equal(a.stats.maps_reloads, i + 1); /* changed each time: no wait */
+        assert_int_equal(a.procs[0]->proc.n_mappings, i + 2);
+    }
+    s->time_ns = (uint64_t)strata_monotonic_ns() + 1;
+    assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
+    assert_int_equal(a.stats.maps_reloads, 3); /* read again, unchanged: the backoff starts */
+    s->time_ns += 50 * STRATA_NS_PER_MS;
+    assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
+    assert_int_equal(a.stats.maps_reloads, 3);
+    s->time_ns += 60 * STRATA_NS_PER_MS; /* 110 ms after the unchanged read */
+    assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
+    assert_int_equal(a.stats.maps_reloads, 4);
+    s->time_ns += 150 * STRATA_NS_PER_MS; /* unchanged again: now 200 ms */
+    assert_int_equal(agent_aggregator_add(&a, s, NULL), 0);
+    assert_int_equal(a.stats.maps_reloads, 4);
+    agent_aggregator_free(&a);
+    free(s);
+    fake_proc_remove(&fp);
+}
+
 static void test_sample_labels(void **state) {
     (void)state;
     unsigned bits = 99;
@@ -1147,6 +1191,7 @@ int main(void) {
         cmocka_unit_test(test_sample_labels),
         cmocka_unit_test(test_process_read_again_at_exec_not_at_exit),
         cmocka_unit_test(test_maps_read_again_only_for_newer_samples),
+        cmocka_unit_test(test_off_list_backoff_starts_when_maps_settle),
         cmocka_unit_test(test_container_ids),
         cmocka_unit_test(test_maps_and_stat_parsing),
         cmocka_unit_test(test_cpu_list_and_durations),

@@ -260,8 +260,10 @@ static void reload_maps(agent_aggregator *a, agent_process *p) {
 
 /* Re-reads maps once per window when a user address falls outside every known mapping. A CFI walk
  * that met a pc outside the listed mappings (AGENT_SAMPLE_OFF_LIST: a library mapped since, often
- * just after an exec while the loader is still at work) re-reads at once, then no sooner than
- * 100 ms later, the wait doubling while the maps are found unchanged, up to 10 s. */
+ * just after an exec while the loader is still at work) re-reads at once. While each re-read finds
+ * the maps changed (the loader mapping one library after another) the next such walk re-reads at
+ * once too; one that finds them unchanged (a garbage return address, JIT code) makes the next wait
+ * 100 ms, the wait doubling while they stay unchanged, up to 10 s. */
 static void check_mappings(agent_aggregator *a, agent_process *p, const struct agent_sample *s,
                            const uint64_t *u, size_t nu) {
     /* maps read after the sample was taken already show every mapping it could have met: what
@@ -274,10 +276,13 @@ static void check_mappings(agent_aggregator *a, agent_process *p, const struct a
             return;
         uint64_t before = mappings_hash(&p->proc);
         reload_maps(a, p);
-        bool changed = mappings_hash(&p->proc) != before;
-        p->off_list_backoff_ns = changed || p->off_list_backoff_ns == 0
-                                     ? OFF_LIST_BACKOFF_NS
-                                     : p->off_list_backoff_ns * 2;
+        if (mappings_hash(&p->proc) != before) {
+            p->off_list_backoff_ns = 0;
+            p->next_off_list_reload_ns = 0; /* samples taken before this read are skipped above */
+            return;
+        }
+        p->off_list_backoff_ns =
+            p->off_list_backoff_ns == 0 ? OFF_LIST_BACKOFF_NS : p->off_list_backoff_ns * 2;
         if (p->off_list_backoff_ns > OFF_LIST_BACKOFF_MAX_NS)
             p->off_list_backoff_ns = OFF_LIST_BACKOFF_MAX_NS;
         p->next_off_list_reload_ns = s->time_ns + p->off_list_backoff_ns;

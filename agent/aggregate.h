@@ -10,7 +10,8 @@
  *    checked against its start time, which catches pid reuse.
  *  - A user address outside every known executable mapping re-reads the process's maps once per
  *    window (a library loaded since), while the process is still alive; a CFI walk that left the
- *    listed mappings (AGENT_SAMPLE_OFF_LIST) re-reads at once, with a backoff. A record flagged
+ *    listed mappings (AGENT_SAMPLE_OFF_LIST) re-reads at once, with a backoff that starts when a
+ *    re-read finds the maps unchanged. A record flagged
  *    AGENT_SAMPLE_NEW_PROCESS for a pid already known (BPF saw an exec) re-reads the process.
  *  - A stack is the kernel frames then the user frames, leaf first, as the BPF program wrote
  *    them. Stacks are hashed; equal hashes are compared frame by frame, so distinct stacks are

@@ -588,9 +588,21 @@ static void fit_list(agent_unwinder *u, struct agent_unwind_mapping *all, uint32
     }
 }
 
-/* Keeps the list (taking used) and gives it to BPF. */
+/* Whether lp lists the same mappings as all[0..n) (where and how biased; not which rows). */
+static bool same_mappings(const listed_process *lp, const struct agent_unwind_mapping *all,
+                          size_t n) {
+    if (lp == NULL || lp->n_tables != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (lp->mappings[i].start != all[i].start || lp->mappings[i].end != all[i].end ||
+            lp->mappings[i].bias != all[i].bias)
+            return false;
+    return true;
+}
+
+/* Keeps the list (taking used) and gives it to BPF; wake_off_list: AGENT_UNWIND_WAKE_OFF_LIST. */
 static int list_process(agent_unwinder *u, uint32_t pid, const struct agent_unwind_mapping *all,
-                        uint32_t *used, size_t n, strata_error *err) {
+                        uint32_t *used, size_t n, bool wake_off_list, strata_error *err) {
     if (STRATA_ARRAY_RESERVE(u->procs, u->cap_procs, u->n_procs + 1) != 0)
         return strata_error_oom(err);
     listed_process *lp = &u->procs[u->n_procs];
@@ -603,6 +615,7 @@ static int list_process(agent_unwinder *u, uint32_t pid, const struct agent_unwi
     struct agent_unwind_proc *list = &u->list;
     memset(list, 0, sizeof *list);
     list->n_mappings = (uint32_t)n;
+    list->flags = wake_off_list ? AGENT_UNWIND_WAKE_OFF_LIST : 0;
     memcpy(list->mappings, all, n * sizeof *all);
     if (u->o.sink.write_process(u->o.sink.ctx, pid, list, err) != 0) {
         free(lp->mappings);
@@ -629,6 +642,7 @@ int agent_unwinder_add_process(agent_unwinder *u, const agent_proc *p, strata_er
         goto failed;
     fit_list(u, all, used, &n);
     listed_process *old = find_process(u, pid);
+    bool changing = !same_mappings(old, all, n);
     if (old != NULL)
         unlist(u, old);
     u->o.sink.decided(u->o.sink.ctx, pid);
@@ -639,7 +653,7 @@ int agent_unwinder_add_process(agent_unwinder *u, const agent_proc *p, strata_er
         free(used);
         return 0;
     }
-    if (list_process(u, pid, all, used, n, err) != 0)
+    if (list_process(u, pid, all, used, n, changing, err) != 0)
         goto failed;
     free(all);
     u->stats.processes_added++;

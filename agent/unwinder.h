@@ -29,6 +29,10 @@
  * steps as the BPF walker, once the process is listed, so a process's first samples are as whole
  * as the rest. Each add_process ends with `decided`, which stops the copies.
  *
+ * Changing mappings. A list that differs from the process's previous one (or is its first) asks
+ * BPF to wake user space at once when a walk leaves it (AGENT_UNWIND_WAKE_OFF_LIST): the loader
+ * may still be mapping libraries. A list found the same as before does not.
+ *
  * Where rows and lists go is a set of callbacks (the sampler's BPF maps in the agent, arrays in
  * the tests), so everything here runs without BPF. Not thread-safe: the agent's main loop is the
  * only user.

@@ -237,6 +237,48 @@ static void test_lists_this_process(void **state) {
     free(f.rows);
 }
 
+/* A first list, and every list that differs from the one before, asks BPF to wake user space when
+ * a walk leaves it (the loader may still be mapping libraries); a list found the same does not. */
+static void test_wakes_while_mappings_change(void **state) {
+    (void)state;
+    fake_maps f;
+    agent_unwinder *u = new_unwinder(&f, SINK_ROWS);
+    agent_proc p;
+    read_self(&p);
+    keep_only(&p, "libc.so"); /* the loader has mapped only libc so far */
+    strata_error err;
+    uint32_t pid = (uint32_t)getpid();
+    assert_int_equal(agent_unwinder_add_process(u, &p, &err), 1);
+    assert_int_equal(fake_find(&f, pid, false)->flags, AGENT_UNWIND_WAKE_OFF_LIST);
+    assert_int_equal(agent_unwinder_add_process(u, &p, &err), 1); /* re-read: the same */
+    assert_int_equal(fake_find(&f, pid, false)->flags, 0);
+    agent_proc all;
+    read_self(&all); /* now every library: changed */
+    all.pid = p.pid;
+    assert_true(agent_unwinder_add_process(u, &all, &err) >= 2);
+    const struct agent_unwind_proc *list = fake_find(&f, pid, false);
+    assert_int_equal(list->n_mappings, (uint32_t)all.n_mappings);
+    assert_int_equal(list->flags, AGENT_UNWIND_WAKE_OFF_LIST);
+    assert_true(agent_unwinder_add_process(u, &all, &err) >= 2);
+    assert_int_equal(fake_find(&f, pid, false)->flags, 0);
+    /* one library moved (unmapped and mapped elsewhere): changed again */
+    for (size_t i = 0; i < all.n_mappings; i++)
+        if (all.mappings[i].path != NULL && strstr(all.mappings[i].path, "libc.so") != NULL) {
+            all.mappings[i].start += 0x1000;
+            break;
+        }
+    assert_true(agent_unwinder_add_process(u, &all, &err) >= 1);
+    assert_int_equal(fake_find(&f, pid, false)->flags, AGENT_UNWIND_WAKE_OFF_LIST);
+    /* a process listed anew after it was removed is a first list */
+    agent_unwinder_remove_process(u, p.pid);
+    assert_true(agent_unwinder_add_process(u, &all, &err) >= 2);
+    assert_int_equal(fake_find(&f, pid, false)->flags, AGENT_UNWIND_WAKE_OFF_LIST);
+    agent_proc_free(&p);
+    agent_proc_free(&all);
+    agent_unwinder_free(u);
+    free(f.rows);
+}
+
 /* Two views of this process: one with only libc's mappings, one (under another pid) with only
  * this test binary's, and the rows of each file's table. */
 typedef struct two_processes {
@@ -507,6 +549,7 @@ static void test_walks_a_stack_copy_as_backtrace_does(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lists_this_process),
+        cmocka_unit_test(test_wakes_while_mappings_change),
         cmocka_unit_test(test_row_budget),
         cmocka_unit_test(test_table_longer_than_free_range),
         cmocka_unit_test(test_sink_failure),

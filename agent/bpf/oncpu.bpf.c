@@ -31,8 +31,9 @@ struct agent_sample_copy {
 static __always_inline void submit(void *record, const struct agent_sample *s,
                                    struct agent_counters *c) {
     __sync_fetch_and_add(&c->samples, 1);
-    bpf_ringbuf_submit(record, (s->flags & AGENT_SAMPLE_NEW_PROCESS) ? BPF_RB_FORCE_WAKEUP
-                                                                     : BPF_RB_NO_WAKEUP);
+    bpf_ringbuf_submit(record, (s->flags & (AGENT_SAMPLE_NEW_PROCESS | AGENT_SAMPLE_WAKE_UP))
+                                   ? BPF_RB_FORCE_WAKEUP
+                                   : BPF_RB_NO_WAKEUP);
 }
 
 struct {

@@ -48,6 +48,8 @@
 /* ... or a later one before user space decided: a struct agent_stack_copy follows the record */
 #define AGENT_SAMPLE_STACK_COPY 32u
 #define AGENT_SAMPLE_OFF_LIST 64u /* the CFI walk met a pc outside every listed mapping */
+/* ... and the list asked for a wake-up then (AGENT_UNWIND_WAKE_OFF_LIST): submitted at once */
+#define AGENT_SAMPLE_WAKE_UP 128u
 
 /* The off-CPU switch-out rate is a fraction of 2^32 (offcpu_threshold). */
 #define AGENT_OFF_CPU_SCALE 4294967296.0

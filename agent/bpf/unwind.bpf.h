@@ -12,7 +12,8 @@
  *   3. compute the CFA from the row, read the return address at CFA - 8 and the caller's rbp if
  *      the row says where it was saved, and continue with pc = return address, sp = CFA.
  * A pc outside every listed mapping flags the sample (AGENT_SAMPLE_OFF_LIST: the process has mapped
- * something since it was listed, and user space re-reads it). A pc in a mapping without a table,
+ * something since it was listed, and user space re-reads it; at once while the list asks for it,
+ * AGENT_UNWIND_WAKE_OFF_LIST). A pc in a mapping without a table,
  * or in a row that says "frame pointer", takes a frame-pointer step
  * (return address at [rbp + 8], caller's rbp at [rbp]). The walk ends at a row marking the
  * outermost frame (complete), a zero return address (complete), a failed read, a stack pointer
@@ -225,7 +226,8 @@ static __always_inline void note_unlisted(struct agent_sample *s, __u32 pid) {
  * s->ustack and s->ustack_bytes and returns true; false leaves s alone (no tables: the caller
  * uses bpf_get_stack). */
 static __always_inline bool unwind_user_stack(struct agent_sample *s, __u32 pid) {
-    if (bpf_map_lookup_elem(&unwind_procs, &pid) == NULL) {
+    const struct agent_unwind_proc *proc = bpf_map_lookup_elem(&unwind_procs, &pid);
+    if (proc == NULL) {
         note_unlisted(s, pid);
         return false;
     }
@@ -259,7 +261,8 @@ static __always_inline bool unwind_user_stack(struct agent_sample *s, __u32 pid)
     if (st->complete)
         s->flags |= AGENT_SAMPLE_COMPLETE;
     if (st->off_list)
-        s->flags |= AGENT_SAMPLE_OFF_LIST;
+        s->flags |= AGENT_SAMPLE_OFF_LIST |
+                    ((proc->flags & AGENT_UNWIND_WAKE_OFF_LIST) ? AGENT_SAMPLE_WAKE_UP : 0);
     return true;
 }
 

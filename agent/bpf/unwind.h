@@ -76,9 +76,17 @@ struct agent_unwind_mapping {
     __u32 n_rows;
 };
 
+/* agent_unwind_proc.flags: a walk that meets a pc outside the list wakes user space at once
+ * (AGENT_SAMPLE_WAKE_UP) instead of waiting for its next poll. Set while the process's executable
+ * mappings are changing (its first list, often taken while the dynamic loader is still mapping
+ * libraries, and every list that differs from the one before); a list that a re-read found
+ * unchanged clears it, so a process whose walks keep going off the list for another reason (a
+ * garbage return address, JIT code mapped later) costs one wake-up per change, not per sample. */
+#define AGENT_UNWIND_WAKE_OFF_LIST 1u
+
 struct agent_unwind_proc {
     __u32 n_mappings;
-    __u32 reserved;
+    __u32 flags;
     struct agent_unwind_mapping mappings[AGENT_UNWIND_MAX_MAPPINGS];
 };
 
