@@ -320,6 +320,8 @@ int block_writer_detach(block_writer *w, block_writer **block, strata_error *err
     d->dictionary = w->dictionary;
     d->dictionary_stacks = (uint32_t)w->n_stacks;
     d->dictionary_locations = (uint32_t)w->n_locations;
+    d->locations_at_last_cut = w->locations_at_last_cut;
+    w->locations_at_last_cut = (uint32_t)w->n_locations;
     w->n_profiles = 0;
     w->n_samples = 0;
     w->samples_labelled = false;

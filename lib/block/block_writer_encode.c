@@ -557,7 +557,11 @@ static int encode_block(block_writer *w, const block_order *o, strata_buffer *da
 
 /* Renumbers a detached block's locations by (mapping, address) and its functions by first use in
  * that order, so that the DELTA-encoded address and function columns hold small steps (fresh
- * agent blocks about 16% smaller than in first-seen order; block-format.md 6.4). A detached
+ * agent blocks about 16% smaller than in first-seen order; block-format.md 6.4). The locations
+ * new to the dictionary since the previous cut come after the others (each part in that order):
+ * a querier merging consecutive fresh blocks translates, of each, only what the blocks before it
+ * did not hold, and reads symbols a row group at a time, so what is new must share few groups
+ * (spread by address over every group, it had each reader decode all of its symbols). A detached
  * writer only finishes, so nothing else holds these ids; it runs here, in the ingester's flush
  * thread, not in block_writer_detach under the ingester's lock. Out of memory, the order is kept:
  * the block is the same, only larger. */
@@ -579,13 +583,19 @@ static void renumber_symbols_by_address(block_writer *w) {
         free(functions);
         return;
     }
-    /* by (mapping, address, id): stable sorts by the address, then by the mapping */
+    /* by (new, mapping, address, id): stable sorts by the address, by the mapping, then by
+     * whether the location is new since the previous cut */
     for (size_t i = 0; i < n; i++)
         keys[i] = (strata_sort_record){w->locations[i].address, i};
     strata_radix_sort(keys, keys + n, n);
     for (size_t k = 0; k < n; k++)
         keys[k].key = w->locations[keys[k].payload].mapping;
     strata_radix_sort(keys, keys + n, n);
+    if (w->location_origins != NULL && w->locations_at_last_cut > 0) {
+        for (size_t k = 0; k < n; k++)
+            keys[k].key = w->location_origins[keys[k].payload] > w->locations_at_last_cut;
+        strata_radix_sort(keys, keys + n, n);
+    }
     memset(new_function, 0xff, nf * sizeof *new_function);
     uint32_t n_functions = 0;
     size_t n_lines = 0;

@@ -240,8 +240,11 @@ struct block_writer {
     ulid dictionary;
     uint32_t dictionary_stacks;    /* a detached block: the dictionary's stack count at the cut */
     uint32_t dictionary_locations; /* and its location count */
-    uint32_t *stack_origins;       /* a detached block: per stack row, the dictionary's stack id */
-    uint32_t *location_origins;    /* and per location row, the dictionary's location id + 1 */
+    /* The dictionary's location count at the previous cut: kept by the long-lived writer, handed
+     * to the detached block, whose locations above it (new since that cut) go last. */
+    uint32_t locations_at_last_cut;
+    uint32_t *stack_origins;    /* a detached block: per stack row, the dictionary's stack id */
+    uint32_t *location_origins; /* and per location row, the dictionary's location id + 1 */
 
     /* ---- long-lived until the block is cut: profiles and samples ----------------------------- */
     w_profile *profiles;
