@@ -4,6 +4,7 @@ binary as a subprocess, Python gRPC stubs generated from proto/, and independent
 Tests run under /usr/bin/python3 (Debian's grpcio). Paths come from the environment that ctest
 sets: STRATA_BINARY, STRATA_SOURCE_DIR, STRATA_PYTHON_STUBS (a directory to generate stubs into).
 """
+import fcntl
 import gzip
 import os
 import shutil
@@ -35,8 +36,20 @@ def load_stubs():
     """Generates the Python stubs (again when a .proto changed) and puts them on sys.path."""
     out = os.environ.get("STRATA_PYTHON_STUBS") or os.path.join(tempfile.gettempdir(), "strata-stubs")
     marker = os.path.join(out, "parca", "profilestore", "v1alpha1", "profilestore_pb2_grpc.py")
-    if stubs_stale(marker):
-        subprocess.run([os.path.join(SOURCE_DIR, "tests", "python", "gen_stubs.sh"), out], check=True)
+    # ctest runs tests in parallel: under a lock one of them generates while the others wait, so
+    # none imports a module another is still writing (a CI run's test failed on a stub module
+    # without its classes yet).
+    lock_path = os.path.abspath(out) + ".lock"
+    os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+    try:
+        lock = open(lock_path, "a")
+    except PermissionError:  # made by a test run as root: a lock can be taken reading it too
+        lock = open(lock_path)
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stubs_stale(marker):
+            subprocess.run([os.path.join(SOURCE_DIR, "tests", "python", "gen_stubs.sh"), out],
+                           check=True)
     if out not in sys.path:
         sys.path.insert(0, out)
 
