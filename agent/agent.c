@@ -190,8 +190,8 @@ static int register_unwind_metrics(agent *a, strata_error *err) {
              counter(a, "strata_agent_unwind_tables_refused_total",
                      "Unwind tables that did not fit in -unwind-table-rows.", err)) == NULL ||
         (m->unwind_copies = counter(a, "strata_agent_unwind_stack_copies_total",
-                                    "Ticks of processes not listed yet, walked from a copy of "
-                                    "their stack in user space.",
+                                    "Ticks walked from a copy of their stack in user space (a "
+                                    "process not listed yet, a library mapped since).",
                                     err)) == NULL ||
         (m->unwind_copies_complete =
              counter(a, "strata_agent_unwind_stack_copies_complete_total",
@@ -482,21 +482,26 @@ static int publish_python(void *ctx, uint32_t pid, const struct agent_py_proc *i
     return a->sampler != NULL ? agent_sampler_set_python(a->sampler, pid, info) : -1;
 }
 
-/* Repairs a sample's user frames: a process's ticks before it was listed came with a stack copy,
- * walked now with its tables (the process was listed by this very add); a frame-pointer walk gets
- * its frameless leaf's caller back. */
+/* Repairs a sample's user frames: a stack copy (a process's ticks before it was listed, or a
+ * CFI walk that left a fresh list: unwind.h) is walked now with the tables listed since, by this
+ * very add; a frame-pointer walk gets its frameless leaf's caller back. */
 static bool fix_stack(void *ctx, const agent_proc *proc, const struct agent_sample *s, uint64_t *u,
                       size_t *n, size_t cap) {
     agent *a = ctx;
     if (a->stack_copy != NULL && a->unwinder != NULL) {
+        uint64_t walked_frames[AGENT_MAX_FRAMES];
         bool complete;
         size_t walked =
-            agent_unwinder_walk_copy(a->unwinder, s->pid, a->stack_copy, u,
+            agent_unwinder_walk_copy(a->unwinder, s->pid, a->stack_copy, walked_frames,
                                      cap < AGENT_MAX_FRAMES ? cap : AGENT_MAX_FRAMES, &complete);
-        if (walked > 0) {
+        a->copies_walked += walked > 0;
+        a->copies_complete += walked > 0 && complete;
+        /* the copy holds the top 16 KiB of the stack: a deeper walk BPF made stands unless the
+         * copy's reached the outermost frame or went further */
+        bool better = walked > 0 && (complete || !(s->flags & AGENT_SAMPLE_DWARF) || walked > *n);
+        if (better) {
+            memcpy(u, walked_frames, walked * sizeof *u);
             *n = walked;
-            a->copies_walked++;
-            a->copies_complete += complete;
             return true;
         }
     }

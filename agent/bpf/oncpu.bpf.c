@@ -41,6 +41,34 @@ struct {
     __uint(max_entries, 512 * 1024); /* resized by the loader before load */
 } samples SEC(".maps");
 
+/* Where a sample that went off its process's fresh list is given its stack copy (one per CPU: a
+ * record this size does not fit the BPF stack). */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct agent_sample_copy);
+} copy_scratch SEC(".maps");
+
+/* A walk that left the list of a process listed or changed since its mappings last settled
+ * (AGENT_SAMPLE_WAKE_UP: the loader is likely still mapping libraries) is resubmitted with a copy
+ * of the stack, so that user space walks it again once it has listed the new mappings instead of
+ * keeping the stack cut short; true when it was, and s is then discarded. Only such walks pay for
+ * the copy: they end as soon as the agent has re-read the process. */
+static __always_inline bool submit_with_copy(struct agent_sample *s, struct agent_counters *c) {
+    __u32 zero = 0;
+    struct agent_sample_copy *r = bpf_map_lookup_elem(&copy_scratch, &zero);
+    if (r == NULL || bpf_probe_read_kernel(&r->s, sizeof r->s, s) != 0)
+        return false;
+    r->s.flags |= AGENT_SAMPLE_STACK_COPY;
+    copy_user_stack(&r->copy);
+    if (bpf_ringbuf_output(&samples, r, sizeof *r, BPF_RB_FORCE_WAKEUP) != 0)
+        return false; /* the ring has no room for it: the sample goes as it is */
+    __sync_fetch_and_add(&c->samples, 1);
+    bpf_ringbuf_discard(s, 0);
+    return true;
+}
+
 SEC("perf_event")
 int oncpu_sample(struct bpf_perf_event_data *ctx) {
     __u64 id = bpf_get_current_pid_tgid();
@@ -76,6 +104,8 @@ int oncpu_sample(struct bpf_perf_event_data *ctx) {
     }
     fill_sample(ctx, s, pid, tid, c);
     s->flags &= ~AGENT_SAMPLE_STACK_COPY; /* no room for one in this record */
+    if ((s->flags & AGENT_SAMPLE_WAKE_UP) && submit_with_copy(s, c))
+        return 0;
     submit(s, s, c);
     return 0;
 }

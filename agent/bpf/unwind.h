@@ -77,11 +77,13 @@ struct agent_unwind_mapping {
 };
 
 /* agent_unwind_proc.flags: a walk that meets a pc outside the list wakes user space at once
- * (AGENT_SAMPLE_WAKE_UP) instead of waiting for its next poll. Set while the process's executable
- * mappings are changing (its first list, often taken while the dynamic loader is still mapping
- * libraries, and every list that differs from the one before); a list that a re-read found
- * unchanged clears it, so a process whose walks keep going off the list for another reason (a
- * garbage return address, JIT code mapped later) costs one wake-up per change, not per sample. */
+ * (AGENT_SAMPLE_WAKE_UP) instead of waiting for its next poll, and its on-CPU sample carries a
+ * copy of the stack (AGENT_SAMPLE_STACK_COPY), walked again once the process is listed anew. Set
+ * while the process's executable mappings are changing (its first list, often taken while the
+ * dynamic loader is still mapping libraries, and every list that differs from the one before); a
+ * list that a re-read found unchanged clears it, so a process whose walks keep going off the list
+ * for another reason (a garbage return address, JIT code mapped later) costs one wake-up and one
+ * copy per change, not per sample. */
 #define AGENT_UNWIND_WAKE_OFF_LIST 1u
 
 struct agent_unwind_proc {

@@ -34,6 +34,10 @@ under perf record --call-graph dwarf (the reference), for the .eh_frame unwinder
 Of each program's samples, at least 99% must hold the whole chain to main and end at _start, no
 fewer than perf's share less one point, and the agent's hottest chain must be one of perf's top 5.
 
+AgentLateLibraryTest runs nofp_dlopen (no frame pointers), which dlopen()s libnofp_late.so after
+the agent has listed it, with the agent stopped for 0.4 s meanwhile: the samples taken before the
+agent lists the library again must still reach main (BPF sends them with a copy of the stack).
+
 AgentKubernetesTest puts cchain in a kubepods-style cgroup named after a container of a pod that a
 fake API server (tests/kubernetes) lists for the agent's node, and checks its namespace, pod and
 container labels.
@@ -687,6 +691,72 @@ def profile_type(p):
     st = p.sample_type[0]
     return (f"{p.string_table[st.type]}/{p.string_table[st.unit]} "
             f"{p.string_table[p.period_type.type]}/{p.string_table[p.period_type.unit]}")
+
+
+@unittest.skipUnless(can_run_bpf(), "needs root, /sys/kernel/btf/vmlinux and the agent binary")
+class AgentLateLibraryTest(unittest.TestCase):
+    """A library mapped after the agent listed the process, while the agent is too busy to list
+    it again at once (stopped here for 0.4 s, as a loaded machine can hold it): nofp_dlopen, no
+    frame pointers, is listed during its first 0.3 s, then dlopen()s libnofp_late.so and runs
+    main -> late_outer -> late_middle -> late_inner for 1 s. The walks that meet the library
+    before the agent lists it again leave the list; BPF sends them with a copy of the stack,
+    which the agent walks once it has listed the library. Without that, the 0.4 s of samples
+    taken meanwhile end at the library (a CI run lost 16 of a Rust program's 1,011 samples so,
+    at start-up, while the loader was mapping libc). At least 98% of the samples must reach main
+    and _start, and the library's samples must have the whole chain."""
+
+    def test_samples_taken_before_the_library_is_listed(self):
+        work = lib.make_workdir("agent-late")
+        try:
+            library = os.path.join(work, "libnofp_late.so")
+            binary = os.path.join(work, "nofp_dlopen")
+            subprocess.run(["gcc", "-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC", "-o",
+                            library, os.path.join(SRC, "nofp_late_lib.c")], check=True)
+            subprocess.run(["gcc", "-O2", "-g", "-fomit-frame-pointer", "-o", binary,
+                            os.path.join(SRC, "nofp_dlopen.c"), "-ldl"], check=True)
+            prog = DwarfProgram("nofp_dlopen", None, [
+                ["late_inner", "late_middle", "late_outer", "main"],
+                ["cpu_now", "early_spin", "main"], ["cpu_now", "main"], ["early_spin", "main"]],
+                {"late_inner": 0.3})
+            prog.binary = binary
+            server, sink, port = tl.start_sink()
+            agent = Agent(work, port, "-sampling-frequency", "99")
+            proc = subprocess.Popen([binary, library, "1"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE)
+            stopped = False
+            try:
+                self.assertEqual(proc.stdout.readline(), b"ready\n")
+                os.kill(agent.proc.pid, signal.SIGSTOP)
+                stopped = True
+                proc.stdin.write(b"go\n")
+                proc.stdin.flush()
+                time.sleep(0.4)
+                os.kill(agent.proc.pid, signal.SIGCONT)
+                stopped = False
+                self.assertEqual(proc.wait(timeout=60), 0)
+            finally:
+                if stopped:
+                    os.kill(agent.proc.pid, signal.SIGCONT)
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                proc.stdin.close()
+                proc.stdout.close()
+                metrics = agent.metrics()
+                rc = agent.stop()
+                server.stop(0)
+            self.assertEqual(rc, 0, agent.logs())
+            series = [prof for labels, prof in sink.series()
+                      if labels.get("pid") == str(proc.pid)]
+            verdicts = Verdicts(prog, agent_user_stacks(series))
+            detail = verdicts.report("agent") + "\n" + "\n".join(
+                line for line in metrics.splitlines() if "stack_copies" in line)
+            late = verdicts.leaves.get("late_inner", 0)
+            self.assertGreaterEqual(late, 30, f"samples in late_inner{detail}")
+            self.assertGreaterEqual(verdicts.fraction(verdicts.good), 0.98,
+                                    f"samples with the whole chain to main and _start{detail}")
+        finally:
+            lib.remove_workdir(work)
 
 
 @unittest.skipUnless(can_run_bpf(), "needs root, /sys/kernel/btf/vmlinux and the agent binary")
