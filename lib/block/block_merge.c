@@ -321,7 +321,7 @@ static int assign_dictionaries(merge_state *m, strata_error *err) {
             rc = source_error(s, err);
             break;
         }
-        if (origins[i].chunks == NULL)
+        if (origins[i].stacks == NULL)
             continue;
         merge_dictionary *d = find_dictionary(m, origins[i].dictionary);
         if (d == NULL) {
@@ -338,7 +338,7 @@ static int assign_dictionaries(merge_state *m, strata_error *err) {
     for (size_t i = 0; rc == 0 && i < m->n_sources; i++) {
         merge_source *s = &m->sources[i];
         merge_dictionary *d =
-            origins[i].chunks != NULL ? find_dictionary(m, origins[i].dictionary) : NULL;
+            origins[i].stacks != NULL ? find_dictionary(m, origins[i].dictionary) : NULL;
         if (d != NULL && d->sources >= 2 && d->source_stacks >= d->n_stacks) {
             s->dict = d;
             s->origins = origins[i];

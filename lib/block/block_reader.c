@@ -140,10 +140,7 @@ struct block_reader {
     size_t functions_bytes, lines_bytes, locations_bytes, stacks_bytes;
 
     bool origins_loaded; /* tables dictionary, stack_origins and location_origins, on first use */
-    block_origin_chunk *origin_chunks; /* stack origins (block_stack_origins) */
-    uint16_t *origin_offsets;
-    uint32_t *origin_wide;
-    size_t n_origin_wide, cap_origin_wide;
+    block_origin_table stack_origins; /* block_stack_origins */
     uint32_t *location_origin;
     block_stack_origins origins;
 };
@@ -1994,35 +1991,11 @@ static int load_dictionary_row(block_reader *r, strata_error *err) {
     return 0;
 }
 
-/* Stores stack origin v of stack id in the compact form (block_reader.h), ids in order from 0. */
-static int put_stack_origin(block_reader *r, size_t id, uint32_t v) {
-    block_origin_chunk *c = &r->origin_chunks[id / BLOCK_ORIGIN_CHUNK];
-    size_t at = id % BLOCK_ORIGIN_CHUNK;
-    if (at == 0)
-        *c = (block_origin_chunk){v, BLOCK_ORIGIN_NARROW};
-    if (c->wide == BLOCK_ORIGIN_NARROW && v - c->base > UINT16_MAX) {
-        /* wider than 16 bits from the chunk's first: the chunk goes whole, its earlier rows too */
-        if (r->n_origin_wide > UINT32_MAX - BLOCK_ORIGIN_CHUNK ||
-            STRATA_ARRAY_RESERVE(r->origin_wide, r->cap_origin_wide,
-                                 r->n_origin_wide + BLOCK_ORIGIN_CHUNK) != 0)
-            return -1;
-        c->wide = (uint32_t)r->n_origin_wide;
-        r->n_origin_wide += BLOCK_ORIGIN_CHUNK;
-        for (size_t k = 0; k < at; k++)
-            r->origin_wide[c->wide + k] = c->base + r->origin_offsets[id - at + k];
-    }
-    if (c->wide == BLOCK_ORIGIN_NARROW)
-        r->origin_offsets[id] = (uint16_t)(v - c->base);
-    else
-        r->origin_wide[c->wide + at] = v;
-    return 0;
-}
-
-/* Reads an origin column into out[first + row] (locations), or into the compact stack origins
- * from id first on (out NULL), checking each against limit and, if increasing, the one before.
- * Straight from each page's varints: a fresh block holds some 800,000 stack origins, and decoding
- * them into 64-bit values first, then copying, was a third of a cold merge's CPU (mostly page
- * faults of the arrays in between). */
+/* Reads an origin column into out[first + row] (locations), or appends it to the compact stack
+ * origins (out NULL; first = the table's count), checking each against limit and, if increasing,
+ * the one before. Straight from each page's varints: a fresh block holds some 800,000 stack
+ * origins, and decoding them into 64-bit values first, then copying, was a third of a cold merge's
+ * CPU (mostly page faults of the arrays in between). */
 static int load_origin_column(block_reader *r, int table, int column, uint32_t limit,
                               bool increasing, uint32_t *out, size_t first, strata_error *err) {
     const r_table *t = &r->tables[table];
@@ -2048,7 +2021,7 @@ static int load_origin_column(block_reader *r, int table, int column, uint32_t l
                     v == 0 || v > limit ? "outside the dictionary" : "not above the previous one");
             if (out != NULL)
                 out[first + row + i] = (uint32_t)v;
-            else if (put_stack_origin(r, first + row + i, (uint32_t)v) != 0)
+            else if (block_origin_table_append(&r->stack_origins, (uint32_t)v) != 0)
                 return strata_error_oom(err);
             previous = v;
         }
@@ -2059,34 +2032,22 @@ static int load_origin_column(block_reader *r, int table, int column, uint32_t l
 }
 
 static void free_stack_origins(block_reader *r) {
-    free(r->origin_chunks);
-    free(r->origin_offsets);
-    free(r->origin_wide);
+    block_origin_table_free(&r->stack_origins);
     free(r->location_origin);
-    r->origin_chunks = NULL;
-    r->origin_offsets = NULL;
-    r->origin_wide = r->location_origin = NULL;
-    r->n_origin_wide = r->cap_origin_wide = 0;
+    r->location_origin = NULL;
 }
 
 static int load_stack_origins(block_reader *r, strata_error *err) {
     size_t n = (size_t)r->tables[BLOCK_TABLE_STACK_ORIGINS].rows;
     size_t nl = (size_t)r->tables[BLOCK_TABLE_LOCATION_ORIGINS].rows;
-    size_t n_chunks = n / BLOCK_ORIGIN_CHUNK + 1; /* ids 0..n */
-    r->origin_chunks = malloc(n_chunks * sizeof *r->origin_chunks);
-    r->origin_offsets = malloc((n + 1) * sizeof *r->origin_offsets);
     r->location_origin = malloc((nl + 1) * sizeof *r->location_origin);
-    int rc = r->origin_chunks == NULL || r->origin_offsets == NULL || r->location_origin == NULL
-                 ? strata_error_oom(err)
-                 : 0;
-    if (rc == 0) { /* every row is written below */
-        strata_prefault_write(r->origin_offsets, (n + 1) * sizeof *r->origin_offsets);
+    int rc = r->location_origin == NULL ? strata_error_oom(err) : 0;
+    if (rc == 0) /* every row is written below */
         strata_prefault_write(r->location_origin, (nl + 1) * sizeof *r->location_origin);
-    }
     if (rc == 0)
         rc = load_dictionary_row(r, err);
     drop_pages(r, BLOCK_TABLE_DICTIONARY);
-    if (rc == 0 && put_stack_origin(r, 0, 0) != 0) /* the empty stack */
+    if (rc == 0 && block_origin_table_append(&r->stack_origins, 0) != 0) /* the empty stack */
         rc = strata_error_oom(err);
     if (rc == 0)
         rc = load_origin_column(r, BLOCK_TABLE_STACK_ORIGINS, BLOCK_COL_STACK_ORIGINS_ORIGIN,
@@ -2098,9 +2059,8 @@ static int load_stack_origins(block_reader *r, strata_error *err) {
         free_stack_origins(r);
         return -1;
     }
-    r->origins.chunks = r->origin_chunks;
-    r->origins.offsets = r->origin_offsets;
-    r->origins.wide = r->origin_wide;
+    block_origin_table_shrink(&r->stack_origins);
+    r->origins.stacks = &r->stack_origins;
     r->origins.n_stacks = n;
     r->origins.location_origin = r->location_origin;
     r->origins.n_locations = nl;
@@ -2185,10 +2145,7 @@ size_t block_reader_memory_bytes(const block_reader *r) {
     bytes += r->line_rows_loaded * sizeof *r->lines;
     bytes += (r->n_functions + r->n_locations + r->n_lines) / 512; /* group flags, about */
     bytes += (r->stack_rows_loaded + 1) * 2 * sizeof(uint32_t) + r->n_stacks / 512;
-    if (r->origin_chunks != NULL)
-        bytes += (r->origins.n_stacks / BLOCK_ORIGIN_CHUNK + 1) * sizeof *r->origin_chunks +
-                 (r->origins.n_stacks + 1) * sizeof *r->origin_offsets +
-                 r->cap_origin_wide * sizeof *r->origin_wide;
+    bytes += block_origin_table_bytes(&r->stack_origins);
     if (r->location_origin != NULL)
         bytes += (r->origins.n_locations + 1) * sizeof *r->location_origin;
     if (r->label_sets_loaded) {

@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "block/block_format.h"
+#include "block/block_origins.h"
 #include "block/block_rollup.h"
 #include "common/buffer.h"
 #include "common/error.h"
@@ -278,26 +279,14 @@ int block_reader_stack_node(block_reader *r, uint32_t stack_id, uint32_t *parent
  * Stack origins are strictly increasing in stack id and within 1..dictionary_stacks, location
  * origins within 1..dictionary_locations (checked); the empty stack's origin is 0.
  *
- * Stack origins are kept in about 2 bytes per stack, not 4 (a fresh one-second block of 100
- * agents has 800,000 stacks, and a querier keeps the origins of every block it holds open): per
- * chunk of BLOCK_ORIGIN_CHUNK stacks, the origin of its first stack, and per stack its distance
- * from that (16 bits); a chunk whose origins spread wider keeps them whole in `wide`. Read them
- * with block_stack_origin. */
-#define BLOCK_ORIGIN_CHUNK 64
-#define BLOCK_ORIGIN_NARROW UINT32_MAX /* block_origin_chunk.wide of a chunk kept in offsets */
-
-typedef struct block_origin_chunk {
-    uint32_t base; /* the origin of the chunk's first stack */
-    uint32_t wide; /* BLOCK_ORIGIN_NARROW, or where the chunk's origins start in wide */
-} block_origin_chunk;
+ * Stack origins are kept by runs of consecutive origins, in about half a byte per stack
+ * (block_origins.h); read them with block_stack_origin. */
 
 typedef struct block_stack_origins {
     uint8_t dictionary[16];
     uint32_t dictionary_stacks;
     uint32_t dictionary_locations;
-    const block_origin_chunk *chunks; /* per chunk of stack ids; NULL: the block has no origins */
-    const uint16_t *offsets;          /* index = stack id: origin - its chunk's base */
-    const uint32_t *wide;             /* whole origins of the wide chunks */
+    const block_origin_table *stacks; /* index = stack id; NULL: the block has no origins */
     size_t n_stacks;
     /* index = location id: the dictionary's location, 1..dictionary_locations (locations are
      * reordered per block, so these are not ordered; they are distinct in a well-formed block) */
@@ -305,14 +294,12 @@ typedef struct block_stack_origins {
     size_t n_locations;
 } block_stack_origins;
 
-/* The origin of stack (0..n_stacks) of a block with origins (chunks not NULL). */
+/* The origin of stack (0..n_stacks) of a block with origins (stacks not NULL). */
 static inline uint32_t block_stack_origin(const block_stack_origins *o, uint32_t stack) {
-    const block_origin_chunk *c = &o->chunks[stack / BLOCK_ORIGIN_CHUNK];
-    return c->wide == BLOCK_ORIGIN_NARROW ? c->base + o->offsets[stack]
-                                          : o->wide[c->wide + stack % BLOCK_ORIGIN_CHUNK];
+    return block_origin_table_get(o->stacks, stack);
 }
 
-/* Fills out (chunks NULL for a block without the tables, which is no error); the arrays live
+/* Fills out (stacks NULL for a block without the tables, which is no error); the arrays live
  * until close. Loads only the two small tables, not the stack tree. */
 int block_reader_stack_origins(block_reader *r, block_stack_origins *out, strata_error *err);
 

@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     block_samples_free(&rollup);
     block_stack_origins origins;
-    if (block_reader_stack_origins(r, &origins, &err) == 0 && origins.chunks != NULL) {
+    if (block_reader_stack_origins(r, &origins, &err) == 0 && origins.stacks != NULL) {
         uint64_t sum = 0; /* read every origin: the reader promised n_stacks + 1 and n_locations */
         for (size_t i = 0; i <= origins.n_stacks; i++)
             sum += block_stack_origin(&origins, (uint32_t)i);

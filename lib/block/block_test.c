@@ -1882,7 +1882,7 @@ static void test_detached_blocks_share_stack_origins(void **state) {
         assert_int_equal(
             block_reader_open(block_memory_fetch, &src[b], data[b].len, NULL, &r[b], &err), 0);
         assert_int_equal(block_reader_stack_origins(r[b], &o[b], &err), 0);
-        assert_non_null(o[b].chunks);
+        assert_non_null(o[b].stacks);
         assert_int_equal(o[b].n_stacks, block_reader_row_count(r[b], BLOCK_TABLE_STACKS));
         assert_memory_equal(o[b].dictionary, o[0].dictionary, 16);
         assert_int_equal(block_stack_origin(&o[b], (uint32_t)(0)), 0);
@@ -1963,7 +1963,7 @@ static void test_detached_blocks_share_stack_origins(void **state) {
     assert_int_equal(open_bytes(plain.data, plain.len, &pr, &err), 0);
     block_stack_origins po;
     assert_int_equal(block_reader_stack_origins(pr, &po, &err), 0);
-    assert_null(po.chunks);
+    assert_null(po.stacks);
     assert_int_equal(block_reader_row_count(pr, BLOCK_TABLE_STACK_ORIGINS), 0);
     block_reader_close(pr);
     strata_buffer_free(&plain);
@@ -1990,7 +1990,7 @@ static void open_with_origins(const strata_buffer *data, block_memory_source *sr
     *src = (block_memory_source){data->data, data->len};
     assert_int_equal(block_reader_open(block_memory_fetch, src, data->len, NULL, r, &err), 0);
     assert_int_equal(block_reader_stack_origins(*r, o, &err), 0);
-    assert_non_null(o->chunks);
+    assert_non_null(o->stacks);
     assert_int_equal(block_stack_origin(o, 0), 0);
     for (size_t s = 1; s <= o->n_stacks; s++) {
         assert_true(block_stack_origin(o, (uint32_t)s) > block_stack_origin(o, (uint32_t)(s - 1)));
@@ -2117,12 +2117,13 @@ static void test_stack_origins_wide_chunks(void **state) {
     assert_int_equal(o[0].n_stacks, 111111);
     for (size_t s = 0; s <= o[0].n_stacks; s++) /* the dictionary's own order: dense, narrow */
         assert_int_equal(block_stack_origin(&o[0], (uint32_t)s), s);
-    assert_null(o[0].wide);
+    assert_int_equal(o[0].stacks->n_wide, 0);
+    assert_int_equal(o[0].stacks->n_offsets, 111111 / BLOCK_ORIGIN_CHUNK + 1); /* one run a chunk */
     /* main, n0 x 5, n9 x 5 and the two new leaves: 13 stacks, whose origins run from 1 to past
      * 111,111 in one chunk */
     assert_int_equal(o[1].n_stacks, 13);
-    assert_non_null(o[1].wide);
-    assert_int_not_equal(o[1].chunks[0].wide, BLOCK_ORIGIN_NARROW);
+    assert_true(o[1].stacks->n_wide > 0);
+    assert_true(o[1].stacks->chunks[0].first & BLOCK_ORIGIN_WIDE);
     assert_true(block_stack_origin(&o[1], 13) > 111111);
     size_t shared = 0;
     for (uint32_t j = 1; j <= o[1].n_stacks; j++) {

@@ -964,7 +964,7 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
     block_stack_origins origins;
     if (block_reader_stack_origins(r, &origins, err) != 0)
         return -1;
-    bool has_origins = origins.chunks != NULL && origins.n_stacks + 1 == sums->n_stacks &&
+    bool has_origins = origins.stacks != NULL && origins.n_stacks + 1 == sums->n_stacks &&
                        origins.n_locations == block_reader_row_count(r, BLOCK_TABLE_LOCATIONS);
     dictionary_memo *dm = NULL;
     int rc = 0;
