@@ -54,12 +54,25 @@ size_t block_origin_table_bytes(const block_origin_table *t);
 
 void block_origin_table_free(block_origin_table *t);
 
+/* The set bits of x. __builtin_popcountll is a call into libgcc on x86-64 without POPCNT (the
+ * baseline Debian builds for), which a lookup per stack per block cannot afford. */
+static inline unsigned block_origin_popcount(uint64_t x) {
+#if defined(__POPCNT__) || defined(__aarch64__)
+    return (unsigned)__builtin_popcountll(x);
+#else
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+#endif
+}
+
 /* The origin of stack id (< t->n). */
 static inline uint32_t block_origin_table_get(const block_origin_table *t, uint32_t id) {
     const block_origin_chunk *c = &t->chunks[id / BLOCK_ORIGIN_CHUNK];
     unsigned at = id % BLOCK_ORIGIN_CHUNK;
     uint64_t upto = c->starts & (UINT64_MAX >> (63 - at)); /* run starts at or before id */
-    unsigned run = (unsigned)__builtin_popcountll(upto) - 1;
+    unsigned run = block_origin_popcount(upto) - 1;
     unsigned run_start = 63 - (unsigned)__builtin_clzll(upto);
     uint32_t first = (c->first & BLOCK_ORIGIN_WIDE) ? t->wide[(c->first & ~BLOCK_ORIGIN_WIDE) + run]
                                                     : c->base + t->offsets[c->first + run];

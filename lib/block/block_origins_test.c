@@ -118,6 +118,23 @@ static void test_wide_and_top_of_range(void **state) {
     block_origin_table_free(&t);
 }
 
+/* The portable popcount against a bit-by-bit count. */
+static void test_popcount(void **state) {
+    (void)state;
+    uint64_t seed = 12345;
+    for (int i = 0; i < 10000; i++) {
+        uint64_t x = next_random(&seed);
+        if (i < 65) /* 0, 1, 3, ... UINT64_MAX */
+            x = i == 64 ? UINT64_MAX : ((uint64_t)1 << i) - 1;
+        else if (i < 129) /* each single bit */
+            x = (uint64_t)1 << (i - 65);
+        unsigned bits = 0;
+        for (uint64_t y = x; y != 0; y >>= 1)
+            bits += (unsigned)(y & 1);
+        assert_int_equal(block_origin_popcount(x), bits);
+    }
+}
+
 /* The empty table and one origin. */
 static void test_small(void **state) {
     (void)state;
@@ -138,6 +155,7 @@ int main(void) {
         cmocka_unit_test(test_random_runs),
         cmocka_unit_test(test_wide_and_top_of_range),
         cmocka_unit_test(test_small),
+        cmocka_unit_test(test_popcount),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
