@@ -272,6 +272,10 @@ void block_table_encoder_end_row(block_table_encoder *t) {
     }
 }
 
+void block_table_encoder_end_group(block_table_encoder *t) {
+    flush_group(t);
+}
+
 int block_table_encoder_end(block_table_encoder *t, int n_cols, strata_error *err) {
     flush_group(t);
     block_object *o = t->object;

@@ -81,6 +81,10 @@ void block_table_encoder_put(block_table_encoder *t, int col, uint64_t v);
 void block_table_encoder_put_bytes(block_table_encoder *t, int col, const char *s, size_t len);
 /* Ends a row; writes the row group when a column's page is full. */
 void block_table_encoder_end_row(block_table_encoder *t);
+/* Writes the row group now, if it has rows, so the next row starts a group: rows a reader will
+ * want without the ones before (a fresh block's symbols new to its dictionary) get groups of
+ * their own, and decoding them decodes nothing else. */
+void block_table_encoder_end_group(block_table_encoder *t);
 /* Writes the last row group and adds the table to the object's footer with its first n_cols
  * columns (at most the encoded ones). */
 int block_table_encoder_end(block_table_encoder *t, int n_cols, strata_error *err);

@@ -46,19 +46,26 @@ static const block_column_schema label_set_labels_cols[] = {{"name", U, 0}, {"va
 static const block_column_schema series_label_sets_cols[] = {{"series", D, 0}, {"label_set", D, 0}};
 static const block_column_schema stack_origins_cols[] = {{"origin", D, 0}};
 static const block_column_schema dictionary_cols[] = {
-    {"id", B, 0}, {"stack_count", U, 0}, {"location_count", U, 0}};
+    {"id", B, 0}, {"stack_count", U, 0}, {"location_count", U, 0}, {"function_count", U, 0}};
 static const block_column_schema location_origins_cols[] = {{"origin", D, 0}};
+static const block_column_schema function_origins_cols[] = {{"origin", D, 0}};
 
 #define TABLE(name, cols)                                                                          \
     {                                                                                              \
         (name), (int)(sizeof(cols) / sizeof((cols)[0])), cols,                                     \
-            (int)(sizeof(cols) / sizeof((cols)[0]))                                                \
+            (int)(sizeof(cols) / sizeof((cols)[0])), false                                         \
     }
 /* A table whose last column is the optional version 2 label_set column. */
 #define TABLE_LABELLED(name, cols)                                                                 \
     {                                                                                              \
         (name), (int)(sizeof(cols) / sizeof((cols)[0])), cols,                                     \
-            (int)(sizeof(cols) / sizeof((cols)[0])) - 1                                            \
+            (int)(sizeof(cols) / sizeof((cols)[0])) - 1, false                                     \
+    }
+/* A table whose last column is optional in every version. */
+#define TABLE_OPTIONAL_LAST(name, cols)                                                            \
+    {                                                                                              \
+        (name), (int)(sizeof(cols) / sizeof((cols)[0])), cols,                                     \
+            (int)(sizeof(cols) / sizeof((cols)[0])) - 1, true                                      \
     }
 
 static const block_table_schema tables[BLOCK_TABLE_MAX + 1] = {
@@ -80,8 +87,9 @@ static const block_table_schema tables[BLOCK_TABLE_MAX + 1] = {
     [BLOCK_TABLE_LABEL_SET_LABELS] = TABLE("label_set_labels", label_set_labels_cols),
     [BLOCK_TABLE_SERIES_LABEL_SETS] = TABLE("series_label_sets", series_label_sets_cols),
     [BLOCK_TABLE_STACK_ORIGINS] = TABLE("stack_origins", stack_origins_cols),
-    [BLOCK_TABLE_DICTIONARY] = TABLE("dictionary", dictionary_cols),
+    [BLOCK_TABLE_DICTIONARY] = TABLE_OPTIONAL_LAST("dictionary", dictionary_cols),
     [BLOCK_TABLE_LOCATION_ORIGINS] = TABLE("location_origins", location_origins_cols),
+    [BLOCK_TABLE_FUNCTION_ORIGINS] = TABLE("function_origins", function_origins_cols),
 };
 
 const block_table_schema *block_table_schema_get(int table_id) {

@@ -23,6 +23,8 @@
 #ifndef STRATA_BLOCK_FORMAT_H
 #define STRATA_BLOCK_FORMAT_H
 
+#include <stdbool.h>
+
 #define BLOCK_MAGIC                                                                                \
     "STRATABK" /* 8 bytes, at the start of the header and the end of the trailer                   \
                 */
@@ -68,12 +70,15 @@ typedef enum block_table_id {
     BLOCK_TABLE_SERIES_LABEL_SETS = 17,
     /* Optional (docs/block-format.md 6.12): where the block's stacks come from in the writer's
      * dictionary, so a reader translates a stack the blocks cut from one dictionary share once.
-     * A block has all three or none; readers that do not know them skip them. */
+     * A block has all three or none; readers that do not know them skip them. function_origins
+     * came later: a block with the three may have it too (and then the dictionary's
+     * function_count), older ones do not. */
     BLOCK_TABLE_STACK_ORIGINS = 18,
     BLOCK_TABLE_DICTIONARY = 19,
     BLOCK_TABLE_LOCATION_ORIGINS = 20,
+    BLOCK_TABLE_FUNCTION_ORIGINS = 21,
     BLOCK_TABLE_REQUIRED_MAX = 12, /* tables 1..12 must be present */
-    BLOCK_TABLE_MAX = 20,
+    BLOCK_TABLE_MAX = 21,
 } block_table_id;
 
 /* Series with fewer profiles than this in a block have no rollup rows (docs 6.10). */
@@ -206,9 +211,11 @@ enum {
     BLOCK_COL_DICTIONARY_ID = 0,
     BLOCK_COL_DICTIONARY_STACK_COUNT,
     BLOCK_COL_DICTIONARY_LOCATION_COUNT,
+    BLOCK_COL_DICTIONARY_FUNCTION_COUNT, /* optional: with table function_origins only */
     BLOCK_COL_DICTIONARY_COUNT
 };
 enum { BLOCK_COL_LOCATION_ORIGINS_ORIGIN = 0, BLOCK_COL_LOCATION_ORIGINS_COUNT };
+enum { BLOCK_COL_FUNCTION_ORIGINS_ORIGIN = 0, BLOCK_COL_FUNCTION_ORIGINS_COUNT };
 
 /* Bytes of a dictionary id (table dictionary, column id). */
 #define BLOCK_DICTIONARY_ID_BYTES 16
@@ -216,7 +223,8 @@ enum { BLOCK_COL_LOCATION_ORIGINS_ORIGIN = 0, BLOCK_COL_LOCATION_ORIGINS_COUNT }
 /* The schema: each table's name and its columns (name, encoding the writer uses, flags). A
  * reader accepts any numeric encoding for a numeric column, but BYTES only where the schema says
  * so. Columns [0, n_required) are in every block that has the table; the others (the version 2
- * label_set columns) only in version 2 blocks. */
+ * label_set columns) only in version 2 blocks, or, in a table whose tail is optional (the
+ * dictionary's function_count), in any block whose writer had them. */
 typedef struct block_column_schema {
     const char *name;
     block_encoding encoding;
@@ -227,7 +235,8 @@ typedef struct block_table_schema {
     const char *name;
     int n_columns;
     const block_column_schema *columns;
-    int n_required; /* columns every version has */
+    int n_required;     /* columns every version has */
+    bool optional_tail; /* columns from n_required on: optional in every version */
 } block_table_schema;
 
 /* The schema of a table, or NULL for an unknown table id. */

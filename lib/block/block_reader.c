@@ -142,6 +142,7 @@ struct block_reader {
     bool origins_loaded; /* tables dictionary, stack_origins and location_origins, on first use */
     block_origin_table stack_origins; /* block_stack_origins */
     uint32_t *location_origin;
+    uint32_t *function_origin; /* NULL: the block has no function_origins (or symbols dropped) */
     block_stack_origins origins;
 };
 
@@ -378,11 +379,15 @@ static int parse_columns(cursor *c, r_table *t, int table_id, uint32_t version, 
     }
     if (schema == NULL)
         return 0;
-    int required = version >= BLOCK_FORMAT_VERSION_LABELS ? schema->n_columns : schema->n_required;
-    for (int s = required; s < schema->n_columns; s++)
+    int required = version >= BLOCK_FORMAT_VERSION_LABELS && !schema->optional_tail
+                       ? schema->n_columns
+                       : schema->n_required;
+    for (int s = required; s < schema->n_columns && !schema->optional_tail; s++)
         t->column_of[s] = -1; /* a label_set column in a version 1 block: not part of it */
-    for (int s = 0; s < required; s++) {
+    for (int s = 0; s < schema->n_columns; s++) {
         int f = t->column_of[s];
+        if (f < 0 && s >= required)
+            continue; /* an optional column the block does not have */
         if (f < 0)
             return strata_error_set(err, STRATA_DATA_LOSS,
                                     "block: footer, table %s: column %s "
@@ -525,6 +530,19 @@ static int parse_footer(block_reader *r, const uint8_t *p, size_t len, strata_er
         return strata_error_set(err, STRATA_DATA_LOSS,
                                 "block: footer: tables stack_origins and location_origins must "
                                 "have a row per stack and per location, table dictionary one row");
+    const r_table *fo = &r->tables[BLOCK_TABLE_FUNCTION_ORIGINS];
+    bool function_count =
+        origins &&
+        r->tables[BLOCK_TABLE_DICTIONARY].column_of[BLOCK_COL_DICTIONARY_FUNCTION_COUNT] >= 0;
+    if (fo->present != function_count)
+        return strata_error_set(err, STRATA_DATA_LOSS, "block: footer: table function_origins %s",
+                                origins ? "and the dictionary's function_count come together"
+                                        : "without tables dictionary, stack_origins and "
+                                          "location_origins");
+    if (fo->present && fo->rows != r->tables[BLOCK_TABLE_FUNCTIONS].rows)
+        return strata_error_set(err, STRATA_DATA_LOSS,
+                                "block: footer: table function_origins must have a row per "
+                                "function");
     r->tables[BLOCK_TABLE_PROFILES].evictable = true;
     r->tables[BLOCK_TABLE_SAMPLES].evictable = true;
     r->tables[BLOCK_TABLE_ROLLUP_STACKS].evictable = true;
@@ -1970,7 +1988,8 @@ int block_reader_stack_node(block_reader *r, uint32_t stack_id, uint32_t *parent
     return 0;
 }
 
-/* The dictionary table's one row: id, stack count, location count. */
+/* The dictionary table's one row: id, stack count, location count and, with function_origins,
+ * function count. */
 static int load_dictionary_row(block_reader *r, strata_error *err) {
     const r_decoded *d;
     if (load_page(r, BLOCK_TABLE_DICTIONARY, BLOCK_COL_DICTIONARY_ID, 0, &d, err) != 0)
@@ -1979,9 +1998,12 @@ static int load_dictionary_row(block_reader *r, strata_error *err) {
         return data_loss(err, BLOCK_TABLE_DICTIONARY, BLOCK_COL_DICTIONARY_ID, 0,
                          "the id is not 16 bytes");
     memcpy(r->origins.dictionary, d->text, BLOCK_DICTIONARY_ID_BYTES);
-    const int cols[2] = {BLOCK_COL_DICTIONARY_STACK_COUNT, BLOCK_COL_DICTIONARY_LOCATION_COUNT};
-    uint32_t *counts[2] = {&r->origins.dictionary_stacks, &r->origins.dictionary_locations};
-    for (int c = 0; c < 2; c++) {
+    const int cols[3] = {BLOCK_COL_DICTIONARY_STACK_COUNT, BLOCK_COL_DICTIONARY_LOCATION_COUNT,
+                         BLOCK_COL_DICTIONARY_FUNCTION_COUNT};
+    uint32_t *counts[3] = {&r->origins.dictionary_stacks, &r->origins.dictionary_locations,
+                           &r->origins.dictionary_functions};
+    int n = r->tables[BLOCK_TABLE_FUNCTION_ORIGINS].present ? 3 : 2;
+    for (int c = 0; c < n; c++) {
         if (load_page(r, BLOCK_TABLE_DICTIONARY, cols[c], 0, &d, err) != 0)
             return -1;
         if (d->values[0] > UINT32_MAX - 1)
@@ -2035,13 +2057,21 @@ static void free_stack_origins(block_reader *r) {
     block_origin_table_free(&r->stack_origins);
     free(r->location_origin);
     r->location_origin = NULL;
+    free(r->function_origin);
+    r->function_origin = NULL;
 }
 
 static int load_stack_origins(block_reader *r, strata_error *err) {
     size_t n = (size_t)r->tables[BLOCK_TABLE_STACK_ORIGINS].rows;
     size_t nl = (size_t)r->tables[BLOCK_TABLE_LOCATION_ORIGINS].rows;
+    bool functions = r->tables[BLOCK_TABLE_FUNCTION_ORIGINS].present;
+    size_t nf = functions ? (size_t)r->tables[BLOCK_TABLE_FUNCTION_ORIGINS].rows : 0;
     r->location_origin = malloc((nl + 1) * sizeof *r->location_origin);
-    int rc = r->location_origin == NULL ? strata_error_oom(err) : 0;
+    if (functions)
+        r->function_origin = malloc((nf + 1) * sizeof *r->function_origin);
+    int rc = r->location_origin == NULL || (functions && r->function_origin == NULL)
+                 ? strata_error_oom(err)
+                 : 0;
     if (rc == 0) /* every row is written below */
         strata_prefault_write(r->location_origin, (nl + 1) * sizeof *r->location_origin);
     if (rc == 0)
@@ -2055,6 +2085,9 @@ static int load_stack_origins(block_reader *r, strata_error *err) {
     if (rc == 0)
         rc = load_origin_column(r, BLOCK_TABLE_LOCATION_ORIGINS, BLOCK_COL_LOCATION_ORIGINS_ORIGIN,
                                 r->origins.dictionary_locations, false, r->location_origin, 0, err);
+    if (rc == 0 && functions)
+        rc = load_origin_column(r, BLOCK_TABLE_FUNCTION_ORIGINS, BLOCK_COL_FUNCTION_ORIGINS_ORIGIN,
+                                r->origins.dictionary_functions, false, r->function_origin, 0, err);
     if (rc != 0) {
         free_stack_origins(r);
         return -1;
@@ -2064,6 +2097,8 @@ static int load_stack_origins(block_reader *r, strata_error *err) {
     r->origins.n_stacks = n;
     r->origins.location_origin = r->location_origin;
     r->origins.n_locations = nl;
+    r->origins.function_origin = r->function_origin;
+    r->origins.n_functions = nf;
     return 0;
 }
 
@@ -2076,6 +2111,10 @@ void block_reader_drop_symbols(block_reader *r) {
         r->origins.location_origin = NULL;
         r->origins.n_locations = 0;
     }
+    free(r->function_origin);
+    r->function_origin = NULL;
+    r->origins.function_origin = NULL;
+    r->origins.n_functions = 0;
 }
 
 int block_reader_stack_origins(block_reader *r, block_stack_origins *out, strata_error *err) {
@@ -2148,6 +2187,8 @@ size_t block_reader_memory_bytes(const block_reader *r) {
     bytes += block_origin_table_bytes(&r->stack_origins);
     if (r->location_origin != NULL)
         bytes += (r->origins.n_locations + 1) * sizeof *r->location_origin;
+    if (r->function_origin != NULL)
+        bytes += (r->origins.n_functions + 1) * sizeof *r->function_origin;
     if (r->label_sets_loaded) {
         bytes += r->n_label_sets * sizeof *r->label_sets + (r->n_series + 1) * sizeof(uint64_t);
         bytes += (size_t)r->tables[BLOCK_TABLE_SERIES_LABEL_SETS].rows * sizeof(uint32_t);
@@ -2178,6 +2219,16 @@ uint64_t block_reader_table_stored_bytes(const block_reader *r, int table_id) {
     for (uint64_t i = 0; i < t->n_groups * (uint64_t)t->n_columns; i++)
         sum += t->pages[i].stored_len;
     return sum;
+}
+
+bool block_reader_group_starts_at(const block_reader *r, int table_id, uint64_t row) {
+    if (table_id < 1 || table_id > BLOCK_TABLE_MAX)
+        return false;
+    const r_table *t = &r->tables[table_id];
+    for (uint64_t g = 0; t->present && g < t->n_groups; g++)
+        if (t->groups[g].first_row == row)
+            return true;
+    return false;
 }
 
 bool block_reader_has_table(const block_reader *r, int table_id) {

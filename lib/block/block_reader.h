@@ -87,6 +87,8 @@ uint64_t block_reader_bytes_fetched(const block_reader *r);
 uint64_t block_reader_table_bytes_fetched(const block_reader *r, int table_id);
 /* Bytes the table's pages take in the object (compressed, page headers excluded); 0 if absent. */
 uint64_t block_reader_table_stored_bytes(const block_reader *r, int table_id);
+/* Whether a row group of the table starts at row (a reader decodes a group whole). */
+bool block_reader_group_starts_at(const block_reader *r, int table_id, uint64_t row);
 
 /* Approximate bytes the reader holds: decoded pages (cached and pinned), decoded symbol tables
  * and I/O buffers. */
@@ -277,7 +279,8 @@ int block_reader_stack_node(block_reader *r, uint32_t stack_id, uint32_t *parent
  * blocks of one dictionary hold the same stack content under the same origin, so a reader that
  * translates stacks (a merge) translates each origin once over all of them; locations likewise.
  * Stack origins are strictly increasing in stack id and within 1..dictionary_stacks, location
- * origins within 1..dictionary_locations (checked); the empty stack's origin is 0.
+ * origins within 1..dictionary_locations, function origins (blocks written since they were added)
+ * within 1..dictionary_functions (checked); the empty stack's origin is 0.
  *
  * Stack origins are kept by runs of consecutive origins, in about half a byte per stack
  * (block_origins.h); read them with block_stack_origin. */
@@ -286,12 +289,17 @@ typedef struct block_stack_origins {
     uint8_t dictionary[16];
     uint32_t dictionary_stacks;
     uint32_t dictionary_locations;
+    uint32_t dictionary_functions;    /* 0 without function origins */
     const block_origin_table *stacks; /* index = stack id; NULL: the block has no origins */
     size_t n_stacks;
     /* index = location id: the dictionary's location, 1..dictionary_locations (locations are
      * reordered per block, so these are not ordered; they are distinct in a well-formed block) */
     const uint32_t *location_origin;
     size_t n_locations;
+    /* index = function id: the dictionary's function, 1..dictionary_functions (not ordered);
+     * NULL for a block written before function origins */
+    const uint32_t *function_origin;
+    size_t n_functions;
 } block_stack_origins;
 
 /* The origin of stack (0..n_stacks) of a block with origins (stacks not NULL). */

@@ -85,11 +85,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     block_samples_free(&rollup);
     block_stack_origins origins;
     if (block_reader_stack_origins(r, &origins, &err) == 0 && origins.stacks != NULL) {
-        uint64_t sum = 0; /* read every origin: the reader promised n_stacks + 1 and n_locations */
+        uint64_t sum = 0; /* read every origin: the reader promised n_stacks + 1, n_locations and
+                          n_functions */
         for (size_t i = 0; i <= origins.n_stacks; i++)
             sum += block_stack_origin(&origins, (uint32_t)i);
         for (size_t i = 0; i < origins.n_locations; i++)
             sum += origins.location_origin[i];
+        for (size_t i = 0; origins.function_origin != NULL && i < origins.n_functions; i++)
+            sum += origins.function_origin[i];
         (void)sum;
     }
     block_reader_close(r);

@@ -1697,7 +1697,10 @@ static uint64_t table_rows(const strata_buffer *data, int table) {
  * since the previous cut (origin above *known; 0 for the first block) after the others. Counts the
  * new ones in *added, sets *known to this block's dictionary location count, and returns how many
  * locations there are. */
-static uint64_t assert_locations_sorted(const strata_buffer *data, uint32_t *known,
+/* known[0..2]: the dictionary's location, function and stack counts at the cut before (0 for
+ * the first), updated to this block's. What is new since that cut comes last in each table, and
+ * starts a row group of its own (a reader decodes groups whole). */
+static uint64_t assert_locations_sorted(const strata_buffer *data, uint32_t known[3],
                                         uint64_t *added) {
     block_memory_source src = {data->data, data->len};
     block_reader *r = NULL;
@@ -1708,13 +1711,19 @@ static uint64_t assert_locations_sorted(const strata_buffer *data, uint32_t *kno
     assert_non_null(o.location_origin);
     uint64_t n = block_reader_row_count(r, BLOCK_TABLE_LOCATIONS), prev_mapping = 0, prev = 0;
     bool prev_new = false;
+    uint64_t line_row = 0; /* the writer keeps lines in location order */
     *added = 0;
     for (uint32_t id = 0; id < n; id++) {
         block_location l;
         assert_int_equal(block_reader_location(r, id, &l, &err), 0);
         uint64_t mapping = l.has_mapping ? (uint64_t)l.mapping_id + 1 : 0;
-        bool is_new = *known > 0 && o.location_origin[id] > *known;
+        bool is_new = known[0] > 0 && o.location_origin[id] > known[0];
         *added += is_new;
+        if (is_new && !prev_new && id > 0) {
+            assert_true(block_reader_group_starts_at(r, BLOCK_TABLE_LOCATIONS, id));
+            assert_true(block_reader_group_starts_at(r, BLOCK_TABLE_LINES, line_row));
+        }
+        line_row += l.n_lines;
         if (prev_new && !is_new)
             fail_msg("location %u, known to the dictionary before, after a new one", id);
         if (id > 0 && is_new == prev_new &&
@@ -1726,7 +1735,25 @@ static uint64_t assert_locations_sorted(const strata_buffer *data, uint32_t *kno
         prev = l.address;
         prev_new = is_new;
     }
-    *known = o.dictionary_locations;
+    /* functions new since the cut before come after the others too */
+    assert_non_null(o.function_origin);
+    assert_int_equal(o.n_functions, block_reader_row_count(r, BLOCK_TABLE_FUNCTIONS));
+    for (size_t f = 1; f < o.n_functions; f++) {
+        if (known[1] > 0 && o.function_origin[f - 1] > known[1] && o.function_origin[f] <= known[1])
+            fail_msg("function %zu, known to the dictionary before, after a new one", f);
+        if (known[1] > 0 && o.function_origin[f - 1] <= known[1] && o.function_origin[f] > known[1])
+            assert_true(block_reader_group_starts_at(r, BLOCK_TABLE_FUNCTIONS, f));
+    }
+    for (uint32_t s = 2; s <= o.n_stacks; s++) /* stack ids are 1-based, rows 0-based */
+        if (known[2] > 0 && block_stack_origin(&o, s - 1) <= known[2] &&
+            block_stack_origin(&o, s) > known[2])
+            assert_true(block_reader_group_starts_at(r, BLOCK_TABLE_STACKS, s - 1));
+    /* the first cut has groups only where pages filled (all three tables fit one page here) */
+    if (known[0] == 0)
+        assert_false(block_reader_group_starts_at(r, BLOCK_TABLE_FUNCTIONS, 1));
+    known[0] = o.dictionary_locations;
+    known[1] = o.dictionary_functions;
+    known[2] = o.dictionary_stacks;
     block_reader_close(r);
     return n;
 }
@@ -1771,13 +1798,17 @@ static void finish_to(block_writer *w, strata_buffer *data) {
 static void test_detach_keeps_dictionary(void **state) {
     (void)state;
     static const tsample extra[] = {{{"flush", "storage", "main", NULL}, 6}};
+    /* storage at a new address (build_pprof places frames by their order), in no location of
+     * its block known before: a function known to the dictionary, first used after new ones */
+    static const tsample late[] = {{{"zeta", "omega", "storage", NULL}, 2}};
     const detach_round first[] = {{profile_a, 4, 0, "api-1", 1000, 0},
                                   {profile_b, 2, 100, "api-2", 1001, 1}};
     const detach_round second[] = {{profile_b, 2, 300, "api-2", 1010, 0},
                                    {extra, 1, 50, "api-3", 1011, 0}};
-    const detach_round third[] = {{profile_c, 1, 7, "api-1", 1020, 0}};
+    const detach_round third[] = {{profile_c, 1, 7, "api-1", 1020, 0},
+                                  {late, 1, 70, "api-4", 1021, 0}};
     const detach_round *rounds[] = {first, second, third};
-    const size_t counts[] = {2, 2, 1};
+    const size_t counts[] = {2, 2, 2};
     strata_error err;
     block_writer *w = block_writer_new(NULL, &err);
     assert_non_null(w);
@@ -1785,7 +1816,7 @@ static void test_detach_keeps_dictionary(void **state) {
     assert_int_equal(block_writer_detach(w, &d, &err), -1); /* nothing to detach */
     assert_int_equal(err.code, STRATA_INVALID_ARGUMENT);
     assert_null(d);
-    uint32_t known = 0;
+    uint32_t known[3] = {0, 0, 0};
     uint64_t added[3];
     for (size_t r = 0; r < 3; r++) {
         add_round(w, rounds[r], counts[r]);
@@ -1813,7 +1844,7 @@ static void test_detach_keeps_dictionary(void **state) {
         block_writer_free(f);
         char *a = block_text(&detached), *b = block_text(&fresh);
         assert_string_equal(a, b);
-        assert_true(assert_locations_sorted(&detached, &known, &added[r]) >= 2);
+        assert_true(assert_locations_sorted(&detached, known, &added[r]) >= 2);
         assert_true(strlen(a) > 50);
         free(a);
         free(b);
@@ -1947,6 +1978,35 @@ static void test_detached_blocks_share_stack_origins(void **state) {
         }
     }
     assert_int_equal(shared_locations, o[0].n_locations);
+    /* functions likewise; the dictionary writer itself names its own */
+    size_t shared_functions = 0;
+    for (size_t a = 0; a < 4; a++) {
+        assert_non_null(o[a].function_origin);
+        assert_int_equal(o[a].n_functions, block_reader_row_count(r[a], BLOCK_TABLE_FUNCTIONS));
+        for (size_t b = a; b < 4; b++) {
+            for (size_t i = 0; i < o[a].n_functions; i++) {
+                assert_true(o[a].function_origin[i] >= 1);
+                assert_true(o[a].function_origin[i] <= o[a].dictionary_functions);
+                if (a == 3)
+                    assert_int_equal(o[a].function_origin[i], i + 1);
+                for (size_t j = a == b ? i + 1 : 0; j < o[b].n_functions; j++) {
+                    if (o[a].function_origin[i] != o[b].function_origin[j])
+                        continue;
+                    assert_true(a != b);
+                    block_function fx, fy;
+                    assert_int_equal(block_reader_function(r[a], (uint32_t)i, &fx, &err), 0);
+                    assert_int_equal(block_reader_function(r[b], (uint32_t)j, &fy, &err), 0);
+                    assert_string_equal(fx.name, fy.name);
+                    assert_string_equal(fx.system_name, fy.system_name);
+                    assert_string_equal(fx.file, fy.file);
+                    assert_int_equal(fx.start_line, fy.start_line);
+                    shared_functions += a == 0 && b == 2;
+                }
+            }
+        }
+    }
+    assert_int_equal(shared_functions, o[0].n_functions);
+    assert_true(o[1].dictionary_functions > o[0].dictionary_functions);
     for (size_t b = 0; b < 4; b++) {
         block_reader_close(r[b]);
         strata_buffer_free(&data[b]);
@@ -1967,6 +2027,59 @@ static void test_detached_blocks_share_stack_origins(void **state) {
     assert_int_equal(block_reader_row_count(pr, BLOCK_TABLE_STACK_ORIGINS), 0);
     block_reader_close(pr);
     strata_buffer_free(&plain);
+}
+
+/* Two blocks cut from one dictionary by the writer before function origins existed
+ * (lib/block/testdata/detached-no-function-origins-{0,1}.strata, written at 5f8b45b by
+ * test_detached_blocks_share_stack_origins): they read with their stack and location origins,
+ * without function origins, and their dictionary's locations still name the same functions. */
+static void test_blocks_without_function_origins(void **state) {
+    (void)state;
+    const char *root = getenv("STRATA_SOURCE_DIR");
+    uint8_t bytes[2][4096];
+    block_memory_source src[2];
+    block_reader *r[2];
+    block_stack_origins o[2];
+    strata_error err;
+    for (int b = 0; b < 2; b++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/lib/block/testdata/detached-no-function-origins-%d.strata",
+                 root ? root : ".", b);
+        FILE *f = fopen(path, "rb");
+        if (f == NULL)
+            fail_msg("cannot open %s (set STRATA_SOURCE_DIR)", path);
+        size_t len = fread(bytes[b], 1, sizeof bytes[b], f);
+        fclose(f);
+        assert_true(len > 100 && len < sizeof bytes[b]);
+        src[b] = (block_memory_source){bytes[b], len};
+        assert_int_equal(block_reader_open(block_memory_fetch, &src[b], len, NULL, &r[b], &err), 0);
+        assert_int_equal(block_reader_stack_origins(r[b], &o[b], &err), 0);
+        assert_non_null(o[b].stacks);
+        assert_non_null(o[b].location_origin);
+        assert_null(o[b].function_origin);
+        assert_int_equal(o[b].n_functions, 0);
+        assert_int_equal(o[b].dictionary_functions, 0);
+        assert_false(block_reader_has_table(r[b], BLOCK_TABLE_FUNCTION_ORIGINS));
+    }
+    assert_memory_equal(o[0].dictionary, o[1].dictionary, 16);
+    size_t shared = 0;
+    for (size_t i = 0; i < o[0].n_locations; i++) {
+        for (size_t j = 0; j < o[1].n_locations; j++) {
+            if (o[0].location_origin[i] != o[1].location_origin[j])
+                continue;
+            block_location x, y;
+            block_function fx, fy;
+            assert_int_equal(block_reader_location(r[0], (uint32_t)i, &x, &err), 0);
+            assert_int_equal(block_reader_location(r[1], (uint32_t)j, &y, &err), 0);
+            assert_int_equal(block_reader_function(r[0], x.lines[0].function_id, &fx, &err), 0);
+            assert_int_equal(block_reader_function(r[1], y.lines[0].function_id, &fy, &err), 0);
+            assert_string_equal(fx.name, fy.name);
+            shared++;
+        }
+    }
+    assert_true(shared >= 3); /* work, handler, main */
+    for (int b = 0; b < 2; b++)
+        block_reader_close(r[b]);
 }
 
 /* Cuts one block per round from writer w (add_round, then detach) into data[k]. */
@@ -2977,7 +3090,7 @@ static void write_seeds(const char *dir) {
     }
     strata_buffer_free(&data);
     block_meta_free(&meta);
-    /* a block cut from a dictionary (tables 18-20), and the dictionary finished itself */
+    /* a block cut from a dictionary (tables 18-21), and the dictionary finished itself */
     static const detach_round round[] = {{profile_a, 4, 0, "api-1", 1000, 0},
                                          {profile_b, 2, 100, "api-2", 1001, 0}};
     strata_error err;
@@ -3028,6 +3141,7 @@ int main(void) {
         cmocka_unit_test(test_rollup_build),
         cmocka_unit_test(test_detach_keeps_dictionary),
         cmocka_unit_test(test_detached_blocks_share_stack_origins),
+        cmocka_unit_test(test_blocks_without_function_origins),
         cmocka_unit_test(test_stack_origins_over_many_pages),
         cmocka_unit_test(test_stack_origins_wide_chunks),
         cmocka_unit_test(test_many_samples_sorted_and_summed),

@@ -72,6 +72,7 @@ void block_writer_free(block_writer *w) {
     free(w->stacks);
     free(w->stack_origins);
     free(w->location_origins);
+    free(w->function_origins);
     strata_slot_map_free(&w->stack_index);
     free(w->chain_locations);
     free(w->chain_nodes);

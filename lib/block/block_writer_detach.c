@@ -178,7 +178,8 @@ static int detach_copy_symbols(const block_writer *w, const detach_maps *m, bloc
     ENSURE_OR_OOM(d->stacks, d->cap_stacks, n_stacks);
     d->stack_origins = malloc(((size_t)n_stacks + 1) * sizeof *d->stack_origins);
     d->location_origins = malloc(((size_t)counts[0] + 1) * sizeof *d->location_origins);
-    if (d->stack_origins == NULL || d->location_origins == NULL)
+    d->function_origins = malloc(((size_t)counts[1] + 1) * sizeof *d->function_origins);
+    if (d->stack_origins == NULL || d->location_origins == NULL || d->function_origins == NULL)
         return strata_error_oom(err);
     for (size_t i = 0; i < w->n_mappings; i++) {
         if (m->mappings[i] == DETACH_UNUSED)
@@ -195,6 +196,7 @@ static int detach_copy_symbols(const block_writer *w, const detach_maps *m, bloc
         f.name = m->strings[f.name];
         f.system_name = m->strings[f.system_name];
         f.file = m->strings[f.file];
+        d->function_origins[d->n_functions] = (uint32_t)i + 1;
         d->functions[d->n_functions++] = f;
     }
     for (size_t i = 0; i < w->n_locations; i++) {
@@ -320,8 +322,13 @@ int block_writer_detach(block_writer *w, block_writer **block, strata_error *err
     d->dictionary = w->dictionary;
     d->dictionary_stacks = (uint32_t)w->n_stacks;
     d->dictionary_locations = (uint32_t)w->n_locations;
+    d->dictionary_functions = (uint32_t)w->n_functions;
     d->locations_at_last_cut = w->locations_at_last_cut;
+    d->functions_at_last_cut = w->functions_at_last_cut;
+    d->stacks_at_last_cut = w->stacks_at_last_cut;
     w->locations_at_last_cut = (uint32_t)w->n_locations;
+    w->functions_at_last_cut = (uint32_t)w->n_functions;
+    w->stacks_at_last_cut = (uint32_t)w->n_stacks;
     w->n_profiles = 0;
     w->n_samples = 0;
     w->samples_labelled = false;

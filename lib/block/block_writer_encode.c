@@ -25,7 +25,9 @@ typedef struct encoder {
 
 static void enc_begin_table(encoder *e, int table_id) {
     const block_table_schema *schema = block_table_schema_get(table_id);
-    int n_cols = e->version >= BLOCK_FORMAT_VERSION_LABELS ? schema->n_columns : schema->n_required;
+    int n_cols = e->version >= BLOCK_FORMAT_VERSION_LABELS || schema->optional_tail
+                     ? schema->n_columns
+                     : schema->n_required;
     block_table_encoder_begin(&e->table, e->object, table_id, n_cols);
 }
 
@@ -39,6 +41,10 @@ static void enc_put_bytes(encoder *e, int col, const char *s, size_t len) {
 
 static inline void enc_end_row(encoder *e) {
     block_table_encoder_end_row(&e->table);
+}
+
+static void enc_end_group(encoder *e) {
+    block_table_encoder_end_group(&e->table);
 }
 
 static int enc_end_table(encoder *e) {
@@ -192,15 +198,17 @@ static int write_origin_table(encoder *e, int table, const uint32_t *origins, si
     return enc_end_table(e);
 }
 
-/* Tables stack_origins, location_origins and dictionary (docs/block-format.md 6.12), for a writer
- * with a dictionary id: a detached block maps its stacks to the dictionary's, a dictionary writer
- * finishing itself holds the dictionary's own stacks (origin = stack id). */
+/* Tables stack_origins, location_origins, function_origins and dictionary (docs/block-format.md
+ * 6.12), for a writer with a dictionary id: a detached block maps its stacks to the dictionary's,
+ * a dictionary writer finishing itself holds the dictionary's own stacks (origin = stack id). */
 static int write_dictionary_tables(encoder *e) {
     block_writer *w = e->w;
     if (!w->has_dictionary || w->n_stacks == 0)
         return 0;
     if (write_origin_table(e, BLOCK_TABLE_STACK_ORIGINS, w->stack_origins, w->n_stacks) != 0 ||
         write_origin_table(e, BLOCK_TABLE_LOCATION_ORIGINS, w->location_origins, w->n_locations) !=
+            0 ||
+        write_origin_table(e, BLOCK_TABLE_FUNCTION_ORIGINS, w->function_origins, w->n_functions) !=
             0)
         return -1;
     enc_begin_table(e, BLOCK_TABLE_DICTIONARY);
@@ -210,6 +218,8 @@ static int write_dictionary_tables(encoder *e) {
             w->stack_origins != NULL ? w->dictionary_stacks : w->n_stacks);
     enc_put(e, BLOCK_COL_DICTIONARY_LOCATION_COUNT,
             w->location_origins != NULL ? w->dictionary_locations : w->n_locations);
+    enc_put(e, BLOCK_COL_DICTIONARY_FUNCTION_COUNT,
+            w->function_origins != NULL ? w->dictionary_functions : w->n_functions);
     enc_end_row(e);
     return enc_end_table(e);
 }
@@ -241,6 +251,8 @@ static int write_symbol_tables(encoder *e, const block_order *o) {
     enc_begin_table(e, BLOCK_TABLE_FUNCTIONS);
     for (size_t i = 0; i < w->n_functions; i++) {
         const w_function *f = &w->functions[i];
+        if (i == w->first_new_function) /* what is new to the dictionary in groups of its own */
+            enc_end_group(e);
         enc_put(e, BLOCK_COL_FUNCTIONS_NAME, sn[f->name]);
         enc_put(e, BLOCK_COL_FUNCTIONS_SYSTEM_NAME, sn[f->system_name]);
         enc_put(e, BLOCK_COL_FUNCTIONS_FILE, sn[f->file]);
@@ -252,6 +264,8 @@ static int write_symbol_tables(encoder *e, const block_order *o) {
     enc_begin_table(e, BLOCK_TABLE_LOCATIONS);
     for (size_t i = 0; i < w->n_locations; i++) {
         const w_location *l = &w->locations[i];
+        if (i == w->first_new_location)
+            enc_end_group(e);
         enc_put(e, BLOCK_COL_LOCATIONS_MAPPING, l->mapping);
         enc_put(e, BLOCK_COL_LOCATIONS_ADDRESS, l->address);
         enc_put(e, BLOCK_COL_LOCATIONS_FIRST_LINE, l->first_line);
@@ -263,6 +277,8 @@ static int write_symbol_tables(encoder *e, const block_order *o) {
         return -1;
     enc_begin_table(e, BLOCK_TABLE_LINES);
     for (size_t i = 0; i < w->n_lines; i++) {
+        if (i == w->first_new_line)
+            enc_end_group(e);
         enc_put(e, BLOCK_COL_LINES_FUNCTION, w->lines[i].function);
         enc_put(e, BLOCK_COL_LINES_LINE, (uint64_t)w->lines[i].line);
         enc_end_row(e);
@@ -271,6 +287,8 @@ static int write_symbol_tables(encoder *e, const block_order *o) {
         return -1;
     enc_begin_table(e, BLOCK_TABLE_STACKS);
     for (size_t i = 0; i < w->n_stacks; i++) {
+        if (i == w->first_new_stack)
+            enc_end_group(e);
         enc_put(e, BLOCK_COL_STACKS_PARENT_DELTA, (uint64_t)(i + 1) - w->stacks[i].parent);
         enc_put(e, BLOCK_COL_STACKS_LOCATION, w->stacks[i].location);
         enc_end_row(e);
@@ -555,6 +573,46 @@ static int encode_block(block_writer *w, const block_order *o, strata_buffer *da
     return rc;
 }
 
+/* Puts the functions of order (new id -> old id; new_function is its inverse) new to the
+ * dictionary since the previous cut after the others, each part in its order (for the reason
+ * locations go so: a merge decodes only the groups holding functions no earlier block showed it),
+ * and keeps both arrays each other's inverse. Returns the first new one's id (0 for the first
+ * cut). */
+static uint32_t order_new_functions_last(const block_writer *w, uint32_t *order,
+                                         uint32_t *new_function) {
+    size_t nf = w->n_functions;
+    uint32_t cut = w->functions_at_last_cut, k = 0, first_new = 0;
+    if (w->function_origins == NULL || cut == 0)
+        return 0;
+    for (int part = 0; part < 2; part++) { /* a stable partition: old (origin <= cut), then new */
+        if (part == 1)
+            first_new = k;
+        for (size_t i = 0; i < nf; i++)
+            if ((w->function_origins[order[i]] > cut) == (part == 1))
+                new_function[order[i]] = k++;
+    }
+    for (uint32_t old = 0; old < nf; old++)
+        order[new_function[old]] = old;
+    return first_new;
+}
+
+/* Where the rows new since the previous cut start in a renumbered detached block (see
+ * first_new_function in block_writer_internal.h), past the functions and locations, which the
+ * renumbering found. */
+static void find_first_new_rows(block_writer *w) {
+    uint32_t k = w->first_new_location;
+    w->first_new_line = 0;
+    if (k > 0)
+        w->first_new_line = k < w->n_locations ? w->locations[k].first_line : (uint32_t)w->n_lines;
+    w->first_new_stack = 0;
+    if (w->stack_origins != NULL && w->stacks_at_last_cut > 0) {
+        uint32_t s = 0; /* stacks keep the dictionary's order: the new ones are last */
+        while (s < w->n_stacks && w->stack_origins[s] <= w->stacks_at_last_cut)
+            s++;
+        w->first_new_stack = s;
+    }
+}
+
 /* Renumbers a detached block's locations by (mapping, address) and its functions by first use in
  * that order, so that the DELTA-encoded address and function columns hold small steps (fresh
  * agent blocks about 16% smaller than in first-seen order; block-format.md 6.4). The locations
@@ -564,20 +622,25 @@ static int encode_block(block_writer *w, const block_order *o, strata_buffer *da
  * (spread by address over every group, it had each reader decode all of its symbols). A detached
  * writer only finishes, so nothing else holds these ids; it runs here, in the ingester's flush
  * thread, not in block_writer_detach under the ingester's lock. Out of memory, the order is kept:
- * the block is the same, only larger. */
+ * the block is the same, only larger. The functions new since the previous cut go last likewise.
+ */
 static void renumber_symbols_by_address(block_writer *w) {
     size_t n = w->n_locations, nf = w->n_functions;
     strata_sort_record *keys = malloc(2 * n * sizeof *keys + 1);
     uint32_t *new_location = malloc(n * sizeof *new_location + 1);
     uint32_t *new_function = malloc(nf * sizeof *new_function + 1);
+    uint32_t *function_order = malloc(nf * sizeof *function_order + 1); /* new id -> old */
+    uint32_t *function_origins = malloc(nf * sizeof *function_origins + 1);
     w_location *locations = malloc(n * sizeof *locations + 1);
     w_line *lines = malloc(w->n_lines * sizeof *lines + 1);
     w_function *functions = malloc(nf * sizeof *functions + 1);
-    if (keys == NULL || new_location == NULL || new_function == NULL || locations == NULL ||
-        lines == NULL || functions == NULL) {
+    if (keys == NULL || new_location == NULL || new_function == NULL || function_order == NULL ||
+        locations == NULL || lines == NULL || functions == NULL || function_origins == NULL) {
+        free(function_origins);
         free(keys);
         free(new_location);
         free(new_function);
+        free(function_order);
         free(locations);
         free(lines);
         free(functions);
@@ -595,19 +658,38 @@ static void renumber_symbols_by_address(block_writer *w) {
         for (size_t k = 0; k < n; k++)
             keys[k].key = w->location_origins[keys[k].payload] > w->locations_at_last_cut;
         strata_radix_sort(keys, keys + n, n);
+        uint32_t k = 0;
+        while (k < n && keys[k].key == 0)
+            k++;
+        w->first_new_location = k;
     }
     memset(new_function, 0xff, nf * sizeof *new_function);
     uint32_t n_functions = 0;
+    for (size_t k = 0; k < n; k++) {
+        const w_location *l = &w->locations[keys[k].payload];
+        for (uint32_t j = 0; j < l->line_count; j++) {
+            uint32_t f = w->lines[l->first_line + j].function;
+            if (new_function[f] == UINT32_MAX) {
+                new_function[f] = n_functions;
+                function_order[n_functions++] = f;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < nf; i++) /* functions no line names keep their relative order */
+        if (new_function[i] == UINT32_MAX)
+            function_order[n_functions++] = i;
+    w->first_new_function = order_new_functions_last(w, function_order, new_function);
+    for (size_t k = 0; k < nf; k++) {
+        functions[k] = w->functions[function_order[k]];
+        if (w->function_origins != NULL)
+            function_origins[k] = w->function_origins[function_order[k]];
+    }
     size_t n_lines = 0;
     for (size_t k = 0; k < n; k++) {
         w_location l = w->locations[keys[k].payload];
         new_location[keys[k].payload] = (uint32_t)k;
         for (uint32_t j = 0; j < l.line_count; j++) {
             w_line line = w->lines[l.first_line + j];
-            if (new_function[line.function] == UINT32_MAX) {
-                new_function[line.function] = n_functions;
-                functions[n_functions++] = w->functions[line.function];
-            }
             line.function = new_function[line.function];
             lines[n_lines + j] = line;
         }
@@ -615,9 +697,6 @@ static void renumber_symbols_by_address(block_writer *w) {
         n_lines += l.line_count;
         locations[k] = l;
     }
-    for (size_t i = 0; i < nf; i++) /* functions no line names keep their relative order */
-        if (new_function[i] == UINT32_MAX)
-            functions[n_functions++] = w->functions[i];
     for (size_t i = 0; i < w->n_stacks; i++)
         w->stacks[i].location = new_location[w->stacks[i].location];
     if (w->location_origins != NULL) { /* keys[k].payload is now location k's old row */
@@ -629,15 +708,23 @@ static void renumber_symbols_by_address(block_writer *w) {
     free(w->locations);
     free(w->lines);
     free(w->functions);
+    if (w->function_origins != NULL) {
+        free(w->function_origins);
+        w->function_origins = function_origins;
+        function_origins = NULL;
+    }
+    free(function_origins);
     w->locations = locations;
     w->cap_locations = n;
     w->lines = lines;
     w->cap_lines = w->n_lines;
     w->functions = functions;
     w->cap_functions = nf;
+    find_first_new_rows(w);
     free(keys);
     free(new_location);
     free(new_function);
+    free(function_order);
 }
 
 /* The spooled tables, ended with the columns of the block's version. */

@@ -240,11 +240,18 @@ struct block_writer {
     ulid dictionary;
     uint32_t dictionary_stacks;    /* a detached block: the dictionary's stack count at the cut */
     uint32_t dictionary_locations; /* and its location count */
-    /* The dictionary's location count at the previous cut: kept by the long-lived writer, handed
-     * to the detached block, whose locations above it (new since that cut) go last. */
-    uint32_t locations_at_last_cut;
+    uint32_t dictionary_functions; /* and its function count */
+    /* The dictionary's location and function counts at the previous cut: kept by the long-lived
+     * writer, handed to the detached block, whose locations and functions above them (new since
+     * that cut) go last. */
+    uint32_t locations_at_last_cut, functions_at_last_cut, stacks_at_last_cut;
+    /* A detached block once renumbered (block_writer_encode.c): its first function, location,
+     * line and stack new since the previous cut, where a row group starts (the row count where
+     * nothing is new, 0 for the first cut: every row is new, and no group is cut short). */
+    uint32_t first_new_function, first_new_location, first_new_line, first_new_stack;
     uint32_t *stack_origins;    /* a detached block: per stack row, the dictionary's stack id */
     uint32_t *location_origins; /* and per location row, the dictionary's location id + 1 */
+    uint32_t *function_origins; /* and per function row, the dictionary's function id + 1 */
 
     /* ---- long-lived until the block is cut: profiles and samples ----------------------------- */
     w_profile *profiles;

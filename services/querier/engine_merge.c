@@ -33,19 +33,40 @@
  * cuts from one dictionary name each stack's origin in it, so a merge over minutes of fresh
  * blocks translates a stack once instead of once per block, as over one compacted block. */
 /* Per-block translation state: block location -> calltree frames (root-most first). */
-/* A block's function and mapping strings as string ids of the tree being built (id + 1, 0 = not
- * yet), for one block's translation: a function recurs in many locations (27 K functions in 195 K
- * locations in a compacted block of agent data), and interning its strings anew for each one
- * (length, hash, compare, five strings per frame) cost a fifth of a merge. Grown on first use. */
+/* Functions as the tree being built knows them: the string ids of name, system name and file
+ * (id + 1; 0 = not yet) and the start line, per slot (a block's function id, or a dictionary's
+ * function origin). A function recurs in many locations (27 K functions in 195 K locations in a
+ * compacted block of agent data), and interning its strings anew for each one (length, hash,
+ * compare, five strings per frame) cost a fifth of a merge. */
+typedef struct function_memo {
+    uint32_t *ids; /* 3 per slot */
+    int64_t *start_line;
+    size_t n; /* slots */
+} function_memo;
+
+static void function_memo_free(function_memo *fm) {
+    free(fm->ids);
+    free(fm->start_line);
+    memset(fm, 0, sizeof *fm);
+}
+
+/* A block's function and mapping strings in the tree, for one block's translation. A block cut
+ * from a writer dictionary with function origins (docs/block-format.md 6.12) uses its
+ * dictionary's function memo, kept for the whole query: a function one block showed is not
+ * decoded again from the next (its group of the functions table, and the string pages its names
+ * are on, stay unread), so a fresh block decodes only the functions new to it. Other blocks use
+ * their own, grown on first use. */
 typedef struct symbol_ids {
-    uint32_t *function; /* 3 per function id: name, system name, file */
-    size_t n_functions;
+    function_memo own;             /* slot = the block's function id */
+    function_memo *dictionary;     /* NULL, or slot = function_slot[function id] */
+    const uint32_t *function_slot; /* the block's function origins */
+    size_t n_function_slots;
     uint32_t *mapping; /* 2 per mapping id: file, build id */
     size_t n_mappings;
 } symbol_ids;
 
 static void symbol_ids_free(symbol_ids *ids) {
-    free(ids->function);
+    function_memo_free(&ids->own);
     free(ids->mapping);
     memset(ids, 0, sizeof *ids);
 }
@@ -65,11 +86,12 @@ static void frame_memo_free(frame_memo *m);
 
 typedef struct dictionary_memo {
     uint8_t id[16];
-    uint32_t *node;       /* index = dictionary stack id: node + 1, 0 = not yet */
-    uint64_t *translated; /* one bit per entry of node: node != 0 (stack_memo) */
-    size_t n;             /* entries in node */
-    frame_memo *frames;   /* indexed by dictionary location id (slot = the block's origins) */
-    size_t n_locations;   /* entries in frames' offset and count */
+    uint32_t *node;          /* index = dictionary stack id: node + 1, 0 = not yet */
+    uint64_t *translated;    /* one bit per entry of node: node != 0 (stack_memo) */
+    size_t n;                /* entries in node */
+    frame_memo *frames;      /* indexed by dictionary location id (slot = the block's origins) */
+    size_t n_locations;      /* entries in frames' offset and count */
+    function_memo functions; /* indexed by dictionary function id (blocks with function origins) */
 } dictionary_memo;
 
 typedef struct memo_set {
@@ -85,6 +107,7 @@ static void memo_set_free(memo_set *set) {
         if (set->memos[i].frames != NULL)
             frame_memo_free(set->memos[i].frames);
         free(set->memos[i].frames);
+        function_memo_free(&set->memos[i].functions);
     }
     free(set->memos);
     memset(set, 0, sizeof *set);
@@ -266,7 +289,11 @@ static int dictionary_memo_for(memo_set *set, uint64_t budget, const block_stack
     size_t need = (size_t)o->dictionary_stacks + 1, need_l = (size_t)o->dictionary_locations + 1;
     size_t have = m != NULL ? m->n : 0, have_l = m != NULL ? m->n_locations : 0;
     size_t grow = need > have ? need - have : 0, grow_l = need_l > have_l ? need_l - have_l : 0;
-    uint64_t more = (uint64_t)grow * (sizeof(uint32_t) + 1) + (uint64_t)grow_l * 6;
+    size_t need_f = o->function_origin != NULL ? (size_t)o->dictionary_functions + 1 : 0;
+    size_t have_f = m != NULL ? m->functions.n : 0;
+    size_t grow_f = need_f > have_f ? need_f - have_f : 0;
+    uint64_t more = (uint64_t)grow * (sizeof(uint32_t) + 1) + (uint64_t)grow_l * 6 +
+                    (uint64_t)grow_f * (3 * sizeof(uint32_t) + sizeof(int64_t));
     if (set->bytes + more > budget)
         return 0;
     if (m == NULL) {
@@ -307,6 +334,18 @@ static int dictionary_memo_for(memo_set *set, uint64_t budget, const block_stack
         if (offset == NULL || count == NULL)
             return strata_error_oom(err);
         m->n_locations = need_l;
+    }
+    if (grow_f > 0) {
+        function_memo *fm = &m->functions;
+        uint32_t *ids = grow_zeroed(fm->ids, 3 * have_f, 3 * need_f, sizeof *ids);
+        if (ids != NULL)
+            fm->ids = ids;
+        int64_t *start_line = grow_zeroed(fm->start_line, have_f, need_f, sizeof *start_line);
+        if (start_line != NULL)
+            fm->start_line = start_line;
+        if (ids == NULL || start_line == NULL)
+            return strata_error_oom(err);
+        fm->n = need_f;
     }
     set->bytes += more;
     *out = m;
@@ -395,6 +434,47 @@ static int cached_string_ids(calltree *tree, uint32_t **cache, size_t *n_cache, 
     return 0;
 }
 
+/* The tree's string ids of function id's name, system name and file, and its start line, from
+ * the memo ids names (the block's own, or its dictionary's), the function decoded only when the
+ * memo lacks it. */
+static int function_string_ids(block_reader *r, calltree *tree, symbol_ids *ids, uint32_t id,
+                               uint32_t out[3], int64_t *start_line, strata_error *err) {
+    function_memo *fm = &ids->own;
+    size_t slot = id;
+    if (ids->dictionary != NULL && id < ids->n_function_slots) {
+        fm = ids->dictionary;
+        slot = ids->function_slot[id];
+    } else if (fm->ids == NULL) {
+        size_t n = (size_t)block_reader_row_count(r, BLOCK_TABLE_FUNCTIONS) + 1;
+        fm->ids = calloc(3 * n, sizeof *fm->ids);
+        fm->start_line = calloc(n, sizeof *fm->start_line);
+        if (fm->ids == NULL || fm->start_line == NULL)
+            return strata_error_oom(err);
+        fm->n = n;
+    }
+    bool memo = slot < fm->n;
+    if (memo && fm->ids[3 * slot] != 0) {
+        for (int i = 0; i < 3; i++)
+            out[i] = fm->ids[3 * slot + i] - 1;
+        *start_line = fm->start_line[slot];
+        return 0;
+    }
+    block_function fn;
+    if (block_reader_function(r, id, &fn, err) != 0)
+        return -1;
+    const char *strings[3] = {fn.name, fn.system_name, fn.file};
+    for (int i = 0; i < 3; i++)
+        if (calltree_intern_string(tree, str_of(strings[i]), &out[i], err) != 0)
+            return -1;
+    *start_line = fn.start_line;
+    if (memo) {
+        for (int i = 0; i < 3; i++)
+            fm->ids[3 * slot + i] = out[i] + 1;
+        fm->start_line[slot] = fn.start_line;
+    }
+    return 0;
+}
+
 /* Translates location id into frames (root-most first: the outer function before inlined ones,
  * which are marked as inlined into it). */
 static int translate_location(block_reader *r, calltree *tree, frame_memo *m, uint32_t loc_id,
@@ -426,29 +506,28 @@ static int translate_location(block_reader *r, calltree *tree, frame_memo *m, ui
             return -1;
     }
     for (uint32_t i = loc.n_lines; i-- > 0;) {
-        block_function fn;
-        if (block_reader_function(r, loc.lines[i].function_id, &fn, err) != 0)
-            return -1;
         uint32_t frame;
         if (ids != NULL) {
-            const char *strings[3] = {fn.name, fn.system_name, fn.file};
             uint32_t fn_ids[3];
-            size_t n = (size_t)block_reader_row_count(r, BLOCK_TABLE_FUNCTIONS) + 1;
-            if (cached_string_ids(tree, &ids->function, &ids->n_functions, n,
-                                  loc.lines[i].function_id, strings, fn_ids, 3, err) != 0)
+            int64_t start_line = 0;
+            if (function_string_ids(r, tree, ids, loc.lines[i].function_id, fn_ids, &start_line,
+                                    err) != 0)
                 return -1;
             calltree_frame_ids d = {fn_ids[0],
                                     fn_ids[1],
                                     fn_ids[2],
                                     mapping_ids[0],
                                     mapping_ids[1],
-                                    fn.start_line,
+                                    start_line,
                                     frame_location(&loc, mp)};
             d.loc.line = loc.lines[i].line;
             d.loc.inlined = i + 1 < loc.n_lines; /* lines[0] is the innermost */
             if (calltree_intern_frame_ids(tree, &d, &frame, err) != 0)
                 return -1;
         } else {
+            block_function fn;
+            if (block_reader_function(r, loc.lines[i].function_id, &fn, err) != 0)
+                return -1;
             calltree_frame_desc d = {str_of(fn.name),
                                      str_of(fn.system_name),
                                      str_of(fn.file),
@@ -952,6 +1031,18 @@ static void add_dictionary_sums(row_sums *sums, const block_stack_origins *origi
     summed_clear(sums);
 }
 
+/* The symbol ids for a block of dictionary memo dm: its function memo where the block has
+ * function origins. */
+static symbol_ids dictionary_symbol_ids(dictionary_memo *dm, const block_stack_origins *origins) {
+    symbol_ids ids = {0};
+    if (origins->function_origin != NULL && dm->functions.n > origins->dictionary_functions) {
+        ids.dictionary = &dm->functions;
+        ids.function_slot = origins->function_origin;
+        ids.n_function_slots = origins->n_functions;
+    }
+    return ids;
+}
+
 /* Puts a block's sums into a tree. A block cut from a writer dictionary (its stacks have
  * origins) whose rows need nothing but their stacks goes into the query's shared tree, under its
  * lock, through the query's memo of that dictionary: each dictionary stack is translated once per
@@ -984,7 +1075,7 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
         if (by_origin != NULL)
             chunks = by_origin->chunks;
         if (rc == 0 && dm != NULL) {
-            symbol_ids ids = {0};
+            symbol_ids ids = dictionary_symbol_ids(dm, &origins);
             stack_memo sm = {dm->node, &origins, dm->translated};
             p->result.dictionary_blocks++;
             dm->frames->slot = origins.location_origin;
@@ -1012,6 +1103,8 @@ static int translate_sums(block_reader *r, merge_partial *p, row_sums *sums, str
     }
     size_t n_locations = (size_t)block_reader_row_count(r, BLOCK_TABLE_LOCATIONS) + 1;
     symbol_ids ids = {0};
+    if (rc == 0 && dm != NULL) /* the memo of p->memos serves p->tree, add_grouped's too */
+        ids = dictionary_symbol_ids(dm, &origins);
     frame_memo m = {.ids = &ids};
     uint32_t *own = NULL;
     if (rc == 0 && (dm == NULL || sums->grouped.count > 0)) {
