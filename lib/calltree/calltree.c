@@ -39,13 +39,24 @@ static int grow_nodes_to(calltree *t, size_t need) {
     int64_t *self = strata_array_resize(t->self, cap, sizeof *self);
     if (self != NULL)
         t->self = self;
-    int64_t *self_base = strata_array_resize(t->self_base, cap, sizeof *self_base);
-    if (self_base != NULL)
-        t->self_base = self_base;
-    if (parent == NULL || frame == NULL || self == NULL || self_base == NULL)
+    int64_t *self_base = NULL;
+    if (t->self_base != NULL) {
+        self_base = strata_array_resize(t->self_base, cap, sizeof *self_base);
+        if (self_base != NULL)
+            t->self_base = self_base;
+    }
+    if (parent == NULL || frame == NULL || self == NULL || (t->self_base != NULL && !self_base))
         return -1;
     t->nodes_cap = cap;
     return 0;
+}
+
+/* Makes self_base, zeroed for the nodes there are, on the first base value. */
+static int ensure_self_base(calltree *t) {
+    if (t->self_base != NULL)
+        return 0;
+    t->self_base = calloc(t->nodes_cap ? t->nodes_cap : 1, sizeof *t->self_base);
+    return t->self_base != NULL ? 0 : -1;
 }
 
 static int grow_nodes(calltree *t) {
@@ -73,7 +84,8 @@ static int new_node(calltree *t, uint32_t parent, uint32_t frame, uint32_t *node
     t->parent[id] = parent;
     t->frame[id] = frame;
     t->self[id] = 0;
-    t->self_base[id] = 0;
+    if (t->self_base != NULL)
+        t->self_base[id] = 0;
     *node = (uint32_t)id;
     t->finalized = false;
     return 0;
@@ -506,7 +518,12 @@ void calltree_add(calltree *t, uint32_t node, int64_t value) {
 
 void calltree_add_base(calltree *t, uint32_t node, int64_t value) {
     if (node < t->n_nodes) {
-        t->self_base[node] += value;
+        if (value != 0 && ensure_self_base(t) != 0) {
+            t->base_lost = true; /* reported by calltree_finalize */
+            return;
+        }
+        if (value != 0)
+            t->self_base[node] += value;
         t->diff = true;
         t->finalized = false;
     }
@@ -583,9 +600,14 @@ int calltree_merge(calltree *dst, const calltree *src, strata_error *err) {
     for (size_t i = 1; i < src->n_nodes; i++)
         if (calltree_child(dst, nmap[src->parent[i]], fmap[src->frame[i]], &nmap[i], err) != 0)
             goto out;
+    if (src->self_base != NULL && ensure_self_base(dst) != 0) {
+        strata_error_oom(err);
+        goto out;
+    }
     for (size_t i = 0; i < src->n_nodes; i++) {
         dst->self[nmap[i]] += src->self[i];
-        dst->self_base[nmap[i]] += src->self_base[i];
+        if (src->self_base != NULL)
+            dst->self_base[nmap[i]] += src->self_base[i];
     }
     dst->diff = dst->diff || src->diff;
     dst->finalized = false;
@@ -697,11 +719,13 @@ static int build_children(calltree *t) {
 
 static void compute_totals(calltree *t) {
     memcpy(t->total, t->self, t->n_nodes * sizeof *t->total);
-    memcpy(t->total_base, t->self_base, t->n_nodes * sizeof *t->total_base);
-    for (size_t i = t->n_nodes; i-- > 1;) {
+    for (size_t i = t->n_nodes; i-- > 1;)
         t->total[t->parent[i]] += t->total[i];
+    if (t->total_base == NULL)
+        return;
+    memcpy(t->total_base, t->self_base, t->n_nodes * sizeof *t->total_base);
+    for (size_t i = t->n_nodes; i-- > 1;)
         t->total_base[t->parent[i]] += t->total_base[i];
-    }
 }
 
 /* The display name of frame f (see calltree_frame_label). */
@@ -791,7 +815,8 @@ int calltree_order_depth_first(calltree *t, strata_error *err) {
     permute_array(t->parent, n, sizeof *t->parent, pre, scratch);
     permute_array(t->frame, n, sizeof *t->frame, pre, scratch);
     permute_array(t->self, n, sizeof *t->self, pre, scratch);
-    permute_array(t->self_base, n, sizeof *t->self_base, pre, scratch);
+    if (t->self_base != NULL)
+        permute_array(t->self_base, n, sizeof *t->self_base, pre, scratch);
     free(scratch);
     free(pre);
     return 0;
@@ -802,11 +827,17 @@ int calltree_finalize(calltree *t, strata_error *err) {
     /* The child map serves only inserts, and a finalized tree is usually done growing: it goes
      * before the finalized arrays come, so a merge's peak holds one or the other (over a
      * compacted block of 2.8 M nodes the map is 64-128 MiB). An insert after this rebuilds it. */
+    if (t->base_lost)
+        return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
+                                "call tree: out of memory for the base side of a diff");
     strata_u64_map_free(&t->child_map);
+    if (t->diff && ensure_self_base(t) != 0) /* a diff tree always has both sides */
+        return strata_error_oom(err);
     t->total = malloc(t->n_nodes * sizeof *t->total);
-    t->total_base = malloc(t->n_nodes * sizeof *t->total_base);
-    if (t->total == NULL || t->total_base == NULL || rank_frames(t) != 0 ||
-        build_children(t) != 0 || label_frames(t) != 0) {
+    if (t->self_base != NULL)
+        t->total_base = malloc(t->n_nodes * sizeof *t->total_base);
+    if (t->total == NULL || (t->self_base != NULL && t->total_base == NULL) ||
+        rank_frames(t) != 0 || build_children(t) != 0 || label_frames(t) != 0) {
         free_finalized(t);
         return strata_error_oom(err);
     }
@@ -843,7 +874,7 @@ static int scale_array(calltree *t, int64_t *values, int64_t num, int64_t den, s
             "call tree: scale factor %lld/%lld must be non-negative with a positive "
             "denominator",
             (long long)num, (long long)den);
-    for (size_t i = 0; i < t->n_nodes; i++)
+    for (size_t i = 0; values != NULL && i < t->n_nodes; i++)
         values[i] = scale_value(values[i], num, den);
     if (t->finalized)
         compute_totals(t);
@@ -851,7 +882,7 @@ static int scale_array(calltree *t, int64_t *values, int64_t num, int64_t den, s
 }
 
 int calltree_scale_base(calltree *t, int64_t num, int64_t den, strata_error *err) {
-    return scale_array(t, t->self_base, num, den, err);
+    return scale_array(t, t->self_base, num, den, err); /* NULL: all zero, nothing changes */
 }
 
 int calltree_scale_main(calltree *t, int64_t num, int64_t den, strata_error *err) {
@@ -861,7 +892,7 @@ int calltree_scale_main(calltree *t, int64_t num, int64_t den, strata_error *err
 int calltree_apply_diff_mode(calltree *t, bool absolute, strata_error *err) {
     if (calltree_require_finalized(t, err) != 0)
         return -1;
-    int64_t a = t->total_base[0], b = t->total[0];
+    int64_t a = calltree_total_base_at(t, 0), b = t->total[0];
     if (absolute || a <= 0 || b <= 0 || a == b)
         return 0;
     if (a < b)
@@ -878,13 +909,16 @@ static size_t map_bytes(const strata_u64_map *m) {
 size_t calltree_memory_bytes(const calltree *t) {
     const strata_intern *in = &t->strings;
     size_t bytes = sizeof *t + map_bytes(&t->child_map) + map_bytes(&t->frame_map);
-    bytes += t->nodes_cap * (2 * sizeof(uint32_t) + 2 * sizeof(int64_t));
+    bytes += t->nodes_cap * (2 * sizeof(uint32_t) + sizeof(int64_t));
+    if (t->self_base != NULL)
+        bytes += t->nodes_cap * sizeof(int64_t);
     bytes += t->frames_cap * (FRAME_NSTR * sizeof(uint32_t) + sizeof(calltree_frame_extra));
     bytes += t->cap_label_words * sizeof(uint32_t);
     bytes += in->cap * (sizeof(char *) + sizeof(uint32_t)) + in->total_bytes + in->count +
              (in->slots != NULL ? (in->slot_mask + 1) * (sizeof(uint32_t) + sizeof(uint64_t)) : 0);
     if (t->finalized)
-        bytes += t->n_nodes * (2 * sizeof(int64_t) + 2 * sizeof(uint32_t)) +
+        bytes += t->n_nodes * (sizeof(int64_t) + 2 * sizeof(uint32_t)) +
+                 (t->total_base != NULL ? t->n_nodes * sizeof(int64_t) : 0) +
                  t->n_frames * 2 * sizeof(uint32_t);
     return bytes;
 }
@@ -910,10 +944,10 @@ calltree_node_values calltree_node_get(const calltree *t, uint32_t node) {
     if (node >= t->n_nodes)
         return v;
     v.self = t->self[node];
-    v.self_base = t->self_base[node];
+    v.self_base = calltree_self_base_at(t, node);
     if (t->finalized) {
         v.total = t->total[node];
-        v.total_base = t->total_base[node];
+        v.total_base = calltree_total_base_at(t, node);
     }
     return v;
 }

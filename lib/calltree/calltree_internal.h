@@ -49,6 +49,10 @@ struct calltree {
     uint32_t *parent;
     uint32_t *frame;
     int64_t *self;
+    /* The base side of a diff: NULL until a base value is added (a merge's tree has none, and
+     * 8 bytes a node, twice over with total_base, were a sixth of a big merge's memory). A
+     * finalized diff tree always has both; read them through calltree_self_base_at and
+     * calltree_total_base_at where a tree may not be a diff. */
     int64_t *self_base;
     size_t n_nodes;
     size_t nodes_cap;
@@ -56,13 +60,22 @@ struct calltree {
 
     /* Valid when finalized. */
     int64_t *total;
-    int64_t *total_base;
+    int64_t *total_base;    /* NULL when self_base is */
     uint32_t *child_offset; /* n_nodes + 1 */
     uint32_t *children;     /* n_nodes - 1 */
     uint32_t *frame_rank;   /* frame id -> position in sorted frame order */
     bool finalized;
     bool diff;
+    bool base_lost; /* a base value found no memory for self_base: finalize fails */
 };
+
+static inline int64_t calltree_self_base_at(const calltree *t, size_t node) {
+    return t->self_base != NULL ? t->self_base[node] : 0;
+}
+
+static inline int64_t calltree_total_base_at(const calltree *t, size_t node) {
+    return t->total_base != NULL ? t->total_base[node] : 0;
+}
 
 static inline const char *calltree_string(const calltree *t, uint32_t id) {
     return t->strings.strings[id];

@@ -133,7 +133,8 @@ static int flamebearer_build(flamebearer *fb, const calltree_report_options *opt
         assign_names(fb) != 0)
         return strata_error_oom(err);
     compute_positions(t, t->total, fb->x);
-    compute_positions(t, t->total_base, fb->x_base);
+    if (t->total_base != NULL) /* a diff tree's (finalize makes both sides) */
+        compute_positions(t, t->total_base, fb->x_base);
     return 0;
 }
 

@@ -123,7 +123,7 @@ static void enter_node(const calltree *t, outer_walk *w, uint32_t c,
     uint32_t f = t->frame[c];
     if (w->cur[f] == CALLTREE_NONE) {
         by_frame[f].cumulative += t->total[c];
-        by_frame[f].cumulative_base += t->total_base[c];
+        by_frame[f].cumulative_base += calltree_total_base_at(t, c);
     }
     w->prev[c] = w->cur[f];
     w->cur[f] = c;
@@ -183,7 +183,7 @@ int calltree_frame_stats_compute(const calltree *t, calltree_frame_stats **rows,
     }
     for (size_t i = 1; i < t->n_nodes; i++) {
         s[t->frame[i]].flat += t->self[i];
-        s[t->frame[i]].flat_base += t->self_base[i];
+        s[t->frame[i]].flat_base += calltree_self_base_at(t, i);
     }
     accumulate_cumulative(t, &w, s);
     size_t n = 0;

@@ -982,6 +982,60 @@ static calltree *two_builds(unsigned group_by) {
     return t;
 }
 
+/* A tree with n one-frame stacks of value 1 each, plus base on the first node when base != 0. */
+static calltree *flat_tree(size_t n, int64_t base) {
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    for (size_t i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "f%zu", i);
+        uint32_t f = build_frame(t, name, "/app", "b", 0x1000 + 16 * i, 1), node;
+        assert_int_equal(calltree_insert_stack(t, &f, 1, &node, NULL), 0);
+        calltree_add(t, node, 1);
+        if (i == 0 && base != 0)
+            calltree_add_base(t, node, base);
+    }
+    return t;
+}
+
+/* The base side of a diff costs nothing until a base value comes (a merge never adds one): 8
+ * bytes a node fewer while building, 16 once finalized; values read the same either way, and a
+ * tree made a diff without base values finalizes with a zero base side. */
+static void test_base_side_only_when_used(void **state) {
+    (void)state;
+    enum { N = 2000 };
+    calltree *plain = flat_tree(N, 0), *diff = flat_tree(N, 5);
+    size_t plain_bytes = calltree_memory_bytes(plain), diff_bytes = calltree_memory_bytes(diff);
+    assert_true(diff_bytes >= plain_bytes + 8 * N);
+    assert_int_equal(calltree_finalize(plain, NULL), 0);
+    assert_int_equal(calltree_finalize(diff, NULL), 0);
+    assert_true(calltree_memory_bytes(diff) >= calltree_memory_bytes(plain) + 16 * N);
+    assert_false(calltree_is_diff(plain));
+    assert_true(calltree_is_diff(diff));
+    calltree_node_values p = calltree_node_get(plain, CALLTREE_ROOT),
+                         d = calltree_node_get(diff, CALLTREE_ROOT);
+    assert_int_equal(p.total, N);
+    assert_int_equal(p.total_base, 0);
+    assert_int_equal(d.total, N);
+    assert_int_equal(d.total_base, 5);
+    /* merging the diff tree into the plain one brings the base side with it */
+    assert_int_equal(calltree_merge(plain, diff, NULL), 0);
+    assert_int_equal(calltree_finalize(plain, NULL), 0);
+    assert_int_equal(calltree_node_get(plain, CALLTREE_ROOT).total_base, 5);
+    assert_int_equal(calltree_node_get(plain, CALLTREE_ROOT).total, 2 * N);
+    calltree_free(plain);
+    calltree_free(diff);
+    /* a diff by flag only: both sides exist once finalized, the base all zero */
+    calltree *flagged = flat_tree(3, 0);
+    calltree_set_diff(flagged, true);
+    assert_int_equal(calltree_finalize(flagged, NULL), 0);
+    assert_int_equal(calltree_apply_diff_mode(flagged, false, NULL), 0);
+    assert_int_equal(calltree_node_get(flagged, CALLTREE_ROOT).total_base, 0);
+    assert_int_equal(calltree_node_get(flagged, CALLTREE_ROOT).total, 3);
+    assert_int_equal(calltree_scale_base(flagged, 2, 1, NULL), 0);
+    calltree_free(flagged);
+}
+
 static void test_group_by_function_name(void **state) {
     (void)state;
     calltree *t = two_builds(CALLTREE_GROUP_FUNCTION_NAME);
@@ -1750,6 +1804,7 @@ int main(void) {
         cmocka_unit_test(test_merge),
         cmocka_unit_test(test_swap),
         cmocka_unit_test(test_empty_tree),
+        cmocka_unit_test(test_base_side_only_when_used),
         cmocka_unit_test(test_group_by_function_name),
         cmocka_unit_test(test_group_by_merge_order),
         cmocka_unit_test(test_group_by_parse),

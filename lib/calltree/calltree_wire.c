@@ -122,7 +122,10 @@ int calltree_to_partial(const calltree *t, partial_tree_pb *p, strata_error *err
     }
     p->n_node_self = p->n_node_self_base = n_nodes;
     memcpy(p->node_self, t->self, n_nodes * sizeof *t->self);
-    memcpy(p->node_self_base, t->self_base, n_nodes * sizeof *t->self_base);
+    if (t->self_base != NULL)
+        memcpy(p->node_self_base, t->self_base, n_nodes * sizeof *t->self_base);
+    else
+        memset(p->node_self_base, 0, n_nodes * sizeof *p->node_self_base);
     p->diff = t->diff;
     return 0;
 }
