@@ -77,6 +77,9 @@ static int grow_frames(calltree *t) {
     return 0;
 }
 
+static int child_index_reserve(calltree *t, size_t nodes);
+static void child_index_free(calltree_child_index *c);
+
 static int new_node(calltree *t, uint32_t parent, uint32_t frame, uint32_t *node) {
     if (t->n_nodes == t->nodes_cap && grow_nodes(t) != 0)
         return -1;
@@ -102,8 +105,7 @@ int calltree_create(calltree **out, size_t expected_nodes, strata_error *err) {
     t->grouping.mask = CALLTREE_GROUP_EXACT;
     if (strata_intern_init(&t->strings) != 0 ||
         strata_intern_add(&t->strings, "", 0, &t->empty_sid) != 0 ||
-        strata_u64_map_init(&t->child_map, expected) != 0 ||
-        strata_u64_map_init(&t->frame_map, 256) != 0 ||
+        child_index_reserve(t, expected) != 0 || strata_u64_map_init(&t->frame_map, 256) != 0 ||
         new_node(t, CALLTREE_NONE, CALLTREE_NONE, &root) != 0) {
         calltree_free(t);
         return strata_error_oom(err);
@@ -131,7 +133,7 @@ void calltree_free(calltree *t) {
     free(t->label_words);
     strata_intern_free(&t->strings);
     strata_u64_map_free(&t->frame_map);
-    strata_u64_map_free(&t->child_map);
+    child_index_free(&t->child_map);
     free(t->frame_str);
     free(t->frame_extra);
     free(t->parent);
@@ -441,19 +443,58 @@ void calltree_frame_label_at(const calltree *t, uint32_t f, size_t i, const char
     *value = calltree_string(t, pair[1]);
 }
 
-static uint64_t child_key(uint32_t parent, uint32_t frame) {
-    return ((uint64_t)parent << 32 | frame) + 1;
+/* ---- the child index (calltree_internal.h) ---- */
+
+static uint64_t child_hash(uint32_t parent, uint32_t frame) {
+    return strata_hash_u64(((uint64_t)parent << 32 | frame) + 1);
 }
 
-/* Puts every node but the root back into the child map, which calltree_finalize dropped. */
-static int rebuild_child_map(calltree *t) {
-    if (strata_u64_map_init(&t->child_map, t->n_nodes) != 0)
+static uint64_t child_tag(uint64_t hash) {
+    return hash & 0xffffffff00000000ULL;
+}
+
+static size_t child_capacity(size_t nodes) {
+    size_t cap = 16;
+    while (cap * 3 < (nodes + 1) * 4)
+        cap *= 2;
+    return cap;
+}
+
+static void child_index_free(calltree_child_index *c) {
+    free(c->slots);
+    memset(c, 0, sizeof *c);
+}
+
+/* Puts node id (known not to be there) into slots of capacity mask + 1. */
+static void child_index_place(uint64_t *slots, size_t mask, uint64_t hash, uint32_t id) {
+    size_t i = hash & mask;
+    while (slots[i] != 0)
+        i = (i + 1) & mask;
+    slots[i] = child_tag(hash) | id;
+}
+
+/* Makes the index cap slots and puts every node but the root in it: growth (the tags keep only
+ * half of each hash, so the others come from the nodes' parents and frames), and the rebuild
+ * after calltree_finalize or a renumbering dropped it. */
+static int child_index_rebuild(calltree *t, size_t cap) {
+    uint64_t *slots = strata_table_alloc(cap, sizeof *slots);
+    if (slots == NULL)
         return -1;
     for (size_t id = 1; id < t->n_nodes; id++)
-        if (strata_u64_map_upsert(&t->child_map, child_key(t->parent[id], t->frame[id]), id,
-                                  NULL) == NULL)
-            return -1;
+        child_index_place(slots, cap - 1, child_hash(t->parent[id], t->frame[id]), (uint32_t)id);
+    free(t->child_map.slots);
+    t->child_map.slots = slots;
+    t->child_map.mask = cap - 1;
+    t->child_map.count = t->n_nodes > 0 ? t->n_nodes - 1 : 0;
     return 0;
+}
+
+/* Room in the index for nodes nodes (and the index itself, if dropped). */
+static int child_index_reserve(calltree *t, size_t nodes) {
+    size_t cap = child_capacity(nodes);
+    if (t->child_map.slots != NULL && cap <= t->child_map.mask + 1)
+        return 0;
+    return child_index_rebuild(t, cap);
 }
 
 int calltree_reserve(calltree *t, size_t n_nodes, strata_error *err) {
@@ -461,13 +502,14 @@ int calltree_reserve(calltree *t, size_t n_nodes, strata_error *err) {
         n_nodes = MAX_IDS;
     if (n_nodes > t->nodes_cap && grow_nodes_to(t, n_nodes) != 0)
         return strata_error_oom(err);
-    if (t->child_map.slots != NULL && strata_u64_map_reserve(&t->child_map, n_nodes) != 0)
+    if (t->child_map.slots != NULL && child_index_reserve(t, n_nodes) != 0)
         return strata_error_oom(err);
     return 0;
 }
 
 void calltree_prefetch_child(const calltree *t, uint32_t parent, uint32_t frame) {
-    strata_u64_map_prefetch(&t->child_map, child_key(parent, frame));
+    if (t->child_map.slots != NULL)
+        __builtin_prefetch(&t->child_map.slots[child_hash(parent, frame) & t->child_map.mask]);
 }
 
 int calltree_child(calltree *t, uint32_t parent, uint32_t frame, uint32_t *node,
@@ -475,26 +517,30 @@ int calltree_child(calltree *t, uint32_t parent, uint32_t frame, uint32_t *node,
     if (parent >= t->n_nodes || frame >= t->n_frames)
         return strata_error_set(err, STRATA_INVALID_ARGUMENT,
                                 "call tree: node %u or frame %u out of range", parent, frame);
-    uint64_t key = child_key(parent, frame);
+    uint64_t hash = child_hash(parent, frame);
     /* One probe whether the child exists or not (merges create millions of nodes): room for a
      * new node is made first, so an inserted key always gets its node. */
     if (t->n_nodes >= MAX_IDS)
         return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED, "call tree: too many nodes");
     if (t->n_nodes == t->nodes_cap && grow_nodes(t) != 0)
         return strata_error_oom(err);
-    if (t->child_map.slots == NULL && rebuild_child_map(t) != 0)
+    calltree_child_index *c = &t->child_map;
+    if ((c->slots == NULL || (c->count + 1) * 4 > (c->mask + 1) * 3) &&
+        child_index_reserve(t, t->n_nodes + 1) != 0)
         return strata_error_oom(err);
-    bool inserted;
-    uint64_t *v = strata_u64_map_upsert(&t->child_map, key, t->n_nodes, &inserted);
-    if (v == NULL)
-        return strata_error_oom(err);
-    if (!inserted) {
-        *node = (uint32_t)*v;
-        return 0;
+    size_t i = hash & c->mask;
+    for (uint64_t s; (s = c->slots[i]) != 0; i = (i + 1) & c->mask) {
+        uint32_t id = (uint32_t)s;
+        if (child_tag(s) == child_tag(hash) && t->parent[id] == parent && t->frame[id] == frame) {
+            *node = id;
+            return 0;
+        }
     }
     uint32_t id;
     if (new_node(t, parent, frame, &id) != 0) /* cannot fail: capacity was made above */
         return strata_error_oom(err);
+    c->slots[i] = child_tag(hash) | id;
+    c->count++;
     *node = id;
     return 0;
 }
@@ -793,7 +839,7 @@ int calltree_order_depth_first(calltree *t, strata_error *err) {
         return strata_error_oom(err);
     }
     free_finalized(t);
-    strata_u64_map_free(&t->child_map); /* keyed by the old ids: rebuilt on the next insert */
+    child_index_free(&t->child_map); /* holds the old ids: rebuilt on the next insert */
     /* Parents have lower ids than their children, so subtree sizes add up in one backward pass
      * and positions come in one forward pass: a node's subtree takes the range after the ranges of
      * its earlier siblings. No walk chases pointers, so the random accesses overlap. */
@@ -830,7 +876,7 @@ int calltree_finalize(calltree *t, strata_error *err) {
     if (t->base_lost)
         return strata_error_set(err, STRATA_RESOURCE_EXHAUSTED,
                                 "call tree: out of memory for the base side of a diff");
-    strata_u64_map_free(&t->child_map);
+    child_index_free(&t->child_map);
     if (t->diff && ensure_self_base(t) != 0) /* a diff tree always has both sides */
         return strata_error_oom(err);
     t->total = malloc(t->n_nodes * sizeof *t->total);
@@ -908,7 +954,9 @@ static size_t map_bytes(const strata_u64_map *m) {
 
 size_t calltree_memory_bytes(const calltree *t) {
     const strata_intern *in = &t->strings;
-    size_t bytes = sizeof *t + map_bytes(&t->child_map) + map_bytes(&t->frame_map);
+    size_t bytes = sizeof *t + map_bytes(&t->frame_map);
+    if (t->child_map.slots != NULL)
+        bytes += (t->child_map.mask + 1) * sizeof *t->child_map.slots;
     bytes += t->nodes_cap * (2 * sizeof(uint32_t) + sizeof(int64_t));
     if (t->self_base != NULL)
         bytes += t->nodes_cap * sizeof(int64_t);

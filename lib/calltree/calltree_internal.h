@@ -31,6 +31,17 @@ typedef struct calltree_frame_extra {
     uint32_t label_count;
 } calltree_frame_extra;
 
+/* Which node is the child of parent with frame: an open-addressing table (linear probing, at most
+ * 75 % full) of 8-byte slots, each a node id with 32 bits of the hash of its (parent, frame) as a
+ * tag; the key itself is the node's parent and frame, read from those arrays when a tag matches.
+ * A table of (key, value) pairs took 16 bytes a slot, 64 MiB for the 2.7 M nodes of a merge of
+ * 100 agent-profiled processes, a quarter of that merge's memory. */
+typedef struct calltree_child_index {
+    uint64_t *slots; /* tag << 32 | node id; 0 = empty (the root is no node's child) */
+    size_t count;
+    size_t mask; /* capacity - 1, a power of two */
+} calltree_child_index;
+
 struct calltree {
     strata_intern strings;
     unsigned group_by;          /* CALLTREE_GROUP_*: which fields make a frame's identity */
@@ -56,7 +67,7 @@ struct calltree {
     int64_t *self_base;
     size_t n_nodes;
     size_t nodes_cap;
-    strata_u64_map child_map; /* (parent << 32 | frame) + 1 -> node id */
+    calltree_child_index child_map; /* NULL slots once finalized, until the next insert */
 
     /* Valid when finalized. */
     int64_t *total;

@@ -1036,6 +1036,60 @@ static void test_base_side_only_when_used(void **state) {
     calltree_free(flagged);
 }
 
+/* The child index finds every (parent, frame) it was given, through its growth from a small
+ * table to 150,000 nodes and after finalize dropped it (the rebuild finds the renumbered nodes). */
+static void test_child_index_grows_and_rebuilds(void **state) {
+    (void)state;
+    enum { FRAMES = 300, NODES = 150000 };
+    calltree *t;
+    assert_int_equal(calltree_create(&t, 0, NULL), 0);
+    uint32_t frames[FRAMES];
+    for (size_t i = 0; i < FRAMES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "g%zu", i);
+        frames[i] = build_frame(t, name, "/app", "b", 0x2000 + 16 * i, 1);
+    }
+    uint32_t *parent_of = malloc(NODES * sizeof *parent_of),
+             *node_of = malloc(NODES * sizeof *node_of);
+    assert_non_null(parent_of);
+    assert_non_null(node_of);
+    for (size_t i = 0; i < NODES; i++) { /* a node under a random earlier one */
+        parent_of[i] = i == 0 ? CALLTREE_ROOT : node_of[(i * 7919) % i];
+        assert_int_equal(calltree_child(t, parent_of[i], frames[i % FRAMES], &node_of[i], NULL), 0);
+        calltree_add(t, node_of[i], 1);
+    }
+    size_t nodes = calltree_node_count(t);
+    for (size_t i = 0; i < NODES; i++) { /* found again, none added */
+        uint32_t again;
+        assert_int_equal(calltree_child(t, parent_of[i], frames[i % FRAMES], &again, NULL), 0);
+        assert_int_equal(again, node_of[i]);
+    }
+    assert_int_equal(calltree_node_count(t), nodes);
+    assert_int_equal(calltree_finalize(t, NULL), 0);
+    assert_int_equal(calltree_node_get(t, CALLTREE_ROOT).total, NODES);
+    /* after finalize (nodes renumbered depth-first), every path resolves to one node of its own */
+    for (size_t i = 0; i < NODES; i += 97) {
+        uint32_t path[64], n = 0, cur = CALLTREE_ROOT;
+        size_t k = i;
+        while (n < 64) { /* the frames from i up to the root, as inserted */
+            path[n++] = frames[k % FRAMES];
+            if (k == 0)
+                break;
+            size_t up = (k * 7919) % k;
+            k = up;
+        }
+        if (n == 64)
+            continue;
+        for (uint32_t j = n; j-- > 0;)
+            assert_int_equal(calltree_child(t, cur, path[j], &cur, NULL), 0);
+        assert_int_equal(calltree_node_frame(t, cur), frames[i % FRAMES]);
+    }
+    assert_int_equal(calltree_node_count(t), nodes); /* every path was there */
+    free(parent_of);
+    free(node_of);
+    calltree_free(t);
+}
+
 static void test_group_by_function_name(void **state) {
     (void)state;
     calltree *t = two_builds(CALLTREE_GROUP_FUNCTION_NAME);
@@ -1805,6 +1859,7 @@ int main(void) {
         cmocka_unit_test(test_swap),
         cmocka_unit_test(test_empty_tree),
         cmocka_unit_test(test_base_side_only_when_used),
+        cmocka_unit_test(test_child_index_grows_and_rebuilds),
         cmocka_unit_test(test_group_by_function_name),
         cmocka_unit_test(test_group_by_merge_order),
         cmocka_unit_test(test_group_by_parse),

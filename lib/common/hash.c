@@ -73,16 +73,22 @@ static size_t capacity_for(size_t expected) {
  * probe of a 100 MB table also misses the TLB. */
 #define HUGE_PAGE_BYTES ((size_t)2 << 20)
 
-static strata_u64_slot *map_slots(size_t n) {
-    size_t bytes = n * sizeof(strata_u64_slot);
-    if (bytes < 2 * HUGE_PAGE_BYTES)
-        return calloc(n, sizeof(strata_u64_slot));
-    strata_u64_slot *a = aligned_alloc(HUGE_PAGE_BYTES, bytes); /* bytes is a power of two */
+void *strata_table_alloc(size_t n, size_t size) {
+    if (size != 0 && n > SIZE_MAX / size)
+        return NULL;
+    size_t bytes = n * size;
+    if (bytes < 2 * HUGE_PAGE_BYTES || (bytes & (bytes - 1)) != 0)
+        return calloc(n ? n : 1, size ? size : 1);
+    void *a = aligned_alloc(HUGE_PAGE_BYTES, bytes); /* a power of two, a multiple of 2 MiB */
     if (a == NULL)
         return NULL;
     (void)madvise(a, bytes, MADV_HUGEPAGE); /* advice only: fine if refused */
     memset(a, 0, bytes);
     return a;
+}
+
+static strata_u64_slot *map_slots(size_t n) {
+    return strata_table_alloc(n, sizeof(strata_u64_slot));
 }
 
 int strata_u64_map_init(strata_u64_map *m, size_t expected) {

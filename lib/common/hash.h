@@ -102,6 +102,10 @@ typedef struct strata_u64_map {
     size_t mask; /* capacity - 1; capacity is a power of two */
 } strata_u64_map;
 
+/* n zeroed elements of size bytes for an open-addressing table: backed by transparent huge pages
+ * where the kernel allows it once the table is big (see hash.c); free with free(). */
+void *strata_table_alloc(size_t n, size_t size);
+
 int strata_u64_map_init(strata_u64_map *m, size_t expected);
 void strata_u64_map_free(strata_u64_map *m);
 void strata_u64_map_clear(strata_u64_map *m);
