@@ -29,7 +29,10 @@ typedef struct r_group {
 
 /* A decoded column page: values for numeric columns, or NUL-terminated strings. */
 typedef struct r_decoded {
-    uint64_t *values;
+    uint64_t *values; /* numeric columns but the two below */
+    /* Instead of values, the stack column of samples and rollup_stacks: stack ids fit 32 bits,
+     * and these pages are most of what a reader caches (a fresh block's 80,000 sample rows) */
+    uint32_t *narrow;
     uint64_t max_value; /* largest value (as unsigned), for cheap range checks */
     uint32_t *offsets;  /* strings: rows + 1 offsets into text */
     char *text;
@@ -455,14 +458,19 @@ static int parse_groups(cursor *c, const block_reader *r, r_table *t, int table_
     return 0;
 }
 
+static void decoded_free(r_decoded *d) {
+    free(d->values);
+    free(d->narrow);
+    free(d->offsets);
+    free(d->text);
+    free(d);
+}
+
 static void table_free(r_table *t) {
     size_t cells = (size_t)t->n_groups * (size_t)t->n_columns;
     for (size_t i = 0; t->decoded != NULL && i < cells; i++) {
         if (t->decoded[i] != NULL) {
-            free(t->decoded[i]->values);
-            free(t->decoded[i]->offsets);
-            free(t->decoded[i]->text);
-            free(t->decoded[i]);
+            decoded_free(t->decoded[i]);
         }
     }
     free(t->groups);
@@ -630,10 +638,7 @@ static void evict_pages(block_reader *r) {
             r_decoded *d = t->decoded[i];
             if (d == NULL)
                 continue;
-            free(d->values);
-            free(d->offsets);
-            free(d->text);
-            free(d);
+            decoded_free(d);
             t->decoded[i] = NULL;
         }
     }
@@ -693,6 +698,19 @@ static int decode_page(const r_table *t, int table, int col, uint64_t g, const u
     d->bytes = (size_t)rows * sizeof *d->values;
     if (!decode_numbers(raw, raw + raw_len, t->encodings[col], rows, d->values, &d->max_value))
         return data_loss(err, table, col, g, "malformed varints or wrong value count");
+    if (col != BLOCK_COL_SAMPLES_STACK ||
+        (table != BLOCK_TABLE_SAMPLES && table != BLOCK_TABLE_ROLLUP_STACKS))
+        return 0;
+    if (d->max_value > UINT32_MAX) /* load_row_pages checks them against the stack count */
+        return data_loss(err, table, col, g, "stack id out of range");
+    d->narrow = malloc((size_t)rows * sizeof *d->narrow + 1);
+    if (d->narrow == NULL)
+        return strata_error_oom(err);
+    for (uint64_t i = 0; i < rows; i++)
+        d->narrow[i] = (uint32_t)d->values[i];
+    free(d->values);
+    d->values = NULL;
+    d->bytes = (size_t)rows * sizeof *d->narrow;
     return 0;
 }
 
@@ -726,10 +744,7 @@ static int load_page(block_reader *r, int table, int scol, uint64_t g, const r_d
     if (d == NULL)
         return strata_error_oom(err);
     if (decode_page(t, table, scol, g, raw, t->pages[cell].raw_len, d, err) != 0) {
-        free(d->values);
-        free(d->offsets);
-        free(d->text);
-        free(d);
+        decoded_free(d);
         return -1;
     }
     t->decoded[cell] = d;
@@ -780,10 +795,7 @@ static void drop_page(block_reader *r, r_table *t, size_t cell) {
         return;
     if (!t->evictable)
         r->pinned_used -= d->bytes;
-    free(d->values);
-    free(d->offsets);
-    free(d->text);
-    free(d);
+    decoded_free(d);
     t->decoded[cell] = NULL;
 }
 
@@ -1286,7 +1298,7 @@ static int copy_stack_rows(block_reader *r, int table, uint64_t g, uint64_t from
         return -1;
     uint64_t base = from - r->tables[table].groups[g].first_row;
     for (uint64_t i = 0; i < count; i++) {
-        out->stacks[out->len + i] = (uint32_t)stacks->values[base + i];
+        out->stacks[out->len + i] = stacks->narrow[base + i];
         out->values[out->len + i] = strata_u64_as_i64(values->values[base + i]);
     }
     if ((sets != NULL && sets->max_value > 0) || out->label_sets != NULL) {
@@ -1341,7 +1353,7 @@ static int visit_stack_rows(block_reader *r, int table, uint64_t first, uint64_t
         if (load_row_pages(r, table, g, &stacks, &values, &sets, err) != 0)
             return -1;
         uint64_t base = row - t->groups[g].first_row;
-        block_row_run run = {stacks->values + base, values->values + base,
+        block_row_run run = {stacks->narrow + base, values->values + base,
                              sets != NULL && sets->max_value > 0 ? sets->values + base : NULL,
                              (size_t)take};
         if (fn(arg, profile, &run, err) != 0)

@@ -176,7 +176,7 @@ int block_reader_read_samples(block_reader *r, const block_profile *profiles, si
  * values[i] as a two's complement int64, label_sets ? label_sets[i] : 0). Stack ids are checked
  * (below the stack count) and so are label set ids. Valid only during the visit's callback. */
 typedef struct block_row_run {
-    const uint64_t *stacks;
+    const uint32_t *stacks;
     const uint64_t *values;
     const uint64_t *label_sets; /* NULL: every row has none */
     size_t n;
