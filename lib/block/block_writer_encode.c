@@ -133,8 +133,12 @@ static void claim_low_string(block_order *o, uint32_t id, size_t *k) {
 }
 
 /* Label and type strings of the kept series, and the names and values of the used sample label
- * sets, first (sorted, so postings sort by string), then the rest in first-seen order. "" stays
- * id 0: it sorts first and is always included. */
+ * sets, first (sorted, so postings sort by string), then the mappings' files and build ids, then
+ * the rest in first-seen order. "" stays id 0: it sorts first and is always included. A reader
+ * decodes strings a page at a time, and reads every mapping with its strings when it first needs
+ * a symbol: next to the labels (which it reads at open), they cost no page of their own, where
+ * spread among the function names they had each fresh block's reader decode most of its string
+ * pages, though a merge needs only the names no block before it showed. */
 static int order_strings(block_writer *w, block_order *o, strata_error *err) {
     size_t n = w->strings.count;
     o->string_new = malloc((n + 1) * sizeof *o->string_new);
@@ -165,6 +169,15 @@ static int order_strings(block_writer *w, block_order *o, strata_error *err) {
     qsort_r(o->string_order, k, sizeof *o->string_order, compare_strings_ctx, w);
     for (size_t i = 0; i < k; i++)
         o->string_new[o->string_order[i]] = (uint32_t)i;
+    for (size_t i = 0; i < w->n_mappings; i++) {
+        uint32_t ids[2] = {w->mappings[i].file, w->mappings[i].build_id};
+        for (int j = 0; j < 2; j++) {
+            if (o->string_new[ids[j]] == UINT32_MAX) {
+                o->string_new[ids[j]] = (uint32_t)k;
+                o->string_order[k++] = ids[j];
+            }
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         if (o->string_new[i] == UINT32_MAX) {
             o->string_new[i] = (uint32_t)k;
