@@ -2,25 +2,21 @@
  * http.h - the HTTP server every Strata service embeds (UI, JSON API, /metrics, /ready), built on
  * GNU libmicrohttpd.
  *
- * Threading. libmicrohttpd runs io_threads I/O threads (MHD_USE_POLL with a thread pool), each
- * serving its share of the connections with poll(), so an open connection costs a few KiB, not a
- * thread. Not epoll: stopping (MHD_quiesce_daemon, so new connections are refused while requests
- * in flight finish) races an epoll I/O thread that removes the listen socket from its set too,
- * and libmicrohttpd 0.9.75 aborts the process when it loses (seen once in CI, in
- * test_stop_with_request_in_flight: "Failed to remove listen FD from epoll set"). poll() costs
- * O(connections) a wake-up, which thousands of idle connections per thread afford. An I/O thread
- * reads requests and writes responses and never runs a handler that could block: once a request is
- * complete its connection is suspended (MHD_suspend_connection) and the request goes to a handler
- * thread (at most handler_threads, started as they are needed); when the handler has answered, the
- * connection is resumed and the response goes out from the I/O thread. A handler that blocks (a
- * long query) holds a handler thread, never an I/O thread. Handlers registered with
- * http_server_route_nonblocking run on the I/O thread itself, without that hop: they must return at
- * once, answering or deferring the answer (http_response_defer), which another thread completes
- * later (http_deferred_finish); the querier's merges are answered that way from its query threads.
- * /ready is a nonblocking route, so it answers even while every handler thread is busy. Earlier
- * versions ran a fixed pool of workers with their own epoll sets (a slow handler stalled every
- * connection its worker held), then a thread per connection (1,024 connections trickling headers
- * took every thread, and /ready went unanswered).
+ * Threading. libmicrohttpd runs io_threads I/O threads (MHD_USE_EPOLL with a thread pool), each
+ * serving its share of the connections from its own epoll set, so an open connection costs a few
+ * KiB, not a thread. An I/O thread reads requests and writes responses and never runs a handler
+ * that could block: once a request is complete its connection is suspended
+ * (MHD_suspend_connection) and the request goes to a handler thread (at most handler_threads,
+ * started as they are needed); when the handler has answered, the connection is resumed and the
+ * response goes out from the I/O thread. A handler that blocks (a long query) holds a handler
+ * thread, never an I/O thread. Handlers registered with http_server_route_nonblocking run on the
+ * I/O thread itself, without that hop: they must return at once, answering or deferring the
+ * answer (http_response_defer), which another thread completes later (http_deferred_finish); the
+ * querier's merges are answered that way from its query threads. /ready is a nonblocking route,
+ * so it answers even while every handler thread is busy. Earlier versions ran a fixed pool of
+ * workers with their own epoll sets (a slow handler stalled every connection its worker held),
+ * then a thread per connection (1,024 connections trickling headers took every thread, and /ready
+ * went unanswered).
  *
  * Limits, all in http_server_options, defaults in the HTTP_DEFAULT_* macros below. At most
  * max_connections open connections, and max_connections_per_address from one IP address: the

@@ -780,11 +780,10 @@ int http_server_start(http_server *s, strata_error *err) {
         return strata_error_set(err, STRATA_FAILED_PRECONDITION, "server already started");
     if (http_conns_start_sweeper(s, err) != 0)
         return -1;
-    /* I/O threads polling their own connections (see http.h); handlers run elsewhere, their
-     * connections suspended meanwhile. poll(), not epoll: libmicrohttpd's quiesce races its epoll
-     * I/O threads for the listen socket's removal and aborts the process (see http.h). */
+    /* I/O threads with their own epoll sets (see http.h); handlers run elsewhere, their
+     * connections suspended meanwhile. */
     unsigned flags =
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
     unsigned per_ip = s->opts.max_connections_per_address == HTTP_UNLIMITED
                           ? 0
                           : s->opts.max_connections_per_address;
